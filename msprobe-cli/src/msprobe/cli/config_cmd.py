@@ -1,0 +1,116 @@
+"""``msprobe config init|validate``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import click
+from pydantic import BaseModel
+
+from msprobe.core.config import TASKS, DebuggerConfig, load_config
+
+# Sections worth writing for each task; the others keep their defaults.
+_TASK_SECTIONS = {
+    "statistics": ("statistics",),
+    "tensor": ("tensor",),
+    "structure": (),
+    "overflow_check": ("overflow_check",),
+    "free_benchmark": ("free_benchmark",),
+    "run_ut": ("run_ut",),
+    "grad_probe": ("grad_probe",),
+}
+
+
+def starter_config(task: str, framework: Optional[str], dump_path: str) -> dict[str, Any]:
+    """A complete config for one task, in the reference's key order."""
+    data = DebuggerConfig(task=task, dump_path=dump_path, framework=framework, level="mix" if task == "structure" else "L1")
+    full = data.model_dump(by_alias=True)
+    result = {key: full[key] for key in ("task", "dump_path", "rank", "step", "level", "async_dump")}
+    if framework:
+        result["framework"] = framework
+    for section in _TASK_SECTIONS[task]:
+        result[section] = {k: v for k, v in full[section].items() if v is not None}
+    return result
+
+
+def _yaml_scalar(value: Any) -> str:
+    return json.dumps(value)
+
+
+def _describe(model: type[BaseModel], key: str) -> str:
+    for name, field in model.model_fields.items():
+        if name == key or field.alias == key:
+            return field.description or ""
+    return ""
+
+
+def commented_yaml(data: dict[str, Any]) -> str:
+    """YAML whose every key carries its field description as a comment."""
+    lines = ["# msprobe config (the reference's config.json schema, as YAML)."]
+    for key, value in data.items():
+        if isinstance(value, dict):
+            section_model = type(getattr(DebuggerConfig(dump_path="x"), key))
+            lines.append(f"{key}:")
+            for sub_key, sub_value in value.items():
+                comment = _describe(section_model, sub_key)
+                lines.append(f"  # {comment}" if comment else "  #")
+                lines.append(f"  {sub_key}: {_yaml_scalar(sub_value)}")
+        else:
+            comment = _describe(DebuggerConfig, key)
+            if comment:
+                lines.append(f"# {comment}")
+            lines.append(f"{key}: {_yaml_scalar(value)}")
+    return "\n".join(lines) + "\n"
+
+
+@click.group("config")
+def config_group() -> None:
+    """Write a starter config or check an existing one."""
+
+
+@config_group.command("init")
+@click.option("--framework", type=click.Choice(["pytorch", "mindspore"]), default=None, help="Pin the backend.")
+@click.option("--task", type=click.Choice(TASKS), default="statistics", show_default=True, help="Task to configure.")
+@click.option("--dump-path", default="./dump_path", show_default=True, help="Where results go.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path("config.yaml"),
+    show_default=True,
+    help="File to write: .yaml/.yml gets a comment on every field, .json is plain JSON.",
+)
+@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+def init_command(framework: Optional[str], task: str, dump_path: str, output: Path, force: bool) -> None:
+    """Write a valid config for TASK with every field at its default."""
+    if output.exists() and not force:
+        raise click.ClickException(f"{output} exists; pass --force to overwrite it")
+    data = starter_config(task, framework, dump_path)
+    if output.suffix.lower() in (".yaml", ".yml"):
+        text = commented_yaml(data)
+    else:
+        text = json.dumps(data, indent=4) + "\n"
+    output.write_text(text, encoding="utf-8")
+    load_config(output)  # what we write must validate
+    click.echo(f"wrote {output} (task {task})")
+
+
+@config_group.command("validate")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+def validate_command(files: tuple[Path, ...]) -> None:
+    """Check config files; one line per file, non-zero exit if any is invalid."""
+    from msprobe.core.errors import ConfigError
+
+    failures = 0
+    for file in files:
+        try:
+            config = load_config(file)
+        except ConfigError as exc:
+            failures += 1
+            click.echo(f"invalid: {exc}", err=True)
+            continue
+        click.echo(f"valid: {file} (task {config.task}, level {config.level}, dump_path {config.dump_path})")
+    if failures:
+        raise SystemExit(1)

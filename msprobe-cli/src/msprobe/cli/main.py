@@ -1,0 +1,133 @@
+"""The ``msprobe`` command: built-in commands plus whatever the plugins add.
+
+``msprobe -f pytorch run_ut ...`` keeps the reference's spelling: ``-f``
+chooses the framework, and framework commands come from that backend's
+plugin. Without ``-f`` a command provided by exactly one installed backend
+is used; several make ``-f`` necessary.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any, Optional
+
+import click
+
+from msprobe.core.errors import MsprobeError
+from msprobe.core.plugins import get_registry
+from msprobe.core.version import __version__
+
+# The newest reference release renamed some commands; both spellings work.
+COMMAND_ALIASES = {
+    "acc_check": "run_ut",
+    "multi_acc_check": "multi_run_ut",
+    "graph_visualize": "graph",
+}
+
+
+def _builtin_commands() -> dict[str, click.Command]:
+    from msprobe.cli.config_cmd import config_group
+    from msprobe.cli.plugins_cmd import plugins_command
+
+    return {command.name: command for command in (plugins_command, config_group)}
+
+
+class MsprobeGroup(click.Group):
+    """Resolves subcommands from the built-ins and the plugins, honouring ``-f``."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        names = set(_builtin_commands())
+        framework = (ctx.obj or {}).get("framework")
+        for _plugin, owner, command in get_registry().cli_commands():
+            if owner is None or framework is None or owner == framework:
+                names.add(command.name)
+        return sorted(names)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> Optional[click.Command]:
+        name = COMMAND_ALIASES.get(cmd_name, cmd_name)
+        builtins = _builtin_commands()
+        if name in builtins:
+            return builtins[name]
+        framework = (ctx.obj or {}).get("framework")
+        candidates = [(owner, command) for _p, owner, command in get_registry().cli_commands() if command.name == name]
+        shared = [command for owner, command in candidates if owner is None]
+        if shared:
+            return shared[0]
+        if framework is not None:
+            for owner, command in candidates:
+                if owner == framework:
+                    return command
+            if candidates:
+                owners = ", ".join(sorted({owner for owner, _ in candidates}))
+                raise click.UsageError(f"'{name}' is not a {framework} command (it is offered for: {owners})")
+            return None
+        if len(candidates) == 1:
+            ctx.obj["framework"] = candidates[0][0]
+            return candidates[0][1]
+        if len(candidates) > 1:
+            owners = ", ".join(sorted({owner for owner, _ in candidates}))
+            raise click.UsageError(f"'{name}' exists for several frameworks ({owners}): choose one with -f")
+        return None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except MsprobeError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+def _choose_framework(ctx: click.Context, _param: click.Parameter, value: Optional[str]) -> Optional[str]:
+    ctx.ensure_object(dict)
+    if value is None:
+        ctx.obj["framework"] = None
+        return None
+    registry = get_registry()
+    try:
+        backend = registry.find_backend(value)
+    except MsprobeError as exc:
+        raise click.BadParameter(str(exc)) from None
+    ctx.obj["framework"] = backend.name
+    return backend.name
+
+
+@click.group(cls=MsprobeGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "-f",
+    "--framework",
+    callback=_choose_framework,
+    is_eager=True,
+    expose_value=False,
+    metavar="pytorch|mindspore",
+    help="Framework whose commands to use; needed only when several backends offer the same command.",
+)
+@click.version_option(__version__, "--version", "-v", prog_name="msprobe", message="%(prog)s %(version)s")
+@click.option("--verbose", is_flag=True, help="Show debug logging.")
+def cli(verbose: bool) -> None:
+    """msprobe: precision debugging for PyTorch and MindSpore training.
+
+    Dump a run, compare two runs, re-run APIs in high precision, find
+    overflows. `msprobe plugins` shows which backends are installed.
+    """
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="msprobe: %(message)s")
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    """Console entry point: user errors are one line, never a traceback."""
+    try:
+        cli.main(args=argv, prog_name="msprobe", standalone_mode=True)
+    except MsprobeError as exc:  # raised outside a command's invoke (e.g. while resolving)
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except Exception as exc:  # a bug: keep the message short unless asked for more
+        if os.environ.get("MSPROBE_DEBUG"):
+            raise
+        click.echo(
+            f"Error: internal error {exc.__class__.__name__}: {exc} (set MSPROBE_DEBUG=1 for the traceback)", err=True
+        )
+        sys.exit(3)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

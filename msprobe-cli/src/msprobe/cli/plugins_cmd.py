@@ -1,0 +1,39 @@
+"""``msprobe plugins``: what was discovered, with versions, availability and errors."""
+
+from __future__ import annotations
+
+import click
+
+from msprobe.core.plugins import get_registry
+
+
+@click.command("plugins")
+def plugins_command() -> None:
+    """List installed backends and plugins, their versions and what they add."""
+    registry = get_registry()
+    infos = registry.plugin_infos()
+    registry.cli_commands()
+    backends = registry.backends()
+    if not backends:
+        click.echo("No backend is installed: pip install msprobe-torch (PyTorch) or msprobe-mindspore (MindSpore).")
+    for info in infos:
+        label = "built-in" if info.builtin else f"{info.distribution or '?'} {info.version}".strip()
+        kind = "backend" if info.backend is not None else "plugin"
+        click.echo(f"{info.name} ({kind}, {label})")
+        if info.disabled:
+            click.echo("    status: disabled by MSPROBE_DISABLE_PLUGINS")
+            continue
+        if info.backend is not None:
+            aliases = ", ".join(info.backend.aliases)
+            click.echo(f"    framework: {info.backend.name} (aliases: {aliases}): {info.backend.describe()}")
+        for title, items in (
+            ("commands", info.commands),
+            ("compare metrics", info.metrics),
+            ("perturbations", info.perturbations),
+        ):
+            if items:
+                click.echo(f"    {title}: {', '.join(sorted(set(items)))}")
+        for error in info.errors:
+            click.echo(f"    error: {error}")
+    broken = sum(1 for info in infos if info.errors)
+    click.echo(f"{len(backends)} backend(s), {len(infos)} plugin(s), {broken} with errors")

@@ -1,0 +1,127 @@
+"""What a plugin hands to the core: backends, metrics, perturbations, task hooks.
+
+These are plain classes so a plugin needs nothing but ``msprobe-core`` to
+describe itself; nothing here imports a framework.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Protocol
+
+
+class TaskHooks(Protocol):
+    """Framework-side machinery of one task: installed on start, removed on stop."""
+
+    def install(self) -> None: ...
+
+    def remove(self) -> None: ...
+
+
+class Backend:
+    """A deep-learning framework as the core sees it.
+
+    Subclasses set the class attributes and override the methods that need
+    the framework. ``module_prefix`` and ``import_name`` let the core answer
+    "is this framework importable" and "does it own this object" without
+    importing anything the user has not imported already.
+    """
+
+    name: str = ""
+    aliases: tuple[str, ...] = ()
+    distribution: str = ""  # the pip package that provides this backend
+    import_name: str = ""  # the framework's top-level module, e.g. "torch"
+    tensor_suffix: str = ""  # suffix of tensor files in dump_tensor_data
+    debugger_path: str = ""  # "module:attribute" of the framework's PrecisionDebugger
+
+    # -- availability -------------------------------------------------------
+    def is_available(self) -> bool:
+        """Whether the framework imports in this environment."""
+        return self.unavailable_reason() is None
+
+    def unavailable_reason(self) -> Optional[str]:
+        if importlib.util.find_spec(self.import_name) is None:
+            return f"{self.import_name} is not installed"
+        try:
+            importlib.import_module(self.import_name)
+        except Exception as exc:  # a broken framework install must not break the tool
+            return f"{self.import_name} fails to import: {exc.__class__.__name__}: {exc}"
+        return None
+
+    def owns(self, obj: Any) -> bool:
+        """Whether ``obj`` (a model, a list of models, a tensor) belongs to this framework."""
+        if isinstance(obj, (list, tuple)):
+            return bool(obj) and all(self.owns(item) for item in obj)
+        if self.import_name not in sys.modules:  # user never imported the framework
+            return False
+        return any(
+            (getattr(klass, "__module__", "") or "").split(".")[0] == self.import_name
+            for klass in type(obj).__mro__
+        )
+
+    # -- the framework's debugger -----------------------------------------------
+    def create_debugger(self, **kwargs: Any) -> Any:
+        """Build the framework's ``PrecisionDebugger`` with the same keyword arguments."""
+        module_name, _, attribute = self.debugger_path.partition(":")
+        factory = getattr(importlib.import_module(module_name), attribute)
+        return factory(**kwargs)
+
+    # -- tensor files -------------------------------------------------------------
+    def load_tensor(self, path: str | Path) -> Any:
+        """Read a tensor file of this framework into a numpy array."""
+        raise NotImplementedError(f"{self.name} cannot read tensor files")
+
+    def save_tensor(self, array: Any, path: str | Path) -> None:
+        """Write a numpy array as this framework's tensor file."""
+        raise NotImplementedError(f"{self.name} cannot write tensor files")
+
+    def seed_all(self, seed: int = 1234, mode: bool = False, rm_dropout: bool = True) -> None:
+        raise NotImplementedError(f"{self.name} has no seed_all")
+
+    def describe(self) -> str:
+        reason = self.unavailable_reason()
+        return "available" if reason is None else f"unavailable ({reason})"
+
+    def matches(self, name: str) -> bool:
+        wanted = name.strip().lower()
+        return wanted == self.name or wanted in self.aliases
+
+
+@dataclass(frozen=True)
+class CompareMetric:
+    """An extra compare column: ``function(actual, expected) -> float`` on numpy arrays."""
+
+    name: str
+    function: Callable[[Any, Any], float]
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Perturbation:
+    """A free-benchmark ``pert_mode``: ``function(tensor) -> perturbed tensor``."""
+
+    name: str
+    function: Callable[[Any], Any]
+    framework: Optional[str] = None
+    description: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+# The official backends, so an error can say which package to install.
+KNOWN_BACKENDS = {
+    "pytorch": ("msprobe-torch", ("torch", "pt")),
+    "mindspore": ("msprobe-mindspore", ("ms",)),
+}
+
+
+def canonical_framework(name: str) -> Optional[str]:
+    """Map an alias of an official backend to its name ('pt' -> 'pytorch')."""
+    wanted = name.strip().lower()
+    for canonical, (_, aliases) in KNOWN_BACKENDS.items():
+        if wanted == canonical or wanted in aliases:
+            return canonical
+    return None

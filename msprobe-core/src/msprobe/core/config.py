@@ -1,0 +1,390 @@
+"""The config.json of the reference tool, validated.
+
+The schema is the reference's (common fields plus one section per task), so an
+existing config works unchanged. Every field carries a description: it is the
+source of the comments that ``msprobe config init`` writes and of the docs.
+A bad file never starts anything: :func:`load_config` raises one
+:class:`~msprobe.core.errors.ConfigError` naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from msprobe.core.errors import ConfigError
+
+TASKS = (
+    "statistics",
+    "tensor",
+    "structure",
+    "overflow_check",
+    "free_benchmark",
+    "run_ut",
+    "grad_probe",
+)
+LEVELS = ("L0", "L1", "mix", "L2", "debug")
+DATA_MODES = ("all", "forward", "backward", "input", "output")
+PERTURBATIONS = ("improve_precision", "add_noise", "bit_noise", "no_change", "change_value", "to_cpu")
+
+Task = Literal["statistics", "tensor", "structure", "overflow_check", "free_benchmark", "run_ut", "grad_probe"]
+Level = Literal["L0", "L1", "mix", "L2", "debug"]
+DataMode = Literal["all", "forward", "backward", "input", "output"]
+
+
+def parse_id_list(values: Any) -> list[int]:
+    """Expand ``[0, "4-6"]`` into ``[0, 4, 5, 6]``: the reference's rank/step syntax."""
+    if values is None:
+        return []
+    if isinstance(values, (int, str)) and not isinstance(values, bool):
+        values = [values]
+    if not isinstance(values, (list, tuple)):
+        raise ValueError("must be a list of non-negative integers or 'a-b' ranges")
+    ids: set[int] = set()
+    for item in values:
+        if isinstance(item, bool):
+            raise ValueError(f"{item!r} is not an integer")
+        if isinstance(item, int):
+            if item < 0:
+                raise ValueError(f"{item} is negative")
+            ids.add(item)
+            continue
+        if not isinstance(item, str):
+            raise ValueError(f"{item!r} is neither an integer nor an 'a-b' range")
+        text = item.strip()
+        if text.isdigit():
+            ids.add(int(text))
+            continue
+        parts = text.split("-")
+        if len(parts) != 2 or not parts[0].strip().isdigit() or not parts[1].strip().isdigit():
+            raise ValueError(f"bad range {item!r}: expected 'start-end' with non-negative integers")
+        start, end = int(parts[0]), int(parts[1])
+        if start > end:
+            raise ValueError(f"bad range {item!r}: start is greater than end")
+        ids.update(range(start, end + 1))
+    return sorted(ids)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+def _as_list(value: Any) -> Any:
+    return [value] if isinstance(value, str) else value
+
+
+class _ScopedSection(_Section):
+    scope: list[str] = Field(
+        default_factory=list,
+        description="Two full names (modules or APIs) bounding the range to dump, e.g. "
+        "['Module.conv1.Conv2d.forward.0', 'Module.fc2.Linear.forward.0']; empty: no bound.",
+    )
+    api_list: list[str] = Field(
+        default_factory=list,
+        alias="list",
+        description="Full API names, API kinds such as 'relu', module names (level mix) "
+        "or 'name-regex(...)' patterns to dump; empty: everything.",
+    )
+    data_mode: list[DataMode] = Field(
+        default_factory=lambda: ["all"],
+        description="Which data to keep: 'all', or any of 'forward', 'backward', 'input', 'output'.",
+    )
+
+    _check_data_mode_str = field_validator("data_mode", mode="before")(_as_list)
+
+    @field_validator("scope")
+    @classmethod
+    def _scope_is_a_pair(cls, scope: list[str]) -> list[str]:
+        if scope and len(scope) != 2:
+            raise ValueError(f"must hold exactly two names (start and end), got {len(scope)}")
+        return scope
+
+    @field_validator("data_mode")
+    @classmethod
+    def _all_stands_alone(cls, modes: list[str]) -> list[str]:
+        if "all" in modes and len(modes) > 1:
+            raise ValueError("'all' cannot be combined with other modes")
+        if not modes:
+            raise ValueError("must not be empty; use ['all']")
+        return modes
+
+
+class StatisticsSection(_ScopedSection):
+    summary_mode: Union[str, list[str]] = Field(
+        default="statistics",
+        description="'statistics' (Max/Min/Mean/Norm) or 'md5' (adds a CRC-32 of each tensor).",
+    )
+
+    @field_validator("summary_mode")
+    @classmethod
+    def _known_mode(cls, mode: Union[str, list[str]]) -> Union[str, list[str]]:
+        if isinstance(mode, str):
+            if mode not in ("statistics", "md5"):
+                raise ValueError(f"must be 'statistics' or 'md5', got {mode!r}")
+            return mode
+        unknown = [item for item in mode if item not in ("max", "min", "mean", "l2norm")]
+        if unknown or not mode:
+            raise ValueError("a list may hold only 'max', 'min', 'mean', 'l2norm' (MindSpore graph-mode L2)")
+        return mode
+
+
+class TensorSection(_ScopedSection):
+    file_format: Literal["npy", "bin"] = Field(
+        default="npy", description="MindSpore graph-mode L2 only: 'npy' or 'bin'."
+    )
+    online_run_ut: bool = Field(default=False, description="Stream tensors to an online run_ut host.")
+    nfs_path: Optional[str] = Field(default=None, description="Online pre-check: shared directory.")
+    host: Optional[str] = Field(default=None, description="Online pre-check: receiver address.")
+    port: Optional[int] = Field(default=None, ge=-1, le=65535, description="Online pre-check: receiver port (-1: unset).")
+    tls_path: Optional[str] = Field(
+        default=None, description="Online pre-check: folder with client.key and client.crt; '' for plain TCP."
+    )
+    online_run_ut_recompute: bool = Field(
+        default=False, description="Online pre-check: the model uses recomputation (skip backward checks)."
+    )
+
+
+class RunUtSection(_Section):
+    white_list: list[str] = Field(default_factory=list, description="Only these APIs are checked.")
+    black_list: list[str] = Field(default_factory=list, description="These APIs are not checked.")
+    error_data_path: str = Field(default="./", description="Where inputs/outputs of failing APIs are saved.")
+    is_online: bool = Field(default=False, description="Run as the online pre-check receiver.")
+    nfs_path: Optional[str] = Field(default=None, description="Online pre-check: shared directory.")
+    host: Optional[str] = Field(default=None, description="Online pre-check: address to listen on.")
+    port: Optional[int] = Field(default=None, ge=-1, le=65535, description="Online pre-check: port to listen on (-1: unset).")
+    rank_list: list[int] = Field(default_factory=lambda: [0], description="Ranks whose APIs are checked online.")
+    tls_path: Optional[str] = Field(
+        default=None, description="Online pre-check: folder with server.key and server.crt; '' for plain TCP."
+    )
+
+
+class OverflowCheckSection(_Section):
+    overflow_nums: int = Field(default=1, description="Stop after this many overflows; -1: never stop.")
+    check_mode: Literal["all", "aicore", "atomic"] = Field(
+        default="all", description="MindSpore only: 'all', 'aicore' or 'atomic'."
+    )
+
+    @field_validator("overflow_nums")
+    @classmethod
+    def _positive_or_minus_one(cls, value: int) -> int:
+        if value == 0 or value < -1:
+            raise ValueError("must be a positive integer or -1")
+        return value
+
+
+class FreeBenchmarkSection(_Section):
+    scope: list[str] = Field(default_factory=list, description="Full API names to check (PyTorch).")
+    api_list: list[str] = Field(default_factory=list, alias="list", description="API kinds or names to check.")
+    fuzz_device: Literal["npu", "cpu"] = Field(default="npu", description="'npu': perturb in place; 'cpu': compare with CPU.")
+    pert_mode: str = Field(
+        default="improve_precision",
+        description="Perturbation: improve_precision, add_noise, bit_noise, no_change, change_value, "
+        "to_cpu, or one a plugin adds.",
+    )
+    handler_type: Literal["check", "fix"] = Field(default="check", description="'check' reports, 'fix' replaces the output.")
+    fuzz_level: Literal["L1"] = Field(default="L1", description="Only 'L1'.")
+    fuzz_stage: Literal["forward", "backward"] = Field(default="forward", description="'forward' or 'backward'.")
+    if_preheat: bool = Field(default=False, description="Tune thresholds over the first steps.")
+    preheat_step: int = Field(default=15, gt=0, description="Steps of preheating.")
+    max_sample: int = Field(default=20, gt=0, description="Samples per API while preheating.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "FreeBenchmarkSection":
+        if self.scope and self.api_list:
+            raise ValueError("'scope' and 'list' cannot both be set")
+        if self.fuzz_device == "cpu" and self.pert_mode != "to_cpu":
+            raise ValueError("fuzz_device 'cpu' needs pert_mode 'to_cpu'")
+        if self.handler_type == "fix":
+            if self.pert_mode not in ("improve_precision", "to_cpu"):
+                raise ValueError("handler_type 'fix' works only with pert_mode 'improve_precision' or 'to_cpu'")
+            if self.fuzz_stage != "forward":
+                raise ValueError("handler_type 'fix' works only with fuzz_stage 'forward'")
+            if self.if_preheat:
+                raise ValueError("handler_type 'fix' cannot be combined with if_preheat")
+        return self
+
+
+class GradProbeSection(_Section):
+    grad_level: Literal["L0", "L1", "L2"] = Field(default="L1", description="L0: stats+MD5; L1: stats+direction; L2: plus distribution.")
+    param_list: list[str] = Field(default_factory=list, description="Parameters to watch; empty: all.")
+    bounds: list[float] = Field(default_factory=lambda: [-1, 0, 1], description="Ascending bucket edges for L2.")
+
+    @field_validator("bounds")
+    @classmethod
+    def _ascending(cls, bounds: list[float]) -> list[float]:
+        if not bounds:
+            raise ValueError("must hold at least one value")
+        if any(later <= earlier for earlier, later in zip(bounds, bounds[1:])):
+            raise ValueError("must be strictly ascending")
+        if any(abs(b) > 2**63 - 1 for b in bounds):
+            raise ValueError("values must lie within the int64 range")
+        return bounds
+
+
+class DebuggerConfig(_Section):
+    """The whole config file."""
+
+    task: Task = Field(default="statistics", description="What to do: " + ", ".join(TASKS) + ".")
+    dump_path: Optional[str] = Field(
+        default=None, description="Folder the results are written to (not needed by the online run_ut receiver)."
+    )
+    rank: list[int] = Field(default_factory=list, description="Ranks to dump, ints or 'a-b' ranges; empty: all.")
+    step: list[int] = Field(default_factory=list, description="Steps to dump, ints or 'a-b' ranges; empty: all.")
+    level: Level = Field(default="L1", description="L0 modules, L1 APIs, mix both, L2 kernels, debug for save().")
+    enable_dataloader: bool = Field(default=False, description="PyTorch: stop by itself after the last step (deprecated).")
+    async_dump: bool = Field(default=False, description="Gather on the device and write at step end.")
+    framework: Optional[str] = Field(
+        default=None, description="Backend to use ('pytorch' or 'mindspore'); optional when only one is installed."
+    )
+    statistics: StatisticsSection = Field(default_factory=StatisticsSection)
+    tensor: TensorSection = Field(default_factory=TensorSection)
+    run_ut: RunUtSection = Field(default_factory=RunUtSection)
+    overflow_check: OverflowCheckSection = Field(default_factory=OverflowCheckSection)
+    free_benchmark: FreeBenchmarkSection = Field(default_factory=FreeBenchmarkSection)
+    grad_probe: GradProbeSection = Field(default_factory=GradProbeSection)
+
+    _expand_ids = field_validator("rank", "step", mode="before")(classmethod(lambda cls, v: parse_id_list(v)))
+
+    @field_validator("dump_path")
+    @classmethod
+    def _non_empty(cls, value: Optional[str]) -> Optional[str]:
+        if value is not None and not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+    @model_validator(mode="after")
+    def _task_rules(self) -> "DebuggerConfig":
+        if self.dump_path is None and self.task != "run_ut":
+            raise ValueError("dump_path: required field is missing")
+        if self.async_dump and self.task == "tensor" and not self.tensor.api_list:
+            raise ValueError("async_dump: with task 'tensor' it needs tensor.list to name what to dump")
+        if self.task == "free_benchmark" and self.level != "L1":
+            raise ValueError("level: task 'free_benchmark' works only at level 'L1'")
+        return self
+
+    @property
+    def section(self) -> Optional[BaseModel]:
+        """The section of the chosen task (None for 'structure')."""
+        return getattr(self, self.task, None)
+
+    @property
+    def summary_mode(self) -> str:
+        mode = self.statistics.summary_mode
+        return mode if isinstance(mode, str) else "statistics"
+
+    @property
+    def scope(self) -> list[str]:
+        return list(getattr(self.section, "scope", []) or [])
+
+    @property
+    def api_list(self) -> list[str]:
+        return list(getattr(self.section, "api_list", []) or [])
+
+    @property
+    def data_mode(self) -> list[str]:
+        return list(getattr(self.section, "data_mode", ["all"]) or ["all"])
+
+
+DEFAULT_DUMP_PATH = "./dump_path"
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += ("." if text else "") + str(part)
+    return text
+
+
+def _message(error: dict[str, Any]) -> str:
+    kind = error.get("type", "")
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "required field is missing"
+    msg = str(error.get("msg", "invalid value"))
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            msg = msg[len(prefix):]
+    return msg
+
+
+def config_error_from_validation(exc: ValidationError, path: str | Path | None) -> ConfigError:
+    """One message for all problems, each naming its field."""
+    errors = exc.errors()
+    parts = []
+    for error in errors:
+        loc = tuple(p for p in error.get("loc", ()) if not str(p).startswith(("function-", "literal[", "list[")))
+        where = _field_path(loc)
+        parts.append(f"{where}: {_message(error)}" if where else _message(error))
+    first = parts[0]
+    rest = "; ".join(parts[1:])
+    message = first if not rest else f"{first}; {rest}"
+    return ConfigError(message, path=path)
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """Parse a JSON or YAML config file into a dict, with one clear error on failure."""
+    file = Path(path)
+    if not file.exists():
+        raise ConfigError("file not found", path=file)
+    if not file.is_file():
+        raise ConfigError("is not a file", path=file)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot be read ({exc.__class__.__name__}: {exc})", path=file) from None
+    if file.suffix.lower() in (".yaml", ".yml"):
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            raise ConfigError(f"invalid YAML{where}", path=file) from None
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", path=file) from None
+    if data is None:
+        raise ConfigError("file is empty", path=file)
+    if not isinstance(data, dict):
+        raise ConfigError(f"top level must be an object, not {type(data).__name__}", path=file)
+    return data
+
+
+def load_config(path: str | Path | None = None, **overrides: Any) -> DebuggerConfig:
+    """Load and validate a config; keyword arguments (task, dump_path, level, step...) win over the file.
+
+    With no file at all the reference's defaults apply (dump_path './dump_path');
+    a file that omits dump_path is an error unless ``dump_path=`` is given.
+    """
+    raw: dict[str, Any] = read_config_file(path) if path is not None else {"dump_path": DEFAULT_DUMP_PATH}
+    for key, value in overrides.items():
+        if value is not None:
+            raw[key] = value
+    try:
+        return DebuggerConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise config_error_from_validation(exc, path if path is not None else "PrecisionDebugger arguments") from None
+
+
+def validate_config_dict(data: dict[str, Any], source: str = "config") -> DebuggerConfig:
+    try:
+        return DebuggerConfig.model_validate(data)
+    except ValidationError as exc:
+        raise config_error_from_validation(exc, source) from None

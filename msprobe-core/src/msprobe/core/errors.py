@@ -1,0 +1,43 @@
+"""Errors that reach the user as one line of text.
+
+Everything the tool raises on purpose derives from :class:`MsprobeError`; the
+CLI prints ``str(error)`` and exits non-zero, the Python API lets it propagate.
+Anything else escaping the tool is a bug.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class MsprobeError(Exception):
+    """An error whose message is written for the user, not for a debugger."""
+
+    exit_code = 1
+
+
+class ConfigError(MsprobeError):
+    """A config file or keyword argument is invalid; names the file and the field."""
+
+    def __init__(self, message: str, path: str | Path | None = None, field: str | None = None):
+        self.path = str(path) if path is not None else None
+        self.field = field
+        where = self.path or "config"
+        prefix = f"{where}: " + (f"{field}: " if field else "")
+        super().__init__(prefix + message)
+
+
+class BackendError(MsprobeError):
+    """No backend, or more than one, could serve a request."""
+
+
+class UsageError(MsprobeError):
+    """The API was called in the wrong order or with the wrong kind of object."""
+
+
+class DataFileError(MsprobeError):
+    """A dump file, CSV or tensor file is missing or malformed; names the file."""
+
+    def __init__(self, path: str | Path, message: str):
+        self.path = str(path)
+        super().__init__(f"{path}: {message}")

@@ -1,0 +1,108 @@
+"""``msprobe.core.PrecisionDebugger``: one entry point for every framework.
+
+It reads the config once to learn the framework, then hands the same
+arguments to that framework's own ``PrecisionDebugger`` and forwards every
+call to it. The backend is chosen, in order, from the config's
+``framework`` field, from the model passed in, or from the single installed
+backend; anything ambiguous is an error that says what to do.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from msprobe.core.backend import Backend
+from msprobe.core.config import load_config
+from msprobe.core.errors import BackendError
+from msprobe.core.plugins import PluginRegistry, get_registry
+
+
+def select_backend(
+    registry: PluginRegistry, framework: Optional[str] = None, model: Any = None
+) -> Backend:
+    """Pick the backend for a run; raise BackendError with a remedy when it cannot be decided."""
+    if framework:
+        backend = registry.find_backend(framework)
+        reason = backend.unavailable_reason()
+        if reason is not None:
+            raise BackendError(f"backend '{backend.name}' is installed but cannot run: {reason}")
+        return backend
+    installed = registry.backends()
+    if model is not None:
+        owners = [backend for backend in installed.values() if backend.owns(model)]
+        if len(owners) == 1:
+            return owners[0]
+        if not owners:
+            names = ", ".join(sorted(installed)) or "none"
+            raise BackendError(
+                f"no installed backend owns a model of type {type(model).__name__} (installed backends: {names})"
+            )
+        names = ", ".join(sorted(b.name for b in owners))
+        raise BackendError(f"several backends claim the model ({names}): set 'framework' in the config")
+    if not installed:
+        raise BackendError("no backend is installed: pip install msprobe-torch or pip install msprobe-mindspore")
+    available = [backend for backend in installed.values() if backend.is_available()]
+    if len(available) == 1:
+        return available[0]
+    if not available:
+        reasons = "; ".join(f"{b.name}: {b.unavailable_reason()}" for b in installed.values())
+        raise BackendError(f"no installed backend can run ({reasons})")
+    names = ", ".join(sorted(b.name for b in available))
+    raise BackendError(
+        f"several backends are installed ({names}): set 'framework' in the config, "
+        "pass framework=..., or pass the model"
+    )
+
+
+class PrecisionDebugger:
+    """Framework-neutral front door; see the module docstring."""
+
+    def __init__(
+        self,
+        config_path: Optional[str] = None,
+        task: Optional[str] = None,
+        dump_path: Optional[str] = None,
+        level: Optional[str] = None,
+        model: Any = None,
+        step: Optional[list[Any]] = None,
+        framework: Optional[str] = None,
+    ):
+        config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step)
+        self.backend = select_backend(get_registry(), framework or config.framework, model)
+        self.debugger = self.backend.create_debugger(
+            config_path=config_path, task=task, dump_path=dump_path, level=level, model=model, step=step
+        )
+
+    @property
+    def framework(self) -> str:
+        return self.backend.name
+
+    def start(self, model: Any = None) -> None:
+        self.debugger.start(model=model)
+
+    def stop(self) -> None:
+        self.debugger.stop()
+
+    def step(self) -> None:
+        self.debugger.step()
+
+    def forward_backward_dump_end(self) -> None:
+        self.debugger.forward_backward_dump_end()
+
+    def save(self, variable: Any, name: str, save_backward: bool = True) -> None:
+        self.debugger.save(variable, name, save_backward=save_backward)
+
+    def monitor(self, model_or_optimizer: Any) -> None:
+        self.debugger.monitor(model_or_optimizer)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["debugger"], name)
+
+
+def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = True, framework: Optional[str] = None) -> None:
+    """Seed every installed framework (or the named one) the way the reference's seed_all does."""
+    registry = get_registry()
+    backends = [registry.find_backend(framework)] if framework else list(registry.backends().values())
+    for backend in backends:
+        if backend.is_available():
+            backend.seed_all(seed=seed, mode=mode, rm_dropout=rm_dropout)

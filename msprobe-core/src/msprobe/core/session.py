@@ -1,0 +1,165 @@
+"""The framework-neutral lifecycle of a PrecisionDebugger.
+
+A framework's debugger subclasses :class:`BaseDebugger` and supplies only
+what needs the framework (the current rank, what counts as a model). The
+core decides whether the current step and rank are selected, asks the
+plugins for the task's hooks, installs them on ``start()`` and removes them
+on ``stop()``, so nothing of the tool stays patched between steps.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Optional
+
+from msprobe.core.config import DebuggerConfig, load_config
+from msprobe.core.errors import BackendError, UsageError
+from msprobe.core.hookspecs import TASK_HOOKS
+
+logger = logging.getLogger(__name__)
+
+MODEL_LEVELS = ("L0", "mix")
+
+
+class TaskSession:
+    """What task hooks see of a run: its config, framework, model, step and rank."""
+
+    def __init__(self, debugger: "BaseDebugger"):
+        self.debugger = debugger
+
+    @property
+    def config(self) -> DebuggerConfig:
+        return self.debugger.config
+
+    @property
+    def task(self) -> str:
+        return self.config.task
+
+    @property
+    def framework(self) -> str:
+        return self.debugger.framework
+
+    @property
+    def model(self) -> Any:
+        return self.debugger.model
+
+    @property
+    def step(self) -> int:
+        return self.debugger.current_step
+
+    @property
+    def rank(self) -> Optional[int]:
+        return self.debugger.current_rank()
+
+    @property
+    def dump_dir(self) -> Path:
+        """``dump_path/step{N}/rank{R}``, ``rank`` alone when not distributed (the reference layout)."""
+        rank = self.rank
+        return Path(self.config.dump_path) / f"step{self.step}" / ("rank" if rank is None else f"rank{rank}")
+
+
+class BaseDebugger:
+    """Config, step/rank selection and start/stop/step for every framework."""
+
+    framework: str = ""
+
+    def __init__(
+        self,
+        config_path: Optional[str] = None,
+        task: Optional[str] = None,
+        dump_path: Optional[str] = None,
+        level: Optional[str] = None,
+        model: Any = None,
+        step: Optional[list[Any]] = None,
+    ):
+        self.config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step)
+        self.config_path = config_path
+        self.model = self._checked_model(model) if model is not None else None
+        self.current_step = 0
+        self.session = TaskSession(self)
+        self._hooks: Any = None
+        self._running = False
+        self._start_called = False
+
+    # -- what a framework supplies ------------------------------------------------
+    def current_rank(self) -> Optional[int]:
+        """The rank of this process, or None when not distributed."""
+        return None
+
+    def is_model(self, obj: Any) -> bool:
+        return True
+
+    def _checked_model(self, model: Any) -> Any:
+        items = model if isinstance(model, (list, tuple)) else [model]
+        if not items:
+            raise UsageError("model is an empty list")
+        for item in items:
+            if not self.is_model(item):
+                raise UsageError(
+                    f"model must be a {self.framework} model (or a list of them), got {type(item).__name__}"
+                )
+        return model
+
+    # -- selection --------------------------------------------------------------------
+    def step_selected(self) -> bool:
+        return not self.config.step or self.current_step in self.config.step
+
+    def rank_selected(self) -> bool:
+        rank = self.current_rank()
+        return not self.config.rank or (rank or 0) in self.config.rank
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def start(self, model: Any = None) -> None:
+        if model is not None:
+            self.model = self._checked_model(model)
+        if self.config.level in MODEL_LEVELS and self.model is None and self.config.task != "grad_probe":
+            raise UsageError(
+                f"level {self.config.level} dumps modules, so it needs the model: "
+                "PrecisionDebugger(..., model=model) or start(model=model)"
+            )
+        self._start_called = True
+        if self._running:
+            return
+        if not (self.step_selected() and self.rank_selected()):
+            return
+        if self._hooks is None:
+            self._hooks = self._make_hooks()
+        self._hooks.install()
+        self._running = True
+
+    def stop(self) -> None:
+        if not self._start_called:
+            raise UsageError("stop() was called before start()")
+        if self._running:
+            self._hooks.remove()
+            self._running = False
+
+    def step(self) -> None:
+        if self._running:
+            self.stop()
+        flush = getattr(self._hooks, "end_step", None)
+        if flush is not None:
+            flush()
+        self.current_step += 1
+
+    def forward_backward_dump_end(self) -> None:
+        """Stop collecting for this step while leaving the step counter alone."""
+        if self._running:
+            self._hooks.remove()
+            self._running = False
+
+    def _make_hooks(self) -> Any:
+        from msprobe.core.plugins import get_registry
+
+        registry = get_registry()
+        hook_name = TASK_HOOKS.get(self.config.task)
+        hooks = registry.call_first(hook_name, session=self.session) if hook_name else None
+        if hooks is None:
+            hooks = registry.call_first("msprobe_task_hooks", session=self.session)
+        if hooks is None:
+            raise BackendError(
+                f"task '{self.config.task}' is not available for {self.framework}: "
+                "no installed plugin provides it (see `msprobe plugins`)"
+            )
+        return hooks

@@ -1,0 +1,24 @@
+"""``.npy`` tensor files, which need no framework to read or write."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from msprobe.core.errors import DataFileError
+
+
+def load_npy(path: str | Path) -> np.ndarray:
+    """Load without pickle: a dump file must never run code."""
+    try:
+        return np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise DataFileError(path, "tensor file not found") from None
+    except (ValueError, OSError, EOFError) as exc:
+        raise DataFileError(path, f"not a readable .npy file ({exc})") from None
+
+
+def save_npy(array: Any, path: str | Path) -> None:
+    np.save(path, np.asarray(array), allow_pickle=False)

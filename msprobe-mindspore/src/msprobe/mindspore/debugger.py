@@ -1,0 +1,29 @@
+"""``msprobe.mindspore.PrecisionDebugger``: the core lifecycle plus what needs MindSpore."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from msprobe.core.session import BaseDebugger
+
+
+def distributed_rank() -> Optional[int]:
+    """The communication rank, or None when MindSpore's communication is not initialised."""
+    try:
+        from mindspore.communication import get_rank
+
+        return int(get_rank())
+    except Exception:  # not initialised: single-device run
+        return None
+
+
+class PrecisionDebugger(BaseDebugger):
+    framework = "mindspore"
+
+    def current_rank(self) -> Optional[int]:
+        return distributed_rank()
+
+    def is_model(self, obj: Any) -> bool:
+        from mindspore import nn
+
+        return isinstance(obj, nn.Cell)

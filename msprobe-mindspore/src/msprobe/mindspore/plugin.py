@@ -1,0 +1,38 @@
+"""The MindSpore backend, registered through the ``msprobe.plugins`` entry point.
+
+Imported during plugin discovery: it must not import mindspore.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from msprobe.core.backend import Backend
+from msprobe.core.hookspecs import hookimpl
+from msprobe.core.tensor_files import load_npy, save_npy
+
+
+class MindSporeBackend(Backend):
+    name = "mindspore"
+    aliases = ("ms",)
+    distribution = "msprobe-mindspore"
+    import_name = "mindspore"
+    tensor_suffix = ".npy"
+    debugger_path = "msprobe.mindspore.debugger:PrecisionDebugger"
+
+    def load_tensor(self, path: str | Path) -> Any:
+        return load_npy(path)
+
+    def save_tensor(self, array: Any, path: str | Path) -> None:
+        save_npy(array, path)
+
+    def seed_all(self, seed: int = 1234, mode: bool = False, rm_dropout: bool = True) -> None:
+        from msprobe.mindspore.seed import seed_all
+
+        seed_all(seed=seed, mode=mode, rm_dropout=rm_dropout)
+
+
+@hookimpl
+def msprobe_register_backend() -> Backend:
+    return MindSporeBackend()

@@ -1,0 +1,42 @@
+"""The PyTorch backend, registered through the ``msprobe.plugins`` entry point.
+
+This module is imported during plugin discovery, so it must not import
+torch: everything that needs torch is imported inside the methods.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from msprobe.core.backend import Backend
+from msprobe.core.hookspecs import hookimpl
+
+
+class TorchBackend(Backend):
+    name = "pytorch"
+    aliases = ("torch", "pt")
+    distribution = "msprobe-torch"
+    import_name = "torch"
+    tensor_suffix = ".pt"
+    debugger_path = "msprobe.pytorch.debugger:PrecisionDebugger"
+
+    def load_tensor(self, path: str | Path) -> Any:
+        from msprobe.pytorch.tensor_io import load_pt
+
+        return load_pt(path)
+
+    def save_tensor(self, array: Any, path: str | Path) -> None:
+        from msprobe.pytorch.tensor_io import save_pt
+
+        save_pt(array, path)
+
+    def seed_all(self, seed: int = 1234, mode: bool = False, rm_dropout: bool = True) -> None:
+        from msprobe.pytorch.seed import seed_all
+
+        seed_all(seed=seed, mode=mode, rm_dropout=rm_dropout)
+
+
+@hookimpl
+def msprobe_register_backend() -> Backend:
+    return TorchBackend()

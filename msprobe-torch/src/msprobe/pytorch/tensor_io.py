@@ -1,0 +1,41 @@
+"""Reading and writing ``.pt`` tensor files safely (``weights_only=True``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from msprobe.core.errors import DataFileError
+
+
+def tensor_to_numpy(tensor: torch.Tensor) -> np.ndarray:
+    """A host numpy copy; dtypes numpy lacks (bfloat16, float8) widen to float32."""
+    tensor = tensor.detach()
+    if tensor.device.type != "cpu":
+        tensor = tensor.cpu()
+    if tensor.is_complex():
+        return tensor.resolve_conj().numpy()
+    try:
+        return tensor.numpy()
+    except TypeError:
+        return tensor.float().numpy()
+
+
+def load_pt(path: str | Path) -> np.ndarray:
+    try:
+        value = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise DataFileError(path, "tensor file not found") from None
+    except Exception as exc:  # pickle errors, truncated files, unsafe content
+        raise DataFileError(path, f"not a readable tensor file ({exc.__class__.__name__}: {exc})") from None
+    if not isinstance(value, torch.Tensor):
+        raise DataFileError(path, f"holds a {type(value).__name__}, not a tensor")
+    return tensor_to_numpy(value)
+
+
+def save_pt(array: Any, path: str | Path) -> None:
+    tensor = array if isinstance(array, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(array))
+    torch.save(tensor.detach().cpu().clone(), path)

@@ -1,0 +1,159 @@
+import pytest
+
+from msprobe.core import frontdoor
+from msprobe.core.backend import Backend
+from msprobe.core.errors import BackendError, UsageError
+from msprobe.core.hookspecs import hookimpl
+from msprobe.core.plugins import PluginRegistry
+from msprobe.core.session import BaseDebugger
+
+
+class AlphaModel:
+    pass
+
+
+class BetaModel:
+    pass
+
+
+class RecordingDebugger(BaseDebugger):
+    framework = "alpha"
+    created = []
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        RecordingDebugger.created.append(kwargs)
+
+    def is_model(self, obj):
+        return isinstance(obj, AlphaModel)
+
+
+class AlphaBackend(Backend):
+    name = "alpha"
+    aliases = ("a",)
+    import_name = "json"
+
+    def owns(self, obj):
+        return isinstance(obj, AlphaModel)
+
+    def create_debugger(self, **kwargs):
+        return RecordingDebugger(**kwargs)
+
+
+class BetaBackend(AlphaBackend):
+    name = "beta"
+    aliases = ("b",)
+
+    def owns(self, obj):
+        return isinstance(obj, BetaModel)
+
+
+class BrokenBackend(AlphaBackend):
+    name = "gamma"
+    import_name = "no_such_framework_module"
+
+
+def plugin(backend):
+    class Plugin:
+        @hookimpl
+        def msprobe_register_backend(self):
+            return backend
+
+    return Plugin()
+
+
+def registry(*backends):
+    return PluginRegistry(load_entry_points=False, extra_plugins=[(b.name, plugin(b)) for b in backends])
+
+
+def test_single_installed_backend_is_chosen():
+    assert frontdoor.select_backend(registry(AlphaBackend())).name == "alpha"
+
+
+def test_unavailable_backends_do_not_count_as_the_single_one():
+    assert frontdoor.select_backend(registry(AlphaBackend(), BrokenBackend())).name == "alpha"
+    with pytest.raises(BackendError, match="no installed backend can run.*no_such_framework_module is not installed"):
+        frontdoor.select_backend(registry(BrokenBackend()))
+
+
+def test_config_framework_wins_and_aliases_work():
+    both = registry(AlphaBackend(), BetaBackend())
+    assert frontdoor.select_backend(both, framework="b").name == "beta"
+
+
+def test_model_picks_its_backend():
+    both = registry(AlphaBackend(), BetaBackend())
+    assert frontdoor.select_backend(both, model=BetaModel()).name == "beta"
+    with pytest.raises(BackendError, match="no installed backend owns a model of type str"):
+        frontdoor.select_backend(both, model="not a model")
+
+
+def test_ambiguity_and_absence_are_clear_errors():
+    with pytest.raises(BackendError, match="several backends are installed \\(alpha, beta\\)"):
+        frontdoor.select_backend(registry(AlphaBackend(), BetaBackend()))
+    with pytest.raises(BackendError, match="no backend is installed: pip install msprobe-torch"):
+        frontdoor.select_backend(registry())
+    with pytest.raises(BackendError, match="pip install msprobe-torch"):
+        frontdoor.select_backend(registry(AlphaBackend()), framework="pytorch")
+    with pytest.raises(BackendError, match="'gamma' is installed but cannot run"):
+        frontdoor.select_backend(registry(BrokenBackend()), framework="gamma")
+
+
+def test_precision_debugger_routes_and_forwards(monkeypatch, tmp_path):
+    reg = registry(AlphaBackend(), BetaBackend())
+    monkeypatch.setattr(frontdoor, "get_registry", lambda: reg)
+    config = tmp_path / "c.json"
+    config.write_text('{"dump_path": "%s", "framework": "alpha", "level": "L0"}' % tmp_path)
+    model = AlphaModel()
+    debugger = frontdoor.PrecisionDebugger(config_path=str(config), model=model)
+    assert debugger.framework == "alpha"
+    assert isinstance(debugger.debugger, RecordingDebugger)
+    assert debugger.debugger.model is model and debugger.config.level == "L0"
+    with pytest.raises(UsageError, match="stop\\(\\) was called before start\\(\\)"):
+        debugger.stop()
+
+
+def test_wrong_model_type_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match="model must be a alpha model"):
+        RecordingDebugger(dump_path=str(tmp_path), model=BetaModel())
+
+
+def test_level_l0_needs_a_model(tmp_path):
+    debugger = RecordingDebugger(dump_path=str(tmp_path), level="L0")
+    with pytest.raises(UsageError, match="level L0 dumps modules, so it needs the model"):
+        debugger.start()
+
+
+def test_start_asks_the_task_hook_and_installs_per_selected_step(monkeypatch, tmp_path):
+    events = []
+
+    class Hooks:
+        def install(self):
+            events.append(("install", session.step))
+
+        def remove(self):
+            events.append(("remove", session.step))
+
+    class DumpPlugin:
+        @hookimpl
+        def msprobe_dump_hooks(self, session):
+            return Hooks() if session.framework == "alpha" else None
+
+    reg = PluginRegistry(load_entry_points=False, extra_plugins=[("dump", DumpPlugin())])
+    monkeypatch.setattr("msprobe.core.plugins._registry", reg)
+    debugger = RecordingDebugger(dump_path=str(tmp_path), step=[1])
+    session = debugger.session
+    for _ in range(3):
+        debugger.start()
+        debugger.stop()
+        debugger.step()
+    assert events == [("install", 1), ("remove", 1)]
+    assert session.dump_dir == tmp_path / "step3" / "rank"
+
+
+def test_task_without_a_provider_says_so(monkeypatch, tmp_path):
+    reg = PluginRegistry(load_entry_points=False)
+    monkeypatch.setattr("msprobe.core.plugins._registry", reg)
+    debugger = RecordingDebugger(dump_path=str(tmp_path), task="free_benchmark")
+    with pytest.raises(BackendError, match="task 'free_benchmark' is not available for alpha"):
+        debugger.start()

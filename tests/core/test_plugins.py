@@ -1,0 +1,103 @@
+from importlib import metadata
+
+import pytest
+
+from msprobe.core import hookspecs
+from msprobe.core.backend import Backend, CompareMetric
+from msprobe.core.errors import BackendError
+from msprobe.core.hookspecs import hookimpl
+from msprobe.core.plugins import PluginRegistry
+
+
+class FakeBackend(Backend):
+    name = "fakefw"
+    aliases = ("ff",)
+    import_name = "json"  # always importable
+
+
+class BackendPlugin:
+    @hookimpl
+    def msprobe_register_backend(self):
+        return FakeBackend()
+
+
+class MetricPlugin:
+    @hookimpl
+    def msprobe_compare_metrics(self):
+        return [CompareMetric("Ones", lambda a, b: 1.0)]
+
+
+class RaisingPlugin:
+    @hookimpl
+    def msprobe_compare_metrics(self):
+        raise RuntimeError("boom")
+
+    @hookimpl
+    def msprobe_register_backend(self):
+        raise RuntimeError("no backend today")
+
+
+def fake_entry_points(monkeypatch, *pairs):
+    points = [metadata.EntryPoint(name, value, hookspecs.ENTRY_POINT_GROUP) for name, value in pairs]
+
+    def entry_points(group=None, **_kw):
+        return points if group == hookspecs.ENTRY_POINT_GROUP else []
+
+    monkeypatch.setattr(metadata, "entry_points", entry_points)
+
+
+def test_every_hookspec_has_a_docstring():
+    specs = [getattr(hookspecs, name) for name in dir(hookspecs) if name.startswith("msprobe_")]
+    assert len(specs) >= 10
+    for spec in specs:
+        assert spec.__doc__ and len(spec.__doc__.strip()) > 20, spec.__name__
+
+
+def test_a_plugin_that_raises_is_recorded_and_the_others_keep_working():
+    registry = PluginRegistry(
+        load_entry_points=False,
+        extra_plugins=[("good", BackendPlugin()), ("metrics", MetricPlugin()), ("bad", RaisingPlugin())],
+    )
+    assert list(registry.backends()) == ["fakefw"]
+    assert [metric.name for metric in registry.compare_metrics()] == ["Ones"]
+    infos = {info.name: info for info in registry.plugin_infos()}
+    assert any("no backend today" in error for error in infos["bad"].errors)
+    assert any("boom" in error for error in infos["bad"].errors)
+    assert infos["metrics"].metrics == ["Ones"] and not infos["good"].errors
+
+
+def test_a_plugin_that_fails_to_import_is_skipped(monkeypatch):
+    fake_entry_points(monkeypatch, ("broken", "no_such_module_for_msprobe_tests"), ("json", "json"))
+    registry = PluginRegistry()
+    infos = {info.name: info for info in registry.plugin_infos()}
+    assert infos["broken"].errors and infos["broken"].errors[0].startswith("import: ModuleNotFoundError")
+    assert not infos["broken"].loaded
+    assert infos["json"].loaded  # a module with no hooks is a valid, if useless, plugin
+
+
+def test_disabled_plugins_are_not_loaded(monkeypatch):
+    fake_entry_points(monkeypatch, ("fake", "tests_fake_backend_plugin"))
+    monkeypatch.setenv("MSPROBE_DISABLE_PLUGINS", "other, fake")
+    registry = PluginRegistry()
+    assert registry.infos["fake"].disabled
+    assert registry.backends() == {}
+
+
+def test_find_backend_by_alias_and_unknown_names():
+    registry = PluginRegistry(load_entry_points=False, extra_plugins=[("good", BackendPlugin())])
+    assert registry.find_backend("FF").name == "fakefw"
+    with pytest.raises(BackendError, match="framework 'mindspore' is not installed: pip install msprobe-mindspore"):
+        registry.find_backend("ms")
+    with pytest.raises(BackendError, match="unknown framework 'jax'"):
+        registry.find_backend("jax")
+
+
+def test_non_backend_return_value_is_an_error_not_a_crash():
+    class Liar:
+        @hookimpl
+        def msprobe_register_backend(self):
+            return "pytorch"
+
+    registry = PluginRegistry(load_entry_points=False, extra_plugins=[("liar", Liar())])
+    assert registry.backends() == {}
+    assert "not a Backend" in registry.infos["liar"].errors[0]
