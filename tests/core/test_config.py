@@ -38,7 +38,12 @@ def test_defaults_match_the_reference_default_config():
     assert config.run_ut.error_data_path == "./"
     assert config.grad_probe.grad_level == "L1" and config.grad_probe.bounds == [-1, 0, 1]
     fb = config.free_benchmark
-    assert (fb.fuzz_device, fb.pert_mode, fb.handler_type, fb.fuzz_stage) == ("npu", "improve_precision", "check", "forward")
+    assert (fb.fuzz_device, fb.pert_mode, fb.handler_type, fb.fuzz_stage) == (
+        "npu",
+        "improve_precision",
+        "check",
+        "forward",
+    )
     assert (fb.if_preheat, fb.preheat_step, fb.max_sample) == (False, 15, 20)
 
 
@@ -94,7 +99,10 @@ BROKEN = {
         {"dump_path": "d", "free_benchmark": {"handler_type": "fix", "fuzz_stage": "backward"}},
         "free_benchmark: handler_type 'fix'",
     ),
-    "scope and list": ({"dump_path": "d", "free_benchmark": {"scope": ["a"], "list": ["b"]}}, "free_benchmark: 'scope'"),
+    "scope and list": (
+        {"dump_path": "d", "free_benchmark": {"scope": ["a"], "list": ["b"]}},
+        "free_benchmark: 'scope'",
+    ),
     "bounds unsorted": ({"dump_path": "d", "grad_probe": {"bounds": [1, 0]}}, "grad_probe.bounds: must be strictly"),
     "async tensor without list": ({"dump_path": "d", "task": "tensor", "async_dump": True}, "async_dump:"),
     "top level list": ([1, 2], "top level must be an object"),

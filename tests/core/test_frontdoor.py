@@ -103,7 +103,7 @@ def test_precision_debugger_routes_and_forwards(monkeypatch, tmp_path):
     reg = registry(AlphaBackend(), BetaBackend())
     monkeypatch.setattr(frontdoor, "get_registry", lambda: reg)
     config = tmp_path / "c.json"
-    config.write_text('{"dump_path": "%s", "framework": "alpha", "level": "L0"}' % tmp_path)
+    config.write_text(f'{{"dump_path": "{tmp_path}", "framework": "alpha", "level": "L0"}}')
     model = AlphaModel()
     debugger = frontdoor.PrecisionDebugger(config_path=str(config), model=model)
     assert debugger.framework == "alpha"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import click
 from pydantic import BaseModel
@@ -23,9 +23,11 @@ _TASK_SECTIONS = {
 }
 
 
-def starter_config(task: str, framework: Optional[str], dump_path: str) -> dict[str, Any]:
+def starter_config(task: str, framework: str | None, dump_path: str) -> dict[str, Any]:
     """A complete config for one task, in the reference's key order."""
-    data = DebuggerConfig(task=task, dump_path=dump_path, framework=framework, level="mix" if task == "structure" else "L1")
+    data = DebuggerConfig(
+        task=task, dump_path=dump_path, framework=framework, level="mix" if task == "structure" else "L1"
+    )
     full = data.model_dump(by_alias=True)
     result = {key: full[key] for key in ("task", "dump_path", "rank", "step", "level", "async_dump")}
     if framework:
@@ -41,7 +43,7 @@ def _yaml_scalar(value: Any) -> str:
 
 def _describe(model: type[BaseModel], key: str) -> str:
     for name, field in model.model_fields.items():
-        if name == key or field.alias == key:
+        if key in (name, field.alias):
             return field.description or ""
     return ""
 
@@ -83,7 +85,7 @@ def config_group() -> None:
     help="File to write: .yaml/.yml gets a comment on every field, .json is plain JSON.",
 )
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
-def init_command(framework: Optional[str], task: str, dump_path: str, output: Path, force: bool) -> None:
+def init_command(framework: str | None, task: str, dump_path: str, output: Path, force: bool) -> None:
     """Write a valid config for TASK with every field at its default."""
     if output.exists() and not force:
         raise click.ClickException(f"{output} exists; pass --force to overwrite it")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import Any, Optional
+from typing import Any
 
 import click
 
@@ -39,18 +39,18 @@ class MsprobeGroup(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         names = set(_builtin_commands())
-        framework = (ctx.obj or {}).get("framework")
+        framework = ctx.ensure_object(dict).get("framework")
         for _plugin, owner, command in get_registry().cli_commands():
             if owner is None or framework is None or owner == framework:
                 names.add(command.name)
         return sorted(names)
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> Optional[click.Command]:
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         name = COMMAND_ALIASES.get(cmd_name, cmd_name)
         builtins = _builtin_commands()
         if name in builtins:
             return builtins[name]
-        framework = (ctx.obj or {}).get("framework")
+        framework = ctx.ensure_object(dict).get("framework")
         candidates = [(owner, command) for _p, owner, command in get_registry().cli_commands() if command.name == name]
         shared = [command for owner, command in candidates if owner is None]
         if shared:
@@ -78,7 +78,7 @@ class MsprobeGroup(click.Group):
             raise click.ClickException(str(exc)) from None
 
 
-def _choose_framework(ctx: click.Context, _param: click.Parameter, value: Optional[str]) -> Optional[str]:
+def _choose_framework(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     ctx.ensure_object(dict)
     if value is None:
         ctx.obj["framework"] = None
@@ -113,7 +113,7 @@ def cli(verbose: bool) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="msprobe: %(message)s")
 
 
-def main(argv: Optional[list[str]] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     """Console entry point: user errors are one line, never a traceback."""
     try:
         cli.main(args=argv, prog_name="msprobe", standalone_mode=True)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol
+from typing import Any, Protocol
 
 
 class TaskHooks(Protocol):
@@ -43,7 +44,7 @@ class Backend:
         """Whether the framework imports in this environment."""
         return self.unavailable_reason() is None
 
-    def unavailable_reason(self) -> Optional[str]:
+    def unavailable_reason(self) -> str | None:
         if importlib.util.find_spec(self.import_name) is None:
             return f"{self.import_name} is not installed"
         try:
@@ -59,8 +60,7 @@ class Backend:
         if self.import_name not in sys.modules:  # user never imported the framework
             return False
         return any(
-            (getattr(klass, "__module__", "") or "").split(".")[0] == self.import_name
-            for klass in type(obj).__mro__
+            (getattr(klass, "__module__", "") or "").split(".")[0] == self.import_name for klass in type(obj).__mro__
         )
 
     # -- the framework's debugger -----------------------------------------------
@@ -106,7 +106,7 @@ class Perturbation:
 
     name: str
     function: Callable[[Any], Any]
-    framework: Optional[str] = None
+    framework: str | None = None
     description: str = ""
     options: dict[str, Any] = field(default_factory=dict)
 
@@ -118,7 +118,7 @@ KNOWN_BACKENDS = {
 }
 
 
-def canonical_framework(name: str) -> Optional[str]:
+def canonical_framework(name: str) -> str | None:
     """Map an alias of an official backend to its name ('pt' -> 'pytorch')."""
     wanted = name.strip().lower()
     for canonical, (_, aliases) in KNOWN_BACKENDS.items():

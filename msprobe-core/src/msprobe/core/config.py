@@ -9,9 +9,10 @@ A bad file never starts anything: :func:`load_config` raises one
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -120,14 +121,14 @@ class _ScopedSection(_Section):
 
 
 class StatisticsSection(_ScopedSection):
-    summary_mode: Union[str, list[str]] = Field(
+    summary_mode: str | list[str] = Field(
         default="statistics",
         description="'statistics' (Max/Min/Mean/Norm) or 'md5' (adds a CRC-32 of each tensor).",
     )
 
     @field_validator("summary_mode")
     @classmethod
-    def _known_mode(cls, mode: Union[str, list[str]]) -> Union[str, list[str]]:
+    def _known_mode(cls, mode: str | list[str]) -> str | list[str]:
         if isinstance(mode, str):
             if mode not in ("statistics", "md5"):
                 raise ValueError(f"must be 'statistics' or 'md5', got {mode!r}")
@@ -143,10 +144,10 @@ class TensorSection(_ScopedSection):
         default="npy", description="MindSpore graph-mode L2 only: 'npy' or 'bin'."
     )
     online_run_ut: bool = Field(default=False, description="Stream tensors to an online run_ut host.")
-    nfs_path: Optional[str] = Field(default=None, description="Online pre-check: shared directory.")
-    host: Optional[str] = Field(default=None, description="Online pre-check: receiver address.")
-    port: Optional[int] = Field(default=None, ge=-1, le=65535, description="Online pre-check: receiver port (-1: unset).")
-    tls_path: Optional[str] = Field(
+    nfs_path: str | None = Field(default=None, description="Online pre-check: shared directory.")
+    host: str | None = Field(default=None, description="Online pre-check: receiver address.")
+    port: int | None = Field(default=None, ge=-1, le=65535, description="Online pre-check: receiver port (-1: unset).")
+    tls_path: str | None = Field(
         default=None, description="Online pre-check: folder with client.key and client.crt; '' for plain TCP."
     )
     online_run_ut_recompute: bool = Field(
@@ -159,11 +160,13 @@ class RunUtSection(_Section):
     black_list: list[str] = Field(default_factory=list, description="These APIs are not checked.")
     error_data_path: str = Field(default="./", description="Where inputs/outputs of failing APIs are saved.")
     is_online: bool = Field(default=False, description="Run as the online pre-check receiver.")
-    nfs_path: Optional[str] = Field(default=None, description="Online pre-check: shared directory.")
-    host: Optional[str] = Field(default=None, description="Online pre-check: address to listen on.")
-    port: Optional[int] = Field(default=None, ge=-1, le=65535, description="Online pre-check: port to listen on (-1: unset).")
+    nfs_path: str | None = Field(default=None, description="Online pre-check: shared directory.")
+    host: str | None = Field(default=None, description="Online pre-check: address to listen on.")
+    port: int | None = Field(
+        default=None, ge=-1, le=65535, description="Online pre-check: port to listen on (-1: unset)."
+    )
     rank_list: list[int] = Field(default_factory=lambda: [0], description="Ranks whose APIs are checked online.")
-    tls_path: Optional[str] = Field(
+    tls_path: str | None = Field(
         default=None, description="Online pre-check: folder with server.key and server.crt; '' for plain TCP."
     )
 
@@ -185,13 +188,17 @@ class OverflowCheckSection(_Section):
 class FreeBenchmarkSection(_Section):
     scope: list[str] = Field(default_factory=list, description="Full API names to check (PyTorch).")
     api_list: list[str] = Field(default_factory=list, alias="list", description="API kinds or names to check.")
-    fuzz_device: Literal["npu", "cpu"] = Field(default="npu", description="'npu': perturb in place; 'cpu': compare with CPU.")
+    fuzz_device: Literal["npu", "cpu"] = Field(
+        default="npu", description="'npu': perturb in place; 'cpu': compare with CPU."
+    )
     pert_mode: str = Field(
         default="improve_precision",
         description="Perturbation: improve_precision, add_noise, bit_noise, no_change, change_value, "
         "to_cpu, or one a plugin adds.",
     )
-    handler_type: Literal["check", "fix"] = Field(default="check", description="'check' reports, 'fix' replaces the output.")
+    handler_type: Literal["check", "fix"] = Field(
+        default="check", description="'check' reports, 'fix' replaces the output."
+    )
     fuzz_level: Literal["L1"] = Field(default="L1", description="Only 'L1'.")
     fuzz_stage: Literal["forward", "backward"] = Field(default="forward", description="'forward' or 'backward'.")
     if_preheat: bool = Field(default=False, description="Tune thresholds over the first steps.")
@@ -199,7 +206,7 @@ class FreeBenchmarkSection(_Section):
     max_sample: int = Field(default=20, gt=0, description="Samples per API while preheating.")
 
     @model_validator(mode="after")
-    def _consistent(self) -> "FreeBenchmarkSection":
+    def _consistent(self) -> FreeBenchmarkSection:
         if self.scope and self.api_list:
             raise ValueError("'scope' and 'list' cannot both be set")
         if self.fuzz_device == "cpu" and self.pert_mode != "to_cpu":
@@ -215,7 +222,9 @@ class FreeBenchmarkSection(_Section):
 
 
 class GradProbeSection(_Section):
-    grad_level: Literal["L0", "L1", "L2"] = Field(default="L1", description="L0: stats+MD5; L1: stats+direction; L2: plus distribution.")
+    grad_level: Literal["L0", "L1", "L2"] = Field(
+        default="L1", description="L0: stats+MD5; L1: stats+direction; L2: plus distribution."
+    )
     param_list: list[str] = Field(default_factory=list, description="Parameters to watch; empty: all.")
     bounds: list[float] = Field(default_factory=lambda: [-1, 0, 1], description="Ascending bucket edges for L2.")
 
@@ -224,7 +233,7 @@ class GradProbeSection(_Section):
     def _ascending(cls, bounds: list[float]) -> list[float]:
         if not bounds:
             raise ValueError("must hold at least one value")
-        if any(later <= earlier for earlier, later in zip(bounds, bounds[1:])):
+        if any(later <= earlier for earlier, later in itertools.pairwise(bounds)):
             raise ValueError("must be strictly ascending")
         if any(abs(b) > 2**63 - 1 for b in bounds):
             raise ValueError("values must lie within the int64 range")
@@ -235,15 +244,17 @@ class DebuggerConfig(_Section):
     """The whole config file."""
 
     task: Task = Field(default="statistics", description="What to do: " + ", ".join(TASKS) + ".")
-    dump_path: Optional[str] = Field(
+    dump_path: str | None = Field(
         default=None, description="Folder the results are written to (not needed by the online run_ut receiver)."
     )
     rank: list[int] = Field(default_factory=list, description="Ranks to dump, ints or 'a-b' ranges; empty: all.")
     step: list[int] = Field(default_factory=list, description="Steps to dump, ints or 'a-b' ranges; empty: all.")
     level: Level = Field(default="L1", description="L0 modules, L1 APIs, mix both, L2 kernels, debug for save().")
-    enable_dataloader: bool = Field(default=False, description="PyTorch: stop by itself after the last step (deprecated).")
+    enable_dataloader: bool = Field(
+        default=False, description="PyTorch: stop by itself after the last step (deprecated)."
+    )
     async_dump: bool = Field(default=False, description="Gather on the device and write at step end.")
-    framework: Optional[str] = Field(
+    framework: str | None = Field(
         default=None, description="Backend to use ('pytorch' or 'mindspore'); optional when only one is installed."
     )
     statistics: StatisticsSection = Field(default_factory=StatisticsSection)
@@ -257,13 +268,13 @@ class DebuggerConfig(_Section):
 
     @field_validator("dump_path")
     @classmethod
-    def _non_empty(cls, value: Optional[str]) -> Optional[str]:
+    def _non_empty(cls, value: str | None) -> str | None:
         if value is not None and not value.strip():
             raise ValueError("must not be empty")
         return value
 
     @model_validator(mode="after")
-    def _task_rules(self) -> "DebuggerConfig":
+    def _task_rules(self) -> DebuggerConfig:
         if self.dump_path is None and self.task != "run_ut":
             raise ValueError("dump_path: required field is missing")
         if self.async_dump and self.task == "tensor" and not self.tensor.api_list:
@@ -273,7 +284,7 @@ class DebuggerConfig(_Section):
         return self
 
     @property
-    def section(self) -> Optional[BaseModel]:
+    def section(self) -> BaseModel | None:
         """The section of the chosen task (None for 'structure')."""
         return getattr(self, self.task, None)
 
@@ -317,7 +328,7 @@ def _message(error: dict[str, Any]) -> str:
     msg = str(error.get("msg", "invalid value"))
     for prefix in ("Value error, ", "Assertion failed, "):
         if msg.startswith(prefix):
-            msg = msg[len(prefix):]
+            msg = msg[len(prefix) :]
     return msg
 
 

@@ -9,7 +9,7 @@ backend; anything ambiguous is an error that says what to do.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from msprobe.core.backend import Backend
 from msprobe.core.config import load_config
@@ -17,9 +17,7 @@ from msprobe.core.errors import BackendError
 from msprobe.core.plugins import PluginRegistry, get_registry
 
 
-def select_backend(
-    registry: PluginRegistry, framework: Optional[str] = None, model: Any = None
-) -> Backend:
+def select_backend(registry: PluginRegistry, framework: str | None = None, model: Any = None) -> Backend:
     """Pick the backend for a run; raise BackendError with a remedy when it cannot be decided."""
     if framework:
         backend = registry.find_backend(framework)
@@ -59,13 +57,13 @@ class PrecisionDebugger:
 
     def __init__(
         self,
-        config_path: Optional[str] = None,
-        task: Optional[str] = None,
-        dump_path: Optional[str] = None,
-        level: Optional[str] = None,
+        config_path: str | None = None,
+        task: str | None = None,
+        dump_path: str | None = None,
+        level: str | None = None,
         model: Any = None,
-        step: Optional[list[Any]] = None,
-        framework: Optional[str] = None,
+        step: list[Any] | None = None,
+        framework: str | None = None,
     ):
         config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step)
         self.backend = select_backend(get_registry(), framework or config.framework, model)
@@ -99,7 +97,7 @@ class PrecisionDebugger:
         return getattr(self.__dict__["debugger"], name)
 
 
-def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = True, framework: Optional[str] = None) -> None:
+def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = True, framework: str | None = None) -> None:
     """Seed every installed framework (or the named one) the way the reference's seed_all does."""
     registry = get_registry()
     backends = [registry.find_backend(framework)] if framework else list(registry.backends().values())

@@ -42,7 +42,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 @hookspec
-def msprobe_register_backend() -> "Backend | None":
+def msprobe_register_backend() -> Backend | None:
     """Describe the deep-learning framework this plugin drives.
 
     Return a :class:`~msprobe.core.backend.Backend`: its name and aliases
@@ -58,7 +58,7 @@ def msprobe_register_backend() -> "Backend | None":
 
 
 @hookspec
-def msprobe_cli_commands() -> "list[Any]":
+def msprobe_cli_commands() -> list[Any]:
     """Return click commands to add to the ``msprobe`` command line.
 
     Commands of a plugin that also registers a backend belong to that
@@ -72,7 +72,7 @@ def msprobe_cli_commands() -> "list[Any]":
 
 
 @hookspec
-def msprobe_compare_metrics() -> "list[CompareMetric]":
+def msprobe_compare_metrics() -> list[CompareMetric]:
     """Return extra metrics the compare engine computes for every tensor pair.
 
     Each :class:`~msprobe.core.backend.CompareMetric` becomes one more column
@@ -81,7 +81,7 @@ def msprobe_compare_metrics() -> "list[CompareMetric]":
 
 
 @hookspec
-def msprobe_free_benchmark_perturbations() -> "list[Perturbation]":
+def msprobe_free_benchmark_perturbations() -> list[Perturbation]:
     """Return input perturbations for the free benchmark (``pert_mode``).
 
     The built-in ones (``improve_precision``, ``add_noise``, ``bit_noise``,
@@ -95,7 +95,7 @@ def msprobe_free_benchmark_perturbations() -> "list[Perturbation]":
 
 
 @hookspec(firstresult=True)
-def msprobe_dump_hooks(session: "TaskSession") -> "TaskHooks | None":
+def msprobe_dump_hooks(session: TaskSession) -> TaskHooks | None:
     """Return the hooks that collect data for tasks statistics, tensor and structure.
 
     Called when a ``PrecisionDebugger`` starts on ``session.framework``;
@@ -105,27 +105,27 @@ def msprobe_dump_hooks(session: "TaskSession") -> "TaskHooks | None":
 
 
 @hookspec(firstresult=True)
-def msprobe_overflow_check_hooks(session: "TaskSession") -> "TaskHooks | None":
+def msprobe_overflow_check_hooks(session: TaskSession) -> TaskHooks | None:
     """Return the hooks for task ``overflow_check`` on ``session.framework``."""
 
 
 @hookspec(firstresult=True)
-def msprobe_free_benchmark_hooks(session: "TaskSession") -> "TaskHooks | None":
+def msprobe_free_benchmark_hooks(session: TaskSession) -> TaskHooks | None:
     """Return the hooks for task ``free_benchmark`` on ``session.framework``."""
 
 
 @hookspec(firstresult=True)
-def msprobe_grad_probe_hooks(session: "TaskSession") -> "TaskHooks | None":
+def msprobe_grad_probe_hooks(session: TaskSession) -> TaskHooks | None:
     """Return the hooks for task ``grad_probe`` (``PrecisionDebugger.monitor``)."""
 
 
 @hookspec(firstresult=True)
-def msprobe_accuracy_check_hooks(session: "TaskSession") -> "TaskHooks | None":
+def msprobe_accuracy_check_hooks(session: TaskSession) -> TaskHooks | None:
     """Return the hooks for online accuracy checking (task ``run_ut`` in a training job)."""
 
 
 @hookspec(firstresult=True)
-def msprobe_task_hooks(session: "TaskSession") -> "TaskHooks | None":
+def msprobe_task_hooks(session: TaskSession) -> TaskHooks | None:
     """Return hooks for a task no built-in hook serves: the way a third party adds a task.
 
     Called for any task after the dedicated hook above (if any) answered

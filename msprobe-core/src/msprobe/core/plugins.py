@@ -11,9 +11,10 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any, Iterable, Optional
+from typing import Any
 
 import pluggy
 
@@ -37,7 +38,7 @@ class PluginInfo:
     builtin: bool = False
     disabled: bool = False
     errors: list[str] = field(default_factory=list)
-    backend: Optional[Backend] = None
+    backend: Backend | None = None
     commands: list[str] = field(default_factory=list)
     metrics: list[str] = field(default_factory=list)
     perturbations: list[str] = field(default_factory=list)
@@ -47,7 +48,7 @@ class PluginInfo:
         return not self.disabled and not any(e.startswith("import:") for e in self.errors)
 
 
-def disabled_plugin_names(environ: Optional[dict[str, str]] = None) -> set[str]:
+def disabled_plugin_names(environ: dict[str, str] | None = None) -> set[str]:
     raw = (environ if environ is not None else os.environ).get(DISABLE_ENV, "")
     return {part.strip().lower() for part in raw.split(",") if part.strip()}
 
@@ -91,7 +92,7 @@ class PluginRegistry:
                 continue
             self._register(info.name, plugin, info=info)
 
-    def _register(self, name: str, plugin: Any, builtin: bool = False, info: Optional[PluginInfo] = None) -> None:
+    def _register(self, name: str, plugin: Any, builtin: bool = False, info: PluginInfo | None = None) -> None:
         if info is None:
             info = self.infos.setdefault(name, PluginInfo(name=name, builtin=builtin))
             if name.lower() in self._disabled and not builtin:
@@ -135,7 +136,9 @@ class PluginRegistry:
         for plugin_name, backend in self.call_each("msprobe_register_backend"):
             if not isinstance(backend, Backend):
                 self._record_failure(
-                    plugin_name, "msprobe_register_backend", TypeError(f"returned {type(backend).__name__}, not a Backend")
+                    plugin_name,
+                    "msprobe_register_backend",
+                    TypeError(f"returned {type(backend).__name__}, not a Backend"),
                 )
                 continue
             self.infos[plugin_name].backend = backend
@@ -143,7 +146,7 @@ class PluginRegistry:
     def backends(self) -> dict[str, Backend]:
         return {info.backend.name: info.backend for info in self.infos.values() if info.backend is not None}
 
-    def backend_plugin(self, backend_name: str) -> Optional[str]:
+    def backend_plugin(self, backend_name: str) -> str | None:
         for name, info in self.infos.items():
             if info.backend is not None and info.backend.name == backend_name:
                 return name
@@ -170,7 +173,7 @@ class PluginRegistry:
                     _note(self.infos[plugin_name].metrics, item.name)
         return metrics
 
-    def perturbations(self, framework: Optional[str] = None) -> dict[str, Perturbation]:
+    def perturbations(self, framework: str | None = None) -> dict[str, Perturbation]:
         found: dict[str, Perturbation] = {}
         for plugin_name, items in self.call_each("msprobe_free_benchmark_perturbations"):
             for item in items or ():
@@ -179,7 +182,7 @@ class PluginRegistry:
                     _note(self.infos[plugin_name].perturbations, item.name)
         return found
 
-    def cli_commands(self) -> list[tuple[str, Optional[str], Any]]:
+    def cli_commands(self) -> list[tuple[str, str | None, Any]]:
         """(plugin name, framework it belongs to or None, click command) for every contributed command."""
         commands = []
         for plugin_name, items in self.call_each("msprobe_cli_commands"):
@@ -202,7 +205,7 @@ def _note(names: list[str], name: str) -> None:
         names.append(name)
 
 
-_registry: Optional[PluginRegistry] = None
+_registry: PluginRegistry | None = None
 
 
 def get_registry() -> PluginRegistry:

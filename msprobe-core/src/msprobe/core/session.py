@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from msprobe.core.config import DebuggerConfig, load_config
 from msprobe.core.errors import BackendError, UsageError
@@ -25,7 +25,7 @@ MODEL_LEVELS = ("L0", "mix")
 class TaskSession:
     """What task hooks see of a run: its config, framework, model, step and rank."""
 
-    def __init__(self, debugger: "BaseDebugger"):
+    def __init__(self, debugger: BaseDebugger):
         self.debugger = debugger
 
     @property
@@ -49,7 +49,7 @@ class TaskSession:
         return self.debugger.current_step
 
     @property
-    def rank(self) -> Optional[int]:
+    def rank(self) -> int | None:
         return self.debugger.current_rank()
 
     @property
@@ -66,12 +66,12 @@ class BaseDebugger:
 
     def __init__(
         self,
-        config_path: Optional[str] = None,
-        task: Optional[str] = None,
-        dump_path: Optional[str] = None,
-        level: Optional[str] = None,
+        config_path: str | None = None,
+        task: str | None = None,
+        dump_path: str | None = None,
+        level: str | None = None,
         model: Any = None,
-        step: Optional[list[Any]] = None,
+        step: list[Any] | None = None,
     ):
         self.config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step)
         self.config_path = config_path
@@ -83,7 +83,7 @@ class BaseDebugger:
         self._start_called = False
 
     # -- what a framework supplies ------------------------------------------------
-    def current_rank(self) -> Optional[int]:
+    def current_rank(self) -> int | None:
         """The rank of this process, or None when not distributed."""
         return None
 

@@ -1,6 +1,14 @@
-"""msprobe for MindSpore, at the reference tool's import path."""
+"""msprobe for MindSpore, at the reference tool's import path.
 
-from msprobe.mindspore.debugger import PrecisionDebugger
-from msprobe.mindspore.seed import seed_all
+Names resolve lazily: plugin discovery imports ``msprobe.mindspore.plugin``
+and must not import mindspore.
+"""
 
+from msprobe.core.lazy import lazy_exports
+
+_EXPORTS = {
+    "PrecisionDebugger": "msprobe.mindspore.debugger",
+    "seed_all": "msprobe.mindspore.seed",
+}
 __all__ = ["PrecisionDebugger", "seed_all"]
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from msprobe.core.session import BaseDebugger
 
 
-def distributed_rank() -> Optional[int]:
+def distributed_rank() -> int | None:
     """The communication rank, or None when MindSpore's communication is not initialised."""
     try:
         from mindspore.communication import get_rank
@@ -20,7 +20,7 @@ def distributed_rank() -> Optional[int]:
 class PrecisionDebugger(BaseDebugger):
     framework = "mindspore"
 
-    def current_rank(self) -> Optional[int]:
+    def current_rank(self) -> int | None:
         return distributed_rank()
 
     def is_model(self, obj: Any) -> bool:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import random
 
-import mindspore as ms
 import numpy as np
 
+import mindspore as ms
 from msprobe.core.errors import UsageError
 
 

@@ -1,6 +1,14 @@
-"""msprobe for PyTorch, at the reference tool's import path."""
+"""msprobe for PyTorch, at the reference tool's import path.
 
-from msprobe.pytorch.debugger import PrecisionDebugger
-from msprobe.pytorch.seed import seed_all
+Names resolve lazily: plugin discovery imports ``msprobe.pytorch.plugin``
+and must not import torch.
+"""
 
+from msprobe.core.lazy import lazy_exports
+
+_EXPORTS = {
+    "PrecisionDebugger": "msprobe.pytorch.debugger",
+    "seed_all": "msprobe.pytorch.seed",
+}
 __all__ = ["PrecisionDebugger", "seed_all"]
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
 from msprobe.core.session import BaseDebugger
 
 
-def distributed_rank() -> Optional[int]:
+def distributed_rank() -> int | None:
     """The torch.distributed rank, or None when no process group is up."""
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
@@ -20,7 +20,7 @@ def distributed_rank() -> Optional[int]:
 class PrecisionDebugger(BaseDebugger):
     framework = "pytorch"
 
-    def current_rank(self) -> Optional[int]:
+    def current_rank(self) -> int | None:
         return distributed_rank()
 
     def is_model(self, obj: Any) -> bool:

@@ -43,14 +43,14 @@ _DROPOUT_NAMES = ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropo
 
 def remove_dropout() -> None:
     """Make functional dropouts no-ops (p=0), as the reference does for comparable runs."""
-    import torch.nn.functional as functional
+    from torch.nn import functional
 
     for name in _DROPOUT_NAMES:
         original = getattr(functional, name, None)
         if original is None or getattr(original, "_msprobe_no_dropout", False):
             continue
 
-        def no_dropout(input, p=0.5, training=True, inplace=False, _original=original):  # noqa: A002
+        def no_dropout(input, p=0.5, training=True, inplace=False, _original=original):
             return _original(input, 0.0, training, inplace)
 
         no_dropout._msprobe_no_dropout = True

@@ -1,0 +1,61 @@
+"""Test sessions, one per package: MindSpore needs numpy<2, torch does not.
+
+`nox` runs the default sessions (what CI runs); `nox -s demo` runs the demo.
+torch is pinned so pip takes the CPU wheel instead of several GB of CUDA packages.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["lint", "core", "torch", "mindspore", "packaging"]
+nox.options.reuse_existing_virtualenvs = True
+nox.options.error_on_missing_interpreters = True
+
+TORCH = "torch==2.13.0"
+MINDSPORE = "mindspore==2.10.0"
+TEST_DEPS = ["pytest", "hatchling"]
+CORE = ["-e", "./msprobe-core", "-e", "./msprobe-cli"]
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def core(session: nox.Session) -> None:
+    """msprobe-core and msprobe-cli with no framework installed."""
+    session.install(*TEST_DEPS, *CORE)
+    session.run("pytest", "tests/core", "tests/cli", *session.posargs)
+
+
+@nox.session
+def torch(session: nox.Session) -> None:
+    session.install(TORCH)
+    session.install(*TEST_DEPS, *CORE, "-e", "./msprobe-torch")
+    session.run("pytest", "tests/torch", *session.posargs)
+
+
+@nox.session
+def mindspore(session: nox.Session) -> None:
+    session.install("numpy<2", MINDSPORE)
+    session.install(*TEST_DEPS, "numpy<2", *CORE, "-e", "./msprobe-mindspore")
+    session.run("pytest", "tests/mindspore", *session.posargs)
+
+
+@nox.session
+def packaging(session: nox.Session) -> None:
+    """Each distribution installs alone into a fresh virtual environment."""
+    session.install(*TEST_DEPS, *CORE)
+    session.run("pytest", "tests/packaging", *session.posargs)
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """Dump a small model twice, compare the two runs, print the verdict."""
+    session.install(TORCH)
+    session.install(*CORE, "-e", "./msprobe-torch")
+    session.run("python", "examples/demo.py", *session.posargs)

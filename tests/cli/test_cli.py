@@ -1,0 +1,136 @@
+import json
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from conftest import TEST_DATA
+from msprobe.cli.main import cli
+from msprobe.core.config import TASKS, load_config
+from msprobe.core.hookspecs import hookimpl
+from msprobe.core.plugins import PluginRegistry
+
+
+def run(*args, **kwargs):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False, prog_name="msprobe", **kwargs)
+
+
+def test_version():
+    result = run("--version")
+    assert result.exit_code == 0 and result.output.startswith("msprobe ")
+
+
+@pytest.mark.parametrize("command", [[], ["plugins"], ["config"], ["config", "init"], ["config", "validate"]])
+def test_help_everywhere(command):
+    result = run(*command, "--help")
+    assert result.exit_code == 0 and "Usage: msprobe" in result.output
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_config_init_writes_a_valid_config(tmp_path, task, suffix):
+    out = tmp_path / f"config{suffix}"
+    result = run("config", "init", "--task", task, "--framework", "pytorch", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    config = load_config(out)
+    assert config.task == task and config.framework == "pytorch"
+    if suffix == ".yaml":
+        assert out.read_text().count("# ") >= 6  # every field is explained
+    else:
+        json.loads(out.read_text())
+
+
+def test_config_init_refuses_to_overwrite(tmp_path):
+    out = tmp_path / "c.json"
+    out.write_text("{}")
+    result = run("config", "init", "-o", str(out))
+    assert result.exit_code != 0 and "--force" in result.output
+    assert out.read_text() == "{}"
+
+
+def test_validate_reference_examples():
+    files = sorted(str(p) for p in (TEST_DATA / "reference_configs").glob("*.json"))
+    result = run("config", "validate", *files)
+    assert result.exit_code == 0
+    assert result.output.count("valid: ") == len(files)
+
+
+def test_validate_broken_configs_one_line_each(tmp_path):
+    bad = []
+    for i, content in enumerate(['{"dump_path": "d", "bogus": 1}', '{"dump_path": "d", "step": ["9-1"]}', "{", "[]"]):
+        path = tmp_path / f"bad{i}.json"
+        path.write_text(content)
+        bad.append(str(path))
+    result = CliRunner().invoke(cli, ["config", "validate", *bad])
+    assert result.exit_code == 1
+    lines = [line for line in result.output.splitlines() if line]
+    assert len(lines) == len(bad)
+    for path, line in zip(bad, lines, strict=False):
+        assert line.startswith(f"invalid: {path}: ")
+    assert "Traceback" not in result.output
+
+
+def test_unknown_framework_says_what_to_install():
+    result = CliRunner().invoke(cli, ["-f", "mindspore", "plugins"], env={"MSPROBE_DISABLE_PLUGINS": "mindspore"})
+    assert result.exit_code != 0
+    assert "pip install msprobe-mindspore" in result.output
+
+
+class FrameworkCommands:
+    """A backend plugin contributing a framework-scoped run_ut, plus a shared command."""
+
+    def __init__(self, name):
+        from msprobe.core.backend import Backend
+
+        self.backend = type("B", (Backend,), {"name": name, "import_name": "json"})()
+        self.name = name
+
+    @hookimpl
+    def msprobe_register_backend(self):
+        return self.backend
+
+    @hookimpl
+    def msprobe_cli_commands(self):
+        name = self.name
+
+        @click.command("run_ut")
+        @click.option("-api_info", "--api_info", "api_info", required=True)
+        def run_ut(api_info):
+            click.echo(f"{name} run_ut {api_info} framework={click.get_current_context().obj['framework']}")
+
+        return [run_ut]
+
+
+@pytest.fixture
+def two_backends(monkeypatch):
+    reg = PluginRegistry(
+        load_entry_points=False,
+        extra_plugins=[("alpha", FrameworkCommands("alpha")), ("beta", FrameworkCommands("beta"))],
+    )
+    monkeypatch.setattr("msprobe.core.plugins._registry", reg)
+    return reg
+
+
+def test_dash_f_routes_to_the_framework_plugin_with_reference_spelling(two_backends):
+    result = run("-f", "beta", "run_ut", "-api_info", "dump.json")
+    assert result.output.strip() == "beta run_ut dump.json framework=beta"
+    result = run("-f", "alpha", "acc_check", "-api_info", "x.json")  # the 26.x spelling
+    assert result.output.strip() == "alpha run_ut x.json framework=alpha"
+
+
+def test_ambiguous_command_needs_dash_f(two_backends):
+    result = CliRunner().invoke(cli, ["run_ut", "-api_info", "a"])
+    assert result.exit_code == 2 and "several frameworks (alpha, beta): choose one with -f" in result.output
+
+
+def test_single_backend_command_needs_no_dash_f(monkeypatch):
+    reg = PluginRegistry(load_entry_points=False, extra_plugins=[("alpha", FrameworkCommands("alpha"))])
+    monkeypatch.setattr("msprobe.core.plugins._registry", reg)
+    assert run("run_ut", "-api_info", "a").output.strip() == "alpha run_ut a framework=alpha"
+    assert "run_ut" in run("--help").output
+
+
+def test_plugins_lists_no_backend_when_none(monkeypatch):
+    monkeypatch.setattr("msprobe.core.plugins._registry", PluginRegistry(load_entry_points=False))
+    result = run("plugins")
+    assert "No backend is installed" in result.output and "0 backend(s)" in result.output
