@@ -20,7 +20,7 @@ CORE = ["-e", "./msprobe-core", "-e", "./msprobe-cli"]
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    session.install("ruff")
+    session.install("ruff==0.17.6")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
 

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 from mindspore import Tensor, nn, ops
 
-import msprobe.core as core
 import msprobe.mindspore as mm
+from msprobe import core
 from msprobe.core.errors import DataFileError, UsageError
 from msprobe.core.plugins import get_registry
 from msprobe.mindspore.common.utils import MsprobeStep
