@@ -9,7 +9,9 @@ on ``stop()``, so nothing of the tool stays patched between steps.
 
 from __future__ import annotations
 
+import atexit
 import logging
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +83,7 @@ class BaseDebugger:
         self._hooks: Any = None
         self._running = False
         self._start_called = False
+        atexit.register(_finish_at_exit, weakref.ref(self))
 
     # -- what a framework supplies ------------------------------------------------
     def current_rank(self) -> int | None:
@@ -143,6 +146,14 @@ class BaseDebugger:
             flush()
         self.current_step += 1
 
+    def finish(self) -> None:
+        """Remove every hook and write what was collected (also run at interpreter exit)."""
+        if self._running:
+            self.stop()
+        flush = getattr(self._hooks, "end_step", None)
+        if flush is not None:
+            flush()
+
     def forward_backward_dump_end(self) -> None:
         """Stop collecting for this step while leaving the step counter alone."""
         if self._running:
@@ -163,3 +174,13 @@ class BaseDebugger:
                 "no installed plugin provides it (see `msprobe plugins`)"
             )
         return hooks
+
+
+def _finish_at_exit(reference: weakref.ref[BaseDebugger]) -> None:
+    debugger = reference()
+    if debugger is None:
+        return
+    try:
+        debugger.finish()
+    except Exception as exc:  # exiting anyway: say what was lost, do not raise
+        logger.warning("msprobe: could not finish the dump at exit: %s", exc)

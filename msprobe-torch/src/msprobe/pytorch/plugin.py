@@ -40,3 +40,12 @@ class TorchBackend(Backend):
 @hookimpl
 def msprobe_register_backend() -> Backend:
     return TorchBackend()
+
+
+@hookimpl
+def msprobe_dump_hooks(session: Any) -> Any:
+    if session.framework != "pytorch":
+        return None
+    from msprobe.pytorch.dump.recorder import TorchDumpRecorder
+
+    return TorchDumpRecorder(session)

@@ -1,0 +1,135 @@
+"""The framework-neutral half of a dump: filtering, encoding, hierarchy, files.
+
+A framework's hooks call this collector with names in the reference's
+format and the raw values they saw; the collector decides what is kept,
+encodes it (through the framework's tensor summarizer) and hands it to the
+step's :class:`~msprobe.core.dump.writer.DumpWriter`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from msprobe.core.dump.filters import DataModeFilter, NameFilter, ScopeFilter
+from msprobe.core.dump.values import ValueEncoder
+from msprobe.core.dump.writer import DumpWriter
+from msprobe.core.session import TaskSession
+
+logger = logging.getLogger(__name__)
+
+
+class DumpCollector:
+    """Receives forward/backward records for one run; writes one folder per step."""
+
+    def __init__(self, session: TaskSession, encoder: ValueEncoder, tensor_dir_hook: Callable[[Any], None]):
+        self.session = session
+        self.encoder = encoder
+        self._set_tensor_dir = tensor_dir_hook
+        config = session.config
+        self.task = config.task
+        self.names = NameFilter(config.api_list)
+        self.modes = DataModeFilter(config.data_mode)
+        self.scope = ScopeFilter(config.scope)
+        self.writer: DumpWriter | None = None
+        self._failed_names: set[str] = set()
+
+    # -- step folders ------------------------------------------------------------
+    def open_step(self) -> DumpWriter:
+        if self.writer is None:
+            folder = self.session.dump_dir
+            tensor_dir = folder / "dump_tensor_data" if self.task == "tensor" else None
+            header = {
+                "task": self.task,
+                "level": self.session.config.level,
+                "framework": self.session.framework,
+                "dump_data_dir": str(tensor_dir) if tensor_dir else None,
+            }
+            self.writer = DumpWriter(folder, header)
+            if tensor_dir is not None:
+                from msprobe.core.dump.writer import make_dir
+
+                make_dir(tensor_dir)
+            self._set_tensor_dir(tensor_dir)
+            self.scope.reset()
+        return self.writer
+
+    def flush_step(self) -> None:
+        if self.writer is not None:
+            self.writer.flush()
+
+    def close_step(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+    # -- selection ---------------------------------------------------------------------
+    def keeps(self, name: str, direction: str, enclosing: tuple[str, ...] = ()) -> bool:
+        if not self.modes.keeps(direction) or not self.scope.inside:
+            return False
+        if not self.names.active:
+            return True
+        return self.names.matches(name) or any(self.names.matches(outer) for outer in enclosing)
+
+    def enter(self, name: str) -> None:
+        self.scope.enter(name)
+
+    def leave(self, name: str) -> None:
+        self.scope.leave(name)
+
+    # -- records --------------------------------------------------------------------------
+    def encode_inputs(self, name: str, args: tuple, kwargs: dict) -> dict[str, Any]:
+        """Measure inputs now: an in-place API would change them before the output is seen."""
+        if self.task == "structure":
+            return {}
+        if not self.modes.inputs:
+            return {"input_args": [], "input_kwargs": {}}
+        encoded_args, encoded_kwargs = self.encoder.encode_args(args, kwargs, f"{name}.input")
+        return {"input_args": encoded_args, "input_kwargs": encoded_kwargs}
+
+    def forward(self, name: str, inputs: dict[str, Any], output: Any, parameters: dict[str, Any] | None = None) -> None:
+        entry = dict(inputs)
+        if parameters is None:
+            entry["is_recompute"] = False  # the reference's key order differs for APIs and modules
+        if self.task != "structure":
+            entry["output"] = self.encoder.encode_outputs(output, f"{name}.output") if self.modes.outputs else []
+            if parameters is not None:
+                entry["parameters"] = {
+                    key: self.encoder.encode(value, f"{name}.parameters.{key}") for key, value in parameters.items()
+                }
+        entry["is_recompute"] = False
+        self.open_step().add(name, entry)
+
+    def backward(self, name: str, grad_of_outputs: Any, grad_of_inputs: Any) -> None:
+        """Reference naming: ``input`` holds the gradients arriving (w.r.t. outputs), ``output`` those leaving."""
+        entry: dict[str, Any] = {}
+        if self.task != "structure":
+            entry["input"] = self.encoder.encode_outputs(grad_of_outputs, f"{name}.input") if self.modes.inputs else []
+            entry["output"] = (
+                self.encoder.encode_outputs(grad_of_inputs, f"{name}.output") if self.modes.outputs else []
+            )
+        self.open_step().add(name, entry)
+
+    def reserve(self, name: str) -> None:
+        self.open_step().reserve(name)
+
+    def parameters_grad(self, name: str, grads: dict[str, Any]) -> None:
+        entry = {}
+        if self.task != "structure":
+            entry = {key: [self.encoder.encode(value, f"{name}.{key}")] for key, value in grads.items()}
+        self.open_step().add(name, entry)
+
+    def stack(self, name: str, frames: list[str]) -> None:
+        self.open_step().add_stack(name, frames)
+
+    def parent(self, name: str, parent: str | None) -> None:
+        self.open_step().set_parent(name, parent)
+
+    # -- faults -------------------------------------------------------------------------
+    def report_failure(self, name: str, exc: BaseException) -> None:
+        """Log once per API name; the training goes on."""
+        base = name.rsplit(".", 2)[0] if name.count(".") >= 3 else name
+        if base not in self._failed_names:
+            self._failed_names.add(base)
+            logger.warning("msprobe: dumping %s failed and is skipped (%s: %s)", name, type(exc).__name__, exc)

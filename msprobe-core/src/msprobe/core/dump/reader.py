@@ -1,0 +1,130 @@
+"""Reading a dump folder written by this tool or by the reference tool.
+
+Robust to what real dumps look like: a ``dump_data_dir`` that names the
+folder the dump was written to rather than where it lies now, a process
+killed before dump.json was written (the journal is replayed), and
+malformed files (one clear error naming the file).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from msprobe.core.dump.writer import JOURNAL_NAME
+from msprobe.core.errors import DataFileError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Dump:
+    """One step/rank folder: header fields, entries in call order, stacks, hierarchy."""
+
+    path: Path
+    task: str
+    level: str
+    framework: str
+    data: dict[str, Any]
+    dump_data_dir: str | None = None
+    stack: dict[str, Any] = field(default_factory=dict)
+    construct: dict[str, Any] = field(default_factory=dict)
+    recovered: bool = False
+
+    @property
+    def folder(self) -> Path:
+        return self.path.parent
+
+    def tensor_dir(self) -> Path | None:
+        """Where the tensor files are: next to dump.json first, then where dump_data_dir says."""
+        local = self.folder / "dump_tensor_data"
+        if local.is_dir():
+            return local
+        if self.dump_data_dir:
+            recorded = Path(self.dump_data_dir)
+            if not recorded.is_absolute():
+                recorded = self.folder / recorded
+            if recorded.is_dir():
+                return recorded
+        return None
+
+
+def _load_json(path: Path, what: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        raise DataFileError(path, f"{what} not found") from None
+    except json.JSONDecodeError as exc:
+        raise DataFileError(path, f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataFileError(path, f"cannot be read ({exc})") from None
+
+
+def _replay_journal(journal: Path) -> tuple[dict, dict, dict, dict]:
+    data: dict[str, Any] = {}
+    stack: dict[str, Any] = {}
+    construct: dict[str, Any] = {}
+    header: dict[str, Any] = {}
+    targets = {"data": data, "stack": stack, "construct": construct}
+    with open(journal, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            try:
+                kind, name, value = json.loads(line)
+            except (ValueError, TypeError):
+                break  # the last line of a killed process may be cut short
+            if kind == "header" and isinstance(value, dict):
+                header = value
+            elif kind in targets:
+                targets[kind][name] = value
+    return header, data, stack, construct
+
+
+def read_dump(path: str | Path) -> Dump:
+    """Read ``dump.json`` (or the folder holding it); optional stack/construct files may be absent."""
+    path = Path(path)
+    folder = path if path.is_dir() else path.parent
+    dump_json = folder / "dump.json" if path.is_dir() else path
+    journal = folder / JOURNAL_NAME
+    if not dump_json.exists() and journal.exists():
+        header, data, stack, construct = _replay_journal(journal)
+        logger.warning("%s: dump.json missing; recovered %d entries from an interrupted run", folder, len(data))
+        return Dump(
+            dump_json,
+            str(header.get("task", "")),
+            str(header.get("level", "")),
+            str(header.get("framework", "")),
+            data,
+            header.get("dump_data_dir"),
+            stack,
+            construct,
+            recovered=True,
+        )
+    raw = _load_json(dump_json, "dump.json")
+    if not isinstance(raw, dict) or not isinstance(raw.get("data"), dict):
+        raise DataFileError(dump_json, "not a dump.json: expected an object with a 'data' object")
+    for name, entry in raw["data"].items():
+        if not isinstance(entry, dict):
+            raise DataFileError(dump_json, f"entry '{name}' is not an object")
+    stack = _optional(folder / "stack.json")
+    construct = _optional(folder / "construct.json")
+    return Dump(
+        path=dump_json,
+        task=str(raw.get("task", "")),
+        level=str(raw.get("level", "")),
+        framework=str(raw.get("framework", "")),
+        data=raw["data"],
+        dump_data_dir=raw.get("dump_data_dir"),
+        stack=stack,
+        construct=construct,
+    )
+
+
+def _optional(path: Path) -> dict:
+    if not path.exists():
+        return {}
+    value = _load_json(path, path.name)
+    return value if isinstance(value, dict) else {}

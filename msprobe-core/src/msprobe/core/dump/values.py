@@ -1,0 +1,83 @@
+"""Turn API arguments and results into dump.json values, the reference's way.
+
+Tensors are handed to the framework's summarizer; everything else is
+described here, once for both frameworks: ints, floats, bools, strings,
+slices, ellipsis, None and nested lists/tuples/dicts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+# summarize(tensor, suffix) -> dict ; suffix names the value inside the entry, e.g. "input.0"
+Summarize = Callable[[Any, str], dict]
+# describe(obj) -> dict or None, for framework objects that are not tensors (dtype, device, Size)
+Describe = Callable[[Any], dict | None]
+
+
+def _number(value: float) -> Any:
+    if math.isfinite(value):
+        return value
+    return str(value)  # JSON has no inf/nan; the reference writes them as strings too
+
+
+class ValueEncoder:
+    """Encodes one entry's values; the framework supplies tensor and object handlers."""
+
+    def __init__(self, is_tensor: Callable[[Any], bool], summarize: Summarize, describe: Describe):
+        self.is_tensor = is_tensor
+        self.summarize = summarize
+        self.describe = describe
+
+    def encode(self, value: Any, suffix: str) -> Any:
+        if self.is_tensor(value):
+            return self.summarize(value, suffix)
+        if value is None:
+            return None
+        if isinstance(value, bool):
+            return {"type": "bool", "value": value}
+        if isinstance(value, int):
+            return {"type": "int", "value": value}
+        if isinstance(value, float):
+            return {"type": "float", "value": _number(value)}
+        if isinstance(value, str):
+            return {"type": "str", "value": value}
+        if isinstance(value, (list, tuple)):
+            described = self.describe(value)  # e.g. torch.Size is a tuple
+            if described is not None:
+                return described
+            return [self.encode(item, f"{suffix}.{index}") for index, item in enumerate(value)]
+        if isinstance(value, dict):
+            return {str(key): self.encode(item, f"{suffix}.{key}") for key, item in value.items()}
+        if isinstance(value, slice):
+            return {
+                "type": "slice",
+                "value": [self._plain(value.start), self._plain(value.stop), self._plain(value.step)],
+            }
+        if value is Ellipsis:
+            return {"type": "ellipsis", "value": "..."}
+        described = self.describe(value)
+        if described is not None:
+            return described
+        return {"type": f"{type(value).__module__}.{type(value).__qualname__}"}
+
+    def _plain(self, value: Any) -> Any:
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        if self.is_tensor(value):
+            return self.summarize(value, "slice")
+        return str(value)
+
+    def encode_args(self, args: tuple, kwargs: dict, prefix: str) -> tuple[list, dict]:
+        """input_args and input_kwargs; tensor files are named prefix.0, prefix.1, prefix.key."""
+        encoded_args = [self.encode(arg, f"{prefix}.{index}") for index, arg in enumerate(args)]
+        encoded_kwargs = {key: self.encode(value, f"{prefix}.{key}") for key, value in kwargs.items()}
+        return encoded_args, encoded_kwargs
+
+    def encode_outputs(self, output: Any, prefix: str) -> list:
+        """The reference always writes an output list, even for a single result."""
+        if isinstance(output, (list, tuple)) and self.describe(output) is None:
+            return [self.encode(item, f"{prefix}.{index}") for index, item in enumerate(output)]
+        return [self.encode(output, f"{prefix}.0")]

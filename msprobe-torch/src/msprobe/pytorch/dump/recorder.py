@@ -1,0 +1,471 @@
+"""The PyTorch dump hooks: patched APIs (L1), module hooks (L0), both (mix).
+
+Only the outermost framework call is recorded: while a recorded API runs,
+the APIs it calls go straight to the originals. Every piece of tool code
+runs inside ``try``: a failure is logged once per API and the user's call
+still happens exactly as it would without the tool.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import linecache
+import logging
+import sys
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from msprobe.core.dump.collector import DumpCollector
+from msprobe.core.dump.values import ValueEncoder
+from msprobe.core.session import TaskSession
+from msprobe.pytorch.dump import grad_taps
+from msprobe.pytorch.dump.tensors import TensorSummarizer, describe_object, is_tensor
+
+logger = logging.getLogger(__name__)
+
+# Namespaces of the API list, with the prefix their entries carry.
+NAMESPACES = {
+    "functional": ("Functional", "torch.nn.functional"),
+    "tensor": ("Tensor", "torch.Tensor"),
+    "torch": ("Torch", "torch"),
+    "distributed": ("Distributed", "torch.distributed"),
+    "torch_npu": ("NPU", "torch_npu"),
+}
+
+_TOOL_ROOT = str(Path(__file__).resolve().parents[2])  # .../msprobe, to keep the tool out of stacks
+
+
+def load_api_names() -> dict[str, list[str]]:
+    text = importlib.resources.files("msprobe.pytorch.dump").joinpath("api_names.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+class _ThreadState(threading.local):
+    busy = False
+
+
+class Patch:
+    """One attribute replaced on one object, and how to put it back."""
+
+    __slots__ = ("attribute", "had_own", "original", "owner")
+
+    def __init__(self, owner: Any, attribute: str, original: Any, had_own: bool):
+        self.owner, self.attribute, self.original, self.had_own = owner, attribute, original, had_own
+
+    def undo(self) -> None:
+        if self.had_own:
+            setattr(self.owner, self.attribute, self.original)
+        else:
+            try:
+                delattr(self.owner, self.attribute)
+            except AttributeError:
+                setattr(self.owner, self.attribute, self.original)
+
+
+def _resolve(root: Any, dotted: str) -> tuple[Any, str]:
+    owner = root
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        owner = getattr(owner, part)
+    return owner, parts[-1]
+
+
+class TorchDumpRecorder:
+    """TaskHooks for tasks statistics, tensor and structure on PyTorch."""
+
+    def __init__(self, session: TaskSession):
+        self.session = session
+        config = session.config
+        self.level = config.level
+        self.summarizer = TensorSummarizer(config.task, config.summary_mode)
+        encoder = ValueEncoder(is_tensor, self.summarizer, describe_object)
+        self.collector = DumpCollector(session, encoder, self.summarizer.set_tensor_dir)
+        self.state = _ThreadState()
+        self.api_counts: dict[str, int] = defaultdict(int)
+        self.module_counts: dict[str, int] = defaultdict(int)
+        self.module_stack: list[str] = []
+        self.patches: list[Patch] = []
+        self.handles: list[Any] = []
+        self._stack_cache: dict[tuple, list[str]] = {}
+        self.with_construct = self.level in ("L0", "mix")
+
+    # -- TaskHooks ------------------------------------------------------------------
+    def install(self) -> None:
+        self.collector.open_step()
+        if self.level in ("L1", "mix"):
+            self._patch_apis()
+        if self.level in ("L0", "mix"):
+            self._hook_modules()
+        if self.level == "mix":
+            self._hook_optimizers()
+
+    def _hook_optimizers(self) -> None:
+        """Group what optimizer.step() calls under an 'optimizer' node of construct.json."""
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        def pre(optimizer: Any, args: tuple, kwargs: dict) -> None:
+            if not self.state.busy:
+                self.collector.parent("optimizer", None)
+                self.module_stack.append("optimizer")
+
+        def post(optimizer: Any, args: tuple, kwargs: dict) -> None:
+            if not self.state.busy and self.module_stack and self.module_stack[-1] == "optimizer":
+                self.module_stack.pop()
+
+        self.handles.append(register_optimizer_step_pre_hook(pre))
+        self.handles.append(register_optimizer_step_post_hook(post))
+
+    def remove(self) -> None:
+        for patch in reversed(self.patches):
+            patch.undo()
+        self.patches.clear()
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
+        self.module_stack.clear()
+        self._guard(self.collector.flush_step, "dump files")
+
+    def end_step(self) -> None:
+        self._guard(self.collector.close_step, "dump files")
+        self.api_counts.clear()
+        self.module_counts.clear()
+        self.summarizer.clear()
+
+    def _guard(self, action: Callable[[], None], what: str) -> None:
+        try:
+            action()
+        except Exception as exc:
+            self.collector.report_failure(what, exc)
+
+    # -- L1: framework APIs ------------------------------------------------------------
+    def _patch_apis(self) -> None:
+        for namespace, names in load_api_names().items():
+            prefix, module_name = NAMESPACES[namespace]
+            if namespace == "torch_npu" and "torch_npu" not in sys.modules:
+                continue  # never import torch_npu ourselves
+            if namespace == "distributed" and not torch.distributed.is_available():
+                continue
+            root = torch.Tensor if namespace == "tensor" else importlib.import_module(module_name)
+            for api in names:
+                try:
+                    owner, attribute = _resolve(root, api)
+                    original = getattr(owner, attribute)
+                except AttributeError:
+                    continue  # not in this torch version
+                if not callable(original) or getattr(original, "__msprobe_original__", None) is not None:
+                    continue
+                had_own = attribute in getattr(owner, "__dict__", {})
+                try:
+                    setattr(owner, attribute, self._wrap(original, f"{prefix}.{api}", api))
+                except (AttributeError, TypeError):
+                    continue  # read-only attribute
+                self.patches.append(Patch(owner, attribute, original, had_own))
+
+    def _wrap(self, original: Callable, key: str, api: str) -> Callable:
+        recorder = self
+        state = self.state
+
+        @functools.wraps(original)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if state.busy:
+                return original(*args, **kwargs)
+            return recorder._call_api(original, key, args, kwargs)
+
+        wrapper.__msprobe_original__ = original
+        return wrapper
+
+    def _call_api(self, original: Callable, key: str, args: tuple, kwargs: dict) -> Any:
+        state = self.state
+        state.busy = True
+        try:
+            index = self.api_counts[key]
+            self.api_counts[key] = index + 1
+            name = f"{key}.{index}.forward"
+            record = None
+            try:
+                record = self._before(name, name[: -len("forward")] + "backward", args, kwargs)
+            except Exception as exc:
+                self.collector.report_failure(name, exc)
+                record = None
+            output = original(*args, **kwargs)
+            if record is not None:
+                try:
+                    output = self._after(record, output)
+                except Exception as exc:
+                    self.collector.report_failure(name, exc)
+            return output
+        finally:
+            state.busy = False
+
+    def _before(self, name: str, backward_name: str, args: tuple, kwargs: dict) -> _CallRecord | None:
+        collector = self.collector
+        collector.enter(name)
+        enclosing = tuple(self.module_stack)
+        keep_forward = collector.keeps(name, "forward", enclosing)
+        keep_backward = torch.is_grad_enabled() and collector.keeps(backward_name, "backward", enclosing)
+        if not keep_forward and not keep_backward:
+            collector.leave(name)
+            return None
+        record = _CallRecord(name, backward_name, args, kwargs, self.module_stack[-1] if self.module_stack else None)
+        record.keep_forward = keep_forward
+        if keep_forward:
+            record.inputs = collector.encode_inputs(name, args, kwargs)
+        if keep_backward:
+            record.grad_inputs = grad_taps.tensors_requiring_grad((args, kwargs))
+            keep_backward = bool(record.grad_inputs) or name.startswith("Module.")
+        record.keep_backward = keep_backward
+        record.recorder = self
+        return record
+
+    def _after(self, record: _CallRecord, output: Any) -> Any:
+        collector = self.collector
+        name = record.name
+        if record.keep_forward:
+            collector.forward(name, record.inputs, output)
+            collector.stack(name, self._stack())
+            if self.with_construct:
+                collector.parent(name, record.parent)
+        if record.keep_backward:
+            record.watch_node(output)
+        collector.leave(name)
+        return output
+
+    # -- backward records ---------------------------------------------------------------
+    def write_backward(self, record: _CallRecord, grads_in: tuple) -> None:
+        if self.state.busy:
+            return self._write_backward(record, grads_in)
+        self.state.busy = True
+        try:
+            return self._write_backward(record, grads_in)
+        finally:
+            self.state.busy = False
+
+    def _write_backward(self, record: _CallRecord, grads_in: tuple) -> None:
+        try:
+            outputs = [record.output_grads.get(i) for i in range(record.output_count)]
+            self.collector.backward(record.backward_name, outputs, list(grads_in))
+            if self.with_construct:
+                self.collector.parent(record.backward_name, _backward_name(record.parent))
+        except Exception as exc:
+            self.collector.report_failure(record.backward_name, exc)
+
+    # -- L0: modules ---------------------------------------------------------------------------
+    def _hook_modules(self) -> None:
+        model = self.session.model
+        models = list(model) if isinstance(model, (list, tuple)) else [model]
+        for index, root in enumerate(models):
+            prefix = f"{index}." if len(models) > 1 else ""
+            children = list(root.named_modules())
+            for module_name, module in children:
+                if module_name == "" and len(children) > 1:
+                    continue  # the whole model is not an entry, as in the reference
+                label = f"Module.{prefix}{module_name or type(module).__name__}.{type(module).__name__}"
+                if module_name == "":
+                    label = f"Module.{prefix}{type(module).__name__}.{type(module).__name__}"
+                self._hook_module(module, label)
+
+    def _hook_module(self, module: torch.nn.Module, label: str) -> None:
+        """Forward via module hooks; backward via tensor hooks, which never alter the graph."""
+        pending: list[_CallRecord | None] = []
+        grads_name = f"{label}.parameters_grad"
+        params = dict(module.named_parameters(recurse=False))
+
+        def pre_hook(mod: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+            if self.state.busy:
+                return
+            self.state.busy = True
+            record = None
+            try:
+                index = self.module_counts[label]
+                self.module_counts[label] = index + 1
+                name = f"{label}.forward.{index}"
+                parent = self.module_stack[-1] if self.module_stack else None
+                record = self._before(name, f"{label}.backward.{index}", args, kwargs)
+                if record is not None:
+                    record.parent = parent
+                self.module_stack.append(name)
+            except Exception as exc:
+                self.collector.report_failure(label, exc)
+            finally:
+                pending.append(record)
+                self.state.busy = False
+
+        def forward_hook(mod: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+            if self.state.busy or not pending:
+                return
+            record = pending.pop()
+            self.state.busy = True
+            try:
+                if self.module_stack:
+                    self.module_stack.pop()
+                if record is None:
+                    return
+                if record.keep_forward:
+                    self.collector.forward(record.name, record.inputs, output, parameters=params)
+                    self.collector.stack(record.name, self._stack())
+                    self.collector.parent(record.name, record.parent)
+                if params and torch.is_grad_enabled() and any(p.requires_grad for p in params.values()):
+                    if self.collector.keeps(grads_name, "backward"):
+                        self.collector.reserve(grads_name)
+                if record.keep_backward:
+                    record.watch_inputs(args)
+                    record.watch_outputs(output)
+                self.collector.leave(record.name)
+            except Exception as exc:
+                self.collector.report_failure(record.name if record else label, exc)
+            finally:
+                self.state.busy = False
+
+        self.handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
+        self.handles.append(module.register_forward_hook(forward_hook, with_kwargs=True))
+        for param in params.values():
+            if param.requires_grad:
+                self.handles.append(param.register_post_accumulate_grad_hook(self._param_grad_hook(grads_name, params)))
+
+    def _param_grad_hook(self, grads_name: str, params: dict[str, torch.nn.Parameter]) -> Callable:
+        def hook(_param: torch.Tensor) -> None:
+            busy = self.state.busy
+            self.state.busy = True
+            try:
+                if self.collector.keeps(grads_name, "backward"):
+                    grads = {key: p.grad for key, p in params.items() if p.grad is not None}
+                    self.collector.parameters_grad(grads_name, grads)
+            except Exception as exc:
+                self.collector.report_failure(grads_name, exc)
+            finally:
+                self.state.busy = busy
+
+        return hook
+
+    # -- stacks --------------------------------------------------------------------------------
+    def _stack(self) -> list[str]:
+        frame = sys._getframe(1)
+        key_parts = []
+        while frame is not None:
+            code = frame.f_code
+            if not code.co_filename.startswith(_TOOL_ROOT):
+                key_parts.append((code, frame.f_lineno))
+            frame = frame.f_back
+        key = tuple(key_parts)
+        cached = self._stack_cache.get(key)
+        if cached is None:
+            cached = [
+                f"File {code.co_filename}, line {line}, in {code.co_name}, \n "
+                f"{linecache.getline(code.co_filename, line).strip()}"
+                for code, line in key_parts
+            ]
+            self._stack_cache[key] = cached
+        return cached
+
+
+def _backward_name(forward_name: str | None) -> str | None:
+    if forward_name is None:
+        return None
+    if forward_name.startswith("Module."):
+        return forward_name.replace(".forward.", ".backward.")
+    return forward_name[: -len("forward")] + "backward"
+
+
+class _CallRecord:
+    """One recorded call, kept alive by its backward hooks until its gradients arrive."""
+
+    __slots__ = (
+        "args",
+        "backward_name",
+        "grad_inputs",
+        "input_grads",
+        "input_slots",
+        "inputs",
+        "inputs_pending",
+        "keep_backward",
+        "keep_forward",
+        "kwargs",
+        "name",
+        "output_count",
+        "output_grads",
+        "parent",
+        "recorder",
+        "wrote",
+    )
+
+    def __init__(self, name: str, backward_name: str, args: tuple, kwargs: dict, parent: str | None):
+        self.name = name
+        self.backward_name = backward_name
+        self.args = args
+        self.kwargs = kwargs
+        self.parent = parent
+        self.inputs: dict[str, Any] = {}
+        self.grad_inputs: list[torch.Tensor] = []
+        self.output_grads: dict[int, torch.Tensor] = {}
+        self.input_grads: dict[int, torch.Tensor] = {}
+        self.input_slots = 0
+        self.inputs_pending = 0
+        self.output_count = 0
+        self.keep_forward = False
+        self.keep_backward = False
+        self.recorder: TorchDumpRecorder | None = None
+        self.wrote = False
+
+    def watch_node(self, output: Any) -> None:
+        """APIs: hook the node that made the output (see grad_taps)."""
+        before = {id(t.grad_fn) for t in self.grad_inputs if t.grad_fn is not None}
+        node = grad_taps.output_node(output, before)
+        if node is not None:
+            node.register_hook(self._node_hook)
+        self.args, self.kwargs, self.grad_inputs = (), {}, []
+
+    def watch_outputs(self, output: Any) -> None:
+        """Modules: the gradient arriving at each output tensor."""
+        tensors = grad_taps.output_tensors(output)
+        self.output_count = len(tensors)
+        watched = [(index, t) for index, t in enumerate(tensors) if t is not None and t.requires_grad]
+        for index, tensor in watched:
+            tensor.register_hook(self._output_hook(index, len(watched)))
+        self.args, self.kwargs = (), {}
+
+    def watch_inputs(self, args: tuple) -> None:
+        """Modules: one slot per tensor argument (null where no gradient flows), as the reference writes.
+
+        Written when every input that needs a gradient has one; a module
+        whose inputs need none is written when its output gradients arrive.
+        """
+        slots = [arg for arg in args if isinstance(arg, torch.Tensor)]
+        self.input_slots = len(slots)
+        waiting = [(index, t) for index, t in enumerate(slots) if t.requires_grad]
+        self.inputs_pending = len(waiting)
+        for index, tensor in waiting:
+
+            def hook(grad: torch.Tensor, index: int = index) -> None:
+                self.input_grads[index] = grad
+                self.inputs_pending -= 1
+                if self.inputs_pending == 0:
+                    self.on_input_grads(tuple(self.input_grads.get(i) for i in range(self.input_slots)))
+
+            tensor.register_hook(hook)
+        self.grad_inputs = []
+
+    def _output_hook(self, index: int, expected: int) -> Callable:
+        def hook(grad: torch.Tensor) -> None:
+            self.output_grads[index] = grad
+            if self.inputs_pending == 0 and len(self.output_grads) == expected:
+                self.on_input_grads((None,) * self.input_slots)
+
+        return hook
+
+    def _node_hook(self, grad_inputs: tuple, grad_outputs: tuple) -> None:
+        self.output_count = len(grad_outputs)
+        self.output_grads = dict(enumerate(grad_outputs))
+        self.on_input_grads(tuple(grad_inputs))
+
+    def on_input_grads(self, grads: tuple) -> None:
+        if self.wrote or self.recorder is None or not self.keep_backward:
+            return
+        self.wrote = True
+        self.recorder.write_backward(self, grads)

@@ -1,0 +1,136 @@
+"""What a torch tensor becomes in dump.json: statistics, CRC-32, tensor files.
+
+Statistics follow the reference's semantics (bool: Max=any, Min=all;
+0-d: the value four times; integers measured as float32; complex on
+magnitudes; inf/nan adds the *_except_inf_nan pair; empty: no statistics)
+except that float64 is measured in float64, not float32. One host sync per
+tensor: the four reductions are stacked and read together, and a tensor
+seen again unchanged (one API's output is the next one's input) reuses its
+statistics.
+"""
+
+from __future__ import annotations
+
+import weakref
+import zlib
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_MEASURED_AS_IS = (torch.float32, torch.float64)
+
+
+def _measure(tensor: torch.Tensor) -> dict[str, Any]:
+    data = tensor.detach()
+    if data.dtype == torch.bool:
+        return {"Max": bool(data.any()), "Min": bool(data.all()), "Mean": None, "Norm": None}
+    if data.is_complex():
+        data = data.abs()
+    if data.dtype not in _MEASURED_AS_IS:
+        data = data.float()
+    if data.dim() == 0:
+        value = data.item()
+        return {"Max": value, "Min": value, "Mean": value, "Norm": value}
+    low, high = torch.aminmax(data)
+    maximum, minimum, mean, norm = torch.stack((high, low, data.mean(), torch.linalg.vector_norm(data))).tolist()
+    stats: dict[str, Any] = {"Max": maximum, "Min": minimum, "Mean": mean, "Norm": norm}
+    if not all(map(_finite, (maximum, minimum, mean, norm))):
+        finite = data[torch.isfinite(data)]
+        if finite.numel():
+            low, high = torch.aminmax(finite)
+            stats["Max_except_inf_nan"], stats["Min_except_inf_nan"] = high.item(), low.item()
+        else:
+            stats["Max_except_inf_nan"] = stats["Min_except_inf_nan"] = None
+    return {key: _json_number(value) for key, value in stats.items()}
+
+
+def _finite(value: float) -> bool:
+    return value == value and value not in (float("inf"), float("-inf"))
+
+
+def _json_number(value: Any) -> Any:
+    if isinstance(value, float) and not _finite(value):
+        return str(value)  # "inf", "-inf", "nan": JSON has no such numbers
+    return value
+
+
+def crc32_hex(tensor: torch.Tensor) -> str:
+    """CRC-32 of the tensor's bytes (the reference calls it md5), as 8 hex digits."""
+    data = tensor.detach().cpu().contiguous()
+    if data.dtype in (torch.bfloat16,) or data.is_complex() or data.dtype.itemsize == 1:
+        data = data.view(torch.uint8) if data.dim() else data.reshape(1).view(torch.uint8)
+    raw = data.numpy().tobytes() if data.numel() else b""
+    return f"{zlib.crc32(raw) & 0xFFFFFFFF:08x}"
+
+
+def _needs_copy(tensor: torch.Tensor) -> bool:
+    storage_bytes = tensor.untyped_storage().nbytes()
+    return not tensor.is_contiguous() or storage_bytes != tensor.numel() * tensor.element_size()
+
+
+class TensorSummarizer:
+    """Summarizes tensors for one run; caches statistics of unchanged tensors within a step."""
+
+    def __init__(self, task: str, summary_mode: str):
+        self.task = task
+        self.with_stats = task in ("statistics", "tensor", "overflow_check")
+        self.with_crc = summary_mode == "md5"
+        self.tensor_dir: Path | None = None
+        self._cache: dict[int, tuple[Any, int, dict[str, Any]]] = {}
+
+    def set_tensor_dir(self, folder: Path | None) -> None:
+        self.tensor_dir = folder
+
+    def clear(self) -> None:
+        self._cache.clear()
+
+    def statistics(self, tensor: torch.Tensor) -> dict[str, Any]:
+        key = id(tensor)
+        version = tensor._version
+        cached = self._cache.get(key)
+        if cached is not None and cached[0]() is tensor and cached[1] == version:
+            return cached[2]
+        stats = _measure(tensor)
+        try:
+            self._cache[key] = (weakref.ref(tensor), version, stats)
+        except TypeError:  # some tensor subclasses refuse weak references
+            pass
+        return stats
+
+    def __call__(self, tensor: torch.Tensor, data_stem: str) -> dict[str, Any]:
+        summary: dict[str, Any] = {
+            "type": "torch.Tensor",
+            "dtype": str(tensor.dtype),
+            "shape": list(tensor.shape),
+        }
+        if self.with_stats and tensor.numel() > 0 and not tensor.is_meta:
+            summary.update(self.statistics(tensor))
+        summary["requires_grad"] = tensor.requires_grad
+        if self.with_crc and self.with_stats and not tensor.is_meta:
+            summary["md5"] = crc32_hex(tensor)
+        if self.task == "tensor" and self.tensor_dir is not None:
+            file_name = f"{data_stem}.pt"
+            data = tensor.detach()
+            if _needs_copy(data):
+                data = data.clone(memory_format=torch.contiguous_format)
+            torch.save(data.cpu(), self.tensor_dir / file_name)
+            summary["data_name"] = file_name
+        return summary
+
+
+def describe_object(value: Any) -> dict[str, Any] | None:
+    """Torch objects that are not tensors, as the reference writes them."""
+    if isinstance(value, torch.dtype):
+        return {"type": "torch.dtype", "value": str(value)}
+    if isinstance(value, torch.device):
+        return {"type": "torch.device", "value": str(value)}
+    if isinstance(value, torch.Size):
+        return {"type": "torch.Size", "value": list(value)}
+    if isinstance(value, torch.memory_format):
+        return {"type": "torch.memory_format", "format": str(value).rsplit(".", 1)[-1]}
+    return None
+
+
+def is_tensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor)
