@@ -44,7 +44,7 @@ def open_new_file(path: Path, mode: str = "w") -> Any:
         fd = os.open(path, flags, FILE_MODE)
     except OSError as exc:
         raise DataFileError(path, f"cannot be written ({exc.strerror})") from None
-    return os.fdopen(fd, mode + ("" if "b" in mode else ""), encoding=None if "b" in mode else "utf-8")
+    return os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8")
 
 
 def write_json_atomic(path: Path, data: Any, indent: int | None = 1) -> None:

@@ -11,12 +11,15 @@ statistics.
 
 from __future__ import annotations
 
+import math
 import weakref
 import zlib
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from msprobe.core.dump.writer import open_new_file
 
 _MEASURED_AS_IS = (torch.float32, torch.float64)
 
@@ -46,7 +49,7 @@ def _measure(tensor: torch.Tensor) -> dict[str, Any]:
 
 
 def _finite(value: float) -> bool:
-    return value == value and value not in (float("inf"), float("-inf"))
+    return math.isfinite(value)
 
 
 def _json_number(value: Any) -> Any:
@@ -114,7 +117,8 @@ class TensorSummarizer:
             data = tensor.detach()
             if _needs_copy(data):
                 data = data.clone(memory_format=torch.contiguous_format)
-            torch.save(data.cpu(), self.tensor_dir / file_name)
+            with open_new_file(self.tensor_dir / file_name, "wb") as handle:
+                torch.save(data.cpu(), handle)
             summary["data_name"] = file_name
         return summary
 

@@ -1,0 +1,1 @@
+"""Comparing two dumps: matching, metrics, results, advisor, report files."""

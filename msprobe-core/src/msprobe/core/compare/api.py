@@ -1,0 +1,224 @@
+"""The compare entry points: the reference's Python functions and what the CLI calls.
+
+``compare(input_param, output_path, ...)`` compares two single-rank dumps;
+``compare_distributed(npu_dump_dir, bench_dump_dir, output_path, ...)``
+compares every rank pair of two step folders, one process per pair.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from msprobe.core.compare.advisor import Advice, advise
+from msprobe.core.compare.engine import CompareResult, compare_dumps, tensor_loader
+from msprobe.core.compare.report import timestamp, write_result, write_text
+from msprobe.core.config import config_error_from_validation
+from msprobe.core.dump.reader import read_dump
+from msprobe.core.errors import DataFileError, MsprobeError
+from msprobe.core.tensor_files import load_npy
+
+logger = logging.getLogger(__name__)
+
+
+class CompareInput(BaseModel):
+    """compare.json (the reference's fields)."""
+
+    model_config = ConfigDict(extra="forbid")
+    npu_path: str
+    bench_path: str
+    stack_path: str | None = None
+    is_print_compare_log: bool = True
+
+
+@dataclass
+class CompareSummary:
+    mode: str
+    rows: int
+    suspicious: int
+    unmatched: int
+    advice: Advice | None
+    files: list[Path] = field(default_factory=list)
+    rank: str | None = None
+
+    @property
+    def verdict(self) -> str:
+        if self.suspicious == 0:
+            return "PASS"
+        return "SUSPICIOUS"
+
+    def line(self) -> str:
+        where = f"rank {self.rank}: " if self.rank else ""
+        node = f"; first suspicious node: {self.advice.node}" if self.advice and self.advice.node else ""
+        return (
+            f"{where}{self.verdict}: {self.rows} values compared in {self.mode} mode, {self.suspicious} suspicious, "
+            f"{self.unmatched} unmatched{node}"
+        )
+
+
+def read_compare_json(path: str | Path) -> CompareInput:
+    file = Path(path)
+    try:
+        raw = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataFileError(file, "compare.json not found") from None
+    except json.JSONDecodeError as exc:
+        raise DataFileError(file, f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    if not isinstance(raw, dict):
+        raise DataFileError(file, "top level must be an object")
+    try:
+        return CompareInput.model_validate(raw)
+    except ValidationError as exc:
+        raise config_error_from_validation(exc, file) from None
+
+
+def _readers() -> dict[str, Any]:
+    readers: dict[str, Any] = {".npy": load_npy}
+    try:
+        from msprobe.core.plugins import get_registry
+
+        for backend in get_registry().backends().values():
+            if backend.tensor_suffix and backend.tensor_suffix not in readers and backend.is_available():
+                readers[backend.tensor_suffix] = backend.load_tensor
+    except Exception as exc:  # compare without plugins still works for statistics and .npy
+        logger.debug("no tensor readers from plugins: %s", exc)
+    return readers
+
+
+def _extra_metrics() -> tuple:
+    try:
+        from msprobe.core.plugins import get_registry
+
+        return tuple(get_registry().compare_metrics())
+    except Exception:
+        return ()
+
+
+def _check_tensor_readers(result_dumps: tuple, readers: dict[str, Any]) -> None:
+    for dump in result_dumps:
+        if dump.task != "tensor":
+            continue
+        for entry in dump.data.values():
+            names = json.dumps(entry)
+            if '.pt"' in names and ".pt" not in readers:
+                raise MsprobeError(f"{dump.path}: tensor files are .pt; install msprobe-torch to read them")
+            break
+
+
+def compare_pair(
+    npu_json: Path,
+    bench_json: Path,
+    output_dir: Path,
+    stack_mode: bool = False,
+    auto_analyze: bool = True,
+    fuzzy_match: bool = False,
+    stamp: str | None = None,
+    prefix: str = "compare_result",
+) -> tuple[CompareSummary, CompareResult]:
+    npu, bench = read_dump(npu_json), read_dump(bench_json)
+    readers = _readers()
+    _check_tensor_readers((npu, bench), readers)
+    result = compare_dumps(
+        npu, bench, fuzzy=fuzzy_match, stack=stack_mode, load=tensor_loader(readers), extra_metrics=_extra_metrics()
+    )
+    stamp = stamp or timestamp()
+    files = write_result(result, Path(output_dir), stamp, prefix)
+    advice = None
+    if auto_analyze:
+        advice = advise(result)
+        files.append(write_text(Path(output_dir) / f"advisor_{stamp}.txt", advice.text() + "\n"))
+    table = result.table
+    unmatched = int(((table["NPU Name"] == "N/A") | (table["Bench Name"] == "N/A")).sum())
+    suspicious = _count_suspicious(result)
+    summary = CompareSummary(result.mode, len(table), suspicious, unmatched, advice, files)
+    return summary, result
+
+
+def _count_suspicious(result: CompareResult) -> int:
+    from msprobe.core.compare.advisor import failed_rows
+
+    return int(failed_rows(result).sum())
+
+
+def compare(
+    input_param: dict[str, Any],
+    output_path: str | Path,
+    stack_mode: bool = False,
+    auto_analyze: bool = True,
+    fuzzy_match: bool = False,
+    **_ignored: Any,
+) -> CompareSummary:
+    """The reference's ``compare``: input_param holds npu_json_path/bench_json_path (or npu_path/bench_path)."""
+    npu = input_param.get("npu_json_path") or input_param.get("npu_path")
+    bench = input_param.get("bench_json_path") or input_param.get("bench_path")
+    if not npu or not bench:
+        raise MsprobeError("input_param needs npu_json_path and bench_json_path")
+    summary, _ = compare_pair(Path(npu), Path(bench), Path(output_path), stack_mode, auto_analyze, fuzzy_match)
+    return summary
+
+
+def _rank_folders(step_dir: Path) -> dict[str, Path]:
+    if not step_dir.is_dir():
+        raise DataFileError(step_dir, "not a folder")
+    folders = {p.name: p for p in sorted(step_dir.iterdir()) if p.is_dir() and p.name.startswith("rank")}
+    if not folders:
+        raise DataFileError(step_dir, "holds no rank folders (rank, rank0, rank1, ...)")
+    return folders
+
+
+def _compare_rank(args: tuple) -> CompareSummary:
+    rank, npu_json, bench_json, output_dir, stack_mode, auto_analyze, fuzzy_match, stamp = args
+    number = rank[len("rank") :]
+    prefix = f"compare_result_rank{number}" if number else "compare_result"
+    summary, _ = compare_pair(npu_json, bench_json, output_dir, stack_mode, auto_analyze, fuzzy_match, stamp, prefix)
+    summary.rank = number or None
+    return summary
+
+
+def compare_distributed(
+    npu_dump_dir: str | Path,
+    bench_dump_dir: str | Path,
+    output_path: str | Path,
+    stack_mode: bool = False,
+    auto_analyze: bool = True,
+    fuzzy_match: bool = False,
+    processes: int | None = None,
+    **_ignored: Any,
+) -> list[CompareSummary]:
+    """Compare each rank of two step folders; pairs run in parallel processes."""
+    npu_ranks, bench_ranks = _rank_folders(Path(npu_dump_dir)), _rank_folders(Path(bench_dump_dir))
+    missing = sorted(set(npu_ranks) ^ set(bench_ranks))
+    if missing:
+        logger.warning("ranks present on one side only are not compared: %s", ", ".join(missing))
+    stamp = timestamp()
+    jobs = [
+        (rank, npu_ranks[rank] / "dump.json", bench_ranks[rank] / "dump.json", Path(output_path), stack_mode,
+         auto_analyze, fuzzy_match, stamp)
+        for rank in sorted(set(npu_ranks) & set(bench_ranks))
+    ]  # fmt: skip
+    if len(jobs) == 1 or processes == 1:
+        return [_compare_rank(job) for job in jobs]
+    with ProcessPoolExecutor(max_workers=processes or min(len(jobs), 8)) as pool:
+        return list(pool.map(_compare_rank, jobs))
+
+
+def run_compare_json(
+    compare_json: str | Path,
+    output_path: str | Path,
+    stack_mode: bool = False,
+    compare_only: bool = False,
+    fuzzy_match: bool = False,
+) -> list[CompareSummary]:
+    """What ``msprobe compare -i compare.json`` does: single or multi-rank, decided by the paths."""
+    spec = read_compare_json(compare_json)
+    npu, bench = Path(spec.npu_path), Path(spec.bench_path)
+    if npu.is_dir() and not (npu / "dump.json").exists() and not (npu / ".dump.json.journal").exists():
+        return compare_distributed(npu, bench, output_path, stack_mode, not compare_only, fuzzy_match)
+    summary, _ = compare_pair(npu, bench, Path(output_path), stack_mode, not compare_only, fuzzy_match)
+    return [summary]
