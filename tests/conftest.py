@@ -1,14 +1,8 @@
-"""Shared test helpers: paths to the repository, vendored fixtures and test data."""
+"""Fixtures every test folder shares."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-TEST_DATA = REPO_ROOT / "tests" / "data"
-REFERENCE_DUMPS = REPO_ROOT / "tests" / "fixtures" / "reference-dumps"
 
 
 @pytest.fixture(autouse=True)

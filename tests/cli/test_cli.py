@@ -4,11 +4,11 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from conftest import TEST_DATA
 from msprobe.cli.main import cli
 from msprobe.core.config import TASKS, load_config
 from msprobe.core.hookspecs import hookimpl
 from msprobe.core.plugins import PluginRegistry
+from paths import TEST_DATA
 
 
 def run(*args, **kwargs):

@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import REPO_ROOT
+from paths import REPO_ROOT
 
 PLUGIN_DIR = REPO_ROOT / "examples" / "msprobe-example-plugin"
 

@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from conftest import TEST_DATA
 from msprobe.core.config import DebuggerConfig, load_config, parse_id_list
 from msprobe.core.errors import ConfigError
+from paths import TEST_DATA
 
 REFERENCE_CONFIGS = sorted((TEST_DATA / "reference_configs").glob("*.json"))
 

@@ -7,7 +7,7 @@ import venv
 
 import pytest
 
-from conftest import REPO_ROOT
+from paths import REPO_ROOT
 
 
 @pytest.fixture(scope="module")

@@ -56,3 +56,13 @@ def remove_dropout() -> None:
         no_dropout._msprobe_no_dropout = True
         no_dropout.__wrapped__ = original
         setattr(functional, name, no_dropout)
+
+
+def restore_dropout() -> None:
+    """Undo :func:`remove_dropout` (for tests and for scripts that seed twice with different wishes)."""
+    from torch.nn import functional
+
+    for name in _DROPOUT_NAMES:
+        current = getattr(functional, name, None)
+        if getattr(current, "_msprobe_no_dropout", False):
+            setattr(functional, name, current.__wrapped__)

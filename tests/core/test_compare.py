@@ -1,0 +1,148 @@
+"""Compare without any framework: statistics and md5 modes, result files, advisor, bad input."""
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from msprobe.cli.main import cli
+from msprobe.core.compare.api import compare, compare_distributed, run_compare_json
+from msprobe.core.compare.engine import STATISTICS_COLUMNS, compare_dumps
+from msprobe.core.dump.reader import read_dump
+from msprobe.core.errors import DataFileError
+from paths import REFERENCE_DUMPS
+
+STATS_L1 = REFERENCE_DUMPS / "pytorch" / "statistics_L1"
+
+
+def json_of(step, kind="statistics_L1"):
+    return REFERENCE_DUMPS / "pytorch" / kind / f"step{step}" / "rank" / "dump.json"
+
+
+def test_a_dump_against_itself_passes_with_every_row_matched(tmp_path):
+    summary = compare({"npu_json_path": str(json_of(0)), "bench_json_path": str(json_of(0))}, tmp_path)
+    assert summary.verdict == "PASS" and summary.unmatched == 0 and summary.mode == "statistics"
+    csv = next(tmp_path.glob("compare_result_*.csv"))
+    table = pd.read_csv(csv)
+    assert list(table.columns) == STATISTICS_COLUMNS
+    assert (table["Max diff"] == 0).all() and table["Result"].isna().all()
+    assert next(tmp_path.glob("compare_result_*.xlsx")).stat().st_size > 0
+    assert "No suspicious node" in next(tmp_path.glob("advisor_*.txt")).read_text()
+
+
+def test_statistics_values_are_the_dumps_differences(tmp_path):
+    npu, bench = read_dump(json_of(1)), read_dump(json_of(0))
+    result = compare_dumps(npu, bench)
+    row = result.table.set_index("NPU Name").loc["Functional.conv2d.0.forward.input.0"]
+    theirs = bench.data["Functional.conv2d.0.forward"]["input_args"][0]
+    ours = npu.data["Functional.conv2d.0.forward"]["input_args"][0]
+    assert row["Max diff"] == pytest.approx(ours["Max"] - theirs["Max"])
+    assert row["L2norm diff"] == pytest.approx(ours["Norm"] - theirs["Norm"])
+    relative = abs((ours["Mean"] - theirs["Mean"]) / theirs["Mean"]) * 100
+    assert float(row["MeanRelativeErr"].rstrip("%")) == pytest.approx(relative)
+    assert row["NPU Tensor Shape"] == "[4, 3, 8, 8]"
+    integer = result.table.set_index("NPU Name").loc["Functional.conv2d.0.forward.input.3.0"]
+    assert integer["NPU Dtype"] == "int" and integer["Max diff"] == 0
+
+
+def test_unmatched_entries_are_listed_not_dropped(tmp_path):
+    mix = REFERENCE_DUMPS / "pytorch" / "statistics_mix" / "step0" / "rank" / "dump.json"
+    result = compare_dumps(read_dump(json_of(0)), read_dump(mix))
+    table = result.table
+    bench_only = table[table["NPU Name"] == "N/A"]["Bench Name"].tolist()
+    assert any(name.startswith("Module.conv.Conv2d.forward.0") for name in bench_only)
+    assert any(name.startswith("Tensor.view_as.0.forward") for name in bench_only)
+
+
+def test_fuzzy_match_ignores_call_counts(tmp_path):
+    data = json.loads(json_of(0).read_text())
+    renamed = {name.replace("Functional.relu.0.", "Functional.relu.7."): entry for name, entry in data["data"].items()}
+    (tmp_path / "dump.json").write_text(json.dumps({**data, "data": renamed}))
+    exact = compare_dumps(read_dump(tmp_path / "dump.json"), read_dump(json_of(0)))
+    fuzzy = compare_dumps(read_dump(tmp_path / "dump.json"), read_dump(json_of(0)), fuzzy=True)
+    assert (exact.table["Bench Name"] == "N/A").sum() > 0
+    assert (fuzzy.table["Bench Name"] == "N/A").sum() == 0
+
+
+def test_md5_mode(tmp_path):
+    data = json.loads(json_of(0).read_text())
+    for entry in data["data"].values():
+        for leaf in entry.get("input_args", []) + entry.get("output", []) + entry.get("input", []):
+            if isinstance(leaf, dict) and "dtype" in leaf:
+                leaf["md5"] = "0badf00d"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "dump.json").write_text(json.dumps(data))
+    data["data"]["Functional.relu.0.forward"]["output"][0]["md5"] = "12345678"
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "dump.json").write_text(json.dumps(data))
+    result = compare_dumps(read_dump(tmp_path / "b" / "dump.json"), read_dump(tmp_path / "a" / "dump.json"))
+    assert result.mode == "md5"
+    table = result.table.set_index("NPU Name")
+    assert table.loc["Functional.relu.0.forward.output.0", "Result"] == "Different"
+    assert table.loc["Functional.relu.0.forward.input.0", "Result"] == "Pass"
+
+
+def test_multi_rank_step_folders(tmp_path):
+    for side in ("npu", "bench"):
+        for rank in ("rank0", "rank1"):
+            shutil.copytree(STATS_L1 / "step0" / "rank", tmp_path / side / rank)
+    summaries = compare_distributed(tmp_path / "npu", tmp_path / "bench", tmp_path / "out")
+    assert sorted(s.rank for s in summaries) == ["0", "1"] and all(s.verdict == "PASS" for s in summaries)
+    assert len(list((tmp_path / "out").glob("compare_result_rank0_*.xlsx"))) == 1
+    assert len(list((tmp_path / "out").glob("compare_result_rank1_*.csv"))) == 1
+
+
+def test_a_killed_dump_can_be_compared(tmp_path):
+    folder = tmp_path / "killed"
+    folder.mkdir()
+    data = json.loads(json_of(0).read_text())
+    lines = [json.dumps(["header", "", {k: v for k, v in data.items() if k != "data"}])]
+    lines += [json.dumps(["data", name, entry]) for name, entry in list(data["data"].items())[:4]]
+    (folder / ".dump.json.journal").write_text("\n".join(lines) + '\n["data", "cut sh')
+    summary = compare({"npu_json_path": str(folder / "dump.json"), "bench_json_path": str(json_of(0))}, tmp_path)
+    assert summary.verdict == "PASS"
+    assert summary.unmatched > 0  # the entries the killed run never reached
+
+
+def run_cli(*args):
+    return CliRunner().invoke(cli, list(args), prog_name="msprobe")
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("{", "compare.json: invalid JSON"),
+        ('{"npu_path": "x"}', "bench_path: required field is missing"),
+        ('{"npu_path": "a", "bench_path": "b", "stak_path": "c"}', "stak_path: unknown key"),
+        ('{"npu_path": "/nonexistent/dump.json", "bench_path": "b"}', "/nonexistent/dump.json: dump.json not found"),
+    ],
+)
+def test_bad_compare_json_is_one_clear_line(tmp_path, content, message):
+    spec = tmp_path / "compare.json"
+    spec.write_text(content)
+    result = run_cli("compare", "-i", str(spec), "-o", str(tmp_path / "out"))
+    assert result.exit_code == 1
+    assert message in result.output and "Traceback" not in result.output
+    assert not list((tmp_path / "out").glob("compare_result_*")) if (tmp_path / "out").exists() else True
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [("[]", "not a dump.json"), ('{"data": {"x": 3}}', "entry 'x' is not an object"), ("{", "invalid JSON")],
+)
+def test_malformed_dump_json_names_the_file(tmp_path, content, message):
+    (tmp_path / "dump.json").write_text(content)
+    with pytest.raises(DataFileError, match=message) as info:
+        read_dump(tmp_path / "dump.json")
+    assert str(tmp_path / "dump.json") in str(info.value)
+
+
+def test_cli_verdict_line_and_exit_code(tmp_path):
+    spec = tmp_path / "compare.json"
+    spec.write_text(json.dumps({"npu_path": str(json_of(0)), "bench_path": str(json_of(0))}))
+    result = run_cli("compare", "-i", str(spec), "-o", str(tmp_path / "out"))
+    assert result.exit_code == 0 and "PASS: " in result.output
+    result = run_compare_json(spec, tmp_path / "out2", compare_only=True)
+    assert result[0].advice is None and not list((tmp_path / "out2").glob("advisor_*"))

@@ -1,0 +1,286 @@
+import json
+import logging
+import math
+import zlib
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from models import train_fixture_net, train_mixed_net
+from msprobe.core.dump.reader import read_dump
+from msprobe.pytorch import PrecisionDebugger
+from paths import REFERENCE_DUMPS
+
+FIXTURES = REFERENCE_DUMPS / "pytorch"
+
+
+def dump_mixed(tmp_path, task, level, **extra):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / f"{task}_{level}"
+    config = {"task": task, "dump_path": str(path), "level": level, **extra}
+    config_file = tmp_path / f"{task}_{level}.json"
+    config_file.write_text(json.dumps(config))
+    train_mixed_net(lambda model: PrecisionDebugger(config_path=str(config_file), model=model))
+    return path
+
+
+def load(path, step=0):
+    return read_dump(path / f"step{step}" / "rank" / "dump.json")
+
+
+def leaves(value):
+    if isinstance(value, dict):
+        if "dtype" in value:
+            yield value
+        else:
+            for item in value.values():
+                yield from leaves(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from leaves(item)
+
+
+@pytest.mark.parametrize("level", ["L0", "L1", "mix"])
+@pytest.mark.parametrize("task", ["statistics", "tensor", "structure"])
+def test_every_level_and_task_writes_both_steps(tmp_path, level, task):
+    path = dump_mixed(tmp_path, task, level)
+    for step in (0, 1):
+        folder = path / f"step{step}" / "rank"
+        assert {p.name for p in folder.iterdir()} >= {"dump.json", "stack.json", "construct.json"}
+        assert not (folder / ".dump.json.journal").exists()
+        dump = load(path, step)
+        assert (dump.task, dump.level, dump.framework) == (task, level, "pytorch")
+        names = list(dump.data)
+        if level in ("L1", "mix"):
+            for expected in ("Functional.conv1d.0.forward", "Functional.layer_norm.0.forward",
+                             "Functional.multi_head_attention_forward.0.forward", "Functional.linear.0.forward",
+                             "Functional.relu.0.forward", "Functional.dropout.0.forward", "Tensor.mul_.0.forward",
+                             "Functional.cross_entropy.0.forward", "Functional.linear.0.backward"):  # fmt: skip
+                assert expected in names
+            # only the outermost call is recorded: attention's inner linear is not a separate entry
+            assert sum(name.startswith("Functional.linear.") and name.endswith("forward") for name in names) == 2
+        if level in ("L0", "mix"):
+            for expected in ("Module.conv.Conv1d.forward.0", "Module.norm.LayerNorm.forward.0",
+                             "Module.attn.MultiheadAttention.forward.0", "Module.fc.Linear.backward.0",
+                             "Module.fc.Linear.parameters_grad", "Module.head.Linear.parameters_grad"):  # fmt: skip
+                assert expected in names
+            assert "Module.MixedNet.MixedNet.forward.0" not in names  # the whole model is not an entry
+        if task == "structure":
+            assert all(not list(leaves(entry)) for entry in dump.data.values())
+        assert set(dump.stack) <= set(dump.data)
+
+
+def test_statistics_match_numpy_on_the_saved_tensors(tmp_path):
+    path = dump_mixed(tmp_path, "tensor", "mix")
+    dump = load(path)
+    checked = 0
+    for leaf in (leaf for entry in dump.data.values() for leaf in leaves(entry)):
+        if "data_name" not in leaf:
+            continue
+        tensor = torch.load(dump.tensor_dir() / leaf["data_name"], weights_only=True)
+        assert str(tensor.dtype) == leaf["dtype"] and list(tensor.shape) == leaf["shape"]
+        if tensor.numel() == 0 or tensor.dtype == torch.bool:
+            continue
+        array = tensor.double().numpy()
+        expected = (array.max(), array.min(), array.mean(), np.linalg.norm(array.ravel()))
+        for key, value in zip(("Max", "Min", "Mean", "Norm"), expected):
+            assert math.isclose(leaf[key], value, rel_tol=1e-4, abs_tol=1e-6), (leaf["data_name"], key)
+        checked += 1
+    assert checked > 100
+
+
+def test_md5_is_the_crc32_of_the_tensor_bytes(tmp_path):
+    md5 = load(dump_mixed(tmp_path, "statistics", "L1", statistics={"summary_mode": "md5"}))
+    tensors = load(dump_mixed(tmp_path, "tensor", "L1"))
+    checked = 0
+    for name in ("Functional.linear.0.forward", "Functional.relu.0.forward", "Functional.layer_norm.0.forward"):
+        for with_md5, with_file in zip(leaves(md5.data[name]), leaves(tensors.data[name])):
+            tensor = torch.load(tensors.tensor_dir() / with_file["data_name"], weights_only=True)
+            assert with_md5["md5"] == f"{zlib.crc32(tensor.contiguous().numpy().tobytes()):08x}"
+            checked += 1
+    assert checked >= 6
+
+
+def test_mix_hierarchy_in_construct_json(tmp_path):
+    dump = load(dump_mixed(tmp_path, "statistics", "mix"))
+    parents = dump.construct
+    assert parents["Functional.linear.0.forward"] == "Module.fc.Linear.forward.0"
+    assert parents["Functional.layer_norm.0.forward"] == "Module.norm.LayerNorm.forward.0"
+    assert parents["Functional.linear.0.backward"] == "Module.fc.Linear.backward.0"
+    assert parents["Module.fc.Linear.forward.0"] is None
+    assert parents["Functional.cross_entropy.0.forward"] is None
+    assert parents["optimizer"] is None
+    assert any(parent == "optimizer" for parent in parents.values())
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_fixture_model_names_match_the_reference_tool(tmp_path, level):
+    def make(model):
+        return PrecisionDebugger(task="statistics", level=level, dump_path=str(tmp_path), model=model)
+
+    train_fixture_net(make)
+    for step in (0, 1):
+        ours = load(tmp_path, step)
+        reference = read_dump(FIXTURES / f"statistics_{level}" / f"step{step}" / "rank" / "dump.json")
+        expected = [name for name in reference.data if not name.startswith("Tensor.view_as.")]
+        assert list(ours.data) == expected
+
+
+def test_fixture_model_values_match_the_reference_tool(tmp_path):
+    train_fixture_net(lambda model: PrecisionDebugger(task="tensor", level="L1", dump_path=str(tmp_path), model=model))
+    ours = load(tmp_path)
+    reference = read_dump(FIXTURES / "tensor_L1" / "step0" / "rank" / "dump.json")
+    for name, entry in reference.data.items():
+        for theirs, mine in zip(leaves(entry), leaves(ours.data[name])):
+            assert theirs["data_name"] == mine["data_name"]
+            assert theirs["shape"] == mine["shape"]
+            for key in ("Max", "Min", "Mean", "Norm"):
+                assert math.isclose(theirs[key], mine[key], rel_tol=1e-5, abs_tol=1e-7), (name, key)
+
+
+def test_non_tensor_arguments_are_recorded_like_the_reference(tmp_path):
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path))
+    debugger.start()
+    x = torch.arange(12.0).reshape(3, 4)
+    x[1:3]
+    torch.ones_like(x, dtype=torch.float64)
+    torch.cat([x, x], dim=0)
+    x.sum(dim=(0, 1), keepdim=False)
+    torch.flip(x, dims=[0])
+    F.pad(x, (1, 1), mode="constant", value=None)
+    debugger.stop()
+    debugger.step()
+    data = load(tmp_path).data
+    assert data["Tensor.__getitem__.0.forward"]["input_args"][1] == {"type": "slice", "value": [1, 3, None]}
+    assert data["Torch.ones_like.0.forward"]["input_kwargs"]["dtype"] == {
+        "type": "torch.dtype",
+        "value": "torch.float64",
+    }
+    cat = data["Torch.cat.0.forward"]
+    assert len(cat["input_args"][0]) == 2 and cat["input_kwargs"]["dim"] == {"type": "int", "value": 0}
+    assert data["Tensor.sum.0.forward"]["input_kwargs"]["dim"] == [
+        {"type": "int", "value": 0},
+        {"type": "int", "value": 1},
+    ]
+    assert data["Tensor.sum.0.forward"]["input_kwargs"]["keepdim"] == {"type": "bool", "value": False}
+    assert data["Functional.pad.0.forward"]["input_kwargs"]["mode"] == {"type": "str", "value": "constant"}
+    assert data["Functional.pad.0.forward"]["input_kwargs"]["value"] is None
+
+
+def test_special_statistics(tmp_path):
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path))
+    values = [
+        torch.tensor([True, False]),
+        torch.tensor(-2.5),
+        torch.tensor([1, -3], dtype=torch.int64),
+        torch.tensor([3 + 4j, 0j]),
+        torch.tensor([1.0, float("inf"), -2.0, float("nan")]),
+        torch.zeros(0, 3),
+        torch.tensor([1.0, 2.0], dtype=torch.float64) / 3,
+    ]
+    debugger.start()
+    for value in values:
+        torch.clone(value)
+    debugger.stop()
+    debugger.step()
+    data = load(tmp_path).data
+
+    def first_input(index):
+        return data[f"Torch.clone.{index}.forward"]["input_args"][0]
+
+    assert (first_input(0)["Max"], first_input(0)["Min"]) == (True, False)
+    assert [first_input(1)[k] for k in ("Max", "Min", "Mean", "Norm")] == [-2.5] * 4
+    assert (first_input(2)["Max"], first_input(2)["Min"], first_input(2)["Mean"]) == (1.0, -3.0, -1.0)
+    assert first_input(3)["Max"] == 5.0 and first_input(3)["Min"] == 0.0
+    special = first_input(4)
+    assert special["Max"] == "nan" and special["Max_except_inf_nan"] == 1.0 and special["Min_except_inf_nan"] == -2.0
+    assert "Max" not in first_input(5) and first_input(5)["shape"] == [0, 3]
+    assert first_input(6)["Mean"] == 0.5  # float64 measured in float64: (1/3 + 2/3) / 2
+
+
+def test_inplace_api_records_inputs_before_the_call(tmp_path):
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path))
+    x = torch.ones(4)
+    debugger.start()
+    x.add_(5)
+    debugger.stop()
+    debugger.step()
+    entry = load(tmp_path).data["Tensor.add_.0.forward"]
+    assert entry["input_args"][0]["Max"] == 1.0
+    assert entry["output"][0]["Max"] == 6.0
+
+
+def test_filters_list_scope_and_data_mode(tmp_path):
+    only_relu = load(dump_mixed(tmp_path, "statistics", "L1", statistics={"list": ["relu"]}))
+    assert set(only_relu.data) == {"Functional.relu.0.forward", "Functional.relu.0.backward"}
+    regex = load(
+        dump_mixed(tmp_path / "r", "statistics", "L1", statistics={"list": ["name-regex(^Functional\\.linear)"]})
+    )
+    assert set(regex.data) == {f"Functional.linear.{i}.{d}" for i in (0, 1) for d in ("forward", "backward")}
+    forward_inputs = load(
+        dump_mixed(tmp_path / "f", "statistics", "L1", statistics={"data_mode": ["forward", "input"]})
+    )
+    assert all(name.endswith("forward") for name in forward_inputs.data)
+    assert all(entry["output"] == [] and entry["input_args"] for entry in forward_inputs.data.values())
+    scoped = load(
+        dump_mixed(
+            tmp_path / "s", "statistics", "mix",
+            statistics={"scope": ["Module.norm.LayerNorm.forward.0", "Module.fc.Linear.forward.0"]},
+        )
+    )  # fmt: skip
+    names = [name for name in scoped.data if not name.endswith("parameters_grad")]
+    assert names[0] == "Functional.layer_norm.0.forward" and "Module.fc.Linear.forward.0" in names
+    assert "Functional.conv1d.0.forward" not in names and "Module.head.Linear.forward.0" not in names
+
+
+def test_step_selection(tmp_path):
+    dump_mixed(tmp_path, "statistics", "L1", step=[1])
+    assert not (tmp_path / "statistics_L1" / "step0").exists()
+    assert (tmp_path / "statistics_L1" / "step1" / "rank" / "dump.json").exists()
+
+
+def test_training_is_bit_identical_with_and_without_the_tool(tmp_path):
+    plain, plain_losses = train_mixed_net(None)
+    dumped, dumped_losses = train_mixed_net(
+        lambda model: PrecisionDebugger(task="tensor", level="mix", dump_path=str(tmp_path), model=model)
+    )
+    assert all(torch.equal(a, b) for a, b in zip(plain_losses, dumped_losses))
+    for (name, a), (_, b) in zip(plain.named_parameters(), dumped.named_parameters()):
+        assert torch.equal(a, b), name
+    # and nothing of the tool is left behind
+    assert not hasattr(F.linear, "__msprobe_original__") and not hasattr(torch.Tensor.add_, "__msprobe_original__")
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in plain.modules())
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in dumped.modules())
+
+
+def test_an_exception_inside_the_tool_is_logged_once_and_training_goes_on(tmp_path, monkeypatch, caplog):
+    from msprobe.pytorch.dump import tensors
+
+    original = tensors._measure
+
+    def flaky(tensor):
+        if tensor.dim() == 2 and tensor.shape[-1] == 16:
+            raise RuntimeError("simulated failure")
+        return original(tensor)
+
+    monkeypatch.setattr(tensors, "_measure", flaky)
+    plain, plain_losses = train_mixed_net(None)
+    with caplog.at_level(logging.WARNING):
+        _, losses = train_mixed_net(
+            lambda model: PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path), model=model)
+        )
+    assert all(torch.equal(a, b) for a, b in zip(plain_losses, losses))
+    failures = [r.getMessage() for r in caplog.records if "simulated failure" in r.getMessage()]
+    assert failures and len(failures) == len(set(failures))  # once per API
+    assert "Functional.relu.0.forward" in load(tmp_path).data
+
+
+def test_bad_calls(tmp_path):
+    from msprobe.core.errors import UsageError
+
+    with pytest.raises(UsageError, match="level L0 dumps modules"):
+        PrecisionDebugger(task="statistics", level="L0", dump_path=str(tmp_path)).start()
+    with pytest.raises(UsageError, match="model must be a pytorch model"):
+        PrecisionDebugger(dump_path=str(tmp_path), model=[torch.nn.ReLU(), 3])
