@@ -266,7 +266,7 @@ def test_an_exception_inside_the_tool_is_logged_once_and_training_goes_on(tmp_pa
         return original(tensor)
 
     monkeypatch.setattr(tensors, "_measure", flaky)
-    plain, plain_losses = train_mixed_net(None)
+    _, plain_losses = train_mixed_net(None)
     with caplog.at_level(logging.WARNING):
         _, losses = train_mixed_net(
             lambda model: PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path), model=model)
