@@ -1,10 +1,12 @@
 """Writing one step/rank folder: dump.json, stack.json, construct.json.
 
-Entries are kept in memory in call order and written as the reference
-writes them (one-space indentation) when the step ends. Meanwhile each
-entry is also appended to a journal next to dump.json, flushed to the OS
-per entry, so a process killed mid-step leaves everything collected so far
-readable (:func:`msprobe.core.dump.reader.read_dump` replays the journal).
+Each entry is encoded to JSON once, when it arrives: that text is appended
+to a journal next to dump.json (flushed to the OS per entry, so a process
+killed mid-step leaves everything collected so far readable, see
+:func:`msprobe.core.dump.reader.read_dump`) and reused when dump.json is
+written at the end of the step, one entry per line. The reference indents
+every value on its own line; any JSON reader reads both, and encoding once
+with the C encoder is what keeps the dump cheap.
 Files are created 0o640, folders 0o750, and nothing is written through a
 symlink.
 """
@@ -55,26 +57,52 @@ def write_json_atomic(path: Path, data: Any, indent: int | None = 1) -> None:
     os.replace(temporary, path)
 
 
+def _encode(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _write_object(path: Path, header: dict[str, Any], entries: dict[str, str], key: Optional[str]) -> None:
+    """Write ``{header..., key: {name: entry, ...}}`` (or just the entries) from pre-encoded entry texts."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    with open_new_file(temporary) as handle:
+        handle.write("{\n")
+        for name, value in header.items():
+            handle.write(f" {_encode(name)}: {_encode(value)},\n")
+        if key is not None:
+            handle.write(f" {_encode(key)}: {{")
+        indent = "  " if key is not None else " "
+        separator = "\n"
+        for name, text in entries.items():
+            handle.write(f"{separator}{indent}{_encode(name)}: {text}")
+            separator = ",\n"
+        if key is not None:
+            handle.write("\n }" if entries else "}")
+        handle.write("\n}\n")
+    os.replace(temporary, path)
+
+
 class DumpWriter:
     """The files of one ``step{N}/rank{R}`` folder."""
 
     def __init__(self, folder: Path, header: dict[str, Any], journal: bool = True):
         self.folder = make_dir(folder)
         self.header = header
-        self.data: dict[str, Any] = {}
-        self.stack: dict[str, Any] = {}
-        self.construct: dict[str, str | None] = {}
+        self.data: dict[str, Optional[str]] = {}
+        self.stack: dict[str, str] = {}
+        self.construct: dict[str, str] = {}
         self._journal = open_new_file(self.folder / JOURNAL_NAME, "a") if journal else None
         self._closed = False
-        self._log("header", "", header)
+        self._dirty = True
+        self._log("header", "", _encode(header))
 
-    def _log(self, kind: str, name: str, value: Any) -> None:
+    def _log(self, kind: str, name: str, text: str) -> None:
+        self._dirty = True
         if self._journal is None:
             return
         try:
-            self._journal.write(json.dumps([kind, name, value], ensure_ascii=False) + "\n")
+            self._journal.write(f"[{_encode(kind)}, {_encode(name)}, {text}]\n")
             self._journal.flush()
-        except (OSError, TypeError, ValueError) as exc:  # a full disk must not stop training
+        except OSError as exc:  # a full disk must not stop training
             logger.warning("dump journal write failed for %s: %s", name, exc)
 
     def reserve(self, name: str) -> None:
@@ -82,23 +110,29 @@ class DumpWriter:
         self.data.setdefault(name, None)
 
     def add(self, name: str, entry: dict[str, Any]) -> None:
-        self.data[name] = entry
-        self._log("data", name, entry)
+        text = _encode(entry)
+        self.data[name] = text
+        self._log("data", name, text)
 
     def add_stack(self, name: str, frames: Any) -> None:
-        self.stack[name] = frames
-        self._log("stack", name, frames)
+        text = _encode(frames)
+        self.stack[name] = text
+        self._log("stack", name, text)
 
-    def set_parent(self, name: str, parent: str | None) -> None:
-        self.construct[name] = parent
-        self._log("construct", name, parent)
+    def set_parent(self, name: str, parent: Optional[str]) -> None:
+        text = _encode(parent)
+        self.construct[name] = text
+        self._log("construct", name, text)
 
     def flush(self) -> None:
         """Write the three files with everything so far; collection may go on afterwards."""
-        data = {name: entry for name, entry in self.data.items() if entry is not None}
-        write_json_atomic(self.folder / "dump.json", {**self.header, "data": data})
-        write_json_atomic(self.folder / "stack.json", self.stack)
-        write_json_atomic(self.folder / "construct.json", self.construct)
+        if not self._dirty:
+            return
+        data = {name: text for name, text in self.data.items() if text is not None}
+        _write_object(self.folder / "dump.json", self.header, data, "data")
+        _write_object(self.folder / "stack.json", {}, self.stack, None)
+        _write_object(self.folder / "construct.json", {}, self.construct, None)
+        self._dirty = False
 
     def close(self) -> None:
         """Write the three files and drop the journal."""

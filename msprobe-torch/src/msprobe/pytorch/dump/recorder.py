@@ -42,9 +42,10 @@ NAMESPACES = {
 _TOOL_ROOT = str(Path(__file__).resolve().parents[2])  # .../msprobe, to keep the tool out of stacks
 
 
-def load_api_names() -> dict[str, list[str]]:
+@functools.cache
+def load_api_names() -> dict[str, tuple[str, ...]]:
     text = importlib.resources.files("msprobe.pytorch.dump").joinpath("api_names.yaml").read_text()
-    return yaml.safe_load(text)
+    return {namespace: tuple(names) for namespace, names in yaml.safe_load(text).items()}
 
 
 class _ThreadState(threading.local):
@@ -93,6 +94,7 @@ class TorchDumpRecorder:
         self.module_stack: list[str] = []
         self.patches: list[Patch] = []
         self.handles: list[Any] = []
+        self._wrappers: dict[tuple[int, str], Callable] = {}
         self._stack_cache: dict[tuple, list[str]] = {}
         self.with_construct = self.level in ("L0", "mix")
 
@@ -162,13 +164,17 @@ class TorchDumpRecorder:
                 if not callable(original) or getattr(original, "__msprobe_original__", None) is not None:
                     continue
                 had_own = attribute in getattr(owner, "__dict__", {})
+                cache_key = (id(owner), attribute)
+                wrapper = self._wrappers.get(cache_key)
+                if wrapper is None or wrapper.__msprobe_original__ is not original:
+                    wrapper = self._wrappers[cache_key] = self._wrap(original, f"{prefix}.{api}")
                 try:
-                    setattr(owner, attribute, self._wrap(original, f"{prefix}.{api}", api))
+                    setattr(owner, attribute, wrapper)
                 except (AttributeError, TypeError):
                     continue  # read-only attribute
                 self.patches.append(Patch(owner, attribute, original, had_own))
 
-    def _wrap(self, original: Callable, key: str, api: str) -> Callable:
+    def _wrap(self, original: Callable, key: str) -> Callable:
         recorder = self
         state = self.state
 

@@ -1,0 +1,104 @@
+"""Step time of workload W with each dump configuration, as a ratio to the untouched step.
+
+    python bench/bench_dump.py [--steps 6] [--out /tmp/msprobe_bench]
+
+All configurations are measured in one run, one thread, after a warm-up.
+Targets (SPEC section 6): statistics L1 <= 1.5x, mix <= 1.7x, md5 <= 2x,
+tensor L1 within 1.5x of writing the same bytes with numpy.save.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from workload import make_workload
+
+from msprobe.pytorch import PrecisionDebugger
+
+CONFIGS = [
+    ("none", None),
+    ("statistics L1", {"task": "statistics", "level": "L1"}),
+    ("statistics mix", {"task": "statistics", "level": "mix"}),
+    ("md5 L1", {"task": "statistics", "level": "L1", "statistics": {"summary_mode": "md5"}}),
+    ("tensor L1", {"task": "tensor", "level": "L1"}),
+    ("structure mix", {"task": "structure", "level": "mix"}),
+]
+TARGETS = {"statistics L1": 1.5, "statistics mix": 1.7, "md5 L1": 2.0}
+
+
+def time_config(config: dict | None, steps: int, out: Path) -> float:
+    model, train_step = make_workload()
+    debugger = None
+    if config is not None:
+        import json
+
+        config_file = out / "config.json"
+        config_file.write_text(json.dumps({**config, "dump_path": str(out / "dump")}))
+        debugger = PrecisionDebugger(config_path=str(config_file), model=model)
+    times = []
+    for _ in range(steps + 1):
+        start = time.perf_counter()
+        if debugger is not None:
+            debugger.start()
+        train_step()
+        if debugger is not None:
+            debugger.stop()
+            debugger.step()
+        times.append(time.perf_counter() - start)
+    if debugger is not None:
+        debugger.finish()
+    return statistics.median(times[1:])
+
+
+def numpy_write_time(dump_folder: Path) -> float:
+    """Time to write the same tensors with numpy.save (the tensor target's yardstick)."""
+    arrays = [torch.load(p, weights_only=True).numpy() for p in sorted(dump_folder.glob("*.pt"))]
+    target = dump_folder.parent / "numpy_copy"
+    target.mkdir(exist_ok=True)
+    start = time.perf_counter()
+    for index, array in enumerate(arrays):
+        np.save(target / f"{index}.npy", array)
+    elapsed = time.perf_counter() - start
+    shutil.rmtree(target)
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--out", type=Path, default=Path("/tmp/msprobe_bench"))
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    results = {}
+    for label, config in CONFIGS:
+        folder = args.out / label.replace(" ", "_")
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        results[label] = time_config(config, args.steps, folder)
+    base = results["none"]
+    print(f"{'configuration':<16} {'step (ms)':>10} {'ratio':>7}  target")
+    for label, seconds in results.items():
+        target = TARGETS.get(label)
+        verdict = "" if target is None else f"<= {target}x  {'met' if seconds / base <= target else 'NOT met'}"
+        print(f"{label:<16} {seconds * 1000:>10.1f} {seconds / base:>6.2f}x  {verdict}")
+    tensor_data = args.out / "tensor_L1" / "dump" / "step1" / "rank" / "dump_tensor_data"
+    if tensor_data.exists():
+        numpy_seconds = numpy_write_time(tensor_data)
+        extra = results["tensor L1"] - base
+        print(
+            f"tensor L1: {extra * 1000:.1f} ms over the plain step; numpy.save of the same bytes: "
+            f"{numpy_seconds * 1000:.1f} ms; ratio {extra / numpy_seconds:.2f} (target <= 1.5)"
+        )
+
+
+if __name__ == "__main__":
+    main()
