@@ -61,7 +61,7 @@ def _encode(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _write_object(path: Path, header: dict[str, Any], entries: dict[str, str], key: Optional[str]) -> None:
+def _write_object(path: Path, header: dict[str, Any], entries: dict[str, str], key: str | None) -> None:
     """Write ``{header..., key: {name: entry, ...}}`` (or just the entries) from pre-encoded entry texts."""
     temporary = path.with_name(f".{path.name}.tmp")
     with open_new_file(temporary) as handle:
@@ -87,7 +87,7 @@ class DumpWriter:
     def __init__(self, folder: Path, header: dict[str, Any], journal: bool = True):
         self.folder = make_dir(folder)
         self.header = header
-        self.data: dict[str, Optional[str]] = {}
+        self.data: dict[str, str | None] = {}
         self.stack: dict[str, str] = {}
         self.construct: dict[str, str] = {}
         self._journal = open_new_file(self.folder / JOURNAL_NAME, "a") if journal else None
@@ -119,7 +119,7 @@ class DumpWriter:
         self.stack[name] = text
         self._log("stack", name, text)
 
-    def set_parent(self, name: str, parent: Optional[str]) -> None:
+    def set_parent(self, name: str, parent: str | None) -> None:
         text = _encode(parent)
         self.construct[name] = text
         self._log("construct", name, text)
