@@ -120,7 +120,7 @@ class DumpCollector:
             entry = {key: [self.encoder.encode(value, f"{name}.{key}")] for key, value in grads.items()}
         self.open_step().add(name, entry)
 
-    def stack(self, name: str, frames: list[str]) -> None:
+    def stack(self, name: str, frames: Any) -> None:
         self.open_step().add_stack(name, frames)
 
     def parent(self, name: str, parent: str | None) -> None:

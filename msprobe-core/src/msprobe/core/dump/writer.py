@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,18 @@ def write_json_atomic(path: Path, data: Any, indent: int | None = 1) -> None:
     os.replace(temporary, path)
 
 
+class EncodedJSON(str):
+    """Text that is already JSON (e.g. a stack shared by many entries): written as is."""
+
+
+_PLAIN_NAME = re.compile(r'^[^"\\\x00-\x1f]*$')
+
+
 def _encode(value: Any) -> str:
+    if isinstance(value, EncodedJSON):
+        return value
+    if isinstance(value, str) and _PLAIN_NAME.match(value):
+        return f'"{value}"'
     return json.dumps(value, ensure_ascii=False)
 
 
@@ -100,7 +112,7 @@ class DumpWriter:
         if self._journal is None:
             return
         try:
-            self._journal.write(f"[{_encode(kind)}, {_encode(name)}, {text}]\n")
+            self._journal.write(f'["{kind}", {_encode(name)}, {text}]\n')
             self._journal.flush()
         except OSError as exc:  # a full disk must not stop training
             logger.warning("dump journal write failed for %s: %s", name, exc)

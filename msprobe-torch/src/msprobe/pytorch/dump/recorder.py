@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import json
 import linecache
 import logging
 import sys
@@ -24,6 +25,7 @@ import yaml
 
 from msprobe.core.dump.collector import DumpCollector
 from msprobe.core.dump.values import ValueEncoder
+from msprobe.core.dump.writer import EncodedJSON
 from msprobe.core.session import TaskSession
 from msprobe.pytorch.dump import grad_taps
 from msprobe.pytorch.dump.tensors import TensorSummarizer, describe_object, is_tensor
@@ -95,7 +97,7 @@ class TorchDumpRecorder:
         self.patches: list[Patch] = []
         self.handles: list[Any] = []
         self._wrappers: dict[tuple[int, str], Callable] = {}
-        self._stack_cache: dict[tuple, list[str]] = {}
+        self._stack_cache: dict[tuple, EncodedJSON] = {}
         self.with_construct = self.level in ("L0", "mix")
 
     # -- TaskHooks ------------------------------------------------------------------
@@ -351,7 +353,7 @@ class TorchDumpRecorder:
         return hook
 
     # -- stacks --------------------------------------------------------------------------------
-    def _stack(self) -> list[str]:
+    def _stack(self) -> EncodedJSON:
         frame = sys._getframe(1)
         key_parts = []
         while frame is not None:
@@ -362,12 +364,12 @@ class TorchDumpRecorder:
         key = tuple(key_parts)
         cached = self._stack_cache.get(key)
         if cached is None:
-            cached = [
+            frames = [
                 f"File {code.co_filename}, line {line}, in {code.co_name}, \n "
                 f"{linecache.getline(code.co_filename, line).strip()}"
                 for code, line in key_parts
             ]
-            self._stack_cache[key] = cached
+            cached = self._stack_cache[key] = EncodedJSON(json.dumps(frames, ensure_ascii=False))
         return cached
 
 
