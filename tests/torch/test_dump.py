@@ -284,3 +284,75 @@ def test_bad_calls(tmp_path):
         PrecisionDebugger(task="statistics", level="L0", dump_path=str(tmp_path)).start()
     with pytest.raises(UsageError, match="model must be a pytorch model"):
         PrecisionDebugger(dump_path=str(tmp_path), model=[torch.nn.ReLU(), 3])
+
+
+def test_async_dump_writes_the_same_statistics(tmp_path):
+    sync = load(dump_mixed(tmp_path / "sync", "statistics", "L1"))
+    deferred = load(dump_mixed(tmp_path / "async", "statistics", "L1", async_dump=True))
+    assert list(sync.data) == list(deferred.data)
+    for name, entry in sync.data.items():
+        for a, b in zip(leaves(entry), leaves(deferred.data[name])):
+            for key in ("Max", "Min", "Mean", "Norm"):
+                if key in a:
+                    assert a[key] == pytest.approx(b[key], rel=1e-6, abs=1e-9), (name, key)
+
+
+def test_async_tensor_dump_writes_the_listed_tensors_at_step_end(tmp_path):
+    path = dump_mixed(tmp_path, "tensor", "L1", async_dump=True, tensor={"list": ["relu"]})
+    dump = load(path)
+    assert set(dump.data) == {"Functional.relu.0.forward", "Functional.relu.0.backward"}
+    for leaf in leaves(dump.data["Functional.relu.0.forward"]):
+        tensor = torch.load(dump.tensor_dir() / leaf["data_name"], weights_only=True)
+        assert tensor.max().item() == pytest.approx(leaf["Max"])
+
+
+def test_save_at_debug_level(tmp_path):
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), level="debug", task="tensor")
+    x = torch.randn(3, requires_grad=True)
+    y = x * 2
+    PrecisionDebugger.save({"a": y, "b": [1, "s"]}, "var")  # the reference calls it on the class
+    debugger.save(y, "var")
+    y.sum().backward()
+    debugger.step()
+    debugger.save(torch.ones(2), "var", save_backward=False)
+    debugger.finish()
+    step0 = json.loads((tmp_path / "step0" / "rank" / "debug.json").read_text())
+    assert list(step0["data"]) == ["var.0.debug", "var.1.debug", "var_grad.0.debug", "var_grad.1.debug"]
+    assert step0["data"]["var.0.debug"]["b"] == [{"type": "int", "value": 1}, {"type": "str", "value": "s"}]
+    grad_file = tmp_path / "step0" / "rank" / "dump_tensor_data" / "var_grad.1.tensor.pt"
+    assert torch.equal(torch.load(grad_file, weights_only=True), torch.ones(3))
+    step1 = json.loads((tmp_path / "step1" / "rank" / "debug.json").read_text())
+    assert list(step1["data"]) == ["var.0.debug"]
+
+
+def test_npu_custom_ops_are_hooked_when_torch_npu_is_imported(tmp_path, monkeypatch):
+    import sys
+    import types
+
+    fake = types.ModuleType("torch_npu")
+    fake.npu_rms_norm = lambda x, gamma, epsilon=1e-6: (
+        x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + epsilon) * gamma,
+    )
+    monkeypatch.setitem(sys.modules, "torch_npu", fake)
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path))
+    debugger.start()
+    fake.npu_rms_norm(torch.ones(2, 4), torch.full((4,), 2.0))
+    debugger.stop()
+    debugger.step()
+    entry = load(tmp_path).data["NPU.npu_rms_norm.0.forward"]
+    assert entry["output"][0]["Max"] == pytest.approx(2.0, rel=1e-5)
+    assert "Torch.rsqrt.0.forward" not in load(tmp_path).data  # only the outermost call
+
+
+def test_torch_npu_is_never_imported_by_the_tool(tmp_path):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch; from msprobe.pytorch import PrecisionDebugger;"
+        f"d = PrecisionDebugger(task='statistics', level='L1', dump_path={str(tmp_path)!r});"
+        "d.start(); torch.ones(2).add(1); d.stop(); d.step();"
+        "print('torch_npu' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "False", result.stderr

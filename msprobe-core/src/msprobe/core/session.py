@@ -61,10 +61,28 @@ class TaskSession:
         return Path(self.config.dump_path) / f"step{self.step}" / ("rank" if rank is None else f"rank{rank}")
 
 
+class _OnCurrentDebugger:
+    """A method callable on an instance or on the class (then on the newest instance), like the reference's save."""
+
+    def __init__(self, function: Any):
+        self.function = function
+        self.__doc__ = function.__doc__
+
+    def __get__(self, instance: Any, owner: type) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            target = instance if instance is not None else owner._current
+            if target is None:
+                raise UsageError(f"{owner.__name__}.{self.function.__name__}() needs a PrecisionDebugger created first")
+            return self.function(target, *args, **kwargs)
+
+        return call
+
+
 class BaseDebugger:
     """Config, step/rank selection and start/stop/step for every framework."""
 
     framework: str = ""
+    _current: BaseDebugger | None = None
 
     def __init__(
         self,
@@ -83,6 +101,8 @@ class BaseDebugger:
         self._hooks: Any = None
         self._running = False
         self._start_called = False
+        self._saver: Any = None
+        type(self)._current = self
         atexit.register(_finish_at_exit, weakref.ref(self))
 
     # -- what a framework supplies ------------------------------------------------
@@ -122,7 +142,7 @@ class BaseDebugger:
                 "PrecisionDebugger(..., model=model) or start(model=model)"
             )
         self._start_called = True
-        if self._running:
+        if self._running or self.config.level == "debug":
             return
         if not (self.step_selected() and self.rank_selected()):
             return
@@ -146,8 +166,29 @@ class BaseDebugger:
             flush()
         self.current_step += 1
 
+    @_OnCurrentDebugger
+    def save(self, variable: Any, name: str, save_backward: bool = True) -> None:
+        """Keep ``variable`` (tensors, nested lists/dicts, numbers, strings) in debug.json, level ``debug``."""
+        if self.config.level != "debug":
+            raise UsageError("save() needs level 'debug' in the config")
+        if not isinstance(name, str) or not name:
+            raise UsageError("save() needs a non-empty name")
+        if not (self.step_selected() and self.rank_selected()):
+            return
+        if self._saver is None:
+            self._saver = self._make_saver()
+        try:
+            self._saver.save(variable, name, save_backward=save_backward)
+        except Exception as exc:  # never break training
+            logger.warning("msprobe: save(%r) failed and is skipped: %s", name, exc)
+
+    def _make_saver(self) -> Any:
+        raise UsageError(f"save() is not available for {self.framework}")
+
     def finish(self) -> None:
         """Remove every hook and write what was collected (also run at interpreter exit)."""
+        if self._saver is not None:
+            self._saver.close()
         if self._running:
             self.stop()
         flush = getattr(self._hooks, "end_step", None)

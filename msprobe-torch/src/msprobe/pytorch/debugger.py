@@ -25,3 +25,41 @@ class PrecisionDebugger(BaseDebugger):
 
     def is_model(self, obj: Any) -> bool:
         return isinstance(obj, torch.nn.Module)
+
+    def _make_saver(self) -> Any:
+        from msprobe.core.dump.debug_save import DebugSaver
+        from msprobe.core.dump.values import ValueEncoder
+        from msprobe.pytorch.dump.tensors import TensorSummarizer, describe_object, is_tensor
+
+        summarizer = TensorSummarizer(self.config.task, self.config.summary_mode)
+        encoder = ValueEncoder(is_tensor, summarizer, describe_object)
+        return DebugSaver(self.session, encoder, summarizer.set_tensor_dir, register_gradient)
+
+
+def register_gradient(value: Any, callback: Any) -> bool:
+    """Call ``callback`` with ``value``'s structure of gradients once every tensor in it has one."""
+    from msprobe.pytorch.dump.grad_taps import tensors_requiring_grad
+
+    tensors = tensors_requiring_grad(value)
+    if not tensors or not torch.is_grad_enabled():
+        return False
+    grads: dict[int, torch.Tensor] = {}
+
+    def rebuild(item: Any) -> Any:
+        if isinstance(item, torch.Tensor):
+            return grads.get(id(item))
+        if isinstance(item, (list, tuple)):
+            return [rebuild(x) for x in item]
+        if isinstance(item, dict):
+            return {k: rebuild(x) for k, x in item.items()}
+        return item
+
+    for tensor in tensors:
+
+        def hook(grad: torch.Tensor, key: int = id(tensor)) -> None:
+            grads[key] = grad
+            if len(grads) == len(tensors):
+                callback(rebuild(value))
+
+        tensor.register_hook(hook)
+    return True

@@ -33,6 +33,7 @@ class DumpCollector:
         self.modes = DataModeFilter(config.data_mode)
         self.scope = ScopeFilter(config.scope)
         self.writer: DumpWriter | None = None
+        self.deferred = config.async_dump
         self._failed_names: set[str] = set()
 
     # -- step folders ------------------------------------------------------------
@@ -99,7 +100,7 @@ class DumpCollector:
                     key: self.encoder.encode(value, f"{name}.parameters.{key}") for key, value in parameters.items()
                 }
         entry["is_recompute"] = False
-        self.open_step().add(name, entry)
+        self.open_step().add(name, entry, self.deferred)
 
     def backward(self, name: str, grad_of_outputs: Any, grad_of_inputs: Any) -> None:
         """Reference naming: ``input`` holds the gradients arriving (w.r.t. outputs), ``output`` those leaving."""
@@ -118,7 +119,7 @@ class DumpCollector:
         entry = {}
         if self.task != "structure":
             entry = {key: [self.encoder.encode(value, f"{name}.{key}")] for key, value in grads.items()}
-        self.open_step().add(name, entry)
+        self.open_step().add(name, entry, self.deferred)
 
     def stack(self, name: str, frames: Any) -> None:
         self.open_step().add_stack(name, frames)

@@ -65,12 +65,20 @@ class EncodedJSON(str):
 _PLAIN_NAME = re.compile(r'^[^"\\\x00-\x1f]*$')
 
 
+def _resolve(value: Any) -> Any:
+    """json ``default``: values measured asynchronously are read back now."""
+    resolve = getattr(value, "resolve", None)
+    if resolve is None:
+        raise TypeError(f"{type(value).__name__} is not JSON serializable")
+    return resolve()
+
+
 def _encode(value: Any) -> str:
     if isinstance(value, EncodedJSON):
         return value
     if isinstance(value, str) and _PLAIN_NAME.match(value):
         return f'"{value}"'
-    return json.dumps(value, ensure_ascii=False)
+    return json.dumps(value, ensure_ascii=False, default=_resolve)
 
 
 def _write_object(path: Path, header: dict[str, Any], entries: dict[str, str], key: str | None) -> None:
@@ -96,10 +104,11 @@ def _write_object(path: Path, header: dict[str, Any], entries: dict[str, str], k
 class DumpWriter:
     """The files of one ``step{N}/rank{R}`` folder."""
 
-    def __init__(self, folder: Path, header: dict[str, Any], journal: bool = True):
+    def __init__(self, folder: Path, header: dict[str, Any], journal: bool = True, file_name: str = "dump.json"):
         self.folder = make_dir(folder)
         self.header = header
-        self.data: dict[str, str | None] = {}
+        self.file_name = file_name
+        self.data: dict[str, Any] = {}
         self.stack: dict[str, str] = {}
         self.construct: dict[str, str] = {}
         self._journal = open_new_file(self.folder / JOURNAL_NAME, "a") if journal else None
@@ -121,7 +130,12 @@ class DumpWriter:
         """Fix an entry's position now and fill it later (parameter gradients follow their forward)."""
         self.data.setdefault(name, None)
 
-    def add(self, name: str, entry: dict[str, Any]) -> None:
+    def add(self, name: str, entry: dict[str, Any], deferred: bool = False) -> None:
+        """Store an entry; ``deferred`` ones (async dump) are encoded at the end of the step."""
+        if deferred:
+            self.data[name] = entry
+            self._dirty = True
+            return
         text = _encode(entry)
         self.data[name] = text
         self._log("data", name, text)
@@ -140,10 +154,15 @@ class DumpWriter:
         """Write the three files with everything so far; collection may go on afterwards."""
         if not self._dirty:
             return
+        for name, value in self.data.items():
+            if isinstance(value, dict):
+                self.data[name] = text = _encode(value)
+                self._log("data", name, text)
         data = {name: text for name, text in self.data.items() if text is not None}
-        _write_object(self.folder / "dump.json", self.header, data, "data")
-        _write_object(self.folder / "stack.json", {}, self.stack, None)
-        _write_object(self.folder / "construct.json", {}, self.construct, None)
+        _write_object(self.folder / self.file_name, self.header, data, "data")
+        if self.file_name == "dump.json":
+            _write_object(self.folder / "stack.json", {}, self.stack, None)
+            _write_object(self.folder / "construct.json", {}, self.construct, None)
         self._dirty = False
 
     def close(self) -> None:

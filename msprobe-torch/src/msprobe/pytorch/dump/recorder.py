@@ -87,7 +87,7 @@ class TorchDumpRecorder:
         self.session = session
         config = session.config
         self.level = config.level
-        self.summarizer = TensorSummarizer(config.task, config.summary_mode)
+        self.summarizer = TensorSummarizer(config.task, config.summary_mode, deferred=config.async_dump)
         encoder = ValueEncoder(is_tensor, self.summarizer, describe_object)
         self.collector = DumpCollector(session, encoder, self.summarizer.set_tensor_dir)
         self.state = _ThreadState()
@@ -134,9 +134,11 @@ class TorchDumpRecorder:
             handle.remove()
         self.handles.clear()
         self.module_stack.clear()
+        self._guard(self.summarizer.write_pending, "tensor files")
         self._guard(self.collector.flush_step, "dump files")
 
     def end_step(self) -> None:
+        self._guard(self.summarizer.write_pending, "tensor files")
         self._guard(self.collector.close_step, "dump files")
         self.api_counts.clear()
         self.module_counts.clear()

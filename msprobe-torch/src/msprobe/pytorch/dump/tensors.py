@@ -48,6 +48,44 @@ def _measure(tensor: torch.Tensor) -> dict[str, Any]:
     return {key: _json_number(value) for key, value in stats.items()}
 
 
+class DeferredStats:
+    """Four statistics still on the device; read back once, when the step's files are written."""
+
+    __slots__ = ("_values", "tensor")
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor = tensor
+        self._values: list | None = None
+
+    def value(self, index: int) -> Any:
+        if self._values is None:
+            self._values = [_json_number(v) for v in self.tensor.tolist()]
+            self.tensor = None
+        return self._values[index]
+
+
+class DeferredStat:
+    __slots__ = ("index", "stats")
+
+    def __init__(self, stats: DeferredStats, index: int):
+        self.stats, self.index = stats, index
+
+    def resolve(self) -> Any:
+        return self.stats.value(self.index)
+
+
+def _measure_deferred(tensor: torch.Tensor) -> dict[str, Any]:
+    """Async mode: no host sync per tensor. Inf/nan tensors get no *_except_inf_nan pair here."""
+    data = tensor.detach()
+    if data.dtype == torch.bool or data.is_complex() or data.dim() == 0:
+        return _measure(tensor)  # rare and cheap: measured at once
+    if data.dtype not in _MEASURED_AS_IS:
+        data = data.float()
+    low, high = torch.aminmax(data)
+    stats = DeferredStats(torch.stack((high, low, data.mean(), torch.linalg.vector_norm(data))))
+    return {key: DeferredStat(stats, index) for index, key in enumerate(("Max", "Min", "Mean", "Norm"))}
+
+
 def _finite(value: float) -> bool:
     return math.isfinite(value)
 
@@ -75,8 +113,10 @@ def _needs_copy(tensor: torch.Tensor) -> bool:
 class TensorSummarizer:
     """Summarizes tensors for one run; caches statistics of unchanged tensors within a step."""
 
-    def __init__(self, task: str, summary_mode: str):
+    def __init__(self, task: str, summary_mode: str, deferred: bool = False):
         self.task = task
+        self.deferred = deferred
+        self._pending_files: list[tuple[torch.Tensor, Path]] = []
         self.with_stats = task in ("statistics", "tensor", "overflow_check")
         self.with_crc = summary_mode == "md5"
         self.tensor_dir: Path | None = None
@@ -88,13 +128,19 @@ class TensorSummarizer:
     def clear(self) -> None:
         self._cache.clear()
 
+    def write_pending(self) -> None:
+        """Async mode: the tensor files of the step, written when it ends."""
+        pending, self._pending_files = self._pending_files, []
+        for data, path in pending:
+            _save_file(data, path)
+
     def statistics(self, tensor: torch.Tensor) -> dict[str, Any]:
         key = id(tensor)
         version = tensor._version
         cached = self._cache.get(key)
         if cached is not None and cached[0]() is tensor and cached[1] == version:
             return cached[2]
-        stats = _measure(tensor)
+        stats = _measure_deferred(tensor) if self.deferred else _measure(tensor)
         try:
             self._cache[key] = (weakref.ref(tensor), version, stats)
         except TypeError:  # some tensor subclasses refuse weak references
@@ -117,10 +163,17 @@ class TensorSummarizer:
             data = tensor.detach()
             if _needs_copy(data):
                 data = data.clone(memory_format=torch.contiguous_format)
-            with open_new_file(self.tensor_dir / file_name, "wb") as handle:
-                torch.save(data.cpu(), handle)
+            if self.deferred:
+                self._pending_files.append((data.clone(), self.tensor_dir / file_name))
+            else:
+                _save_file(data, self.tensor_dir / file_name)
             summary["data_name"] = file_name
         return summary
+
+
+def _save_file(data: torch.Tensor, path: Path) -> None:
+    with open_new_file(path, "wb") as handle:
+        torch.save(data.cpu(), handle)
 
 
 def describe_object(value: Any) -> dict[str, Any] | None:
