@@ -79,12 +79,13 @@ def read_compare_json(path: str | Path) -> CompareInput:
 
 
 def _readers() -> dict[str, Any]:
+    """Tensor file readers by suffix; a backend's framework is imported only when its first file is read."""
     readers: dict[str, Any] = {".npy": load_npy}
     try:
         from msprobe.core.plugins import get_registry
 
         for backend in get_registry().backends().values():
-            if backend.tensor_suffix and backend.tensor_suffix not in readers and backend.is_available():
+            if backend.tensor_suffix and backend.tensor_suffix not in readers:
                 readers[backend.tensor_suffix] = backend.load_tensor
     except Exception as exc:  # compare without plugins still works for statistics and .npy
         logger.debug("no tensor readers from plugins: %s", exc)

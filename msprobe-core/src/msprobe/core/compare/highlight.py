@@ -16,15 +16,9 @@ from msprobe.core.compare.rows import Row
 RED, YELLOW = "red", "yellow"
 
 
-def _is_nan_text(value: object) -> bool:
-    return isinstance(value, float) and np.isnan(value)
-
-
-def _float(value: object) -> float:
-    try:
-        return float(str(value).rstrip("%")) / (100 if str(value).endswith("%") else 1)
-    except (TypeError, ValueError):
-        return float("nan")
+def _numbers(column: pd.Series) -> np.ndarray:
+    """A result column as floats; 'N/A' and other text become NaN."""
+    return pd.to_numeric(column, errors="coerce").to_numpy(dtype=np.float64)
 
 
 def _lowest(values: np.ndarray) -> float:
@@ -47,19 +41,17 @@ def highlight_rows(mode: str, table: pd.DataFrame, pairs: list[tuple[Row | None,
         side = "out" if npu_row.role == "output" else "in"
         groups[npu_row.entry][side].append(index)
     marks: dict[int, str] = {}
-    npu_max = table["NPU max"].map(_float).to_numpy()
-    npu_min = table["NPU min"].map(_float).to_numpy()
-    bench_max = table["Bench max"].map(_float).to_numpy()
+    npu_max = _numbers(table["NPU max"])
+    npu_min = _numbers(table["NPU min"])
+    bench_max = _numbers(table["Bench max"])
     max_diff = np.abs(npu_max - bench_max)
     with np.errstate(divide="ignore", invalid="ignore"):
         max_relative = max_diff / np.maximum(0.01, np.abs(bench_max))
-    thousandth = table["One Thousandth Err Ratio"].map(_float).to_numpy() if mode == "tensor" else None
-    cosine = table["Cosine"].map(_float).to_numpy() if mode == "tensor" else None
-    for index in range(len(table)):
-        if np.isinf(npu_max[index]) or np.isinf(npu_min[index]) or _is_nan_text(table.iloc[index]["NPU max"]):
-            marks[index] = RED
-        elif max_diff[index] > 1e10:
-            marks[index] = RED
+    thousandth = _numbers(table["One Thousandth Err Ratio"]) if mode == "tensor" else None
+    cosine = _numbers(table["Cosine"]) if mode == "tensor" else None
+    red = np.isinf(npu_max) | np.isinf(npu_min) | (np.nan_to_num(max_diff, nan=0.0) > 1e10)
+    for index in np.flatnonzero(red):
+        marks[int(index)] = RED
     for members in groups.values():
         inputs, outputs = members["in"], members["out"]
         in_rel = _highest(max_relative[inputs]) if inputs else 0.0
@@ -92,10 +84,8 @@ def statistics_suspects(table: pd.DataFrame) -> np.ndarray:
     every near-zero mean of a gradient; measuring each difference against
     the benchmark tensor's range instead keeps the advisor on real changes.
     """
-    npu = np.column_stack([table[c].map(_float).to_numpy() for c in ("NPU max", "NPU min", "NPU mean", "NPU l2norm")])
-    bench = np.column_stack(
-        [table[c].map(_float).to_numpy() for c in ("Bench max", "Bench min", "Bench mean", "Bench l2norm")]
-    )
+    npu = np.column_stack([_numbers(table[c]) for c in ("NPU max", "NPU min", "NPU mean", "NPU l2norm")])
+    bench = np.column_stack([_numbers(table[c]) for c in ("Bench max", "Bench min", "Bench mean", "Bench l2norm")])
     scale = np.maximum(np.nanmax(np.abs(bench[:, :2]), axis=1, initial=0.0), 1e-12)
     with np.errstate(invalid="ignore"):
         scaled = np.abs(npu - bench) / scale[:, None]

@@ -36,21 +36,25 @@ def write_csv(table: pd.DataFrame, path: Path) -> Path:
 
 
 def write_xlsx(table: pd.DataFrame, highlight: dict[int, str], path: Path) -> Path | None:
+    """Stream the table with XlsxWriter (constant memory), colouring suspicious rows."""
     if len(table) > XLSX_ROW_LIMIT:
         return None  # Excel cannot hold it; the CSV has everything
-    from openpyxl.styles import PatternFill
+    import math
+
+    import xlsxwriter
 
     temporary = path.with_name(f".{path.name}.tmp.xlsx")
-    with pd.ExcelWriter(temporary, engine="openpyxl") as writer:
-        table.to_excel(writer, index=False, sheet_name="Sheet")
-        sheet = writer.sheets["Sheet"]
-        fills = {
-            color: PatternFill(start_color=argb, end_color=argb, fill_type="solid") for color, argb in FILLS.items()
-        }
-        width = len(table.columns)
-        for index, color in highlight.items():
-            for column in range(1, width + 1):
-                sheet.cell(row=index + 2, column=column).fill = fills[color]
+    workbook = xlsxwriter.Workbook(str(temporary), {"constant_memory": True, "nan_inf_to_errors": True})
+    try:
+        sheet = workbook.add_worksheet("Sheet")
+        bold = workbook.add_format({"bold": True})
+        fills = {color: workbook.add_format({"bg_color": "#" + argb[2:]}) for color, argb in FILLS.items()}
+        sheet.write_row(0, 0, list(table.columns), bold)
+        for index, row in enumerate(table.itertuples(index=False, name=None)):
+            cells = [None if isinstance(v, float) and math.isnan(v) else v for v in row]
+            sheet.write_row(index + 1, 0, cells, fills.get(highlight.get(index, ""), None))
+    finally:
+        workbook.close()
     return _replace(temporary, path)
 
 

@@ -1,0 +1,104 @@
+"""Compare speed: two step dumps of workload W, and a synthetic dump of N entries.
+
+    python bench/bench_compare.py [--entries 1000000] [--out /tmp/msprobe_bench_compare]
+
+Prints wall times of `msprobe compare` as a user runs it (start-up included)
+for W in statistics and tensor mode, and time and peak memory for the
+synthetic dump at several sizes, to show they grow linearly.
+Target (SPEC section 6): W statistics compare <= 1 s wall including start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+def dump_workload(out: Path, task: str) -> Path:
+    import torch
+    from workload import make_workload
+
+    from msprobe.pytorch import PrecisionDebugger
+
+    torch.set_num_threads(1)
+    model, train_step = make_workload()
+    debugger = PrecisionDebugger(task=task, level="L1", dump_path=str(out), model=model, step=[0])
+    debugger.start()
+    train_step()
+    debugger.stop()
+    debugger.step()
+    return out / "step0" / "rank" / "dump.json"
+
+
+def cli_compare(npu: Path, bench: Path, out: Path) -> float:
+    out.mkdir(parents=True, exist_ok=True)
+    spec = out / "compare.json"
+    spec.write_text(json.dumps({"npu_path": str(npu), "bench_path": str(bench)}))
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "msprobe.cli.main", "compare", "-i", str(spec), "-o", str(out / "result")],
+                   check=False, capture_output=True)  # fmt: skip
+    return time.perf_counter() - start
+
+
+def synthetic(path: Path, entries: int) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    tensor = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [8, 64, 128],
+              "Max": 1.5, "Min": -1.5, "Mean": 0.01, "Norm": 20.0, "requires_grad": True}  # fmt: skip
+    with open(path / "dump.json", "w") as handle:
+        handle.write('{"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": null, "data": {')
+        for index in range(entries):
+            entry = {"input_args": [tensor], "input_kwargs": {}, "output": [tensor]}
+            handle.write(("," if index else "") + json.dumps(f"Torch.api{index % 997}.{index // 997}.forward") + ":")
+            handle.write(json.dumps(entry))
+        handle.write("}}")
+    return path / "dump.json"
+
+
+def in_process_compare(npu: Path, bench: Path, out: Path) -> tuple[float, float]:
+    code = (
+        "import resource, sys, time; from msprobe.core.compare.api import compare; s = time.perf_counter();"
+        f"compare({{'npu_json_path': {str(npu)!r}, 'bench_json_path': {str(bench)!r}}}, {str(out)!r},"
+        " auto_analyze=False);"
+        "print(time.perf_counter() - s, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    seconds, megabytes = result.stdout.split()
+    return float(seconds), float(megabytes)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--entries", type=int, default=1_000_000)
+    parser.add_argument("--out", type=Path, default=Path("/tmp/msprobe_bench_compare"))
+    args = parser.parse_args()
+    shutil.rmtree(args.out, ignore_errors=True)
+    args.out.mkdir(parents=True)
+    for task in ("statistics", "tensor"):
+        npu = dump_workload(args.out / f"{task}_a", task)
+        bench = dump_workload(args.out / f"{task}_b", task)
+        seconds = cli_compare(npu, bench, args.out / f"{task}_cmp")
+        entries = len(json.loads(npu.read_text())["data"])
+        target = "  (target <= 1 s)" if task == "statistics" else ""
+        print(f"W {task:<10} {entries} entries: msprobe compare {seconds:.2f} s wall{target}")
+    sizes = sorted({max(args.entries // 100, 1), max(args.entries // 10, 1), args.entries})
+    for size in sizes:
+        npu = synthetic(args.out / f"syn{size}_a", size)
+        bench = synthetic(args.out / f"syn{size}_b", size)
+        seconds, megabytes = in_process_compare(npu, bench, args.out / f"syn{size}_cmp")
+        print(f"synthetic {size:>9} entries: {seconds:8.2f} s, peak RSS {megabytes:8.0f} MB, "
+              f"{seconds / size * 1e6:6.2f} us/entry")  # fmt: skip
+        shutil.rmtree(args.out / f"syn{size}_a")
+        shutil.rmtree(args.out / f"syn{size}_b")
+    print("peak RSS of this driver:", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, "MB")
+
+
+if __name__ == "__main__":
+    main()
