@@ -25,9 +25,9 @@ def test_a_dump_against_itself_passes_with_every_row_matched(tmp_path):
     summary = compare({"npu_json_path": str(json_of(0)), "bench_json_path": str(json_of(0))}, tmp_path)
     assert summary.verdict == "PASS" and summary.unmatched == 0 and summary.mode == "statistics"
     csv = next(tmp_path.glob("compare_result_*.csv"))
-    table = pd.read_csv(csv)
+    table = pd.read_csv(csv, keep_default_na=False)
     assert list(table.columns) == STATISTICS_COLUMNS
-    assert (table["Max diff"] == 0).all() and table["Result"].isna().all()
+    assert (table["Max diff"] == 0).all() and (table["Result"] == "").all()
     assert next(tmp_path.glob("compare_result_*.xlsx")).stat().st_size > 0
     assert "No suspicious node" in next(tmp_path.glob("advisor_*.txt")).read_text()
 
@@ -92,6 +92,7 @@ def test_multi_rank_step_folders(tmp_path):
     assert sorted(s.rank for s in summaries) == ["0", "1"] and all(s.verdict == "PASS" for s in summaries)
     assert len(list((tmp_path / "out").glob("compare_result_rank0_*.xlsx"))) == 1
     assert len(list((tmp_path / "out").glob("compare_result_rank1_*.csv"))) == 1
+    assert len(list((tmp_path / "out").glob("advisor_rank*_*.txt"))) == 2
 
 
 def test_a_killed_dump_can_be_compared(tmp_path):

@@ -1,4 +1,4 @@
-"""``msprobe compare``: the reference's spelling, plus a one-line verdict per rank."""
+"""``msprobe compare`` and ``msprobe merge_result``: the reference's spelling, one verdict line per rank."""
 
 from __future__ import annotations
 
@@ -15,13 +15,48 @@ import click
 @click.option("-s", "--stack_mode", is_flag=True, help="Add the NPU_Stack_Info column.")
 @click.option("-c", "--compare_only", is_flag=True, help="Skip the advisor.")
 @click.option("-f", "--fuzzy_match", is_flag=True, help="Match APIs that differ only in call count, by order.")
+@click.option("-dm", "--data_mapping", type=click.Path(dir_okay=False), help="YAML: NPU data name -> bench data name.")
+@click.option(
+    "-am",
+    "--api_mapping",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[FILE]",
+    help="Cross-framework API matching; FILE adds rules to the built-in MindSpore-to-PyTorch table.",
+)
+@click.option(
+    "-cm",
+    "--cell_mapping",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[FILE]",
+    help="Cross-framework cell/module matching; FILE maps cell_name.Class to module_name.Class.",
+)
+@click.option("-lm", "--layer_mapping", type=click.Path(dir_okay=False), help="YAML: MindSpore layer names -> PyTorch.")
 def compare_command(
-    input_path: Path, output_path: Path, stack_mode: bool, compare_only: bool, fuzzy_match: bool
+    input_path: Path,
+    output_path: Path,
+    stack_mode: bool,
+    compare_only: bool,
+    fuzzy_match: bool,
+    data_mapping: str | None,
+    api_mapping: str | None,
+    cell_mapping: str | None,
+    layer_mapping: str | None,
 ) -> None:
     """Compare two dumps (statistics, tensor or md5 mode, picked from the dumps)."""
     from msprobe.core.compare.api import run_compare_json
 
-    summaries = run_compare_json(input_path, output_path, stack_mode, compare_only, fuzzy_match)
+    mappings = {
+        "data_mapping": data_mapping,
+        "api_mapping": api_mapping or None,
+        "cell_mapping": cell_mapping or None,
+        "layer_mapping": layer_mapping,
+        "cross_framework": api_mapping is not None or cell_mapping is not None,  # -am/-cm alone: built-in tables
+    }
+    summaries = run_compare_json(input_path, output_path, stack_mode, compare_only, fuzzy_match, mappings)
     for summary in summaries:
         if summary.advice is not None and summary.advice.node:
             click.echo(summary.advice.text())
@@ -30,3 +65,16 @@ def compare_command(
     click.echo(f"results: {', '.join(files)}")
     if any(s.verdict != "PASS" for s in summaries):
         raise SystemExit(1)
+
+
+@click.command("merge_result")
+@click.option("-i", "--input_dir", "input_dir", required=True, type=click.Path(path_type=Path),
+              help="Folder of compare_result_rank{N}_*.xlsx files from a multi-rank compare.")  # fmt: skip
+@click.option("-o", "--output_dir", "output_dir", required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("-config", "--config-path", "config_path", required=True, type=click.Path(path_type=Path),
+              help="YAML with 'api' (names to keep) and optional 'compare_index' (metrics).")  # fmt: skip
+def merge_result_command(input_dir: Path, output_dir: Path, config_path: Path) -> None:
+    """Merge per-rank compare results into one sheet per metric."""
+    from msprobe.core.compare.merge import merge_results
+
+    click.echo(f"merged: {merge_results(input_dir, output_dir, config_path)}")

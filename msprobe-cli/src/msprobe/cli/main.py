@@ -28,11 +28,11 @@ COMMAND_ALIASES = {
 
 
 def _builtin_commands() -> dict[str, click.Command]:
-    from msprobe.cli.compare_cmd import compare_command
+    from msprobe.cli.compare_cmd import compare_command, merge_result_command
     from msprobe.cli.config_cmd import config_group
     from msprobe.cli.plugins_cmd import plugins_command
 
-    return {command.name: command for command in (plugins_command, config_group, compare_command)}
+    return {command.name: command for command in (plugins_command, config_group, compare_command, merge_result_command)}
 
 
 class MsprobeGroup(click.Group):

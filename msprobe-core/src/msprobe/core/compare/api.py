@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from msprobe.core.compare.advisor import Advice, advise
 from msprobe.core.compare.engine import CompareResult, compare_dumps, tensor_loader
+from msprobe.core.compare.mapping import NameMapper
 from msprobe.core.compare.report import timestamp, write_result, write_text
 from msprobe.core.config import config_error_from_validation
 from msprobe.core.dump.reader import read_dump
@@ -121,19 +122,26 @@ def compare_pair(
     fuzzy_match: bool = False,
     stamp: str | None = None,
     prefix: str = "compare_result",
+    mappings: dict[str, Any] | None = None,
 ) -> tuple[CompareSummary, CompareResult]:
     npu, bench = read_dump(npu_json), read_dump(bench_json)
     readers = _readers()
     _check_tensor_readers((npu, bench), readers)
+    options = {key: value for key, value in (mappings or {}).items() if value}
+    cross = bool(npu.framework and bench.framework and npu.framework != bench.framework)
+    cross = bool(options.pop("cross_framework", False)) or cross
+    mapper = NameMapper(cross_framework=cross, **options)
     result = compare_dumps(
-        npu, bench, fuzzy=fuzzy_match, stack=stack_mode, load=tensor_loader(readers), extra_metrics=_extra_metrics()
-    )
+        npu, bench, fuzzy=fuzzy_match, stack=stack_mode, load=tensor_loader(readers),
+        mapping=mapper if mapper.active else None, extra_metrics=_extra_metrics(),
+    )  # fmt: skip
     stamp = stamp or timestamp()
     files = write_result(result, Path(output_dir), stamp, prefix)
     advice = None
     if auto_analyze:
         advice = advise(result)
-        files.append(write_text(Path(output_dir) / f"advisor_{stamp}.txt", advice.text() + "\n"))
+        advisor_name = prefix.replace("compare_result", "advisor", 1)
+        files.append(write_text(Path(output_dir) / f"{advisor_name}_{stamp}.txt", advice.text() + "\n"))
     table = result.table
     unmatched = int(((table["NPU Name"] == "N/A") | (table["Bench Name"] == "N/A")).sum())
     suspicious = _count_suspicious(result)
@@ -153,14 +161,20 @@ def compare(
     stack_mode: bool = False,
     auto_analyze: bool = True,
     fuzzy_match: bool = False,
+    mappings: dict[str, Any] | None = None,
     **_ignored: Any,
 ) -> CompareSummary:
-    """The reference's ``compare``: input_param holds npu_json_path/bench_json_path (or npu_path/bench_path)."""
+    """The reference's ``compare``: input_param holds npu_json_path/bench_json_path (or npu_path/bench_path).
+
+    ``mappings`` may hold api_mapping, cell_mapping, data_mapping and layer_mapping file paths.
+    """
     npu = input_param.get("npu_json_path") or input_param.get("npu_path")
     bench = input_param.get("bench_json_path") or input_param.get("bench_path")
     if not npu or not bench:
         raise MsprobeError("input_param needs npu_json_path and bench_json_path")
-    summary, _ = compare_pair(Path(npu), Path(bench), Path(output_path), stack_mode, auto_analyze, fuzzy_match)
+    summary, _ = compare_pair(
+        Path(npu), Path(bench), Path(output_path), stack_mode, auto_analyze, fuzzy_match, mappings=mappings
+    )
     return summary
 
 
@@ -174,10 +188,12 @@ def _rank_folders(step_dir: Path) -> dict[str, Path]:
 
 
 def _compare_rank(args: tuple) -> CompareSummary:
-    rank, npu_json, bench_json, output_dir, stack_mode, auto_analyze, fuzzy_match, stamp = args
+    rank, npu_json, bench_json, output_dir, stack_mode, auto_analyze, fuzzy_match, stamp, mappings = args
     number = rank[len("rank") :]
     prefix = f"compare_result_rank{number}" if number else "compare_result"
-    summary, _ = compare_pair(npu_json, bench_json, output_dir, stack_mode, auto_analyze, fuzzy_match, stamp, prefix)
+    summary, _ = compare_pair(
+        npu_json, bench_json, output_dir, stack_mode, auto_analyze, fuzzy_match, stamp, prefix, mappings
+    )
     summary.rank = number or None
     return summary
 
@@ -190,6 +206,7 @@ def compare_distributed(
     auto_analyze: bool = True,
     fuzzy_match: bool = False,
     processes: int | None = None,
+    mappings: dict[str, Any] | None = None,
     **_ignored: Any,
 ) -> list[CompareSummary]:
     """Compare each rank of two step folders; pairs run in parallel processes."""
@@ -200,7 +217,7 @@ def compare_distributed(
     stamp = timestamp()
     jobs = [
         (rank, npu_ranks[rank] / "dump.json", bench_ranks[rank] / "dump.json", Path(output_path), stack_mode,
-         auto_analyze, fuzzy_match, stamp)
+         auto_analyze, fuzzy_match, stamp, mappings)
         for rank in sorted(set(npu_ranks) & set(bench_ranks))
     ]  # fmt: skip
     if len(jobs) == 1 or processes == 1:
@@ -215,11 +232,16 @@ def run_compare_json(
     stack_mode: bool = False,
     compare_only: bool = False,
     fuzzy_match: bool = False,
+    mappings: dict[str, Any] | None = None,
 ) -> list[CompareSummary]:
     """What ``msprobe compare -i compare.json`` does: single or multi-rank, decided by the paths."""
     spec = read_compare_json(compare_json)
     npu, bench = Path(spec.npu_path), Path(spec.bench_path)
     if npu.is_dir() and not (npu / "dump.json").exists() and not (npu / ".dump.json.journal").exists():
-        return compare_distributed(npu, bench, output_path, stack_mode, not compare_only, fuzzy_match)
-    summary, _ = compare_pair(npu, bench, Path(output_path), stack_mode, not compare_only, fuzzy_match)
+        return compare_distributed(
+            npu, bench, output_path, stack_mode, not compare_only, fuzzy_match, mappings=mappings
+        )
+    summary, _ = compare_pair(
+        npu, bench, Path(output_path), stack_mode, not compare_only, fuzzy_match, mappings=mappings
+    )
     return [summary]

@@ -66,25 +66,31 @@ def detect_mode(npu_rows: list[Row], bench_rows: list[Row], npu: Dump, bench: Du
     return "statistics"
 
 
-def _keyed(rows: list[Row], fuzzy: bool) -> list[tuple[str, Row]]:
-    """Row keys: the row name, or with -f the name with its call count replaced by its occurrence."""
-    if not fuzzy:
-        return [(row.name, row) for row in rows]
+def _keyed(rows: list[Row], fuzzy: bool, translate: Callable[[str], str] | None = None) -> list[tuple[str, Row]]:
+    """Row keys: the (translated) row name; with -f the call count is replaced by the occurrence."""
     occurrence: dict[str, int] = defaultdict(int)
     entry_keys: dict[str, str] = {}
     keyed = []
     for row in rows:
+        name = translate(row.name) if translate is not None else row.name
+        if not fuzzy:
+            keyed.append((name, row))
+            continue
+        entry = translate(row.entry) if translate is not None else row.entry
+        if not name.startswith(entry):
+            keyed.append((name, row))  # an exact data mapping: no fuzzy part
+            continue
         key = entry_keys.get(row.entry)
         if key is None:
-            match = _COUNT.match(row.entry) or _MODULE_COUNT.match(row.entry)
+            match = _COUNT.match(entry) or _MODULE_COUNT.match(entry)
             if match is None:
-                key = row.entry
+                key = entry
             else:
                 base = match["head"] + ("." + match["dir"] if "dir" in match.groupdict() else "")
                 key = f"{base}#{occurrence[base]}"
                 occurrence[base] += 1
             entry_keys[row.entry] = key
-        keyed.append((key + row.name[len(row.entry) :], row))
+        keyed.append((key + name[len(entry) :], row))
     return keyed
 
 
@@ -98,9 +104,8 @@ def match_rows(
             bench_by_key[key] = row
             bench_order.append(key)
     pairs: list[tuple[Row | None, Row | None]] = []
-    for key, row in _keyed(npu_rows, fuzzy):
-        wanted = mapping(key) if mapping is not None else key
-        pairs.append((row, bench_by_key.pop(wanted, None)))
+    for key, row in _keyed(npu_rows, fuzzy, mapping):
+        pairs.append((row, bench_by_key.pop(key, None)))
     pairs.extend((None, bench_by_key[key]) for key in bench_order if key in bench_by_key)
     return pairs
 

@@ -1,0 +1,84 @@
+"""``merge_result``: one sheet per metric, one column per rank, for chosen APIs.
+
+Reads the per-rank results that ``compare`` wrote for a multi-rank run
+(``compare_result_rank{N}_{timestamp}.xlsx``, or their CSV twins) and a YAML
+config naming the APIs and metrics, as the reference does.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from msprobe.core.compare.engine import STATISTICS_COLUMNS, TENSOR_COLUMNS
+from msprobe.core.compare.mapping import _read_yaml
+from msprobe.core.compare.report import timestamp
+from msprobe.core.dump.writer import make_dir
+from msprobe.core.errors import DataFileError
+
+_RANK_FILE = re.compile(r"^compare_result_rank(?P<rank>\d+)_\d+\.(?P<suffix>xlsx|csv)$")
+STATISTICS_INDEX = ["Max diff", "Min diff", "Mean diff", "L2norm diff",
+                    "MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr", "NormRelativeErr"]  # fmt: skip
+TENSOR_INDEX = ["Cosine", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio", "Five Thousandths Err Ratio"]
+
+
+def _rank_tables(input_dir: Path) -> dict[int, pd.DataFrame]:
+    if not input_dir.is_dir():
+        raise DataFileError(input_dir, "not a folder")
+    files: dict[int, Path] = {}
+    for path in sorted(input_dir.iterdir()):
+        match = _RANK_FILE.match(path.name)
+        if match is None:
+            continue
+        rank = int(match["rank"])
+        if rank not in files or (match["suffix"] == "csv"):  # the CSV twin reads faster
+            files[rank] = path
+    if not files:
+        raise DataFileError(input_dir, "holds no compare_result_rank{N}_{timestamp}.xlsx files")
+    tables = {}
+    for rank, path in sorted(files.items()):
+        try:
+            tables[rank] = pd.read_csv(path) if path.suffix == ".csv" else pd.read_excel(path)
+        except Exception as exc:
+            raise DataFileError(path, f"cannot be read as a compare result ({exc.__class__.__name__})") from None
+        if "NPU Name" not in tables[rank].columns:
+            raise DataFileError(path, "has no 'NPU Name' column")
+    return tables
+
+
+def _matches(name: str, apis: list[str]) -> bool:
+    return any(name == api or name.startswith(api + ".") for api in apis)
+
+
+def merge_results(input_dir: str | Path, output_dir: str | Path, config_path: str | Path) -> Path:
+    config = _read_yaml(config_path, "merge_result config")
+    if not isinstance(config, dict) or not config.get("api"):
+        raise DataFileError(config_path, "api: name at least one API or module to merge")
+    apis = [str(api) for api in config["api"]]
+    tables = _rank_tables(Path(input_dir))
+    first = next(iter(tables.values()))
+    tensor_mode = "Cosine" in first.columns
+    allowed = TENSOR_INDEX if tensor_mode else STATISTICS_INDEX
+    indexes = [str(i) for i in (config.get("compare_index") or allowed)]
+    wrong = [i for i in indexes if i not in allowed]
+    if wrong:
+        mode = "tensor" if tensor_mode else "statistics"
+        raise DataFileError(config_path, f"compare_index {wrong} is not a {mode}-mode metric ({', '.join(allowed)})")
+    output = make_dir(Path(output_dir)) / f"multi_ranks_compare_merge_{timestamp()}.xlsx"
+    temporary = output.with_name(f".{output.name}.tmp.xlsx")
+    with pd.ExcelWriter(temporary, engine="xlsxwriter") as writer:
+        for index in indexes:
+            columns = {}
+            for rank, table in tables.items():
+                chosen = table[table["NPU Name"].astype(str).map(lambda n: _matches(n, apis))]
+                columns[f"rank{rank}"] = chosen.set_index("NPU Name")[index]
+            merged = pd.DataFrame(columns)
+            merged.index.name = "NPU Name"
+            merged.reset_index().to_excel(writer, sheet_name=index[:31], index=False)
+    temporary.replace(output)
+    return output
+
+
+__all__ = ["STATISTICS_COLUMNS", "TENSOR_COLUMNS", "merge_results"]
