@@ -8,76 +8,28 @@ still happens exactly as it would without the tool.
 
 from __future__ import annotations
 
-import functools
-import importlib.resources
 import json
 import linecache
 import logging
 import sys
-import threading
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from msprobe.core.dump.collector import DumpCollector
 from msprobe.core.dump.values import ValueEncoder
 from msprobe.core.dump.writer import EncodedJSON
 from msprobe.core.session import TaskSession
+from msprobe.pytorch.api_patch import ApiPatcher
 from msprobe.pytorch.dump import grad_taps
 from msprobe.pytorch.dump.tensors import TensorSummarizer, describe_object, is_tensor
 
 logger = logging.getLogger(__name__)
 
-# Namespaces of the API list, with the prefix their entries carry.
-NAMESPACES = {
-    "functional": ("Functional", "torch.nn.functional"),
-    "tensor": ("Tensor", "torch.Tensor"),
-    "torch": ("Torch", "torch"),
-    "distributed": ("Distributed", "torch.distributed"),
-    "torch_npu": ("NPU", "torch_npu"),
-}
-
 _TOOL_ROOT = str(Path(__file__).resolve().parents[2])  # .../msprobe, to keep the tool out of stacks
-
-
-@functools.cache
-def load_api_names() -> dict[str, tuple[str, ...]]:
-    text = importlib.resources.files("msprobe.pytorch.dump").joinpath("api_names.yaml").read_text()
-    return {namespace: tuple(names) for namespace, names in yaml.safe_load(text).items()}
-
-
-class _ThreadState(threading.local):
-    busy = False
-
-
-class Patch:
-    """One attribute replaced on one object, and how to put it back."""
-
-    __slots__ = ("attribute", "had_own", "original", "owner")
-
-    def __init__(self, owner: Any, attribute: str, original: Any, had_own: bool):
-        self.owner, self.attribute, self.original, self.had_own = owner, attribute, original, had_own
-
-    def undo(self) -> None:
-        if self.had_own:
-            setattr(self.owner, self.attribute, self.original)
-        else:
-            try:
-                delattr(self.owner, self.attribute)
-            except AttributeError:
-                setattr(self.owner, self.attribute, self.original)
-
-
-def _resolve(root: Any, dotted: str) -> tuple[Any, str]:
-    owner = root
-    parts = dotted.split(".")
-    for part in parts[:-1]:
-        owner = getattr(owner, part)
-    return owner, parts[-1]
 
 
 class TorchDumpRecorder:
@@ -90,13 +42,12 @@ class TorchDumpRecorder:
         self.summarizer = TensorSummarizer(config.task, config.summary_mode, deferred=config.async_dump)
         encoder = ValueEncoder(is_tensor, self.summarizer, describe_object)
         self.collector = DumpCollector(session, encoder, self.summarizer.set_tensor_dir)
-        self.state = _ThreadState()
+        self.patcher = ApiPatcher(self._call_api)
+        self.state = self.patcher.state
         self.api_counts: dict[str, int] = defaultdict(int)
         self.module_counts: dict[str, int] = defaultdict(int)
         self.module_stack: list[str] = []
-        self.patches: list[Patch] = []
         self.handles: list[Any] = []
-        self._wrappers: dict[tuple[int, str], Callable] = {}
         self._stack_cache: dict[tuple, EncodedJSON] = {}
         self.with_construct = self.level in ("L0", "mix")
 
@@ -104,7 +55,7 @@ class TorchDumpRecorder:
     def install(self) -> None:
         self.collector.open_step()
         if self.level in ("L1", "mix"):
-            self._patch_apis()
+            self.patcher.install()
         if self.level in ("L0", "mix"):
             self._hook_modules()
         if self.level == "mix":
@@ -127,9 +78,7 @@ class TorchDumpRecorder:
         self.handles.append(register_optimizer_step_post_hook(post))
 
     def remove(self) -> None:
-        for patch in reversed(self.patches):
-            patch.undo()
-        self.patches.clear()
+        self.patcher.remove()
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
@@ -151,46 +100,6 @@ class TorchDumpRecorder:
             self.collector.report_failure(what, exc)
 
     # -- L1: framework APIs ------------------------------------------------------------
-    def _patch_apis(self) -> None:
-        for namespace, names in load_api_names().items():
-            prefix, module_name = NAMESPACES[namespace]
-            if namespace == "torch_npu" and "torch_npu" not in sys.modules:
-                continue  # never import torch_npu ourselves
-            if namespace == "distributed" and not torch.distributed.is_available():
-                continue
-            root = torch.Tensor if namespace == "tensor" else importlib.import_module(module_name)
-            for api in names:
-                try:
-                    owner, attribute = _resolve(root, api)
-                    original = getattr(owner, attribute)
-                except AttributeError:
-                    continue  # not in this torch version
-                if not callable(original) or getattr(original, "__msprobe_original__", None) is not None:
-                    continue
-                had_own = attribute in getattr(owner, "__dict__", {})
-                cache_key = (id(owner), attribute)
-                wrapper = self._wrappers.get(cache_key)
-                if wrapper is None or wrapper.__msprobe_original__ is not original:
-                    wrapper = self._wrappers[cache_key] = self._wrap(original, f"{prefix}.{api}")
-                try:
-                    setattr(owner, attribute, wrapper)
-                except (AttributeError, TypeError):
-                    continue  # read-only attribute
-                self.patches.append(Patch(owner, attribute, original, had_own))
-
-    def _wrap(self, original: Callable, key: str) -> Callable:
-        recorder = self
-        state = self.state
-
-        @functools.wraps(original)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if state.busy:
-                return original(*args, **kwargs)
-            return recorder._call_api(original, key, args, kwargs)
-
-        wrapper.__msprobe_original__ = original
-        return wrapper
-
     def _call_api(self, original: Callable, key: str, args: tuple, kwargs: dict) -> Any:
         state = self.state
         state.busy = True
