@@ -49,3 +49,9 @@ def msprobe_dump_hooks(session: Any) -> Any:
     from msprobe.pytorch.dump.recorder import TorchDumpRecorder
 
     return TorchDumpRecorder(session)
+
+
+@hookimpl
+def msprobe_overflow_check_hooks(session: Any) -> Any:
+    """The dump's hooks; the core's collector keeps only the calls that overflow."""
+    return msprobe_dump_hooks(session)

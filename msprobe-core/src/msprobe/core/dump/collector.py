@@ -8,11 +8,13 @@ step's :class:`~msprobe.core.dump.writer.DumpWriter`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from msprobe.core.dump.filters import DataModeFilter, NameFilter, ScopeFilter
+from msprobe.core.dump.overflow import OverflowCounter
 from msprobe.core.dump.values import ValueEncoder
 from msprobe.core.dump.writer import DumpWriter
 from msprobe.core.session import TaskSession
@@ -23,10 +25,17 @@ logger = logging.getLogger(__name__)
 class DumpCollector:
     """Receives forward/backward records for one run; writes one folder per step."""
 
-    def __init__(self, session: TaskSession, encoder: ValueEncoder, tensor_dir_hook: Callable[[Any], None]):
+    def __init__(
+        self,
+        session: TaskSession,
+        encoder: ValueEncoder,
+        tensor_dir_hook: Callable[[Any], None],
+        saving_files: Callable[[bool], None] | None = None,
+    ):
         self.session = session
         self.encoder = encoder
         self._set_tensor_dir = tensor_dir_hook
+        self._saving_files = saving_files
         config = session.config
         self.task = config.task
         self.names = NameFilter(config.api_list)
@@ -34,13 +43,15 @@ class DumpCollector:
         self.scope = ScopeFilter(config.scope)
         self.writer: DumpWriter | None = None
         self.deferred = config.async_dump
+        self.overflow = OverflowCounter(config.overflow_check.overflow_nums) if self.task == "overflow_check" else None
+        self.hardware_flag: Callable[[], bool | None] | None = None
         self._failed_names: set[str] = set()
 
     # -- step folders ------------------------------------------------------------
     def open_step(self) -> DumpWriter:
         if self.writer is None:
             folder = self.session.dump_dir
-            tensor_dir = folder / "dump_tensor_data" if self.task == "tensor" else None
+            tensor_dir = folder / "dump_tensor_data" if self.task in ("tensor", "overflow_check") else None
             header = {
                 "task": self.task,
                 "level": self.session.config.level,
@@ -69,6 +80,8 @@ class DumpCollector:
     def keeps(self, name: str, direction: str, enclosing: tuple[str, ...] = ()) -> bool:
         if not self.modes.keeps(direction) or not self.scope.inside:
             return False
+        if self.overflow is not None and self.overflow.exhausted:
+            return False
         if not self.names.active:
             return True
         return self.names.matches(name) or any(self.names.matches(outer) for outer in enclosing)
@@ -89,33 +102,56 @@ class DumpCollector:
         encoded_args, encoded_kwargs = self.encoder.encode_args(args, kwargs, f"{name}.input")
         return {"input_args": encoded_args, "input_kwargs": encoded_kwargs}
 
-    def forward(self, name: str, inputs: dict[str, Any], output: Any, parameters: dict[str, Any] | None = None) -> None:
-        entry = dict(inputs)
-        if parameters is None:
-            entry["is_recompute"] = False  # the reference's key order differs for APIs and modules
-        if self.task != "structure":
-            entry["output"] = self.encoder.encode_outputs(output, f"{name}.output") if self.modes.outputs else []
-            if parameters is not None:
-                entry["parameters"] = {
-                    key: self.encoder.encode(value, f"{name}.parameters.{key}") for key, value in parameters.items()
-                }
-        entry["is_recompute"] = False
+    def forward(
+        self,
+        name: str,
+        inputs: dict[str, Any],
+        output: Any,
+        parameters: dict[str, Any] | None = None,
+        raw_inputs: tuple[tuple, dict] | None = None,
+    ) -> None:
+        if self.overflow is not None:
+            outputs = self.encoder.encode_outputs(output, f"{name}.output")
+            if not self.overflow.overflowed(inputs, outputs, self._hardware()):
+                return
+            if raw_inputs is not None:  # keep the tensors of an overflow, as the reference does
+                with self._files():
+                    inputs = self.encode_inputs(name, *raw_inputs)
+        with self._files(self.overflow is not None):
+            entry = dict(inputs)
+            if parameters is None:
+                entry["is_recompute"] = False  # the reference's key order differs for APIs and modules
+            if self.task != "structure":
+                entry["output"] = self.encoder.encode_outputs(output, f"{name}.output") if self.modes.outputs else []
+                if parameters is not None:
+                    entry["parameters"] = {
+                        key: self.encoder.encode(value, f"{name}.parameters.{key}") for key, value in parameters.items()
+                    }
+            entry["is_recompute"] = False
         self.open_step().add(name, entry, self.deferred)
 
     def backward(self, name: str, grad_of_outputs: Any, grad_of_inputs: Any) -> None:
         """Reference naming: ``input`` holds the gradients arriving (w.r.t. outputs), ``output`` those leaving."""
+        if self.overflow is not None:
+            arriving = self.encoder.encode_outputs(grad_of_outputs, f"{name}.input")
+            leaving = self.encoder.encode_outputs(grad_of_inputs, f"{name}.output")
+            if not self.overflow.overflowed(arriving, leaving, self._hardware()):
+                return
         entry: dict[str, Any] = {}
         if self.task != "structure":
-            entry["input"] = self.encoder.encode_outputs(grad_of_outputs, f"{name}.input") if self.modes.inputs else []
-            entry["output"] = (
-                self.encoder.encode_outputs(grad_of_inputs, f"{name}.output") if self.modes.outputs else []
-            )
-        self.open_step().add(name, entry)
+            with self._files(self.overflow is not None):
+                arriving = self.encoder.encode_outputs(grad_of_outputs, f"{name}.input") if self.modes.inputs else []
+                leaving = self.encoder.encode_outputs(grad_of_inputs, f"{name}.output") if self.modes.outputs else []
+            entry = {"input": arriving, "output": leaving}
+        self.open_step().add(name, entry, self.deferred)
 
     def reserve(self, name: str) -> None:
-        self.open_step().reserve(name)
+        if self.overflow is None:
+            self.open_step().reserve(name)
 
     def parameters_grad(self, name: str, grads: dict[str, Any]) -> None:
+        if self.overflow is not None:
+            return  # parameter gradients are no call's output: nothing overflows "in" them
         entry = {}
         if self.task != "structure":
             entry = {key: [self.encoder.encode(value, f"{name}.{key}")] for key, value in grads.items()}
@@ -126,6 +162,21 @@ class DumpCollector:
 
     def parent(self, name: str, parent: str | None) -> None:
         self.open_step().set_parent(name, parent)
+
+    def _hardware(self) -> bool | None:
+        return self.hardware_flag() if self.hardware_flag is not None else None
+
+    @contextlib.contextmanager
+    def _files(self, on: bool = True) -> Iterator[None]:
+        """Overflow check: tensor files only for the calls that overflowed."""
+        if not on or self._saving_files is None:
+            yield
+            return
+        self._saving_files(True)
+        try:
+            yield
+        finally:
+            self._saving_files(False)
 
     # -- faults -------------------------------------------------------------------------
     def report_failure(self, name: str, exc: BaseException) -> None:

@@ -32,6 +32,26 @@ logger = logging.getLogger(__name__)
 _TOOL_ROOT = str(Path(__file__).resolve().parents[2])  # .../msprobe, to keep the tool out of stacks
 
 
+def npu_overflow_flag() -> Callable[[], bool | None] | None:
+    """Ascend's hardware overflow status, read and cleared per call, when torch_npu offers it."""
+    torch_npu = sys.modules.get("torch_npu")
+    utils = getattr(getattr(torch_npu, "npu", None), "utils", None)
+    read = getattr(utils, "get_npu_overflow_flag", None)
+    clear = getattr(utils, "clear_npu_overflow_flag", None)
+    if read is None or clear is None:
+        return None
+
+    def flag() -> bool | None:
+        try:
+            overflowed = bool(read())
+            clear()
+            return overflowed
+        except Exception:  # the flag is a hint; inf/nan detection still works
+            return None
+
+    return flag
+
+
 class TorchDumpRecorder:
     """TaskHooks for tasks statistics, tensor and structure on PyTorch."""
 
@@ -41,7 +61,8 @@ class TorchDumpRecorder:
         self.level = config.level
         self.summarizer = TensorSummarizer(config.task, config.summary_mode, deferred=config.async_dump)
         encoder = ValueEncoder(is_tensor, self.summarizer, describe_object)
-        self.collector = DumpCollector(session, encoder, self.summarizer.set_tensor_dir)
+        self.collector = DumpCollector(session, encoder, self.summarizer.set_tensor_dir, self.summarizer.set_saving)
+        self.collector.hardware_flag = npu_overflow_flag()
         self.patcher = ApiPatcher(self._call_api)
         self.state = self.patcher.state
         self.api_counts: dict[str, int] = defaultdict(int)
@@ -147,7 +168,7 @@ class TorchDumpRecorder:
         collector = self.collector
         name = record.name
         if record.keep_forward:
-            collector.forward(name, record.inputs, output)
+            collector.forward(name, record.inputs, output, raw_inputs=(record.args, record.kwargs))
             collector.stack(name, self._stack())
             if self.with_construct:
                 collector.parent(name, record.parent)
@@ -227,7 +248,9 @@ class TorchDumpRecorder:
                 if record is None:
                     return
                 if record.keep_forward:
-                    self.collector.forward(record.name, record.inputs, output, parameters=params)
+                    self.collector.forward(
+                        record.name, record.inputs, output, parameters=params, raw_inputs=(args, kwargs)
+                    )
                     self.collector.stack(record.name, self._stack())
                     self.collector.parent(record.name, record.parent)
                 if params and torch.is_grad_enabled() and any(p.requires_grad for p in params.values()):

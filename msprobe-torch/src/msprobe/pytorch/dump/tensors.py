@@ -119,11 +119,16 @@ class TensorSummarizer:
         self._pending_files: list[tuple[torch.Tensor, Path]] = []
         self.with_stats = task in ("statistics", "tensor", "overflow_check")
         self.with_crc = summary_mode == "md5"
+        self.save_files = task == "tensor"
         self.tensor_dir: Path | None = None
         self._cache: dict[int, tuple[Any, int, dict[str, Any]]] = {}
 
     def set_tensor_dir(self, folder: Path | None) -> None:
         self.tensor_dir = folder
+
+    def set_saving(self, on: bool) -> None:
+        """Overflow check writes tensor files only for the calls it keeps."""
+        self.save_files = on
 
     def clear(self) -> None:
         self._cache.clear()
@@ -158,7 +163,7 @@ class TensorSummarizer:
         summary["requires_grad"] = tensor.requires_grad
         if self.with_crc and self.with_stats and not tensor.is_meta:
             summary["md5"] = crc32_hex(tensor)
-        if self.task == "tensor" and self.tensor_dir is not None:
+        if self.save_files and self.tensor_dir is not None:
             file_name = f"{data_stem}.pt"
             data = tensor.detach()
             if _needs_copy(data):

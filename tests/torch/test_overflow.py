@@ -1,0 +1,76 @@
+"""Task overflow_check: only calls with finite inputs and inf/nan outputs are dumped."""
+
+import json
+import sys
+import types
+
+import torch
+
+from msprobe.core.dump.reader import read_dump
+from msprobe.pytorch import PrecisionDebugger
+
+
+class HalfNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4).half()
+        self.act = torch.nn.ReLU()
+
+    def forward(self, x, scale=300.0):
+        y = self.fc(x)
+        z = torch.matmul(y * scale, y.t() * scale)  # overflows in float16 for large scale
+        return self.act(z)
+
+
+def run(tmp_path, level="L1", overflow_nums=1, scales=(300.0,)):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    model = HalfNet()
+    config = {"task": "overflow_check", "dump_path": str(tmp_path), "level": level,
+              "overflow_check": {"overflow_nums": overflow_nums}}  # fmt: skip
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    debugger = PrecisionDebugger(config_path=str(tmp_path / "c.json"), model=model)
+    debugger.start()
+    x = torch.full((4, 4), 2.0, dtype=torch.float16)
+    for scale in scales:
+        model(x, scale)
+    debugger.stop()
+    debugger.step()
+    return read_dump(tmp_path / "step0" / "rank" / "dump.json")
+
+
+def test_only_the_overflowing_api_is_dumped_with_its_tensors(tmp_path):
+    dump = run(tmp_path)
+    assert list(dump.data) == ["Torch.matmul.0.forward"]  # relu of inf is not an overflow: its input was not finite
+    entry = dump.data["Torch.matmul.0.forward"]
+    assert entry["output"][0]["Max"] in ("inf", "nan")
+    assert all(isinstance(leaf["Max"], float) for leaf in entry["input_args"])
+    saved = torch.load(dump.tensor_dir() / entry["output"][0]["data_name"], weights_only=True)
+    assert not torch.isfinite(saved).all()
+    assert dump.task == "overflow_check"
+
+
+def test_overflow_nums_limits_and_minus_one_never_stops(tmp_path):
+    assert list(run(tmp_path / "one", scales=(300.0, 400.0)).data) == ["Torch.matmul.0.forward"]
+    assert list(run(tmp_path / "all", overflow_nums=-1, scales=(300.0, 400.0)).data) == [
+        "Torch.matmul.0.forward",
+        "Torch.matmul.1.forward",
+    ]
+
+
+def test_modules_at_l0(tmp_path):
+    dump = run(tmp_path, level="L0")
+    assert list(dump.data) == []  # fc's output is finite; act's input already is not: no module overflows
+    dump = run(tmp_path / "mix", level="mix", overflow_nums=-1)
+    assert "Torch.matmul.0.forward" in dump.data and "Module.act.ReLU.forward.0" not in dump.data
+
+
+def test_no_overflow_no_entries(tmp_path):
+    assert run(tmp_path, scales=(0.001,)).data == {}
+
+
+def test_hardware_flag_is_used_when_torch_npu_offers_it(tmp_path, monkeypatch):
+    flags = iter([False, True] + [False] * 50)
+    utils = types.SimpleNamespace(get_npu_overflow_flag=lambda: next(flags), clear_npu_overflow_flag=lambda: None)
+    monkeypatch.setitem(sys.modules, "torch_npu", types.SimpleNamespace(npu=types.SimpleNamespace(utils=utils)))
+    dump = run(tmp_path, scales=(0.001,))  # nothing is inf here: only the flag says the second call overflowed
+    assert len(dump.data) == 1
