@@ -20,7 +20,7 @@ import pluggy
 
 from msprobe.core import hookspecs
 from msprobe.core.backend import KNOWN_BACKENDS, Backend, CompareMetric, Perturbation, canonical_framework
-from msprobe.core.errors import BackendError
+from msprobe.core.errors import BackendError, MsprobeError
 
 logger = logging.getLogger(__name__)
 
@@ -106,12 +106,18 @@ class PluginRegistry:
 
     # -- calling hooks safely ---------------------------------------------------------
     def call_each(self, hook_name: str, **kwargs: Any) -> list[tuple[str, Any]]:
-        """Call a hook on every plugin, newest first, skipping (and recording) failures."""
+        """Call a hook on every plugin, newest first, skipping (and recording) failures.
+
+        A :class:`~msprobe.core.errors.MsprobeError` is the user's problem, not the plugin's:
+        it propagates with its message.
+        """
         hook = getattr(self.manager.hook, hook_name)
         results = []
         for impl in reversed(hook.get_hookimpls()):
             try:
                 value = impl.function(**{arg: kwargs[arg] for arg in impl.argnames})
+            except MsprobeError:
+                raise
             except Exception as exc:
                 self._record_failure(impl.plugin_name, hook_name, exc)
                 continue
@@ -124,8 +130,11 @@ class PluginRegistry:
             return value
         return None
 
+    def _info(self, plugin_name: str) -> PluginInfo:
+        return self.infos.setdefault(plugin_name, PluginInfo(name=plugin_name))
+
     def _record_failure(self, plugin_name: str, hook_name: str, exc: Exception) -> None:
-        info = self.infos.setdefault(plugin_name, PluginInfo(name=plugin_name))
+        info = self._info(plugin_name)
         message = f"{hook_name}: {exc.__class__.__name__}: {exc}"
         if message not in info.errors:
             info.errors.append(message)
@@ -170,7 +179,7 @@ class PluginRegistry:
             for item in items or ():
                 if isinstance(item, CompareMetric):
                     metrics.append(item)
-                    _note(self.infos[plugin_name].metrics, item.name)
+                    _note(self._info(plugin_name).metrics, item.name)
         return metrics
 
     def perturbations(self, framework: str | None = None) -> dict[str, Perturbation]:
@@ -179,14 +188,14 @@ class PluginRegistry:
             for item in items or ():
                 if isinstance(item, Perturbation) and item.framework in (None, framework):
                     found.setdefault(item.name, item)
-                    _note(self.infos[plugin_name].perturbations, item.name)
+                    _note(self._info(plugin_name).perturbations, item.name)
         return found
 
     def cli_commands(self) -> list[tuple[str, str | None, Any]]:
         """(plugin name, framework it belongs to or None, click command) for every contributed command."""
         commands = []
         for plugin_name, items in self.call_each("msprobe_cli_commands"):
-            info = self.infos.setdefault(plugin_name, PluginInfo(name=plugin_name))
+            info = self._info(plugin_name)
             framework = info.backend.name if info.backend is not None else None
             for command in items or ():
                 if getattr(command, "name", None):

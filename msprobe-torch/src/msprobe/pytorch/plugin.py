@@ -52,6 +52,24 @@ def msprobe_dump_hooks(session: Any) -> Any:
 
 
 @hookimpl
+def msprobe_free_benchmark_perturbations() -> list[Any]:
+    """The six built-in perturbations, through the same hook a third party uses."""
+    from msprobe.pytorch.free_benchmark import BUILT_IN
+
+    return list(BUILT_IN)
+
+
+@hookimpl
+def msprobe_free_benchmark_hooks(session: Any) -> Any:
+    if session.framework != "pytorch":
+        return None
+    from msprobe.core.plugins import get_registry
+    from msprobe.pytorch.free_benchmark import make_hooks
+
+    return make_hooks(session, get_registry().perturbations(framework="pytorch"))
+
+
+@hookimpl
 def msprobe_overflow_check_hooks(session: Any) -> Any:
     """The dump's hooks; the core's collector keeps only the calls that overflow."""
     return msprobe_dump_hooks(session)

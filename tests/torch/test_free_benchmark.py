@@ -1,0 +1,133 @@
+"""Task free_benchmark: perturb inputs, re-run, report fragile APIs (check) or use the perturbed result (fix)."""
+
+import csv
+import json
+import sys
+import types
+
+import pytest
+import torch
+
+from models import train_mixed_net
+from msprobe.core.backend import Perturbation
+from msprobe.core.errors import BackendError, UsageError
+from msprobe.core.hookspecs import hookimpl
+from msprobe.core.plugins import get_registry
+from msprobe.pytorch import PrecisionDebugger
+
+
+def fragile(x, r1, r2):
+    """Cancels in its input dtype: (x + 4096) - 4096 loses x in float16, keeps it in float32."""
+    big = torch.full_like(x, 4096.0)
+    return (x + big) - big + r1 * 0 + r2 * 0
+
+
+@pytest.fixture
+def fake_npu(monkeypatch):
+    module = types.ModuleType("torch_npu")
+    module.npu_rotary_mul = fragile
+    monkeypatch.setitem(sys.modules, "torch_npu", module)
+    return module
+
+
+def rows(path):
+    file = path / "free_benchmark.csv"
+    return list(csv.DictReader(file.open())) if file.exists() else []
+
+
+def debugger(tmp_path, **section):
+    config = {"task": "free_benchmark", "dump_path": str(tmp_path), "level": "L1", "free_benchmark": section}
+    (tmp_path / "fb.json").write_text(json.dumps(config))
+    return PrecisionDebugger(config_path=str(tmp_path / "fb.json"))
+
+
+def test_fragile_api_is_flagged_and_robust_ones_are_not(tmp_path, fake_npu):
+    d = debugger(tmp_path)
+    x = torch.tensor([0.3, 1.7, -2.2], dtype=torch.float16)
+    d.start()
+    out = fake_npu.npu_rotary_mul(x, x, x)
+    torch.relu(x)
+    torch.matmul(x.reshape(3, 1), x.reshape(1, 3))
+    torch.nn.functional.layer_norm(x, (3,))
+    d.stop()
+    d.step()
+    found = rows(tmp_path)
+    assert [row["api_name"] for row in found] == ["NPU.npu_rotary_mul.0.forward"]
+    row = found[0]
+    assert (row["pert_mode"], row["stage"], row["step"], row["dtype"], row["shape"]) == (
+        "improve_precision", "forward", "0", "float16", "(3,)")  # fmt: skip
+    assert float(row["max_rel"]) > 1
+    assert torch.equal(out, fragile(x, x, x))  # check mode leaves the result alone
+
+
+def test_fix_hands_back_the_higher_precision_result(tmp_path, fake_npu):
+    d = debugger(tmp_path, handler_type="fix")
+    x = torch.tensor([0.3, 1.7, -2.2], dtype=torch.float16)
+    d.start()
+    out = fake_npu.npu_rotary_mul(x, x, x)
+    d.stop()
+    d.step()
+    assert out.dtype == torch.float16
+    assert torch.allclose(out, x, rtol=1e-3)  # the float32 computation kept x; float16 would have lost it
+    assert rows(tmp_path) == []
+
+
+def test_backward_stage_compares_input_gradients(tmp_path, fake_npu):
+    d = debugger(tmp_path, fuzz_stage="backward", list=["npu_rotary_mul", "relu"])
+    x = torch.tensor([0.3, 1.7, -2.2], dtype=torch.float16, requires_grad=True)
+    d.start()
+    (fake_npu.npu_rotary_mul(x * 1, x, x).sum() + torch.relu(x).sum()).backward()
+    d.stop()
+    d.step()
+    assert all(row["stage"] == "backward" for row in rows(tmp_path))
+    assert all("relu" not in row["api_name"] for row in rows(tmp_path))
+
+
+def test_preheat_learns_each_apis_normal_sensitivity(tmp_path, fake_npu):
+    d = debugger(tmp_path, if_preheat=True, preheat_step=2, max_sample=5)
+    x = torch.tensor([0.3, 1.7, -2.2], dtype=torch.float16)
+    for _ in range(3):
+        d.start()
+        fake_npu.npu_rotary_mul(x, x, x)
+        d.stop()
+        d.step()
+    assert rows(tmp_path) == []  # as bad after preheating as during it: nothing new to report
+
+
+@pytest.mark.parametrize("mode", ["add_noise", "bit_noise", "no_change", "change_value", "to_cpu"])
+def test_every_built_in_perturbation_runs_a_real_model_without_changing_it(tmp_path, mode):
+    _, plain = train_mixed_net(None)
+    config = {
+        "task": "free_benchmark",
+        "dump_path": str(tmp_path),
+        "level": "L1",
+        "free_benchmark": {"pert_mode": mode},
+    }
+    (tmp_path / "fb.json").write_text(json.dumps(config))
+    _, losses = train_mixed_net(lambda model: PrecisionDebugger(config_path=str(tmp_path / "fb.json")))
+    assert all(torch.equal(a, b) for a, b in zip(plain, losses))
+    for row in rows(tmp_path):
+        assert row["pert_mode"] == mode and float(row["max_rel"]) > 0
+
+
+def test_a_third_party_perturbation_is_used(tmp_path, monkeypatch, fake_npu):
+    class Shift:
+        @hookimpl
+        def msprobe_free_benchmark_perturbations(self):
+            return [Perturbation("shift_by_one", lambda t: t + 1, None, "moves every value by one")]
+
+    registry = get_registry()
+    registry.manager.register(Shift(), name="shift")
+    assert "shift_by_one" in registry.perturbations(framework="pytorch")
+    d = debugger(tmp_path, pert_mode="shift_by_one", list=["relu"])
+    d.start()
+    torch.relu(torch.tensor([1.0, 2.0]))
+    d.stop()
+    d.step()
+    assert [row["pert_mode"] for row in rows(tmp_path)] == ["shift_by_one"]
+
+
+def test_unknown_perturbation_is_a_clear_error(tmp_path):
+    d = debugger(tmp_path, pert_mode="twist")
+    with pytest.raises((UsageError, BackendError), match="twist"):
+        d.start()
