@@ -43,15 +43,26 @@ def cli_compare(npu: Path, bench: Path, out: Path) -> float:
     spec = out / "compare.json"
     spec.write_text(json.dumps({"npu_path": str(npu), "bench_path": str(bench)}))
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "msprobe.cli.main", "compare", "-i", str(spec), "-o", str(out / "result")],
-                   check=False, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "msprobe.cli.main", "compare", "-i", str(spec), "-o", str(out / "result")],
+        check=False,
+        capture_output=True,
+    )
     return time.perf_counter() - start
 
 
 def synthetic(path: Path, entries: int) -> Path:
     path.mkdir(parents=True, exist_ok=True)
-    tensor = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [8, 64, 128],
-              "Max": 1.5, "Min": -1.5, "Mean": 0.01, "Norm": 20.0, "requires_grad": True}  # fmt: skip
+    tensor = {
+        "type": "torch.Tensor",
+        "dtype": "torch.float32",
+        "shape": [8, 64, 128],
+        "Max": 1.5,
+        "Min": -1.5,
+        "Mean": 0.01,
+        "Norm": 20.0,
+        "requires_grad": True,
+    }
     with open(path / "dump.json", "w") as handle:
         handle.write('{"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": null, "data": {')
         for index in range(entries):
@@ -93,8 +104,10 @@ def main() -> None:
         npu = synthetic(args.out / f"syn{size}_a", size)
         bench = synthetic(args.out / f"syn{size}_b", size)
         seconds, megabytes = in_process_compare(npu, bench, args.out / f"syn{size}_cmp")
-        print(f"synthetic {size:>9} entries: {seconds:8.2f} s, peak RSS {megabytes:8.0f} MB, "
-              f"{seconds / size * 1e6:6.2f} us/entry")  # fmt: skip
+        print(
+            f"synthetic {size:>9} entries: {seconds:8.2f} s, peak RSS {megabytes:8.0f} MB, "
+            f"{seconds / size * 1e6:6.2f} us/entry"
+        )
         shutil.rmtree(args.out / f"syn{size}_a")
         shutil.rmtree(args.out / f"syn{size}_b")
     print("peak RSS of this driver:", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, "MB")

@@ -68,10 +68,12 @@ def main() -> int:
     run(args.out / "run_a", leaky=False)
     run(args.out / "run_b", leaky=True)
     summary = compare(
-        {"npu_json_path": str(args.out / "run_b/step0/rank/dump.json"),
-         "bench_json_path": str(args.out / "run_a/step0/rank/dump.json")},
+        {
+            "npu_json_path": str(args.out / "run_b/step0/rank/dump.json"),
+            "bench_json_path": str(args.out / "run_a/step0/rank/dump.json"),
+        },
         args.out / "compare",
-    )  # fmt: skip
+    )
     print(summary.advice.text() if summary.advice else "")
     print(summary.line())
     print("result files:", ", ".join(str(path) for path in summary.files))

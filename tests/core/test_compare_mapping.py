@@ -15,8 +15,15 @@ from paths import REFERENCE_DUMPS
 
 
 def tensor(value, shape=(2, 3)):
-    return {"type": "x.Tensor", "dtype": "float32", "shape": list(shape), "Max": value, "Min": -value,
-            "Mean": 0.0, "Norm": value * 2}  # fmt: skip
+    return {
+        "type": "x.Tensor",
+        "dtype": "float32",
+        "shape": list(shape),
+        "Max": value,
+        "Min": -value,
+        "Mean": 0.0,
+        "Norm": value * 2,
+    }
 
 
 def write_dump(folder, framework, data):
@@ -28,19 +35,29 @@ def write_dump(folder, framework, data):
 
 @pytest.fixture
 def ms_and_pt(tmp_path):
-    ms = write_dump(tmp_path / "ms", "mindspore", {
-        "Functional.abs.0.forward": {"input_args": [tensor(1.0)], "input_kwargs": {}, "output": [tensor(1.0)]},
-        "Cell.fc.Dense.forward.0": {"input_args": [tensor(2.0)], "input_kwargs": {}, "output": [tensor(3.0)]},
-        "Cell.net.attention.qkv_proj.Dense.forward.0": {"input_args": [tensor(4.0)], "output": [tensor(5.0)]},
-        "Functional.matmul.0.forward": {"input_args": [tensor(6.0), tensor(7.0)], "output": [tensor(8.0)]},
-    })  # fmt: skip
-    pt = write_dump(tmp_path / "pt", "pytorch", {
-        "Torch.abs.0.forward": {"input_args": [tensor(1.0)], "input_kwargs": {}, "output": [tensor(1.0)]},
-        "Module.fc.Linear.forward.0": {"input_args": [tensor(2.0)], "input_kwargs": {}, "output": [tensor(3.0)]},
-        "Module.net.self_attention.query_key_value.Dense.forward.0": {"input_args": [tensor(4.0)],
-                                                                     "output": [tensor(5.0)]},
-        "Torch.mm.0.forward": {"input_args": [tensor(7.0), tensor(6.0)], "output": [tensor(8.0)]},
-    })  # fmt: skip
+    ms = write_dump(
+        tmp_path / "ms",
+        "mindspore",
+        {
+            "Functional.abs.0.forward": {"input_args": [tensor(1.0)], "input_kwargs": {}, "output": [tensor(1.0)]},
+            "Cell.fc.Dense.forward.0": {"input_args": [tensor(2.0)], "input_kwargs": {}, "output": [tensor(3.0)]},
+            "Cell.net.attention.qkv_proj.Dense.forward.0": {"input_args": [tensor(4.0)], "output": [tensor(5.0)]},
+            "Functional.matmul.0.forward": {"input_args": [tensor(6.0), tensor(7.0)], "output": [tensor(8.0)]},
+        },
+    )
+    pt = write_dump(
+        tmp_path / "pt",
+        "pytorch",
+        {
+            "Torch.abs.0.forward": {"input_args": [tensor(1.0)], "input_kwargs": {}, "output": [tensor(1.0)]},
+            "Module.fc.Linear.forward.0": {"input_args": [tensor(2.0)], "input_kwargs": {}, "output": [tensor(3.0)]},
+            "Module.net.self_attention.query_key_value.Dense.forward.0": {
+                "input_args": [tensor(4.0)],
+                "output": [tensor(5.0)],
+            },
+            "Torch.mm.0.forward": {"input_args": [tensor(7.0), tensor(6.0)], "output": [tensor(8.0)]},
+        },
+    )
     return ms, pt
 
 
@@ -68,8 +85,11 @@ def test_custom_api_cell_and_layer_mappings(ms_and_pt, tmp_path):
     )
     (tmp_path / "cell.yaml").write_text("fc.Dense: fc.Linear\n")
     (tmp_path / "layer.yaml").write_text("Attention:\n  qkv_proj: query_key_value\nNet:\n  attention: self_attention\n")
-    mappings = {"api_mapping": tmp_path / "api.yaml", "cell_mapping": tmp_path / "cell.yaml",
-                "layer_mapping": tmp_path / "layer.yaml"}  # fmt: skip
+    mappings = {
+        "api_mapping": tmp_path / "api.yaml",
+        "cell_mapping": tmp_path / "cell.yaml",
+        "layer_mapping": tmp_path / "layer.yaml",
+    }
     summary = compare({"npu_json_path": str(ms), "bench_json_path": str(pt)}, tmp_path / "out", mappings=mappings)
     assert summary.unmatched == 0 and summary.verdict == "PASS"
 
@@ -79,8 +99,11 @@ def test_data_mapping_within_one_framework(tmp_path):
     b = write_dump(tmp_path / "b", "pytorch", {"Torch.y.0.forward": {"input_args": [tensor(1.0)], "output": []}})
     (tmp_path / "dm.yaml").write_text("Torch.x.0.forward.input.0: Torch.y.0.forward.input.0\n")
     plain = compare({"npu_json_path": str(a), "bench_json_path": str(b)}, tmp_path / "o1")
-    mapped = compare({"npu_json_path": str(a), "bench_json_path": str(b)}, tmp_path / "o2",
-                     mappings={"data_mapping": tmp_path / "dm.yaml"})  # fmt: skip
+    mapped = compare(
+        {"npu_json_path": str(a), "bench_json_path": str(b)},
+        tmp_path / "o2",
+        mappings={"data_mapping": tmp_path / "dm.yaml"},
+    )
     assert plain.unmatched == 2 and mapped.unmatched == 0
 
 
@@ -97,8 +120,9 @@ def test_cli_mapping_flags(ms_and_pt, tmp_path):
     spec = tmp_path / "compare.json"
     spec.write_text(json.dumps({"npu_path": str(ms), "bench_path": str(pt)}))
     (tmp_path / "cell.yaml").write_text("fc.Dense: fc.Linear\n")
-    result = CliRunner().invoke(cli, ["compare", "-i", str(spec), "-o", str(tmp_path / "o"), "-am", "-cm",
-                                      str(tmp_path / "cell.yaml")])  # fmt: skip
+    result = CliRunner().invoke(
+        cli, ["compare", "-i", str(spec), "-o", str(tmp_path / "o"), "-am", "-cm", str(tmp_path / "cell.yaml")]
+    )
     assert result.exit_code == 0, result.output
     table = pd.read_csv(next((tmp_path / "o").glob("compare_result_*.csv")), keep_default_na=False).set_index(
         "NPU Name"
@@ -116,8 +140,18 @@ def test_merge_result(tmp_path):
     (tmp_path / "merge.yaml").write_text(
         "api:\n- Functional.linear\n- Torch.ones_like.0.forward\ncompare_index:\n- Max diff\n- L2norm diff\n"
     )
-    result = CliRunner().invoke(cli, ["merge_result", "-i", str(tmp_path / "results"), "-o", str(tmp_path / "merged"),
-                                      "-config", str(tmp_path / "merge.yaml")])  # fmt: skip
+    result = CliRunner().invoke(
+        cli,
+        [
+            "merge_result",
+            "-i",
+            str(tmp_path / "results"),
+            "-o",
+            str(tmp_path / "merged"),
+            "-config",
+            str(tmp_path / "merge.yaml"),
+        ],
+    )
     assert result.exit_code == 0, result.output
     workbook = next((tmp_path / "merged").glob("multi_ranks_compare_merge_*.xlsx"))
     sheets = pd.read_excel(workbook, sheet_name=None)
@@ -128,6 +162,16 @@ def test_merge_result(tmp_path):
     assert all(name.startswith(("Functional.linear.", "Torch.ones_like.0.forward")) for name in table.index)
     assert (table["rank0"] == table["rank1"]).all()
     (tmp_path / "bad.yaml").write_text("api: [Functional.linear]\ncompare_index: [Cosine]\n")
-    bad = CliRunner().invoke(cli, ["merge_result", "-i", str(tmp_path / "results"), "-o", str(tmp_path / "m2"),
-                                   "-config", str(tmp_path / "bad.yaml")])  # fmt: skip
+    bad = CliRunner().invoke(
+        cli,
+        [
+            "merge_result",
+            "-i",
+            str(tmp_path / "results"),
+            "-o",
+            str(tmp_path / "m2"),
+            "-config",
+            str(tmp_path / "bad.yaml"),
+        ],
+    )
     assert bad.exit_code == 1 and "not a statistics-mode metric" in bad.output

@@ -28,8 +28,9 @@ def our_dumps(tmp_path_factory):
     root = tmp_path_factory.mktemp("ours")
     for task, level in (("statistics", "L1"), ("statistics", "mix"), ("tensor", "L1")):
         path = root / f"{task}_{level}"
-        train_fixture_net(lambda model, p=path, t=task, lv=level: PrecisionDebugger(
-            task=t, level=lv, dump_path=str(p), model=model))  # fmt: skip
+        train_fixture_net(
+            lambda model, p=path, t=task, lv=level: PrecisionDebugger(task=t, level=lv, dump_path=str(p), model=model)
+        )
     return root
 
 
@@ -56,8 +57,11 @@ def test_fixture_steps_metrics_against_numpy(tmp_path):
     assert result.mode == "tensor" and list(result.table.columns) == [*TENSOR_COLUMNS, "Data_name"]
     table = result.table.set_index("NPU Name")
     checked = 0
-    for name in ("Functional.conv2d.0.forward.output.0", "Functional.linear.0.forward.input.1",
-                 "Functional.relu.0.backward.input.0"):  # fmt: skip
+    for name in (
+        "Functional.conv2d.0.forward.output.0",
+        "Functional.linear.0.forward.input.1",
+        "Functional.relu.0.backward.input.0",
+    ):
         data_name = table.loc[name, "Data_name"]
         a = torch.load(npu.tensor_dir() / data_name, weights_only=True).double().numpy().ravel()
         b = torch.load(bench.tensor_dir() / data_name, weights_only=True).double().numpy().ravel()
@@ -83,13 +87,19 @@ def test_metric_special_cases():
 
 def test_injected_error_is_the_first_node_of_the_advisor(tmp_path):
     for leaky, name in ((False, "bench"), (True, "npu")):
-        train_mixed_net(lambda model, n=name: PrecisionDebugger(
-            task="tensor", level="mix", dump_path=str(tmp_path / n), model=model), leaky=leaky)  # fmt: skip
+        train_mixed_net(
+            lambda model, n=name: PrecisionDebugger(
+                task="tensor", level="mix", dump_path=str(tmp_path / n), model=model
+            ),
+            leaky=leaky,
+        )
     summary = compare(
-        {"npu_json_path": str(tmp_path / "npu/step0/rank/dump.json"),
-         "bench_json_path": str(tmp_path / "bench/step0/rank/dump.json")},
+        {
+            "npu_json_path": str(tmp_path / "npu/step0/rank/dump.json"),
+            "bench_json_path": str(tmp_path / "bench/step0/rank/dump.json"),
+        },
         tmp_path / "out",
-    )  # fmt: skip
+    )
     assert summary.advice.node == "Functional.leaky_relu.0.forward"
     assert summary.verdict == "SUSPICIOUS"
     advisor = next((tmp_path / "out").glob("advisor_*.txt")).read_text()

@@ -54,17 +54,29 @@ def test_every_level_and_task_writes_both_steps(tmp_path, level, task):
         assert (dump.task, dump.level, dump.framework) == (task, level, "pytorch")
         names = list(dump.data)
         if level in ("L1", "mix"):
-            for expected in ("Functional.conv1d.0.forward", "Functional.layer_norm.0.forward",
-                             "Functional.multi_head_attention_forward.0.forward", "Functional.linear.0.forward",
-                             "Functional.relu.0.forward", "Functional.dropout.0.forward", "Tensor.mul_.0.forward",
-                             "Functional.cross_entropy.0.forward", "Functional.linear.0.backward"):  # fmt: skip
+            for expected in (
+                "Functional.conv1d.0.forward",
+                "Functional.layer_norm.0.forward",
+                "Functional.multi_head_attention_forward.0.forward",
+                "Functional.linear.0.forward",
+                "Functional.relu.0.forward",
+                "Functional.dropout.0.forward",
+                "Tensor.mul_.0.forward",
+                "Functional.cross_entropy.0.forward",
+                "Functional.linear.0.backward",
+            ):
                 assert expected in names
             # only the outermost call is recorded: attention's inner linear is not a separate entry
             assert sum(name.startswith("Functional.linear.") and name.endswith("forward") for name in names) == 2
         if level in ("L0", "mix"):
-            for expected in ("Module.conv.Conv1d.forward.0", "Module.norm.LayerNorm.forward.0",
-                             "Module.attn.MultiheadAttention.forward.0", "Module.fc.Linear.backward.0",
-                             "Module.fc.Linear.parameters_grad", "Module.head.Linear.parameters_grad"):  # fmt: skip
+            for expected in (
+                "Module.conv.Conv1d.forward.0",
+                "Module.norm.LayerNorm.forward.0",
+                "Module.attn.MultiheadAttention.forward.0",
+                "Module.fc.Linear.backward.0",
+                "Module.fc.Linear.parameters_grad",
+                "Module.head.Linear.parameters_grad",
+            ):
                 assert expected in names
             assert "Module.MixedNet.MixedNet.forward.0" not in names  # the whole model is not an entry
         if task == "structure":
@@ -226,10 +238,12 @@ def test_filters_list_scope_and_data_mode(tmp_path):
     assert all(entry["output"] == [] and entry["input_args"] for entry in forward_inputs.data.values())
     scoped = load(
         dump_mixed(
-            tmp_path / "s", "statistics", "mix",
+            tmp_path / "s",
+            "statistics",
+            "mix",
             statistics={"scope": ["Module.norm.LayerNorm.forward.0", "Module.fc.Linear.forward.0"]},
         )
-    )  # fmt: skip
+    )
     names = [name for name in scoped.data if not name.endswith("parameters_grad")]
     assert names[0] == "Functional.layer_norm.0.forward" and "Module.fc.Linear.forward.0" in names
     assert "Functional.conv1d.0.forward" not in names and "Module.head.Linear.forward.0" not in names

@@ -57,8 +57,15 @@ def test_two_ranks_with_torchrun(tmp_path):
     script = tmp_path / "dist.py"
     script.write_text(DISTRIBUTED_RUN)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29517",
-               str(script), str(tmp_path / "dump")]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--master_port=29517",
+        str(script),
+        str(tmp_path / "dump"),
+    ]
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     for step in (0, 1):

@@ -55,7 +55,12 @@ def test_fragile_api_is_flagged_and_robust_ones_are_not(tmp_path, fake_npu):
     assert [row["api_name"] for row in found] == ["NPU.npu_rotary_mul.0.forward"]
     row = found[0]
     assert (row["pert_mode"], row["stage"], row["step"], row["dtype"], row["shape"]) == (
-        "improve_precision", "forward", "0", "float16", "(3,)")  # fmt: skip
+        "improve_precision",
+        "forward",
+        "0",
+        "float16",
+        "(3,)",
+    )
     assert float(row["max_rel"]) > 1
     assert torch.equal(out, fragile(x, x, x))  # check mode leaves the result alone
 

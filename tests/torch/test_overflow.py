@@ -25,8 +25,12 @@ class HalfNet(torch.nn.Module):
 def run(tmp_path, level="L1", overflow_nums=1, scales=(300.0,)):
     tmp_path.mkdir(parents=True, exist_ok=True)
     model = HalfNet()
-    config = {"task": "overflow_check", "dump_path": str(tmp_path), "level": level,
-              "overflow_check": {"overflow_nums": overflow_nums}}  # fmt: skip
+    config = {
+        "task": "overflow_check",
+        "dump_path": str(tmp_path),
+        "level": level,
+        "overflow_check": {"overflow_nums": overflow_nums},
+    }
     (tmp_path / "c.json").write_text(json.dumps(config))
     debugger = PrecisionDebugger(config_path=str(tmp_path / "c.json"), model=model)
     debugger.start()

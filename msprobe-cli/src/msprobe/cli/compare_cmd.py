@@ -8,10 +8,23 @@ import click
 
 
 @click.command("compare")
-@click.option("-i", "--input_path", "input_path", required=True, type=click.Path(path_type=Path),
-              help="compare.json naming npu_path and bench_path.")  # fmt: skip
-@click.option("-o", "--output_path", "output_path", default="./output", show_default=True,
-              type=click.Path(file_okay=False, path_type=Path), help="Folder for the result files.")  # fmt: skip
+@click.option(
+    "-i",
+    "--input_path",
+    "input_path",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="compare.json naming npu_path and bench_path.",
+)
+@click.option(
+    "-o",
+    "--output_path",
+    "output_path",
+    default="./output",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder for the result files.",
+)
 @click.option("-s", "--stack_mode", is_flag=True, help="Add the NPU_Stack_Info column.")
 @click.option("-c", "--compare_only", is_flag=True, help="Skip the advisor.")
 @click.option("-f", "--fuzzy_match", is_flag=True, help="Match APIs that differ only in call count, by order.")
@@ -68,13 +81,55 @@ def compare_command(
 
 
 @click.command("merge_result")
-@click.option("-i", "--input_dir", "input_dir", required=True, type=click.Path(path_type=Path),
-              help="Folder of compare_result_rank{N}_*.xlsx files from a multi-rank compare.")  # fmt: skip
+@click.option(
+    "-i",
+    "--input_dir",
+    "input_dir",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Folder of compare_result_rank{N}_*.xlsx files from a multi-rank compare.",
+)
 @click.option("-o", "--output_dir", "output_dir", required=True, type=click.Path(file_okay=False, path_type=Path))
-@click.option("-config", "--config-path", "config_path", required=True, type=click.Path(path_type=Path),
-              help="YAML with 'api' (names to keep) and optional 'compare_index' (metrics).")  # fmt: skip
+@click.option(
+    "-config",
+    "--config-path",
+    "config_path",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="YAML with 'api' (names to keep) and optional 'compare_index' (metrics).",
+)
 def merge_result_command(input_dir: Path, output_dir: Path, config_path: Path) -> None:
     """Merge per-rank compare results into one sheet per metric."""
     from msprobe.core.compare.merge import merge_results
 
     click.echo(f"merged: {merge_results(input_dir, output_dir, config_path)}")
+
+
+@click.command("grad_probe")
+@click.option(
+    "-i1",
+    "--input1",
+    "input1",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="dump_path of the first grad_probe run.",
+)
+@click.option(
+    "-i2", "--input2", "input2", required=True, type=click.Path(path_type=Path), help="dump_path of the second run."
+)
+@click.option("-o", "--output", "output", required=True, type=click.Path(file_okay=False, path_type=Path))
+def grad_probe_command(input1: Path, input2: Path, output: Path) -> None:
+    """Compare the gradient directions of two runs step by step and name the first bad step."""
+    from msprobe.core.grad_probe import GradComparator
+
+    results = GradComparator.compare_distributed(input1, input2, output)
+    for result in results:
+        where = f"rank {result.rank}: " if len(results) > 1 else ""
+        if result.first_bad_step is None:
+            click.echo(f"{where}PASS: gradient directions agree over steps {result.steps[0]}-{result.steps[-1]}")
+        else:
+            names = ", ".join(result.bad_parameters[:5])
+            click.echo(f"{where}SUSPICIOUS: first bad step {result.first_bad_step} ({names})")
+    click.echo(f"results: {output}")
+    if any(result.first_bad_step is not None for result in results):
+        raise SystemExit(1)

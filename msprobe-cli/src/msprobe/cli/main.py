@@ -28,11 +28,22 @@ COMMAND_ALIASES = {
 
 
 def _builtin_commands() -> dict[str, click.Command]:
-    from msprobe.cli.compare_cmd import compare_command, merge_result_command
+    from msprobe.cli.compare_cmd import compare_command, grad_probe_command, merge_result_command
     from msprobe.cli.config_cmd import config_group
+    from msprobe.cli.parse_cmd import parse_group
     from msprobe.cli.plugins_cmd import plugins_command
 
-    return {command.name: command for command in (plugins_command, config_group, compare_command, merge_result_command)}
+    return {
+        command.name: command
+        for command in (
+            plugins_command,
+            config_group,
+            compare_command,
+            merge_result_command,
+            grad_probe_command,
+            parse_group,
+        )
+    }
 
 
 class MsprobeGroup(click.Group):

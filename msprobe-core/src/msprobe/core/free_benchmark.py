@@ -103,8 +103,19 @@ class FreeBenchmarkJudge:
         threshold = self.threshold(base, dtype)
         passed = max_rel <= threshold
         if not passed:
-            self._write([rank, self.pert_mode, stage, step, api, max_rel, dtype, tuple(shape),
-                         "" if output_index is None else output_index])  # fmt: skip
+            self._write(
+                [
+                    rank,
+                    self.pert_mode,
+                    stage,
+                    step,
+                    api,
+                    max_rel,
+                    dtype,
+                    tuple(shape),
+                    "" if output_index is None else output_index,
+                ]
+            )
         return Verdict(max_rel, threshold, passed)
 
     def _write(self, row: list) -> None:

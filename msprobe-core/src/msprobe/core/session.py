@@ -142,8 +142,8 @@ class BaseDebugger:
                 "PrecisionDebugger(..., model=model) or start(model=model)"
             )
         self._start_called = True
-        if self._running or self.config.level == "debug":
-            return
+        if self._running or self.config.level == "debug" or self.config.task == "grad_probe":
+            return  # save() and monitor() need no start/stop
         if not (self.step_selected() and self.rank_selected()):
             return
         if self._hooks is None:
@@ -154,6 +154,8 @@ class BaseDebugger:
     def stop(self) -> None:
         if not self._start_called:
             raise UsageError("stop() was called before start()")
+        if self.config.task == "grad_probe":
+            return  # the monitor stays on for the whole training
         if self._running:
             self._hooks.remove()
             self._running = False

@@ -34,8 +34,23 @@ _BITS = {
     torch.float64: torch.int64,
 }
 # APIs whose outputs differ run to run, or that cannot be run twice
-_NOT_REPEATABLE = ("dropout", "rand", "bernoulli", "multinomial", "normal", "uniform_", "exponential_", "empty",
-                   "Distributed.", "manual_seed", "item", "tolist", "numpy", "__bool__", "__setitem__")  # fmt: skip
+_NOT_REPEATABLE = (
+    "dropout",
+    "rand",
+    "bernoulli",
+    "multinomial",
+    "normal",
+    "uniform_",
+    "exponential_",
+    "empty",
+    "Distributed.",
+    "manual_seed",
+    "item",
+    "tolist",
+    "numpy",
+    "__bool__",
+    "__setitem__",
+)
 
 
 def improve_precision(tensor: torch.Tensor) -> torch.Tensor:

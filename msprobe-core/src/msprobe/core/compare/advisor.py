@@ -83,8 +83,11 @@ def advise(result: CompareResult) -> Advice:
         outputs_failed = any(".output." in names[i] for i in failed)
         if inputs_failed and unmatched_since_clean:
             origin = unmatched_since_clean[0]
-            return Advice(origin, "it has no counterpart in the benchmark run, and the data differs right after it",
-                          "the two runs call different APIs here (a changed or replaced operator)")  # fmt: skip
+            return Advice(
+                origin,
+                "it has no counterpart in the benchmark run, and the data differs right after it",
+                "the two runs call different APIs here (a changed or replaced operator)",
+            )
         reason = "its outputs differ" if outputs_failed and not inputs_failed else "its values differ"
         return Advice(entry, reason, _cause(entry, inputs_failed))
     return Advice(None, "", "")

@@ -132,9 +132,14 @@ def compare_pair(
     cross = bool(options.pop("cross_framework", False)) or cross
     mapper = NameMapper(cross_framework=cross, **options)
     result = compare_dumps(
-        npu, bench, fuzzy=fuzzy_match, stack=stack_mode, load=tensor_loader(readers),
-        mapping=mapper if mapper.active else None, extra_metrics=_extra_metrics(),
-    )  # fmt: skip
+        npu,
+        bench,
+        fuzzy=fuzzy_match,
+        stack=stack_mode,
+        load=tensor_loader(readers),
+        mapping=mapper if mapper.active else None,
+        extra_metrics=_extra_metrics(),
+    )
     stamp = stamp or timestamp()
     files = write_result(result, Path(output_dir), stamp, prefix)
     advice = None
@@ -216,10 +221,19 @@ def compare_distributed(
         logger.warning("ranks present on one side only are not compared: %s", ", ".join(missing))
     stamp = timestamp()
     jobs = [
-        (rank, npu_ranks[rank] / "dump.json", bench_ranks[rank] / "dump.json", Path(output_path), stack_mode,
-         auto_analyze, fuzzy_match, stamp, mappings)
+        (
+            rank,
+            npu_ranks[rank] / "dump.json",
+            bench_ranks[rank] / "dump.json",
+            Path(output_path),
+            stack_mode,
+            auto_analyze,
+            fuzzy_match,
+            stamp,
+            mappings,
+        )
         for rank in sorted(set(npu_ranks) & set(bench_ranks))
-    ]  # fmt: skip
+    ]
     if len(jobs) == 1 or processes == 1:
         return [_compare_rank(job) for job in jobs]
     with ProcessPoolExecutor(max_workers=processes or min(len(jobs), 8)) as pool:

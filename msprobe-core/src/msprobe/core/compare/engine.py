@@ -28,19 +28,40 @@ logger = logging.getLogger(__name__)
 
 BASE_COLUMNS = ["NPU Name", "Bench Name", "NPU Dtype", "Bench Dtype", "NPU Tensor Shape", "Bench Tensor Shape"]
 STAT_VALUE_COLUMNS = [
-    "NPU max", "NPU min", "NPU mean", "NPU l2norm", "Bench max", "Bench min", "Bench mean", "Bench l2norm",
-]  # fmt: skip
+    "NPU max",
+    "NPU min",
+    "NPU mean",
+    "NPU l2norm",
+    "Bench max",
+    "Bench min",
+    "Bench mean",
+    "Bench l2norm",
+]
 STATISTICS_COLUMNS = [
     *BASE_COLUMNS,
-    "Max diff", "Min diff", "Mean diff", "L2norm diff",
-    "MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr", "NormRelativeErr",
-    *STAT_VALUE_COLUMNS, "Result", "Err_message",
-]  # fmt: skip
+    "Max diff",
+    "Min diff",
+    "Mean diff",
+    "L2norm diff",
+    "MaxRelativeErr",
+    "MinRelativeErr",
+    "MeanRelativeErr",
+    "NormRelativeErr",
+    *STAT_VALUE_COLUMNS,
+    "Result",
+    "Err_message",
+]
 TENSOR_COLUMNS = [
     *BASE_COLUMNS,
-    "Cosine", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio", "Five Thousandths Err Ratio",
-    *STAT_VALUE_COLUMNS, "Accuracy Reached or Not", "Err_message",
-]  # fmt: skip
+    "Cosine",
+    "MaxAbsErr",
+    "MaxRelativeErr",
+    "One Thousandth Err Ratio",
+    "Five Thousandths Err Ratio",
+    *STAT_VALUE_COLUMNS,
+    "Accuracy Reached or Not",
+    "Err_message",
+]
 MD5_COLUMNS = [*BASE_COLUMNS, "NPU MD5", "BENCH MD5", "Result"]
 STACK_COLUMN = "NPU_Stack_Info"
 DATA_NAME_COLUMN = "Data_name"

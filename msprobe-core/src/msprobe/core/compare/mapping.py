@@ -56,9 +56,10 @@ def read_api_mapping(path: str | Path) -> dict[str, ApiRule]:
         if len(ms_args) != len(pt_args) or len(ms_outs) != len(pt_outs):
             raise DataFileError(path, f"item {number}: ms_args/pt_args and ms_outputs/pt_outputs must pair up")
         rules[str(item["ms_api"])] = ApiRule(
-            str(item["pt_api"]), dict(zip(map(int, ms_args), map(int, pt_args))),
+            str(item["pt_api"]),
+            dict(zip(map(int, ms_args), map(int, pt_args))),
             dict(zip(map(int, ms_outs), map(int, pt_outs))),
-        )  # fmt: skip
+        )
     return rules
 
 

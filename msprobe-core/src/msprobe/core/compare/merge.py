@@ -19,8 +19,16 @@ from msprobe.core.dump.writer import make_dir
 from msprobe.core.errors import DataFileError
 
 _RANK_FILE = re.compile(r"^compare_result_rank(?P<rank>\d+)_\d+\.(?P<suffix>xlsx|csv)$")
-STATISTICS_INDEX = ["Max diff", "Min diff", "Mean diff", "L2norm diff",
-                    "MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr", "NormRelativeErr"]  # fmt: skip
+STATISTICS_INDEX = [
+    "Max diff",
+    "Min diff",
+    "Mean diff",
+    "L2norm diff",
+    "MaxRelativeErr",
+    "MinRelativeErr",
+    "MeanRelativeErr",
+    "NormRelativeErr",
+]
 TENSOR_INDEX = ["Cosine", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio", "Five Thousandths Err Ratio"]
 
 

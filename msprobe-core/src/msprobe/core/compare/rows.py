@@ -54,8 +54,16 @@ def _row(name: str, entry: str, leaf: dict, role: str) -> Row | None:
     kind = leaf.get("type", "")
     if "dtype" in leaf:
         stats = tuple(_number(leaf.get(key)) for key in STAT_KEYS)
-        return Row(name, entry, str(leaf.get("dtype")), list(leaf.get("shape") or []), stats,
-                   leaf.get("md5"), leaf.get("data_name"), role)  # fmt: skip
+        return Row(
+            name,
+            entry,
+            str(leaf.get("dtype")),
+            list(leaf.get("shape") or []),
+            stats,
+            leaf.get("md5"),
+            leaf.get("data_name"),
+            role,
+        )
     if kind in ("int", "float", "bool") and isinstance(leaf.get("value"), (int, float, bool, str)):
         value = _number(leaf["value"])
         value = float(value) if value is not None else None

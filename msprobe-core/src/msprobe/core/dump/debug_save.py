@@ -40,8 +40,12 @@ class DebugSaver:
             self.counts.clear()
             folder = self.session.dump_dir
             tensor_dir = folder / "dump_tensor_data" if self.session.task == "tensor" else None
-            header = {"task": self.session.task, "level": "debug", "framework": self.session.framework,
-                      "dump_data_dir": str(tensor_dir) if tensor_dir else None}  # fmt: skip
+            header = {
+                "task": self.session.task,
+                "level": "debug",
+                "framework": self.session.framework,
+                "dump_data_dir": str(tensor_dir) if tensor_dir else None,
+            }
             self.writer = DumpWriter(folder, header, file_name="debug.json")
             if tensor_dir is not None:
                 make_dir(tensor_dir)

@@ -1,0 +1,252 @@
+"""Grad probe, the framework-neutral half: summaries on disk, and comparing two runs.
+
+A framework measures each watched parameter's gradient at every optimizer
+step and hands a :class:`GradRecord` to :class:`GradSummaryWriter`, which
+writes ``dump_path/rank{R}/grad_summary_{step}.csv`` and, at levels L1/L2,
+the gradient's direction as packed sign bits in
+``dump_path/rank{R}/step{step}/{param}.npy``. :class:`GradComparator`
+compares two such runs step by step: the share of elements whose direction
+agrees, per parameter and weighted over all of them, and names the first
+step that went wrong (similarity below 0.97 at the first step, or a drop of
+more than 0.03 from one step to the next).
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import logging
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from msprobe.core.dump.writer import make_dir, open_new_file
+from msprobe.core.errors import DataFileError
+
+logger = logging.getLogger(__name__)
+
+FIRST_STEP_FLOOR = 0.97
+MAX_DROP = 0.03
+_SUMMARY = re.compile(r"^grad_summary_(\d+)\.csv$")
+
+
+def interval_names(bounds: list[float]) -> list[str]:
+    """[-1, 0, 1] -> ['(-inf, -1]', '(-1, 0]', '(0, 1]', '(1, inf)']."""
+    edges = ["-inf", *[_number(b) for b in bounds], "inf"]
+    names = [f"({low}, {high}]" for low, high in itertools.pairwise(edges)]
+    names[-1] = names[-1][:-1] + ")"
+    return names
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def header(level: str, bounds: list[float]) -> list[str]:
+    if level == "L0":
+        return ["Param_name", "MD5", "Max", "Min", "Norm", "Shape"]
+    if level == "L1":
+        return ["Param_name", "Max", "Min", "Norm", "Shape"]
+    return ["Param_name", *interval_names(bounds), "=0", "Max", "Min", "Norm", "Shape"]
+
+
+@dataclass
+class GradRecord:
+    """One parameter's gradient at one step, as the framework measured it."""
+
+    name: str
+    shape: list[int]
+    maximum: float
+    minimum: float
+    norm: float
+    md5: str = ""
+    buckets: list[float] | None = None  # share of elements per interval
+    zeros: float = 0.0
+    signs: np.ndarray | None = None  # packed bits of (gradient > 0)
+
+
+class GradSummaryWriter:
+    def __init__(self, dump_path: str | Path, level: str, bounds: list[float]):
+        self.dump_path = Path(dump_path)
+        self.level = level
+        self.bounds = bounds
+
+    def rank_dir(self, rank: int) -> Path:
+        return self.dump_path / f"rank{rank}"
+
+    def write_step(self, step: int, rank: int, records: Iterable[GradRecord]) -> Path:
+        folder = make_dir(self.rank_dir(rank))
+        columns = header(self.level, self.bounds)
+        direction_dir = make_dir(folder / f"step{step}") if self.level in ("L1", "L2") else None
+        path = folder / f"grad_summary_{step}.csv"
+        temporary = folder / f".grad_summary_{step}.csv.tmp"
+        with open_new_file(temporary) as handle:
+            writer = csv.writer(handle)
+            writer.writerow(columns)
+            for record in records:
+                writer.writerow(self._row(record))
+                if direction_dir is not None and record.signs is not None:
+                    with open_new_file(direction_dir / f"{record.name}.npy", "wb") as out:
+                        np.save(out, record.signs, allow_pickle=False)
+        temporary.replace(path)
+        return path
+
+    def _row(self, record: GradRecord) -> list:
+        stats = [record.maximum, record.minimum, record.norm, tuple(record.shape)]
+        if self.level == "L0":
+            return [record.name, record.md5, *stats]
+        if self.level == "L1":
+            return [record.name, *stats]
+        buckets = record.buckets or [0.0] * (len(self.bounds) + 1)
+        return [record.name, *buckets, record.zeros, *stats]
+
+
+# -- comparing two runs ------------------------------------------------------------------
+
+
+def _read_summary(path: Path) -> dict[str, int]:
+    """Parameter name -> element count, from a grad_summary CSV."""
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            rows = list(csv.DictReader(handle))
+    except OSError as exc:
+        raise DataFileError(path, f"cannot be read ({exc.strerror})") from None
+    sizes = {}
+    for row in rows:
+        if "Param_name" not in row or "Shape" not in row:
+            raise DataFileError(path, "not a grad_summary file (needs Param_name and Shape columns)")
+        dims = [int(d) for d in re.findall(r"\d+", row["Shape"] or "")]
+        sizes[row["Param_name"]] = math.prod(dims) if dims else 1
+    return sizes
+
+
+def _load_signs(path: Path, count: int) -> np.ndarray | None:
+    if not path.exists():
+        return None
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise DataFileError(path, f"not a readable direction file ({exc})") from None
+    if data.dtype == np.bool_:  # the reference's unpacked form
+        return data.ravel()
+    return np.unpackbits(data.ravel(), count=count).astype(bool)
+
+
+def _steps(rank_dir: Path) -> dict[int, Path]:
+    return {int(m.group(1)): p for p in rank_dir.iterdir() if (m := _SUMMARY.match(p.name))}
+
+
+@dataclass
+class RankComparison:
+    rank: str
+    steps: list[int]
+    similarities: dict[str, list[float]]  # parameter -> similarity per step
+    overall: list[float]
+    first_bad_step: int | None
+    bad_parameters: list[str]
+
+
+def _first_bad(steps: list[int], series: dict[str, list[float]]) -> tuple[int | None, list[str]]:
+    for position, step in enumerate(steps):
+        bad = []
+        for name, values in series.items():
+            value = values[position]
+            if math.isnan(value):
+                continue
+            if position == 0 and value < FIRST_STEP_FLOOR:
+                bad.append(name)
+            elif position > 0 and not math.isnan(values[position - 1]) and values[position - 1] - value > MAX_DROP:
+                bad.append(name)
+        if bad:
+            return step, bad
+    return None, []
+
+
+class GradComparator:
+    """The reference's API: ``GradComparator.compare_distributed(path1, path2, output)``."""
+
+    @staticmethod
+    def compare_rank(dir1: Path, dir2: Path, output: Path, rank: str = "") -> RankComparison:
+        steps1, steps2 = _steps(dir1), _steps(dir2)
+        steps = sorted(set(steps1) & set(steps2))
+        if not steps:
+            raise DataFileError(dir1, f"no grad_summary step in common with {dir2}")
+        series: dict[str, list[float]] = {}
+        overall = []
+        for position, step in enumerate(steps):
+            sizes = _read_summary(steps1[step])
+            agree_total = count_total = 0
+            for name, count in sizes.items():
+                a = _load_signs(dir1 / f"step{step}" / f"{name}.npy", count)
+                b = _load_signs(dir2 / f"step{step}" / f"{name}.npy", count)
+                value = float("nan")
+                if a is not None and b is not None and a.shape == b.shape and a.size:
+                    agree = int(np.count_nonzero(a == b))
+                    value = agree / a.size
+                    agree_total += agree
+                    count_total += a.size
+                series.setdefault(name, [float("nan")] * position).append(value)
+            for values in series.values():
+                values.extend([float("nan")] * (position + 1 - len(values)))
+            overall.append(agree_total / count_total if count_total else float("nan"))
+        if all(math.isnan(v) for v in overall):
+            raise DataFileError(dir1, "no direction data (step{N}/*.npy): dump with grad_level L1 or L2")
+        first, bad = _first_bad(steps, {**series, "summary": overall})
+        result = RankComparison(rank, steps, series, overall, first, bad)
+        _write_similarities(result, make_dir(output))
+        return result
+
+    @staticmethod
+    def compare_distributed(path1: str | Path, path2: str | Path, output: str | Path) -> list[RankComparison]:
+        path1, path2, output = Path(path1), Path(path2), Path(output)
+        ranks1 = {p.name: p for p in path1.glob("rank*") if p.is_dir()} if path1.is_dir() else {}
+        ranks2 = {p.name: p for p in path2.glob("rank*") if p.is_dir()} if path2.is_dir() else {}
+        common = sorted(set(ranks1) & set(ranks2))
+        if not common:
+            raise DataFileError(path1, f"no rank folder in common with {path2} (expected rank0, rank1, ...)")
+        single = len(common) == 1
+        return [
+            GradComparator.compare_rank(ranks1[r], ranks2[r], output if single else output / r, r[len("rank") :])
+            for r in common
+        ]
+
+
+def _write_similarities(result: RankComparison, folder: Path) -> None:
+    path = folder / "similarities.csv"
+    with open_new_file(path.with_name(".similarities.csv.tmp")) as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["step", *result.similarities, "summary"])
+        for position, step in enumerate(result.steps):
+            writer.writerow(
+                [step, *(values[position] for values in result.similarities.values()), result.overall[position]]
+            )
+    path.with_name(".similarities.csv.tmp").replace(path)
+    _plot(result, folder / "similarities_picture")
+
+
+def _plot(result: RankComparison, folder: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        logger.warning("similarity plots need matplotlib: pip install 'msprobe-core[plots]'")
+        return
+    make_dir(folder)
+    curves = {**result.similarities, "summary_similarities": result.overall}
+    for name, values in curves.items():
+        figure, axes = plt.subplots(figsize=(6, 3.5))
+        axes.plot(result.steps, values, marker="o")
+        axes.axhline(FIRST_STEP_FLOOR, color="tab:red", linestyle="--", linewidth=0.8)
+        axes.set_xlabel("step")
+        axes.set_ylabel("direction similarity")
+        axes.set_ylim(min(0.0, np.nanmin(values) if len(values) else 0.0), 1.02)
+        axes.set_title(name)
+        figure.tight_layout()
+        figure.savefig(folder / f"{name}.png", dpi=80)
+        plt.close(figure)

@@ -1,0 +1,92 @@
+"""Grad probe on PyTorch: ``PrecisionDebugger.monitor(model)``.
+
+Gradients are read when an optimizer is about to apply them (the
+reference counts steps as optimizer calls, so a step skipped for a nan loss
+is not a step), measured on the device with one host transfer per
+parameter, and handed to the core's summary writer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Any
+
+import numpy as np
+import torch
+
+from msprobe.core.grad_probe import GradRecord, GradSummaryWriter
+from msprobe.core.session import TaskSession
+
+logger = logging.getLogger(__name__)
+
+
+def measure(name: str, grad: torch.Tensor, level: str, bounds: torch.Tensor | None) -> GradRecord:
+    data = grad.detach()
+    values = data.float() if data.dtype != torch.float64 else data
+    low, high = torch.aminmax(values)
+    norm = torch.linalg.vector_norm(values)
+    record = GradRecord(name, list(data.shape), 0.0, 0.0, 0.0)
+    parts = [high, low, norm]
+    if level == "L2" and bounds is not None:
+        counts = torch.bincount(torch.bucketize(values.reshape(-1), bounds), minlength=len(bounds) + 1)
+        parts += [*list((counts.to(values.dtype) / values.numel()).unbind()), (values == 0).to(values.dtype).mean()]
+    numbers = torch.stack([p.to(values.dtype) for p in parts]).tolist()
+    record.maximum, record.minimum, record.norm = numbers[:3]
+    if level == "L2" and bounds is not None:
+        record.buckets = numbers[3:-1]
+        record.zeros = numbers[-1]
+    if level == "L0":
+        record.md5 = hashlib.md5(data.cpu().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+    else:
+        record.signs = np.packbits((values > 0).cpu().numpy().reshape(-1))
+    return record
+
+
+class GradProbe:
+    """TaskHooks for task grad_probe: installed by monitor(), runs for the whole training."""
+
+    def __init__(self, session: TaskSession, model: torch.nn.Module):
+        self.session = session
+        section = session.config.grad_probe
+        self.level = section.grad_level
+        self.wanted = section.param_list
+        self.bounds = torch.tensor(section.bounds, dtype=torch.float64) if self.level == "L2" else None
+        self.writer = GradSummaryWriter(session.config.dump_path, self.level, section.bounds)
+        self.parameters = [(n, p) for n, p in model.named_parameters() if p.requires_grad and self._watched(n)]
+        self.step = 0
+        self.handle: Any = None
+
+    def _watched(self, name: str) -> bool:
+        return not self.wanted or any(item == name or item in name for item in self.wanted)
+
+    def install(self) -> None:
+        if self.handle is None:
+            from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+            self.handle = register_optimizer_step_pre_hook(self._on_optimizer_step)
+
+    def remove(self) -> None:
+        if self.handle is not None:
+            self.handle.remove()
+            self.handle = None
+
+    def _on_optimizer_step(self, optimizer: Any, args: tuple, kwargs: dict) -> None:
+        step = self.step
+        self.step += 1
+        config = self.session.config
+        rank = self.session.rank or 0
+        if (config.step and step not in config.step) or (config.rank and rank not in config.rank):
+            return
+        try:
+            bounds = self.bounds
+            records = []
+            for name, parameter in self.parameters:
+                if parameter.grad is None:
+                    continue
+                if bounds is not None and bounds.device != parameter.grad.device:
+                    bounds = self.bounds = self.bounds.to(parameter.grad.device)
+                records.append(measure(name, parameter.grad, self.level, bounds))
+            self.writer.write_step(step, rank, records)
+        except Exception as exc:  # never break training
+            logger.warning("msprobe grad probe: step %d was not recorded (%s: %s)", step, type(exc).__name__, exc)

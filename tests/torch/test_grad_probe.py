@@ -1,0 +1,105 @@
+"""Task grad_probe: per-step gradient summaries, direction bits, and comparing two runs."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from msprobe.cli.main import cli
+from msprobe.core.errors import UsageError
+from msprobe.core.grad_probe import GradComparator, interval_names
+from msprobe.pytorch import PrecisionDebugger
+
+
+def train(tmp_path, level="L1", diverge_from=None, steps=6, **section):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    config = {"task": "grad_probe", "dump_path": str(tmp_path), "grad_probe": {"grad_level": level, **section}}
+    (tmp_path.parent / f"{tmp_path.name}.json").write_text(json.dumps(config))
+    debugger = PrecisionDebugger(config_path=str(tmp_path.parent / f"{tmp_path.name}.json"))
+    debugger.monitor(model)
+    generator = torch.Generator().manual_seed(1)
+    for step in range(steps):
+        debugger.start()
+        x = torch.randn(32, 8, generator=generator)
+        y = torch.randn(32, 2, generator=generator)
+        if diverge_from is not None and step >= diverge_from:
+            y = -y  # a different objective from here on
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        debugger.stop()
+        debugger.step()
+    return model
+
+
+def test_summary_files_per_level(tmp_path):
+    train(tmp_path / "l2", level="L2", bounds=[-0.01, 0, 0.01])
+    with open(tmp_path / "l2" / "rank0" / "grad_summary_0.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert list(rows[0]) == ["Param_name", *interval_names([-0.01, 0, 0.01]), "=0", "Max", "Min", "Norm", "Shape"]
+    assert [row["Param_name"] for row in rows] == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    ratios = [float(rows[0][name]) for name in interval_names([-0.01, 0, 0.01])]
+    assert sum(ratios) == pytest.approx(1.0)
+    assert (tmp_path / "l2" / "rank0" / "step5" / "0.weight.npy").exists()
+    train(tmp_path / "l0", level="L0", param_list=["2.weight"])
+    with open(tmp_path / "l0" / "rank0" / "grad_summary_0.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [row["Param_name"] for row in rows] == ["2.weight"] and len(rows[0]["MD5"]) == 32
+    assert not (tmp_path / "l0" / "rank0" / "step0").exists()  # L0 keeps no direction data
+
+
+def test_values_match_the_gradients(tmp_path):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    (tmp_path / "c.json").write_text(json.dumps({"task": "grad_probe", "dump_path": str(tmp_path / "d")}))
+    PrecisionDebugger(config_path=str(tmp_path / "c.json")).monitor(model)
+    model(torch.ones(2, 4)).sum().backward()
+    grad = model.weight.grad.clone()
+    optimizer.step()
+    with open(tmp_path / "d" / "rank0" / "grad_summary_0.csv") as handle:
+        row = next(csv.DictReader(handle))
+    assert float(row["Max"]) == pytest.approx(grad.max().item()) and float(row["Norm"]) == pytest.approx(
+        grad.norm().item()
+    )
+    packed = np.load(tmp_path / "d" / "rank0" / "step0" / "weight.npy")
+    assert np.array_equal(np.unpackbits(packed, count=grad.numel()).astype(bool), (grad > 0).numpy().ravel())
+    assert packed.nbytes <= (grad.numel() + 7) // 8  # bits, not the gradient itself
+
+
+def test_two_runs_differing_from_step_3_name_step_3(tmp_path):
+    train(tmp_path / "a")
+    train(tmp_path / "b", diverge_from=3)
+    results = GradComparator.compare_distributed(tmp_path / "a", tmp_path / "b", tmp_path / "out")
+    assert results[0].first_bad_step == 3
+    assert results[0].overall[:3] == [1.0, 1.0, 1.0]
+    assert (tmp_path / "out" / "similarities.csv").exists()
+    assert (tmp_path / "out" / "similarities_picture" / "summary_similarities.png").stat().st_size > 1000
+    assert (tmp_path / "out" / "similarities_picture" / "2.weight.png").exists()
+    result = CliRunner().invoke(
+        cli, ["grad_probe", "-i1", str(tmp_path / "a"), "-i2", str(tmp_path / "b"), "-o", str(tmp_path / "cli")]
+    )
+    assert result.exit_code == 1 and "first bad step 3" in result.output
+    same = CliRunner().invoke(
+        cli, ["grad_probe", "-i1", str(tmp_path / "a"), "-i2", str(tmp_path / "a"), "-o", str(tmp_path / "same")]
+    )
+    assert same.exit_code == 0 and "PASS" in same.output
+
+
+def test_monitor_needs_the_task_and_a_module(tmp_path):
+    with pytest.raises(UsageError, match="needs task 'grad_probe'"):
+        PrecisionDebugger(dump_path=str(tmp_path)).monitor(torch.nn.Linear(1, 1))
+    (tmp_path / "c.json").write_text(json.dumps({"task": "grad_probe", "dump_path": str(tmp_path)}))
+    with pytest.raises(UsageError, match="torch.nn.Module"):
+        PrecisionDebugger(config_path=str(tmp_path / "c.json")).monitor("model")
+
+
+def test_comparing_folders_without_data_is_a_clear_error(tmp_path):
+    (tmp_path / "x").mkdir()
+    result = CliRunner().invoke(cli, ["grad_probe", "-i1", str(tmp_path / "x"), "-i2", str(tmp_path), "-o", "o"])
+    assert result.exit_code == 1 and "no rank folder in common" in result.output

@@ -1,0 +1,88 @@
+"""msprobe parse on real fixture tensors: pt, cn, pk, convert, the shell, and the ACL refusal."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from msprobe.cli.main import cli
+from paths import REFERENCE_DUMPS
+
+RANK = REFERENCE_DUMPS / "pytorch" / "tensor_L1" / "step0" / "rank"
+RELU_OUT = RANK / "dump_tensor_data" / "Functional.relu.0.forward.output.0.pt"
+RELU_IN = RANK / "dump_tensor_data" / "Functional.relu.0.forward.input.0.pt"
+
+
+def run(*args):
+    return CliRunner().invoke(cli, ["parse", *map(str, args)], prog_name="msprobe")
+
+
+def test_pt_prints_statistics_and_writes_text(tmp_path):
+    target = tmp_path / "relu.pt"
+    target.write_bytes(RELU_OUT.read_bytes())
+    result = run("pt", "-n", target, "-s")
+    array = torch.load(RELU_OUT, weights_only=True).numpy()
+    assert result.exit_code == 0
+    assert f"[Max: {array.max():.6g}]" in result.output and "[Shape: (4, 8, 6, 6)]" in result.output
+    assert np.allclose(np.loadtxt(f"{target}.txt"), array.ravel())
+
+
+def test_cn_reports_metrics_and_the_elements_over_tolerance():
+    result = run("cn", "-m", RELU_OUT, "-g", RELU_IN, "-p", "3")
+    a = torch.load(RELU_OUT, weights_only=True).double().numpy().ravel()
+    b = torch.load(RELU_IN, weights_only=True).double().numpy().ravel()
+    cosine = a @ b / (np.linalg.norm(a) * np.linalg.norm(b))
+    assert result.exit_code == 0
+    assert f"Cosine: {cosine}"[:14] in result.output
+    assert (
+        f"{int(((np.abs(a - b) > 0.001) & (np.abs(a - b) > 0.001 * np.abs(b))).sum())} elements exceed" in result.output
+    )
+    assert "Error Item Table" in result.output
+
+
+def test_pk_shows_one_entry_with_the_reference_underscore_spelling():
+    result = run("pk", "-f", RANK / "dump.json", "-n", "Functional_conv2d_0_forward")
+    assert result.exit_code == 0 and "[Functional.conv2d.0.forward.output.0]" in result.output
+    assert "Stack Info:" in result.output
+    missing = run("pk", "-f", RANK / "dump.json", "-n", "Functional.gelu.0.forward")
+    assert missing.exit_code == 1 and "has no entry" in missing.output
+
+
+def test_convert_round_trip(tmp_path):
+    assert run("convert", "-i", RELU_OUT, "-o", tmp_path / "a.npy").exit_code == 0
+    assert run("convert", "-i", tmp_path / "a.npy", "-o", tmp_path / "b.pt").exit_code == 0
+    assert torch.equal(torch.load(tmp_path / "b.pt", weights_only=True), torch.load(RELU_OUT, weights_only=True))
+
+
+def test_acl_commands_are_refused_clearly():
+    result = run("cad", "-m", "/some/dump")
+    assert result.exit_code == 1 and "Ascend CANN" in result.output
+
+
+def test_missing_file_is_one_line(tmp_path):
+    result = run("pt", "-n", tmp_path / "nope.npy")
+    assert (
+        result.exit_code == 1
+        and "nope.npy: tensor file not found" in result.output
+        and "Traceback" not in result.output
+    )
+
+
+def test_interactive_shell():
+    script = f"pt -n {RELU_IN}\ncn -m {RELU_IN} -g {RELU_IN}\nvc -m x -g y\nbogus\nexit\n"
+    result = subprocess.run(
+        [sys.executable, "-m", "msprobe.cli.main", "parse"], input=script, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0
+    assert result.stdout.count("Parse >>> ") >= 5
+    assert "[Shape: (4, 8, 6, 6)]" in result.stdout and "Cosine: 1.0" in result.stdout
+    assert "Ascend CANN" in result.stdout and "Unknown command 'bogus'" in result.stdout
+
+
+@pytest.mark.parametrize("suffix", [".npy"])
+def test_npy_needs_no_framework(tmp_path, suffix):
+    np.save(tmp_path / f"x{suffix}", np.array([1.0, 2.0]))
+    assert "[Max: 2]" in run("pt", "-n", tmp_path / f"x{suffix}").output
