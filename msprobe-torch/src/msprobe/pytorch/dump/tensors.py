@@ -86,6 +86,18 @@ def _measure_deferred(tensor: torch.Tensor) -> dict[str, Any]:
     return {key: DeferredStat(stats, index) for index, key in enumerate(("Max", "Min", "Mean", "Norm"))}
 
 
+def _measure_range(tensor: torch.Tensor) -> dict[str, Any]:
+    """Overflow screening: one fused min/max pass; inf and nan show up in it."""
+    data = tensor.detach()
+    if data.dtype == torch.bool or data.dim() == 0 or data.is_complex():
+        return _measure(tensor)
+    if not data.is_floating_point():
+        return {}  # integers cannot hold inf or nan
+    low, high = torch.aminmax(data)
+    maximum, minimum = torch.stack((high, low)).float().tolist()
+    return {"Max": _json_number(maximum), "Min": _json_number(minimum)}
+
+
 def _finite(value: float) -> bool:
     return math.isfinite(value)
 
@@ -159,7 +171,10 @@ class TensorSummarizer:
             "shape": list(tensor.shape),
         }
         if self.with_stats and tensor.numel() > 0 and not tensor.is_meta:
-            summary.update(self.statistics(tensor))
+            if self.task == "overflow_check" and not self.save_files:
+                summary.update(_measure_range(tensor))  # full statistics only for the calls kept
+            else:
+                summary.update(self.statistics(tensor))
         summary["requires_grad"] = tensor.requires_grad
         if self.with_crc and self.with_stats and not tensor.is_meta:
             summary["md5"] = crc32_hex(tensor)
