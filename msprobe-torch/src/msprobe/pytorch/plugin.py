@@ -52,6 +52,14 @@ def msprobe_dump_hooks(session: Any) -> Any:
 
 
 @hookimpl
+def msprobe_cli_commands() -> list[Any]:
+    """run_ut, multi_run_ut, run_overflow_check: `msprobe -f pytorch run_ut ...`."""
+    from msprobe.pytorch.commands import commands
+
+    return commands()
+
+
+@hookimpl
 def msprobe_free_benchmark_perturbations() -> list[Any]:
     """The six built-in perturbations, through the same hook a third party uses."""
     from msprobe.pytorch.free_benchmark import BUILT_IN

@@ -1,0 +1,1 @@
+"""Accuracy pre-check (run_ut): precision standards, metrics and result files, framework-free."""

@@ -1,0 +1,299 @@
+"""run_ut on PyTorch: re-run every dumped API in the tested precision and in float64, and judge.
+
+The tested side runs on the dump's device when it is present (``-d``),
+otherwise on the CPU, in the dumped dtypes; the benchmark always runs on
+the CPU with floating inputs in float64. Inputs come from the tensor files
+of a tensor dump, or are generated from a statistics dump's dtype, shape,
+Max and Min with a generator seeded by the API's name, so a resumed run
+sees the same inputs. Every API that cannot be rebuilt or run becomes a
+SKIP row with the reason; nothing stops the whole run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from msprobe.core.dump.reader import Dump
+from msprobe.core.precheck.metrics import ERROR, PASS, SKIP, Detail, compare_output, overall
+from msprobe.pytorch.tensor_io import tensor_to_numpy
+
+logger = logging.getLogger(__name__)
+
+NOT_CHECKED = ("dropout", "rand", "bernoulli", "multinomial", "normal", "uniform_", "exponential_", "empty",
+               "manual_seed", "__bool__", "item", "tolist", "numpy", "Distributed.")  # fmt: skip
+_DTYPES = {str(d): d for d in (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8,
+                               torch.int16, torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128)}  # fmt: skip
+
+
+class Unsupported(Exception):
+    """The call cannot be rebuilt from the dump; the message says why."""
+
+
+@dataclass
+class ApiOutcome:
+    name: str
+    forward: str
+    backward: str
+    message: str
+    details: list[Detail] = field(default_factory=list)
+    error_data: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+def resolve(name: str) -> Callable:
+    """'Functional.relu.0.forward' -> torch.nn.functional.relu (Tensor methods are unbound)."""
+    parts = name.split(".")
+    prefix, api = parts[0], ".".join(parts[1:-2])
+    if prefix == "Functional":
+        root: Any = torch.nn.functional
+    elif prefix == "Torch":
+        root = torch
+    elif prefix == "Tensor":
+        root = torch.Tensor
+    elif prefix == "NPU":
+        if "torch_npu" not in sys.modules and importlib.util.find_spec("torch_npu") is None:
+            raise Unsupported("torch_npu is not installed")
+        root = importlib.import_module("torch_npu")
+    else:
+        raise Unsupported(f"{prefix} APIs are not re-run")
+    function = root
+    for part in api.split("."):
+        function = getattr(function, part, None)
+        if function is None:
+            raise Unsupported(f"{prefix}.{api} does not exist in torch {torch.__version__}")
+    return function
+
+
+class InputBuilder:
+    """Turns dump.json values back into call arguments."""
+
+    def __init__(self, dump: Dump, seed_name: str):
+        self.dump = dump
+        self.folder = dump.tensor_dir()
+        self.generator = torch.Generator().manual_seed(zlib.crc32(seed_name.encode()))
+
+    def value(self, encoded: Any) -> Any:
+        if encoded is None:
+            return None
+        if isinstance(encoded, list):
+            return [self.value(item) for item in encoded]
+        if not isinstance(encoded, dict):
+            raise Unsupported(f"unexpected value {encoded!r}")
+        kind = encoded.get("type")
+        if kind is None:
+            return {key: self.value(item) for key, item in encoded.items()}
+        if "dtype" in encoded:
+            return self.tensor(encoded)
+        raw = encoded.get("value")
+        if kind in ("int", "bool", "str"):
+            return raw
+        if kind == "float":
+            return float(raw)
+        if kind == "slice":
+            return slice(*raw)
+        if kind == "ellipsis":
+            return Ellipsis
+        if kind == "torch.dtype":
+            return getattr(torch, str(raw).split(".")[-1])
+        if kind == "torch.device":
+            return torch.device(raw)
+        if kind == "torch.Size":
+            return torch.Size(raw)
+        if kind == "torch.memory_format":
+            return getattr(torch, encoded.get("format", "preserve_format"))
+        raise Unsupported(f"arguments of type {kind} cannot be rebuilt")
+
+    def tensor(self, summary: dict) -> torch.Tensor:
+        name = summary.get("data_name")
+        if name and self.folder is not None and (self.folder / name).exists():
+            tensor = torch.load(self.folder / name, map_location="cpu", weights_only=True)
+        else:
+            tensor = self.generate(summary)
+        return tensor.requires_grad_(bool(summary.get("requires_grad"))) if tensor.is_floating_point() else tensor
+
+    def generate(self, summary: dict) -> torch.Tensor:
+        dtype = _DTYPES.get(summary.get("dtype", ""))
+        if dtype is None:
+            raise Unsupported(f"cannot generate a {summary.get('dtype')} tensor")
+        shape = [int(s) for s in summary.get("shape", [])]
+        count = int(np.prod(shape)) if shape else 1
+        high, low = _bound(summary.get("Max"), 1.0), _bound(summary.get("Min"), -1.0)
+        if dtype == torch.bool:
+            values = torch.rand(count, generator=self.generator) < 0.5
+            if count:
+                values[0] = bool(summary.get("Max", True))
+                values[-1] = bool(summary.get("Min", False)) if count > 1 else values[0]
+            return values.reshape(shape)
+        if not dtype.is_floating_point and not dtype.is_complex:
+            lower, upper = int(np.floor(low)), int(np.floor(high))
+            return (
+                torch.randint(lower, max(upper, lower) + 1, (count,), generator=self.generator).to(dtype).reshape(shape)
+            )
+        values = torch.rand(count, generator=self.generator, dtype=torch.float64) * (high - low) + low
+        if count >= 2:  # hit the recorded extremes exactly
+            values[0], values[-1] = high, low
+        return values.to(dtype).reshape(shape)
+
+
+def _bound(value: Any, default: float) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return default
+    return number if np.isfinite(number) else default
+
+
+def _map(value: Any, function: Callable[[torch.Tensor], Any]) -> Any:
+    if isinstance(value, torch.Tensor):
+        return function(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_map(item, function) for item in value)
+    if isinstance(value, dict):
+        return {key: _map(item, function) for key, item in value.items()}
+    return value
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    found: list[torch.Tensor] = []
+    _map(value, found.append)
+    return found
+
+
+def _prepare(args: Any, device: str, bench: bool) -> Any:
+    """A copy of the arguments for one side: float64 on the CPU for the benchmark."""
+
+    def convert(tensor: torch.Tensor) -> torch.Tensor:
+        grad = tensor.requires_grad
+        copy = tensor.detach()
+        if bench:
+            copy = copy.to("cpu", torch.float64) if copy.is_floating_point() else copy.to("cpu")
+        else:
+            copy = copy.to(device)
+        copy = copy.clone()
+        return copy.requires_grad_(grad) if copy.is_floating_point() else copy
+
+    return _map(args, convert)
+
+
+def _no_grad(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach() if tensor.requires_grad else tensor
+
+
+def _is_inplace(name: str) -> bool:
+    api = name.split(".")[-3]
+    return (api.endswith("_") and not api.endswith("__")) or api.startswith("__i") or api == "__setitem__"
+
+
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    return tensor_to_numpy(tensor.detach().cpu())
+
+
+class ApiRunner:
+    def __init__(self, dump: Dump, device: str = "cpu", save_error_data: bool = False):
+        self.dump = dump
+        self.device = device
+        self.save_error_data = save_error_data
+
+    def forward_names(self) -> list[str]:
+        return [name for name in self.dump.data if name.endswith(".forward") and not name.startswith("Module.")]
+
+    def run(self, name: str) -> ApiOutcome:
+        if any(marker in name for marker in NOT_CHECKED):
+            return ApiOutcome(name, SKIP, "", "random or non-repeatable API: not checked")
+        try:
+            function = resolve(name)
+            entry = self.dump.data[name]
+            builder = InputBuilder(self.dump, name)
+            args = builder.value(entry.get("input_args", []))
+            kwargs = builder.value(entry.get("input_kwargs", {}))
+            backward_entry = self.dump.data.get(name[: -len("forward")] + "backward")
+            grad_outputs = builder.value(backward_entry.get("input", [])) if backward_entry else None
+        except Unsupported as exc:
+            return ApiOutcome(name, SKIP, "", str(exc))
+        except Exception as exc:
+            return ApiOutcome(name, SKIP, "", f"cannot rebuild the call: {type(exc).__name__}: {exc}")
+        try:
+            return self._compare(name, function, args, kwargs, grad_outputs)
+        except Exception as exc:
+            return ApiOutcome(name, SKIP, "", f"the call failed: {type(exc).__name__}: {exc}")
+
+    def _side(self, function: Callable, args: Any, kwargs: Any, bench: bool, inplace: bool) -> tuple[Any, Any, Any]:
+        side_args = _prepare(args, self.device, bench)
+        side_kwargs = _prepare(kwargs, self.device, bench)
+        if inplace:  # as in training (optimizer updates): no autograd through in-place calls on leaves
+            side_args, side_kwargs = _map(side_args, _no_grad), _map(side_kwargs, _no_grad)
+            with torch.no_grad():
+                return side_args, side_kwargs, function(*side_args, **side_kwargs)
+        return side_args, side_kwargs, function(*side_args, **side_kwargs)
+
+    def _compare(self, name: str, function: Callable, args: Any, kwargs: Any, grad_outputs: Any) -> ApiOutcome:
+        inplace = _is_inplace(name)
+        device_args, device_kwargs, device_out = self._side(function, args, kwargs, False, inplace)
+        bench_args, bench_kwargs, bench_out = self._side(function, args, kwargs, True, inplace)
+        outcome = ApiOutcome(name, PASS, "", "")
+        device_outputs, bench_outputs = _tensors(device_out), _tensors(bench_out)
+        if not device_outputs and not isinstance(device_out, (int, float, bool)):
+            return ApiOutcome(name, SKIP, "", "the API returned no tensor to compare")
+        if not device_outputs:
+            device_outputs, bench_outputs = [torch.tensor(device_out)], [torch.tensor(bench_out)]
+        for index, (device, bench) in enumerate(zip(device_outputs, bench_outputs)):
+            outcome.details.append(self._detail(f"{name}.output.{index}", name, bench, device))
+        outcome.forward = overall([d.status for d in outcome.details])
+        if grad_outputs and not inplace:
+            outcome.backward = self._backward(outcome, name, grad_outputs, device_args, device_kwargs, device_outputs,
+                                              bench_args, bench_kwargs, bench_outputs)  # fmt: skip
+        if self.save_error_data and ERROR in (outcome.forward, outcome.backward):
+            outcome.error_data = self._error_data(name, device_args, bench_args, device_outputs, bench_outputs)
+        return outcome
+
+    def _backward(self, outcome: ApiOutcome, name: str, grad_outputs: Any, device_args: Any, device_kwargs: Any,
+                  device_outputs: list, bench_args: Any, bench_kwargs: Any, bench_outputs: list) -> str:  # fmt: skip
+        grads = [g for g in _tensors(grad_outputs)]
+        pairs = [(o, g) for o, g in zip(device_outputs, grads) if o.requires_grad and g is not None]
+        bench_pairs = [(o, g) for o, g in zip(bench_outputs, grads) if o.requires_grad and g is not None]
+        if not pairs:
+            return ""
+        device_inputs = [t for t in _tensors((device_args, device_kwargs)) if t.requires_grad]
+        bench_inputs = [t for t in _tensors((bench_args, bench_kwargs)) if t.requires_grad]
+        torch.autograd.backward([o for o, _ in pairs], [g.to(o.device, o.dtype) for o, g in pairs])
+        torch.autograd.backward([o for o, _ in bench_pairs], [g.to("cpu", o.dtype) for o, g in bench_pairs])
+        backward_name = name[: -len("forward")] + "backward"
+        rows = []
+        for index, (device, bench) in enumerate(zip(device_inputs, bench_inputs)):
+            if device.grad is None or bench.grad is None:
+                continue
+            rows.append(self._detail(f"{backward_name}.output.{index}", name, bench.grad, device.grad))
+        outcome.details.extend(rows)
+        return overall([d.status for d in rows])
+
+    def _detail(self, row_name: str, api: str, bench: torch.Tensor, device: torch.Tensor) -> Detail:
+        api_kind = ".".join(api.split(".")[:2])
+        return compare_output(row_name, api_kind, _numpy(bench), _numpy(device), str(bench.dtype), str(device.dtype))
+
+    @staticmethod
+    def _error_data(name: str, device_args: Any, bench_args: Any, device_out: list, bench_out: list) -> dict:
+        data: dict[str, torch.Tensor] = {}
+        for index, tensor in enumerate(_tensors(device_args)):
+            data[f"{name}.input.{index}.pt"] = tensor.detach().cpu()
+        for side, outputs in (("device", device_out), ("bench", bench_out)):
+            for index, tensor in enumerate(outputs):
+                data[f"{name}.{side}.output.{index}.pt"] = tensor.detach().cpu()
+        return data
+
+
+def save_error_data(folder: Path, data: dict[str, torch.Tensor]) -> None:
+    from msprobe.core.dump.writer import make_dir, open_new_file
+
+    make_dir(folder)
+    for file_name, tensor in data.items():
+        with open_new_file(folder / file_name, "wb") as handle:
+            torch.save(tensor.clone(), handle)
