@@ -36,8 +36,16 @@ def _lists(config: Path | None) -> tuple[list[str], list[str]]:
     return section.white_list, section.black_list
 
 
-def _run(api_info: Path, output: Path, save_error_data: bool, csv_path: Path | None, filter_api: bool,
-         device: str | None, config: Path | None, processes: int) -> None:  # fmt: skip
+def _run(
+    api_info: Path,
+    output: Path,
+    save_error_data: bool,
+    csv_path: Path | None,
+    filter_api: bool,
+    device: str | None,
+    config: Path | None,
+    processes: int,
+) -> None:
     from tqdm import tqdm
 
     from msprobe.core.precheck.driver import run_ut
@@ -52,11 +60,19 @@ def _run(api_info: Path, output: Path, save_error_data: bool, csv_path: Path | N
 
     try:
         summary = run_ut(
-            dump_json=api_info, output_dir=output, runner_path=RUNNER, save_error_path=SAVER,
-            devices=_devices(device, processes), processes=processes, resume_csv=csv_path,
-            save_error_data=save_error_data, white_list=white, black_list=black, filter_duplicates=filter_api,
+            dump_json=api_info,
+            output_dir=output,
+            runner_path=RUNNER,
+            save_error_path=SAVER,
+            devices=_devices(device, processes),
+            processes=processes,
+            resume_csv=csv_path,
+            save_error_data=save_error_data,
+            white_list=white,
+            black_list=black,
+            filter_duplicates=filter_api,
             progress=progress,
-        )  # fmt: skip
+        )
     finally:
         bar.close()
     click.echo(summary.line())
@@ -66,20 +82,54 @@ def _run(api_info: Path, output: Path, save_error_data: bool, csv_path: Path | N
 
 
 def _options(function):
-    function = click.option("-api_info", "--api_info_file", "api_info", required=True,
-                            type=click.Path(path_type=Path), help="dump.json of a statistics or tensor dump.")(function)  # fmt: skip
-    function = click.option("-o", "--out_path", "output", default="./", show_default=True,
-                            type=click.Path(file_okay=False, path_type=Path), help="Folder for the result files.")(function)  # fmt: skip
-    function = click.option("-save_error_data", "save_error_data", is_flag=True,
-                            help="Keep inputs and outputs of APIs that fail.")(function)  # fmt: skip
-    function = click.option("-csv_path", "--result_csv_path", "csv_path", type=click.Path(path_type=Path),
-                            help="accuracy_checking_result_*.csv of an interrupted run, to resume it.")(function)  # fmt: skip
-    function = click.option("-f", "--filter_api", "filter_api", is_flag=True,
-                            help="Check only one call of APIs whose inputs have the same dtypes and shapes.")(function)  # fmt: skip
-    function = click.option("-d", "--device", "device", default=None,
-                            help="Device id(s) for the tested side, e.g. 0 or 0,1; CPU when none is present.")(function)  # fmt: skip
-    function = click.option("-config", "--config_path", "config", type=click.Path(path_type=Path),
-                            help="config.json whose run_ut section holds white_list and black_list.")(function)  # fmt: skip
+    function = click.option(
+        "-api_info",
+        "--api_info_file",
+        "api_info",
+        required=True,
+        type=click.Path(path_type=Path),
+        help="dump.json of a statistics or tensor dump.",
+    )(function)
+    function = click.option(
+        "-o",
+        "--out_path",
+        "output",
+        default="./",
+        show_default=True,
+        type=click.Path(file_okay=False, path_type=Path),
+        help="Folder for the result files.",
+    )(function)
+    function = click.option(
+        "-save_error_data", "save_error_data", is_flag=True, help="Keep inputs and outputs of APIs that fail."
+    )(function)
+    function = click.option(
+        "-csv_path",
+        "--result_csv_path",
+        "csv_path",
+        type=click.Path(path_type=Path),
+        help="accuracy_checking_result_*.csv of an interrupted run, to resume it.",
+    )(function)
+    function = click.option(
+        "-f",
+        "--filter_api",
+        "filter_api",
+        is_flag=True,
+        help="Check only one call of APIs whose inputs have the same dtypes and shapes.",
+    )(function)
+    function = click.option(
+        "-d",
+        "--device",
+        "device",
+        default=None,
+        help="Device id(s) for the tested side, e.g. 0 or 0,1; CPU when none is present.",
+    )(function)
+    function = click.option(
+        "-config",
+        "--config_path",
+        "config",
+        type=click.Path(path_type=Path),
+        help="config.json whose run_ut section holds white_list and black_list.",
+    )(function)
     return click.option("-j", "--jit_compile", "jit_compile", is_flag=True, help="Accepted for compatibility.")(
         function
     )
@@ -87,26 +137,55 @@ def _options(function):
 
 @click.command("run_ut")
 @_options
-def run_ut_command(api_info: Path, output: Path, save_error_data: bool, csv_path: Path | None, filter_api: bool,
-                   device: str | None, config: Path | None, jit_compile: bool) -> None:  # fmt: skip
+def run_ut_command(
+    api_info: Path,
+    output: Path,
+    save_error_data: bool,
+    csv_path: Path | None,
+    filter_api: bool,
+    device: str | None,
+    config: Path | None,
+    jit_compile: bool,
+) -> None:
     """Re-run every API of a dump in the tested precision and in float64, and judge the difference."""
     _run(api_info, output, save_error_data, csv_path, filter_api, device, config, 1)
 
 
 @click.command("multi_run_ut")
 @_options
-@click.option("-n", "--num_splits", "processes", default=2, show_default=True, type=click.IntRange(1, 64),
-              help="Worker processes.")  # fmt: skip
-def multi_run_ut_command(api_info: Path, output: Path, save_error_data: bool, csv_path: Path | None,
-                         filter_api: bool, device: str | None, config: Path | None, jit_compile: bool,
-                         processes: int) -> None:  # fmt: skip
+@click.option(
+    "-n",
+    "--num_splits",
+    "processes",
+    default=2,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Worker processes.",
+)
+def multi_run_ut_command(
+    api_info: Path,
+    output: Path,
+    save_error_data: bool,
+    csv_path: Path | None,
+    filter_api: bool,
+    device: str | None,
+    config: Path | None,
+    jit_compile: bool,
+    processes: int,
+) -> None:
     """run_ut split over several worker processes (and devices), merged into one pair of files."""
     _run(api_info, output, save_error_data, csv_path, filter_api, device, config, processes)
 
 
 @click.command("run_overflow_check")
-@click.option("-api_info", "--api_info_file", "api_info", required=True, type=click.Path(path_type=Path),
-              help="dump.json of an overflow_check dump.")  # fmt: skip
+@click.option(
+    "-api_info",
+    "--api_info_file",
+    "api_info",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="dump.json of an overflow_check dump.",
+)
 @click.option("-j", "--jit_compile", is_flag=True, help="Accepted for compatibility.")
 @click.option("-d", "--device", default=None, help="Accepted for compatibility: the re-run is on the CPU.")
 def run_overflow_check_command(api_info: Path, jit_compile: bool, device: str | None) -> None:

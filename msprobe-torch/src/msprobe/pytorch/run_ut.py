@@ -29,10 +29,39 @@ from msprobe.pytorch.tensor_io import tensor_to_numpy
 
 logger = logging.getLogger(__name__)
 
-NOT_CHECKED = ("dropout", "rand", "bernoulli", "multinomial", "normal", "uniform_", "exponential_", "empty",
-               "manual_seed", "__bool__", "item", "tolist", "numpy", "Distributed.")  # fmt: skip
-_DTYPES = {str(d): d for d in (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8,
-                               torch.int16, torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128)}  # fmt: skip
+NOT_CHECKED = (
+    "dropout",
+    "rand",
+    "bernoulli",
+    "multinomial",
+    "normal",
+    "uniform_",
+    "exponential_",
+    "empty",
+    "manual_seed",
+    "__bool__",
+    "item",
+    "tolist",
+    "numpy",
+    "Distributed.",
+)
+_DTYPES = {
+    str(d): d
+    for d in (
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+        torch.int8,
+        torch.uint8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.bool,
+        torch.complex64,
+        torch.complex128,
+    )
+}
 
 
 class Unsupported(Exception):
@@ -249,14 +278,33 @@ class ApiRunner:
             outcome.details.append(self._detail(f"{name}.output.{index}", name, bench, device))
         outcome.forward = overall([d.status for d in outcome.details])
         if grad_outputs and not inplace:
-            outcome.backward = self._backward(outcome, name, grad_outputs, device_args, device_kwargs, device_outputs,
-                                              bench_args, bench_kwargs, bench_outputs)  # fmt: skip
+            outcome.backward = self._backward(
+                outcome,
+                name,
+                grad_outputs,
+                device_args,
+                device_kwargs,
+                device_outputs,
+                bench_args,
+                bench_kwargs,
+                bench_outputs,
+            )
         if self.save_error_data and ERROR in (outcome.forward, outcome.backward):
             outcome.error_data = self._error_data(name, device_args, bench_args, device_outputs, bench_outputs)
         return outcome
 
-    def _backward(self, outcome: ApiOutcome, name: str, grad_outputs: Any, device_args: Any, device_kwargs: Any,
-                  device_outputs: list, bench_args: Any, bench_kwargs: Any, bench_outputs: list) -> str:  # fmt: skip
+    def _backward(
+        self,
+        outcome: ApiOutcome,
+        name: str,
+        grad_outputs: Any,
+        device_args: Any,
+        device_kwargs: Any,
+        device_outputs: list,
+        bench_args: Any,
+        bench_kwargs: Any,
+        bench_outputs: list,
+    ) -> str:
         grads = [g for g in _tensors(grad_outputs)]
         pairs = [(o, g) for o, g in zip(device_outputs, grads) if o.requires_grad and g is not None]
         bench_pairs = [(o, g) for o, g in zip(bench_outputs, grads) if o.requires_grad and g is not None]

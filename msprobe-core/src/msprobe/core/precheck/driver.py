@@ -38,8 +38,10 @@ class RunSummary:
 
     def line(self) -> str:
         verdict = "PASS" if self.errors == 0 else "ERRORS"
-        return (f"{verdict}: {self.checked} APIs checked: {self.passed} pass, {self.warnings} warning, "
-                f"{self.errors} error, {self.skipped} skipped")  # fmt: skip
+        return (
+            f"{verdict}: {self.checked} APIs checked: {self.passed} pass, {self.warnings} warning, "
+            f"{self.errors} error, {self.skipped} skipped"
+        )
 
 
 def _load(path: str) -> Any:
@@ -143,8 +145,9 @@ def run_ut(
         with ProcessPoolExecutor(max_workers=processes) as pool:
             futures = [
                 pool.submit(_work, runner_path, str(dump.path), devices[i % len(devices)], save_error_data, chunk)
-                for i, chunk in enumerate(chunks) if chunk
-            ]  # fmt: skip
+                for i, chunk in enumerate(chunks)
+                if chunk
+            ]
             for future in as_completed(futures):
                 for outcome in future.result():
                     record(outcome)
@@ -154,18 +157,16 @@ def run_ut(
 
 def _reorder(files: ResultFiles, order: list[str]) -> None:
     """Workers finish in any order; the files list the APIs as the dump does."""
+    from msprobe.core.precheck.results import _api_of
+
     position = {name: index for index, name in enumerate(order)}
-    for path, columns in ((files.result, RESULT_COLUMNS), (files.details, DETAIL_COLUMNS)):
+    for path, columns, owner in (
+        (files.result, RESULT_COLUMNS, lambda name: name),
+        (files.details, DETAIL_COLUMNS, _api_of),
+    ):
         with open(path, encoding="utf-8-sig", newline="") as handle:
             rows = list(csv.reader(handle))[1:]
-
-        def key(row: list[str]) -> tuple[int, str]:
-            from msprobe.core.precheck.results import _api_of
-
-            name = row[0] if path == files.result else _api_of(row[0])
-            return position.get(name, len(position)), row[0]
-
-        rows.sort(key=key)
+        rows.sort(key=lambda row, owner=owner: (position.get(owner(row[0]), len(position)), row[0]))
         temporary = path.with_name(f".{path.name}.tmp")
         with open(temporary, "w", encoding="utf-8-sig", newline="") as handle:
             writer = csv.writer(handle)
@@ -188,5 +189,6 @@ def summarize(files: ResultFiles) -> RunSummary:
             counts[SKIP] += 1
         else:
             counts["pass"] += 1
-    return RunSummary(files.result, files.details, len(rows), counts["pass"], counts["warning"], counts["error"],
-                      counts[SKIP])  # fmt: skip
+    return RunSummary(
+        files.result, files.details, len(rows), counts["pass"], counts["warning"], counts["error"], counts[SKIP]
+    )

@@ -21,11 +21,30 @@ NA = "N/A"
 PASS, WARNING, ERROR, SKIP = "pass", "warning", "error", "SKIP"
 
 DETAIL_COLUMNS = [
-    "API Name", "Bench Dtype", "DEVICE Dtype", "Shape", "余弦相似度", "最大绝对误差", "双百指标", "双千指标",
-    "双万指标", "二进制一致错误率", "误差均衡性", "均方根误差", "小值域错误占比", "相对误差最大值", "相对误差平均值",
-    "inf/nan错误率", "相对误差错误率", "绝对误差错误率", "ULP误差最大值", "ULP误差平均值", "ULP误差大于阈值占比",
-    "Status", "Message",
-]  # fmt: skip
+    "API Name",
+    "Bench Dtype",
+    "DEVICE Dtype",
+    "Shape",
+    "余弦相似度",
+    "最大绝对误差",
+    "双百指标",
+    "双千指标",
+    "双万指标",
+    "二进制一致错误率",
+    "误差均衡性",
+    "均方根误差",
+    "小值域错误占比",
+    "相对误差最大值",
+    "相对误差平均值",
+    "inf/nan错误率",
+    "相对误差错误率",
+    "绝对误差错误率",
+    "ULP误差最大值",
+    "ULP误差平均值",
+    "ULP误差大于阈值占比",
+    "Status",
+    "Message",
+]
 RESULT_COLUMNS = ["API Name", "Forward Test Success", "Backward Test Success", "Message"]
 
 _FLOATS = ("torch.float16", "torch.bfloat16", "torch.float32", "torch.float64")
@@ -124,7 +143,7 @@ def judge(detail: Detail, api: str) -> None:
         detail.status, detail.message = ERROR, "inf/nan do not match the benchmark"
         return
     cosine, max_abs = values.get("余弦相似度", NA), values.get("最大绝对误差", NA)
-    if cosine == NA or max_abs == NA:
+    if NA in (cosine, max_abs):
         detail.status = PASS if max_abs in (NA, 0.0) else ERROR
         return
     if cosine <= 0.99:
