@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -236,7 +237,8 @@ def compare_distributed(
     ]
     if len(jobs) == 1 or processes == 1:
         return [_compare_rank(job) for job in jobs]
-    with ProcessPoolExecutor(max_workers=processes or min(len(jobs), 8)) as pool:
+    context = multiprocessing.get_context("spawn")  # fork after a framework started threads can deadlock
+    with ProcessPoolExecutor(max_workers=processes or min(len(jobs), 8), mp_context=context) as pool:
         return list(pool.map(_compare_rank, jobs))
 
 

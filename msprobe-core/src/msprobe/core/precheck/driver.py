@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import importlib
 import logging
+import multiprocessing
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -142,7 +143,8 @@ def run_ut(
             record(runner.run(name))
     else:
         chunks = [todo[i::processes] for i in range(processes)]
-        with ProcessPoolExecutor(max_workers=processes) as pool:
+        # spawn, not fork: forking a process whose framework already started threads can deadlock
+        with ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn")) as pool:
             futures = [
                 pool.submit(_work, runner_path, str(dump.path), devices[i % len(devices)], save_error_data, chunk)
                 for i, chunk in enumerate(chunks)
@@ -166,7 +168,9 @@ def _reorder(files: ResultFiles, order: list[str]) -> None:
     ):
         with open(path, encoding="utf-8-sig", newline="") as handle:
             rows = list(csv.reader(handle))[1:]
-        rows.sort(key=lambda row, owner=owner: (position.get(owner(row[0]), len(position)), row[0]))
+        rows.sort(
+            key=lambda row, owner=owner: position.get(owner(row[0]), len(position))
+        )  # stable: keeps each API's order
         temporary = path.with_name(f".{path.name}.tmp")
         with open(temporary, "w", encoding="utf-8-sig", newline="") as handle:
             writer = csv.writer(handle)

@@ -1,0 +1,230 @@
+"""run_ut, multi_run_ut, resume, error data and run_overflow_check on CPU."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+from click.testing import CliRunner
+
+from models import train_mixed_net
+from msprobe.cli.main import cli
+from msprobe.pytorch import PrecisionDebugger
+from paths import REFERENCE_DUMPS
+
+
+@pytest.fixture(scope="module")
+def dumps(tmp_path_factory):
+    """Statistics and tensor dumps of a small transformer block, forward and backward."""
+    root = tmp_path_factory.mktemp("dumps")
+    for task in ("statistics", "tensor"):
+        train_mixed_net(
+            lambda model, t=task: PrecisionDebugger(task=t, level="L1", dump_path=str(root / t), model=model, step=[0])
+        )
+    return {task: root / task / "step0" / "rank" / "dump.json" for task in ("statistics", "tensor")}
+
+
+def read(path):
+    with open(path, encoding="utf-8-sig", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def run_ut(*args):
+    return CliRunner().invoke(cli, ["-f", "pytorch", "run_ut", *map(str, args)], prog_name="msprobe")
+
+
+def outputs(folder):
+    result = next(folder.glob("accuracy_checking_result_*.csv"))
+    details = next(folder.glob("accuracy_checking_details_*.csv"))
+    return read(result), read(details)
+
+
+@pytest.mark.parametrize("task", ["statistics", "tensor"])
+def test_run_ut_checks_every_api_forward_and_backward(dumps, tmp_path, task):
+    result = run_ut("-api_info", dumps[task], "-o", tmp_path)
+    assert result.exit_code == 0, result.output
+    rows, details = outputs(tmp_path)
+    names = [row["API Name"] for row in rows]
+    for expected in (
+        "Functional.conv1d.0.forward",
+        "Functional.layer_norm.0.forward",
+        "Functional.linear.0.forward",
+        "Functional.multi_head_attention_forward.0.forward",
+        "Functional.cross_entropy.0.forward",
+    ):
+        assert expected in names
+    by_name = {row["API Name"]: row for row in rows}
+    assert by_name["Functional.linear.0.forward"]["Forward Test Success"] == "pass"
+    assert by_name["Functional.linear.0.forward"]["Backward Test Success"] == "pass"
+    assert by_name["Functional.dropout.0.forward"]["Forward Test Success"] == "SKIP"
+    assert "random" in by_name["Functional.dropout.0.forward"]["Message"]
+    linear = [d for d in details if d["API Name"].startswith("Functional.linear.0.")]
+    assert {d["API Name"] for d in linear} >= {
+        "Functional.linear.0.forward.output.0",
+        "Functional.linear.0.backward.output.0",
+    }
+    forward = next(d for d in linear if d["API Name"] == "Functional.linear.0.forward.output.0")
+    assert forward["Bench Dtype"] == "torch.float64" and forward["DEVICE Dtype"] == "torch.float32"
+    assert float(forward["余弦相似度"]) > 0.9999 and float(forward["最大绝对误差"]) < 1e-4
+
+
+def test_an_inaccurate_api_is_an_error_and_exact_ones_pass(dumps, tmp_path, monkeypatch):
+    original = F.layer_norm
+
+    def off_by_one_percent(*args, **kwargs):  # right in float64, wrong in the tested precision
+        out = original(*args, **kwargs)
+        return out if out.dtype == torch.float64 else out * 1.01
+
+    monkeypatch.setattr(F, "layer_norm", off_by_one_percent)
+    result = run_ut("-api_info", dumps["tensor"], "-o", tmp_path, "-save_error_data")
+    assert result.exit_code == 1 and "ERRORS" in result.output
+    rows, _ = outputs(tmp_path)
+    by_name = {row["API Name"]: row for row in rows}
+    assert by_name["Functional.layer_norm.0.forward"]["Forward Test Success"] == "error"
+    assert by_name["Functional.conv1d.0.forward"]["Forward Test Success"] == "pass"
+    assert by_name["Functional.relu.0.forward"]["Forward Test Success"] == "pass"
+    saved = list(tmp_path.glob("ut_error_data*/Functional.layer_norm.0.forward.*.pt"))
+    assert any(".device.output.0" in p.name for p in saved) and any(".bench.output.0" in p.name for p in saved)
+
+
+def test_bfloat16_reduction_is_flagged(tmp_path):
+    entry = {
+        "input_args": [
+            {
+                "type": "torch.Tensor",
+                "dtype": "torch.bfloat16",
+                "shape": [4096],
+                "Max": 100.0,
+                "Min": 99.0,
+                "requires_grad": False,
+            }
+        ],
+        "input_kwargs": {},
+        "output": [{"type": "torch.Tensor", "dtype": "torch.bfloat16", "shape": [4096]}],
+    }
+    data = {
+        "Torch.cumsum.0.forward": {**entry, "input_kwargs": {"dim": {"type": "int", "value": 0}}},
+        "Torch.abs.0.forward": entry,
+    }
+    (tmp_path / "dump.json").write_text(
+        json.dumps({"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": None, "data": data})
+    )
+    run_ut("-api_info", tmp_path / "dump.json", "-o", tmp_path / "out")
+    rows, _ = outputs(tmp_path / "out")
+    by_name = {row["API Name"]: row for row in rows}
+    assert by_name["Torch.cumsum.0.forward"]["Forward Test Success"] in ("error", "warning")
+    assert by_name["Torch.abs.0.forward"]["Forward Test Success"] == "pass"
+
+
+def test_multi_run_ut_merges_into_the_same_files(dumps, tmp_path):
+    single = run_ut("-api_info", dumps["statistics"], "-o", tmp_path / "one")
+    multi = CliRunner().invoke(
+        cli,
+        [
+            "-f",
+            "pytorch",
+            "multi_run_ut",
+            "-api_info",
+            str(dumps["statistics"]),
+            "-o",
+            str(tmp_path / "two"),
+            "-n",
+            "2",
+        ],
+        prog_name="msprobe",
+    )
+    assert single.exit_code == multi.exit_code == 0, multi.output
+    assert outputs(tmp_path / "one") == outputs(tmp_path / "two")
+
+
+KILLER = textwrap.dedent(
+    """
+    import os, signal, sys
+    import msprobe.pytorch.run_ut as run_ut
+    original = run_ut.ApiRunner.run
+    calls = {"n": 0}
+    def run(self, name):
+        calls["n"] += 1
+        if calls["n"] > int(sys.argv[1]):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return original(self, name)
+    run_ut.ApiRunner.run = run
+    from msprobe.cli.main import main
+    main(sys.argv[2:])
+    """
+)
+
+
+def test_killed_at_half_and_resumed_equals_an_uninterrupted_run(dumps, tmp_path):
+    reference = run_ut("-api_info", dumps["statistics"], "-o", tmp_path / "whole")
+    assert reference.exit_code == 0
+    total = len(outputs(tmp_path / "whole")[0])
+    script = tmp_path / "killer.py"
+    script.write_text(KILLER)
+    killed = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            str(total // 2),
+            "-f",
+            "pytorch",
+            "run_ut",
+            "-api_info",
+            str(dumps["statistics"]),
+            "-o",
+            str(tmp_path / "cut"),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
+    assert killed.returncode == -9
+    cut_result = next((tmp_path / "cut").glob("accuracy_checking_result_*.csv"))
+    assert 0 < len(read(cut_result)) < total
+    resumed = run_ut("-api_info", dumps["statistics"], "-o", tmp_path / "cut", "-csv_path", cut_result)
+    assert resumed.exit_code == 0, resumed.output
+    assert outputs(tmp_path / "cut") == outputs(tmp_path / "whole")
+
+
+def test_resume_refuses_a_file_that_is_not_a_result(tmp_path, dumps):
+    bogus = tmp_path / "results.csv"
+    bogus.write_text("a,b\n")
+    result = run_ut("-api_info", dumps["statistics"], "-csv_path", bogus)
+    assert result.exit_code == 1 and "accuracy_checking_result_" in result.output
+
+
+def test_run_overflow_check_tells_normal_from_abnormal(tmp_path):
+    folder = tmp_path / "dump_tensor_data"
+    folder.mkdir()
+
+    def tensor(name, value):
+        torch.save(torch.full((4, 4), value, dtype=torch.float16), folder / name)
+        return {
+            "type": "torch.Tensor",
+            "dtype": "torch.float16",
+            "shape": [4, 4],
+            "data_name": name,
+            "requires_grad": False,
+        }
+
+    data = {  # 300 * 300 * 4 overflows float16 on any device; 1 + 1 overflows nowhere
+        "Torch.matmul.0.forward": {"input_args": [tensor("a.pt", 300.0), tensor("b.pt", 300.0)], "input_kwargs": {}},
+        "Torch.add.0.forward": {"input_args": [tensor("c.pt", 1.0), tensor("d.pt", 1.0)], "input_kwargs": {}},
+    }
+    header = {"task": "overflow_check", "level": "L1", "framework": "pytorch", "dump_data_dir": None}
+    (tmp_path / "dump.json").write_text(json.dumps({**header, "data": data}))
+    result = CliRunner().invoke(cli, ["-f", "pytorch", "run_overflow_check", "-api_info", str(tmp_path / "dump.json")])
+    assert "The Torch.matmul.0.forward overflow is a normal overflow." in result.output
+    assert "The Torch.add.0.forward overflow is an abnormal overflow." in result.output
+
+
+def test_reference_fixture_runs(tmp_path):
+    result = run_ut(
+        "-api_info", REFERENCE_DUMPS / "pytorch" / "tensor_L1" / "step0" / "rank" / "dump.json", "-o", tmp_path
+    )
+    assert result.exit_code == 0 and "10 APIs checked: 10 pass" in result.output
