@@ -73,14 +73,19 @@ def test_run_ut_checks_every_api_forward_and_backward(dumps, tmp_path, task):
     assert float(forward["余弦相似度"]) > 0.9999 and float(forward["最大绝对误差"]) < 1e-4
 
 
-def test_an_inaccurate_api_is_an_error_and_exact_ones_pass(dumps, tmp_path, monkeypatch):
+def make_layer_norm_inaccurate(monkeypatch):
+    """A registered wrong implementation: right in float64, 1% off in the tested precision."""
     original = F.layer_norm
 
-    def off_by_one_percent(*args, **kwargs):  # right in float64, wrong in the tested precision
+    def off_by_one_percent(*args, **kwargs):
         out = original(*args, **kwargs)
         return out if out.dtype == torch.float64 else out * 1.01
 
     monkeypatch.setattr(F, "layer_norm", off_by_one_percent)
+
+
+def test_an_inaccurate_api_is_an_error_and_exact_ones_pass(dumps, tmp_path, monkeypatch):
+    make_layer_norm_inaccurate(monkeypatch)
     result = run_ut("-api_info", dumps["tensor"], "-o", tmp_path, "-save_error_data")
     assert result.exit_code == 1 and "ERRORS" in result.output
     rows, _ = outputs(tmp_path)
@@ -228,3 +233,27 @@ def test_reference_fixture_runs(tmp_path):
         "-api_info", REFERENCE_DUMPS / "pytorch" / "tensor_L1" / "step0" / "rank" / "dump.json", "-o", tmp_path
     )
     assert result.exit_code == 0 and "10 APIs checked: 10 pass" in result.output
+
+
+def test_api_precision_compare_flags_the_worse_device(dumps, tmp_path, monkeypatch):
+    assert run_ut("-api_info", dumps["tensor"], "-o", tmp_path / "gpu").exit_code == 0
+    make_layer_norm_inaccurate(monkeypatch)
+    run_ut("-api_info", dumps["tensor"], "-o", tmp_path / "npu")
+    npu = next((tmp_path / "npu").glob("accuracy_checking_details_*.csv"))
+    gpu = next((tmp_path / "gpu").glob("accuracy_checking_details_*.csv"))
+    result = CliRunner().invoke(
+        cli,
+        ["api_precision_compare", "-npu", str(npu), "-gpu", str(gpu), "-o", str(tmp_path / "cmp")],
+        prog_name="msprobe",
+    )
+    assert result.exit_code == 1 and "1 API(s) in error" in result.output
+    rows = {row["API Name"]: row for row in read(next((tmp_path / "cmp").glob("api_precision_compare_result_*.csv")))}
+    assert rows["Functional.layer_norm.0.forward"]["Forward Test Success"] == "error"
+    assert rows["Functional.linear.0.forward"]["Forward Test Success"] == "pass"
+    details = read(next((tmp_path / "cmp").glob("api_precision_compare_details_*.csv")))
+    layer_norm = next(d for d in details if d["API Name"] == "Functional.layer_norm.0.forward.output.0")
+    assert layer_norm["比对算法"] == "标杆比对法" and float(layer_norm["均方根误差比值"]) > 2
+    relu = next(d for d in details if d["API Name"] == "Functional.relu.0.forward.output.0")
+    assert relu["比对算法"] == "二进制一致法" and relu["二进制一致错误率判定结果"] == "pass"
+    bad = CliRunner().invoke(cli, ["api_precision_compare", "-npu", str(dumps["tensor"]), "-gpu", str(gpu)])
+    assert bad.exit_code == 1 and "not an accuracy_checking_details file" in bad.output

@@ -133,3 +133,37 @@ def grad_probe_command(input1: Path, input2: Path, output: Path) -> None:
     click.echo(f"results: {output}")
     if any(result.first_bad_step is not None for result in results):
         raise SystemExit(1)
+
+
+@click.command("api_precision_compare")
+@click.option(
+    "-npu",
+    "--npu_csv_path",
+    "npu_csv",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="accuracy_checking_details_*.csv of the device under test.",
+)
+@click.option(
+    "-gpu",
+    "--gpu_csv_path",
+    "gpu_csv",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="accuracy_checking_details_*.csv of the reference device.",
+)
+@click.option(
+    "-o", "--out_path", "output", default="./", show_default=True, type=click.Path(file_okay=False, path_type=Path)
+)
+def api_precision_compare_command(npu_csv: Path, gpu_csv: Path, output: Path) -> None:
+    """Judge one device's run_ut details against another's (the reference's NPU-vs-GPU comparison)."""
+    from msprobe.core.precheck.precision_compare import api_precision_compare
+
+    result, details, errors = api_precision_compare(npu_csv, gpu_csv, output)
+    click.echo(f"{'PASS' if errors == 0 else 'ERRORS'}: {errors} API(s) in error")
+    click.echo(f"results: {result}, {details}")
+    if errors:
+        raise SystemExit(1)
+
+
+COMMANDS = [compare_command, merge_result_command, grad_probe_command, api_precision_compare_command]

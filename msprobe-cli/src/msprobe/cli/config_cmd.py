@@ -116,3 +116,6 @@ def validate_command(files: tuple[Path, ...]) -> None:
         click.echo(f"valid: {file} (task {config.task}, level {config.level}, dump_path {config.dump_path})")
     if failures:
         raise SystemExit(1)
+
+
+COMMANDS = [config_group]

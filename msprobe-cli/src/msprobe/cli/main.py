@@ -8,6 +8,7 @@ is used; several make ``-f`` necessary.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
@@ -27,23 +28,16 @@ COMMAND_ALIASES = {
 }
 
 
-def _builtin_commands() -> dict[str, click.Command]:
-    from msprobe.cli.compare_cmd import compare_command, grad_probe_command, merge_result_command
-    from msprobe.cli.config_cmd import config_group
-    from msprobe.cli.parse_cmd import parse_group
-    from msprobe.cli.plugins_cmd import plugins_command
+BUILTIN_MODULES = ("plugins_cmd", "config_cmd", "compare_cmd", "parse_cmd")
 
-    return {
-        command.name: command
-        for command in (
-            plugins_command,
-            config_group,
-            compare_command,
-            merge_result_command,
-            grad_probe_command,
-            parse_group,
-        )
-    }
+
+def _builtin_commands() -> dict[str, click.Command]:
+    """The CLI's own commands: each module lists its commands in COMMANDS."""
+    commands: dict[str, click.Command] = {}
+    for module in BUILTIN_MODULES:
+        for command in importlib.import_module(f"msprobe.cli.{module}").COMMANDS:
+            commands[command.name] = command
+    return commands
 
 
 class MsprobeGroup(click.Group):

@@ -173,3 +173,6 @@ class ParseShell(cmd.Cmd):
 
     def emptyline(self) -> None:
         pass
+
+
+COMMANDS = [parse_group]

@@ -37,3 +37,6 @@ def plugins_command() -> None:
             click.echo(f"    error: {error}")
     broken = sum(1 for info in infos if info.errors)
     click.echo(f"{len(backends)} backend(s), {len(infos)} plugin(s), {broken} with errors")
+
+
+COMMANDS = [plugins_command]
