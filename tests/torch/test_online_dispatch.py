@@ -113,3 +113,16 @@ def test_the_rule():
 def test_bad_arguments(tmp_path, kwargs, message):
     with pytest.raises(UsageError, match=message):
         PtdbgDispatch(dump_path=str(tmp_path), **kwargs)
+
+
+def test_in_place_ops_are_checked_against_their_inputs_before_the_call(tmp_path):
+    params = torch.nn.Linear(64, 64)
+    optimizer = torch.optim.AdamW(params.parameters(), lr=0.1)
+    params(torch.randn(8, 64)).sum().backward()
+    with PtdbgDispatch(dump_path=str(tmp_path)):
+        optimizer.step()
+    found = rows(tmp_path)
+    assert any(r["API Name"].startswith("lerp_") for r in found)
+    assert all(r["Accuracy Reached or Not"] == "Yes" for r in found), [
+        r for r in found if r["Accuracy Reached or Not"] != "Yes"
+    ]

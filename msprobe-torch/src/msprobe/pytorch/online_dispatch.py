@@ -171,18 +171,22 @@ class PtdbgDispatch(TorchDispatchMode):
     # -- the check ----------------------------------------------------------------------
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
-        output = func(*args, **kwargs)
         name = op_name(func)
         if name in blacklist() or any(word in name for word in _RANDOM):
-            return output
+            return func(*args, **kwargs)
+        before = None
+        if getattr(func, "_schema", None) is not None and func._schema.is_mutable:
+            # in-place and out= ops change their inputs: keep them as they were
+            before = (_map(args, lambda t: _to_cpu(t, False)), _map(kwargs, lambda t: _to_cpu(t, False)))
+        output = func(*args, **kwargs)
         try:
-            self._check(func, name, args, kwargs, output)
+            self._check(func, name, args, kwargs, output, before)
         except Exception as exc:  # an op the CPU cannot run: never break the training
             if self.debug:
                 logger.warning("PtdbgDispatch: %s not checked: %s", name, exc)
         return output
 
-    def _check(self, func: Any, name: str, args: tuple, kwargs: dict, output: Any) -> None:
+    def _check(self, func: Any, name: str, args: tuple, kwargs: dict, output: Any, before: Any = None) -> None:
         outputs = [t for t in _tensors(output)]
         if not outputs:
             return
@@ -194,8 +198,11 @@ class PtdbgDispatch(TorchDispatchMode):
         device_outputs = [tensor_to_numpy(t.detach().cpu()) for t in outputs]
         dtypes = [str(t.dtype) for t in outputs]
         func_name = str(func._schema.name) + ("." + func._overloadname if func._overloadname != "default" else "")
-        cpu_args = _map(args, lambda t: _to_cpu(t, False))
-        cpu_kwargs = _map(kwargs, lambda t: _to_cpu(t, False))
+        if before is not None:
+            cpu_args, cpu_kwargs = before
+        else:
+            cpu_args = _map(args, lambda t: _to_cpu(t, False))
+            cpu_kwargs = _map(kwargs, lambda t: _to_cpu(t, False))
         if self._pool is not None:
             future = self._pool.submit(
                 cpu_check, label, func_name, cpu_args, cpu_kwargs, device_outputs, dtypes, upcast
