@@ -51,6 +51,7 @@ def test_only_the_overflowing_api_is_dumped_with_its_tensors(tmp_path):
     saved = torch.load(dump.tensor_dir() / entry["output"][0]["data_name"], weights_only=True)
     assert not torch.isfinite(saved).all()
     assert dump.task == "overflow_check"
+    assert set(dump.stack) == set(dump.data)  # stacks only for what was kept
 
 
 def test_overflow_nums_limits_and_minus_one_never_stops(tmp_path):
@@ -66,6 +67,7 @@ def test_modules_at_l0(tmp_path):
     assert list(dump.data) == []  # fc's output is finite; act's input already is not: no module overflows
     dump = run(tmp_path / "mix", level="mix", overflow_nums=-1)
     assert "Torch.matmul.0.forward" in dump.data and "Module.act.ReLU.forward.0" not in dump.data
+    assert set(dump.construct) <= set(dump.data)
 
 
 def test_no_overflow_no_entries(tmp_path):

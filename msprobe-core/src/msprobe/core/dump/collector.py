@@ -109,11 +109,12 @@ class DumpCollector:
         output: Any,
         parameters: dict[str, Any] | None = None,
         raw_inputs: tuple[tuple, dict] | None = None,
-    ) -> None:
+    ) -> bool:
+        """Record a forward entry; False when the overflow check decided not to keep it."""
         if self.overflow is not None:
             outputs = self.encoder.encode_outputs(output, f"{name}.output")
             if not self.overflow.overflowed(inputs, outputs, self._hardware()):
-                return
+                return False
             if raw_inputs is not None:  # keep the tensors of an overflow, as the reference does
                 with self._files():
                     inputs = self.encode_inputs(name, *raw_inputs)
@@ -129,14 +130,15 @@ class DumpCollector:
                     }
             entry["is_recompute"] = False
         self.open_step().add(name, entry, self.deferred)
+        return True
 
-    def backward(self, name: str, grad_of_outputs: Any, grad_of_inputs: Any) -> None:
+    def backward(self, name: str, grad_of_outputs: Any, grad_of_inputs: Any) -> bool:
         """Reference naming: ``input`` holds the gradients arriving (w.r.t. outputs), ``output`` those leaving."""
         if self.overflow is not None:
             arriving = self.encoder.encode_outputs(grad_of_outputs, f"{name}.input")
             leaving = self.encoder.encode_outputs(grad_of_inputs, f"{name}.output")
             if not self.overflow.overflowed(arriving, leaving, self._hardware()):
-                return
+                return False
         entry: dict[str, Any] = {}
         if self.task != "structure":
             with self._files(self.overflow is not None):
@@ -144,6 +146,7 @@ class DumpCollector:
                 leaving = self.encoder.encode_outputs(grad_of_inputs, f"{name}.output") if self.modes.outputs else []
             entry = {"input": arriving, "output": leaving}
         self.open_step().add(name, entry, self.deferred)
+        return True
 
     def reserve(self, name: str) -> None:
         if self.overflow is None:

@@ -167,8 +167,9 @@ class TorchDumpRecorder:
     def _after(self, record: _CallRecord, output: Any) -> Any:
         collector = self.collector
         name = record.name
-        if record.keep_forward:
-            collector.forward(name, record.inputs, output, raw_inputs=(record.args, record.kwargs))
+        if record.keep_forward and collector.forward(
+            name, record.inputs, output, raw_inputs=(record.args, record.kwargs)
+        ):
             collector.stack(name, self._stack())
             if self.with_construct:
                 collector.parent(name, record.parent)
@@ -190,8 +191,8 @@ class TorchDumpRecorder:
     def _write_backward(self, record: _CallRecord, grads_in: tuple) -> None:
         try:
             outputs = [record.output_grads.get(i) for i in range(record.output_count)]
-            self.collector.backward(record.backward_name, outputs, list(grads_in))
-            if self.with_construct:
+            kept = self.collector.backward(record.backward_name, outputs, list(grads_in))
+            if kept and self.with_construct:
                 self.collector.parent(record.backward_name, _backward_name(record.parent))
         except Exception as exc:
             self.collector.report_failure(record.backward_name, exc)
@@ -247,10 +248,10 @@ class TorchDumpRecorder:
                     self.module_stack.pop()
                 if record is None:
                     return
-                if record.keep_forward:
-                    self.collector.forward(
-                        record.name, record.inputs, output, parameters=params, raw_inputs=(args, kwargs)
-                    )
+                kept = record.keep_forward and self.collector.forward(
+                    record.name, record.inputs, output, parameters=params, raw_inputs=(args, kwargs)
+                )
+                if kept:
                     self.collector.stack(record.name, self._stack())
                     self.collector.parent(record.name, record.parent)
                 if params and torch.is_grad_enabled() and any(p.requires_grad for p in params.values()):
