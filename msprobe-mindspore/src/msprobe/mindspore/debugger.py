@@ -11,9 +11,10 @@ def distributed_rank() -> int | None:
     """The communication rank, or None when MindSpore's communication is not initialised."""
     try:
         from mindspore.communication import get_rank
+        from mindspore.communication.management import is_initialized
 
-        return int(get_rank())
-    except Exception:  # not initialised: single-device run
+        return int(get_rank()) if is_initialized() else None
+    except Exception:  # no communication package: a single-device run
         return None
 
 

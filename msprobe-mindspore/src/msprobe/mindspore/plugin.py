@@ -36,3 +36,18 @@ class MindSporeBackend(Backend):
 @hookimpl
 def msprobe_register_backend() -> Backend:
     return MindSporeBackend()
+
+
+@hookimpl
+def msprobe_dump_hooks(session: Any) -> Any:
+    if session.framework != "mindspore":
+        return None
+    from msprobe.mindspore.dump.recorder import MindSporeDumpRecorder
+
+    return MindSporeDumpRecorder(session)
+
+
+@hookimpl
+def msprobe_overflow_check_hooks(session: Any) -> Any:
+    """The dump's hooks; the core's collector keeps only the calls that overflow."""
+    return msprobe_dump_hooks(session)

@@ -1,0 +1,1 @@
+"""MindSpore data dump: what needs MindSpore (hooks and tensors); the rest is in msprobe.core.dump."""

@@ -1,0 +1,328 @@
+"""The MindSpore dump hooks (PyNative): patched APIs (L1), cell hooks (L0), both (mix).
+
+Forward entries come from the core patcher around the reference's API list
+and from cell forward hooks. Backward entries: an API's arriving gradients
+come from ``Tensor.register_hook`` on its outputs and its own input
+gradients from an ``ops.HookBackward`` identity placed on each non-Parameter
+tensor input (never on Parameters or in-place calls, so optimizer
+assignments are untouched); a cell's come from its backward hook. Every
+piece of tool code runs inside ``try``: a failure is logged once per API and
+the training goes on.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.resources
+import json
+import linecache
+import sys
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+import mindspore as ms
+from mindspore import ops
+from msprobe.core.api_patch import ApiPatcher, resolve_attribute
+from msprobe.core.dump.collector import DumpCollector
+from msprobe.core.dump.values import ValueEncoder
+from msprobe.core.dump.writer import EncodedJSON
+from msprobe.core.session import TaskSession
+from msprobe.mindspore.dump.tensors import TensorSummarizer, describe_object, is_tensor
+
+NAMESPACES = {
+    "ops": ("Functional", "mindspore.ops"),
+    "tensor": ("Tensor", "mindspore.Tensor"),
+    "mint.ops": ("Mint", "mindspore.mint"),
+    "mint.nn.functional": ("MintFunctional", "mindspore.mint.nn.functional"),
+    "communication.comm_func": ("Distributed", "mindspore.communication.comm_func"),
+}
+_TOOL_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+@functools.cache
+def load_api_names() -> dict[str, tuple[str, ...]]:
+    text = importlib.resources.files("msprobe.mindspore.dump").joinpath("api_names.yaml").read_text()
+    return {namespace: tuple(names) for namespace, names in yaml.safe_load(text).items()}
+
+
+def api_targets() -> list[tuple[Any, str, str]]:
+    targets = []
+    for namespace, names in load_api_names().items():
+        prefix, module_name = NAMESPACES[namespace]
+        try:
+            root = ms.Tensor if namespace == "tensor" else importlib.import_module(module_name)
+        except ImportError:
+            continue
+        for api in names:
+            try:
+                owner, attribute = resolve_attribute(root, api)
+            except AttributeError:
+                continue
+            targets.append((owner, attribute, f"{prefix}.{api}"))
+    return targets
+
+
+def _inplace(key: str) -> bool:
+    api = key.rsplit(".", 1)[-1]
+    return api.endswith("_") or api.startswith("__i") or "assign" in api or api in ("__setitem__", "scatter_update")
+
+
+class _Backward:
+    """Gradients of one call, written once every hooked input has its gradient."""
+
+    def __init__(self, recorder: MindSporeDumpRecorder, name: str, parent: str | None, inputs: int):
+        self.recorder, self.name, self.parent = recorder, name, parent
+        self.arriving: dict[int, Any] = {}
+        self.leaving: dict[int, Any] = {}
+        self.inputs = inputs
+        self.outputs = 0
+        self.written = False
+
+    def on_output(self, index: int) -> Callable:
+        def hook(grad: Any) -> None:
+            self.arriving[index] = grad
+
+        return hook
+
+    def on_input(self, index: int) -> Callable:
+        def hook(grads: Any) -> None:
+            self.leaving[index] = grads[0] if isinstance(grads, tuple) else grads
+            if len(self.leaving) == self.inputs:
+                self.write()
+
+        return hook
+
+    def write(self) -> None:
+        if self.written:
+            return
+        self.written = True
+        arriving = [self.arriving.get(i) for i in range(self.outputs)]
+        leaving = [self.leaving.get(i) for i in range(self.inputs)]
+        self.recorder.write_backward(self.name, arriving, leaving, self.parent)
+
+
+class MindSporeDumpRecorder:
+    """TaskHooks for tasks statistics, tensor, structure and overflow_check on MindSpore."""
+
+    def __init__(self, session: TaskSession):
+        self.session = session
+        config = session.config
+        self.level = config.level
+        self.summarizer = TensorSummarizer(config.task, config.summary_mode)
+        encoder = ValueEncoder(is_tensor, self.summarizer, describe_object)
+        self.collector = DumpCollector(session, encoder, self.summarizer.set_tensor_dir, self.summarizer.set_saving)
+        self.patcher = ApiPatcher(self._call_api, api_targets)
+        self.state = self.patcher.state
+        self.api_counts: dict[str, int] = defaultdict(int)
+        self.cell_counts: dict[str, int] = defaultdict(int)
+        self.cell_stack: list[str] = []
+        self.backward_indexes: dict[str, list[int]] = defaultdict(list)
+        self.pending: list[_Backward] = []
+        self.handles: list[Any] = []
+        self._stack_cache: dict[tuple, EncodedJSON] = {}
+        self.with_construct = self.level in ("L0", "mix")
+
+    # -- TaskHooks ------------------------------------------------------------------
+    def install(self) -> None:
+        self.collector.open_step()
+        if self.level in ("L1", "mix"):
+            self.patcher.install()
+        if self.level in ("L0", "mix"):
+            self._hook_cells()
+
+    def remove(self) -> None:
+        self.patcher.remove()
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
+        self.cell_stack.clear()
+        self._guard(self.collector.flush_step)
+
+    def end_step(self) -> None:
+        for record in self.pending:
+            if not record.written and (record.arriving or record.leaving):
+                record.write()  # gradients that reached only part of the inputs
+        self.pending.clear()
+        self._guard(self.collector.close_step)
+        self.api_counts.clear()
+        self.cell_counts.clear()
+        self.backward_indexes.clear()
+
+    def _guard(self, action: Callable[[], None]) -> None:
+        try:
+            action()
+        except Exception as exc:
+            self.collector.report_failure("dump files", exc)
+
+    # -- L1 ----------------------------------------------------------------------------
+    def _call_api(self, original: Callable, key: str, args: tuple, kwargs: dict) -> Any:
+        state = self.state
+        state.busy = True
+        try:
+            index = self.api_counts[key]
+            self.api_counts[key] = index + 1
+            name = f"{key}.{index}.forward"
+            backward_name = f"{key}.{index}.backward"
+            record = None
+            keep_forward = keep_backward = False
+            inputs: dict[str, Any] = {}
+            try:
+                self.collector.enter(name)
+                enclosing = tuple(self.cell_stack)
+                keep_forward = self.collector.keeps(name, "forward", enclosing)
+                keep_backward = self.collector.keeps(backward_name, "backward", enclosing) and not _inplace(key)
+                if keep_forward:
+                    inputs = self.collector.encode_inputs(name, args, kwargs)
+                if keep_backward:
+                    args, kwargs, record = self._hook_inputs(backward_name, args, kwargs)
+            except Exception as exc:
+                self.collector.report_failure(name, exc)
+            output = original(*args, **kwargs)
+            try:
+                if keep_forward and self.collector.forward(name, inputs, output, raw_inputs=(args, kwargs)):
+                    self.collector.stack(name, self._stack())
+                    if self.with_construct:
+                        self.collector.parent(name, self.cell_stack[-1] if self.cell_stack else None)
+                if record is not None:
+                    self._hook_outputs(record, output)
+                self.collector.leave(name)
+            except Exception as exc:
+                self.collector.report_failure(name, exc)
+            return output
+        finally:
+            state.busy = False
+
+    def _hook_inputs(self, backward_name: str, args: tuple, kwargs: dict) -> tuple[tuple, dict, _Backward | None]:
+        positions = [i for i, a in enumerate(args) if _gradable(a)]
+        if not positions:
+            return args, kwargs, None
+        parent = self.cell_stack[-1].replace(".forward.", ".backward.") if self.cell_stack else None
+        record = _Backward(self, backward_name, parent, len(positions))
+        hooked = list(args)
+        for slot, position in enumerate(positions):
+            hooked[position] = ops.HookBackward(record.on_input(slot))(args[position])
+        self.pending.append(record)
+        return tuple(hooked), kwargs, record
+
+    @staticmethod
+    def _hook_outputs(record: _Backward, output: Any) -> None:
+        outputs = list(output) if isinstance(output, (tuple, list)) else [output]
+        record.outputs = len(outputs)
+        for index, tensor in enumerate(outputs):
+            if _gradable(tensor):
+                tensor.register_hook(record.on_output(index))
+
+    def write_backward(self, name: str, arriving: list, leaving: list, parent: str | None) -> None:
+        busy = self.state.busy
+        self.state.busy = True
+        try:
+            if self.collector.backward(name, arriving, leaving) and self.with_construct:
+                self.collector.parent(name, parent)
+        except Exception as exc:
+            self.collector.report_failure(name, exc)
+        finally:
+            self.state.busy = busy
+
+    # -- L0 ---------------------------------------------------------------------------
+    def _hook_cells(self) -> None:
+        model = self.session.model
+        models = list(model) if isinstance(model, (list, tuple)) else [model]
+        for index, root in enumerate(models):
+            prefix = f"{index}." if len(models) > 1 else ""
+            cells = list(root.cells_and_names())
+            for cell_name, cell in cells:
+                if cell_name == "" and len(cells) > 1:
+                    continue  # the whole network is not an entry
+                label = f"Cell.{prefix}{cell_name or type(cell).__name__}.{type(cell).__name__}"
+                self._hook_cell(cell, label)
+
+    def _hook_cell(self, cell: Any, label: str) -> None:
+        params = {name.split(".")[-1]: p for name, p in cell.parameters_and_names() if "." not in name}
+        grads_name = f"{label}.parameters_grad"
+        grads: dict[str, Any] = {}
+
+        def pre_hook(_cell: Any, args: tuple) -> None:
+            if self.state.busy:
+                return
+            index = self.cell_counts[label]
+            self.cell_counts[label] = index + 1
+            name = f"{label}.forward.{index}"
+            self.cell_stack.append(name)
+            self.collector.enter(name)
+
+        def forward_hook(_cell: Any, args: tuple, output: Any) -> None:
+            if self.state.busy or not self.cell_stack:
+                return
+            self.state.busy = True
+            name = self.cell_stack.pop()
+            try:
+                index = int(name.rsplit(".", 1)[-1])
+                self.backward_indexes[label].append(index)
+                if self.collector.keeps(name, "forward", tuple(self.cell_stack)):
+                    inputs = self.collector.encode_inputs(name, args, {})
+                    if self.collector.forward(name, inputs, output, parameters=params, raw_inputs=(args, {})):
+                        self.collector.stack(name, self._stack())
+                        self.collector.parent(name, self.cell_stack[-1] if self.cell_stack else None)
+                    if params and self.collector.keeps(grads_name, "backward"):
+                        self.collector.reserve(grads_name)
+                self.collector.leave(name)
+            except Exception as exc:
+                self.collector.report_failure(name, exc)
+            finally:
+                self.state.busy = False
+
+        def backward_hook(_cell: Any, grad_inputs: tuple, grad_outputs: tuple) -> None:
+            indexes = self.backward_indexes[label]
+            index = indexes.pop() if indexes else 0
+            name = f"{label}.backward.{index}"
+            if self.collector.keeps(name, "backward"):
+                self.write_backward(name, list(grad_outputs), list(grad_inputs), None)
+
+        def grad_hook(param_name: str) -> Callable:
+            def hook(grad: Any) -> None:
+                grads[param_name] = grad
+                if self.collector.keeps(grads_name, "backward"):
+                    busy = self.state.busy
+                    self.state.busy = True
+                    try:
+                        self.collector.parameters_grad(grads_name, dict(grads))
+                    except Exception as exc:
+                        self.collector.report_failure(grads_name, exc)
+                    finally:
+                        self.state.busy = busy
+
+            return hook
+
+        self.handles.append(cell.register_forward_pre_hook(pre_hook))
+        self.handles.append(cell.register_forward_hook(forward_hook))
+        self.handles.append(cell.register_backward_hook(backward_hook))
+        for param_name, param in params.items():
+            if param.requires_grad:
+                self.handles.append(param.register_hook(grad_hook(param_name)))
+
+    # -- stacks ---------------------------------------------------------------------------
+    def _stack(self) -> EncodedJSON:
+        frame = sys._getframe(1)
+        parts = []
+        while frame is not None:
+            code = frame.f_code
+            if not code.co_filename.startswith(_TOOL_ROOT):
+                parts.append((code, frame.f_lineno))
+            frame = frame.f_back
+        key = tuple(parts)
+        cached = self._stack_cache.get(key)
+        if cached is None:
+            frames = [f"File {c.co_filename}, line {n}, in {c.co_name}, \n {linecache.getline(c.co_filename, n).strip()}"
+                      for c, n in parts]  # fmt: skip
+            cached = self._stack_cache[key] = EncodedJSON(json.dumps(frames, ensure_ascii=False))
+        return cached
+
+
+def _gradable(value: Any) -> bool:
+    return isinstance(value, ms.Tensor) and not isinstance(value, ms.Parameter) and value.dtype in (
+        ms.float16, ms.bfloat16, ms.float32, ms.float64)  # fmt: skip

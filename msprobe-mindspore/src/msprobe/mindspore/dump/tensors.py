@@ -1,0 +1,93 @@
+"""What a MindSpore tensor becomes in dump.json: statistics, CRC-32, .npy files.
+
+The statistics use kernels every device registers (max, min, mean, and the
+norm as the square root of a sum of squares: CPU MindSpore 2.10 has no
+LinalgVectorNorm kernel), stacked and read back in one transfer. Same
+semantics as the PyTorch side: bool Max=any/Min=all, 0-d values four
+times, integers measured as float32, float64 in float64, inf/nan add the
+*_except_inf_nan pair, empty tensors have no statistics.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import mindspore as ms
+from mindspore import ops
+from msprobe.core.dump.writer import open_new_file
+
+
+def _json_number(value: float) -> Any:
+    return value if math.isfinite(value) else str(value)
+
+
+def to_numpy(tensor: ms.Tensor) -> np.ndarray:
+    """Host copy; bfloat16 (which numpy lacks) widens to float32."""
+    if tensor.dtype == ms.bfloat16:
+        tensor = tensor.astype(ms.float32)
+    return tensor.asnumpy()
+
+
+def measure(tensor: ms.Tensor) -> dict[str, Any]:
+    if tensor.dtype == ms.bool_:
+        return {"Max": bool(tensor.any()), "Min": bool(tensor.all()), "Mean": None, "Norm": None}
+    data = tensor if tensor.dtype in (ms.float32, ms.float64) else tensor.astype(ms.float32)
+    if data.ndim == 0:
+        value = float(data.asnumpy())
+        return {key: _json_number(value) for key in ("Max", "Min", "Mean", "Norm")}
+    values = ops.stack((data.max(), data.min(), data.mean(), ops.sqrt((data * data).sum()))).asnumpy().tolist()
+    stats = dict(zip(("Max", "Min", "Mean", "Norm"), values))
+    if not all(math.isfinite(v) for v in values):
+        host = data.asnumpy()
+        finite = host[np.isfinite(host)]
+        stats["Max_except_inf_nan"] = float(finite.max()) if finite.size else None
+        stats["Min_except_inf_nan"] = float(finite.min()) if finite.size else None
+    return {key: _json_number(value) if isinstance(value, float) else value for key, value in stats.items()}
+
+
+def crc32_hex(tensor: ms.Tensor) -> str:
+    host = tensor.asnumpy() if tensor.dtype != ms.bfloat16 else tensor.view(ms.int16).asnumpy()
+    return f"{zlib.crc32(np.ascontiguousarray(host).tobytes()) & 0xFFFFFFFF:08x}"
+
+
+class TensorSummarizer:
+    def __init__(self, task: str, summary_mode: str):
+        self.task = task
+        self.with_stats = task in ("statistics", "tensor", "overflow_check")
+        self.with_crc = summary_mode == "md5"
+        self.save_files = task == "tensor"
+        self.tensor_dir: Path | None = None
+
+    def set_tensor_dir(self, folder: Path | None) -> None:
+        self.tensor_dir = folder
+
+    def set_saving(self, on: bool) -> None:
+        self.save_files = on
+
+    def __call__(self, tensor: ms.Tensor, data_stem: str) -> dict[str, Any]:
+        summary: dict[str, Any] = {"type": "mindspore.Tensor", "dtype": str(tensor.dtype), "shape": list(tensor.shape)}
+        if self.with_stats and tensor.size > 0:
+            summary.update(measure(tensor))
+            if self.with_crc:
+                summary["md5"] = crc32_hex(tensor)
+        if self.save_files and self.tensor_dir is not None:
+            file_name = f"{data_stem}.npy"
+            with open_new_file(self.tensor_dir / file_name, "wb") as handle:
+                np.save(handle, to_numpy(tensor), allow_pickle=False)
+            summary["data_name"] = file_name
+        return summary
+
+
+def is_tensor(value: Any) -> bool:
+    return isinstance(value, ms.Tensor)
+
+
+def describe_object(value: Any) -> dict[str, Any] | None:
+    if isinstance(value, ms.dtype.Type):
+        return {"type": "mindspore.dtype", "value": str(value)}
+    return None

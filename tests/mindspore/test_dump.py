@@ -1,0 +1,154 @@
+"""MindSpore PyNative dump on CPU MindSpore 2.10: L0, L1 and mix, statistics and tensor."""
+
+import json
+import math
+
+import mindspore as ms
+import numpy as np
+import pytest
+from mindspore import Tensor, mint, nn
+
+from msprobe.core.dump.reader import read_dump
+from msprobe.mindspore import PrecisionDebugger
+from msprobe.mindspore.common.utils import MsprobeStep
+
+ms.set_context(mode=ms.PYNATIVE_MODE)
+
+
+class Net(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 2, 3, pad_mode="valid", has_bias=True)
+        self.fc = nn.Dense(2 * 4 * 4, 8)
+        self.norm = nn.LayerNorm((8,))
+        self.dropout = nn.Dropout(p=0.0)
+        self.head = nn.Dense(8, 2)
+
+    def construct(self, x):
+        x = self.conv(x).reshape(x.shape[0], -1)
+        h = mint.nn.functional.relu(self.norm(self.fc(x)))
+        return self.head(self.dropout(h))
+
+
+def train(dump_path, level, task, steps=2, **extra):
+    ms.set_seed(0)
+    net = Net()
+    optimizer = nn.SGD(net.trainable_params(), learning_rate=0.1)
+    config = {"task": task, "level": level, "dump_path": str(dump_path), **extra}
+    (dump_path.parent / f"{dump_path.name}.json").write_text(json.dumps(config))
+    debugger = PrecisionDebugger(config_path=str(dump_path.parent / f"{dump_path.name}.json"), model=net)
+
+    def loss_fn(x, y):
+        return ((net(x) - y) ** 2).mean()
+
+    grad_fn = ms.value_and_grad(loss_fn, None, optimizer.parameters)
+    rng = np.random.default_rng(1)
+    losses = []
+    for _ in range(steps):
+        debugger.start()
+        x = Tensor(rng.standard_normal((3, 1, 6, 6)).astype(np.float32))
+        y = Tensor(np.zeros((3, 2), np.float32))
+        loss, grads = grad_fn(x, y)
+        optimizer(grads)
+        losses.append(float(loss.asnumpy()))
+        debugger.stop()
+        debugger.step()
+    return losses
+
+
+def leaves(value):
+    if isinstance(value, dict):
+        if "dtype" in value:
+            yield value
+        else:
+            for item in value.values():
+                yield from leaves(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from leaves(item)
+
+
+@pytest.mark.parametrize("level", ["L0", "L1", "mix"])
+def test_levels_write_the_reference_names(tmp_path, level):
+    train(tmp_path / "d", level, "statistics")
+    for step in (0, 1):
+        dump = read_dump(tmp_path / "d" / f"step{step}" / "rank" / "dump.json")
+        assert dump.framework == "mindspore" and dump.level == level
+        names = list(dump.data)
+        if level in ("L0", "mix"):
+            for expected in (
+                "Cell.conv.Conv2d.forward.0",
+                "Cell.fc.Dense.forward.0",
+                "Cell.fc.Dense.backward.0",
+                "Cell.fc.Dense.parameters_grad",
+                "Cell.norm.LayerNorm.forward.0",
+            ):
+                assert expected in names
+        if level in ("L1", "mix"):
+            assert "MintFunctional.relu.0.forward" in names and "MintFunctional.relu.0.backward" in names
+        entry = next(iter(dump.data.values()))
+        leaf = next(leaves(entry))
+        assert leaf["type"] == "mindspore.Tensor" and leaf["dtype"] == "Float32"
+    if level == "mix":
+        assert dump.construct["MintFunctional.relu.0.forward"] is None
+        assert dump.construct["Cell.fc.Dense.forward.0"] is None
+
+
+def test_tensor_files_and_statistics_agree_with_numpy(tmp_path):
+    train(tmp_path / "d", "mix", "tensor")
+    dump = read_dump(tmp_path / "d" / "step0" / "rank" / "dump.json")
+    checked = 0
+    for entry in dump.data.values():
+        for leaf in leaves(entry):
+            if "data_name" not in leaf:
+                continue
+            array = np.load(dump.tensor_dir() / leaf["data_name"]).astype(np.float64)
+            for key, value in (
+                ("Max", array.max()),
+                ("Min", array.min()),
+                ("Mean", array.mean()),
+                ("Norm", np.linalg.norm(array.ravel())),
+            ):
+                assert math.isclose(leaf[key], value, rel_tol=1e-5, abs_tol=1e-6), (leaf["data_name"], key)
+            checked += 1
+    assert checked > 20
+    grad = dump.data["Cell.fc.Dense.parameters_grad"]["weight"][0]
+    assert grad["data_name"] == "Cell.fc.Dense.parameters_grad.weight.npy"
+    assert np.load(dump.tensor_dir() / grad["data_name"]).shape == (8, 32)
+
+
+def test_md5_and_structure(tmp_path):
+    train(tmp_path / "md5", "L1", "statistics", statistics={"summary_mode": "md5"})
+    dump = read_dump(tmp_path / "md5" / "step0" / "rank" / "dump.json")
+    assert all(len(leaf["md5"]) == 8 for e in dump.data.values() for leaf in leaves(e) if "Max" in leaf)
+    train(tmp_path / "structure", "mix", "structure")
+    dump = read_dump(tmp_path / "structure" / "step0" / "rank" / "dump.json")
+    assert dump.data and all(not list(leaves(entry)) for entry in dump.data.values())
+
+
+def test_training_is_unchanged_by_the_tool(tmp_path):
+    plain = train(tmp_path / "off", "L1", "statistics", step=[99])  # nothing selected: no hooks at all
+    dumped = train(tmp_path / "on", "mix", "tensor")
+    assert plain == dumped
+
+
+def test_model_train_with_msprobe_step(tmp_path):
+    from mindspore import dataset as ds
+    from mindspore.train import Model
+
+    ms.set_seed(0)
+    net = Net()
+    loss = nn.MSELoss()
+    model = Model(net, loss_fn=loss, optimizer=nn.SGD(net.trainable_params(), learning_rate=0.1))
+    data = ds.NumpySlicesDataset(
+        {
+            "x": np.random.default_rng(0).standard_normal((6, 1, 6, 6)).astype(np.float32),
+            "y": np.zeros((6, 2), np.float32),
+        },
+        shuffle=False,
+    ).batch(3)
+    debugger = PrecisionDebugger(task="statistics", level="L0", dump_path=str(tmp_path), model=net)
+    model.train(1, data, callbacks=[MsprobeStep(debugger)], dataset_sink_mode=False)
+    for step in (0, 1):
+        dump = read_dump(tmp_path / f"step{step}" / "rank" / "dump.json")
+        assert "Cell.fc.Dense.forward.0" in dump.data
