@@ -15,9 +15,6 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.resources
-import json
-import linecache
-import sys
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -29,8 +26,8 @@ import mindspore as ms
 from mindspore import ops
 from msprobe.core.api_patch import ApiPatcher, resolve_attribute
 from msprobe.core.dump.collector import DumpCollector
+from msprobe.core.dump.stack import StackCapture
 from msprobe.core.dump.values import ValueEncoder
-from msprobe.core.dump.writer import EncodedJSON
 from msprobe.core.session import TaskSession
 from msprobe.mindspore.dump.tensors import TensorSummarizer, describe_object, is_tensor
 
@@ -124,7 +121,7 @@ class MindSporeDumpRecorder:
         self.backward_indexes: dict[str, list[int]] = defaultdict(list)
         self.pending: list[_Backward] = []
         self.handles: list[Any] = []
-        self._stack_cache: dict[tuple, EncodedJSON] = {}
+        self._stack = StackCapture(_TOOL_ROOT)
         self.with_construct = self.level in ("L0", "mix")
 
     # -- TaskHooks ------------------------------------------------------------------
@@ -304,23 +301,6 @@ class MindSporeDumpRecorder:
         for param_name, param in params.items():
             if param.requires_grad:
                 self.handles.append(param.register_hook(grad_hook(param_name)))
-
-    # -- stacks ---------------------------------------------------------------------------
-    def _stack(self) -> EncodedJSON:
-        frame = sys._getframe(1)
-        parts = []
-        while frame is not None:
-            code = frame.f_code
-            if not code.co_filename.startswith(_TOOL_ROOT):
-                parts.append((code, frame.f_lineno))
-            frame = frame.f_back
-        key = tuple(parts)
-        cached = self._stack_cache.get(key)
-        if cached is None:
-            frames = [f"File {c.co_filename}, line {n}, in {c.co_name}, \n {linecache.getline(c.co_filename, n).strip()}"
-                      for c, n in parts]  # fmt: skip
-            cached = self._stack_cache[key] = EncodedJSON(json.dumps(frames, ensure_ascii=False))
-        return cached
 
 
 def _gradable(value: Any) -> bool:

@@ -8,8 +8,6 @@ still happens exactly as it would without the tool.
 
 from __future__ import annotations
 
-import json
-import linecache
 import logging
 import sys
 from collections import defaultdict
@@ -20,8 +18,8 @@ from typing import Any
 import torch
 
 from msprobe.core.dump.collector import DumpCollector
+from msprobe.core.dump.stack import StackCapture
 from msprobe.core.dump.values import ValueEncoder
-from msprobe.core.dump.writer import EncodedJSON
 from msprobe.core.session import TaskSession
 from msprobe.pytorch.api_patch import ApiPatcher
 from msprobe.pytorch.dump import grad_taps
@@ -69,7 +67,7 @@ class TorchDumpRecorder:
         self.module_counts: dict[str, int] = defaultdict(int)
         self.module_stack: list[str] = []
         self.handles: list[Any] = []
-        self._stack_cache: dict[tuple, EncodedJSON] = {}
+        self._stack = StackCapture(_TOOL_ROOT)
         self.with_construct = self.level in ("L0", "mix")
 
     # -- TaskHooks ------------------------------------------------------------------
@@ -286,26 +284,6 @@ class TorchDumpRecorder:
                 self.state.busy = busy
 
         return hook
-
-    # -- stacks --------------------------------------------------------------------------------
-    def _stack(self) -> EncodedJSON:
-        frame = sys._getframe(1)
-        key_parts = []
-        while frame is not None:
-            code = frame.f_code
-            if not code.co_filename.startswith(_TOOL_ROOT):
-                key_parts.append((code, frame.f_lineno))
-            frame = frame.f_back
-        key = tuple(key_parts)
-        cached = self._stack_cache.get(key)
-        if cached is None:
-            frames = [
-                f"File {code.co_filename}, line {line}, in {code.co_name}, \n "
-                f"{linecache.getline(code.co_filename, line).strip()}"
-                for code, line in key_parts
-            ]
-            cached = self._stack_cache[key] = EncodedJSON(json.dumps(frames, ensure_ascii=False))
-        return cached
 
 
 def _backward_name(forward_name: str | None) -> str | None:

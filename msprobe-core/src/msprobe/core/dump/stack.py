@@ -1,0 +1,43 @@
+"""Call stacks for stack.json, without reading source files per call.
+
+Frames are walked (cheap); the formatted, JSON-encoded text is cached per
+call site, and source lines come from linecache, which reads each file once.
+"""
+
+from __future__ import annotations
+
+import json
+import linecache
+import sys
+from pathlib import Path
+
+from msprobe.core.dump.writer import EncodedJSON
+
+_CORE_ROOT = str(Path(__file__).resolve().parents[2])  # .../msprobe of msprobe-core
+
+
+class StackCapture:
+    """Captures the user's stack, leaving out frames of the tool (``tool_roots``)."""
+
+    def __init__(self, *tool_roots: str):
+        self.roots = (_CORE_ROOT, *tool_roots)
+        self._cache: dict[tuple, EncodedJSON] = {}
+
+    def __call__(self, skip: int = 1) -> EncodedJSON:
+        frame = sys._getframe(skip)
+        parts = []
+        while frame is not None:
+            code = frame.f_code
+            if not code.co_filename.startswith(self.roots):
+                parts.append((code, frame.f_lineno))
+            frame = frame.f_back
+        key = tuple(parts)
+        cached = self._cache.get(key)
+        if cached is None:
+            frames = [
+                f"File {code.co_filename}, line {line}, in {code.co_name}, \n "
+                f"{linecache.getline(code.co_filename, line).strip()}"
+                for code, line in parts
+            ]
+            cached = self._cache[key] = EncodedJSON(json.dumps(frames, ensure_ascii=False))
+        return cached
