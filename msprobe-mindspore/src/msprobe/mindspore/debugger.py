@@ -28,3 +28,18 @@ class PrecisionDebugger(BaseDebugger):
         from mindspore import nn
 
         return isinstance(obj, nn.Cell)
+
+    def monitor(self, optimizer: Any) -> None:
+        """Grad probe (task grad_probe): record the gradients the optimizer receives at each step."""
+        from mindspore import nn
+        from msprobe.core.errors import UsageError
+        from msprobe.mindspore.grad_probe import GradProbe
+
+        if self.config.task != "grad_probe":
+            raise UsageError("monitor() needs task 'grad_probe' in the config")
+        if not isinstance(optimizer, nn.Optimizer):
+            raise UsageError(f"monitor() takes the mindspore.nn.Optimizer to watch, got {type(optimizer).__name__}")
+        if self._hooks is not None:
+            self._hooks.remove()
+        self._hooks = GradProbe(self.session, optimizer)
+        self._hooks.install()

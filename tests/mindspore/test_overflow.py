@@ -1,0 +1,26 @@
+"""Task overflow_check on MindSpore: only the call where inf first appears is kept."""
+
+import mindspore as ms
+import numpy as np
+from mindspore import Tensor, mint, ops
+
+from msprobe.core.dump.reader import read_dump
+from msprobe.mindspore import PrecisionDebugger
+
+ms.set_context(mode=ms.PYNATIVE_MODE)
+
+
+def test_float16_overflow_is_the_only_entry(tmp_path):
+    debugger = PrecisionDebugger(task="overflow_check", level="L1", dump_path=str(tmp_path))
+    x = Tensor(np.full((4, 4), 300.0, np.float16))
+    debugger.start()
+    y = mint.matmul(x, x)  # 360000 > 65504: inf in float16
+    mint.abs(y)  # its input is already inf: not an overflow of its own
+    ops.add(x, x)  # finite
+    debugger.stop()
+    debugger.step()
+    dump = read_dump(tmp_path / "step0" / "rank" / "dump.json")
+    assert list(dump.data) == ["Mint.matmul.0.forward"]
+    output = dump.data["Mint.matmul.0.forward"]["output"][0]
+    assert output["Max"] == "inf" and output["data_name"].endswith(".npy")
+    assert np.isinf(np.load(dump.tensor_dir() / output["data_name"])).all()
