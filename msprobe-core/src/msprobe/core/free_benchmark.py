@@ -15,6 +15,7 @@ import os
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +37,7 @@ DEFAULT_THRESHOLD = THRESHOLDS["float32"]
 
 
 def dtype_key(dtype: object) -> str:
-    return str(dtype).rsplit(".", 1)[-1]
+    return str(dtype).rsplit(".", 1)[-1].lower()  # torch.float16, Float16 (MindSpore) -> float16
 
 
 def max_relative_difference(original: np.ndarray, perturbed: np.ndarray, small: float) -> float:
@@ -134,3 +135,160 @@ def _base_name(api: str) -> str:
     """'Torch.matmul.3.forward' -> 'Torch.matmul': preheating learns per API, not per call."""
     parts = api.split(".")
     return ".".join(parts[:2]) if len(parts) >= 2 else api
+
+
+# APIs whose results differ run to run, or that cannot be run twice
+NOT_REPEATABLE = (
+    "dropout", "rand", "bernoulli", "multinomial", "normal", "uniform_", "exponential_", "empty", "Distributed.",
+    "manual_seed", "item", "tolist", "numpy", "asnumpy", "__bool__", "__setitem__",
+)  # fmt: skip
+
+
+class FreeBenchmarkCalls:
+    """The free benchmark's handling of one API call, for any framework.
+
+    A backend subclasses it and supplies the tensor operations (the abstract
+    methods below) and how calls reach ``call`` (usually the core
+    :class:`~msprobe.core.api_patch.ApiPatcher` over its API list).
+    """
+
+    def __init__(self, session: Any, perturb: Any):
+        self.session = session
+        self.section = section = session.config.free_benchmark
+        self.perturb = perturb
+        self.fix = section.handler_type == "fix"
+        self.stage = section.fuzz_stage
+        self.judge = FreeBenchmarkJudge(
+            session.config.dump_path,
+            section.pert_mode,
+            preheat_steps=section.preheat_step if section.if_preheat else 0,
+            max_sample=section.max_sample,
+        )
+        self.counts: dict[str, int] = {}
+        self._warned: set[str] = set()
+
+    # -- what a backend supplies ---------------------------------------------------------
+    def is_floating(self, value: Any) -> bool:
+        raise NotImplementedError
+
+    def map_tensors(self, value: Any, function: Any) -> Any:
+        raise NotImplementedError
+
+    def outputs(self, value: Any) -> list:
+        raise NotImplementedError
+
+    def to_float64(self, tensor: Any) -> np.ndarray:
+        raise NotImplementedError
+
+    def cast_like(self, perturbed: Any, original: Any) -> Any:
+        """The perturbed result in the dtype (and device) the training expects."""
+        raise NotImplementedError
+
+    def no_grad(self) -> Any:
+        import contextlib
+
+        return contextlib.nullcontext()
+
+    def backward_check(self, original: Any, name: str, args: tuple, kwargs: dict) -> Any:
+        raise NotImplementedError("fuzz_stage 'backward' is not supported by this backend")
+
+    # -- selection ---------------------------------------------------------------------------
+    def selected_api(self, key: str) -> bool:
+        if any(marker in key for marker in NOT_REPEATABLE):
+            return False
+        return not self.section.api_list or any(item in key for item in self.section.api_list)
+
+    @staticmethod
+    def writes_in_place(key: str, args: tuple, kwargs: dict) -> bool:
+        """In-place calls (add_, x[i] = y, inplace=True, out=) cannot be run a second time."""
+        api = key.rsplit(".", 1)[-1]
+        if (api.endswith("_") and not api.endswith("__")) or api.startswith("__i") or api == "__setitem__":
+            return True
+        if "out" in kwargs or kwargs.get("inplace") is True:
+            return True
+        return key.split(".", maxsplit=1)[0] in ("Functional", "MintFunctional") and any(
+            arg is True for arg in args[1:]
+        )
+
+    def first_floating(self, args: tuple, kwargs: dict) -> Any:
+        for value in [*args, *kwargs.values()]:
+            if self.is_floating(value):
+                return value
+            if isinstance(value, (list, tuple)):
+                for item in value:
+                    if self.is_floating(item):
+                        return item
+        return None
+
+    # -- one call -------------------------------------------------------------------------------
+    def end_step(self) -> None:
+        self.counts.clear()
+
+    def call(self, original: Any, key: str, args: tuple, kwargs: dict) -> Any:
+        index = self.counts.get(key, 0)
+        self.counts[key] = index + 1
+        name = f"{key}.{index}.forward"
+        scope = self.section.scope
+        if (
+            self.writes_in_place(key, args, kwargs)
+            or (scope and name not in scope)
+            or self.first_floating(args, kwargs) is None
+        ):
+            return original(*args, **kwargs)
+        if self.stage == "backward":
+            return self.backward_check(original, name, args, kwargs)
+        return self.forward_check(original, name, args, kwargs)
+
+    def forward_check(self, original: Any, name: str, args: tuple, kwargs: dict) -> Any:
+        try:
+            perturbed_args = self.map_tensors(args, self.perturb)
+            perturbed_kwargs = self.map_tensors(kwargs, self.perturb)
+        except Exception as exc:
+            self.warn(name, f"the perturbation failed ({exc})")
+            return original(*args, **kwargs)
+        output = original(*args, **kwargs)
+        try:
+            if self.fix:
+                return self.fixed(output, original(*perturbed_args, **perturbed_kwargs))
+            with self.no_grad():
+                perturbed = original(*perturbed_args, **perturbed_kwargs)
+            self.compare(name, output, perturbed, "forward", self.first_floating(args, kwargs))
+        except Exception as exc:
+            self.warn(name, f"the perturbed run failed ({exc.__class__.__name__}: {exc})")
+        return output
+
+    def compare(self, name: str, output: Any, perturbed: Any, stage: str, reference: Any) -> None:
+        plain, moved = self.outputs(output), self.outputs(perturbed)
+        several = len(plain) > 1
+        for index, (a, b) in enumerate(zip(plain, moved)):
+            if a is None or b is None or not self.is_floating(a):
+                continue
+            self.judge_pair(name, a, b, stage, reference, index if several else None)
+
+    def judge_pair(self, name: str, a: Any, b: Any, stage: str, reference: Any, index: Any) -> None:
+        source = reference if reference is not None else a
+        self.judge.judge(
+            api=name,
+            original=self.to_float64(a),
+            perturbed=self.to_float64(b),
+            dtype=dtype_key(source.dtype),
+            shape=list(source.shape),
+            step=self.session.step,
+            rank=self.session.rank or 0,
+            stage=stage,
+            output_index=index,
+        )
+
+    def fixed(self, output: Any, perturbed: Any) -> Any:
+        if isinstance(output, (list, tuple)) and isinstance(perturbed, (list, tuple)):
+            items = [self.fixed(a, b) for a, b in zip(output, perturbed)]
+            return type(output)(*items) if hasattr(output, "_fields") else type(output)(items)
+        if self.is_floating(output) and self.is_floating(perturbed):
+            return self.cast_like(perturbed, output)
+        return output
+
+    def warn(self, name: str, reason: str) -> None:
+        base = name.rsplit(".", 2)[0]
+        if base not in self._warned:
+            self._warned.add(base)
+            logger.warning("msprobe free benchmark: %s: %s; it is skipped", name, reason)

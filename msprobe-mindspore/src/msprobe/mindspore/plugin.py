@@ -51,3 +51,21 @@ def msprobe_dump_hooks(session: Any) -> Any:
 def msprobe_overflow_check_hooks(session: Any) -> Any:
     """The dump's hooks; the core's collector keeps only the calls that overflow."""
     return msprobe_dump_hooks(session)
+
+
+@hookimpl
+def msprobe_free_benchmark_perturbations() -> list[Any]:
+    """The built-in perturbations for MindSpore, through the same hook a third party uses."""
+    from msprobe.mindspore.free_benchmark import BUILT_IN
+
+    return list(BUILT_IN)
+
+
+@hookimpl
+def msprobe_free_benchmark_hooks(session: Any) -> Any:
+    if session.framework != "mindspore":
+        return None
+    from msprobe.core.plugins import get_registry
+    from msprobe.mindspore.free_benchmark import make_hooks
+
+    return make_hooks(session, get_registry().perturbations(framework="mindspore"))

@@ -1,0 +1,129 @@
+"""Free benchmark on MindSpore (PyNative): the core's call handling with MindSpore tensors.
+
+Perturbations improve_precision, add_noise, bit_noise, no_change and
+change_value register through the plugin hook; to_cpu and the backward
+stage are PyTorch-only, as in the reference, and are refused with a message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import mindspore as ms
+from msprobe.core.api_patch import ApiPatcher
+from msprobe.core.backend import Perturbation
+from msprobe.core.errors import UsageError
+from msprobe.core.free_benchmark import FreeBenchmarkCalls
+from msprobe.core.session import TaskSession
+from msprobe.mindspore.dump.recorder import api_targets
+from msprobe.mindspore.dump.tensors import to_numpy
+
+_FLOATS = (ms.float16, ms.bfloat16, ms.float32, ms.float64)
+_HIGHER = {ms.float16: ms.float32, ms.bfloat16: ms.float32, ms.float32: ms.float64}
+_NOISE = {ms.float16: 2**-11, ms.bfloat16: 2**-9, ms.float32: 2**-22, ms.float64: 2**-50}
+_BITS = {ms.float16: np.int16, ms.float32: np.int32, ms.float64: np.int64}
+
+
+def improve_precision(tensor: ms.Tensor) -> ms.Tensor:
+    return tensor.astype(_HIGHER.get(tensor.dtype, tensor.dtype))
+
+
+def add_noise(tensor: ms.Tensor) -> ms.Tensor:
+    scale = _NOISE.get(tensor.dtype)
+    return tensor if scale is None else tensor + tensor.abs() * scale
+
+
+def bit_noise(tensor: ms.Tensor) -> ms.Tensor:
+    """Flip the last mantissa bit (bfloat16 is not supported, as in the reference)."""
+    bits = _BITS.get(tensor.dtype)
+    if bits is None:
+        return tensor
+    host = tensor.asnumpy()
+    return ms.Tensor((host.view(bits) ^ 1).view(host.dtype))
+
+
+def no_change(tensor: ms.Tensor) -> ms.Tensor:
+    return tensor.copy()
+
+
+def change_value(tensor: ms.Tensor) -> ms.Tensor:
+    host = tensor.asnumpy().copy()
+    flat = host.reshape(-1)
+    if flat.size > 1:
+        flat[0], flat[-1] = flat[-1], flat[0]
+    return ms.Tensor(host, dtype=tensor.dtype)
+
+
+BUILT_IN = [
+    Perturbation(
+        "improve_precision", improve_precision, "mindspore", "float16/bfloat16 to float32, float32 to float64"
+    ),
+    Perturbation("add_noise", add_noise, "mindspore", "add a relative noise below the dtype's resolution"),
+    Perturbation("bit_noise", bit_noise, "mindspore", "flip the last mantissa bit"),
+    Perturbation("no_change", no_change, "mindspore", "run again on a copy"),
+    Perturbation("change_value", change_value, "mindspore", "swap the first and last elements"),
+]
+
+
+def _map(value: Any, function: Callable) -> Any:
+    if isinstance(value, ms.Tensor) and not isinstance(value, ms.Parameter) and value.dtype in _FLOATS:
+        return function(value)
+    if isinstance(value, ms.Parameter) and value.dtype in _FLOATS:
+        return function(ms.Tensor(value))  # never hand a perturbed Parameter to an API
+    if isinstance(value, (list, tuple)):
+        return type(value)(_map(item, function) for item in value)
+    if isinstance(value, dict):
+        return {key: _map(item, function) for key, item in value.items()}
+    return value
+
+
+class FreeBenchmarkHooks(FreeBenchmarkCalls):
+    def __init__(self, session: TaskSession, perturbation: Perturbation):
+        super().__init__(session, perturbation.function)
+        if self.stage == "backward":
+            raise UsageError("free_benchmark.fuzz_stage 'backward' is supported on PyTorch only")
+        self.patcher = ApiPatcher(self._handle, lambda: [t for t in api_targets() if self.selected_api(t[2])])
+        self.state = self.patcher.state
+
+    def install(self) -> None:
+        self.patcher.install()
+
+    def remove(self) -> None:
+        self.patcher.remove()
+
+    def _handle(self, original: Callable, key: str, args: tuple, kwargs: dict) -> Any:
+        self.state.busy = True
+        try:
+            return self.call(original, key, args, kwargs)
+        finally:
+            self.state.busy = False
+
+    def is_floating(self, value: Any) -> bool:
+        return isinstance(value, ms.Tensor) and value.dtype in _FLOATS
+
+    def map_tensors(self, value: Any, function: Callable) -> Any:
+        return _map(value, function)
+
+    def outputs(self, value: Any) -> list:
+        if isinstance(value, ms.Tensor):
+            return [value]
+        if isinstance(value, (list, tuple)):
+            return [item if isinstance(item, ms.Tensor) else None for item in value]
+        return []
+
+    def to_float64(self, tensor: Any) -> np.ndarray:
+        return to_numpy(tensor).astype(np.float64)
+
+    def cast_like(self, perturbed: Any, original: Any) -> Any:
+        return perturbed.astype(original.dtype)
+
+
+def make_hooks(session: TaskSession, perturbations: dict[str, Perturbation]) -> FreeBenchmarkHooks:
+    mode = session.config.free_benchmark.pert_mode
+    if mode not in perturbations:
+        known = ", ".join(sorted(perturbations))
+        raise UsageError(f"free_benchmark.pert_mode '{mode}' is not available for mindspore ({known})")
+    return FreeBenchmarkHooks(session, perturbations[mode])
