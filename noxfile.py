@@ -36,14 +36,14 @@ def core(session: nox.Session) -> None:
 def torch(session: nox.Session) -> None:
     session.install(TORCH)
     session.install(*TEST_DEPS, *CORE, "-e", "./msprobe-torch")
-    session.run("pytest", "tests/torch", *session.posargs)
+    session.run("pytest", "tests/torch_backend", *session.posargs)
 
 
 @nox.session
 def mindspore(session: nox.Session) -> None:
     session.install("numpy<2", MINDSPORE)
     session.install(*TEST_DEPS, "numpy<2", *CORE, "-e", "./msprobe-mindspore")
-    session.run("pytest", "tests/mindspore", *session.posargs)
+    session.run("pytest", "tests/mindspore_backend", *session.posargs)
 
 
 @nox.session

@@ -139,9 +139,23 @@ def _base_name(api: str) -> str:
 
 # APIs whose results differ run to run, or that cannot be run twice
 NOT_REPEATABLE = (
-    "dropout", "rand", "bernoulli", "multinomial", "normal", "uniform_", "exponential_", "empty", "Distributed.",
-    "manual_seed", "item", "tolist", "numpy", "asnumpy", "__bool__", "__setitem__",
-)  # fmt: skip
+    "dropout",
+    "rand",
+    "bernoulli",
+    "multinomial",
+    "normal",
+    "uniform_",
+    "exponential_",
+    "empty",
+    "Distributed.",
+    "manual_seed",
+    "item",
+    "tolist",
+    "numpy",
+    "asnumpy",
+    "__bool__",
+    "__setitem__",
+)
 
 
 class FreeBenchmarkCalls:

@@ -257,8 +257,9 @@ def measure_array(name: str, array: np.ndarray, level: str, bounds: list[float])
     import hashlib
 
     values = np.asarray(array, dtype=np.float64).ravel()
-    record = GradRecord(name, list(np.shape(array)), float(values.max()), float(values.min()),
-                        float(np.linalg.norm(values)))  # fmt: skip
+    record = GradRecord(
+        name, list(np.shape(array)), float(values.max()), float(values.min()), float(np.linalg.norm(values))
+    )
     if level == "L0":
         record.md5 = hashlib.md5(np.ascontiguousarray(array).tobytes()).hexdigest()
         return record

@@ -69,3 +69,13 @@ def msprobe_free_benchmark_hooks(session: Any) -> Any:
     from msprobe.mindspore.free_benchmark import make_hooks
 
     return make_hooks(session, get_registry().perturbations(framework="mindspore"))
+
+
+@hookimpl
+def msprobe_cli_commands() -> list[Any]:
+    """run_ut and multi_run_ut: `msprobe -f mindspore run_ut ...`."""
+    from msprobe.core.precheck.commands import run_ut_commands
+
+    return run_ut_commands(
+        "msprobe.mindspore.run_ut:ApiRunner", "msprobe.mindspore.run_ut:save_error_data", lambda device: ["cpu"]
+    )

@@ -35,8 +35,16 @@ from msprobe.pytorch.tensor_io import tensor_to_numpy
 
 logger = logging.getLogger(__name__)
 
-COLUMNS = ["API Name", "Bench Dtype", "Device Dtype", "Shape", "Cosine", "MaxAbsError", "Accuracy Reached or Not",
-           "Message"]  # fmt: skip
+COLUMNS = [
+    "API Name",
+    "Bench Dtype",
+    "Device Dtype",
+    "Shape",
+    "Cosine",
+    "MaxAbsError",
+    "Accuracy Reached or Not",
+    "Message",
+]
 DUMP_MODES = ("all", "list", "auto", "OFF")
 _RANDOM = ("dropout", "bernoulli", "rand", "normal", "uniform", "multinomial", "exponential", "empty")
 
@@ -96,8 +104,15 @@ def judge(device: np.ndarray, bench: np.ndarray) -> tuple[object, object, str, s
     return cosine, max_abs, "No" if failed else "Yes", ""
 
 
-def cpu_check(name: str, func_name: str, args: Any, kwargs: Any, device_outputs: list[np.ndarray],
-              device_dtypes: list[str], upcast: bool) -> tuple[list[list[object]], list[np.ndarray]]:  # fmt: skip
+def cpu_check(
+    name: str,
+    func_name: str,
+    args: Any,
+    kwargs: Any,
+    device_outputs: list[np.ndarray],
+    device_dtypes: list[str],
+    upcast: bool,
+) -> tuple[list[list[object]], list[np.ndarray]]:
     """Run one op on the CPU and compare; also the entry point of worker processes."""
     namespace, _, rest = func_name.partition("::")
     packet, _, overload = rest.partition(".")
@@ -109,8 +124,18 @@ def cpu_check(name: str, func_name: str, args: Any, kwargs: Any, device_outputs:
     rows = []
     for index, (device, expected) in enumerate(zip(device_outputs, bench)):
         cosine, max_abs, reached, message = judge(device, expected)
-        rows.append([f"{name}.output.{index}", str(expected.dtype), device_dtypes[index], str(tuple(device.shape)),
-                     cosine, max_abs, reached, message])  # fmt: skip
+        rows.append(
+            [
+                f"{name}.output.{index}",
+                str(expected.dtype),
+                device_dtypes[index],
+                str(tuple(device.shape)),
+                cosine,
+                max_abs,
+                reached,
+                message,
+            ]
+        )
     return rows, bench
 
 

@@ -16,7 +16,6 @@ import logging
 import sys
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ import numpy as np
 import torch
 
 from msprobe.core.dump.reader import Dump
+from msprobe.core.precheck.driver import Outcome
 from msprobe.core.precheck.metrics import ERROR, PASS, SKIP, Detail, compare_output, overall
 from msprobe.pytorch.tensor_io import tensor_to_numpy
 
@@ -68,14 +68,7 @@ class Unsupported(Exception):
     """The call cannot be rebuilt from the dump; the message says why."""
 
 
-@dataclass
-class ApiOutcome:
-    name: str
-    forward: str
-    backward: str
-    message: str
-    details: list[Detail] = field(default_factory=list)
-    error_data: dict[str, torch.Tensor] = field(default_factory=dict)
+ApiOutcome = Outcome  # the core driver's result type
 
 
 def resolve(name: str) -> Callable:

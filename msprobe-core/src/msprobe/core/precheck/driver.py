@@ -16,7 +16,7 @@ import multiprocessing
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,18 @@ from msprobe.core.precheck.metrics import DETAIL_COLUMNS, RESULT_COLUMNS, SKIP
 from msprobe.core.precheck.results import ResultFiles
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Outcome:
+    """One API's result: what a backend's runner returns for each name."""
+
+    name: str
+    forward: str
+    backward: str
+    message: str
+    details: list = field(default_factory=list)
+    error_data: dict = field(default_factory=dict)
 
 
 @dataclass

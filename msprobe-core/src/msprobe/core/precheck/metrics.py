@@ -152,7 +152,7 @@ def judge(detail: Detail, api: str) -> None:
     if max_abs < 0.001:
         detail.status = PASS
         return
-    half = detail.device_dtype in ("torch.float16", "torch.bfloat16")
+    half = canonical_dtype(detail.device_dtype) in ("torch.float16", "torch.bfloat16")
     strict, loose = ("双百指标", "双千指标") if half else ("双千指标", "双万指标")
     limit = {"双百指标": 0.99, "双千指标": 0.999, "双万指标": 0.9999}
     if values[strict] < limit[strict]:
@@ -163,11 +163,21 @@ def judge(detail: Detail, api: str) -> None:
         detail.status = PASS
 
 
+def canonical_dtype(dtype: str) -> str:
+    """The precision tables use torch's names; MindSpore's Float16/BFloat16/Float32/Float64 map onto them."""
+    lowered = dtype.lower()
+    for name in ("bfloat16", "float16", "float32", "float64"):
+        if lowered in (name, f"torch.{name}"):
+            return f"torch.{name}"
+    return dtype
+
+
 def compare_output(
     name: str, api: str, bench: np.ndarray, device: np.ndarray, bench_dtype: str, device_dtype: str
 ) -> Detail:
     """One details row for one output (or one input gradient)."""
     detail = Detail(name, bench_dtype, device_dtype, str(tuple(device.shape)))
+    device_dtype = canonical_dtype(device_dtype)
     if bench.shape != device.shape:
         detail.status, detail.message = ERROR, f"shape differs from the benchmark {tuple(bench.shape)}"
         return detail

@@ -23,12 +23,35 @@ from msprobe.core.precheck.results import _api_of
 from msprobe.core.precheck.standards import ABSOLUTE, ALGORITHM_NAMES, BENCHMARK, BINARY, THOUSANDTH, ULP, standard_for
 
 COMPARE_DETAIL_COLUMNS = [
-    "API Name", "小值域错误比值", "小值域错误判定结果", "均方根误差比值", "均方根误差判定结果", "相对误差最大值比值",
-    "相对误差最大值判定结果", "相对误差平均值比值", "相对误差平均值判定结果", "误差均衡性比值", "误差均衡性判定结果",
-    "inf/nan错误率", "inf/nan判定结果", "相对误差错误率", "相对误差判定结果", "绝对误差错误率", "绝对误差判定结果",
-    "二进制一致错误率", "二进制一致错误率判定结果", "ULP误差平均值", "ULP误差大于阈值占比", "ULP误差大于阈值占比比值",
-    "ULP误差判定结果", "双千指标", "双千指标判定结果", "比对结果", "比对算法", "Message",
-]  # fmt: skip
+    "API Name",
+    "小值域错误比值",
+    "小值域错误判定结果",
+    "均方根误差比值",
+    "均方根误差判定结果",
+    "相对误差最大值比值",
+    "相对误差最大值判定结果",
+    "相对误差平均值比值",
+    "相对误差平均值判定结果",
+    "误差均衡性比值",
+    "误差均衡性判定结果",
+    "inf/nan错误率",
+    "inf/nan判定结果",
+    "相对误差错误率",
+    "相对误差判定结果",
+    "绝对误差错误率",
+    "绝对误差判定结果",
+    "二进制一致错误率",
+    "二进制一致错误率判定结果",
+    "ULP误差平均值",
+    "ULP误差大于阈值占比",
+    "ULP误差大于阈值占比比值",
+    "ULP误差判定结果",
+    "双千指标",
+    "双千指标判定结果",
+    "比对结果",
+    "比对算法",
+    "Message",
+]
 
 # benchmark-standard metric -> (ratio column, verdict column, largest allowed ratio, counted in the result)
 BENCHMARK_RATIOS = {
@@ -87,8 +110,11 @@ def judge_row(name: str, npu: dict[str, str], gpu: dict[str, str]) -> Judged:
         row["二进制一致错误率"] = rate
         row["二进制一致错误率判定结果"] = PASS if rate == 0 else ERROR
     elif standard == ABSOLUTE:
-        for metric, verdict in (("inf/nan错误率", "inf/nan判定结果"), ("相对误差错误率", "相对误差判定结果"),
-                                ("绝对误差错误率", "绝对误差判定结果")):  # fmt: skip
+        for metric, verdict in (
+            ("inf/nan错误率", "inf/nan判定结果"),
+            ("相对误差错误率", "相对误差判定结果"),
+            ("绝对误差错误率", "绝对误差判定结果"),
+        ):
             value = _number(npu.get(metric))
             row[metric] = NA if value is None else value
             row[verdict] = NA if value is None else (PASS if value == 0 else ERROR)
@@ -139,8 +165,16 @@ def api_precision_compare(npu_csv: str | Path, gpu_csv: str | Path, output_dir: 
         for name, npu_row in npu.items():
             gpu_row = gpu.get(name)
             if gpu_row is None:
-                judged = Judged({**dict.fromkeys(COMPARE_DETAIL_COLUMNS, NA), "API Name": name, "比对结果": "SKIP",
-                                 "Message": "no row of this name in the GPU file"}, "SKIP", [])  # fmt: skip
+                judged = Judged(
+                    {
+                        **dict.fromkeys(COMPARE_DETAIL_COLUMNS, NA),
+                        "API Name": name,
+                        "比对结果": "SKIP",
+                        "Message": "no row of this name in the GPU file",
+                    },
+                    "SKIP",
+                    [],
+                )
             else:
                 judged = judge_row(name, npu_row, gpu_row)
             writer.writerow([judged.row[column] for column in COMPARE_DETAIL_COLUMNS])

@@ -304,5 +304,8 @@ class MindSporeDumpRecorder:
 
 
 def _gradable(value: Any) -> bool:
-    return isinstance(value, ms.Tensor) and not isinstance(value, ms.Parameter) and value.dtype in (
-        ms.float16, ms.bfloat16, ms.float32, ms.float64)  # fmt: skip
+    return (
+        isinstance(value, ms.Tensor)
+        and not isinstance(value, ms.Parameter)
+        and value.dtype in (ms.float16, ms.bfloat16, ms.float32, ms.float64)
+    )

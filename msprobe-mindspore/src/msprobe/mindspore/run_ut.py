@@ -1,0 +1,231 @@
+"""run_ut on MindSpore: re-run each dumped mint/ops/Tensor API, and judge it against a benchmark.
+
+The tested side is MindSpore in the dumped dtypes. The benchmark is the
+same API in PyTorch on the CPU in float64 when torch is installed (through
+the MindSpore-to-PyTorch API table), otherwise MindSpore itself with
+float64 inputs. Inputs come from the dump's .npy files or are generated
+from its statistics with a generator seeded by the API's name. Forward
+outputs are checked; a call that cannot be rebuilt or run is a SKIP row.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import mindspore as ms
+from msprobe.core.compare.mapping import default_api_mapping
+from msprobe.core.dump.reader import Dump
+from msprobe.core.precheck.metrics import PASS, SKIP, Detail, compare_output, overall
+from msprobe.mindspore.dump.tensors import to_numpy
+
+NOT_CHECKED = (
+    "dropout",
+    "rand",
+    "bernoulli",
+    "multinomial",
+    "normal",
+    "uniform",
+    "empty",
+    "Distributed.",
+    "asnumpy",
+    "__bool__",
+    "item",
+    "tolist",
+)
+ROOTS = {"Mint": "mindspore.mint", "MintFunctional": "mindspore.mint.nn.functional", "Functional": "mindspore.ops"}
+_NUMPY_DTYPES = {
+    "Float16": np.float16,
+    "Float32": np.float32,
+    "Float64": np.float64,
+    "BFloat16": np.float32,
+    "Int8": np.int8,
+    "Int16": np.int16,
+    "Int32": np.int32,
+    "Int64": np.int64,
+    "UInt8": np.uint8,
+    "Bool": np.bool_,
+}
+
+
+class Unsupported(Exception):
+    pass
+
+
+def resolve(name: str) -> tuple[Callable, str]:
+    parts = name.split(".")
+    prefix, api = parts[0], ".".join(parts[1:-2])
+    if prefix == "Tensor":
+        function = getattr(ms.Tensor, api, None)
+    elif prefix in ROOTS:
+        function = importlib.import_module(ROOTS[prefix])
+        for part in api.split("."):
+            function = getattr(function, part, None)
+            if function is None:
+                break
+    else:
+        raise Unsupported(f"{prefix} APIs are not re-run")
+    if function is None:
+        raise Unsupported(f"{prefix}.{api} does not exist in mindspore {ms.__version__}")
+    return function, f"{prefix}.{api}"
+
+
+def torch_twin(key: str) -> Callable | None:
+    """The PyTorch API for a MindSpore one, or None (then MindSpore in float64 is the benchmark)."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or spec.origin is None:  # not installed (or only a folder named torch on the path)
+        return None
+    import torch
+
+    prefix, api = key.split(".", 1)
+    mapped = {"Mint": f"Torch.{api}", "MintFunctional": f"Functional.{api}", "Tensor": f"Tensor.{api}"}.get(prefix)
+    mapped = default_api_mapping().get(key, mapped)
+    if mapped is None:
+        return None
+    torch_prefix, torch_api = mapped.split(".", 1)
+    root = {"Torch": torch, "Functional": torch.nn.functional, "Tensor": torch.Tensor}.get(torch_prefix)
+    return getattr(root, torch_api, None) if root is not None else None
+
+
+class InputBuilder:
+    def __init__(self, dump: Dump, seed_name: str):
+        self.folder = dump.tensor_dir()
+        self.rng = np.random.default_rng(zlib.crc32(seed_name.encode()))
+
+    def value(self, encoded: Any) -> Any:
+        if encoded is None:
+            return None
+        if isinstance(encoded, list):
+            return [self.value(item) for item in encoded]
+        if not isinstance(encoded, dict):
+            raise Unsupported(f"unexpected value {encoded!r}")
+        kind = encoded.get("type")
+        if kind is None:
+            return {key: self.value(item) for key, item in encoded.items()}
+        if "dtype" in encoded:
+            return self.array(encoded)
+        if kind in ("int", "bool", "str"):
+            return encoded.get("value")
+        if kind == "float":
+            return float(encoded.get("value"))
+        if kind == "slice":
+            return slice(*encoded.get("value"))
+        if kind == "mindspore.dtype":
+            return getattr(ms, str(encoded.get("value")).lower(), None)
+        raise Unsupported(f"arguments of type {kind} cannot be rebuilt")
+
+    def array(self, summary: dict) -> np.ndarray:
+        name = summary.get("data_name")
+        if name and self.folder is not None and (self.folder / name).exists():
+            return np.load(self.folder / name, allow_pickle=False)
+        dtype = _NUMPY_DTYPES.get(summary.get("dtype", ""))
+        if dtype is None:
+            raise Unsupported(f"cannot generate a {summary.get('dtype')} tensor")
+        shape = [int(s) for s in summary.get("shape", [])]
+        high, low = _bound(summary.get("Max"), 1.0), _bound(summary.get("Min"), -1.0)
+        if dtype is np.bool_:
+            return self.rng.random(shape) < 0.5
+        if np.issubdtype(dtype, np.integer):
+            return self.rng.integers(int(np.floor(low)), int(np.floor(high)) + 1, size=shape).astype(dtype)
+        values = self.rng.random(shape) * (high - low) + low
+        flat = values.reshape(-1)
+        if flat.size >= 2:
+            flat[0], flat[-1] = high, low
+        return values.astype(dtype)
+
+
+def _bound(value: Any, default: float) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return default
+    return number if np.isfinite(number) else default
+
+
+def _map(value: Any, function: Callable[[np.ndarray], Any]) -> Any:
+    if isinstance(value, np.ndarray):
+        return function(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_map(item, function) for item in value)
+    if isinstance(value, dict):
+        return {key: _map(item, function) for key, item in value.items()}
+    return value
+
+
+def _outputs(value: Any) -> list[Any]:
+    if isinstance(value, (list, tuple)):
+        return [item for item in value if item is not None and hasattr(item, "shape")]
+    return [value] if hasattr(value, "shape") else []
+
+
+class ApiRunner:
+    """The runner the core driver uses (see msprobe.core.precheck.driver)."""
+
+    def __init__(self, dump: Dump, device: str = "cpu", save_error_data: bool = False):
+        self.dump = dump
+        self.save_error_data = save_error_data
+
+    def forward_names(self) -> list[str]:
+        return [n for n in self.dump.data if n.endswith(".forward") and n.split(".")[0] in (*ROOTS, "Tensor")]
+
+    def run(self, name: str) -> Any:
+        from msprobe.core.precheck.driver import Outcome
+
+        if any(marker in name for marker in NOT_CHECKED):
+            return Outcome(name, SKIP, "", "random or non-repeatable API: not checked")
+        try:
+            function, key = resolve(name)
+            entry = self.dump.data[name]
+            builder = InputBuilder(self.dump, name)
+            args = builder.value(entry.get("input_args", []))
+            kwargs = builder.value(entry.get("input_kwargs", {}))
+        except Unsupported as exc:
+            return Outcome(name, SKIP, "", str(exc))
+        except Exception as exc:
+            return Outcome(name, SKIP, "", f"cannot rebuild the call: {type(exc).__name__}: {exc}")
+        try:
+            device = _outputs(function(*_map(args, ms.Tensor), **_map(kwargs, ms.Tensor)))
+            bench = self._benchmark(function, key, args, kwargs)
+        except Exception as exc:
+            return Outcome(name, SKIP, "", f"the call failed: {type(exc).__name__}: {exc}")
+        outcome = Outcome(name, PASS, "", "")
+        for index, (tested, expected) in enumerate(zip(device, bench)):
+            outcome.details.append(self._detail(f"{name}.output.{index}", key, expected, tested))
+        outcome.forward = overall([d.status for d in outcome.details]) or SKIP
+        return outcome
+
+    def _benchmark(self, function: Callable, key: str, args: Any, kwargs: Any) -> list[np.ndarray]:
+        def widen(array: np.ndarray) -> np.ndarray:
+            return array.astype(np.float64) if np.issubdtype(array.dtype, np.floating) else array
+
+        twin = torch_twin(key)
+        if twin is not None:
+            import torch
+
+            outputs = twin(
+                *_map(args, lambda a: torch.from_numpy(widen(a))), **_map(kwargs, lambda a: torch.from_numpy(widen(a)))
+            )
+            return [o.detach().numpy() for o in _outputs(outputs)]
+        outputs = function(*_map(args, lambda a: ms.Tensor(widen(a))), **_map(kwargs, lambda a: ms.Tensor(widen(a))))
+        return [to_numpy(o) for o in _outputs(outputs)]
+
+    @staticmethod
+    def _detail(row_name: str, key: str, bench: np.ndarray, tested: Any) -> Detail:
+        return compare_output(
+            row_name, key, np.asarray(bench), to_numpy(tested), str(np.asarray(bench).dtype), str(tested.dtype)
+        )
+
+
+def save_error_data(folder: Path, data: dict[str, np.ndarray]) -> None:
+    from msprobe.core.dump.writer import make_dir, open_new_file
+
+    make_dir(folder)
+    for file_name, array in data.items():
+        with open_new_file(folder / file_name, "wb") as handle:
+            np.save(handle, array, allow_pickle=False)
