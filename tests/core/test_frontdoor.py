@@ -157,3 +157,9 @@ def test_task_without_a_provider_says_so(monkeypatch, tmp_path):
     debugger = RecordingDebugger(dump_path=str(tmp_path), task="free_benchmark")
     with pytest.raises(BackendError, match="task 'free_benchmark' is not available for alpha"):
         debugger.start()
+
+
+def test_level_l2_is_refused_with_a_reason(tmp_path):
+    debugger = RecordingDebugger(dump_path=str(tmp_path), level="L2")
+    with pytest.raises(UsageError, match="level L2 .*kernel dump.* use level L1"):
+        debugger.start()

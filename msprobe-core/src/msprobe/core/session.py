@@ -141,6 +141,12 @@ class BaseDebugger:
                 f"level {self.config.level} dumps modules, so it needs the model: "
                 "PrecisionDebugger(..., model=model) or start(model=model)"
             )
+        if self.config.level == "L2":
+            raise UsageError(
+                "level L2 (kernel dump) is recorded by the device's own dump facility (Ascend CANN for "
+                "torch_npu, MindSpore's dump on Ascend), which this machine does not have; "
+                "use level L1 for API data, or run L2 on Ascend with the vendor's dump tools"
+            )
         self._start_called = True
         if self._running or self.config.level == "debug" or self.config.task == "grad_probe":
             return  # save() and monitor() need no start/stop
