@@ -152,3 +152,22 @@ def test_model_train_with_msprobe_step(tmp_path):
     for step in (0, 1):
         dump = read_dump(tmp_path / f"step{step}" / "rank" / "dump.json")
         assert "Cell.fc.Dense.forward.0" in dump.data
+
+
+def test_save_at_debug_level(tmp_path):
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), level="debug", task="tensor")
+    w = ms.Parameter(Tensor(np.array([1.0, -2.0, 3.0], np.float32)), name="w")
+
+    def loss(x):
+        y = x * w
+        PrecisionDebugger.save(y, "y")  # on the class, as the reference documents it
+        debugger.save({"scale": 2, "y": y}, "nested", save_backward=False)
+        return (y * 2).sum()
+
+    ms.grad(loss)(Tensor(np.ones(3, np.float32)))
+    debugger.step()
+    data = json.loads((tmp_path / "step0" / "rank" / "debug.json").read_text())["data"]
+    assert list(data) == ["y.0.debug", "nested.0.debug", "y_grad.0.debug"]
+    assert data["nested.0.debug"]["scale"] == {"type": "int", "value": 2}
+    grad = np.load(tmp_path / "step0" / "rank" / "dump_tensor_data" / data["y_grad.0.debug"]["data_name"])
+    assert np.array_equal(grad, np.full(3, 2.0, np.float32))

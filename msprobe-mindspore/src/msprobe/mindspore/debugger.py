@@ -43,3 +43,22 @@ class PrecisionDebugger(BaseDebugger):
             self._hooks.remove()
         self._hooks = GradProbe(self.session, optimizer)
         self._hooks.install()
+
+    def _make_saver(self) -> Any:
+        from msprobe.core.dump.debug_save import DebugSaver
+        from msprobe.core.dump.values import ValueEncoder
+        from msprobe.mindspore.dump.tensors import TensorSummarizer, describe_object, is_tensor
+
+        summarizer = TensorSummarizer(self.config.task, self.config.summary_mode)
+        encoder = ValueEncoder(is_tensor, summarizer, describe_object)
+        return DebugSaver(self.session, encoder, summarizer.set_tensor_dir, register_gradient)
+
+
+def register_gradient(value: Any, callback: Any) -> bool:
+    """Call ``callback`` with the gradient of a saved tensor once MindSpore computes it."""
+    import mindspore as ms
+
+    if not isinstance(value, ms.Tensor) or isinstance(value, ms.Parameter):
+        return False  # nested values: their gradients are not tracked on MindSpore
+    value.register_hook(callback)
+    return True
