@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from msprobe.core.dump.filters import DataModeFilter, NameFilter, ScopeFilter
-from msprobe.core.dump.overflow import OverflowCounter
+from msprobe.core.dump.overflow import OverflowCounter, has_nonfinite
 from msprobe.core.dump.values import ValueEncoder
 from msprobe.core.dump.writer import DumpWriter
 from msprobe.core.session import TaskSession
@@ -93,8 +93,14 @@ class DumpCollector:
         self.scope.leave(name)
 
     # -- records --------------------------------------------------------------------------
-    def encode_inputs(self, name: str, args: tuple, kwargs: dict) -> dict[str, Any]:
-        """Measure inputs now: an in-place API would change them before the output is seen."""
+    def encode_inputs(self, name: str, args: tuple, kwargs: dict, eager: bool = True) -> dict[str, Any] | None:
+        """Measure inputs now: an in-place API would change them before the output is seen.
+
+        The overflow check defers this (``eager=False`` returns None) for calls
+        that do not write in place: their inputs matter only if an output is not finite.
+        """
+        if self.overflow is not None and not eager:
+            return None
         if self.task == "structure":
             return {}
         if not self.modes.inputs:
@@ -113,7 +119,12 @@ class DumpCollector:
         """Record a forward entry; False when the overflow check decided not to keep it."""
         if self.overflow is not None:
             outputs = self.encoder.encode_outputs(output, f"{name}.output")
-            if not self.overflow.overflowed(inputs, outputs, self._hardware()):
+            flag = self._hardware()
+            if flag is None and not has_nonfinite(outputs):
+                return False  # the common case: one look at the outputs and done
+            if inputs is None:
+                inputs = self.encode_inputs(name, *(raw_inputs or ((), {})))
+            if not self.overflow.overflowed(inputs, outputs, flag):
                 return False
             if raw_inputs is not None:  # keep the tensors of an overflow, as the reference does
                 with self._files():
@@ -135,9 +146,12 @@ class DumpCollector:
     def backward(self, name: str, grad_of_outputs: Any, grad_of_inputs: Any) -> bool:
         """Reference naming: ``input`` holds the gradients arriving (w.r.t. outputs), ``output`` those leaving."""
         if self.overflow is not None:
-            arriving = self.encoder.encode_outputs(grad_of_outputs, f"{name}.input")
             leaving = self.encoder.encode_outputs(grad_of_inputs, f"{name}.output")
-            if not self.overflow.overflowed(arriving, leaving, self._hardware()):
+            flag = self._hardware()
+            if flag is None and not has_nonfinite(leaving):
+                return False
+            arriving = self.encoder.encode_outputs(grad_of_outputs, f"{name}.input")
+            if not self.overflow.overflowed(arriving, leaving, flag):
                 return False
         entry: dict[str, Any] = {}
         if self.task != "structure":

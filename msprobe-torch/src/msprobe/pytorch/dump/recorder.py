@@ -27,7 +27,20 @@ from msprobe.pytorch.dump.tensors import TensorSummarizer, describe_object, is_t
 
 logger = logging.getLogger(__name__)
 
-_TOOL_ROOT = str(Path(__file__).resolve().parents[2])  # .../msprobe, to keep the tool out of stacks
+_TOOL_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def _writes_in_place(name: str, kwargs: dict) -> bool:
+    """Calls that overwrite an input (add_, x[i] = y, out=, inplace=True): measure inputs before them."""
+    if name.startswith("Module."):
+        return True  # a module may do anything to its inputs
+    api = name.split(".")[-3]
+    return (
+        (api.endswith("_") and not api.endswith("__"))
+        or api.startswith("__i")
+        or api == "__setitem__"
+        or ("out" in kwargs or kwargs.get("inplace") is True)
+    )  # .../msprobe, to keep the tool out of stacks
 
 
 def npu_overflow_flag() -> Callable[[], bool | None] | None:
@@ -154,7 +167,7 @@ class TorchDumpRecorder:
         record = _CallRecord(name, backward_name, args, kwargs, self.module_stack[-1] if self.module_stack else None)
         record.keep_forward = keep_forward
         if keep_forward:
-            record.inputs = collector.encode_inputs(name, args, kwargs)
+            record.inputs = collector.encode_inputs(name, args, kwargs, eager=_writes_in_place(name, kwargs))
         if keep_backward:
             record.grad_inputs = grad_taps.tensors_requiring_grad((args, kwargs))
             keep_backward = bool(record.grad_inputs) or name.startswith("Module.")

@@ -133,7 +133,7 @@ class TensorSummarizer:
         self.with_crc = summary_mode == "md5"
         self.save_files = task == "tensor"
         self.tensor_dir: Path | None = None
-        self._cache: dict[int, tuple[Any, int, dict[str, Any]]] = {}
+        self._cache: dict[tuple[int, bool], tuple[Any, int, dict[str, Any]]] = {}
 
     def set_tensor_dir(self, folder: Path | None) -> None:
         self.tensor_dir = folder
@@ -152,12 +152,16 @@ class TensorSummarizer:
             _save_file(data, path)
 
     def statistics(self, tensor: torch.Tensor) -> dict[str, Any]:
-        key = id(tensor)
+        screening = self.task == "overflow_check" and not self.save_files
+        key = (id(tensor), screening)
         version = tensor._version
         cached = self._cache.get(key)
         if cached is not None and cached[0]() is tensor and cached[1] == version:
             return cached[2]
-        stats = _measure_deferred(tensor) if self.deferred else _measure(tensor)
+        if screening:
+            stats = _measure_range(tensor)  # full statistics only for the calls kept
+        else:
+            stats = _measure_deferred(tensor) if self.deferred else _measure(tensor)
         try:
             self._cache[key] = (weakref.ref(tensor), version, stats)
         except TypeError:  # some tensor subclasses refuse weak references
@@ -171,10 +175,7 @@ class TensorSummarizer:
             "shape": list(tensor.shape),
         }
         if self.with_stats and tensor.numel() > 0 and not tensor.is_meta:
-            if self.task == "overflow_check" and not self.save_files:
-                summary.update(_measure_range(tensor))  # full statistics only for the calls kept
-            else:
-                summary.update(self.statistics(tensor))
+            summary.update(self.statistics(tensor))
         summary["requires_grad"] = tensor.requires_grad
         if self.with_crc and self.with_stats and not tensor.is_meta:
             summary["md5"] = crc32_hex(tensor)
