@@ -199,6 +199,9 @@ class BaseDebugger:
             self._saver.close()
         if self._running:
             self.stop()
+        close = getattr(self._hooks, "close", None)
+        if close is not None:
+            close()
         flush = getattr(self._hooks, "end_step", None)
         if flush is not None:
             flush()

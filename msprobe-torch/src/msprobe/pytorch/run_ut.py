@@ -100,7 +100,8 @@ class InputBuilder:
 
     def __init__(self, dump: Dump, seed_name: str):
         self.dump = dump
-        self.folder = dump.tensor_dir()
+        self.folder = dump.tensor_dir() if not dump.arrays else None
+        self.arrays = dump.arrays
         self.generator = torch.Generator().manual_seed(zlib.crc32(seed_name.encode()))
 
     def value(self, encoded: Any) -> Any:
@@ -136,7 +137,11 @@ class InputBuilder:
 
     def tensor(self, summary: dict) -> torch.Tensor:
         name = summary.get("data_name")
-        if name and self.folder is not None and (self.folder / name).exists():
+        dtype = _DTYPES.get(summary.get("dtype", ""))
+        if name and name in self.arrays:  # online pre-check: the tensor came over the wire
+            tensor = torch.from_numpy(np.array(self.arrays[name]))
+            tensor = tensor.to(dtype) if dtype is not None and tensor.dtype != dtype else tensor
+        elif name and self.folder is not None and (self.folder / name).exists():
             tensor = torch.load(self.folder / name, map_location="cpu", weights_only=True)
         else:
             tensor = self.generate(summary)

@@ -45,6 +45,7 @@ class DumpCollector:
         self.deferred = config.async_dump
         self.overflow = OverflowCounter(config.overflow_check.overflow_nums) if self.task == "overflow_check" else None
         self.hardware_flag: Callable[[], bool | None] | None = None
+        self.writer_factory: Callable[[Any, dict], Any] = DumpWriter  # online pre-check sends instead
         self._failed_names: set[str] = set()
 
     # -- step folders ------------------------------------------------------------
@@ -58,7 +59,7 @@ class DumpCollector:
                 "framework": self.session.framework,
                 "dump_data_dir": str(tensor_dir) if tensor_dir else None,
             }
-            self.writer = DumpWriter(folder, header)
+            self.writer = self.writer_factory(folder, header)
             if tensor_dir is not None:
                 from msprobe.core.dump.writer import make_dir
 

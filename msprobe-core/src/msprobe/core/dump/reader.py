@@ -33,6 +33,7 @@ class Dump:
     stack: dict[str, Any] = field(default_factory=dict)
     construct: dict[str, Any] = field(default_factory=dict)
     recovered: bool = False
+    arrays: dict[str, Any] = field(default_factory=dict)  # data_name -> tensor held in memory (online pre-check)
 
     @property
     def folder(self) -> Path:

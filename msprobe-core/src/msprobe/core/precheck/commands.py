@@ -21,6 +21,12 @@ def _lists(config: Path | None) -> tuple[list[str], list[str]]:
     return section.white_list, section.black_list
 
 
+def _online(config: Path) -> bool:
+    from msprobe.core.config import load_config
+
+    return load_config(config).run_ut.is_online
+
+
 def run_ut_commands(runner: str, saver: str, devices: Callable[[str | None], list[str]]) -> list[Any]:
     import click
 
@@ -38,6 +44,10 @@ def run_ut_commands(runner: str, saver: str, devices: Callable[[str | None], lis
 
         from msprobe.core.precheck.driver import run_ut
 
+        if config is not None and _online(config):
+            return receive(config, output)
+        if api_info is None:
+            raise click.UsageError("-api_info is required (or -config with run_ut.is_online for online pre-check)")
         white, black = _lists(config)
         bar = tqdm(total=0, unit="API", desc="run_ut", disable=None)
 
@@ -68,15 +78,29 @@ def run_ut_commands(runner: str, saver: str, devices: Callable[[str | None], lis
         if summary.errors:
             raise SystemExit(1)
 
+    def receive(config: Path, output: Path) -> None:
+        from msprobe.core.config import load_config
+        from msprobe.core.online.receiver import Receiver
+
+        section = load_config(config).run_ut
+        if not section.nfs_path and not section.port:
+            raise click.UsageError(f"{config}: run_ut needs port (or nfs_path) for online pre-check")
+        receiver = Receiver(output, runner, section.rank_list, section.white_list, section.black_list)
+        click.echo(f"online run_ut: results go to {receiver.files.result}")
+        summary = receiver.run(section.host, section.port, section.tls_path, section.nfs_path or None)
+        click.echo(
+            f"online run_ut: {summary['checked']} APIs checked, {summary['dropped']} dropped by senders, "
+            f"{summary['rejected_frames']} bad frames refused"
+        )
+
     def options(function: Callable) -> Callable:
         decorators = [
             click.option(
                 "-api_info",
                 "--api_info_file",
                 "api_info",
-                required=True,
                 type=click.Path(path_type=Path),
-                help="dump.json of a statistics or tensor dump.",
+                help="dump.json of a statistics or tensor dump (not needed for the online receiver).",
             ),
             click.option(
                 "-o",

@@ -74,6 +74,9 @@ class TorchDumpRecorder:
         encoder = ValueEncoder(is_tensor, self.summarizer, describe_object)
         self.collector = DumpCollector(session, encoder, self.summarizer.set_tensor_dir, self.summarizer.set_saving)
         self.collector.hardware_flag = npu_overflow_flag()
+        self.sender = None
+        if config.task == "tensor" and config.tensor.online_run_ut:
+            self._go_online(config)
         self.patcher = ApiPatcher(self._call_api)
         self.state = self.patcher.state
         self.api_counts: dict[str, int] = defaultdict(int)
@@ -117,6 +120,27 @@ class TorchDumpRecorder:
         self.module_stack.clear()
         self._guard(self.summarizer.write_pending, "tensor files")
         self._guard(self.collector.flush_step, "dump files")
+
+    def _go_online(self, config: Any) -> None:
+        """Online pre-check: entries and their tensors go to the receiver instead of the disk."""
+        from msprobe.core.online.sender import OnlineSender
+        from msprobe.core.online.writer import OnlineWriter
+
+        section = config.tensor
+        self.sender = OnlineSender(
+            rank=self.session.rank or 0,
+            host=section.host,
+            port=section.port,
+            tls_path=section.tls_path,
+            nfs_path=section.nfs_path or None,
+        )
+        self.summarizer.online = {}
+        sender, summarizer, session = self.sender, self.summarizer, self.session
+        self.collector.writer_factory = lambda folder, header: OnlineWriter(sender, summarizer.online, session)
+
+    def close(self) -> None:
+        if self.sender is not None:
+            self.sender.close()
 
     def end_step(self) -> None:
         self._guard(self.summarizer.write_pending, "tensor files")

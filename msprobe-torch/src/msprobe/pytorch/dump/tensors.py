@@ -132,6 +132,7 @@ class TensorSummarizer:
         self.with_stats = task in ("statistics", "tensor", "overflow_check")
         self.with_crc = summary_mode == "md5"
         self.save_files = task == "tensor"
+        self.online: dict[str, Any] | None = None  # data_name -> array, when streaming to a receiver
         self.tensor_dir: Path | None = None
         self._cache: dict[tuple[int, bool], tuple[Any, int, dict[str, Any]]] = {}
 
@@ -179,7 +180,11 @@ class TensorSummarizer:
         summary["requires_grad"] = tensor.requires_grad
         if self.with_crc and self.with_stats and not tensor.is_meta:
             summary["md5"] = crc32_hex(tensor)
-        if self.save_files and self.tensor_dir is not None:
+        if self.online is not None:  # online pre-check: the tensor travels with the entry
+            file_name = f"{data_stem}.pt"
+            self.online[file_name] = tensor_numpy(tensor)
+            summary["data_name"] = file_name
+        elif self.save_files and self.tensor_dir is not None:
             file_name = f"{data_stem}.pt"
             data = tensor.detach()
             if _needs_copy(data):
@@ -190,6 +195,12 @@ class TensorSummarizer:
                 _save_file(data, self.tensor_dir / file_name)
             summary["data_name"] = file_name
         return summary
+
+
+def tensor_numpy(tensor: torch.Tensor) -> Any:
+    from msprobe.pytorch.tensor_io import tensor_to_numpy
+
+    return tensor_to_numpy(tensor.detach().cpu()).copy()
 
 
 def _save_file(data: torch.Tensor, path: Path) -> None:

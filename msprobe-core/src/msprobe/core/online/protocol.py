@@ -1,0 +1,99 @@
+"""The wire format of online pre-check, shared by the TCP/TLS stream and the shared-directory mode.
+
+A frame is ``MAGIC (4) | version (1) | kind (1) | length (8, big endian) | payload``.
+An API payload is ``header length (4) | JSON header | .npy blobs``: the header
+holds the dump.json entries of one API (forward, and backward when present)
+and the byte length of each tensor blob by its data_name. Tensors travel as
+``.npy`` bytes read with ``allow_pickle=False``: nothing a sender sends is
+ever executed. Frames longer than the receiver's limit are refused before
+they are read.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+MAGIC = b"MSPB"
+VERSION = 1
+HELLO, API, DONE = 1, 2, 3
+KINDS = {HELLO, API, DONE}
+PREFIX = struct.Struct(">4sBBQ")
+DEFAULT_MAX_FRAME = 1 << 30  # 1 GiB
+
+
+class ProtocolError(Exception):
+    """A frame that is not ours, or too large, or cut short: the connection is dropped."""
+
+
+@dataclass
+class ApiMessage:
+    rank: int
+    step: int
+    entries: dict[str, Any]  # name -> dump.json entry (forward, and the backward when there is one)
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)  # data_name -> tensor
+
+
+def frame(kind: int, payload: bytes) -> bytes:
+    return PREFIX.pack(MAGIC, VERSION, kind, len(payload)) + payload
+
+
+def parse_prefix(prefix: bytes, max_frame: int) -> tuple[int, int]:
+    magic, version, kind, length = PREFIX.unpack(prefix)
+    if magic != MAGIC or version != VERSION or kind not in KINDS:
+        raise ProtocolError("not an msprobe online frame")
+    if length > max_frame:
+        raise ProtocolError(f"frame of {length} bytes is over the limit of {max_frame}")
+    return kind, length
+
+
+def encode_json(kind: int, value: Any) -> bytes:
+    return frame(kind, json.dumps(value).encode())
+
+
+def encode_api(message: ApiMessage) -> bytes:
+    blobs = []
+    sizes = {}
+    for name, array in message.arrays.items():
+        buffer = io.BytesIO()
+        np.save(buffer, np.asarray(array), allow_pickle=False)  # keeps 0-d arrays 0-d
+        blob = buffer.getvalue()
+        blobs.append(blob)
+        sizes[name] = len(blob)
+    header = json.dumps(
+        {"rank": message.rank, "step": message.step, "entries": message.entries, "blobs": sizes}
+    ).encode()
+    return frame(API, struct.pack(">I", len(header)) + header + b"".join(blobs))
+
+
+def decode_api(payload: bytes) -> ApiMessage:
+    try:
+        (size,) = struct.unpack(">I", payload[:4])
+        header = json.loads(payload[4 : 4 + size])
+        offset = 4 + size
+        arrays = {}
+        for name, length in header["blobs"].items():
+            arrays[name] = np.load(io.BytesIO(payload[offset : offset + length]), allow_pickle=False)
+            offset += length
+        if offset != len(payload):
+            raise ProtocolError("API frame has trailing bytes")
+        return ApiMessage(int(header["rank"]), int(header["step"]), dict(header["entries"]), arrays)
+    except ProtocolError:
+        raise
+    except Exception as exc:  # malformed JSON, truncated blobs, a pickled array...
+        raise ProtocolError(f"malformed API frame ({type(exc).__name__}: {exc})") from None
+
+
+def decode_json(payload: bytes) -> dict:
+    try:
+        value = json.loads(payload)
+    except ValueError as exc:
+        raise ProtocolError(f"malformed control frame ({exc})") from None
+    if not isinstance(value, dict):
+        raise ProtocolError("malformed control frame")
+    return value

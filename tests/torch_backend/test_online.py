@@ -1,0 +1,249 @@
+"""Online pre-check on loopback: streaming, TLS, faults, two senders, the shared-directory mode."""
+
+import csv
+import json
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from models import train_mixed_net
+from msprobe.cli.main import cli
+from msprobe.core.online import protocol
+from msprobe.core.online.sender import OnlineSender
+from msprobe.pytorch import PrecisionDebugger
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_receiver(tmp_path, name, port=None, tls_path="", nfs_path=None):
+    section = {"is_online": True, "host": "127.0.0.1", "port": port, "rank_list": [0], "tls_path": tls_path}
+    if nfs_path:
+        section.update({"nfs_path": str(nfs_path), "port": None})
+    config = tmp_path / f"{name}.json"
+    config.write_text(json.dumps({"task": "run_ut", "run_ut": section}))
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "msprobe.cli.main",
+            "-f",
+            "pytorch",
+            "run_ut",
+            "-config",
+            str(config),
+            "-o",
+            str(tmp_path / name),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    if port:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.2)
+    return process
+
+
+def train_online(tmp_path, port=None, tls_path="", nfs_path=None, steps=1):
+    section = {"online_run_ut": True, "host": "127.0.0.1", "port": port, "tls_path": tls_path}
+    if nfs_path:
+        section.update({"nfs_path": str(nfs_path), "port": None})
+    config = tmp_path / "send.json"
+    config.write_text(
+        json.dumps(
+            {
+                "task": "tensor",
+                "dump_path": str(tmp_path / "unused"),
+                "level": "L1",
+                "step": list(range(steps)),
+                "tensor": section,
+            }
+        )
+    )
+    made = {}
+
+    def make(model):
+        made["debugger"] = PrecisionDebugger(config_path=str(config), model=model)
+        return made["debugger"]
+
+    train_mixed_net(make, steps=steps)
+    made["debugger"].finish()
+    return made["debugger"]._hooks.sender
+
+
+def results(folder):
+    with open(next(folder.glob("accuracy_checking_result_*.csv")), encoding="utf-8-sig") as handle:
+        return {(r["API Name"], r["Forward Test Success"], r["Backward Test Success"]) for r in csv.DictReader(handle)}
+
+
+@pytest.fixture(scope="module")
+def offline(tmp_path_factory):
+    """run_ut on a tensor dump of the same training step, for reference."""
+    folder = tmp_path_factory.mktemp("offline")
+    train_mixed_net(
+        lambda model: PrecisionDebugger(
+            task="tensor", level="L1", dump_path=str(folder / "dump"), model=model, step=[0]
+        ),
+        steps=1,
+    )
+    runner = CliRunner().invoke(
+        cli,
+        ["-f", "pytorch", "run_ut", "-api_info", str(folder / "dump/step0/rank/dump.json"), "-o", str(folder / "ut")],
+    )
+    assert runner.exit_code == 0, runner.output
+    return results(folder / "ut")
+
+
+def test_plain_tcp_matches_offline_run_ut(tmp_path, offline):
+    port = free_port()
+    receiver = start_receiver(tmp_path, "recv", port)
+    sender = train_online(tmp_path, port)
+    assert receiver.wait(timeout=120) == 0, receiver.stderr.read()[-2000:]
+    assert sender.dropped == 0 and sender.sent > 50
+    assert results(tmp_path / "recv") == offline
+    summary = json.loads(next((tmp_path / "recv").glob("online_summary_*.json")).read_text())
+    assert summary["dropped"] == 0 and len(summary["senders"]) == 1
+
+
+def make_certificates(folder, name="ca"):
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def run(*args):
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=folder)
+
+    run(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "1",
+        "-subj",
+        f"/CN={name}",
+    )
+    for role in ("server", "client"):
+        run(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            f"{role}.key",
+            "-out",
+            f"{role}.csr",
+            "-subj",
+            f"/CN=msprobe-{role}",
+        )
+        run(
+            "x509",
+            "-req",
+            "-in",
+            f"{role}.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            f"{role}.crt",
+            "-days",
+            "1",
+        )
+    return folder
+
+
+def test_tls_matches_offline_and_a_wrong_certificate_is_refused(tmp_path, offline):
+    certificates = make_certificates(tmp_path / "tls")
+    port = free_port()
+    receiver = start_receiver(tmp_path, "recv", port, tls_path=str(certificates))
+    stranger = make_certificates(tmp_path / "other", name="another-ca")
+    refused = train_online(tmp_path, port, tls_path=str(stranger))
+    assert refused.sent == 0 and refused.dropped > 50
+    sender = train_online(tmp_path, port, tls_path=str(certificates))
+    assert receiver.wait(timeout=120) == 0, receiver.stderr.read()[-2000:]
+    assert sender.dropped == 0
+    assert results(tmp_path / "recv") == offline
+
+
+def test_receiver_killed_and_restarted_mid_run(tmp_path):
+    port = free_port()
+    first = start_receiver(tmp_path, "first", port)
+    sender = OnlineSender(rank=0, port=port, block_seconds=0.05)
+    message = protocol.ApiMessage(0, 0, {"Torch.abs.0.forward": {
+        "input_args": [{"type": "torch.Tensor", "dtype": "torch.float32", "shape": [3], "data_name": "a.pt"}],
+        "input_kwargs": {}}}, {"a.pt": np.array([1.0, -2.0, 3.0], np.float32)})  # fmt: skip
+    for _ in range(5):
+        sender.send(message)
+    time.sleep(1)
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=30)
+    for _ in range(5):  # the receiver is gone: these are dropped, training is not held up
+        start = time.perf_counter()
+        sender.send(message)
+        assert time.perf_counter() - start < 1.0
+        time.sleep(0.05)
+    second = start_receiver(tmp_path, "second", port)
+    for _ in range(5):
+        sender.send(message)
+        time.sleep(0.1)
+    sender.close()
+    assert second.wait(timeout=120) == 0, second.stderr.read()[-2000:]
+    assert sender.dropped > 0 and sender.sent >= 5
+    summary = json.loads(next((tmp_path / "second").glob("online_summary_*.json")).read_text())
+    assert summary["dropped"] == sender.dropped and summary["checked"] >= 1
+
+
+def test_garbage_and_oversized_frames_are_refused_and_the_receiver_goes_on(tmp_path):
+    port = free_port()
+    receiver = start_receiver(tmp_path, "recv", port)
+    with socket.create_connection(("127.0.0.1", port)) as raw:
+        raw.sendall(b"GET / HTTP/1.1\r\n\r\n" + b"x" * 64)
+    with socket.create_connection(("127.0.0.1", port)) as raw:
+        raw.sendall(protocol.PREFIX.pack(protocol.MAGIC, protocol.VERSION, protocol.API, 1 << 40))
+    with socket.create_connection(("127.0.0.1", port)) as raw:  # a sender that dies mid-frame
+        raw.sendall(protocol.PREFIX.pack(protocol.MAGIC, protocol.VERSION, protocol.API, 1000) + b"\x00" * 10)
+    with socket.create_connection(("127.0.0.1", port)) as raw:  # a well-framed lie
+        payload = struct.pack(">I", 5) + b"{oops"
+        raw.sendall(protocol.frame(protocol.API, payload))
+    time.sleep(1)
+    two = [OnlineSender(rank=0, port=port), OnlineSender(rank=0, port=port)]  # two senders at once
+    message = protocol.ApiMessage(0, 0, {"Torch.abs.0.forward": {
+        "input_args": [{"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2], "data_name": "a.pt"}],
+        "input_kwargs": {}}}, {"a.pt": np.array([1.0, -2.0], np.float32)})  # fmt: skip
+    for sender in two:
+        sender.send(message)
+    for sender in two:
+        sender.close()
+    assert receiver.wait(timeout=120) == 0
+    summary = json.loads(next((tmp_path / "recv").glob("online_summary_*.json")).read_text())
+    assert summary["rejected_frames"] >= 2 and len(summary["senders"]) == 2 and summary["checked"] == 2
+    assert "bad frame" in receiver.stderr.read()
+
+
+def test_shared_directory_mode(tmp_path, offline):
+    shared = tmp_path / "shared"
+    receiver = start_receiver(tmp_path, "recv", nfs_path=shared)
+    sender = train_online(tmp_path, nfs_path=shared)
+    assert receiver.wait(timeout=120) == 0, receiver.stderr.read()[-2000:]
+    assert sender.dropped == 0 and not list(shared.glob("*.tmp"))
+    assert results(tmp_path / "recv") == offline
