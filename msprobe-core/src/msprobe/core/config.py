@@ -153,6 +153,12 @@ class TensorSection(_ScopedSection):
     online_run_ut_recompute: bool = Field(
         default=False, description="Online pre-check: the model uses recomputation (skip backward checks)."
     )
+    online_queue_size: int = Field(
+        default=64, ge=1, description="Online pre-check (msprobe): APIs waiting to be sent before any is dropped."
+    )
+    online_block_seconds: float = Field(
+        default=0.5, ge=0, description="Online pre-check (msprobe): longest wait for room in the queue before a drop."
+    )
 
 
 class RunUtSection(_Section):
