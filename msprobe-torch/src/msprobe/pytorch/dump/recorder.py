@@ -133,6 +133,8 @@ class TorchDumpRecorder:
             port=section.port,
             tls_path=section.tls_path,
             nfs_path=section.nfs_path or None,
+            queue_size=section.online_queue_size,
+            block_seconds=section.online_block_seconds,
         )
         self.summarizer.online = {}
         sender, summarizer, session = self.sender, self.summarizer, self.session
