@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,23 +21,13 @@ import numpy as np
 import mindspore as ms
 from msprobe.core.compare.mapping import default_api_mapping
 from msprobe.core.dump.reader import Dump
+from msprobe.core.free_benchmark import NOT_REPEATABLE
 from msprobe.core.precheck.metrics import PASS, SKIP, Detail, compare_output, overall
+from msprobe.core.precheck.rebuild import Unsupported, bound, decode, seeded_rng
+from msprobe.core.trees import map_leaves
 from msprobe.mindspore.dump.tensors import to_numpy
 
-NOT_CHECKED = (
-    "dropout",
-    "rand",
-    "bernoulli",
-    "multinomial",
-    "normal",
-    "uniform",
-    "empty",
-    "Distributed.",
-    "asnumpy",
-    "__bool__",
-    "item",
-    "tolist",
-)
+NOT_CHECKED = NOT_REPEATABLE  # random or non-repeatable APIs are not checked
 ROOTS = {"Mint": "mindspore.mint", "MintFunctional": "mindspore.mint.nn.functional", "Functional": "mindspore.ops"}
 _NUMPY_DTYPES = {
     "Float16": np.float16,
@@ -54,8 +43,10 @@ _NUMPY_DTYPES = {
 }
 
 
-class Unsupported(Exception):
-    pass
+def _mindspore_object(kind: str, encoded: dict) -> Any:
+    if kind == "mindspore.dtype":
+        return getattr(ms, str(encoded.get("value")).lower(), None)
+    raise Unsupported(f"arguments of type {kind} cannot be rebuilt")
 
 
 def resolve(name: str) -> tuple[Callable, str]:
@@ -96,29 +87,10 @@ def torch_twin(key: str) -> Callable | None:
 class InputBuilder:
     def __init__(self, dump: Dump, seed_name: str):
         self.folder = dump.tensor_dir()
-        self.rng = np.random.default_rng(zlib.crc32(seed_name.encode()))
+        self.rng = seeded_rng(seed_name)
 
     def value(self, encoded: Any) -> Any:
-        if encoded is None:
-            return None
-        if isinstance(encoded, list):
-            return [self.value(item) for item in encoded]
-        if not isinstance(encoded, dict):
-            raise Unsupported(f"unexpected value {encoded!r}")
-        kind = encoded.get("type")
-        if kind is None:
-            return {key: self.value(item) for key, item in encoded.items()}
-        if "dtype" in encoded:
-            return self.array(encoded)
-        if kind in ("int", "bool", "str"):
-            return encoded.get("value")
-        if kind == "float":
-            return float(encoded.get("value"))
-        if kind == "slice":
-            return slice(*encoded.get("value"))
-        if kind == "mindspore.dtype":
-            return getattr(ms, str(encoded.get("value")).lower(), None)
-        raise Unsupported(f"arguments of type {kind} cannot be rebuilt")
+        return decode(encoded, self.array, _mindspore_object)
 
     def array(self, summary: dict) -> np.ndarray:
         name = summary.get("data_name")
@@ -128,7 +100,7 @@ class InputBuilder:
         if dtype is None:
             raise Unsupported(f"cannot generate a {summary.get('dtype')} tensor")
         shape = [int(s) for s in summary.get("shape", [])]
-        high, low = _bound(summary.get("Max"), 1.0), _bound(summary.get("Min"), -1.0)
+        high, low = bound(summary.get("Max"), 1.0), bound(summary.get("Min"), -1.0)
         if dtype is np.bool_:
             return self.rng.random(shape) < 0.5
         if np.issubdtype(dtype, np.integer):
@@ -140,22 +112,8 @@ class InputBuilder:
         return values.astype(dtype)
 
 
-def _bound(value: Any, default: float) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return default
-    return number if np.isfinite(number) else default
-
-
 def _map(value: Any, function: Callable[[np.ndarray], Any]) -> Any:
-    if isinstance(value, np.ndarray):
-        return function(value)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_map(item, function) for item in value)
-    if isinstance(value, dict):
-        return {key: _map(item, function) for key, item in value.items()}
-    return value
+    return map_leaves(value, lambda v: isinstance(v, np.ndarray), function)
 
 
 def _outputs(value: Any) -> list[Any]:

@@ -21,6 +21,7 @@ from msprobe.core.backend import Perturbation
 from msprobe.core.errors import UsageError
 from msprobe.core.free_benchmark import FreeBenchmarkCalls
 from msprobe.core.session import TaskSession
+from msprobe.core.trees import map_leaves
 from msprobe.pytorch.api_patch import ApiPatcher
 
 logger = logging.getLogger(__name__)
@@ -89,13 +90,7 @@ def _floating(value: Any) -> bool:
 
 
 def _map_tensors(value: Any, function: Callable[[torch.Tensor], torch.Tensor]) -> Any:
-    if _floating(value):
-        return function(value)
-    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
-        return type(value)(_map_tensors(item, function) for item in value)
-    if isinstance(value, dict):
-        return {key: _map_tensors(item, function) for key, item in value.items()}
-    return value
+    return map_leaves(value, _floating, function)
 
 
 def _outputs(value: Any) -> list[torch.Tensor | None]:

@@ -31,7 +31,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from msprobe.core.dump.writer import make_dir
 from msprobe.core.errors import UsageError
-from msprobe.pytorch.tensor_io import tensor_to_numpy
+from msprobe.pytorch.tensor_io import map_tensors, tensor_to_numpy, tensors_in
 
 logger = logging.getLogger(__name__)
 
@@ -58,22 +58,6 @@ def blacklist() -> frozenset[str]:
 def op_name(func: Any) -> str:
     """'aten::native_layer_norm.default' -> 'native_layer_norm'."""
     return str(getattr(func, "_schema", func).name).split("::")[-1] if hasattr(func, "_schema") else str(func)
-
-
-def _map(value: Any, function: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return function(value)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_map(item, function) for item in value)
-    if isinstance(value, dict):
-        return {key: _map(item, function) for key, item in value.items()}
-    return value
-
-
-def _tensors(value: Any) -> list[torch.Tensor]:
-    found: list[torch.Tensor] = []
-    _map(value, found.append)
-    return found
 
 
 def _to_cpu(tensor: torch.Tensor, upcast: bool) -> torch.Tensor:
@@ -117,10 +101,10 @@ def cpu_check(
     namespace, _, rest = func_name.partition("::")
     packet, _, overload = rest.partition(".")
     func = getattr(getattr(getattr(torch.ops, namespace), packet), overload or "default")
-    cpu_args = _map(args, lambda t: _to_cpu(t, upcast))
-    cpu_kwargs = _map(kwargs, lambda t: _to_cpu(t, upcast))
+    cpu_args = map_tensors(args, lambda t: _to_cpu(t, upcast))
+    cpu_kwargs = map_tensors(kwargs, lambda t: _to_cpu(t, upcast))
     with torch.no_grad():
-        bench = [tensor_to_numpy(t) for t in _tensors(func(*cpu_args, **cpu_kwargs))]
+        bench = [tensor_to_numpy(t) for t in tensors_in(func(*cpu_args, **cpu_kwargs))]
     rows = []
     for index, (device, expected) in enumerate(zip(device_outputs, bench)):
         cosine, max_abs, reached, message = judge(device, expected)
@@ -202,7 +186,10 @@ class PtdbgDispatch(TorchDispatchMode):
         before = None
         if getattr(func, "_schema", None) is not None and func._schema.is_mutable:
             # in-place and out= ops change their inputs: keep them as they were
-            before = (_map(args, lambda t: _to_cpu(t, False)), _map(kwargs, lambda t: _to_cpu(t, False)))
+            before = (
+                map_tensors(args, lambda t: _to_cpu(t, False)),
+                map_tensors(kwargs, lambda t: _to_cpu(t, False)),
+            )
         output = func(*args, **kwargs)
         try:
             self._check(func, name, args, kwargs, output, before)
@@ -212,13 +199,13 @@ class PtdbgDispatch(TorchDispatchMode):
         return output
 
     def _check(self, func: Any, name: str, args: tuple, kwargs: dict, output: Any, before: Any = None) -> None:
-        outputs = [t for t in _tensors(output)]
+        outputs = [t for t in tensors_in(output)]
         if not outputs:
             return
         index = self.counts.get(name, 0)
         self.counts[name] = index + 1
         label = f"{name}.{index}"
-        inputs = _tensors((args, kwargs))
+        inputs = tensors_in((args, kwargs))
         upcast = all(t.device.type == "cpu" for t in inputs + outputs)
         device_outputs = [tensor_to_numpy(t.detach().cpu()) for t in outputs]
         dtypes = [str(t.dtype) for t in outputs]
@@ -226,18 +213,18 @@ class PtdbgDispatch(TorchDispatchMode):
         if before is not None:
             cpu_args, cpu_kwargs = before
         else:
-            cpu_args = _map(args, lambda t: _to_cpu(t, False))
-            cpu_kwargs = _map(kwargs, lambda t: _to_cpu(t, False))
+            cpu_args = map_tensors(args, lambda t: _to_cpu(t, False))
+            cpu_kwargs = map_tensors(kwargs, lambda t: _to_cpu(t, False))
         if self._pool is not None:
             future = self._pool.submit(
                 cpu_check, label, func_name, cpu_args, cpu_kwargs, device_outputs, dtypes, upcast
             )
-            self._pending.append((future, label, [tensor_to_numpy(t) for t in _tensors(cpu_args)], device_outputs))
+            self._pending.append((future, label, [tensor_to_numpy(t) for t in tensors_in(cpu_args)], device_outputs))
             if len(self._pending) > 4 * self.process_num:
                 self._drain(keep=2 * self.process_num)
             return
         rows, bench = cpu_check(label, func_name, cpu_args, cpu_kwargs, device_outputs, dtypes, upcast)
-        self._record(label, rows, [tensor_to_numpy(t) for t in _tensors(cpu_args)], device_outputs, bench)
+        self._record(label, rows, [tensor_to_numpy(t) for t in tensors_in(cpu_args)], device_outputs, bench)
 
     def _drain(self, keep: int = 0) -> None:
         while len(self._pending) > keep:

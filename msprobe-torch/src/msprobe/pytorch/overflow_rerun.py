@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 
 from msprobe.core.dump.reader import Dump
-from msprobe.pytorch.run_ut import InputBuilder, Unsupported, _prepare, _tensors, resolve
+from msprobe.pytorch.run_ut import InputBuilder, Unsupported, _prepare, resolve
+from msprobe.pytorch.tensor_io import tensors_in
 
 
 def rerun_overflows(dump: Dump) -> list[tuple[str, str]]:
@@ -24,7 +25,7 @@ def rerun_overflows(dump: Dump) -> list[tuple[str, str]]:
             args = _prepare(builder.value(entry.get("input_args", [])), "cpu", bench=False)
             kwargs = _prepare(builder.value(entry.get("input_kwargs", {})), "cpu", bench=False)
             with torch.no_grad():
-                outputs = _tensors(resolve(name)(*args, **kwargs))
+                outputs = tensors_in(resolve(name)(*args, **kwargs))
         except Unsupported as exc:
             verdicts.append((name, f"not checked ({exc})"))
             continue

@@ -23,28 +23,15 @@ import numpy as np
 import torch
 
 from msprobe.core.dump.reader import Dump
+from msprobe.core.free_benchmark import NOT_REPEATABLE
 from msprobe.core.precheck.driver import Outcome
 from msprobe.core.precheck.metrics import ERROR, PASS, SKIP, Detail, compare_output, overall
-from msprobe.pytorch.tensor_io import tensor_to_numpy
+from msprobe.core.precheck.rebuild import Unsupported, bound, decode
+from msprobe.pytorch.tensor_io import map_tensors, tensor_to_numpy, tensors_in
 
 logger = logging.getLogger(__name__)
 
-NOT_CHECKED = (
-    "dropout",
-    "rand",
-    "bernoulli",
-    "multinomial",
-    "normal",
-    "uniform_",
-    "exponential_",
-    "empty",
-    "manual_seed",
-    "__bool__",
-    "item",
-    "tolist",
-    "numpy",
-    "Distributed.",
-)
+NOT_CHECKED = NOT_REPEATABLE  # random or non-repeatable APIs are not checked
 _DTYPES = {
     str(d): d
     for d in (
@@ -64,8 +51,17 @@ _DTYPES = {
 }
 
 
-class Unsupported(Exception):
-    """The call cannot be rebuilt from the dump; the message says why."""
+def _torch_object(kind: str, encoded: dict) -> Any:
+    raw = encoded.get("value")
+    if kind == "torch.dtype":
+        return getattr(torch, str(raw).split(".")[-1])
+    if kind == "torch.device":
+        return torch.device(raw)
+    if kind == "torch.Size":
+        return torch.Size(raw)
+    if kind == "torch.memory_format":
+        return getattr(torch, encoded.get("format", "preserve_format"))
+    raise Unsupported(f"arguments of type {kind} cannot be rebuilt")
 
 
 ApiOutcome = Outcome  # the core driver's result type
@@ -105,35 +101,7 @@ class InputBuilder:
         self.generator = torch.Generator().manual_seed(zlib.crc32(seed_name.encode()))
 
     def value(self, encoded: Any) -> Any:
-        if encoded is None:
-            return None
-        if isinstance(encoded, list):
-            return [self.value(item) for item in encoded]
-        if not isinstance(encoded, dict):
-            raise Unsupported(f"unexpected value {encoded!r}")
-        kind = encoded.get("type")
-        if kind is None:
-            return {key: self.value(item) for key, item in encoded.items()}
-        if "dtype" in encoded:
-            return self.tensor(encoded)
-        raw = encoded.get("value")
-        if kind in ("int", "bool", "str"):
-            return raw
-        if kind == "float":
-            return float(raw)
-        if kind == "slice":
-            return slice(*raw)
-        if kind == "ellipsis":
-            return Ellipsis
-        if kind == "torch.dtype":
-            return getattr(torch, str(raw).split(".")[-1])
-        if kind == "torch.device":
-            return torch.device(raw)
-        if kind == "torch.Size":
-            return torch.Size(raw)
-        if kind == "torch.memory_format":
-            return getattr(torch, encoded.get("format", "preserve_format"))
-        raise Unsupported(f"arguments of type {kind} cannot be rebuilt")
+        return decode(encoded, self.tensor, _torch_object)
 
     def tensor(self, summary: dict) -> torch.Tensor:
         name = summary.get("data_name")
@@ -153,7 +121,7 @@ class InputBuilder:
             raise Unsupported(f"cannot generate a {summary.get('dtype')} tensor")
         shape = [int(s) for s in summary.get("shape", [])]
         count = int(np.prod(shape)) if shape else 1
-        high, low = _bound(summary.get("Max"), 1.0), _bound(summary.get("Min"), -1.0)
+        high, low = bound(summary.get("Max"), 1.0), bound(summary.get("Min"), -1.0)
         if dtype == torch.bool:
             values = torch.rand(count, generator=self.generator) < 0.5
             if count:
@@ -171,30 +139,6 @@ class InputBuilder:
         return values.to(dtype).reshape(shape)
 
 
-def _bound(value: Any, default: float) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return default
-    return number if np.isfinite(number) else default
-
-
-def _map(value: Any, function: Callable[[torch.Tensor], Any]) -> Any:
-    if isinstance(value, torch.Tensor):
-        return function(value)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_map(item, function) for item in value)
-    if isinstance(value, dict):
-        return {key: _map(item, function) for key, item in value.items()}
-    return value
-
-
-def _tensors(value: Any) -> list[torch.Tensor]:
-    found: list[torch.Tensor] = []
-    _map(value, found.append)
-    return found
-
-
 def _prepare(args: Any, device: str, bench: bool) -> Any:
     """A copy of the arguments for one side: float64 on the CPU for the benchmark."""
 
@@ -208,7 +152,7 @@ def _prepare(args: Any, device: str, bench: bool) -> Any:
         copy = copy.clone()
         return copy.requires_grad_(grad) if copy.is_floating_point() else copy
 
-    return _map(args, convert)
+    return map_tensors(args, convert)
 
 
 def _no_grad(tensor: torch.Tensor) -> torch.Tensor:
@@ -257,7 +201,7 @@ class ApiRunner:
         side_args = _prepare(args, self.device, bench)
         side_kwargs = _prepare(kwargs, self.device, bench)
         if inplace:  # as in training (optimizer updates): no autograd through in-place calls on leaves
-            side_args, side_kwargs = _map(side_args, _no_grad), _map(side_kwargs, _no_grad)
+            side_args, side_kwargs = map_tensors(side_args, _no_grad), map_tensors(side_kwargs, _no_grad)
             with torch.no_grad():
                 return side_args, side_kwargs, function(*side_args, **side_kwargs)
         return side_args, side_kwargs, function(*side_args, **side_kwargs)
@@ -267,7 +211,7 @@ class ApiRunner:
         device_args, device_kwargs, device_out = self._side(function, args, kwargs, False, inplace)
         bench_args, bench_kwargs, bench_out = self._side(function, args, kwargs, True, inplace)
         outcome = ApiOutcome(name, PASS, "", "")
-        device_outputs, bench_outputs = _tensors(device_out), _tensors(bench_out)
+        device_outputs, bench_outputs = tensors_in(device_out), tensors_in(bench_out)
         if not device_outputs and not isinstance(device_out, (int, float, bool)):
             return ApiOutcome(name, SKIP, "", "the API returned no tensor to compare")
         if not device_outputs:
@@ -303,13 +247,13 @@ class ApiRunner:
         bench_kwargs: Any,
         bench_outputs: list,
     ) -> str:
-        grads = [g for g in _tensors(grad_outputs)]
+        grads = [g for g in tensors_in(grad_outputs)]
         pairs = [(o, g) for o, g in zip(device_outputs, grads) if o.requires_grad and g is not None]
         bench_pairs = [(o, g) for o, g in zip(bench_outputs, grads) if o.requires_grad and g is not None]
         if not pairs:
             return ""
-        device_inputs = [t for t in _tensors((device_args, device_kwargs)) if t.requires_grad]
-        bench_inputs = [t for t in _tensors((bench_args, bench_kwargs)) if t.requires_grad]
+        device_inputs = [t for t in tensors_in((device_args, device_kwargs)) if t.requires_grad]
+        bench_inputs = [t for t in tensors_in((bench_args, bench_kwargs)) if t.requires_grad]
         torch.autograd.backward([o for o, _ in pairs], [g.to(o.device, o.dtype) for o, g in pairs])
         torch.autograd.backward([o for o, _ in bench_pairs], [g.to("cpu", o.dtype) for o, g in bench_pairs])
         backward_name = name[: -len("forward")] + "backward"
@@ -328,7 +272,7 @@ class ApiRunner:
     @staticmethod
     def _error_data(name: str, device_args: Any, bench_args: Any, device_out: list, bench_out: list) -> dict:
         data: dict[str, torch.Tensor] = {}
-        for index, tensor in enumerate(_tensors(device_args)):
+        for index, tensor in enumerate(tensors_in(device_args)):
             data[f"{name}.input.{index}.pt"] = tensor.detach().cpu()
         for side, outputs in (("device", device_out), ("bench", bench_out)):
             for index, tensor in enumerate(outputs):

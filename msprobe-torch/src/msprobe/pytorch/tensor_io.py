@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from msprobe.core.errors import DataFileError
+from msprobe.core.trees import leaves, map_leaves
 
 
 def tensor_to_numpy(tensor: torch.Tensor) -> np.ndarray:
@@ -39,3 +40,16 @@ def load_pt(path: str | Path) -> np.ndarray:
 def save_pt(array: Any, path: str | Path) -> None:
     tensor = array if isinstance(array, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(array))
     torch.save(tensor.detach().cpu().clone(), path)
+
+
+def is_tensor(value: Any) -> bool:
+    return isinstance(value, torch.Tensor)
+
+
+def map_tensors(value: Any, function: Any) -> Any:
+    """Apply ``function`` to every tensor in nested arguments."""
+    return map_leaves(value, is_tensor, function)
+
+
+def tensors_in(value: Any) -> list[torch.Tensor]:
+    return leaves(value, is_tensor)
