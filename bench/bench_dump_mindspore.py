@@ -1,0 +1,130 @@
+"""Workload W in MindSpore (PyNative, CPU): step time with each dump configuration, as a ratio.
+
+    python bench/bench_dump_mindspore.py [--steps 4]
+
+A 4-layer transformer LM (vocab 512, width 128, 4 heads, sequence 64,
+batch 8, AdamW) built from kernels CPU MindSpore 2.10 registers; same
+targets as the PyTorch benchmark (statistics L1 <= 1.5x, mix <= 1.7x, md5 <= 2x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import mindspore as ms
+import numpy as np
+from mindspore import Tensor, mint, nn, ops
+
+from msprobe.mindspore import PrecisionDebugger
+
+VOCAB, WIDTH, HEADS, LAYERS, SEQUENCE, BATCH = 512, 128, 4, 4, 64, 8
+
+
+class Layer(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm((WIDTH,)), nn.LayerNorm((WIDTH,))
+        self.qkv, self.out = nn.Dense(WIDTH, 3 * WIDTH), nn.Dense(WIDTH, WIDTH)
+        self.fc1, self.fc2 = nn.Dense(WIDTH, 4 * WIDTH), nn.Dense(4 * WIDTH, WIDTH)
+
+    def construct(self, x, mask):
+        b, s, _ = x.shape
+        q, k, v = ops.split(self.qkv(self.norm1(x)), WIDTH, axis=-1)
+
+        def heads(t):
+            return t.reshape(b, s, HEADS, WIDTH // HEADS).transpose(0, 2, 1, 3)
+
+        scores = ops.matmul(heads(q), heads(k).transpose(0, 1, 3, 2)) / (WIDTH // HEADS) ** 0.5 + mask
+        attention = ops.matmul(ops.softmax(scores, -1), heads(v)).transpose(0, 2, 1, 3).reshape(b, s, WIDTH)
+        x = x + self.out(attention)
+        return x + self.fc2(mint.tanh(self.fc1(self.norm2(x))))
+
+
+class LanguageModel(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, WIDTH)
+        self.layers = nn.CellList([Layer() for _ in range(LAYERS)])
+        self.norm = nn.LayerNorm((WIDTH,))
+        self.head = nn.Dense(WIDTH, VOCAB)
+
+    def construct(self, tokens, mask):
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.head(self.norm(x))
+
+
+def make_workload():
+    ms.set_seed(0)
+    model = LanguageModel()
+    optimizer = nn.AdamWeightDecay(model.trainable_params(), learning_rate=1e-3)
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, VOCAB, (BATCH, SEQUENCE + 1))
+    inputs, targets = Tensor(tokens[:, :-1].astype(np.int32)), Tensor(tokens[:, 1:].astype(np.int32))
+    mask = Tensor(np.triu(np.full((SEQUENCE, SEQUENCE), -1e9, np.float32), 1))
+    loss_cell = nn.CrossEntropyLoss()
+
+    def loss_fn(x, y):
+        return loss_cell(model(x, mask).reshape(-1, VOCAB), y.reshape(-1))
+
+    grad_fn = ms.value_and_grad(loss_fn, None, optimizer.parameters)
+
+    def train_step():
+        _, grads = grad_fn(inputs, targets)
+        optimizer(grads)
+
+    return model, train_step
+
+
+CONFIGS = [
+    ("none", None),
+    ("statistics L1", {"task": "statistics", "level": "L1"}),
+    ("statistics mix", {"task": "statistics", "level": "mix"}),
+    ("md5 L1", {"task": "statistics", "level": "L1", "statistics": {"summary_mode": "md5"}}),
+]
+TARGETS = {"statistics L1": 1.5, "statistics mix": 1.7, "md5 L1": 2.0}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=4)
+    args = parser.parse_args()
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    folder = Path(tempfile.mkdtemp(prefix="msprobe_ms_bench_"))
+    results = {}
+    for label, config in CONFIGS:
+        model, train_step = make_workload()
+        debugger = None
+        if config is not None:
+            path = folder / f"{label.replace(' ', '_')}.json"
+            path.write_text(json.dumps({**config, "dump_path": str(folder / label.replace(" ", "_"))}))
+            debugger = PrecisionDebugger(config_path=str(path), model=model)
+        times = []
+        for _ in range(args.steps + 1):
+            start = time.perf_counter()
+            if debugger is not None:
+                debugger.start()
+            train_step()
+            if debugger is not None:
+                debugger.stop()
+                debugger.step()
+            times.append(time.perf_counter() - start)
+        results[label] = statistics.median(times[1:])
+    base = results["none"]
+    print(f"{'configuration':<16} {'step (ms)':>10} {'ratio':>7}  target")
+    for label, seconds in results.items():
+        target = TARGETS.get(label)
+        verdict = "" if target is None else f"<= {target}x  {'met' if seconds / base <= target else 'NOT met'}"
+        print(f"{label:<16} {seconds * 1000:>10.1f} {seconds / base:>6.2f}x  {verdict}")
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
