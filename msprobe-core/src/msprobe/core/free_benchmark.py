@@ -206,6 +206,23 @@ class FreeBenchmarkCalls:
     def backward_check(self, original: Any, name: str, args: tuple, kwargs: dict) -> Any:
         raise NotImplementedError("fuzz_stage 'backward' is not supported by this backend")
 
+    # -- TaskHooks, for a backend that sets ``self.patcher`` (an ApiPatcher calling ``handle``) --
+    patcher: Any = None
+
+    def install(self) -> None:
+        self.patcher.install()
+
+    def remove(self) -> None:
+        self.patcher.remove()
+
+    def handle(self, original: Any, key: str, args: tuple, kwargs: dict) -> Any:
+        state = self.patcher.state
+        state.busy = True
+        try:
+            return self.call(original, key, args, kwargs)
+        finally:
+            state.busy = False
+
     # -- selection ---------------------------------------------------------------------------
     def selected_api(self, key: str) -> bool:
         if any(marker in key for marker in NOT_REPEATABLE):

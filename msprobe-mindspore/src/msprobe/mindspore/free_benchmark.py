@@ -85,21 +85,8 @@ class FreeBenchmarkHooks(FreeBenchmarkCalls):
         super().__init__(session, perturbation.function)
         if self.stage == "backward":
             raise UsageError("free_benchmark.fuzz_stage 'backward' is supported on PyTorch only")
-        self.patcher = ApiPatcher(self._handle, lambda: [t for t in api_targets() if self.selected_api(t[2])])
+        self.patcher = ApiPatcher(self.handle, lambda: [t for t in api_targets() if self.selected_api(t[2])])
         self.state = self.patcher.state
-
-    def install(self) -> None:
-        self.patcher.install()
-
-    def remove(self) -> None:
-        self.patcher.remove()
-
-    def _handle(self, original: Callable, key: str, args: tuple, kwargs: dict) -> Any:
-        self.state.busy = True
-        try:
-            return self.call(original, key, args, kwargs)
-        finally:
-            self.state.busy = False
 
     def is_floating(self, value: Any) -> bool:
         return isinstance(value, ms.Tensor) and value.dtype in _FLOATS

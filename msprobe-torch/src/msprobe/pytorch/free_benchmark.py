@@ -106,21 +106,8 @@ class FreeBenchmarkHooks(FreeBenchmarkCalls):
 
     def __init__(self, session: TaskSession, perturbation: Perturbation):
         super().__init__(session, perturbation.function)
-        self.patcher = ApiPatcher(self._handle, selected=self.selected_api)
+        self.patcher = ApiPatcher(self.handle, selected=self.selected_api)
         self.state = self.patcher.state
-
-    def install(self) -> None:
-        self.patcher.install()
-
-    def remove(self) -> None:
-        self.patcher.remove()
-
-    def _handle(self, original: Callable, key: str, args: tuple, kwargs: dict) -> Any:
-        self.state.busy = True
-        try:
-            return self.call(original, key, args, kwargs)
-        finally:
-            self.state.busy = False
 
     # -- torch tensors --------------------------------------------------------------------
     def is_floating(self, value: Any) -> bool:
