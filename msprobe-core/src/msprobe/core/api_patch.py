@@ -59,23 +59,29 @@ class ApiPatcher:
         self.targets = targets
         self.state = ThreadState()
         self.patches: list[Patch] = []
-        self._wrappers: dict[tuple[int, str], Callable] = {}
+        self._plan: list[tuple[Patch, Callable]] | None = None  # built on the first install, reused after
 
-    def install(self) -> None:
+    def _build_plan(self) -> list[tuple[Patch, Callable]]:
+        plan = []
         for owner, attribute, key in self.targets():
             original = getattr(owner, attribute, None)
             if original is None or not callable(original) or getattr(original, "__msprobe_original__", None):
                 continue
             had_own = attribute in getattr(owner, "__dict__", {})
-            cache_key = (id(owner), attribute)
-            wrapper = self._wrappers.get(cache_key)
-            if wrapper is None or wrapper.__msprobe_original__ is not original:
-                wrapper = self._wrappers[cache_key] = self._wrap(original, key)
+            plan.append((Patch(owner, attribute, original, had_own), self._wrap(original, key)))
+        return plan
+
+    def install(self) -> None:
+        if self._plan is None:
+            self._plan = self._build_plan()
+        for patch, wrapper in self._plan:
+            if getattr(patch.owner, patch.attribute, None) is not patch.original:
+                continue  # someone else replaced it since: leave theirs alone
             try:
-                setattr(owner, attribute, wrapper)
+                setattr(patch.owner, patch.attribute, wrapper)
             except (AttributeError, TypeError):
                 continue  # read-only attribute
-            self.patches.append(Patch(owner, attribute, original, had_own))
+            self.patches.append(patch)
 
     def remove(self) -> None:
         for patch in reversed(self.patches):
