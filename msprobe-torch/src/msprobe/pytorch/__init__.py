@@ -9,6 +9,7 @@ from msprobe.core.lazy import lazy_exports
 _EXPORTS = {
     "PrecisionDebugger": "msprobe.pytorch.debugger",
     "seed_all": "msprobe.pytorch.seed",
+    "TrainerMon": "msprobe.pytorch.monitor",
 }
-__all__ = ["PrecisionDebugger", "seed_all"]
+__all__ = ["PrecisionDebugger", "TrainerMon", "seed_all"]
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -1,0 +1,185 @@
+"""Training-state monitor, the framework-neutral half: config, schedule, CSV files, anomaly rules.
+
+A framework measures the tensors of a step and hands the core one table of
+``(kind, name, micro_step, {op: value})`` rows per step; this module decides
+which steps are collected, writes ``{kind}_{start}-{end}.csv`` files (the
+reference's names and header: ``vpp_stage, name, step[, micro_step], *ops``)
+and applies the anomaly rules.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import os
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from msprobe.core.config import config_error_from_validation, read_config_file
+from msprobe.core.dump.writer import make_dir
+
+logger = logging.getLogger(__name__)
+
+OPS = ("min", "max", "norm", "mean", "zeros", "nans", "std", "amax", "dynamic_range")
+OUTPUT_ENV = "MONITOR_OUTPUT_DIR"
+
+
+class AlertRule(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rule_name: Literal["AnomalyTurbulence"]
+    args: dict[str, float] = Field(default_factory=lambda: {"threshold": 0.5})
+
+
+class Alert(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rules: list[AlertRule] = Field(default_factory=list)
+    dump: bool = False
+
+
+class MonitorConfig(BaseModel):
+    """The reference's monitor config; unknown keys are errors, as for config.json."""
+
+    model_config = ConfigDict(extra="forbid")
+    targets: dict[str, Any] = Field(default_factory=dict)
+    xy_distribution: bool = False
+    all_xy: bool = False
+    forward_only: bool = False
+    backward_only: bool = False
+    wg_distribution: bool = False
+    mv_distribution: bool = False
+    param_distribution: bool = False
+    ur_distribution: bool = False
+    cc_distribution: dict[str, Any] = Field(default_factory=dict)
+    ops: list[str] = Field(default_factory=lambda: ["min", "max", "norm", "nans"])
+    eps: float = 1e-8
+    ndigits: int = Field(default=6, ge=0, le=17)
+    format: Literal["csv", "tensorboard", "api"] = "csv"
+    step_count_per_record: int = Field(default=1, ge=1)
+    start_step: int = Field(default=0, ge=0)
+    step_interval: int = Field(default=1, ge=1)
+    collect_times: int = Field(default=10**8, ge=1)
+    alert: Alert = Field(default_factory=Alert)
+    print_struct: bool = False
+    module_ranks: list[int] = Field(default_factory=list)
+    squash_name: bool = True
+    dynamic_on: bool = False
+    append_output: list[str] = Field(default_factory=list)
+
+    @field_validator("ops")
+    @classmethod
+    def _known_ops(cls, ops: list[str]) -> list[str]:
+        unknown = [op for op in ops if op not in OPS]
+        if unknown:
+            raise ValueError(f"unknown op(s) {unknown}; known: {', '.join(OPS)}")
+        if not ops:
+            raise ValueError("must name at least one op")
+        return ops
+
+
+def load_monitor_config(path: str | Path) -> MonitorConfig:
+    raw = read_config_file(path)
+    try:
+        config = MonitorConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise config_error_from_validation(exc, path) from None
+    if config.format == "tensorboard":
+        from msprobe.core.errors import ConfigError
+
+        raise ConfigError("format 'tensorboard' is not available yet: use 'csv' or 'api'", path=path, field="format")
+    return config
+
+
+class Schedule:
+    """start_step, step_interval, collect_times: which steps are collected."""
+
+    def __init__(self, config: MonitorConfig, start_iteration: int = 0):
+        self.config = config
+        self.step = start_iteration
+        self.collected = 0
+
+    def collecting(self) -> bool:
+        config = self.config
+        if self.step < config.start_step or self.collected >= config.collect_times:
+            return False
+        return (self.step - config.start_step) % config.step_interval == 0
+
+
+class AnomalyDetector:
+    """AnomalyTurbulence: a value more than ``threshold`` (relative) away from its running mean; inf/nan always."""
+
+    def __init__(self, alert: Alert):
+        self.thresholds = [rule.args.get("threshold", 0.5) for rule in alert.rules]
+        self.history: dict[tuple[str, str, str], tuple[float, int]] = {}
+
+    def check(self, kind: str, name: str, op: str, value: float) -> str | None:
+        if not math.isfinite(value) or (op == "nans" and value > 0):
+            return f"{op} is {value}"
+        key = (kind, name, op)
+        mean, count = self.history.get(key, (0.0, 0))
+        reason = None
+        if count and self.thresholds and op not in ("nans", "zeros"):
+            threshold = min(self.thresholds)
+            if abs(value - mean) > threshold * abs(mean) and abs(mean) > 0:
+                reason = f"{op} {value:.6g} is more than {threshold} away from its mean {mean:.6g}"
+        self.history[key] = ((mean * count + value) / (count + 1), count + 1)
+        return reason
+
+
+class MonitorOutput:
+    """CSV files under MONITOR_OUTPUT_DIR/{timestamp}-rank{R}/, and the anomaly file."""
+
+    def __init__(self, config: MonitorConfig, rank: int):
+        self.config = config
+        root = Path(os.environ.get(OUTPUT_ENV, "./monitor_output"))
+        self.folder = make_dir(root / f"{time.strftime('%b%d_%H-%M-%S')}-rank{rank}")
+        self.rank = rank
+        self.pending: dict[str, list[list[Any]]] = defaultdict(list)
+        self.first_step: int | None = None
+        self.anomalies = self.folder / "anomalies.jsonl"
+        self.first_anomaly_step: int | None = None
+
+    def add(self, kind: str, name: str, step: int, micro_step: int | None, values: dict[str, float]) -> None:
+        if self.first_step is None:
+            self.first_step = step
+        ops = self.config.ops
+        row = [0, name, step, *([micro_step] if micro_step is not None else [])]
+        row += [round(values[op], self.config.ndigits) if math.isfinite(values[op]) else values[op] for op in ops]
+        self.pending[kind].append(row)
+
+    def end_step(self, step: int, records: int) -> None:
+        if self.config.format != "csv":
+            self.pending.clear()
+            return
+        if records % self.config.step_count_per_record and self.pending:
+            return  # more steps go into the same file
+        self.flush(step)
+
+    def flush(self, last_step: int) -> None:
+        for kind, rows in self.pending.items():
+            micro = kind.startswith("actv")
+            header = ["vpp_stage", "name", "step", *(["micro_step"] if micro else []), *self.config.ops]
+            path = self.folder / f"{kind}_{self.first_step}-{last_step}.csv"
+            with open(path, "w", newline="", encoding="utf-8") as handle:
+                writer = csv.writer(handle)
+                writer.writerow(header)
+                writer.writerows(rows)
+            os.chmod(path, 0o640)
+        self.pending.clear()
+        self.first_step = None
+
+    def anomaly(self, step: int, kind: str, name: str, reason: str) -> None:
+        if self.first_anomaly_step is None:
+            self.first_anomaly_step = step
+            logger.warning(
+                "monitor: first anomaly at step %d on rank %d: %s %s: %s", step, self.rank, kind, name, reason
+            )
+        with open(self.anomalies, "a", encoding="utf-8") as handle:
+            handle.write(
+                json.dumps({"step": step, "rank": self.rank, "kind": kind, "name": name, "reason": reason}) + "\n"
+            )

@@ -1,0 +1,212 @@
+"""TrainerMon for PyTorch: statistics of weights, gradients, optimizer state and activations, all run long.
+
+Statistics are computed on the device as small tensors during the step and
+brought to the host once, at the optimizer step that ends it (one
+``tolist()`` for everything), never per tensor. The core decides which steps
+are collected, writes the CSV files and applies the anomaly rules.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+
+from msprobe.core.monitor import AnomalyDetector, MonitorOutput, Schedule, load_monitor_config
+
+logger = logging.getLogger(__name__)
+
+
+def _stats(tensor: torch.Tensor, ops: list[str], eps: float) -> torch.Tensor:
+    data = tensor.detach()
+    data = data.float() if data.dtype not in (torch.float32, torch.float64) else data
+    if data.numel() == 0:
+        return torch.full((len(ops),), float("nan"), device=data.device)
+    absolute = data.abs()
+    values = []
+    for op in ops:
+        if op == "min":
+            values.append(data.min())
+        elif op == "max":
+            values.append(data.max())
+        elif op == "norm":
+            values.append(torch.linalg.vector_norm(data))
+        elif op == "mean":
+            values.append(data.mean())
+        elif op == "zeros":
+            values.append((absolute < eps).float().mean())
+        elif op == "nans":
+            values.append(torch.isnan(data).sum().to(data.dtype))
+        elif op == "std":
+            values.append(data.std() if data.numel() > 1 else torch.zeros((), device=data.device))
+        elif op == "amax":
+            values.append(absolute.max())
+        elif op == "dynamic_range":
+            nonzero = absolute[absolute > 0]
+            smallest = nonzero.min() if nonzero.numel() else torch.ones((), device=data.device)
+            values.append(torch.log2(absolute.max().clamp_min(1e-45) / smallest))
+    return torch.stack([v.to(torch.float64) for v in values])
+
+
+class TrainerMon:
+    """The reference's entry point: ``TrainerMon(config_file_path).set_monitor(model, ...)``."""
+
+    def __init__(self, config_file_path: str, process_group: Any = None, params_have_main_grad: bool = True):
+        self.config = load_monitor_config(config_file_path)
+        self.params_have_main_grad = params_have_main_grad
+        self.pending: list[tuple[str, str, int | None, torch.Tensor]] = []
+        self.metrics: dict[str, dict[str, dict[str, float]]] = {}
+        self.handles: list[Any] = []
+        self.micro_step = 0
+        self.grad_acc_steps = 1
+        self.schedule: Schedule | None = None
+        self.output: MonitorOutput | None = None
+        self.detector = AnomalyDetector(self.config.alert)
+        self.model: Any = None
+        self.optimizer: Any = None
+
+    # -- setup -----------------------------------------------------------------------------
+    def set_monitor(
+        self,
+        model: Any,
+        grad_acc_steps: int = 1,
+        optimizer: Any = None,
+        dp_group: Any = None,
+        tp_group: Any = None,
+        start_iteration: int = 0,
+    ) -> TrainerMon:
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        models = list(model) if isinstance(model, (list, tuple)) else [model]
+        self.model, self.optimizer = models, optimizer
+        self.grad_acc_steps = max(1, grad_acc_steps)
+        rank = (
+            torch.distributed.get_rank()
+            if torch.distributed.is_available() and torch.distributed.is_initialized()
+            else 0
+        )
+        self.schedule = Schedule(self.config, start_iteration)
+        self.output = MonitorOutput(self.config, rank)
+        if self.config.xy_distribution:
+            for index, root in enumerate(models):
+                for name, module in root.named_modules():
+                    if name and self._watched_module(name):
+                        label = f"{index}:{name}" if len(models) > 1 else name
+                        self.handles.append(module.register_forward_hook(self._activation_hook(label)))
+        self.handles.append(register_optimizer_step_pre_hook(self._before_optimizer))
+        self.handles.append(register_optimizer_step_post_hook(self._after_optimizer))
+        return self
+
+    def _watched_module(self, name: str) -> bool:
+        targets = self.config.targets
+        return self.config.all_xy or not targets or any(name == t or name.startswith(f"{t}.") for t in targets)
+
+    def _parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
+        found = []
+        targets = self.config.targets
+        for root in self.model:
+            for name, parameter in root.named_parameters():
+                if not targets or any(name.startswith(t) for t in targets):
+                    found.append((name, parameter))
+        return found
+
+    # -- collection ---------------------------------------------------------------------------
+    def _activation_hook(self, name: str) -> Any:
+        def hook(module: Any, args: tuple, output: Any) -> None:
+            if self.schedule is None or not self.schedule.collecting() or self.config.backward_only:
+                return
+            for label, raw in (("input", args[0] if args else None), ("output", output)):
+                value = raw[0] if isinstance(raw, (tuple, list)) and raw else raw
+                if isinstance(value, torch.Tensor) and value.is_floating_point():
+                    self._add("actv", f"{name}.{label}", self.micro_step, value)
+
+        return hook
+
+    def _add(self, kind: str, name: str, micro_step: int | None, tensor: torch.Tensor) -> None:
+        self.pending.append((kind, name, micro_step, _stats(tensor, self.config.ops, self.config.eps)))
+
+    def _gradient(self, parameter: torch.nn.Parameter) -> torch.Tensor | None:
+        if self.params_have_main_grad and getattr(parameter, "main_grad", None) is not None:
+            return parameter.main_grad
+        return parameter.grad
+
+    def _before_optimizer(self, optimizer: Any, args: tuple, kwargs: dict) -> None:
+        if self.optimizer is not None and optimizer is not self.optimizer:
+            return
+        if not self.schedule.collecting():
+            return
+        for name, parameter in self._parameters():
+            grad = self._gradient(parameter)
+            if self.config.wg_distribution and grad is not None:
+                self._add("grad_reduced", name, None, grad)
+            if self.config.param_distribution:
+                self._add("param", name, None, parameter)
+            if self.config.mv_distribution:
+                state = optimizer.state.get(parameter, {})
+                for key in ("exp_avg", "exp_avg_sq"):
+                    if isinstance(state.get(key), torch.Tensor):
+                        self._add(key, name, None, state[key])
+
+    def _after_optimizer(self, optimizer: Any, args: tuple, kwargs: dict) -> None:
+        if self.optimizer is not None and optimizer is not self.optimizer:
+            return
+        self.micro_step += 1
+        if self.micro_step < self.grad_acc_steps:
+            return
+        self.micro_step = 0
+        try:
+            self._end_step()
+        except Exception as exc:  # never break training
+            logger.warning("monitor: step %d not recorded (%s: %s)", self.schedule.step, type(exc).__name__, exc)
+            self.pending.clear()
+        self.schedule.step += 1
+
+    def _end_step(self) -> None:
+        step = self.schedule.step
+        if not self.pending:
+            return
+        values = torch.stack([stats.to("cpu") for *_, stats in self.pending]).tolist()  # the one host transfer
+        ops = self.config.ops
+        metrics: dict[str, dict[str, dict[str, float]]] = {}
+        for (kind, name, micro_step, _), row in zip(self.pending, values):
+            by_op = dict(zip(ops, row))
+            metrics.setdefault(kind, {})[name] = by_op
+            self.output.add(kind, name, step, micro_step, by_op)
+            for op, value in by_op.items():
+                reason = self.detector.check(kind, name, op, value)
+                if reason is not None:
+                    self.output.anomaly(step, kind, name, reason)
+                    if self.config.alert.dump and kind == "grad_reduced":
+                        self._dump_gradient(step, name)
+        self.pending.clear()
+        self.metrics = metrics
+        self.schedule.collected += 1
+        self.output.end_step(step, self.schedule.collected)
+
+    def _dump_gradient(self, step: int, name: str) -> None:
+        for parameter_name, parameter in self._parameters():
+            grad = self._gradient(parameter)
+            if parameter_name == name and grad is not None:
+                torch.save(grad.detach().cpu().clone(), self.output.folder / f"anomaly_step{step}_{name}.pt")
+
+    def finish(self) -> None:
+        """Write what is pending and remove every hook."""
+        if self.output is not None and self.output.pending:
+            self.output.flush(max(self.schedule.step - 1, 0))
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
+
+    # -- format "api": the reference's getters ------------------------------------------------
+    def generate_wgrad_metrics(self) -> dict[str, dict[str, float]]:
+        return self.metrics.get("grad_reduced", {})
+
+    def generate_xy_metrics(self) -> dict[str, dict[str, float]]:
+        return self.metrics.get("actv", {})
+
+    def generate_mv_metrics(self) -> dict[str, dict[str, dict[str, float]]]:
+        return {key: self.metrics.get(key, {}) for key in ("exp_avg", "exp_avg_sq")}
+
+    def generate_param_metrics(self) -> dict[str, dict[str, float]]:
+        return self.metrics.get("param", {})

@@ -1,0 +1,131 @@
+"""TrainerMon: statistics of gradients, optimizer state, weights and activations over a training run."""
+
+import csv
+import json
+
+import pytest
+import torch
+
+from msprobe.core.errors import ConfigError
+from msprobe.pytorch import TrainerMon
+
+
+def model_and_optimizer():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-2)
+
+
+def run(tmp_path, monkeypatch, config, steps=6, spike_at=None, grad_acc_steps=1):
+    monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / "out"))
+    (tmp_path / "monitor.json").write_text(json.dumps(config))
+    model, optimizer = model_and_optimizer()
+    monitor = TrainerMon(str(tmp_path / "monitor.json"), params_have_main_grad=False)
+    monitor.set_monitor(model, grad_acc_steps=grad_acc_steps, optimizer=optimizer)
+    generator = torch.Generator().manual_seed(1)
+    seen = []
+    for step in range(steps):
+        x = torch.randn(32, 8, generator=generator)
+        y = torch.randn(32, 2, generator=generator)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        if step == spike_at:
+            loss = loss * 1000  # a gradient spike
+        loss.backward()
+        seen.append({name: p.grad.detach().clone() for name, p in model.named_parameters()})
+        optimizer.step()
+        optimizer.zero_grad()
+    monitor.finish()
+    (folder,) = list((tmp_path / "out").iterdir())
+    return folder, seen, monitor
+
+
+def read(path):
+    with open(path) as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_weight_gradients_match_the_tensors(tmp_path, monkeypatch):
+    folder, seen, _ = run(
+        tmp_path,
+        monkeypatch,
+        {"wg_distribution": True, "ops": ["min", "max", "norm", "mean", "zeros", "nans", "std", "amax"]},
+    )
+    rows = read(folder / "grad_reduced_2-2.csv")
+    assert list(rows[0]) == ["vpp_stage", "name", "step", "min", "max", "norm", "mean", "zeros", "nans", "std", "amax"]
+    row = next(r for r in rows if r["name"] == "0.weight")
+    grad = seen[2]["0.weight"]
+    for op, value in (
+        ("min", grad.min()),
+        ("max", grad.max()),
+        ("norm", grad.norm()),
+        ("mean", grad.mean()),
+        ("std", grad.std()),
+        ("amax", grad.abs().max()),
+    ):
+        assert float(row[op]) == pytest.approx(value.item(), abs=1e-6)
+    assert float(row["nans"]) == 0
+
+
+def test_optimizer_state_weights_and_activations(tmp_path, monkeypatch):
+    folder, _, monitor = run(
+        tmp_path,
+        monkeypatch,
+        {
+            "mv_distribution": True,
+            "param_distribution": True,
+            "xy_distribution": True,
+            "all_xy": True,
+            "ops": ["norm", "max"],
+        },
+    )
+    names = {p.name.split("_")[0] for p in folder.glob("*.csv")}
+    assert {"exp", "param", "actv"} <= names
+    assert (folder / "exp_avg_sq_5-5.csv").exists()
+    actv = read(folder / "actv_0-0.csv")
+    assert {r["name"] for r in actv} >= {"0.input", "0.output", "2.output"} and "micro_step" in actv[0]
+    assert set(monitor.generate_mv_metrics()) == {"exp_avg", "exp_avg_sq"}
+    assert "2.output" in monitor.generate_xy_metrics()
+
+
+def test_schedule_and_records_per_file(tmp_path, monkeypatch):
+    folder, _, _ = run(
+        tmp_path,
+        monkeypatch,
+        {"wg_distribution": True, "start_step": 1, "step_interval": 2, "collect_times": 2, "step_count_per_record": 2},
+        steps=8,
+    )
+    files = sorted(p.name for p in folder.glob("grad_reduced_*.csv"))
+    assert files == ["grad_reduced_1-3.csv"]
+    assert sorted({r["step"] for r in read(folder / files[0])}) == ["1", "3"]
+
+
+def test_a_spike_is_reported_at_its_step_and_not_before(tmp_path, monkeypatch):
+    config = {
+        "wg_distribution": True,
+        "ops": ["norm"],
+        "alert": {"rules": [{"rule_name": "AnomalyTurbulence", "args": {"threshold": 3.0}}], "dump": True},
+    }
+    folder, _, _ = run(tmp_path, monkeypatch, config, steps=6, spike_at=4)
+    anomalies = [json.loads(line) for line in (folder / "anomalies.jsonl").read_text().splitlines()]
+    assert min(a["step"] for a in anomalies) == 4
+    assert list(folder.glob("anomaly_step4_*.pt"))
+
+
+def test_api_format_writes_no_files(tmp_path, monkeypatch):
+    folder, seen, monitor = run(tmp_path, monkeypatch, {"wg_distribution": True, "format": "api", "ops": ["max"]})
+    assert not list(folder.glob("*.csv"))
+    assert monitor.generate_wgrad_metrics()["2.bias"]["max"] == pytest.approx(seen[-1]["2.bias"].max().item())
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"ops": ["median"]}, "ops: unknown op"),
+        ({"bogus": 1}, "bogus: unknown key"),
+        ({"step_interval": 0}, "step_interval"),
+    ],
+)
+def test_bad_monitor_configs(tmp_path, config, message):
+    (tmp_path / "m.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigError, match=message):
+        TrainerMon(str(tmp_path / "m.json"))
