@@ -19,34 +19,31 @@ logger = logging.getLogger(__name__)
 
 
 def _stats(tensor: torch.Tensor, ops: list[str], eps: float) -> torch.Tensor:
+    """All requested statistics of one tensor as one small device tensor (no host transfer here)."""
     data = tensor.detach()
     data = data.float() if data.dtype not in (torch.float32, torch.float64) else data
     if data.numel() == 0:
-        return torch.full((len(ops),), float("nan"), device=data.device)
-    absolute = data.abs()
-    values = []
-    for op in ops:
-        if op == "min":
-            values.append(data.min())
-        elif op == "max":
-            values.append(data.max())
-        elif op == "norm":
-            values.append(torch.linalg.vector_norm(data))
-        elif op == "mean":
-            values.append(data.mean())
-        elif op == "zeros":
-            values.append((absolute < eps).float().mean())
-        elif op == "nans":
-            values.append(torch.isnan(data).sum().to(data.dtype))
-        elif op == "std":
-            values.append(data.std() if data.numel() > 1 else torch.zeros((), device=data.device))
-        elif op == "amax":
-            values.append(absolute.max())
-        elif op == "dynamic_range":
+        return torch.full((len(ops),), float("nan"), device=data.device, dtype=torch.float64)
+    computed: dict[str, torch.Tensor] = {}
+    if "min" in ops or "max" in ops:
+        computed["min"], computed["max"] = torch.aminmax(data)
+    if "norm" in ops:
+        computed["norm"] = torch.linalg.vector_norm(data)
+    if "mean" in ops:
+        computed["mean"] = data.mean()
+    if "std" in ops:
+        computed["std"] = data.std() if data.numel() > 1 else torch.zeros((), device=data.device, dtype=data.dtype)
+    if {"zeros", "amax", "dynamic_range"} & set(ops):
+        absolute = data.abs()
+        computed["zeros"] = (absolute < eps).to(data.dtype).mean()
+        computed["amax"] = absolute.max()
+        if "dynamic_range" in ops:
             nonzero = absolute[absolute > 0]
-            smallest = nonzero.min() if nonzero.numel() else torch.ones((), device=data.device)
-            values.append(torch.log2(absolute.max().clamp_min(1e-45) / smallest))
-    return torch.stack([v.to(torch.float64) for v in values])
+            smallest = nonzero.min() if nonzero.numel() else torch.ones((), device=data.device, dtype=data.dtype)
+            computed["dynamic_range"] = torch.log2(computed["amax"].clamp_min(1e-45) / smallest)
+    if "nans" in ops:
+        computed["nans"] = torch.isnan(data).sum().to(data.dtype)
+    return torch.stack([computed[op] for op in ops]).to(torch.float64)
 
 
 class TrainerMon:
