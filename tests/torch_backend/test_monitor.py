@@ -2,6 +2,7 @@
 
 import csv
 import json
+import time
 
 import pytest
 import torch
@@ -129,3 +130,26 @@ def test_bad_monitor_configs(tmp_path, config, message):
     (tmp_path / "m.json").write_text(json.dumps(config))
     with pytest.raises(ConfigError, match=message):
         TrainerMon(str(tmp_path / "m.json"))
+
+
+def test_dynamic_start_and_stop(tmp_path, monkeypatch):
+    monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / "out"))
+    monkeypatch.setenv("DYNAMIC_MONITOR", "True")
+    path = tmp_path / "monitor.json"
+    path.write_text(json.dumps({"wg_distribution": True, "ops": ["norm"], "dynamic_on": False, "collect_times": 2}))
+    model, optimizer = model_and_optimizer()
+    monitor = TrainerMon(str(path), params_have_main_grad=False).set_monitor(model, optimizer=optimizer)
+    for step in range(8):
+        if step == 3:  # the user turns it on while training runs
+            time.sleep(0.01)
+            path.write_text(
+                json.dumps({"wg_distribution": True, "ops": ["norm"], "dynamic_on": True, "collect_times": 2})
+            )
+        model(torch.randn(4, 8)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    monitor.finish()
+    (folder,) = list((tmp_path / "out").iterdir())
+    steps = sorted({int(r["step"]) for f in folder.glob("grad_reduced_*.csv") for r in read(f)})
+    assert steps == [3, 4]
+    assert json.loads(path.read_text())["dynamic_on"] is False  # switched itself off after collect_times

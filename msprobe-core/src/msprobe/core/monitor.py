@@ -183,3 +183,47 @@ class MonitorOutput:
             handle.write(
                 json.dumps({"step": step, "rank": self.rank, "kind": kind, "name": name, "reason": reason}) + "\n"
             )
+
+
+DYNAMIC_ENV = "DYNAMIC_MONITOR"
+
+
+class DynamicSwitch:
+    """Dynamic start/stop: with DYNAMIC_MONITOR=True, editing the config turns collection on and off.
+
+    Collection starts when ``dynamic_on`` is true (the first time), or when the
+    config file is newer than last seen and ``dynamic_on`` is true; after
+    ``collect_times`` collected steps it stops and writes ``dynamic_on: false``
+    back, so the next edit can start it again.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.enabled = os.environ.get(DYNAMIC_ENV, "").lower() == "true"
+        self.seen_mtime = 0.0
+        self.started_once = False
+
+    def poll(self) -> MonitorConfig | None:
+        """A config to (re)start collection with, or None."""
+        if not self.enabled:
+            return None
+        try:
+            mtime = self.path.stat().st_mtime
+        except OSError:
+            return None
+        if self.started_once and mtime <= self.seen_mtime:
+            return None
+        self.seen_mtime = mtime
+        config = load_monitor_config(self.path)
+        if not config.dynamic_on:
+            return None
+        self.started_once = True
+        return config
+
+    def switch_off(self) -> None:
+        raw = read_config_file(self.path)
+        raw["dynamic_on"] = False
+        temporary = self.path.with_name(f".{self.path.name}.tmp")
+        temporary.write_text(json.dumps(raw, indent=4))
+        temporary.replace(self.path)
+        self.seen_mtime = self.path.stat().st_mtime

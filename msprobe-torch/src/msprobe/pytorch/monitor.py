@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from msprobe.core.monitor import AnomalyDetector, MonitorOutput, Schedule, load_monitor_config
+from msprobe.core.monitor import AnomalyDetector, DynamicSwitch, MonitorOutput, Schedule, load_monitor_config
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +51,8 @@ class TrainerMon:
 
     def __init__(self, config_file_path: str, process_group: Any = None, params_have_main_grad: bool = True):
         self.config = load_monitor_config(config_file_path)
+        self.dynamic = DynamicSwitch(config_file_path)
+        self.active = not self.dynamic.enabled  # dynamic mode waits for dynamic_on
         self.params_have_main_grad = params_have_main_grad
         self.pending: list[tuple[str, str, int | None, torch.Tensor]] = []
         self.metrics: dict[str, dict[str, dict[str, float]]] = {}
@@ -91,6 +93,7 @@ class TrainerMon:
                     if name and self._watched_module(name):
                         label = f"{index}:{name}" if len(models) > 1 else name
                         self.handles.append(module.register_forward_hook(self._activation_hook(label)))
+        self._poll_dynamic()
         self.handles.append(register_optimizer_step_pre_hook(self._before_optimizer))
         self.handles.append(register_optimizer_step_post_hook(self._after_optimizer))
         return self
@@ -111,7 +114,7 @@ class TrainerMon:
     # -- collection ---------------------------------------------------------------------------
     def _activation_hook(self, name: str) -> Any:
         def hook(module: Any, args: tuple, output: Any) -> None:
-            if self.schedule is None or not self.schedule.collecting() or self.config.backward_only:
+            if self.schedule is None or not self._collecting() or self.config.backward_only:
                 return
             for label, raw in (("input", args[0] if args else None), ("output", output)):
                 value = raw[0] if isinstance(raw, (tuple, list)) and raw else raw
@@ -131,7 +134,8 @@ class TrainerMon:
     def _before_optimizer(self, optimizer: Any, args: tuple, kwargs: dict) -> None:
         if self.optimizer is not None and optimizer is not self.optimizer:
             return
-        if not self.schedule.collecting():
+        self._poll_dynamic()
+        if not self._collecting():
             return
         for name, parameter in self._parameters():
             grad = self._gradient(parameter)
@@ -158,6 +162,25 @@ class TrainerMon:
             logger.warning("monitor: step %d not recorded (%s: %s)", self.schedule.step, type(exc).__name__, exc)
             self.pending.clear()
         self.schedule.step += 1
+
+    def _collecting(self) -> bool:
+        return self.active and self.schedule.collecting()
+
+    def _poll_dynamic(self) -> None:
+        """Dynamic start/stop (DYNAMIC_MONITOR=True): follow the config file between steps."""
+        if not self.dynamic.enabled:
+            return
+        if self.active and self.schedule.collected >= self.config.collect_times:
+            self.active = False
+            self.dynamic.switch_off()
+            logger.warning("monitor: collected %d steps; dynamic_on switched off", self.schedule.collected)
+            return
+        config = self.dynamic.poll()
+        if config is not None:
+            self.config = config
+            self.schedule = Schedule(config.model_copy(update={"start_step": self.schedule.step}), self.schedule.step)
+            self.output.config = config
+            self.active = True
 
     def _end_step(self) -> None:
         step = self.schedule.step
