@@ -227,3 +227,81 @@ class DynamicSwitch:
         temporary.write_text(json.dumps(raw, indent=4))
         temporary.replace(self.path)
         self.seen_mtime = self.path.stat().st_mtime
+
+
+class MonitorSession:
+    """What every framework's TrainerMon shares: schedule, dynamic switch, output, anomalies, getters.
+
+    The framework measures tensors into rows ``(kind, name, micro_step,
+    values)`` and calls :meth:`end_step` once per training step.
+    """
+
+    def __init__(self, config_path: str | Path):
+        self.config = load_monitor_config(config_path)
+        self.dynamic = DynamicSwitch(config_path)
+        self.active = not self.dynamic.enabled  # dynamic mode waits for dynamic_on
+        self.detector = AnomalyDetector(self.config.alert)
+        self.schedule: Schedule | None = None
+        self.output: MonitorOutput | None = None
+        self.metrics: dict[str, dict[str, dict[str, float]]] = {}
+        self.on_anomaly: Any = None  # called with (step, kind, name) when alert.dump is set
+
+    def start(self, rank: int, start_iteration: int = 0) -> None:
+        self.schedule = Schedule(self.config, start_iteration)
+        self.output = MonitorOutput(self.config, rank)
+        self.poll_dynamic()
+
+    def collecting(self) -> bool:
+        return self.schedule is not None and self.active and self.schedule.collecting()
+
+    def poll_dynamic(self) -> None:
+        """Dynamic start/stop: follow the config file between steps."""
+        if not self.dynamic.enabled or self.schedule is None:
+            return
+        if self.active and self.schedule.collected >= self.config.collect_times:
+            self.active = False
+            self.dynamic.switch_off()
+            logger.warning("monitor: collected %d steps; dynamic_on switched off", self.schedule.collected)
+            return
+        config = self.dynamic.poll()
+        if config is not None:
+            self.config = config
+            self.schedule = Schedule(config.model_copy(update={"start_step": self.schedule.step}), self.schedule.step)
+            self.output.config = config
+            self.active = True
+
+    def end_step(self, rows: list[tuple[str, str, int | None, list[float]]]) -> None:
+        step = self.schedule.step
+        if rows:
+            metrics: dict[str, dict[str, dict[str, float]]] = {}
+            for kind, name, micro_step, values in rows:
+                by_op = dict(zip(self.config.ops, values))
+                metrics.setdefault(kind, {})[name] = by_op
+                self.output.add(kind, name, step, micro_step, by_op)
+                for op, value in by_op.items():
+                    reason = self.detector.check(kind, name, op, value)
+                    if reason is not None:
+                        self.output.anomaly(step, kind, name, reason)
+                        if self.config.alert.dump and self.on_anomaly is not None:
+                            self.on_anomaly(step, kind, name)
+            self.metrics = metrics
+            self.schedule.collected += 1
+            self.output.end_step(step, self.schedule.collected)
+        self.schedule.step += 1
+
+    def finish(self) -> None:
+        if self.output is not None and self.output.pending:
+            self.output.flush(max(self.schedule.step - 1, 0))
+
+    # the reference's getters for format "api"
+    def generate_wgrad_metrics(self) -> dict[str, dict[str, float]]:
+        return self.metrics.get("grad_reduced", {})
+
+    def generate_xy_metrics(self) -> dict[str, dict[str, float]]:
+        return self.metrics.get("actv", {})
+
+    def generate_mv_metrics(self) -> dict[str, dict[str, dict[str, float]]]:
+        return {key: self.metrics.get(key, {}) for key in ("exp_avg", "exp_avg_sq")}
+
+    def generate_param_metrics(self) -> dict[str, dict[str, float]]:
+        return self.metrics.get("param", {})

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from msprobe.core.monitor import AnomalyDetector, DynamicSwitch, MonitorOutput, Schedule, load_monitor_config
+from msprobe.core.monitor import MonitorSession
 
 logger = logging.getLogger(__name__)
 
@@ -46,24 +46,19 @@ def _stats(tensor: torch.Tensor, ops: list[str], eps: float) -> torch.Tensor:
     return torch.stack([computed[op] for op in ops]).to(torch.float64)
 
 
-class TrainerMon:
+class TrainerMon(MonitorSession):
     """The reference's entry point: ``TrainerMon(config_file_path).set_monitor(model, ...)``."""
 
     def __init__(self, config_file_path: str, process_group: Any = None, params_have_main_grad: bool = True):
-        self.config = load_monitor_config(config_file_path)
-        self.dynamic = DynamicSwitch(config_file_path)
-        self.active = not self.dynamic.enabled  # dynamic mode waits for dynamic_on
+        super().__init__(config_file_path)
         self.params_have_main_grad = params_have_main_grad
         self.pending: list[tuple[str, str, int | None, torch.Tensor]] = []
-        self.metrics: dict[str, dict[str, dict[str, float]]] = {}
         self.handles: list[Any] = []
         self.micro_step = 0
         self.grad_acc_steps = 1
-        self.schedule: Schedule | None = None
-        self.output: MonitorOutput | None = None
-        self.detector = AnomalyDetector(self.config.alert)
         self.model: Any = None
         self.optimizer: Any = None
+        self.on_anomaly = self._dump_gradient
 
     # -- setup -----------------------------------------------------------------------------
     def set_monitor(
@@ -80,20 +75,14 @@ class TrainerMon:
         models = list(model) if isinstance(model, (list, tuple)) else [model]
         self.model, self.optimizer = models, optimizer
         self.grad_acc_steps = max(1, grad_acc_steps)
-        rank = (
-            torch.distributed.get_rank()
-            if torch.distributed.is_available() and torch.distributed.is_initialized()
-            else 0
-        )
-        self.schedule = Schedule(self.config, start_iteration)
-        self.output = MonitorOutput(self.config, rank)
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        self.start(torch.distributed.get_rank() if distributed else 0, start_iteration)
         if self.config.xy_distribution:
             for index, root in enumerate(models):
                 for name, module in root.named_modules():
                     if name and self._watched_module(name):
                         label = f"{index}:{name}" if len(models) > 1 else name
                         self.handles.append(module.register_forward_hook(self._activation_hook(label)))
-        self._poll_dynamic()
         self.handles.append(register_optimizer_step_pre_hook(self._before_optimizer))
         self.handles.append(register_optimizer_step_post_hook(self._after_optimizer))
         return self
@@ -114,7 +103,7 @@ class TrainerMon:
     # -- collection ---------------------------------------------------------------------------
     def _activation_hook(self, name: str) -> Any:
         def hook(module: Any, args: tuple, output: Any) -> None:
-            if self.schedule is None or not self._collecting() or self.config.backward_only:
+            if not self.collecting() or self.config.backward_only:
                 return
             for label, raw in (("input", args[0] if args else None), ("output", output)):
                 value = raw[0] if isinstance(raw, (tuple, list)) and raw else raw
@@ -134,8 +123,8 @@ class TrainerMon:
     def _before_optimizer(self, optimizer: Any, args: tuple, kwargs: dict) -> None:
         if self.optimizer is not None and optimizer is not self.optimizer:
             return
-        self._poll_dynamic()
-        if not self._collecting():
+        self.poll_dynamic()
+        if not self.collecting():
             return
         for name, parameter in self._parameters():
             grad = self._gradient(parameter)
@@ -156,55 +145,19 @@ class TrainerMon:
         if self.micro_step < self.grad_acc_steps:
             return
         self.micro_step = 0
+        rows = []
         try:
-            self._end_step()
+            if self.pending:
+                values = torch.stack([stats.to("cpu") for *_, stats in self.pending]).tolist()  # one host transfer
+                rows = [(kind, name, micro, row) for (kind, name, micro, _), row in zip(self.pending, values)]
         except Exception as exc:  # never break training
             logger.warning("monitor: step %d not recorded (%s: %s)", self.schedule.step, type(exc).__name__, exc)
-            self.pending.clear()
-        self.schedule.step += 1
-
-    def _collecting(self) -> bool:
-        return self.active and self.schedule.collecting()
-
-    def _poll_dynamic(self) -> None:
-        """Dynamic start/stop (DYNAMIC_MONITOR=True): follow the config file between steps."""
-        if not self.dynamic.enabled:
-            return
-        if self.active and self.schedule.collected >= self.config.collect_times:
-            self.active = False
-            self.dynamic.switch_off()
-            logger.warning("monitor: collected %d steps; dynamic_on switched off", self.schedule.collected)
-            return
-        config = self.dynamic.poll()
-        if config is not None:
-            self.config = config
-            self.schedule = Schedule(config.model_copy(update={"start_step": self.schedule.step}), self.schedule.step)
-            self.output.config = config
-            self.active = True
-
-    def _end_step(self) -> None:
-        step = self.schedule.step
-        if not self.pending:
-            return
-        values = torch.stack([stats.to("cpu") for *_, stats in self.pending]).tolist()  # the one host transfer
-        ops = self.config.ops
-        metrics: dict[str, dict[str, dict[str, float]]] = {}
-        for (kind, name, micro_step, _), row in zip(self.pending, values):
-            by_op = dict(zip(ops, row))
-            metrics.setdefault(kind, {})[name] = by_op
-            self.output.add(kind, name, step, micro_step, by_op)
-            for op, value in by_op.items():
-                reason = self.detector.check(kind, name, op, value)
-                if reason is not None:
-                    self.output.anomaly(step, kind, name, reason)
-                    if self.config.alert.dump and kind == "grad_reduced":
-                        self._dump_gradient(step, name)
         self.pending.clear()
-        self.metrics = metrics
-        self.schedule.collected += 1
-        self.output.end_step(step, self.schedule.collected)
+        self.end_step(rows)
 
-    def _dump_gradient(self, step: int, name: str) -> None:
+    def _dump_gradient(self, step: int, kind: str, name: str) -> None:
+        if kind != "grad_reduced":
+            return
         for parameter_name, parameter in self._parameters():
             grad = self._gradient(parameter)
             if parameter_name == name and grad is not None:
@@ -212,21 +165,7 @@ class TrainerMon:
 
     def finish(self) -> None:
         """Write what is pending and remove every hook."""
-        if self.output is not None and self.output.pending:
-            self.output.flush(max(self.schedule.step - 1, 0))
+        super().finish()
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
-
-    # -- format "api": the reference's getters ------------------------------------------------
-    def generate_wgrad_metrics(self) -> dict[str, dict[str, float]]:
-        return self.metrics.get("grad_reduced", {})
-
-    def generate_xy_metrics(self) -> dict[str, dict[str, float]]:
-        return self.metrics.get("actv", {})
-
-    def generate_mv_metrics(self) -> dict[str, dict[str, dict[str, float]]]:
-        return {key: self.metrics.get(key, {}) for key in ("exp_avg", "exp_avg_sq")}
-
-    def generate_param_metrics(self) -> dict[str, dict[str, float]]:
-        return self.metrics.get("param", {})
