@@ -9,6 +9,7 @@ from msprobe.core.lazy import lazy_exports
 _EXPORTS = {
     "PrecisionDebugger": "msprobe.mindspore.debugger",
     "seed_all": "msprobe.mindspore.seed",
+    "TrainerMon": "msprobe.mindspore.monitor",
 }
-__all__ = ["PrecisionDebugger", "seed_all"]
+__all__ = ["PrecisionDebugger", "TrainerMon", "seed_all"]
 __getattr__ = lazy_exports(__name__, _EXPORTS)

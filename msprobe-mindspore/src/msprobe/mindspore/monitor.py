@@ -1,0 +1,130 @@
+"""TrainerMon for MindSpore (PyNative): the core's MonitorSession with MindSpore tensors.
+
+Gradients are those the optimizer receives (its forward pre-hook sees
+them); optimizer state is the Adam-style moments the optimizer keeps
+(``moment1``/``moment2`` or ``moments1``/``moments2``); activations come from
+cell forward hooks. Statistics are small device tensors stacked and read
+back once per step.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+import mindspore as ms
+from mindspore import ops
+from msprobe.core.monitor import MonitorSession
+
+logger = logging.getLogger(__name__)
+_FLOATS = (ms.float16, ms.bfloat16, ms.float32, ms.float64)
+_MOMENTS = (("exp_avg", ("moment1", "moments1", "exp_avg")), ("exp_avg_sq", ("moment2", "moments2", "exp_avg_sq")))
+
+
+def _stats(tensor: ms.Tensor, names: list[str], eps: float) -> ms.Tensor:
+    data = tensor.astype(ms.float32) if tensor.dtype != ms.float64 else tensor
+    if data.size == 0:
+        return ms.Tensor(np.full(len(names), np.nan), ms.float64)
+    absolute = data.abs()
+    computed = {
+        "min": data.min(),
+        "max": data.max(),
+        "mean": data.mean(),
+        "norm": ops.sqrt((data * data).sum()),
+        "amax": absolute.max(),
+        "zeros": (absolute < eps).astype(data.dtype).mean(),
+        "nans": ops.isnan(data).astype(data.dtype).sum(),
+    }
+    if "std" in names:
+        computed["std"] = data.std() if data.size > 1 else ms.Tensor(0.0, data.dtype)
+    if "dynamic_range" in names:
+        host = np.abs(data.asnumpy())
+        nonzero = host[host > 0]
+        value = np.log2(host.max() / nonzero.min()) if nonzero.size else 0.0
+        computed["dynamic_range"] = ms.Tensor(value, data.dtype)
+    return ops.stack([computed[name].astype(ms.float64) for name in names])
+
+
+class TrainerMon(MonitorSession):
+    def __init__(self, config_file_path: str, process_group: Any = None, params_have_main_grad: bool = True):
+        super().__init__(config_file_path)
+        self.pending: list[tuple[str, str, int | None, ms.Tensor]] = []
+        self.handles: list[Any] = []
+        self.micro_step = 0
+        self.grad_acc_steps = 1
+        self.optimizer: Any = None
+
+    def set_monitor(
+        self,
+        model: Any,
+        grad_acc_steps: int = 1,
+        optimizer: Any = None,
+        dp_group: Any = None,
+        tp_group: Any = None,
+        start_iteration: int = 0,
+    ) -> TrainerMon:
+        from msprobe.mindspore.debugger import distributed_rank
+
+        if optimizer is None:
+            from msprobe.core.errors import UsageError
+
+            raise UsageError("MindSpore's TrainerMon needs the optimizer: set_monitor(model, optimizer=optimizer)")
+        self.optimizer = optimizer
+        self.grad_acc_steps = max(1, grad_acc_steps)
+        self.start(distributed_rank() or 0, start_iteration)
+        if self.config.xy_distribution:
+            for name, cell in model.cells_and_names():
+                if name and (self.config.all_xy or not self.config.targets or name in self.config.targets):
+                    self.handles.append(cell.register_forward_hook(self._activation_hook(name)))
+        self.handles.append(optimizer.register_forward_pre_hook(self._on_optimizer))
+        return self
+
+    def _activation_hook(self, name: str) -> Any:
+        def hook(_cell: Any, args: tuple, output: Any) -> None:
+            if not self.collecting() or self.config.backward_only:
+                return
+            for label, raw in (("input", args[0] if args else None), ("output", output)):
+                value = raw[0] if isinstance(raw, (tuple, list)) and raw else raw
+                if isinstance(value, ms.Tensor) and value.dtype in _FLOATS:
+                    self._add("actv", f"{name}.{label}", self.micro_step, value)
+
+        return hook
+
+    def _add(self, kind: str, name: str, micro_step: int | None, tensor: ms.Tensor) -> None:
+        self.pending.append((kind, name, micro_step, _stats(tensor, self.config.ops, self.config.eps)))
+
+    def _on_optimizer(self, optimizer: Any, args: tuple) -> None:
+        self.poll_dynamic()
+        try:
+            if self.collecting() and args:
+                parameters = list(optimizer.parameters)
+                for index, (parameter, grad) in enumerate(zip(parameters, args[0])):
+                    if self.config.wg_distribution and grad is not None:
+                        self._add("grad_reduced", parameter.name, None, grad)
+                    if self.config.param_distribution:
+                        self._add("param", parameter.name, None, parameter)
+                    if self.config.mv_distribution:
+                        for kind, attributes in _MOMENTS:
+                            moments = next((getattr(optimizer, a) for a in attributes if hasattr(optimizer, a)), None)
+                            if moments is not None and index < len(moments):
+                                self._add(kind, parameter.name, None, moments[index])
+        except Exception as exc:  # never break training
+            logger.warning("monitor: gradients not recorded (%s: %s)", type(exc).__name__, exc)
+        self.micro_step += 1
+        if self.micro_step < self.grad_acc_steps:
+            return
+        self.micro_step = 0
+        rows = []
+        if self.pending:
+            values = ops.stack([stats for *_, stats in self.pending]).asnumpy().tolist()  # one host transfer
+            rows = [(kind, name, micro, row) for (kind, name, micro, _), row in zip(self.pending, values)]
+        self.pending.clear()
+        self.end_step(rows)
+
+    def finish(self) -> None:
+        super().finish()
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()

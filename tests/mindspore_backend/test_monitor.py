@@ -1,0 +1,71 @@
+"""TrainerMon on MindSpore: the same files and rules as on PyTorch."""
+
+import csv
+import json
+
+import mindspore as ms
+import numpy as np
+import pytest
+from mindspore import Tensor, nn
+
+from msprobe.mindspore import TrainerMon
+
+ms.set_context(mode=ms.PYNATIVE_MODE)
+
+
+def run(tmp_path, monkeypatch, config, steps=5, spike_at=None):
+    monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / "out"))
+    (tmp_path / "m.json").write_text(json.dumps(config))
+    ms.set_seed(0)
+    net = nn.SequentialCell([nn.Dense(6, 12), nn.Tanh(), nn.Dense(12, 2)])
+    optimizer = nn.Adam(net.trainable_params(), learning_rate=1e-2)
+    monitor = TrainerMon(str(tmp_path / "m.json")).set_monitor(net, optimizer=optimizer)
+    grad_fn = ms.value_and_grad(lambda x, y: ((net(x) - y) ** 2).mean(), None, optimizer.parameters)
+    rng = np.random.default_rng(0)
+    seen = []
+    for step in range(steps):
+        x = rng.standard_normal((16, 6)).astype(np.float32)
+        if step == spike_at:
+            x = x * 1000
+        _, grads = grad_fn(Tensor(x), Tensor(np.zeros((16, 2), np.float32)))
+        seen.append([g.asnumpy() for g in grads])
+        optimizer(grads)
+    monitor.finish()
+    (folder,) = list((tmp_path / "out").iterdir())
+    return folder, seen, optimizer
+
+
+def read(path):
+    with open(path) as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_gradients_state_and_activations(tmp_path, monkeypatch):
+    folder, seen, optimizer = run(
+        tmp_path,
+        monkeypatch,
+        {
+            "wg_distribution": True,
+            "mv_distribution": True,
+            "xy_distribution": True,
+            "all_xy": True,
+            "ops": ["min", "max", "norm"],
+        },
+    )
+    rows = read(folder / "grad_reduced_1-1.csv")
+    first = optimizer.parameters[0].name
+    row = next(r for r in rows if r["name"] == first)
+    assert float(row["norm"]) == pytest.approx(float(np.linalg.norm(seen[1][0])), rel=1e-5)
+    assert (folder / "exp_avg_3-3.csv").exists() and (folder / "exp_avg_sq_3-3.csv").exists()
+    assert {r["name"] for r in read(folder / "actv_0-0.csv")} >= {"0.input", "2.output"}
+
+
+def test_a_spike_is_reported_at_its_step(tmp_path, monkeypatch):
+    config = {
+        "wg_distribution": True,
+        "ops": ["norm"],
+        "alert": {"rules": [{"rule_name": "AnomalyTurbulence", "args": {"threshold": 3.0}}]},
+    }
+    folder, _, _ = run(tmp_path, monkeypatch, config, steps=5, spike_at=3)
+    anomalies = [json.loads(line) for line in (folder / "anomalies.jsonl").read_text().splitlines()]
+    assert min(a["step"] for a in anomalies) == 3
