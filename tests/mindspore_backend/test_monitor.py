@@ -1,12 +1,12 @@
 """TrainerMon on MindSpore: the same files and rules as on PyTorch."""
 
-import csv
 import json
 
 import mindspore as ms
 import numpy as np
 import pytest
 from mindspore import Tensor, nn
+from tables import csv_rows
 
 from msprobe.mindspore import TrainerMon
 
@@ -35,11 +35,6 @@ def run(tmp_path, monkeypatch, config, steps=5, spike_at=None):
     return folder, seen, optimizer
 
 
-def read(path):
-    with open(path) as handle:
-        return list(csv.DictReader(handle))
-
-
 def test_gradients_state_and_activations(tmp_path, monkeypatch):
     folder, seen, optimizer = run(
         tmp_path,
@@ -52,12 +47,12 @@ def test_gradients_state_and_activations(tmp_path, monkeypatch):
             "ops": ["min", "max", "norm"],
         },
     )
-    rows = read(folder / "grad_reduced_1-1.csv")
+    rows = csv_rows(folder / "grad_reduced_1-1.csv")
     first = optimizer.parameters[0].name
     row = next(r for r in rows if r["name"] == first)
     assert float(row["norm"]) == pytest.approx(float(np.linalg.norm(seen[1][0])), rel=1e-5)
     assert (folder / "exp_avg_3-3.csv").exists() and (folder / "exp_avg_sq_3-3.csv").exists()
-    assert {r["name"] for r in read(folder / "actv_0-0.csv")} >= {"0.input", "2.output"}
+    assert {r["name"] for r in csv_rows(folder / "actv_0-0.csv")} >= {"0.input", "2.output"}
 
 
 def test_a_spike_is_reported_at_its_step(tmp_path, monkeypatch):

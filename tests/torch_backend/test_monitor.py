@@ -1,11 +1,11 @@
 """TrainerMon: statistics of gradients, optimizer state, weights and activations over a training run."""
 
-import csv
 import json
 import time
 
 import pytest
 import torch
+from tables import csv_rows
 
 from msprobe.core.errors import ConfigError
 from msprobe.pytorch import TrainerMon
@@ -40,18 +40,13 @@ def run(tmp_path, monkeypatch, config, steps=6, spike_at=None, grad_acc_steps=1)
     return folder, seen, monitor
 
 
-def read(path):
-    with open(path) as handle:
-        return list(csv.DictReader(handle))
-
-
 def test_weight_gradients_match_the_tensors(tmp_path, monkeypatch):
     folder, seen, _ = run(
         tmp_path,
         monkeypatch,
         {"wg_distribution": True, "ops": ["min", "max", "norm", "mean", "zeros", "nans", "std", "amax"]},
     )
-    rows = read(folder / "grad_reduced_2-2.csv")
+    rows = csv_rows(folder / "grad_reduced_2-2.csv")
     assert list(rows[0]) == ["vpp_stage", "name", "step", "min", "max", "norm", "mean", "zeros", "nans", "std", "amax"]
     row = next(r for r in rows if r["name"] == "0.weight")
     grad = seen[2]["0.weight"]
@@ -82,7 +77,7 @@ def test_optimizer_state_weights_and_activations(tmp_path, monkeypatch):
     names = {p.name.split("_")[0] for p in folder.glob("*.csv")}
     assert {"exp", "param", "actv"} <= names
     assert (folder / "exp_avg_sq_5-5.csv").exists()
-    actv = read(folder / "actv_0-0.csv")
+    actv = csv_rows(folder / "actv_0-0.csv")
     assert {r["name"] for r in actv} >= {"0.input", "0.output", "2.output"} and "micro_step" in actv[0]
     assert set(monitor.generate_mv_metrics()) == {"exp_avg", "exp_avg_sq"}
     assert "2.output" in monitor.generate_xy_metrics()
@@ -97,7 +92,7 @@ def test_schedule_and_records_per_file(tmp_path, monkeypatch):
     )
     files = sorted(p.name for p in folder.glob("grad_reduced_*.csv"))
     assert files == ["grad_reduced_1-3.csv"]
-    assert sorted({r["step"] for r in read(folder / files[0])}) == ["1", "3"]
+    assert sorted({r["step"] for r in csv_rows(folder / files[0])}) == ["1", "3"]
 
 
 def test_a_spike_is_reported_at_its_step_and_not_before(tmp_path, monkeypatch):
@@ -150,6 +145,6 @@ def test_dynamic_start_and_stop(tmp_path, monkeypatch):
         optimizer.zero_grad()
     monitor.finish()
     (folder,) = list((tmp_path / "out").iterdir())
-    steps = sorted({int(r["step"]) for f in folder.glob("grad_reduced_*.csv") for r in read(f)})
+    steps = sorted({int(r["step"]) for f in folder.glob("grad_reduced_*.csv") for r in csv_rows(f)})
     assert steps == [3, 4]
     assert json.loads(path.read_text())["dynamic_on"] is False  # switched itself off after collect_times

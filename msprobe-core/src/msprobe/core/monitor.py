@@ -251,6 +251,11 @@ class MonitorSession:
         self.output = MonitorOutput(self.config, rank)
         self.poll_dynamic()
 
+    def watches_module(self, name: str) -> bool:
+        """Whether activations of the module/cell ``name`` are collected (a target or inside one)."""
+        targets = self.config.targets
+        return self.config.all_xy or not targets or any(name == t or name.startswith(f"{t}.") for t in targets)
+
     def collecting(self) -> bool:
         return self.schedule is not None and self.active and self.schedule.collecting()
 

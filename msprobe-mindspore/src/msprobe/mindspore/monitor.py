@@ -76,7 +76,7 @@ class TrainerMon(MonitorSession):
         self.start(distributed_rank() or 0, start_iteration)
         if self.config.xy_distribution:
             for name, cell in model.cells_and_names():
-                if name and (self.config.all_xy or not self.config.targets or name in self.config.targets):
+                if name and self.watches_module(name):
                     self.handles.append(cell.register_forward_hook(self._activation_hook(name)))
         self.handles.append(optimizer.register_forward_pre_hook(self._on_optimizer))
         return self

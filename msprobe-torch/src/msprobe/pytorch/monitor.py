@@ -80,16 +80,12 @@ class TrainerMon(MonitorSession):
         if self.config.xy_distribution:
             for index, root in enumerate(models):
                 for name, module in root.named_modules():
-                    if name and self._watched_module(name):
+                    if name and self.watches_module(name):
                         label = f"{index}:{name}" if len(models) > 1 else name
                         self.handles.append(module.register_forward_hook(self._activation_hook(label)))
         self.handles.append(register_optimizer_step_pre_hook(self._before_optimizer))
         self.handles.append(register_optimizer_step_post_hook(self._after_optimizer))
         return self
-
-    def _watched_module(self, name: str) -> bool:
-        targets = self.config.targets
-        return self.config.all_xy or not targets or any(name == t or name.startswith(f"{t}.") for t in targets)
 
     def _parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
         found = []
