@@ -15,7 +15,7 @@ nox.options.error_on_missing_interpreters = True
 TORCH = "torch==2.13.0"
 MINDSPORE = "mindspore==2.10.0"
 TEST_DEPS = ["pytest", "hatchling"]
-CORE = ["-e", "./msprobe-core[plots]", "-e", "./msprobe-cli"]
+CORE = ["-e", "./msprobe-core[plots,tensorboard]", "-e", "./msprobe-cli"]
 
 
 @nox.session

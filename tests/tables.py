@@ -11,3 +11,12 @@ def csv_rows(path: str | Path) -> list[dict[str, str]]:
         return []
     with path.open(newline="") as handle:
         return list(csv.DictReader(handle))
+
+
+def tensorboard_scalars(folder: str | Path) -> dict[str, dict[int, float]]:
+    """Every scalar in a folder of TensorBoard event files: {tag: {step: value}}."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    return {tag: {e.step: e.value for e in events.Scalars(tag)} for tag in events.Tags()["scalars"]}

@@ -6,7 +6,7 @@ import mindspore as ms
 import numpy as np
 import pytest
 from mindspore import Tensor, nn
-from tables import csv_rows
+from tables import csv_rows, tensorboard_scalars
 
 from msprobe.mindspore import TrainerMon
 
@@ -64,3 +64,12 @@ def test_a_spike_is_reported_at_its_step(tmp_path, monkeypatch):
     folder, _, _ = run(tmp_path, monkeypatch, config, steps=5, spike_at=3)
     anomalies = [json.loads(line) for line in (folder / "anomalies.jsonl").read_text().splitlines()]
     assert min(a["step"] for a in anomalies) == 3
+
+
+def test_tensorboard_format(tmp_path, monkeypatch):
+    config = {"wg_distribution": True, "format": "tensorboard", "ops": ["norm"]}
+    folder, seen, optimizer = run(tmp_path, monkeypatch, config, steps=3)
+    first = optimizer.parameters[0].name
+    norms = tensorboard_scalars(folder)[f"0:{first}/rank0/grad_reduced_norm"]
+    assert sorted(norms) == [0, 1, 2]
+    assert norms[2] == pytest.approx(float(np.linalg.norm(seen[2][0])), rel=1e-5)

@@ -5,7 +5,7 @@ import time
 
 import pytest
 import torch
-from tables import csv_rows
+from tables import csv_rows, tensorboard_scalars
 
 from msprobe.core.errors import ConfigError
 from msprobe.pytorch import TrainerMon
@@ -148,3 +148,31 @@ def test_dynamic_start_and_stop(tmp_path, monkeypatch):
     steps = sorted({int(r["step"]) for f in folder.glob("grad_reduced_*.csv") for r in csv_rows(f)})
     assert steps == [3, 4]
     assert json.loads(path.read_text())["dynamic_on"] is False  # switched itself off after collect_times
+
+
+def test_tensorboard_format_matches_the_tensors(tmp_path, monkeypatch):
+    config = {"wg_distribution": True, "xy_distribution": True, "format": "tensorboard", "ops": ["norm", "max"]}
+    folder, seen, _ = run(tmp_path, monkeypatch, config, steps=3)
+    assert not list(folder.glob("*.csv"))
+    scalars = tensorboard_scalars(folder)
+    norms = scalars["0:0.weight/rank0/grad_reduced_norm"]
+    assert sorted(norms) == [0, 1, 2]
+    for step in range(3):
+        assert norms[step] == pytest.approx(seen[step]["0.weight"].norm().item(), rel=1e-5)
+    assert "0:0.output:0/rank0/actv_max" in scalars
+
+
+def test_csv2tb_converts_a_csv_run(tmp_path, monkeypatch):
+    from msprobe.pytorch.monitor.csv2tb import csv2tensorboard_by_step
+
+    config = {"wg_distribution": True, "mv_distribution": True, "ops": ["norm", "min"]}
+    folder, seen, _ = run(tmp_path, monkeypatch, config, steps=3)
+    run_time = folder.name.split("-rank")[0]
+    output = csv2tensorboard_by_step(
+        tmp_path / "out", run_time, run_time, data_type_list=["grad_reduced"], output_dirpath=tmp_path / "tb"
+    )
+    scalars = tensorboard_scalars(output / folder.name)
+    assert all("/grad_reduced_" in tag for tag in scalars)  # exp_avg was left out as asked
+    for step in range(3):
+        expected = seen[step]["2.weight"].norm().item()
+        assert scalars["0:2.weight/rank0/grad_reduced_norm"][step] == pytest.approx(expected, rel=1e-5)

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from msprobe.core.config import config_error_from_validation, read_config_file
 from msprobe.core.dump.writer import make_dir
+from msprobe.core.errors import ConfigError, UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -89,9 +90,12 @@ def load_monitor_config(path: str | Path) -> MonitorConfig:
     except ValidationError as exc:
         raise config_error_from_validation(exc, path) from None
     if config.format == "tensorboard":
-        from msprobe.core.errors import ConfigError
+        from msprobe.core.monitor_tensorboard import require_tensorboard
 
-        raise ConfigError("format 'tensorboard' is not available yet: use 'csv' or 'api'", path=path, field="format")
+        try:
+            require_tensorboard()
+        except UsageError as exc:
+            raise ConfigError(str(exc), path=path, field="format") from None
     return config
 
 
@@ -131,28 +135,44 @@ class AnomalyDetector:
         return reason
 
 
+RUN_FOLDER_TIME = "%b%d_%H-%M-%S"  # run folders are named {time}-rank{R}
+
+
 class MonitorOutput:
-    """CSV files under MONITOR_OUTPUT_DIR/{timestamp}-rank{R}/, and the anomaly file."""
+    """CSV or TensorBoard files under MONITOR_OUTPUT_DIR/{timestamp}-rank{R}/, and the anomaly file."""
 
     def __init__(self, config: MonitorConfig, rank: int):
         self.config = config
         root = Path(os.environ.get(OUTPUT_ENV, "./monitor_output"))
-        self.folder = make_dir(root / f"{time.strftime('%b%d_%H-%M-%S')}-rank{rank}")
+        self.folder = make_dir(root / f"{time.strftime(RUN_FOLDER_TIME)}-rank{rank}")
         self.rank = rank
         self.pending: dict[str, list[list[Any]]] = defaultdict(list)
         self.first_step: int | None = None
         self.anomalies = self.folder / "anomalies.jsonl"
         self.first_anomaly_step: int | None = None
+        self.scalars = None
+        if config.format == "tensorboard":
+            from msprobe.core.monitor_tensorboard import ScalarWriter
+
+            self.scalars = ScalarWriter(self.folder)
 
     def add(self, kind: str, name: str, step: int, micro_step: int | None, values: dict[str, float]) -> None:
         if self.first_step is None:
             self.first_step = step
         ops = self.config.ops
+        if self.scalars is not None:
+            from msprobe.core.monitor_tensorboard import monitor_tag
+
+            for op in ops:
+                self.scalars.add(monitor_tag(kind, name, self.rank, op, micro_step), values[op], step)
+            return
         row = [0, name, step, *([micro_step] if micro_step is not None else [])]
         row += [round(values[op], self.config.ndigits) if math.isfinite(values[op]) else values[op] for op in ops]
         self.pending[kind].append(row)
 
     def end_step(self, step: int, records: int) -> None:
+        if self.scalars is not None:
+            self.scalars.flush()
         if self.config.format != "csv":
             self.pending.clear()
             return
@@ -172,6 +192,11 @@ class MonitorOutput:
             os.chmod(path, 0o640)
         self.pending.clear()
         self.first_step = None
+
+    def close(self) -> None:
+        if self.scalars is not None:
+            self.scalars.close()
+            self.scalars = None
 
     def anomaly(self, step: int, kind: str, name: str, reason: str) -> None:
         if self.first_anomaly_step is None:
@@ -295,8 +320,10 @@ class MonitorSession:
         self.schedule.step += 1
 
     def finish(self) -> None:
-        if self.output is not None and self.output.pending:
-            self.output.flush(max(self.schedule.step - 1, 0))
+        if self.output is not None:
+            if self.output.pending:
+                self.output.flush(max(self.schedule.step - 1, 0))
+            self.output.close()
 
     # the reference's getters for format "api"
     def generate_wgrad_metrics(self) -> dict[str, dict[str, float]]:
