@@ -73,3 +73,13 @@ def test_tensorboard_format(tmp_path, monkeypatch):
     norms = tensorboard_scalars(folder)[f"0:{first}/rank0/grad_reduced_norm"]
     assert sorted(norms) == [0, 1, 2]
     assert norms[2] == pytest.approx(float(np.linalg.norm(seen[2][0])), rel=1e-5)
+
+
+def test_activation_gradients(tmp_path, monkeypatch):
+    config = {"xy_distribution": True, "all_xy": True, "ops": ["norm"]}
+    folder, _, _ = run(tmp_path, monkeypatch, config, steps=2)
+    outputs = {r["name"]: float(r["norm"]) for r in csv_rows(folder / "actv_1-1.csv")}
+    grads = {r["name"]: float(r["norm"]) for r in csv_rows(folder / "actv_grad_1-1.csv")}
+    # loss = mean(out ** 2) over 16 x 2 values, so d loss / d out = out / 16
+    assert grads["2.output_grad"] == pytest.approx(outputs["2.output"] / 16, rel=1e-5)
+    assert "0.output_grad" in grads and "0.input_grad" not in grads  # the data needs no gradient

@@ -80,7 +80,8 @@ def test_optimizer_state_weights_and_activations(tmp_path, monkeypatch):
     actv = csv_rows(folder / "actv_0-0.csv")
     assert {r["name"] for r in actv} >= {"0.input", "0.output", "2.output"} and "micro_step" in actv[0]
     assert set(monitor.generate_mv_metrics()) == {"exp_avg", "exp_avg_sq"}
-    assert "2.output" in monitor.generate_xy_metrics()
+    actv, actv_grad = monitor.generate_xy_metrics()
+    assert "2.output" in actv and "2.output_grad" in actv_grad
 
 
 def test_schedule_and_records_per_file(tmp_path, monkeypatch):
@@ -110,7 +111,9 @@ def test_a_spike_is_reported_at_its_step_and_not_before(tmp_path, monkeypatch):
 def test_api_format_writes_no_files(tmp_path, monkeypatch):
     folder, seen, monitor = run(tmp_path, monkeypatch, {"wg_distribution": True, "format": "api", "ops": ["max"]})
     assert not list(folder.glob("*.csv"))
-    assert monitor.generate_wgrad_metrics()["2.bias"]["max"] == pytest.approx(seen[-1]["2.bias"].max().item())
+    reduced, unreduced = monitor.generate_wgrad_metrics()
+    assert reduced["2.bias"]["max"] == pytest.approx(seen[-1]["2.bias"].max().item())
+    assert unreduced == {}
 
 
 @pytest.mark.parametrize(
@@ -176,3 +179,31 @@ def test_csv2tb_converts_a_csv_run(tmp_path, monkeypatch):
     for step in range(3):
         expected = seen[step]["2.weight"].norm().item()
         assert scalars["0:2.weight/rank0/grad_reduced_norm"][step] == pytest.approx(expected, rel=1e-5)
+
+
+def test_activation_gradients_match_autograd(tmp_path, monkeypatch):
+    monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / "out"))
+    (tmp_path / "m.json").write_text(json.dumps({"xy_distribution": True, "all_xy": True, "ops": ["norm"]}))
+    model, optimizer = model_and_optimizer()
+    model[1] = torch.nn.ReLU(inplace=True)  # in-place ops must keep working under the hooks
+    monitor = TrainerMon(str(tmp_path / "m.json"), params_have_main_grad=False)
+    monitor.set_monitor(model, grad_acc_steps=2, optimizer=optimizer)
+    generator = torch.Generator().manual_seed(3)
+    expected = {}
+    for micro_step in range(2):  # two micro-batches accumulate into one optimizer step
+        x = torch.randn(4, 8, generator=generator)
+        hidden = model[0](x)
+        hidden.retain_grad()
+        out = model[2](model[1](hidden.clone()))
+        out.retain_grad()
+        out.sum().backward()
+        expected[micro_step] = (hidden.grad.norm().item(), out.grad.norm().item())
+    optimizer.step()
+    monitor.finish()
+    (folder,) = list((tmp_path / "out").iterdir())
+    rows = {(r["name"], int(r["micro_step"])): float(r["norm"]) for r in csv_rows(folder / "actv_grad_0-0.csv")}
+    for micro_step, (hidden_norm, out_norm) in expected.items():
+        assert rows[("0.output_grad", micro_step)] == pytest.approx(hidden_norm, rel=1e-5)
+        assert rows[("2.output_grad", micro_step)] == pytest.approx(out_norm, rel=1e-5)
+    forward = {(r["name"], r["micro_step"]) for r in csv_rows(folder / "actv_0-0.csv")}
+    assert {("0.input", "0"), ("0.input", "1")} <= forward  # one row per micro-batch, all in step 0

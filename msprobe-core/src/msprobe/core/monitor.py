@@ -270,6 +270,44 @@ class MonitorSession:
         self.output: MonitorOutput | None = None
         self.metrics: dict[str, dict[str, dict[str, float]]] = {}
         self.on_anomaly: Any = None  # called with (step, kind, name) when alert.dump is set
+        self._forward_calls: dict[str, int] = defaultdict(int)
+        self._failed: set[str] = set()
+        if self.config.forward_only and self.config.backward_only:
+            logger.warning("monitor: forward_only and backward_only are both true: no activations are collected")
+
+    @property
+    def forward_activations(self) -> bool:
+        return self.config.xy_distribution and not self.config.backward_only
+
+    @property
+    def activation_gradients(self) -> bool:
+        return self.config.xy_distribution and not self.config.forward_only
+
+    def _add(self, kind: str, name: str, micro_step: int | None, tensor: Any) -> None:
+        """Queue the statistics of one framework tensor; each backend computes them on its device."""
+        raise NotImplementedError
+
+    def _gradient_hook(self, name: str, micro_step: int) -> Any:
+        """A tensor hook recording the gradient that reaches an activation (``actv_grad``)."""
+
+        def hook(grad: Any) -> None:
+            try:
+                self._add("actv_grad", name, micro_step, grad)
+            except Exception as exc:  # never break training
+                self._warn_once(name, exc)
+
+        return hook
+
+    def _warn_once(self, name: str, exc: Exception) -> None:
+        if name not in self._failed:
+            self._failed.add(name)
+            logger.warning("monitor: %s not recorded (%s: %s)", name, type(exc).__name__, exc)
+
+    def next_micro_step(self, module: str) -> int:
+        """The micro-batch a module's forward call belongs to: its call count within the step."""
+        count = self._forward_calls[module]
+        self._forward_calls[module] = count + 1
+        return count
 
     def start(self, rank: int, start_iteration: int = 0) -> None:
         self.schedule = Schedule(self.config, start_iteration)
@@ -302,6 +340,7 @@ class MonitorSession:
 
     def end_step(self, rows: list[tuple[str, str, int | None, list[float]]]) -> None:
         step = self.schedule.step
+        self._forward_calls.clear()
         if rows:
             metrics: dict[str, dict[str, dict[str, float]]] = {}
             for kind, name, micro_step, values in rows:
@@ -326,11 +365,13 @@ class MonitorSession:
             self.output.close()
 
     # the reference's getters for format "api"
-    def generate_wgrad_metrics(self) -> dict[str, dict[str, float]]:
-        return self.metrics.get("grad_reduced", {})
+    def generate_wgrad_metrics(self) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+        """(reduced, unreduced) weight-gradient statistics; unreduced stays empty until it is collected."""
+        return self.metrics.get("grad_reduced", {}), self.metrics.get("grad_unreduced", {})
 
-    def generate_xy_metrics(self) -> dict[str, dict[str, float]]:
-        return self.metrics.get("actv", {})
+    def generate_xy_metrics(self) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+        """(actv, actv_grad): activation statistics and those of their gradients."""
+        return self.metrics.get("actv", {}), self.metrics.get("actv_grad", {})
 
     def generate_mv_metrics(self) -> dict[str, dict[str, dict[str, float]]]:
         return {key: self.metrics.get(key, {}) for key in ("exp_avg", "exp_avg_sq")}

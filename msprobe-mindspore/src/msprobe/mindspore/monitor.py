@@ -52,7 +52,6 @@ class TrainerMon(MonitorSession):
         super().__init__(config_file_path)
         self.pending: list[tuple[str, str, int | None, ms.Tensor]] = []
         self.handles: list[Any] = []
-        self.micro_step = 0
         self.grad_acc_steps = 1
         self.optimizer: Any = None
 
@@ -74,7 +73,7 @@ class TrainerMon(MonitorSession):
         self.optimizer = optimizer
         self.grad_acc_steps = max(1, grad_acc_steps)
         self.start(distributed_rank() or 0, start_iteration)
-        if self.config.xy_distribution:
+        if self.forward_activations or self.activation_gradients:
             for name, cell in model.cells_and_names():
                 if name and self.watches_module(name):
                     self.handles.append(cell.register_forward_hook(self._activation_hook(name)))
@@ -83,12 +82,20 @@ class TrainerMon(MonitorSession):
 
     def _activation_hook(self, name: str) -> Any:
         def hook(_cell: Any, args: tuple, output: Any) -> None:
-            if not self.collecting() or self.config.backward_only:
+            if not self.collecting():
                 return
-            for label, raw in (("input", args[0] if args else None), ("output", output)):
-                value = raw[0] if isinstance(raw, (tuple, list)) and raw else raw
-                if isinstance(value, ms.Tensor) and value.dtype in _FLOATS:
-                    self._add("actv", f"{name}.{label}", self.micro_step, value)
+            try:
+                micro_step = self.next_micro_step(name)
+                for label, raw in (("input", args[0] if args else None), ("output", output)):
+                    value = raw[0] if isinstance(raw, (tuple, list)) and raw else raw
+                    if not (isinstance(value, ms.Tensor) and value.dtype in _FLOATS):
+                        continue
+                    if self.forward_activations:
+                        self._add("actv", f"{name}.{label}", micro_step, value)
+                    if self.activation_gradients:
+                        value.register_hook(self._gradient_hook(f"{name}.{label}_grad", micro_step))
+            except Exception as exc:  # never break training
+                self._warn_once(name, exc)
 
         return hook
 
@@ -112,10 +119,6 @@ class TrainerMon(MonitorSession):
                                 self._add(kind, parameter.name, None, moments[index])
         except Exception as exc:  # never break training
             logger.warning("monitor: gradients not recorded (%s: %s)", type(exc).__name__, exc)
-        self.micro_step += 1
-        if self.micro_step < self.grad_acc_steps:
-            return
-        self.micro_step = 0
         rows = []
         if self.pending:
             values = ops.stack([stats for *_, stats in self.pending]).asnumpy().tolist()  # one host transfer

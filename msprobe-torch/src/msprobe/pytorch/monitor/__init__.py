@@ -54,7 +54,6 @@ class TrainerMon(MonitorSession):
         self.params_have_main_grad = params_have_main_grad
         self.pending: list[tuple[str, str, int | None, torch.Tensor]] = []
         self.handles: list[Any] = []
-        self.micro_step = 0
         self.grad_acc_steps = 1
         self.model: Any = None
         self.optimizer: Any = None
@@ -77,7 +76,7 @@ class TrainerMon(MonitorSession):
         self.grad_acc_steps = max(1, grad_acc_steps)
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
         self.start(torch.distributed.get_rank() if distributed else 0, start_iteration)
-        if self.config.xy_distribution:
+        if self.forward_activations or self.activation_gradients:
             for index, root in enumerate(models):
                 for name, module in root.named_modules():
                     if name and self.watches_module(name):
@@ -98,13 +97,27 @@ class TrainerMon(MonitorSession):
 
     # -- collection ---------------------------------------------------------------------------
     def _activation_hook(self, name: str) -> Any:
+        """Forward statistics now; gradient statistics through tensor hooks when backward reaches them.
+
+        Tensor hooks rather than module backward hooks: they leave the
+        autograd graph as it is, so in-place operations in the model keep working.
+        """
+
         def hook(module: Any, args: tuple, output: Any) -> None:
-            if not self.collecting() or self.config.backward_only:
+            if not self.collecting():
                 return
-            for label, raw in (("input", args[0] if args else None), ("output", output)):
-                value = raw[0] if isinstance(raw, (tuple, list)) and raw else raw
-                if isinstance(value, torch.Tensor) and value.is_floating_point():
-                    self._add("actv", f"{name}.{label}", self.micro_step, value)
+            try:
+                micro_step = self.next_micro_step(name)
+                for label, raw in (("input", args[0] if args else None), ("output", output)):
+                    value = raw[0] if isinstance(raw, (tuple, list)) and raw else raw
+                    if not (isinstance(value, torch.Tensor) and value.is_floating_point()):
+                        continue
+                    if self.forward_activations:
+                        self._add("actv", f"{name}.{label}", micro_step, value)
+                    if self.activation_gradients and value.requires_grad:
+                        value.register_hook(self._gradient_hook(f"{name}.{label}_grad", micro_step))
+            except Exception as exc:  # never break training
+                self._warn_once(name, exc)
 
         return hook
 
@@ -137,10 +150,6 @@ class TrainerMon(MonitorSession):
     def _after_optimizer(self, optimizer: Any, args: tuple, kwargs: dict) -> None:
         if self.optimizer is not None and optimizer is not self.optimizer:
             return
-        self.micro_step += 1
-        if self.micro_step < self.grad_acc_steps:
-            return
-        self.micro_step = 0
         rows = []
         try:
             if self.pending:
