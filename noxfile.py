@@ -35,7 +35,7 @@ def core(session: nox.Session) -> None:
 @nox.session
 def torch(session: nox.Session) -> None:
     session.install(TORCH)
-    session.install(*TEST_DEPS, *CORE, "-e", "./msprobe-torch")
+    session.install(*TEST_DEPS, *CORE, "-e", "./msprobe-torch[huggingface]")
     session.run("pytest", "tests/torch_backend", *session.posargs)
 
 

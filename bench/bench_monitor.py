@@ -28,7 +28,12 @@ CONFIGS = [
     ("none", None, None),
     ("weight gradients", {"wg_distribution": True, "ops": ["min", "max", "norm"]}, 1.02),
     ("optimizer state", {"mv_distribution": True, "ops": ["min", "max", "norm"]}, 1.05),
-    ("activations", {"xy_distribution": True, "all_xy": True, "ops": ["min", "max", "norm"]}, 1.3),
+    (
+        "activations",
+        {"xy_distribution": True, "all_xy": True, "forward_only": True, "ops": ["min", "max", "norm"]},
+        1.3,
+    ),
+    ("activations + grads", {"xy_distribution": True, "all_xy": True, "ops": ["min", "max", "norm"]}, 1.3),
 ]
 
 

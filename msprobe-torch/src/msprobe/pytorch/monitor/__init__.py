@@ -174,3 +174,12 @@ class TrainerMon(MonitorSession):
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
+
+
+def __getattr__(name: str) -> Any:
+    # MonitorCallback needs transformers; import it only when asked for
+    if name == "MonitorCallback":
+        from msprobe.pytorch.monitor.huggingface import MonitorCallback
+
+        return MonitorCallback
+    raise AttributeError(name)
