@@ -70,3 +70,15 @@ def test_a_broken_csv_names_the_file_and_column(tmp_path):
 def test_missing_folder(tmp_path):
     with pytest.raises(DataFileError, match="not found"):
         csv2tensorboard_by_step(tmp_path / "nope", "Dec03_21-34-40", "Dec03_21-34-41")
+
+
+def test_tensorboard_format_without_the_package_names_the_install(tmp_path, monkeypatch):
+    import sys
+
+    from msprobe.core.errors import ConfigError
+    from msprobe.core.monitor import load_monitor_config
+
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # as if it were not installed
+    (tmp_path / "m.json").write_text('{"wg_distribution": true, "format": "tensorboard"}')
+    with pytest.raises(ConfigError, match=r"m.json: format: .*pip install 'msprobe-core\[tensorboard\]'"):
+        load_monitor_config(tmp_path / "m.json")
