@@ -207,3 +207,24 @@ def test_activation_gradients_match_autograd(tmp_path, monkeypatch):
         assert rows[("2.output_grad", micro_step)] == pytest.approx(out_norm, rel=1e-5)
     forward = {(r["name"], r["micro_step"]) for r in csv_rows(folder / "actv_0-0.csv")}
     assert {("0.input", "0"), ("0.input", "1")} <= forward  # one row per micro-batch, all in step 0
+
+
+def test_a_bad_dynamic_edit_keeps_training_and_the_next_good_one_counts(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / "out"))
+    monkeypatch.setenv("DYNAMIC_MONITOR", "True")
+    path = tmp_path / "monitor.json"
+    good = {"wg_distribution": True, "ops": ["norm"], "dynamic_on": True, "collect_times": 1}
+    path.write_text(json.dumps({**good, "dynamic_on": False}))
+    model, optimizer = model_and_optimizer()
+    monitor = TrainerMon(str(path), params_have_main_grad=False).set_monitor(model, optimizer=optimizer)
+    for step in range(6):
+        if step in (2, 4):
+            time.sleep(0.01)
+            path.write_text('{"wg_distribution": true, "dynamic_on": tru' if step == 2 else json.dumps(good))
+        model(torch.randn(4, 8)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    monitor.finish()
+    (folder,) = list((tmp_path / "out").iterdir())
+    assert sorted({int(r["step"]) for f in folder.glob("grad_reduced_*.csv") for r in csv_rows(f)}) == [4]
+    assert "keeping the current settings" in caplog.text

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from msprobe.core.config import config_error_from_validation, read_config_file
 from msprobe.core.dump.writer import make_dir
-from msprobe.core.errors import ConfigError, UsageError
+from msprobe.core.errors import ConfigError, MsprobeError, UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -151,10 +151,17 @@ class MonitorOutput:
         self.anomalies = self.folder / "anomalies.jsonl"
         self.first_anomaly_step: int | None = None
         self.scalars = None
-        if config.format == "tensorboard":
+        self.reconfigure(config)
+
+    def reconfigure(self, config: MonitorConfig) -> None:
+        """Follow a new config (dynamic mode): the writer matches its format."""
+        self.config = config
+        if config.format == "tensorboard" and self.scalars is None:
             from msprobe.core.monitor_tensorboard import ScalarWriter
 
             self.scalars = ScalarWriter(self.folder)
+        elif config.format != "tensorboard":
+            self.close()
 
     def add(self, kind: str, name: str, step: int, micro_step: int | None, values: dict[str, float]) -> None:
         if self.first_step is None:
@@ -239,7 +246,11 @@ class DynamicSwitch:
         if self.started_once and mtime <= self.seen_mtime:
             return None
         self.seen_mtime = mtime
-        config = load_monitor_config(self.path)
+        try:
+            config = load_monitor_config(self.path)
+        except MsprobeError as exc:  # a bad edit must not stop the training; the next save is read again
+            logger.warning("monitor: %s; keeping the current settings", exc)
+            return None
         if not config.dynamic_on:
             return None
         self.started_once = True
@@ -335,7 +346,9 @@ class MonitorSession:
         if config is not None:
             self.config = config
             self.schedule = Schedule(config.model_copy(update={"start_step": self.schedule.step}), self.schedule.step)
-            self.output.config = config
+            if self.output.pending:
+                self.output.flush(max(self.schedule.step - 1, 0))
+            self.output.reconfigure(config)
             self.active = True
 
     def end_step(self, rows: list[tuple[str, str, int | None, list[float]]]) -> None:
