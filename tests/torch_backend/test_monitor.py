@@ -113,7 +113,7 @@ def test_api_format_writes_no_files(tmp_path, monkeypatch):
     assert not list(folder.glob("*.csv"))
     reduced, unreduced = monitor.generate_wgrad_metrics()
     assert reduced["2.bias"]["max"] == pytest.approx(seen[-1]["2.bias"].max().item())
-    assert unreduced == {}
+    assert unreduced["2.bias"]["max"] == pytest.approx(reduced["2.bias"]["max"])  # one process: nothing to reduce
 
 
 @pytest.mark.parametrize(
@@ -228,3 +228,25 @@ def test_a_bad_dynamic_edit_keeps_training_and_the_next_good_one_counts(tmp_path
     (folder,) = list((tmp_path / "out").iterdir())
     assert sorted({int(r["step"]) for f in folder.glob("grad_reduced_*.csv") for r in csv_rows(f)}) == [4]
     assert "keeping the current settings" in caplog.text
+
+
+def test_unreduced_gradients_sum_the_micro_batches(tmp_path, monkeypatch):
+    folder, seen, monitor = run(tmp_path, monkeypatch, {"wg_distribution": True, "ops": ["norm"]}, grad_acc_steps=2)
+    # run() does one backward per optimizer step; a second micro-batch is added here by hand
+    monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / "acc"))
+    (tmp_path / "acc.json").write_text(json.dumps({"wg_distribution": True, "ops": ["norm"]}))
+    model, optimizer = model_and_optimizer()
+    monitor = TrainerMon(str(tmp_path / "acc.json"), params_have_main_grad=False)
+    monitor.set_monitor(model, grad_acc_steps=2, optimizer=optimizer)
+    for _ in range(2):
+        model(torch.randn(4, 8)).sum().backward()
+    expected = model[0].weight.grad.norm().item()
+    optimizer.step()
+    monitor.finish()
+    (acc_folder,) = list((tmp_path / "acc").iterdir())
+    unreduced = {r["name"]: float(r["norm"]) for r in csv_rows(acc_folder / "grad_unreduced_0-0.csv")}
+    assert unreduced["0.weight"] == pytest.approx(expected, rel=1e-5)
+    rows = csv_rows(folder / "grad_unreduced_1-1.csv")  # one backward per step: local == reduced
+    assert float(next(r for r in rows if r["name"] == "2.weight")["norm"]) == pytest.approx(
+        seen[1]["2.weight"].norm().item(), rel=1e-5
+    )

@@ -379,7 +379,7 @@ class MonitorSession:
 
     # the reference's getters for format "api"
     def generate_wgrad_metrics(self) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
-        """(reduced, unreduced) weight-gradient statistics; unreduced stays empty until it is collected."""
+        """(reduced, unreduced) weight-gradient statistics; unreduced is collected by the PyTorch backend."""
         return self.metrics.get("grad_reduced", {}), self.metrics.get("grad_unreduced", {})
 
     def generate_xy_metrics(self) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:

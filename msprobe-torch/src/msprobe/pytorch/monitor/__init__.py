@@ -55,6 +55,7 @@ class TrainerMon(MonitorSession):
         self.pending: list[tuple[str, str, int | None, torch.Tensor]] = []
         self.handles: list[Any] = []
         self.grad_acc_steps = 1
+        self.local_gradients: dict[str, torch.Tensor] = {}
         self.model: Any = None
         self.optimizer: Any = None
         self.on_anomaly = self._dump_gradient
@@ -82,6 +83,10 @@ class TrainerMon(MonitorSession):
                     if name and self.watches_module(name):
                         label = f"{index}:{name}" if len(models) > 1 else name
                         self.handles.append(module.register_forward_hook(self._activation_hook(label)))
+        if self.config.wg_distribution:
+            for name, parameter in self._parameters():
+                if parameter.requires_grad:
+                    self.handles.append(parameter.register_hook(self._local_gradient_hook(name)))
         self.handles.append(register_optimizer_step_pre_hook(self._before_optimizer))
         self.handles.append(register_optimizer_step_post_hook(self._after_optimizer))
         return self
@@ -121,6 +126,30 @@ class TrainerMon(MonitorSession):
 
         return hook
 
+    def _local_gradient_hook(self, name: str) -> Any:
+        """The gradient one backward produces for a weight, before data-parallel reduction and accumulation.
+
+        A tensor hook on the parameter runs before its gradient is accumulated,
+        and so before DDP's reducer sees it. With one micro-batch per step its
+        statistics are taken at once; with several the local sum is kept until
+        the optimizer step (one gradient copy, on collected steps only).
+        """
+
+        def hook(grad: torch.Tensor) -> None:
+            if not self.collecting():
+                return
+            try:
+                if self.grad_acc_steps == 1:
+                    self._add("grad_unreduced", name, None, grad)
+                elif name in self.local_gradients:
+                    self.local_gradients[name].add_(grad)
+                else:
+                    self.local_gradients[name] = grad.detach().clone()
+            except Exception as exc:  # never break training
+                self._warn_once(name, exc)
+
+        return hook
+
     def _add(self, kind: str, name: str, micro_step: int | None, tensor: torch.Tensor) -> None:
         self.pending.append((kind, name, micro_step, _stats(tensor, self.config.ops, self.config.eps)))
 
@@ -133,8 +162,11 @@ class TrainerMon(MonitorSession):
         if self.optimizer is not None and optimizer is not self.optimizer:
             return
         self.poll_dynamic()
+        local_gradients, self.local_gradients = self.local_gradients, {}
         if not self.collecting():
             return
+        for name, local in local_gradients.items():
+            self._add("grad_unreduced", name, None, local)
         for name, parameter in self._parameters():
             grad = self._gradient(parameter)
             if self.config.wg_distribution and grad is not None:

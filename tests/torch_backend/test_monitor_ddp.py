@@ -1,0 +1,48 @@
+"""Weight gradients before and after data-parallel reduction, on two CPU ranks (gloo)."""
+
+import json
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from tables import csv_rows
+
+
+def train_one_rank(rank: int, folder: str, port: int) -> None:
+    from msprobe.pytorch import TrainerMon
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), MONITOR_OUTPUT_DIR=f"{folder}/out")
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    torch.manual_seed(0)
+    plain = torch.nn.Linear(8, 2)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 2))
+    model.module.load_state_dict(plain.state_dict())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    monitor = TrainerMon(f"{folder}/m.json", params_have_main_grad=False).set_monitor(model, optimizer=optimizer)
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(10 + rank))  # each rank its own data
+    plain(x).pow(2).sum().backward()
+    model(x).pow(2).sum().backward()
+    optimizer.step()
+    monitor.finish()
+    expected = {"local": plain.weight.grad.norm().item(), "reduced": model.module.weight.grad.norm().item()}
+    with open(f"{folder}/expected{rank}.json", "w") as handle:
+        json.dump(expected, handle)
+    dist.destroy_process_group()
+
+
+def test_unreduced_is_the_local_gradient_and_reduced_the_average(tmp_path):
+    (tmp_path / "m.json").write_text(json.dumps({"wg_distribution": True, "ops": ["norm"]}))
+    port = 29500 + os.getpid() % 1000
+    mp.spawn(train_one_rank, args=(str(tmp_path), port), nprocs=2, join=True)
+    local_norms = []
+    for rank in (0, 1):
+        expected = json.loads((tmp_path / f"expected{rank}.json").read_text())
+        (folder,) = list((tmp_path / "out").glob(f"*-rank{rank}"))
+        unreduced = {r["name"]: float(r["norm"]) for r in csv_rows(folder / "grad_unreduced_0-0.csv")}
+        reduced = {r["name"]: float(r["norm"]) for r in csv_rows(folder / "grad_reduced_0-0.csv")}
+        assert unreduced["module.weight"] == pytest.approx(expected["local"], rel=1e-5)
+        assert reduced["module.weight"] == pytest.approx(expected["reduced"], rel=1e-5)
+        local_norms.append(unreduced["module.weight"])
+    assert local_norms[0] != pytest.approx(local_norms[1])  # the ranks really saw different data
