@@ -20,10 +20,13 @@ def train_one_rank(rank: int, folder: str, port: int) -> None:
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 2))
     model.module.load_state_dict(plain.state_dict())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    monitor = TrainerMon(f"{folder}/m.json", params_have_main_grad=False).set_monitor(model, optimizer=optimizer)
-    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(10 + rank))  # each rank its own data
-    plain(x).pow(2).sum().backward()
-    model(x).pow(2).sum().backward()
+    monitor = TrainerMon(f"{folder}/m.json", params_have_main_grad=False)
+    monitor.set_monitor(model, grad_acc_steps=2, optimizer=optimizer)
+    generator = torch.Generator().manual_seed(10 + rank)  # each rank its own data
+    for _ in range(2):  # two micro-batches per step
+        x = torch.randn(4, 8, generator=generator)
+        plain(x).pow(2).sum().backward()
+        model(x).pow(2).sum().backward()
     optimizer.step()
     monitor.finish()
     expected = {"local": plain.weight.grad.norm().item(), "reduced": model.module.weight.grad.norm().item()}

@@ -56,6 +56,7 @@ class TrainerMon(MonitorSession):
         self.handles: list[Any] = []
         self.grad_acc_steps = 1
         self.local_gradients: dict[str, torch.Tensor] = {}
+        self.data_parallel = False
         self.model: Any = None
         self.optimizer: Any = None
         self.on_anomaly = self._dump_gradient
@@ -83,7 +84,8 @@ class TrainerMon(MonitorSession):
                     if name and self.watches_module(name):
                         label = f"{index}:{name}" if len(models) > 1 else name
                         self.handles.append(module.register_forward_hook(self._activation_hook(label)))
-        if self.config.wg_distribution:
+        self.data_parallel = distributed and torch.distributed.get_world_size() > 1
+        if self.config.wg_distribution and self.data_parallel:
             for name, parameter in self._parameters():
                 if parameter.requires_grad:
                     self.handles.append(parameter.register_hook(self._local_gradient_hook(name)))
@@ -129,8 +131,9 @@ class TrainerMon(MonitorSession):
     def _local_gradient_hook(self, name: str) -> Any:
         """The gradient one backward produces for a weight, before data-parallel reduction and accumulation.
 
-        A tensor hook on the parameter runs before its gradient is accumulated,
-        and so before DDP's reducer sees it. With one micro-batch per step its
+        Registered only when several ranks train. A tensor hook on the
+        parameter runs before its gradient is accumulated, and so before DDP's
+        reducer sees it. With one micro-batch per step its
         statistics are taken at once; with several the local sum is kept until
         the optimizer step (one gradient copy, on collected steps only).
         """
@@ -171,6 +174,8 @@ class TrainerMon(MonitorSession):
             grad = self._gradient(parameter)
             if self.config.wg_distribution and grad is not None:
                 self._add("grad_reduced", name, None, grad)
+                if not self.data_parallel:  # one process: the local gradient is the reduced one
+                    self.pending.append(("grad_unreduced", *self.pending[-1][1:]))
             if self.config.param_distribution:
                 self._add("param", name, None, parameter)
             if self.config.mv_distribution:
