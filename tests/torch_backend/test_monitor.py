@@ -250,3 +250,13 @@ def test_unreduced_gradients_sum_the_micro_batches(tmp_path, monkeypatch):
     assert float(next(r for r in rows if r["name"] == "2.weight")["norm"]) == pytest.approx(
         seen[1]["2.weight"].norm().item(), rel=1e-5
     )
+
+
+@pytest.mark.parametrize("ops", [["min", "max", "norm"], ["norm", "min"], ["max", "mean"]])
+def test_batched_statistics_equal_the_per_tensor_ones(ops):
+    from msprobe.pytorch.monitor import _stats, _stats_batch
+
+    generator = torch.Generator().manual_seed(5)
+    tensors = [torch.randn(shape, generator=generator) - 0.3 for shape in ((3, 4), (7,), (2, 2, 2))]
+    for batched, tensor in zip(_stats_batch(tensors, ops, 1e-8), tensors):
+        assert torch.allclose(batched, _stats(tensor, ops, 1e-8))

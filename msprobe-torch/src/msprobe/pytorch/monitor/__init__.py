@@ -46,6 +46,36 @@ def _stats(tensor: torch.Tensor, ops: list[str], eps: float) -> torch.Tensor:
     return torch.stack([computed[op] for op in ops]).to(torch.float64)
 
 
+_BATCHED_OPS = frozenset({"min", "max", "norm"})
+
+
+def _stats_batch(tensors: list[torch.Tensor], ops: list[str], eps: float) -> list[torch.Tensor]:
+    """Statistics of many tensors with a few multi-tensor kernels instead of several per tensor.
+
+    Used at the optimizer step, where a model's weights, gradients and
+    optimizer state are read at once; per-tensor launches dominate there.
+    Falls back to :func:`_stats` for other ops, dtypes or mixed devices.
+    """
+    batchable = (
+        tensors
+        and set(ops) <= _BATCHED_OPS
+        and len({(t.device, t.dtype) for t in tensors}) == 1
+        and tensors[0].dtype in (torch.float32, torch.float64)
+        and all(t.numel() for t in tensors)
+    )
+    if not batchable:
+        return [_stats(tensor, ops, eps) for tensor in tensors]
+    data = [tensor.detach() for tensor in tensors]
+    columns: dict[str, torch.Tensor] = {}
+    if "norm" in ops:
+        columns["norm"] = torch.stack(torch._foreach_norm(data))
+    if "max" in ops:
+        columns["max"] = torch.stack(torch._foreach_max(data))
+    if "min" in ops:
+        columns["min"] = torch.stack(torch._foreach_max(torch._foreach_neg(data))).neg()
+    return list(torch.stack([columns[op] for op in ops], dim=1).to(torch.float64))
+
+
 class TrainerMon(MonitorSession):
     """The reference's entry point: ``TrainerMon(config_file_path).set_monitor(model, ...)``."""
 
@@ -168,21 +198,25 @@ class TrainerMon(MonitorSession):
         local_gradients, self.local_gradients = self.local_gradients, {}
         if not self.collecting():
             return
-        for name, local in local_gradients.items():
-            self._add("grad_unreduced", name, None, local)
+        requests: list[tuple[str, str, torch.Tensor]] = [
+            ("grad_unreduced", name, local) for name, local in local_gradients.items()
+        ]
         for name, parameter in self._parameters():
             grad = self._gradient(parameter)
             if self.config.wg_distribution and grad is not None:
-                self._add("grad_reduced", name, None, grad)
-                if not self.data_parallel:  # one process: the local gradient is the reduced one
-                    self.pending.append(("grad_unreduced", *self.pending[-1][1:]))
+                requests.append(("grad_reduced", name, grad))
             if self.config.param_distribution:
-                self._add("param", name, None, parameter)
+                requests.append(("param", name, parameter))
             if self.config.mv_distribution:
                 state = optimizer.state.get(parameter, {})
                 for key in ("exp_avg", "exp_avg_sq"):
                     if isinstance(state.get(key), torch.Tensor):
-                        self._add(key, name, None, state[key])
+                        requests.append((key, name, state[key]))
+        statistics = _stats_batch([tensor for *_, tensor in requests], self.config.ops, self.config.eps)
+        for (kind, name, _tensor), stats in zip(requests, statistics):
+            self.pending.append((kind, name, None, stats))
+            if kind == "grad_reduced" and not self.data_parallel:  # one process: local == reduced
+                self.pending.append(("grad_unreduced", name, None, stats))
 
     def _after_optimizer(self, optimizer: Any, args: tuple, kwargs: dict) -> None:
         if self.optimizer is not None and optimizer is not self.optimizer:
