@@ -124,6 +124,8 @@ class AnomalyDetector:
     def check(self, kind: str, name: str, op: str, value: float) -> str | None:
         if not math.isfinite(value) or (op == "nans" and value > 0):
             return f"{op} is {value}"
+        if not self.thresholds:  # no rule: only non-finite values count, no history to keep
+            return None
         key = (kind, name, op)
         mean, count = self.history.get(key, (0.0, 0))
         reason = None
