@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 
 import pytest
 import torch
@@ -32,12 +33,15 @@ def train_one_rank(rank: int, folder: str, port: int) -> None:
     expected = {"local": plain.weight.grad.norm().item(), "reduced": model.module.weight.grad.norm().item()}
     with open(f"{folder}/expected{rank}.json", "w") as handle:
         json.dump(expected, handle)
+    dist.barrier()  # both ranks done before the group goes away
     dist.destroy_process_group()
 
 
 def test_unreduced_is_the_local_gradient_and_reduced_the_average(tmp_path):
     (tmp_path / "m.json").write_text(json.dumps({"wg_distribution": True, "ops": ["norm"]}))
-    port = 29500 + os.getpid() % 1000
+    with socket.socket() as probe:  # a free port for the rendezvous
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     mp.spawn(train_one_rank, args=(str(tmp_path), port), nprocs=2, join=True)
     local_norms = []
     for rank in (0, 1):
