@@ -159,9 +159,9 @@ class MonitorOutput:
         """Follow a new config (dynamic mode): the writer matches its format."""
         self.config = config
         if config.format == "tensorboard" and self.scalars is None:
-            from msprobe.core.monitor_tensorboard import ScalarWriter
+            from msprobe.core.monitor_tensorboard import ScalarWriter, monitor_tag
 
-            self.scalars = ScalarWriter(self.folder)
+            self.scalars, self._tag = ScalarWriter(self.folder), monitor_tag
         elif config.format != "tensorboard":
             self.close()
 
@@ -170,10 +170,8 @@ class MonitorOutput:
             self.first_step = step
         ops = self.config.ops
         if self.scalars is not None:
-            from msprobe.core.monitor_tensorboard import monitor_tag
-
             for op in ops:
-                self.scalars.add(monitor_tag(kind, name, self.rank, op, micro_step), values[op], step)
+                self.scalars.add(self._tag(kind, name, self.rank, op, micro_step), values[op], step)
             return
         row = [0, name, step, *([micro_step] if micro_step is not None else [])]
         row += [round(values[op], self.config.ndigits) if math.isfinite(values[op]) else values[op] for op in ops]
@@ -299,6 +297,39 @@ class MonitorSession:
     def _add(self, kind: str, name: str, micro_step: int | None, tensor: Any) -> None:
         """Queue the statistics of one framework tensor; each backend computes them on its device."""
         raise NotImplementedError
+
+    def _is_float_tensor(self, value: Any) -> bool:
+        """Whether an activation is a floating-point framework tensor worth measuring."""
+        raise NotImplementedError
+
+    def _tracks_gradient(self, value: Any) -> bool:
+        """Whether backward will reach this tensor, so a gradient hook on it fires."""
+        return True
+
+    def _activation_hook(self, name: str) -> Any:
+        """A module/cell forward hook: forward statistics now, gradient statistics when backward reaches them.
+
+        Tensor hooks rather than module backward hooks: they leave the
+        autograd graph as it is, so in-place operations in the model keep working.
+        """
+
+        def hook(_module: Any, args: tuple, output: Any) -> None:
+            if not self.collecting():
+                return
+            try:
+                micro_step = self.next_micro_step(name)
+                for label, raw in (("input", args[0] if args else None), ("output", output)):
+                    value = raw[0] if isinstance(raw, (tuple, list)) and raw else raw
+                    if not self._is_float_tensor(value):
+                        continue
+                    if self.forward_activations:
+                        self._add("actv", f"{name}.{label}", micro_step, value)
+                    if self.activation_gradients and self._tracks_gradient(value):
+                        value.register_hook(self._gradient_hook(f"{name}.{label}_grad", micro_step))
+            except Exception as exc:  # never break training
+                self._warn_once(name, exc)
+
+        return hook
 
     def _gradient_hook(self, name: str, micro_step: int) -> Any:
         """A tensor hook recording the gradient that reaches an activation (``actv_grad``)."""

@@ -14,9 +14,9 @@ import re
 import shutil
 import time
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -51,16 +51,16 @@ class ScalarWriter:
 
     def __init__(self, folder: str | Path):
         require_tensorboard()
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.summary_pb2 import Summary
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
         self._writer = EventFileWriter(str(folder))
+        self._event, self._summary = Event, Summary  # add() runs once per value: no imports there
 
     def add(self, tag: str, value: float, step: int) -> None:
-        from tensorboard.compat.proto.event_pb2 import Event
-        from tensorboard.compat.proto.summary_pb2 import Summary
-
-        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(value))])
-        self._writer.add_event(Event(wall_time=time.time(), step=int(step), summary=summary))
+        summary = self._summary(value=[self._summary.Value(tag=tag, simple_value=float(value))])
+        self._writer.add_event(self._event(wall_time=time.time(), step=int(step), summary=summary))
 
     def flush(self) -> None:
         self._writer.flush()
@@ -157,16 +157,9 @@ def csv2tensorboard_by_step(
         raise UsageError(f"{root}: no run folders between {time_start} and {time_end}")
     output = Path(output_dirpath or f"{time.strftime('%Y%m%d%H%M%S')}_csv2tensorboard_by_step")
     jobs = [(run, output / run.name, kinds) for run in runs]
-    results: Any
-    if process_num == 1 or len(jobs) == 1:
-        results = map(_convert_run, jobs)
-    else:
-        pool = ProcessPoolExecutor(max_workers=min(process_num, len(jobs)))
-        results = pool.map(_convert_run, jobs)
-    try:
+    workers = min(process_num, len(jobs))
+    with ProcessPoolExecutor(max_workers=workers) if workers > 1 else nullcontext() as pool:
+        results = pool.map(_convert_run, jobs) if pool else map(_convert_run, jobs)
         for done, (name, written) in enumerate(results, 1):
             logger.info("csv2tb: %s: %d scalars (%d/%d runs)", name, written, done, len(jobs))
-    finally:
-        if process_num > 1 and len(jobs) > 1:
-            pool.shutdown()
     return output

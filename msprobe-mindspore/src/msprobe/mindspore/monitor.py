@@ -80,24 +80,8 @@ class TrainerMon(MonitorSession):
         self.handles.append(optimizer.register_forward_pre_hook(self._on_optimizer))
         return self
 
-    def _activation_hook(self, name: str) -> Any:
-        def hook(_cell: Any, args: tuple, output: Any) -> None:
-            if not self.collecting():
-                return
-            try:
-                micro_step = self.next_micro_step(name)
-                for label, raw in (("input", args[0] if args else None), ("output", output)):
-                    value = raw[0] if isinstance(raw, (tuple, list)) and raw else raw
-                    if not (isinstance(value, ms.Tensor) and value.dtype in _FLOATS):
-                        continue
-                    if self.forward_activations:
-                        self._add("actv", f"{name}.{label}", micro_step, value)
-                    if self.activation_gradients:
-                        value.register_hook(self._gradient_hook(f"{name}.{label}_grad", micro_step))
-            except Exception as exc:  # never break training
-                self._warn_once(name, exc)
-
-        return hook
+    def _is_float_tensor(self, value: Any) -> bool:
+        return isinstance(value, ms.Tensor) and value.dtype in _FLOATS
 
     def _add(self, kind: str, name: str, micro_step: int | None, tensor: ms.Tensor) -> None:
         self.pending.append((kind, name, micro_step, _stats(tensor, self.config.ops, self.config.eps)))

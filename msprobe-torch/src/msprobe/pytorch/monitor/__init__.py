@@ -133,30 +133,11 @@ class TrainerMon(MonitorSession):
         return found
 
     # -- collection ---------------------------------------------------------------------------
-    def _activation_hook(self, name: str) -> Any:
-        """Forward statistics now; gradient statistics through tensor hooks when backward reaches them.
+    def _is_float_tensor(self, value: Any) -> bool:
+        return isinstance(value, torch.Tensor) and value.is_floating_point()
 
-        Tensor hooks rather than module backward hooks: they leave the
-        autograd graph as it is, so in-place operations in the model keep working.
-        """
-
-        def hook(module: Any, args: tuple, output: Any) -> None:
-            if not self.collecting():
-                return
-            try:
-                micro_step = self.next_micro_step(name)
-                for label, raw in (("input", args[0] if args else None), ("output", output)):
-                    value = raw[0] if isinstance(raw, (tuple, list)) and raw else raw
-                    if not (isinstance(value, torch.Tensor) and value.is_floating_point()):
-                        continue
-                    if self.forward_activations:
-                        self._add("actv", f"{name}.{label}", micro_step, value)
-                    if self.activation_gradients and value.requires_grad:
-                        value.register_hook(self._gradient_hook(f"{name}.{label}_grad", micro_step))
-            except Exception as exc:  # never break training
-                self._warn_once(name, exc)
-
-        return hook
+    def _tracks_gradient(self, value: Any) -> bool:
+        return value.requires_grad
 
     def _local_gradient_hook(self, name: str) -> Any:
         """The gradient one backward produces for a weight, before data-parallel reduction and accumulation.
