@@ -64,7 +64,8 @@ class CompareSummary:
         )
 
 
-def read_compare_json(path: str | Path) -> CompareInput:
+def read_compare_json(path: str | Path, model: type[BaseModel] = CompareInput) -> Any:
+    """compare.json validated against ``model`` (the graph command allows a missing bench_path)."""
     file = Path(path)
     try:
         raw = json.loads(file.read_text(encoding="utf-8"))
@@ -75,12 +76,12 @@ def read_compare_json(path: str | Path) -> CompareInput:
     if not isinstance(raw, dict):
         raise DataFileError(file, "top level must be an object")
     try:
-        return CompareInput.model_validate(raw)
+        return model.model_validate(raw)
     except ValidationError as exc:
         raise config_error_from_validation(exc, file) from None
 
 
-def _readers() -> dict[str, Any]:
+def tensor_readers() -> dict[str, Any]:
     """Tensor file readers by suffix; a backend's framework is imported only when its first file is read."""
     readers: dict[str, Any] = {".npy": load_npy}
     try:
@@ -103,7 +104,7 @@ def _extra_metrics() -> tuple:
         return ()
 
 
-def _check_tensor_readers(result_dumps: tuple, readers: dict[str, Any]) -> None:
+def check_tensor_readers(result_dumps: tuple, readers: dict[str, Any]) -> None:
     for dump in result_dumps:
         if dump.task != "tensor":
             continue
@@ -126,8 +127,8 @@ def compare_pair(
     mappings: dict[str, Any] | None = None,
 ) -> tuple[CompareSummary, CompareResult]:
     npu, bench = read_dump(npu_json), read_dump(bench_json)
-    readers = _readers()
-    _check_tensor_readers((npu, bench), readers)
+    readers = tensor_readers()
+    check_tensor_readers((npu, bench), readers)
     options = {key: value for key, value in (mappings or {}).items() if value}
     cross = bool(npu.framework and bench.framework and npu.framework != bench.framework)
     cross = bool(options.pop("cross_framework", False)) or cross

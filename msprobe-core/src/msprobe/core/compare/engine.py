@@ -37,8 +37,7 @@ STAT_VALUE_COLUMNS = [
     "Bench mean",
     "Bench l2norm",
 ]
-STATISTICS_COLUMNS = [
-    *BASE_COLUMNS,
+STATISTICS_METRICS = [
     "Max diff",
     "Min diff",
     "Mean diff",
@@ -47,17 +46,18 @@ STATISTICS_COLUMNS = [
     "MinRelativeErr",
     "MeanRelativeErr",
     "NormRelativeErr",
+]
+TENSOR_METRICS = ["Cosine", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio", "Five Thousandths Err Ratio"]
+STATISTICS_COLUMNS = [
+    *BASE_COLUMNS,
+    *STATISTICS_METRICS,
     *STAT_VALUE_COLUMNS,
     "Result",
     "Err_message",
 ]
 TENSOR_COLUMNS = [
     *BASE_COLUMNS,
-    "Cosine",
-    "MaxAbsErr",
-    "MaxRelativeErr",
-    "One Thousandth Err Ratio",
-    "Five Thousandths Err Ratio",
+    *TENSOR_METRICS,
     *STAT_VALUE_COLUMNS,
     "Accuracy Reached or Not",
     "Err_message",
@@ -239,9 +239,7 @@ def tensor_table(
         )
         accuracy.append(accuracy_reached(metrics) if not message_prefix else "None")
         messages.append(" ".join(part for part in (message_prefix, metrics.message) if part))
-    for index, label in enumerate(
-        ["Cosine", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio", "Five Thousandths Err Ratio"]
-    ):
+    for index, label in enumerate(TENSOR_METRICS):
         columns[label] = [row[index] for row in metric_rows]
     for label in STAT_VALUE_COLUMNS:
         columns[label] = stats[label].tolist()

@@ -12,24 +12,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from msprobe.core.compare.engine import STATISTICS_COLUMNS, TENSOR_COLUMNS
+from msprobe.core.compare.engine import STATISTICS_COLUMNS, STATISTICS_METRICS, TENSOR_COLUMNS, TENSOR_METRICS
 from msprobe.core.compare.mapping import _read_yaml
 from msprobe.core.compare.report import timestamp
 from msprobe.core.dump.writer import make_dir
 from msprobe.core.errors import DataFileError
 
 _RANK_FILE = re.compile(r"^compare_result_rank(?P<rank>\d+)_\d+\.(?P<suffix>xlsx|csv)$")
-STATISTICS_INDEX = [
-    "Max diff",
-    "Min diff",
-    "Mean diff",
-    "L2norm diff",
-    "MaxRelativeErr",
-    "MinRelativeErr",
-    "MeanRelativeErr",
-    "NormRelativeErr",
-]
-TENSOR_INDEX = ["Cosine", "MaxAbsErr", "MaxRelativeErr", "One Thousandth Err Ratio", "Five Thousandths Err Ratio"]
+STATISTICS_INDEX = STATISTICS_METRICS
+TENSOR_INDEX = TENSOR_METRICS
 
 
 def _rank_tables(input_dir: Path) -> dict[int, pd.DataFrame]:

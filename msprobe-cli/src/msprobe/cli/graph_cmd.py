@@ -1,0 +1,59 @@
+"""``msprobe graph`` (26.x: ``graph_visualize``): the model hierarchy of a run or a comparison."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+
+
+@click.command("graph")
+@click.option(
+    "-i",
+    "--input_path",
+    "input_path",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="compare.json: npu_path, and bench_path to compare two runs.",
+)
+@click.option(
+    "-o",
+    "--output_path",
+    "output_path",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder for the .vis files and the .html pages.",
+)
+@click.option("-lm", "--layer_mapping", type=click.Path(dir_okay=False), help="YAML: layer names -> bench layer names.")
+@click.option("-oc", "--overflow_check", is_flag=True, help="Mark each node's overflow level.")
+@click.option("-f", "--fuzzy_match", is_flag=True, help="Match APIs that differ only in call count, by order.")
+@click.option("-cs", "--complete_stack", is_flag=True, help="Keep the whole call stack of each node.")
+def graph_command(
+    input_path: Path,
+    output_path: Path,
+    layer_mapping: str | None,
+    overflow_check: bool,
+    fuzzy_match: bool,
+    complete_stack: bool,
+) -> None:
+    """Build the module/API graph of a dump, or compare two; writes .vis and a self-contained .html."""
+    from msprobe.core.graph.api import run_graph
+
+    def progress(jobs: list) -> Iterator:
+        if len(jobs) < 2:
+            yield from jobs
+            return
+        with click.progressbar(jobs, label="graphs", file=click.get_text_stream("stderr")) as bar:
+            yield from bar
+
+    summaries = run_graph(
+        input_path, output_path, layer_mapping, fuzzy_match, overflow_check, complete_stack, progress=progress
+    )
+    for summary in summaries:
+        click.echo(summary.line())
+    pages = [str(f) for s in summaries for f in s.files if f.suffix == ".html"]
+    click.echo(f"open in a browser: {', '.join(pages)}")
+
+
+COMMANDS = [graph_command]

@@ -1,0 +1,221 @@
+"""What ``msprobe graph -i compare.json -o OUT`` does.
+
+The layout of ``npu_path`` picks the mode, as in the reference: a folder with
+dump.json is one graph; a folder of ``rank*`` folders is one graph per rank;
+a folder of ``step*`` folders is one per step and rank. With ``bench_path``
+each graph is compared with its bench twin. Every graph is written as the
+reference's ``.vis`` file and as a self-contained ``.html`` page.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from msprobe.core.compare.api import check_tensor_readers, read_compare_json, tensor_readers
+from msprobe.core.compare.engine import tensor_loader
+from msprobe.core.compare.mapping import NameMapper, read_layer_mapping
+from msprobe.core.compare.report import timestamp
+from msprobe.core.dump.reader import read_dump
+from msprobe.core.errors import DataFileError
+from msprobe.core.graph.compare import compare_graphs, is_suspect
+from msprobe.core.graph.html import write_build_page, write_compare_page
+from msprobe.core.graph.model import API, Graph, build_graph
+from msprobe.core.graph.overflow import mark_overflow
+from msprobe.core.graph.vis import build_vis, compare_vis, write_vis
+
+logger = logging.getLogger(__name__)
+
+_NUMBERED = re.compile(r"^(rank|step)(\d*)$")
+
+
+class GraphInput(BaseModel):
+    """compare.json for the graph command: bench_path is optional (a single graph is built)."""
+
+    model_config = ConfigDict(extra="forbid")
+    npu_path: str
+    bench_path: str | None = None
+    is_print_compare_log: bool = True
+
+
+@dataclass
+class GraphSummary:
+    label: str
+    nodes: int
+    matched: int | None = None
+    suspect: int = 0
+    first_suspect: str | None = None
+    overflow: int = 0
+    files: list[Path] = field(default_factory=list)
+
+    def line(self) -> str:
+        where = f"{self.label}: " if self.label else ""
+        if self.matched is None:
+            text = f"{where}built a graph of {self.nodes} nodes"
+        else:
+            text = (
+                f"{where}compared {self.nodes} nodes, {self.matched} matched, {self.nodes - self.matched} unmatched, "
+                f"{self.suspect} precision suspect"
+            )
+            if self.first_suspect:
+                text += f"; first suspect API: {self.first_suspect}"
+        if self.overflow:
+            text += f"; {self.overflow} node(s) with an overflow level"
+        return text
+
+
+def read_graph_input(path: str | Path) -> GraphInput:
+    return read_compare_json(path, GraphInput)
+
+
+def _numbered(folder: Path, kind: str) -> dict[str, Path]:
+    found = {}
+    for child in sorted(folder.iterdir()):
+        match = _NUMBERED.match(child.name)
+        if child.is_dir() and match and match[1] == kind:
+            found[child.name] = child
+    return found
+
+
+def _dump_folders(root: Path, field_name: str) -> dict[tuple[str, ...], Path]:
+    """(step, rank) labels -> dump folder, from one of the three layouts."""
+    if not root.is_dir():
+        raise DataFileError(root, f"{field_name} is not a folder")
+    if (root / "dump.json").exists():
+        return {(): root}
+    steps = _numbered(root, "step")
+    if steps:
+        folders = {}
+        for step, step_dir in steps.items():
+            for rank, rank_dir in _numbered(step_dir, "rank").items():
+                folders[(step, rank)] = rank_dir
+        if folders:
+            return folders
+    ranks = _numbered(root, "rank")
+    if ranks:
+        return {(rank,): folder for rank, folder in ranks.items()}
+    raise DataFileError(root, f"{field_name} holds no dump.json, rank* folders or step* folders")
+
+
+def _load(folder: Path, complete_stack: bool) -> Graph:
+    dump = read_dump(folder)
+    if not dump.construct:
+        logger.warning(
+            "%s: construct.json is empty (level L1?); APIs are shown without their modules", folder / "construct.json"
+        )
+    return build_graph(dump, complete_stack)
+
+
+def _translator(npu: Graph, bench: Graph, layer_mapping: str | Path | None) -> Any:
+    cross = bool(npu.dump.framework and bench.dump.framework and npu.dump.framework != bench.dump.framework)
+    mapper = NameMapper(cross_framework=cross) if cross else None
+    renames = read_layer_mapping(layer_mapping) if layer_mapping else {}
+    if mapper is None and not renames:
+        return None
+
+    def translate(name: str) -> str:
+        if mapper is not None:
+            name = mapper(name)
+        if renames and name.startswith(("Module.", "Cell.")):
+            head, *parts = name.split(".")
+            name = ".".join([head, *(renames.get(part, part) for part in parts)])
+        return name
+
+    return translate
+
+
+def _first_suspect(graph: Graph, mode: str) -> str | None:
+    for node in graph.preorder():
+        if node.node_type == API and is_suspect(mode, node.data.get("precision_index")):
+            return node.id
+    return None
+
+
+def _file_stem(kind: str, labels: tuple[str, ...], stamp: str) -> str:
+    return "_".join([kind, *labels, stamp])
+
+
+def build_one(
+    folder: Path, output: Path, labels: tuple[str, ...], stamp: str, overflow_check: bool, complete_stack: bool
+) -> GraphSummary:
+    graph = _load(folder, complete_stack)
+    overflow_check = overflow_check or graph.dump.task == "overflow_check"
+    marked = mark_overflow(graph) if overflow_check else 0
+    stem = _file_stem("build", labels, stamp)
+    vis = write_vis(output / f"{stem}.vis", build_vis(graph, overflow_check))
+    page = write_build_page(output / f"{stem}.html", graph, f"msprobe graph: {folder}", overflow_check)
+    return GraphSummary(" ".join(labels), len(graph.nodes), overflow=marked, files=[vis, page])
+
+
+def compare_one(
+    npu_folder: Path,
+    bench_folder: Path,
+    output: Path,
+    labels: tuple[str, ...],
+    stamp: str,
+    fuzzy: bool,
+    layer_mapping: str | Path | None,
+    overflow_check: bool,
+    complete_stack: bool,
+) -> GraphSummary:
+    npu, bench = _load(npu_folder, complete_stack), _load(bench_folder, complete_stack)
+    readers = tensor_readers()
+    check_tensor_readers((npu.dump, bench.dump), readers)
+    comparison = compare_graphs(npu, bench, fuzzy, _translator(npu, bench, layer_mapping), tensor_loader(readers))
+    overflow_check = overflow_check or npu.dump.task == "overflow_check"
+    marked = mark_overflow(npu) if overflow_check else 0
+    if overflow_check:
+        mark_overflow(bench)
+    stem = _file_stem("compare", labels, stamp)
+    vis = write_vis(output / f"{stem}.vis", compare_vis(npu, bench, comparison, overflow_check))
+    title = f"msprobe graph: {npu_folder} vs {bench_folder}"
+    page = write_compare_page(output / f"{stem}.html", npu, bench, comparison, title, overflow_check)
+    suspect = sum(1 for node in npu.nodes.values() if is_suspect(comparison.mode, node.data.get("precision_index")))
+    return GraphSummary(
+        " ".join(labels),
+        len(npu.nodes),
+        matched=len(comparison.matches),
+        suspect=suspect,
+        first_suspect=_first_suspect(npu, comparison.mode),
+        overflow=marked,
+        files=[vis, page],
+    )
+
+
+def run_graph(
+    compare_json: str | Path,
+    output_path: str | Path,
+    layer_mapping: str | Path | None = None,
+    fuzzy_match: bool = False,
+    overflow_check: bool = False,
+    complete_stack: bool = False,
+    progress: Any = None,
+) -> list[GraphSummary]:
+    """Build or compare every graph the paths hold; ``progress`` wraps the job list (e.g. a progress bar)."""
+    spec = read_graph_input(compare_json)
+    output = Path(output_path)
+    npu = _dump_folders(Path(spec.npu_path), "npu_path")
+    stamp = timestamp()
+    if spec.bench_path is None:
+        jobs = list(npu.items())
+        iterator = progress(jobs) if progress else jobs
+        return [build_one(f, output, labels, stamp, overflow_check, complete_stack) for labels, f in iterator]
+    bench = _dump_folders(Path(spec.bench_path), "bench_path")
+    if set(npu) != set(bench):
+        only = sorted(" ".join(k) or "(single)" for k in set(npu) ^ set(bench))
+        raise DataFileError(
+            Path(compare_json), f"npu_path and bench_path hold different step/rank folders: {', '.join(only)}"
+        )
+    jobs = sorted(npu.items())
+    iterator = progress(jobs) if progress else jobs
+    return [
+        compare_one(
+            folder, bench[labels], output, labels, stamp, fuzzy_match, layer_mapping, overflow_check, complete_stack
+        )
+        for labels, folder in iterator
+    ]

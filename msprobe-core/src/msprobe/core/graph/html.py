@@ -1,0 +1,109 @@
+"""A single self-contained web page of a graph: the data and the viewer in one file, nothing fetched.
+
+The page keeps every node in one JSON block and draws only the rows in view,
+so a model of tens of thousands of nodes opens at once: collapsed parts are
+never laid out.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+from pathlib import Path
+from typing import Any
+
+from msprobe.core.graph.compare import BANDS, UNMATCHED_COLOR, GraphComparison, band, colors, is_suspect
+from msprobe.core.graph.model import Graph
+from msprobe.core.graph.vis import row_fields, write_atomically
+
+OVERFLOW_COLORS = {"critical": "#FF704D", "high": "#FFC62E", "medium": "#FFEDBE"}
+
+
+def _side(graph: Graph, label: str, comparison: GraphComparison | None, metrics: dict | None) -> dict[str, Any]:
+    ordered = graph.preorder()
+    index = {node.id: position for position, node in enumerate(ordered)}
+    framework = graph.dump.framework
+    nodes = []
+    for node in ordered:
+        entry: dict[str, Any] = {
+            "n": node.id,
+            "t": node.node_type,
+            "p": index.get(node.upnode, -1) if node.upnode else -1,
+            "c": [index[child] for child in node.subnodes],
+            "i": {row.name: row_fields(row, framework, (metrics or {}).get(row.name)) for row in node.inputs},
+            "out": {row.name: row_fields(row, framework, (metrics or {}).get(row.name)) for row in node.outputs},
+            "s": node.stack_info,
+        }
+        level = node.data.get("overflow_level")
+        if level:
+            entry["o"] = level
+            entry["k"] = OVERFLOW_COLORS[level]
+        if comparison is not None:
+            entry["m"] = node.matched
+            score = node.data.get("precision_index")
+            if node.matched is None:
+                entry["u"] = 1
+                entry["k"] = UNMATCHED_COLOR
+            elif score is not None:
+                entry["x"] = score
+                entry.setdefault("k", band(comparison.mode, score))
+                if is_suspect(comparison.mode, score):
+                    entry["z"] = 1
+        nodes.append(entry)
+    return {"label": label, "nodes": nodes}
+
+
+def _legend(comparison: GraphComparison | None, overflow: bool) -> list[list[str]]:
+    legend: list[list[str]] = []
+    if comparison is not None:
+        for color, spec in colors(comparison.mode).items():
+            bounds = spec["value"]
+            if color == UNMATCHED_COLOR:
+                text = "unmatched"
+            elif comparison.mode == "md5":
+                text = "md5 equal" if bounds[0] == 1 else "md5 differs"
+            else:
+                text = f"{bounds[0]} to {bounds[1]}"
+            legend.append([color, text])
+        legend.append(["#FFFFFF", f"suspect: {_suspect_text(comparison.mode)}"])
+    if overflow:
+        legend += [[color, f"overflow {level}"] for level, color in OVERFLOW_COLORS.items()]
+    return legend
+
+
+def _suspect_text(mode: str) -> str:
+    if mode == "md5":
+        return "any md5 differs"
+    return f"precision_index >= {BANDS[mode][0][1][1]}"
+
+
+def page(title: str, info: str, sides: list[dict[str, Any]], legend: list[list[str]]) -> str:
+    template = importlib.resources.files("msprobe.core.graph").joinpath("assets/graph.html").read_text("utf-8")
+    data = json.dumps({"title": title, "info": info, "sides": sides, "legend": legend}, ensure_ascii=False)
+    data = data.replace("</", "<\\/")  # the JSON must not close its <script> element
+    return template.replace("__TITLE__", _escape(title)).replace("__DATA__", data)
+
+
+def _escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def write_build_page(path: Path, graph: Graph, title: str, overflow: bool) -> Path:
+    info = f"{len(graph.nodes)} nodes, {graph.micro_steps} micro-step(s), {graph.dump.task or 'unknown'} dump"
+    sides = [_side(graph, "Debug side", None, None)]
+    return write_atomically(path, page(title, info, sides, _legend(None, overflow)))
+
+
+def write_compare_page(
+    path: Path, npu: Graph, bench: Graph, comparison: GraphComparison, title: str, overflow: bool
+) -> Path:
+    matched = len(comparison.matches)
+    info = (
+        f"{comparison.mode} compare: {len(npu.nodes)} nodes, {matched} matched, "
+        f"{len(npu.nodes) - matched} unmatched on the debug side"
+    )
+    sides = [
+        _side(npu, "Debug side", comparison, comparison.metrics),
+        _side(bench, "Bench side", comparison, None),
+    ]
+    return write_atomically(path, page(title, info, sides, _legend(comparison, overflow)))

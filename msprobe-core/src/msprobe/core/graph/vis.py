@@ -1,0 +1,123 @@
+"""The reference's ``.vis`` file: JSON that its TensorBoard plugin (tb-graph-ascend) reads.
+
+A single run is ``{root, dump_data_dir, node, MicroSteps, OverflowCheck}``;
+a comparison nests each side as ``NPU`` and ``Bench`` and adds the colour
+legend, the metric tooltips and the task.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from msprobe.core.compare.metrics import NA
+from msprobe.core.compare.rows import Row
+from msprobe.core.graph.compare import GraphComparison, _format, colors
+from msprobe.core.graph.model import Graph, Node
+
+TOOLTIPS = {
+    "summary": {
+        "Max diff": "Difference of the maxima (debug side minus bench)",
+        "Min diff": "Difference of the minima",
+        "Mean diff": "Difference of the means",
+        "L2norm diff": "Difference of the L2 norms",
+    },
+    "all": {
+        "One Thousandth Err Ratio": "Share of elements whose relative error is below 0.001; closer to 1 is better",
+        "Five Thousandths Err Ratio": "Share of elements whose relative error is below 0.005; closer to 1 is better",
+        "Cosine": "Cosine similarity of the two tensors; closer to 1 is better",
+        "MaxAbsErr": "Largest absolute element difference",
+        "MaxRelativeErr": "Largest relative element difference",
+    },
+    "md5": {"md5": "CRC-32 of the tensor bytes; equal means bitwise identical"},
+}
+
+
+def _scalar_type(row: Row) -> bool:
+    return row.dtype in ("int", "float", "bool")
+
+
+def row_fields(row: Row, framework: str, metrics: dict[str, str] | None = None) -> dict[str, str]:
+    """One input or output as the reference writes it in a node's input_data/output_data."""
+    if _scalar_type(row):
+        value = _format(row.stats[0])
+        fields = {"type": row.dtype, "value": value, "dtype": f"<class {row.dtype}>", "shape": "[]"}
+    else:
+        fields = {
+            "type": "mindspore.Tensor" if framework == "mindspore" else "torch.Tensor",
+            "dtype": row.dtype,
+            "shape": str(list(row.shape)),
+        }
+    for key, value in zip(("Max", "Min", "Mean", "Norm"), row.stats):
+        fields[key] = _format(value)
+    fields["data_name"] = row.data_name or "-1"
+    fields["md5"] = row.md5 or "00000000"
+    if metrics:
+        fields.update(metrics)
+    return fields
+
+
+def node_fields(node: Node, framework: str, metrics: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+    metrics = metrics or {}
+    fields: dict[str, Any] = {
+        "id": node.id,
+        "node_type": node.node_type,
+        "output_data": {row.name: row_fields(row, framework, metrics.get(row.name)) for row in node.outputs},
+        "input_data": {row.name: row_fields(row, framework, metrics.get(row.name)) for row in node.inputs},
+        "upnode": node.upnode if node.upnode is not None else "None",
+        "subnodes": list(node.subnodes),
+        "matched_node_link": list(node.matched_link),
+        "suggestions": {},
+        "stack_info": list(node.stack_info),
+    }
+    if node.micro_step_id is not None:
+        fields["micro_step_id"] = node.micro_step_id
+    fields["data"] = dict(node.data)
+    return fields
+
+
+def graph_fields(graph: Graph, metrics: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+    framework = graph.dump.framework
+    return {
+        "root": graph.root,
+        "dump_data_dir": graph.dump.dump_data_dir,
+        "node": {node.id: node_fields(node, framework, metrics) for node in graph.preorder()},
+    }
+
+
+def build_vis(graph: Graph, overflow_check: bool) -> dict[str, Any]:
+    content = graph_fields(graph)
+    content["MicroSteps"] = graph.micro_steps
+    content["OverflowCheck"] = overflow_check
+    return content
+
+
+def compare_vis(npu: Graph, bench: Graph, comparison: GraphComparison, overflow_check: bool) -> dict[str, Any]:
+    return {
+        "NPU": graph_fields(npu, comparison.metrics),
+        "Bench": graph_fields(bench),
+        "ToolTip": json.dumps(TOOLTIPS[comparison.task]),
+        "Colors": colors(comparison.mode),
+        "MicroSteps": npu.micro_steps,
+        "task": comparison.task,
+        "OverflowCheck": overflow_check,
+    }
+
+
+def write_atomically(path: Path, text: str) -> Path:
+    """Write next to the target and rename, so a crash never leaves a half file that looks complete."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)
+    return path
+
+
+def write_vis(path: Path, content: dict[str, Any]) -> Path:
+    return write_atomically(path, json.dumps(content, ensure_ascii=False, default=_default))
+
+
+def _default(value: Any) -> Any:
+    return NA if value is None else str(value)

@@ -1,0 +1,224 @@
+"""Graph view from real reference dumps: hierarchy, matching, scores, .vis and page files."""
+
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from msprobe.cli.main import cli
+from msprobe.core.dump.reader import read_dump
+from msprobe.core.errors import DataFileError
+from msprobe.core.graph.api import run_graph
+from msprobe.core.graph.compare import compare_graphs
+from msprobe.core.graph.model import build_graph
+from msprobe.core.graph.overflow import overflow_level
+from paths import REFERENCE_DUMPS, REFERENCE_GRAPHS
+
+MIX = REFERENCE_DUMPS / "pytorch" / "statistics_mix"
+STEP0, STEP1 = MIX / "step0" / "rank", MIX / "step1" / "rank"
+
+
+def load_vis(path):
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def write_compare_json(folder, npu, bench=None):
+    spec = {"npu_path": str(npu)}
+    if bench is not None:
+        spec["bench_path"] = str(bench)
+    path = folder / "compare.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def copy_dump(source, target):
+    shutil.copytree(source, target)
+    return target
+
+
+def edit_dump(folder, change):
+    path = folder / "dump.json"
+    dump = json.loads(path.read_text())
+    change(dump["data"])
+    path.write_text(json.dumps(dump))
+
+
+def test_hierarchy_matches_the_reference_build():
+    reference = load_vis(REFERENCE_GRAPHS / "build_statistics_mix_step0.vis")["node"]
+    graph = build_graph(read_dump(STEP0))
+    assert set(graph.nodes) == set(reference)
+    for node_id, expected in reference.items():
+        node = graph[node_id]
+        assert node.node_type == expected["node_type"], node_id
+        assert (node.upnode or "None") == expected["upnode"], node_id
+        assert node.subnodes == expected["subnodes"], node_id
+        assert node.stack_info == expected["stack_info"], node_id
+
+
+def test_comparison_scores_match_the_reference(tmp_path):
+    reference = load_vis(REFERENCE_GRAPHS / "compare_statistics_mix_step0_vs_step1.vis")
+    [summary] = run_graph(write_compare_json(tmp_path, STEP0, STEP1), tmp_path / "out")
+    vis_file = summary.files[0]
+    assert vis_file.name.startswith("compare_") and vis_file.suffix == ".vis"
+    ours = load_vis(vis_file)
+    assert ours["task"] == reference["task"] == "summary"
+    assert list(ours["Colors"]) == list(reference["Colors"])
+    assert [c["value"] for c in ours["Colors"].values()] == [c["value"] for c in reference["Colors"].values()]
+    for side in ("NPU", "Bench"):
+        assert ours[side]["root"] == reference[side]["root"]
+        for node_id, expected in reference[side]["node"].items():
+            node = ours[side]["node"][node_id]
+            assert node["matched_node_link"] == expected["matched_node_link"], node_id
+            want = expected["data"].get("precision_index")
+            got = node["data"].get("precision_index")
+            assert (want is None) == (got is None), node_id
+            if want is not None:
+                assert got == pytest.approx(want, abs=1e-6), node_id
+    relu = ours["NPU"]["node"]["Functional.relu.0.forward"]["output_data"]["Functional.relu.0.forward.output.0"]
+    expected = reference["NPU"]["node"]["Functional.relu.0.forward"]["output_data"][
+        "Functional.relu.0.forward.output.0"
+    ]
+    for key in ("Max diff", "MaxRelativeErr", "NormRelativeErr", "MinRelativeErr", "shape", "dtype"):
+        assert relu[key] == expected[key], key
+    assert summary.matched == summary.nodes == 27
+
+
+def test_unmatched_nodes_are_marked_and_counted(tmp_path):
+    bench = copy_dump(STEP1, tmp_path / "bench")
+    edit_dump(bench, lambda data: data["Functional.relu.0.forward"]["output"][0].update(shape=[4, 999]))
+    npu_graph, bench_graph = build_graph(read_dump(STEP0)), build_graph(read_dump(bench))
+    comparison = compare_graphs(npu_graph, bench_graph)
+    relu = npu_graph["Functional.relu.0.forward"]
+    assert relu.matched is None and relu.matched_link == [] and "precision_index" not in relu.data
+    assert bench_graph["Functional.relu.0.forward"].matched is None
+    assert "Functional.relu.0.forward" not in comparison.matches
+    [summary] = run_graph(write_compare_json(tmp_path, STEP0, bench), tmp_path / "out")
+    assert summary.nodes - summary.matched == 1
+    assert "1 unmatched" in summary.line()
+
+
+def test_fuzzy_matching_ignores_call_counts(tmp_path):
+    bench = copy_dump(STEP1, tmp_path / "bench")
+
+    def renumber(text):
+        return text.replace("Functional.relu.0.", "Functional.relu.7.")
+
+    for name in ("dump.json", "construct.json", "stack.json"):
+        path = bench / name
+        path.write_text(renumber(path.read_text()))
+    npu_graph = build_graph(read_dump(STEP0))
+    exact = compare_graphs(npu_graph, build_graph(read_dump(bench)))
+    assert "Functional.relu.0.forward" not in exact.matches
+    fuzzy = compare_graphs(build_graph(read_dump(STEP0)), build_graph(read_dump(bench)), fuzzy=True)
+    assert fuzzy.matches["Functional.relu.0.forward"] == "Functional.relu.7.forward"
+    assert fuzzy.matches["Functional.relu.0.backward"] == "Functional.relu.7.backward"
+
+
+def test_layer_mapping_matches_renamed_modules(tmp_path):
+    bench = copy_dump(STEP1, tmp_path / "bench")
+    for name in ("dump.json", "construct.json", "stack.json"):
+        path = bench / name
+        path.write_text(path.read_text().replace("Module.fc.Linear", "Module.head.Linear"))
+    mapping = tmp_path / "layers.yaml"
+    mapping.write_text("Net:\n  fc: head\n")
+    spec = write_compare_json(tmp_path, STEP0, bench)
+    [plain] = run_graph(spec, tmp_path / "plain")
+    [mapped] = run_graph(spec, tmp_path / "mapped", layer_mapping=mapping)
+    # the two fc modules and the three APIs inside them match only through the mapping
+    assert (plain.matched, mapped.matched) == (22, 27)
+    vis = load_vis(mapped.files[0])
+    assert vis["NPU"]["node"]["Module.fc.Linear.forward.0"]["matched_node_link"][-1] == "Module.fc.Linear.forward.0"
+
+
+def test_overflow_levels(tmp_path):
+    folder = copy_dump(STEP0, tmp_path / "npu")
+
+    def poison(data):
+        data["Functional.relu.0.forward"]["output"][0]["Max"] = "inf"  # finite in, inf out
+        data["Tensor.flatten.0.forward"]["input_args"][0]["Max"] = "inf"  # inf in, finite out
+        data["Functional.linear.0.forward"]["input_args"][0]["Norm"] = "nan"
+        data["Functional.linear.0.forward"]["output"][0]["Norm"] = "nan"
+
+    edit_dump(folder, poison)
+    graph = build_graph(read_dump(folder))
+    assert overflow_level(graph["Functional.relu.0.forward"]) == "critical"
+    assert overflow_level(graph["Tensor.flatten.0.forward"]) == "medium"
+    assert overflow_level(graph["Functional.linear.0.forward"]) == "high"
+    assert overflow_level(graph["Functional.conv2d.0.forward"]) is None
+    [summary] = run_graph(write_compare_json(tmp_path, folder), tmp_path / "out", overflow_check=True)
+    vis = load_vis(summary.files[0])
+    assert vis["OverflowCheck"] is True
+    assert vis["node"]["Functional.relu.0.forward"]["data"] == {"overflow_level": "critical"}
+    assert summary.overflow == 3
+
+
+def test_multi_rank_and_multi_step_layouts(tmp_path):
+    for step in ("step0", "step1"):
+        for rank in ("rank0", "rank1"):
+            copy_dump(STEP0, tmp_path / "npu" / step / rank)
+            copy_dump(STEP1, tmp_path / "bench" / step / rank)
+    spec = write_compare_json(tmp_path, tmp_path / "npu", tmp_path / "bench")
+    summaries = run_graph(spec, tmp_path / "out")
+    names = sorted(f.name.rsplit("_", 1)[0] + f.suffix for s in summaries for f in s.files)
+    assert names == sorted(
+        f"compare_{s}_{r}{x}" for s in ("step0", "step1") for r in ("rank0", "rank1") for x in (".vis", ".html")
+    )
+    ranks = run_graph(write_compare_json(tmp_path, tmp_path / "npu" / "step1"), tmp_path / "ranks")
+    assert sorted(f.name.split("_")[1] for s in ranks for f in s.files if f.suffix == ".vis") == ["rank0", "rank1"]
+    assert all(f.name.startswith("build_") for s in ranks for f in s.files)
+    shutil.rmtree(tmp_path / "bench" / "step1" / "rank1")
+    spec = write_compare_json(tmp_path, tmp_path / "npu", tmp_path / "bench")
+    with pytest.raises(DataFileError, match="different step/rank folders: step1 rank1"):
+        run_graph(spec, tmp_path / "out2")
+
+
+def test_page_is_self_contained_and_escapes_names(tmp_path):
+    folder = copy_dump(STEP0, tmp_path / "npu")
+    stack_path = folder / "stack.json"
+    stacks = json.loads(stack_path.read_text())
+    stacks["Functional.relu.0.forward"] = ["File </script><b>x.py, line 1, in f, \n y = 1"]
+    stack_path.write_text(json.dumps(stacks))
+    [summary] = run_graph(write_compare_json(tmp_path, folder), tmp_path / "out")
+    page = summary.files[1].read_text(encoding="utf-8")
+    assert page.count("</script>") == 2  # the data block and the viewer, nothing injected
+    assert "<\\/script><b>x.py" in page
+    for external in ("http://", "https://", "src=", "<link"):
+        assert external not in page, external
+    start = page.index('id="graph-data">') + len('id="graph-data">')
+    data = json.loads(page[start : page.index("</script>", start)])
+    names = [node["n"] for node in data["sides"][0]["nodes"]]
+    assert names[0] == "DefaultModel" and len(names) == 27
+    relu = data["sides"][0]["nodes"][names.index("Functional.relu.0.forward")]
+    assert relu["s"] == ["File </script><b>x.py, line 1, in f, \n y = 1"]
+
+
+def test_cli_graph_and_alias(tmp_path):
+    spec = write_compare_json(tmp_path, STEP0, STEP1)
+    result = CliRunner().invoke(cli, ["graph", "-i", str(spec), "-o", str(tmp_path / "a")])
+    assert result.exit_code == 0, result.output
+    assert "compared 27 nodes, 27 matched, 0 unmatched" in result.output
+    assert "first suspect API: Functional.conv2d.0.forward" in result.output
+    alias = CliRunner().invoke(cli, ["graph_visualize", "-i", str(spec), "-o", str(tmp_path / "b"), "-f", "-cs"])
+    assert alias.exit_code == 0, alias.output
+    vis = load_vis(next((tmp_path / "b").glob("*.vis")))
+    assert len(vis["NPU"]["node"]["Functional.relu.0.forward"]["stack_info"]) > 1  # -cs keeps the whole stack
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("{not json", "invalid JSON"),
+        ('{"bench_path": "x"}', "npu_path"),
+        ('{"npu_path": "/nowhere/at/all"}', "npu_path is not a folder"),
+        ('{"npu_path": ".", "extra": 1}', "extra"),
+    ],
+)
+def test_cli_bad_input_is_one_clear_line(tmp_path, content, message):
+    spec = tmp_path / "compare.json"
+    spec.write_text(content)
+    result = CliRunner().invoke(cli, ["graph", "-i", str(spec), "-o", str(tmp_path / "out")])
+    assert result.exit_code != 0
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
