@@ -6,6 +6,9 @@ torch is pinned so pip takes the CPU wheel instead of several GB of CUDA package
 
 from __future__ import annotations
 
+import os
+import shutil
+
 import nox
 
 nox.options.sessions = ["lint", "core", "torch", "mindspore", "packaging"]
@@ -32,10 +35,21 @@ def core(session: nox.Session) -> None:
     session.run("pytest", "tests/core", "tests/cli", *session.posargs)
 
 
+def _ensure_chromium(session: nox.Session) -> None:
+    """The graph-page tests drive Debian's Chromium through Playwright; no browser is downloaded."""
+    if os.environ.get("MSPROBE_CHROMIUM") or shutil.which("chromium"):
+        return
+    if hasattr(os, "geteuid") and os.geteuid() != 0:
+        session.error("the browser tests need Debian's chromium: sudo apt-get install chromium")
+    command = "apt-get install -y -q chromium || (apt-get update -q && apt-get install -y -q chromium)"
+    session.run("sh", "-c", command, external=True)
+
+
 @nox.session
 def torch(session: nox.Session) -> None:
+    _ensure_chromium(session)
     session.install(TORCH)
-    session.install(*TEST_DEPS, *CORE, "-e", "./msprobe-torch[huggingface]")
+    session.install(*TEST_DEPS, "playwright", *CORE, "-e", "./msprobe-torch[huggingface]")
     session.run("pytest", "tests/torch_backend", *session.posargs)
 
 
