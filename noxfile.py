@@ -30,8 +30,8 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def core(session: nox.Session) -> None:
-    """msprobe-core and msprobe-cli with no framework installed."""
-    session.install(*TEST_DEPS, *CORE)
+    """msprobe-core and msprobe-cli with no framework installed (tb-graph-ascend: the reference's graph viewer)."""
+    session.install(*TEST_DEPS, "tb-graph-ascend", *CORE)
     session.run("pytest", "tests/core", "tests/cli", *session.posargs)
 
 

@@ -128,7 +128,12 @@ def test_layer_mapping_matches_renamed_modules(tmp_path):
     # the two fc modules and the three APIs inside them match only through the mapping
     assert (plain.matched, mapped.matched) == (22, 27)
     vis = load_vis(mapped.files[0])
-    assert vis["NPU"]["node"]["Module.fc.Linear.forward.0"]["matched_node_link"][-1] == "Module.fc.Linear.forward.0"
+    # matched_node_link is the partner's path: its last item names the bench node (what tb-graph-ascend reads)
+    assert vis["NPU"]["node"]["Module.fc.Linear.forward.0"]["matched_node_link"] == [
+        "DefaultModel",
+        "Module.head.Linear.forward.0",
+    ]
+    assert vis["Bench"]["node"]["Module.head.Linear.forward.0"]["matched_node_link"][-1] == "Module.fc.Linear.forward.0"
 
 
 def test_overflow_levels(tmp_path):

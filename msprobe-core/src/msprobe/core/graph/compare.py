@@ -268,7 +268,7 @@ def _score(npu: Graph, bench: Graph, comparison: GraphComparison) -> None:
     reverse = {bench_id: npu_id for npu_id, bench_id in comparison.matches.items()}
     for node in npu.nodes.values():
         node.matched = comparison.matches.get(node.id)
-        node.matched_link = npu.ancestors(node.id) if node.matched else []
+        node.matched_link = bench.ancestors(node.matched) if node.matched else []  # the partner's path
         if node.matched and node.has_data:
             node.data["precision_index"] = node_index(comparison.mode, node, comparison.metrics)
             if comparison.mode == "md5":
@@ -281,4 +281,4 @@ def _score(npu: Graph, bench: Graph, comparison: GraphComparison) -> None:
                 node.data["precision_index"] = worst
     for node in bench.nodes.values():
         node.matched = reverse.get(node.id)
-        node.matched_link = bench.ancestors(node.id) if node.matched else []
+        node.matched_link = npu.ancestors(node.matched) if node.matched else []
