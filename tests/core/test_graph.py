@@ -158,6 +158,26 @@ def test_overflow_levels(tmp_path):
     assert summary.overflow == 3
 
 
+def test_an_overflow_dump_gets_overflow_levels_without_asking(tmp_path):
+    folder = copy_dump(STEP0, tmp_path / "npu")
+    path = folder / "dump.json"
+    dump = json.loads(path.read_text())
+    dump["task"] = "overflow_check"
+    dump["data"]["Functional.relu.0.forward"]["output"][0]["Min"] = "-inf"
+    path.write_text(json.dumps(dump))
+    [summary] = run_graph(write_compare_json(tmp_path, folder), tmp_path / "out")
+    vis = load_vis(summary.files[0])
+    assert vis["OverflowCheck"] is True
+    assert vis["node"]["Functional.relu.0.forward"]["data"]["overflow_level"] == "critical"
+    assert "1 node(s) with an overflow level" in summary.line()
+
+
+def test_output_path_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "out").write_text("not a folder")
+    with pytest.raises(DataFileError, match="output path is a file"):
+        run_graph(write_compare_json(tmp_path, STEP0), tmp_path / "out")
+
+
 def test_multi_rank_and_multi_step_layouts(tmp_path):
     for step in ("step0", "step1"):
         for rank in ("rank0", "rank1"):

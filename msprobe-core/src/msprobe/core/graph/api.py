@@ -199,6 +199,8 @@ def run_graph(
     """Build or compare every graph the paths hold; ``progress`` wraps the job list (e.g. a progress bar)."""
     spec = read_graph_input(compare_json)
     output = Path(output_path)
+    if output.exists() and not output.is_dir():
+        raise DataFileError(output, "the output path is a file; give a folder")
     npu = _dump_folders(Path(spec.npu_path), "npu_path")
     stamp = timestamp()
     if spec.bench_path is None:
