@@ -260,3 +260,63 @@ def test_batched_statistics_equal_the_per_tensor_ones(ops):
     tensors = [torch.randn(shape, generator=generator) - 0.3 for shape in ((3, 4), (7,), (2, 2, 2))]
     for batched, tensor in zip(_stats_batch(tensors, ops, 1e-8), tensors):
         assert torch.allclose(batched, _stats(tensor, ops, 1e-8))
+
+
+def test_update_and_ratio_of_adam(tmp_path, monkeypatch):
+    monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / "out"))
+    (tmp_path / "monitor.json").write_text(json.dumps({"ur_distribution": True, "ops": ["norm", "max"]}))
+    model, optimizer = model_and_optimizer()
+    monitor = TrainerMon(str(tmp_path / "monitor.json"), params_have_main_grad=False)
+    monitor.set_monitor(model, optimizer=optimizer)
+    expected = []
+    for _ in range(3):
+        torch.nn.functional.mse_loss(model(torch.randn(16, 8)), torch.randn(16, 2)).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        state = optimizer.state[model[0].weight]
+        beta1, beta2 = optimizer.param_groups[0]["betas"]
+        step = float(state["step"])
+        moment = state["exp_avg"] / (1 - beta1**step)
+        root = (state["exp_avg_sq"] / (1 - beta2**step)).sqrt()
+        expected.append(((moment / (root + 1e-8)).norm().item(), (moment / root).abs().max().item()))
+    monitor.finish()
+    (folder,) = list((tmp_path / "out").iterdir())
+    for step, (update_norm, ratio_max) in enumerate(expected):
+        update = next(r for r in csv_rows(folder / f"update_{step}-{step}.csv") if r["name"] == "0.weight")
+        ratio = next(r for r in csv_rows(folder / f"ratio_{step}-{step}.csv") if r["name"] == "0.weight")
+        assert float(update["norm"]) == pytest.approx(update_norm, rel=1e-5)
+        assert float(ratio["max"]) <= ratio_max + 1e-6  # max of the signed ratio never exceeds its largest magnitude
+    names = {r["name"] for r in csv_rows(folder / "update_0-0.csv")}
+    assert names == {"0.weight", "0.bias", "2.weight", "2.bias"}
+
+
+def test_update_and_ratio_histograms_in_tensorboard(tmp_path, monkeypatch):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    config = {"ur_distribution": True, "format": "tensorboard", "ops": ["norm"]}
+    folder, _, _ = run(tmp_path, monkeypatch, config, steps=2)
+    events = EventAccumulator(str(folder), size_guidance={"histograms": 0})
+    events.Reload()
+    tags = events.Tags()["histograms"]
+    assert "0:0.weight/rank0/update_histogram" in tags and "0:2.bias/rank0/ratio_histogram" in tags
+    histogram = events.Histograms("0:0.weight/rank0/update_histogram")
+    assert [h.step for h in histogram] == [0, 1]
+    assert histogram[0].histogram_value.num == 8 * 16  # every element of the weight counted once
+    assert "0:0.weight/rank0/update_norm" in tensorboard_scalars(folder)
+
+
+def test_update_and_ratio_need_adam(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / "out"))
+    (tmp_path / "monitor.json").write_text(json.dumps({"ur_distribution": True, "wg_distribution": True}))
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    monitor = TrainerMon(str(tmp_path / "monitor.json"), params_have_main_grad=False)
+    monitor.set_monitor(model, optimizer=optimizer)
+    for _ in range(2):
+        model(torch.randn(3, 4)).sum().backward()
+        optimizer.step()
+    monitor.finish()
+    (folder,) = list((tmp_path / "out").iterdir())
+    assert not list(folder.glob("update_*.csv"))
+    assert csv_rows(folder / "grad_reduced_1-1.csv")  # the rest of the monitor goes on
+    assert sum("exp_avg" in r.getMessage() for r in caplog.records) == 1  # said once, not every step

@@ -53,3 +53,46 @@ def test_unreduced_is_the_local_gradient_and_reduced_the_average(tmp_path):
         assert reduced["module.weight"] == pytest.approx(expected["reduced"], rel=1e-5)
         local_norms.append(unreduced["module.weight"])
     assert local_norms[0] != pytest.approx(local_norms[1])  # the ranks really saw different data
+
+
+def train_with_groups(rank: int, folder: str, port: int, groups: str) -> None:
+    from msprobe.pytorch import TrainerMon
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), MONITOR_OUTPUT_DIR=f"{folder}/{groups}")
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 2))
+    model.module.weight.tensor_model_parallel = True  # split across tensor-parallel ranks: each keeps its own
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    monitor = TrainerMon(f"{folder}/m.json", params_have_main_grad=False)
+    world = dist.group.WORLD
+    monitor.set_monitor(
+        model,
+        optimizer=optimizer,
+        dp_group=world if groups == "dp" else None,
+        tp_group=world if groups == "tp" else None,
+    )
+    model(torch.randn(4, 8)).sum().backward()
+    optimizer.step()
+    monitor.finish()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize(
+    ("groups", "kept"),
+    [
+        ("dp", {0: {"module.weight", "module.bias"}, 1: set()}),  # one copy per data-parallel group
+        ("tp", {0: {"module.weight", "module.bias"}, 1: {"module.weight"}}),  # replicated bias on the first only
+    ],
+)
+def test_groups_keep_one_copy_of_reduced_gradients(tmp_path, groups, kept):
+    (tmp_path / "m.json").write_text(json.dumps({"wg_distribution": True, "ops": ["norm"]}))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    mp.spawn(train_with_groups, args=(str(tmp_path), port, groups), nprocs=2, join=True)
+    for rank, names in kept.items():
+        (folder,) = list((tmp_path / groups).glob(f"*-rank{rank}"))
+        assert {r["name"] for r in csv_rows(folder / "grad_reduced_0-0.csv")} == names
+        assert {r["name"] for r in csv_rows(folder / "grad_unreduced_0-0.csv")} == {"module.weight", "module.bias"}

@@ -177,6 +177,12 @@ class MonitorOutput:
         row += [round(values[op], self.config.ndigits) if math.isfinite(values[op]) else values[op] for op in ops]
         self.pending[kind].append(row)
 
+    def add_histogram(self, kind: str, name: str, step: int, counts: list[float], low: float, high: float) -> None:
+        """A value distribution (TensorBoard only; CSV keeps the statistics)."""
+        if self.scalars is not None and counts:
+            tag = self._tag(kind, name, self.rank, "histogram")
+            self.scalars.add_histogram(tag, counts, low, high, step)
+
     def end_step(self, step: int, records: int) -> None:
         if self.scalars is not None:
             self.scalars.flush()

@@ -25,7 +25,17 @@ from msprobe.core.monitor import RUN_FOLDER_TIME
 
 logger = logging.getLogger(__name__)
 
-DATA_TYPES = ("actv", "actv_grad", "exp_avg", "exp_avg_sq", "grad_unreduced", "grad_reduced", "param")
+DATA_TYPES = (
+    "actv",
+    "actv_grad",
+    "exp_avg",
+    "exp_avg_sq",
+    "grad_unreduced",
+    "grad_reduced",
+    "param",
+    "update",
+    "ratio",
+)
 _RUN_FOLDER = re.compile(r"^(?P<time>[A-Z][a-z]{2}\d{2}_\d{2}-\d{2}-\d{2})-rank(?P<rank>\d+)$")
 _CSV_FILE = re.compile(r"^(?P<kind>[a-z_]+?)_(?P<first>\d+)-(?P<last>\d+)\.csv$")
 _ID_COLUMNS = ("vpp_stage", "name", "step", "micro_step")
@@ -52,14 +62,33 @@ class ScalarWriter:
     def __init__(self, folder: str | Path):
         require_tensorboard()
         from tensorboard.compat.proto.event_pb2 import Event
-        from tensorboard.compat.proto.summary_pb2 import Summary
+        from tensorboard.compat.proto.summary_pb2 import HistogramProto, Summary
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
         self._writer = EventFileWriter(str(folder))
         self._event, self._summary = Event, Summary  # add() runs once per value: no imports there
+        self._histogram = HistogramProto
 
     def add(self, tag: str, value: float, step: int) -> None:
         summary = self._summary(value=[self._summary.Value(tag=tag, simple_value=float(value))])
+        self._writer.add_event(self._event(wall_time=time.time(), step=int(step), summary=summary))
+
+    def add_histogram(self, tag: str, counts: list[float], low: float, high: float, step: int) -> None:
+        """Equal-width bins from ``low`` to ``high``: TensorBoard's histogram and distribution dashboards."""
+        bins = len(counts)
+        width = (high - low) / bins if bins else 0.0
+        limits = [low + width * (index + 1) for index in range(bins)]
+        centres = [low + width * (index + 0.5) for index in range(bins)]
+        histogram = self._histogram(
+            min=low,
+            max=high,
+            num=float(sum(counts)),
+            sum=float(sum(c * x for c, x in zip(counts, centres))),
+            sum_squares=float(sum(c * x * x for c, x in zip(counts, centres))),
+            bucket_limit=limits,
+            bucket=[float(c) for c in counts],
+        )
+        summary = self._summary(value=[self._summary.Value(tag=tag, histo=histogram)])
         self._writer.add_event(self._event(wall_time=time.time(), step=int(step), summary=summary))
 
     def flush(self) -> None:

@@ -76,6 +76,17 @@ def _stats_batch(tensors: list[torch.Tensor], ops: list[str], eps: float) -> lis
     return list(torch.stack([columns[op] for op in ops], dim=1).to(torch.float64))
 
 
+HISTOGRAM_BINS = 30
+
+
+def _first_in_group(group: Any) -> bool:
+    """Is this rank the group's first? No group: every rank keeps its own."""
+    if group is None:
+        return True
+    ranks = torch.distributed.get_process_group_ranks(group)
+    return not ranks or torch.distributed.get_rank() == min(ranks)
+
+
 class TrainerMon(MonitorSession):
     """The reference's entry point: ``TrainerMon(config_file_path).set_monitor(model, ...)``."""
 
@@ -90,6 +101,9 @@ class TrainerMon(MonitorSession):
         self.model: Any = None
         self.optimizer: Any = None
         self.on_anomaly = self._dump_gradient
+        self.dp_first = True  # this rank keeps the reduced gradients of its data-parallel group
+        self.tp_first = True  # this rank keeps the gradients that tensor parallelism replicates
+        self.histograms: list[tuple[str, str, torch.Tensor, torch.Tensor]] = []
 
     # -- setup -----------------------------------------------------------------------------
     def set_monitor(
@@ -115,6 +129,9 @@ class TrainerMon(MonitorSession):
                         label = f"{index}:{name}" if len(models) > 1 else name
                         self.handles.append(module.register_forward_hook(self._activation_hook(label)))
         self.data_parallel = distributed and torch.distributed.get_world_size() > 1
+        if distributed:
+            self.dp_first = _first_in_group(dp_group)
+            self.tp_first = _first_in_group(tp_group)
         if self.config.wg_distribution and self.data_parallel:
             for name, parameter in self._parameters():
                 if parameter.requires_grad:
@@ -184,7 +201,7 @@ class TrainerMon(MonitorSession):
         ]
         for name, parameter in self._parameters():
             grad = self._gradient(parameter)
-            if self.config.wg_distribution and grad is not None:
+            if self.config.wg_distribution and grad is not None and self._keeps_reduced(parameter):
                 requests.append(("grad_reduced", name, grad))
             if self.config.param_distribution:
                 requests.append(("param", name, parameter))
@@ -204,13 +221,63 @@ class TrainerMon(MonitorSession):
             return
         rows = []
         try:
+            if self.config.ur_distribution and self.collecting():
+                self._collect_update_ratio(optimizer)
             if self.pending:
                 values = torch.stack([stats.to("cpu") for *_, stats in self.pending]).tolist()  # one host transfer
                 rows = [(kind, name, micro, row) for (kind, name, micro, _), row in zip(self.pending, values)]
+            self._write_histograms()
         except Exception as exc:  # never break training
             logger.warning("monitor: step %d not recorded (%s: %s)", self.schedule.step, type(exc).__name__, exc)
         self.pending.clear()
+        self.histograms.clear()
         self.end_step(rows)
+
+    def _keeps_reduced(self, parameter: torch.nn.Parameter) -> bool:
+        """After reduction the data-parallel group holds one gradient, and tensor parallelism copies some."""
+        if not self.dp_first:
+            return False
+        return self.tp_first or bool(getattr(parameter, "tensor_model_parallel", False))
+
+    def _collect_update_ratio(self, optimizer: Any) -> None:
+        """Adam's step direction after bias correction: update = m/(sqrt(v)+eps), ratio = m/sqrt(v)."""
+        names = {id(parameter): name for name, parameter in self._parameters()}
+        updates: list[tuple[str, str, torch.Tensor]] = []
+        for group in optimizer.param_groups:
+            betas, eps = group.get("betas"), group.get("eps", 1e-8)
+            for parameter in group["params"]:
+                name = names.get(id(parameter))
+                state = optimizer.state.get(parameter, {})
+                if name is None or "exp_avg" not in state or "exp_avg_sq" not in state:
+                    continue
+                if not betas or "step" not in state:
+                    self._warn_once("ur_distribution", ValueError("needs an Adam-family optimizer (betas, step)"))
+                    return
+                step = float(state["step"])
+                with torch.no_grad():
+                    moment = state["exp_avg"] / (1 - betas[0] ** step)
+                    root = (state["exp_avg_sq"] / (1 - betas[1] ** step)).sqrt()
+                    updates.append(("update", name, moment / (root + eps)))
+                    updates.append(("ratio", name, moment / root))
+        if not updates:
+            self._warn_once("ur_distribution", ValueError("the optimizer keeps no exp_avg/exp_avg_sq state"))
+            return
+        statistics = _stats_batch([tensor for *_, tensor in updates], self.config.ops, self.config.eps)
+        for (kind, name, tensor), stats in zip(updates, statistics):
+            self.pending.append((kind, name, None, stats))
+            if self.output is not None and self.output.scalars is not None:
+                finite = tensor[torch.isfinite(tensor)].float()
+                if finite.numel():
+                    bounds = torch.stack(torch.aminmax(finite))
+                    self.histograms.append((kind, name, torch.histc(finite, bins=HISTOGRAM_BINS), bounds))
+
+    def _write_histograms(self) -> None:
+        if not self.histograms:
+            return
+        step = self.schedule.step
+        for kind, name, counts, bounds in self.histograms:
+            low, high = bounds.tolist()
+            self.output.add_histogram(kind, name, step, counts.tolist(), low, high if high > low else low + 1e-12)
 
     def _dump_gradient(self, step: int, kind: str, name: str) -> None:
         if kind != "grad_reduced":
