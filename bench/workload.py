@@ -59,4 +59,5 @@ def make_workload(seed: int = 0):
         optimizer.step()
         optimizer.zero_grad()
 
+    train_step.optimizer = optimizer  # for tools that attach to it (the monitor)
     return model, train_step

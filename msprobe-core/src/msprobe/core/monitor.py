@@ -16,9 +16,11 @@ import math
 import os
 import time
 from collections import defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from msprobe.core.config import config_error_from_validation, read_config_file
@@ -140,6 +142,18 @@ class AnomalyDetector:
 RUN_FOLDER_TIME = "%b%d_%H-%M-%S"  # run folders are named {time}-rank{R}
 
 
+def _write_csv_files(files: list[tuple[Path, list[str], list[list[Any]]]]) -> None:
+    """Each file written beside its name and renamed: a reader never sees half a file."""
+    for path, header, rows in files:
+        partial = path.with_name(f".{path.name}.partial")
+        with open(partial, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(header)
+            writer.writerows(rows)
+        os.chmod(partial, 0o640)
+        os.replace(partial, path)
+
+
 class MonitorOutput:
     """CSV or TensorBoard files under MONITOR_OUTPUT_DIR/{timestamp}-rank{R}/, and the anomaly file."""
 
@@ -153,6 +167,8 @@ class MonitorOutput:
         self.anomalies = self.folder / "anomalies.jsonl"
         self.first_anomaly_step: int | None = None
         self.scalars = None
+        self._writer: ThreadPoolExecutor | None = None
+        self._writes: list[Future] = []
         self.reconfigure(config)
 
     def reconfigure(self, config: MonitorConfig) -> None:
@@ -163,19 +179,26 @@ class MonitorOutput:
 
             self.scalars, self._tag = ScalarWriter(self.folder), monitor_tag
         elif config.format != "tensorboard":
-            self.close()
+            self._close_scalars()
 
-    def add(self, kind: str, name: str, step: int, micro_step: int | None, values: dict[str, float]) -> None:
+    def add_table(self, labels: list[tuple[str, str, int | None]], values: np.ndarray, step: int) -> None:
+        """One step's statistics: ``labels[i] = (kind, name, micro_step)``, ``values[i]`` one per op."""
         if self.first_step is None:
             self.first_step = step
         ops = self.config.ops
         if self.scalars is not None:
-            for op in ops:
-                self.scalars.add(self._tag(kind, name, self.rank, op, micro_step), values[op], step)
+            for (kind, name, micro_step), row in zip(labels, values.tolist()):
+                for op, value in zip(ops, row):
+                    self.scalars.add(self._tag(kind, name, self.rank, op, micro_step), value, step)
             return
-        row = [0, name, step, *([micro_step] if micro_step is not None else [])]
-        row += [round(values[op], self.config.ndigits) if math.isfinite(values[op]) else values[op] for op in ops]
-        self.pending[kind].append(row)
+        with np.errstate(invalid="ignore"):
+            rounded = np.where(np.isfinite(values), np.round(values, self.config.ndigits), values).tolist()
+        pending = self.pending
+        for (kind, name, micro_step), row in zip(labels, rounded):
+            if micro_step is None:
+                pending[kind].append([0, name, step, *row])
+            else:
+                pending[kind].append([0, name, step, micro_step, *row])
 
     def add_histogram(self, kind: str, name: str, step: int, counts: list[float], low: float, high: float) -> None:
         """A value distribution (TensorBoard only; CSV keeps the statistics)."""
@@ -194,19 +217,40 @@ class MonitorOutput:
         self.flush(step)
 
     def flush(self, last_step: int) -> None:
+        """Hand the pending rows to the writer thread: the training thread does no file I/O."""
+        files = []
         for kind, rows in self.pending.items():
             micro = kind.startswith("actv")
             header = ["vpp_stage", "name", "step", *(["micro_step"] if micro else []), *self.config.ops]
-            path = self.folder / f"{kind}_{self.first_step}-{last_step}.csv"
-            with open(path, "w", newline="", encoding="utf-8") as handle:
-                writer = csv.writer(handle)
-                writer.writerow(header)
-                writer.writerows(rows)
-            os.chmod(path, 0o640)
-        self.pending.clear()
+            files.append((self.folder / f"{kind}_{self.first_step}-{last_step}.csv", header, rows))
+        self.pending = defaultdict(list)
         self.first_step = None
+        if files:
+            if self._writer is None:
+                self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="msprobe-monitor-csv")
+            self._writes = [future for future in self._writes if not future.done() or self._report(future)]
+            self._writes.append(self._writer.submit(_write_csv_files, files))
+
+    @staticmethod
+    def _report(future: Future) -> bool:
+        if future.exception() is not None:
+            logger.warning("monitor: CSV not written: %s", future.exception())
+        return False
+
+    def wait(self) -> None:
+        """Until every CSV handed to the writer thread is on disk."""
+        for future in self._writes:
+            self._report(future)
+        self._writes = []
 
     def close(self) -> None:
+        self.wait()
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)
+            self._writer = None
+        self._close_scalars()
+
+    def _close_scalars(self) -> None:
         if self.scalars is not None:
             self.scalars.close()
             self.scalars = None
@@ -285,7 +329,8 @@ class MonitorSession:
         self.detector = AnomalyDetector(self.config.alert)
         self.schedule: Schedule | None = None
         self.output: MonitorOutput | None = None
-        self.metrics: dict[str, dict[str, dict[str, float]]] = {}
+        self._latest: tuple[list[tuple[str, str, int | None]], np.ndarray, list[str]] | None = None
+        self._metrics: dict[str, dict[str, dict[str, float]]] | None = None
         self.on_anomaly: Any = None  # called with (step, kind, name) when alert.dump is set
         self._forward_calls: dict[str, int] = defaultdict(int)
         self._failed: set[str] = set()
@@ -391,24 +436,51 @@ class MonitorSession:
             self.active = True
 
     def end_step(self, rows: list[tuple[str, str, int | None, list[float]]]) -> None:
+        """One step's rows ``(kind, name, micro_step, values)``; see :meth:`end_step_table`."""
+        labels = [(kind, name, micro_step) for kind, name, micro_step, _ in rows]
+        values = np.array([row for *_, row in rows], dtype=np.float64).reshape(len(rows), len(self.config.ops))
+        self.end_step_table(labels, values)
+
+    def end_step_table(self, labels: list[tuple[str, str, int | None]], values: np.ndarray) -> None:
+        """Record one step: ``values`` holds one row per label and one column per op (whole-table work only)."""
         step = self.schedule.step
         self._forward_calls.clear()
-        if rows:
-            metrics: dict[str, dict[str, dict[str, float]]] = {}
-            for kind, name, micro_step, values in rows:
-                by_op = dict(zip(self.config.ops, values))
-                metrics.setdefault(kind, {})[name] = by_op
-                self.output.add(kind, name, step, micro_step, by_op)
-                for op, value in by_op.items():
-                    reason = self.detector.check(kind, name, op, value)
-                    if reason is not None:
-                        self.output.anomaly(step, kind, name, reason)
-                        if self.config.alert.dump and self.on_anomaly is not None:
-                            self.on_anomaly(step, kind, name)
-            self.metrics = metrics
+        if labels:
+            self._latest, self._metrics = (labels, values, list(self.config.ops)), None
+            self.output.add_table(labels, values, step)
+            self._check_anomalies(labels, values, step)
             self.schedule.collected += 1
             self.output.end_step(step, self.schedule.collected)
         self.schedule.step += 1
+
+    def _check_anomalies(self, labels: list[tuple[str, str, int | None]], values: np.ndarray, step: int) -> None:
+        ops = self.config.ops
+        if self.detector.thresholds:
+            rows = range(len(labels))  # every value feeds its running mean
+        else:
+            bad = ~np.isfinite(values).all(axis=1)
+            if "nans" in ops:
+                bad |= values[:, ops.index("nans")] > 0
+            rows = np.flatnonzero(bad).tolist()
+        for index in rows:
+            kind, name, _micro_step = labels[index]
+            for op, value in zip(ops, values[index].tolist()):
+                reason = self.detector.check(kind, name, op, value)
+                if reason is not None:
+                    self.output.anomaly(step, kind, name, reason)
+                    if self.config.alert.dump and self.on_anomaly is not None:
+                        self.on_anomaly(step, kind, name)
+
+    @property
+    def metrics(self) -> dict[str, dict[str, dict[str, float]]]:
+        """The last collected step as ``{kind: {name: {op: value}}}``, built when a getter asks."""
+        if self._metrics is None:
+            self._metrics = {}
+            if self._latest is not None:
+                labels, values, ops = self._latest
+                for (kind, name, _micro_step), row in zip(labels, values.tolist()):
+                    self._metrics.setdefault(kind, {})[name] = dict(zip(ops, row))
+        return self._metrics
 
     def finish(self) -> None:
         if self.output is not None:

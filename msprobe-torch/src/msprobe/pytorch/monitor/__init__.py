@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import numpy as np
 import torch
 
 from msprobe.core.monitor import MonitorSession
@@ -49,12 +50,13 @@ def _stats(tensor: torch.Tensor, ops: list[str], eps: float) -> torch.Tensor:
 _BATCHED_OPS = frozenset({"min", "max", "norm"})
 
 
-def _stats_batch(tensors: list[torch.Tensor], ops: list[str], eps: float) -> list[torch.Tensor]:
+def _stats_batch(tensors: list[torch.Tensor], ops: list[str], eps: float) -> torch.Tensor:
     """Statistics of many tensors with a few multi-tensor kernels instead of several per tensor.
 
     Used at the optimizer step, where a model's weights, gradients and
     optimizer state are read at once; per-tensor launches dominate there.
     Falls back to :func:`_stats` for other ops, dtypes or mixed devices.
+    Returns one row per tensor, one column per op.
     """
     batchable = (
         tensors
@@ -63,17 +65,19 @@ def _stats_batch(tensors: list[torch.Tensor], ops: list[str], eps: float) -> lis
         and tensors[0].dtype in (torch.float32, torch.float64)
         and all(t.numel() for t in tensors)
     )
+    if not tensors:
+        return torch.empty((0, len(ops)), dtype=torch.float64)
     if not batchable:
-        return [_stats(tensor, ops, eps) for tensor in tensors]
+        return torch.stack([_stats(tensor, ops, eps) for tensor in tensors])
     data = [tensor.detach() for tensor in tensors]
     columns: dict[str, torch.Tensor] = {}
     if "norm" in ops:
         columns["norm"] = torch.stack(torch._foreach_norm(data))
-    if "max" in ops:
-        columns["max"] = torch.stack(torch._foreach_max(data))
-    if "min" in ops:
-        columns["min"] = torch.stack(torch._foreach_max(torch._foreach_neg(data))).neg()
-    return list(torch.stack([columns[op] for op in ops], dim=1).to(torch.float64))
+    if "min" in ops or "max" in ops:
+        # one pass per tensor for both; -max(-x) for the minimum would copy every tensor first
+        lowest, highest = zip(*(torch.aminmax(tensor) for tensor in data))
+        columns["min"], columns["max"] = torch.stack(lowest), torch.stack(highest)
+    return torch.stack([columns[op] for op in ops], dim=1).to(torch.float64)
 
 
 HISTOGRAM_BINS = 30
@@ -93,7 +97,8 @@ class TrainerMon(MonitorSession):
     def __init__(self, config_file_path: str, process_group: Any = None, params_have_main_grad: bool = True):
         super().__init__(config_file_path)
         self.params_have_main_grad = params_have_main_grad
-        self.pending: list[tuple[str, str, int | None, torch.Tensor]] = []
+        # statistics waiting for the host: (labels, one row per label), read back once per step
+        self.pending: list[tuple[list[tuple[str, str, int | None]], torch.Tensor]] = []
         self.handles: list[Any] = []
         self.grad_acc_steps = 1
         self.local_gradients: dict[str, torch.Tensor] = {}
@@ -104,6 +109,7 @@ class TrainerMon(MonitorSession):
         self.dp_first = True  # this rank keeps the reduced gradients of its data-parallel group
         self.tp_first = True  # this rank keeps the gradients that tensor parallelism replicates
         self.histograms: list[tuple[str, str, torch.Tensor, torch.Tensor]] = []
+        self._watched: tuple[tuple[str, ...], list[tuple[str, torch.nn.Parameter]]] | None = None
 
     # -- setup -----------------------------------------------------------------------------
     def set_monitor(
@@ -141,13 +147,16 @@ class TrainerMon(MonitorSession):
         return self
 
     def _parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
-        found = []
-        targets = self.config.targets
-        for root in self.model:
-            for name, parameter in root.named_parameters():
-                if not targets or any(name.startswith(t) for t in targets):
-                    found.append((name, parameter))
-        return found
+        """The watched weights, found once per targets (a dynamic config may change them)."""
+        targets = tuple(self.config.targets)
+        if self._watched is None or self._watched[0] != targets:
+            found = []
+            for root in self.model:
+                for name, parameter in root.named_parameters():
+                    if not targets or any(name.startswith(t) for t in targets):
+                        found.append((name, parameter))
+            self._watched = (targets, found)
+        return self._watched[1]
 
     # -- collection ---------------------------------------------------------------------------
     def _is_float_tensor(self, value: Any) -> bool:
@@ -182,7 +191,7 @@ class TrainerMon(MonitorSession):
         return hook
 
     def _add(self, kind: str, name: str, micro_step: int | None, tensor: torch.Tensor) -> None:
-        self.pending.append((kind, name, micro_step, _stats(tensor, self.config.ops, self.config.eps)))
+        self.pending.append(([(kind, name, micro_step)], _stats(tensor, self.config.ops, self.config.eps)[None]))
 
     def _gradient(self, parameter: torch.nn.Parameter) -> torch.Tensor | None:
         if self.params_have_main_grad and getattr(parameter, "main_grad", None) is not None:
@@ -210,28 +219,33 @@ class TrainerMon(MonitorSession):
                 for key in ("exp_avg", "exp_avg_sq"):
                     if isinstance(state.get(key), torch.Tensor):
                         requests.append((key, name, state[key]))
+        if not requests:
+            return
         statistics = _stats_batch([tensor for *_, tensor in requests], self.config.ops, self.config.eps)
-        for (kind, name, _tensor), stats in zip(requests, statistics):
-            self.pending.append((kind, name, None, stats))
-            if kind == "grad_reduced" and not self.data_parallel:  # one process: local == reduced
-                self.pending.append(("grad_unreduced", name, None, stats))
+        self.pending.append(([(kind, name, None) for kind, name, _ in requests], statistics))
+        if self.config.wg_distribution and not self.data_parallel:  # one process: local == reduced
+            reduced = [index for index, (kind, _, _) in enumerate(requests) if kind == "grad_reduced"]
+            labels = [("grad_unreduced", requests[index][1], None) for index in reduced]
+            self.pending.append((labels, statistics[reduced]))
 
     def _after_optimizer(self, optimizer: Any, args: tuple, kwargs: dict) -> None:
         if self.optimizer is not None and optimizer is not self.optimizer:
             return
-        rows = []
+        labels: list[tuple[str, str, int | None]] = []
+        values = np.empty((0, len(self.config.ops)))
         try:
             if self.config.ur_distribution and self.collecting():
                 self._collect_update_ratio(optimizer)
             if self.pending:
-                values = torch.stack([stats.to("cpu") for *_, stats in self.pending]).tolist()  # one host transfer
-                rows = [(kind, name, micro, row) for (kind, name, micro, _), row in zip(self.pending, values)]
+                labels = [label for chunk, _ in self.pending for label in chunk]
+                values = torch.cat([stats.cpu() for _, stats in self.pending]).numpy()  # one host transfer
             self._write_histograms()
         except Exception as exc:  # never break training
             logger.warning("monitor: step %d not recorded (%s: %s)", self.schedule.step, type(exc).__name__, exc)
+            labels = []
         self.pending.clear()
         self.histograms.clear()
-        self.end_step(rows)
+        self.end_step_table(labels, values)
 
     def _keeps_reduced(self, parameter: torch.nn.Parameter) -> bool:
         """After reduction the data-parallel group holds one gradient, and tensor parallelism copies some."""
@@ -263,8 +277,8 @@ class TrainerMon(MonitorSession):
             self._warn_once("ur_distribution", ValueError("the optimizer keeps no exp_avg/exp_avg_sq state"))
             return
         statistics = _stats_batch([tensor for *_, tensor in updates], self.config.ops, self.config.eps)
-        for (kind, name, tensor), stats in zip(updates, statistics):
-            self.pending.append((kind, name, None, stats))
+        self.pending.append(([(kind, name, None) for kind, name, _ in updates], statistics))
+        for kind, name, tensor in updates:
             if self.output is not None and self.output.scalars is not None:
                 finite = tensor[torch.isfinite(tensor)].float()
                 if finite.numel():
