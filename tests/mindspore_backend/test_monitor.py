@@ -51,6 +51,8 @@ def test_gradients_state_and_activations(tmp_path, monkeypatch):
     first = optimizer.parameters[0].name
     row = next(r for r in rows if r["name"] == first)
     assert float(row["norm"]) == pytest.approx(float(np.linalg.norm(seen[1][0])), rel=1e-5)
+    unreduced = next(r for r in csv_rows(folder / "grad_unreduced_1-1.csv") if r["name"] == first)
+    assert unreduced["norm"] == row["norm"]  # one process: nothing was reduced
     assert (folder / "exp_avg_3-3.csv").exists() and (folder / "exp_avg_sq_3-3.csv").exists()
     assert {r["name"] for r in csv_rows(folder / "actv_0-0.csv")} >= {"0.input", "2.output"}
 

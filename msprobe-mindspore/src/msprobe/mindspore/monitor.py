@@ -54,6 +54,7 @@ class TrainerMon(MonitorSession):
         self.handles: list[Any] = []
         self.grad_acc_steps = 1
         self.optimizer: Any = None
+        self.single_process = True
 
     def set_monitor(
         self,
@@ -72,7 +73,11 @@ class TrainerMon(MonitorSession):
             raise UsageError("MindSpore's TrainerMon needs the optimizer: set_monitor(model, optimizer=optimizer)")
         self.optimizer = optimizer
         self.grad_acc_steps = max(1, grad_acc_steps)
-        self.start(distributed_rank() or 0, start_iteration)
+        rank = distributed_rank()
+        self.single_process = rank is None
+        if not self.single_process and self.config.wg_distribution:
+            logger.warning("monitor: on MindSpore, gradients before data-parallel reduction are not collected yet")
+        self.start(rank or 0, start_iteration)
         if self.forward_activations or self.activation_gradients:
             for name, cell in model.cells_and_names():
                 if name and self.watches_module(name):
@@ -94,6 +99,8 @@ class TrainerMon(MonitorSession):
                 for index, (parameter, grad) in enumerate(zip(parameters, args[0])):
                     if self.config.wg_distribution and grad is not None:
                         self._add("grad_reduced", parameter.name, None, grad)
+                        if self.single_process:  # no reduction happened: the local gradient is this one
+                            self.pending.append(("grad_unreduced", *self.pending[-1][1:]))
                     if self.config.param_distribution:
                         self._add("param", parameter.name, None, parameter)
                     if self.config.mv_distribution:
