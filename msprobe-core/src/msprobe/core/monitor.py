@@ -333,6 +333,8 @@ class MonitorSession:
         self._metrics: dict[str, dict[str, dict[str, float]]] | None = None
         self.on_anomaly: Any = None  # called with (step, kind, name) when alert.dump is set
         self._forward_calls: dict[str, int] = defaultdict(int)
+        self.grad_acc_steps = 1
+        self.local_gradients: dict[str, Any] = {}  # weight -> local gradient summed over micro-batches
         self._failed: set[str] = set()
         if self.config.forward_only and self.config.backward_only:
             logger.warning("monitor: forward_only and backward_only are both true: no activations are collected")
@@ -388,6 +390,38 @@ class MonitorSession:
         def hook(grad: Any) -> None:
             try:
                 self._add("actv_grad", name, micro_step, grad)
+            except Exception as exc:  # never break training
+                self._warn_once(name, exc)
+
+        return hook
+
+    def _accumulate(self, total: Any, grad: Any) -> Any:
+        """``total + grad`` for a framework tensor (in place where the framework allows)."""
+        raise NotImplementedError
+
+    def _clone(self, grad: Any) -> Any:
+        raise NotImplementedError
+
+    def _local_gradient_hook(self, name: str) -> Any:
+        """A weight's gradient as one backward produces it: before data-parallel reduction and accumulation.
+
+        Registered only when several ranks train. A tensor hook on the
+        weight runs before the gradient is accumulated or reduced. With one
+        micro-batch per step the statistics are taken at once; with several,
+        the local sum is kept until the optimizer step (one gradient copy, on
+        collected steps only).
+        """
+
+        def hook(grad: Any) -> None:
+            if not self.collecting():
+                return
+            try:
+                if self.grad_acc_steps == 1:
+                    self._add("grad_unreduced", name, None, grad)
+                elif name in self.local_gradients:
+                    self.local_gradients[name] = self._accumulate(self.local_gradients[name], grad)
+                else:
+                    self.local_gradients[name] = self._clone(grad)
             except Exception as exc:  # never break training
                 self._warn_once(name, exc)
 

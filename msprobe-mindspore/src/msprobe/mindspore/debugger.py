@@ -10,10 +10,10 @@ from msprobe.core.session import BaseDebugger
 def distributed_rank() -> int | None:
     """The communication rank, or None when MindSpore's communication is not initialised."""
     try:
-        from mindspore.communication import get_rank
-        from mindspore.communication.management import is_initialized
+        from mindspore.communication import GlobalComm, get_rank
 
-        return int(get_rank()) if is_initialized() else None
+        # GlobalComm.INITED, not management.is_initialized(): that one needs a device_target argument in 2.10
+        return int(get_rank()) if GlobalComm.INITED else None
     except Exception:  # no communication package: a single-device run
         return None
 

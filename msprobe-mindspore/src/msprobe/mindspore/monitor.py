@@ -47,12 +47,20 @@ def _stats(tensor: ms.Tensor, names: list[str], eps: float) -> ms.Tensor:
     return ops.stack([computed[name].astype(ms.float64) for name in names])
 
 
+def _group_size() -> int:
+    try:
+        from mindspore.communication import get_group_size
+
+        return int(get_group_size())
+    except Exception:
+        return 1
+
+
 class TrainerMon(MonitorSession):
     def __init__(self, config_file_path: str, process_group: Any = None, params_have_main_grad: bool = True):
         super().__init__(config_file_path)
         self.pending: list[tuple[str, str, int | None, ms.Tensor]] = []
         self.handles: list[Any] = []
-        self.grad_acc_steps = 1
         self.optimizer: Any = None
         self.single_process = True
 
@@ -74,10 +82,12 @@ class TrainerMon(MonitorSession):
         self.optimizer = optimizer
         self.grad_acc_steps = max(1, grad_acc_steps)
         rank = distributed_rank()
-        self.single_process = rank is None
-        if not self.single_process and self.config.wg_distribution:
-            logger.warning("monitor: on MindSpore, gradients before data-parallel reduction are not collected yet")
+        self.single_process = rank is None or _group_size() == 1
         self.start(rank or 0, start_iteration)
+        if self.config.wg_distribution and not self.single_process:
+            for parameter in optimizer.parameters:
+                if parameter.requires_grad:
+                    self.handles.append(parameter.register_hook(self._local_gradient_hook(parameter.name)))
         if self.forward_activations or self.activation_gradients:
             for name, cell in model.cells_and_names():
                 if name and self.watches_module(name):
@@ -91,9 +101,19 @@ class TrainerMon(MonitorSession):
     def _add(self, kind: str, name: str, micro_step: int | None, tensor: ms.Tensor) -> None:
         self.pending.append((kind, name, micro_step, _stats(tensor, self.config.ops, self.config.eps)))
 
+    def _accumulate(self, total: ms.Tensor, grad: ms.Tensor) -> ms.Tensor:
+        return total + grad
+
+    def _clone(self, grad: ms.Tensor) -> ms.Tensor:
+        return grad.copy()
+
     def _on_optimizer(self, optimizer: Any, args: tuple) -> None:
         self.poll_dynamic()
+        local_gradients, self.local_gradients = self.local_gradients, {}
         try:
+            if self.collecting():
+                for name, local in local_gradients.items():
+                    self._add("grad_unreduced", name, None, local)
             if self.collecting() and args:
                 parameters = list(optimizer.parameters)
                 for index, (parameter, grad) in enumerate(zip(parameters, args[0])):

@@ -100,8 +100,6 @@ class TrainerMon(MonitorSession):
         # statistics waiting for the host: (labels, one row per label), read back once per step
         self.pending: list[tuple[list[tuple[str, str, int | None]], torch.Tensor]] = []
         self.handles: list[Any] = []
-        self.grad_acc_steps = 1
-        self.local_gradients: dict[str, torch.Tensor] = {}
         self.data_parallel = False
         self.model: Any = None
         self.optimizer: Any = None
@@ -165,30 +163,11 @@ class TrainerMon(MonitorSession):
     def _tracks_gradient(self, value: Any) -> bool:
         return value.requires_grad
 
-    def _local_gradient_hook(self, name: str) -> Any:
-        """The gradient one backward produces for a weight, before data-parallel reduction and accumulation.
+    def _accumulate(self, total: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+        return total.add_(grad)
 
-        Registered only when several ranks train. A tensor hook on the
-        parameter runs before its gradient is accumulated, and so before DDP's
-        reducer sees it. With one micro-batch per step its
-        statistics are taken at once; with several the local sum is kept until
-        the optimizer step (one gradient copy, on collected steps only).
-        """
-
-        def hook(grad: torch.Tensor) -> None:
-            if not self.collecting():
-                return
-            try:
-                if self.grad_acc_steps == 1:
-                    self._add("grad_unreduced", name, None, grad)
-                elif name in self.local_gradients:
-                    self.local_gradients[name].add_(grad)
-                else:
-                    self.local_gradients[name] = grad.detach().clone()
-            except Exception as exc:  # never break training
-                self._warn_once(name, exc)
-
-        return hook
+    def _clone(self, grad: torch.Tensor) -> torch.Tensor:
+        return grad.detach().clone()
 
     def _add(self, kind: str, name: str, micro_step: int | None, tensor: torch.Tensor) -> None:
         self.pending.append(([(kind, name, micro_step)], _stats(tensor, self.config.ops, self.config.eps)[None]))

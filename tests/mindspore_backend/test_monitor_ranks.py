@@ -1,0 +1,51 @@
+"""Weight gradients before and after data-parallel reduction on two MindSpore CPU ranks (its own scheduler)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tables import check_rank_gradients
+
+WORKER = Path(__file__).with_name("monitor_ranks_worker.py")
+
+
+def test_unreduced_is_the_local_gradient_and_reduced_the_mean(tmp_path):
+    (tmp_path / "m.json").write_text(json.dumps({"wg_distribution": True, "ops": ["norm"]}))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    base = dict(os.environ, MS_WORKER_NUM="2", MS_SCHED_HOST="127.0.0.1", MS_SCHED_PORT=str(port))
+    base["MONITOR_OUTPUT_DIR"] = str(tmp_path / "out")
+    base["GLOG_v"] = "3"
+    roles = [
+        dict(MS_ROLE="MS_SCHED"),
+        dict(MS_ROLE="MS_WORKER", MS_NODE_ID="0"),
+        dict(MS_ROLE="MS_WORKER", MS_NODE_ID="1"),
+    ]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), str(tmp_path)],
+            env={**base, **role},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            cwd=tmp_path,
+        )
+        for role in roles
+    ]
+    outputs = []
+    for process in processes:
+        try:
+            output, _ = process.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            for other in processes:
+                other.kill()
+            pytest.fail("the MindSpore ranks did not finish in 180 s")
+        outputs.append(output.decode(errors="replace")[-3000:])
+    assert all(p.returncode == 0 for p in processes), "\n".join(outputs)
+    check_rank_gradients(tmp_path, "weight")
+    for rank in (0, 1):  # the dump knows its rank too
+        assert (tmp_path / "dump" / "step0" / f"rank{rank}" / "dump.json").exists()
