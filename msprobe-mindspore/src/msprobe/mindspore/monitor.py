@@ -93,6 +93,7 @@ class TrainerMon(MonitorSession):
                 if name and self.watches_module(name):
                     self.handles.append(cell.register_forward_hook(self._activation_hook(name)))
         self.handles.append(optimizer.register_forward_pre_hook(self._on_optimizer))
+        self.handles.append(optimizer.register_forward_hook(self._after_optimizer))
         return self
 
     def _is_float_tensor(self, value: Any) -> bool:
@@ -117,6 +118,8 @@ class TrainerMon(MonitorSession):
             if self.collecting() and args:
                 parameters = list(optimizer.parameters)
                 for index, (parameter, grad) in enumerate(zip(parameters, args[0])):
+                    if not self._watches_weight(parameter.name):
+                        continue
                     if self.config.wg_distribution and grad is not None:
                         self._add("grad_reduced", parameter.name, None, grad)
                         if self.single_process:  # no reduction happened: the local gradient is this one
@@ -130,12 +133,43 @@ class TrainerMon(MonitorSession):
                                 self._add(kind, parameter.name, None, moments[index])
         except Exception as exc:  # never break training
             logger.warning("monitor: gradients not recorded (%s: %s)", type(exc).__name__, exc)
+
+    def _after_optimizer(self, optimizer: Any, args: tuple, output: Any) -> None:
+        """The step ends when the optimizer has run: Adam's update/ratio, then one host transfer."""
+        try:
+            if self.config.ur_distribution and self.collecting():
+                self._collect_update_ratio(optimizer)
+        except Exception as exc:  # never break training
+            self._warn_once("ur_distribution", exc)
         rows = []
         if self.pending:
             values = ops.stack([stats for *_, stats in self.pending]).asnumpy().tolist()  # one host transfer
             rows = [(kind, name, micro, row) for (kind, name, micro, _), row in zip(self.pending, values)]
         self.pending.clear()
         self.end_step(rows)
+
+    def _collect_update_ratio(self, optimizer: Any) -> None:
+        """update = m/(sqrt(v)+eps), ratio = m/sqrt(v), with Adam's bias correction where it keeps beta powers."""
+        first = next((getattr(optimizer, a) for a in _MOMENTS[0][1] if hasattr(optimizer, a)), None)
+        second = next((getattr(optimizer, a) for a in _MOMENTS[1][1] if hasattr(optimizer, a)), None)
+        if first is None or second is None or not hasattr(optimizer, "beta1"):
+            raise ValueError("ur_distribution needs an Adam-family optimizer (moment1/moment2, beta1/beta2)")
+        eps = float(getattr(optimizer, "eps", 1e-8))
+        correction1 = correction2 = 1.0
+        if hasattr(optimizer, "beta1_power") and hasattr(optimizer, "beta2_power"):
+            correction1 = 1.0 - float(optimizer.beta1_power.asnumpy())
+            correction2 = 1.0 - float(optimizer.beta2_power.asnumpy())
+        for parameter, moment, squared in zip(optimizer.parameters, first, second):
+            if not self._watches_weight(parameter.name):
+                continue
+            moment_hat = moment / correction1
+            root = ops.sqrt(squared / correction2)
+            self._add("update", parameter.name, None, moment_hat / (root + eps))
+            self._add("ratio", parameter.name, None, moment_hat / root)
+
+    def _watches_weight(self, name: str) -> bool:
+        targets = self.config.targets
+        return not targets or any(name.startswith(target) for target in targets)
 
     def finish(self) -> None:
         super().finish()
