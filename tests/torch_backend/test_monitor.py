@@ -320,3 +320,44 @@ def test_update_and_ratio_need_adam(tmp_path, monkeypatch, caplog):
     assert not list(folder.glob("update_*.csv"))
     assert csv_rows(folder / "grad_reduced_1-1.csv")  # the rest of the monitor goes on
     assert sum("exp_avg" in r.getMessage() for r in caplog.records) == 1  # said once, not every step
+
+
+def test_module_ranks_print_struct_and_cc_distribution(tmp_path, monkeypatch, capsys, caplog):
+    config = {
+        "xy_distribution": True,
+        "wg_distribution": True,
+        "module_ranks": [1],  # this single process is rank 0: no module monitoring here
+        "print_struct": True,
+        "cc_distribution": {"enable": True},
+        "ops": ["norm"],
+    }
+    folder, _, _ = run(tmp_path, monkeypatch, config, steps=2)
+    assert not list(folder.glob("actv*.csv"))
+    assert csv_rows(folder / "grad_reduced_0-0.csv")
+    printed = capsys.readouterr().out
+    assert "module names for 'targets'" in printed and "  0\n" in printed and "  2\n" in printed
+    assert any("cc_distribution" in record.getMessage() for record in caplog.records)
+
+
+def test_append_output_writes_on_into_the_earlier_run_folder(tmp_path, monkeypatch):
+    first, _, _ = run(tmp_path, monkeypatch, {"wg_distribution": True, "ops": ["norm"]}, steps=2)
+    stamp = first.name.rpartition("-rank")[0]
+    (tmp_path / "resume").mkdir()
+    config = {"wg_distribution": True, "ops": ["norm"], "append_output": [stamp, stamp]}
+    monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / "out"))
+    (tmp_path / "resume" / "m.json").write_text(json.dumps(config))
+    model, optimizer = model_and_optimizer()
+    monitor = TrainerMon(str(tmp_path / "resume" / "m.json"), params_have_main_grad=False)
+    monitor.set_monitor(model, optimizer=optimizer, start_iteration=10)
+    model(torch.randn(4, 8)).sum().backward()
+    optimizer.step()
+    monitor.finish()
+    assert [p.name for p in (tmp_path / "out").iterdir()] == [first.name]
+    assert (first / "grad_reduced_0-0.csv").exists() and (first / "grad_reduced_10-10.csv").exists()
+
+
+@pytest.mark.parametrize("times", [["Dec03_21-34-40"], ["yesterday", "today"]])
+def test_bad_append_output_names_the_field(tmp_path, times):
+    (tmp_path / "m.json").write_text(json.dumps({"append_output": times}))
+    with pytest.raises(ConfigError, match="append_output"):
+        TrainerMon(str(tmp_path / "m.json"))

@@ -74,6 +74,18 @@ class MonitorConfig(BaseModel):
     dynamic_on: bool = False
     append_output: list[str] = Field(default_factory=list)
 
+    @field_validator("append_output")
+    @classmethod
+    def _two_run_times(cls, times: list[str]) -> list[str]:
+        if times and len(times) != 2:
+            raise ValueError("needs two run-folder times (start, end), e.g. ['Dec03_21-34-40', 'Dec03_21-34-41']")
+        for value in times:
+            try:
+                time.strptime(value, RUN_FOLDER_TIME)
+            except ValueError:
+                raise ValueError(f"'{value}' is not a run-folder time like 'Dec03_21-34-40'") from None
+        return times
+
     @field_validator("ops")
     @classmethod
     def _known_ops(cls, ops: list[str]) -> list[str]:
@@ -142,6 +154,25 @@ class AnomalyDetector:
 RUN_FOLDER_TIME = "%b%d_%H-%M-%S"  # run folders are named {time}-rank{R}
 
 
+def _resumed_folder(root: Path, rank: int, append_output: list[str]) -> Path | None:
+    """``append_output: [start, end]``: this rank's run folder whose time lies in the range, to write on into."""
+    if not append_output:
+        return None
+    start, end = (time.strptime(value, RUN_FOLDER_TIME) for value in append_output)  # checked by MonitorConfig
+    if not root.is_dir():
+        return None
+    for folder in sorted(root.iterdir()):
+        stamp, _, folder_rank = folder.name.rpartition("-rank")
+        if folder.is_dir() and folder_rank == str(rank):
+            try:
+                when = time.strptime(stamp, RUN_FOLDER_TIME)
+            except ValueError:
+                continue
+            if start <= when <= end:
+                return folder
+    return None
+
+
 def _write_csv_files(files: list[tuple[Path, list[str], list[list[Any]]]]) -> None:
     """Each file written beside its name and renamed: a reader never sees half a file."""
     for path, header, rows in files:
@@ -160,7 +191,8 @@ class MonitorOutput:
     def __init__(self, config: MonitorConfig, rank: int):
         self.config = config
         root = Path(os.environ.get(OUTPUT_ENV, "./monitor_output"))
-        self.folder = make_dir(root / f"{time.strftime(RUN_FOLDER_TIME)}-rank{rank}")
+        existing = _resumed_folder(root, rank, config.append_output)
+        self.folder = existing or make_dir(root / f"{time.strftime(RUN_FOLDER_TIME)}-rank{rank}")
         self.rank = rank
         self.pending: dict[str, list[list[Any]]] = defaultdict(list)
         self.first_step: int | None = None
@@ -439,14 +471,24 @@ class MonitorSession:
         return count
 
     def start(self, rank: int, start_iteration: int = 0) -> None:
+        self.rank = rank
         self.schedule = Schedule(self.config, start_iteration)
         self.output = MonitorOutput(self.config, rank)
+        if self.config.cc_distribution.get("enable"):
+            logger.warning("monitor: cc_distribution (communication monitoring) is not supported; ignored")
         self.poll_dynamic()
 
     def watches_module(self, name: str) -> bool:
         """Whether activations of the module/cell ``name`` are collected (a target or inside one)."""
+        if self.config.module_ranks and getattr(self, "rank", 0) not in self.config.module_ranks:
+            return False
         targets = self.config.targets
         return self.config.all_xy or not targets or any(name == t or name.startswith(f"{t}.") for t in targets)
+
+    def print_structure(self, names: list[str]) -> None:
+        """``print_struct``: the module/cell names that can go into ``targets``, printed once."""
+        if self.config.print_struct:
+            print("msprobe monitor: module names for 'targets':\n" + "\n".join(f"  {name}" for name in names))
 
     def collecting(self) -> bool:
         return self.schedule is not None and self.active and self.schedule.collecting()

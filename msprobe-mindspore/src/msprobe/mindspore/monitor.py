@@ -88,6 +88,7 @@ class TrainerMon(MonitorSession):
             for parameter in optimizer.parameters:
                 if parameter.requires_grad:
                     self.handles.append(parameter.register_hook(self._local_gradient_hook(parameter.name)))
+        self.print_structure([name for name, _ in model.cells_and_names() if name])
         if self.forward_activations or self.activation_gradients:
             for name, cell in model.cells_and_names():
                 if name and self.watches_module(name):

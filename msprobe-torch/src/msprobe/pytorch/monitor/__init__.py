@@ -126,6 +126,9 @@ class TrainerMon(MonitorSession):
         self.grad_acc_steps = max(1, grad_acc_steps)
         distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
         self.start(torch.distributed.get_rank() if distributed else 0, start_iteration)
+        self.print_structure(
+            [f"{i}:{n}" if len(models) > 1 else n for i, m in enumerate(models) for n, _ in m.named_modules() if n]
+        )
         if self.forward_activations or self.activation_gradients:
             for index, root in enumerate(models):
                 for name, module in root.named_modules():
