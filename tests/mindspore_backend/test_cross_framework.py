@@ -4,12 +4,15 @@ The PyTorch side is tests/data/cross_framework/pytorch_dump, written by this too
 (make_pytorch_dump.py there), so this session needs no torch.
 """
 
+import json
+
 import mindspore as ms
 import numpy as np
 import pytest
 from mindspore import Tensor, mint, nn
 
 from msprobe.core.compare.api import compare
+from msprobe.core.graph.api import run_graph
 from msprobe.mindspore import PrecisionDebugger
 from paths import TEST_DATA
 
@@ -74,3 +77,26 @@ def test_an_injected_difference_is_found(tmp_path, mappings):
     assert summary.verdict == "SUSPICIOUS"
     assert summary.advice.node == "Cell.head.Dense.forward.0"
     assert "inputs already differ" in summary.advice.cause  # the activation between the cells changed
+
+
+def graph_compare(tmp_path, ms_dump):
+    spec = tmp_path / "compare.json"
+    bench = DATA / "pytorch_dump" / "step0" / "rank"
+    spec.write_text(json.dumps({"npu_path": str(ms_dump.parent), "bench_path": str(bench)}))
+    [summary] = run_graph(spec, tmp_path / "graph")
+    return summary, json.loads(summary.files[0].read_text())
+
+
+def test_graph_pairs_cells_with_modules_across_frameworks(tmp_path):
+    summary, vis = graph_compare(tmp_path, dump(tmp_path / "ms", mint.nn.functional.relu))
+    assert summary.matched == summary.nodes  # Dense pairs with Linear, LayerNorm with LayerNorm
+    link = vis["NPU"]["node"]["Cell.fc.Dense.forward.0"]["matched_node_link"]
+    assert link[-1] == "Module.fc.Linear.forward.0"
+    assert summary.suspect == 0, summary.line()
+
+
+def test_graph_points_at_the_cell_after_a_changed_activation(tmp_path):
+    summary, vis = graph_compare(tmp_path, dump(tmp_path / "ms", mint.tanh))
+    assert summary.first_suspect == "Cell.head.Dense.forward.0"
+    assert "first suspect node: Cell.head.Dense.forward.0" in summary.line()
+    assert vis["NPU"]["node"]["Cell.norm.LayerNorm.forward.0"]["data"]["precision_index"] < 0.2

@@ -63,7 +63,8 @@ class GraphSummary:
                 f"{self.suspect} precision suspect"
             )
             if self.first_suspect:
-                text += f"; first suspect API: {self.first_suspect}"
+                kind = "node" if self.first_suspect.startswith(("Module.", "Cell.")) else "API"
+                text += f"; first suspect {kind}: {self.first_suspect}"
         if self.overflow:
             text += f"; {self.overflow} node(s) with an overflow level"
         return text
@@ -130,10 +131,11 @@ def _translator(npu: Graph, bench: Graph, layer_mapping: str | Path | None) -> A
 
 
 def _first_suspect(graph: Graph, mode: str) -> str | None:
-    for node in graph.preorder():
-        if node.node_type == API and is_suspect(mode, node.data.get("precision_index")):
-            return node.id
-    return None
+    """The first suspect API in call order; the first suspect node when the dump has no APIs (L0)."""
+    suspects = [node for node in graph.preorder() if is_suspect(mode, node.data.get("precision_index"))]
+    apis = [node for node in suspects if node.node_type == API]
+    first = (apis or suspects)[:1]
+    return first[0].id if first else None
 
 
 def _file_stem(kind: str, labels: tuple[str, ...], stamp: str) -> str:
@@ -166,7 +168,9 @@ def compare_one(
     npu, bench = _load(npu_folder, complete_stack), _load(bench_folder, complete_stack)
     readers = tensor_readers()
     check_tensor_readers((npu.dump, bench.dump), readers)
-    comparison = compare_graphs(npu, bench, fuzzy, _translator(npu, bench, layer_mapping), tensor_loader(readers))
+    cross = bool(npu.dump.framework and bench.dump.framework and npu.dump.framework != bench.dump.framework)
+    translate = _translator(npu, bench, layer_mapping)
+    comparison = compare_graphs(npu, bench, fuzzy, translate, tensor_loader(readers), ignore_classes=cross)
     overflow_check = overflow_check or npu.dump.task == "overflow_check"
     marked = mark_overflow(npu) if overflow_check else 0
     if overflow_check:

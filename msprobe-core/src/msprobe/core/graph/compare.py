@@ -9,7 +9,9 @@ module pairs with the k-th one on the bench side.
 Values are compared with the compare engine's own tables, so a node's
 numbers are the same as the rows of ``msprobe compare``. Each node then gets
 the reference's ``precision_index``: in statistics mode the largest relative
-error of its outputs' statistics (capped at 1); in tensor mode how much the
+error of its outputs' statistics (capped at 1; a statistic smaller than the
+tensor's RMS is measured against the RMS, so near-zero means do not score
+1 for rounding noise); in tensor mode how much the
 smallest One Thousandth Err Ratio drops from inputs to outputs; in md5 mode 1
 when every value is identical and 0 otherwise.
 """
@@ -20,7 +22,7 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -118,11 +120,38 @@ def _fuzzy_key(node_id: str) -> str:
     return _CALL_COUNT.sub(r".\1", node_id)
 
 
+_MODULE_ID = re.compile(r"^(?P<head>(?:Module|Cell)\..+)\.(?P<cls>[^.]+)\.(?P<dir>forward|backward)\.(?P<n>\d+)$")
+
+
+def without_class(node_id: str) -> str:
+    """``Module.fc.Linear.forward.0`` -> ``Module.fc.forward.0``: across frameworks the classes differ."""
+    match = _MODULE_ID.match(node_id)
+    if match is None:
+        return node_id
+    return f"{match['head']}.{match['dir']}.{match['n']}"
+
+
 def match_graphs(
-    npu: Graph, bench: Graph, fuzzy: bool = False, translate: Callable[[str], str] | None = None
+    npu: Graph,
+    bench: Graph,
+    fuzzy: bool = False,
+    translate: Callable[[str], str] | None = None,
+    ignore_classes: bool = False,
 ) -> dict[str, str]:
-    """NPU node id -> bench node id, walking both hierarchies from the root."""
+    """NPU node id -> bench node id, walking both hierarchies from the root.
+
+    ``ignore_classes`` (MindSpore against PyTorch) matches modules by path,
+    direction and call count: a ``Dense`` cell pairs with the ``Linear`` module
+    at the same place.
+    """
     translate = translate or (lambda name: name)
+    if ignore_classes:
+        plain = translate
+
+        def translate(name: str) -> str:
+            return without_class(plain(name))
+
+    key = without_class if ignore_classes else (lambda name: name)
     matches = {npu.root: bench.root}
     for node in npu.preorder():
         partner_id = matches.get(node.id)
@@ -132,17 +161,17 @@ def match_graphs(
         if fuzzy:
             queues: dict[str, list[str]] = defaultdict(list)
             for child in partner.subnodes:
-                queues[_fuzzy_key(child) if bench[child].node_type == API else child].append(child)
+                queues[_fuzzy_key(child) if bench[child].node_type == API else key(child)].append(child)
             for child in node.subnodes:
                 wanted = translate(child)
                 queue = queues.get(_fuzzy_key(wanted) if npu[child].node_type == API else wanted)
                 if queue and _compatible(npu[child], bench[queue[0]]):
                     matches[child] = queue.pop(0)
             continue
-        children = set(partner.subnodes)
+        children = {key(child): child for child in partner.subnodes}
         for child in node.subnodes:
-            wanted = translate(child)
-            if wanted in children and _compatible(npu[child], bench[wanted]):
+            wanted = children.get(translate(child))
+            if wanted is not None and _compatible(npu[child], bench[wanted]):
                 matches[child] = wanted
     return matches
 
@@ -178,6 +207,7 @@ class GraphComparison:
     mode: str
     matches: dict[str, str]
     metrics: dict[str, dict[str, str]]  # NPU row name -> metric column -> formatted value
+    partners: dict[str, Row] = field(default_factory=dict)  # NPU row name -> the bench row it was compared with
 
     @property
     def task(self) -> str:
@@ -190,9 +220,10 @@ def compare_graphs(
     fuzzy: bool = False,
     translate: Callable[[str], str] | None = None,
     load: TensorLoader | None = None,
+    ignore_classes: bool = False,
 ) -> GraphComparison:
     """Match the graphs, compare every matched value and score every matched node (in place)."""
-    matches = match_graphs(npu, bench, fuzzy, translate)
+    matches = match_graphs(npu, bench, fuzzy, translate, ignore_classes)
     pairs: list[tuple[Row | None, Row | None]] = []
     npu_rows: list[Row] = []
     bench_rows: list[Row] = []
@@ -224,7 +255,8 @@ def compare_graphs(
             key: (_percent(value) if key.endswith("RelativeErr") and mode == "statistics" else _format(value))
             for key, value in record.items()
         }
-    comparison = GraphComparison(mode, matches, metrics)
+    partners = {n.name: b for n, b in pairs if n is not None and b is not None}
+    comparison = GraphComparison(mode, matches, metrics, partners)
     _score(npu, bench, comparison)
     return comparison
 
@@ -239,8 +271,35 @@ def _float(value: str | None) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def node_index(mode: str, node: Node, metrics: dict[str, dict[str, str]]) -> float:
-    """The reference's precision_index of one matched node that carries data."""
+def _scaled_error(row: Row, bench: Row) -> float | None:
+    """Largest relative error of the four statistics, each measured against at least the tensor's RMS.
+
+    The reference divides by the statistic itself, so any output whose mean
+    is near zero (every LayerNorm output) scores 1 for noise in the last
+    digits; here a statistic smaller than the bench tensor's RMS
+    (norm / sqrt(elements)) is measured against the RMS instead.
+    """
+    count = math.prod(bench.shape) if bench.shape else 1
+    norm = bench.stats[3]
+    rms = abs(float(norm)) / math.sqrt(count) if isinstance(norm, (int, float)) and count else 0.0
+    errors = []
+    for ours, theirs in zip(row.stats, bench.stats):
+        if not isinstance(ours, (int, float)) or not isinstance(theirs, (int, float)):
+            continue
+        if not (math.isfinite(ours) and math.isfinite(theirs)):
+            continue
+        scale = max(abs(float(theirs)), rms if math.isfinite(rms) else 0.0)
+        if scale > 0:
+            errors.append(abs(float(ours) - float(theirs)) / scale)
+        elif ours != theirs:
+            errors.append(1.0)
+    return max(errors) if errors else None
+
+
+def node_index(
+    mode: str, node: Node, metrics: dict[str, dict[str, str]], partners: dict[str, Row] | None = None
+) -> float:
+    """The precision_index of one matched node that carries data (statistics: see :func:`_scaled_error`)."""
     if mode == "md5":
         results = [metrics.get(row.name, {}).get("Result") for row in node.inputs + node.outputs]
         return 0 if any(result == "Different" for result in results) else 1
@@ -257,6 +316,12 @@ def node_index(mode: str, node: Node, metrics: dict[str, dict[str, str]]) -> flo
         return float(np.clip(before - after, 0, 1))
     errors = []
     for row in node.outputs:
+        bench = (partners or {}).get(row.name)
+        if bench is not None:
+            error = _scaled_error(row, bench)
+            if error is not None:
+                errors.append(error)
+            continue
         for key in ("MaxRelativeErr", "MinRelativeErr", "MeanRelativeErr", "NormRelativeErr"):
             value = _float(metrics.get(row.name, {}).get(key))
             if value is not None:
@@ -270,7 +335,7 @@ def _score(npu: Graph, bench: Graph, comparison: GraphComparison) -> None:
         node.matched = comparison.matches.get(node.id)
         node.matched_link = bench.ancestors(node.matched) if node.matched else []  # the partner's path
         if node.matched and node.has_data:
-            node.data["precision_index"] = node_index(comparison.mode, node, comparison.metrics)
+            node.data["precision_index"] = node_index(comparison.mode, node, comparison.metrics, comparison.partners)
             if comparison.mode == "md5":
                 node.data["Result"] = "Pass" if node.data["precision_index"] == 1 else "Different"
     for node in npu.preorder()[::-1]:  # groups take their worst child
