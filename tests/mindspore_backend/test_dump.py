@@ -171,3 +171,43 @@ def test_save_at_debug_level(tmp_path):
     assert data["nested.0.debug"]["scale"] == {"type": "int", "value": 2}
     grad = np.load(tmp_path / "step0" / "rank" / "dump_tensor_data" / data["y_grad.0.debug"]["data_name"])
     assert np.array_equal(grad, np.full(3, 2.0, np.float32))
+
+
+def test_primitives_inside_cells_are_dumped_when_the_model_is_given(tmp_path):
+
+    train(tmp_path / "d", "mix", "tensor", steps=1)
+    dump = read_dump(tmp_path / "d" / "step0" / "rank" / "dump.json")
+    names = list(dump.data)
+    for expected in (
+        "Primitive.conv2d.Conv2D.0.forward",
+        "Primitive.matmul.MatMul.0.forward",
+        "Primitive.matmul.MatMul.1.forward",  # fc, then head
+        "Primitive.bias_add.BiasAdd.0.forward",
+        "Primitive.matmul.MatMul.0.backward",
+    ):
+        assert expected in names, names
+    assert dump.construct["Primitive.matmul.MatMul.0.forward"] == "Cell.fc.Dense.forward.0"
+    assert dump.construct["Primitive.matmul.MatMul.1.forward"] == "Cell.head.Dense.forward.0"
+    folder = tmp_path / "d" / "step0" / "rank" / "dump_tensor_data"
+    entry = dump.data["Primitive.matmul.MatMul.0.forward"]
+    x, weight = (np.load(folder / arg["data_name"]) for arg in entry["input_args"][:2])
+    output = np.load(folder / entry["output"][0]["data_name"])
+    np.testing.assert_allclose(output, x @ weight.T, rtol=1e-5, atol=1e-6)  # Dense: transpose_b
+    assert entry["output"][0]["Max"] == pytest.approx(float(output.max()), rel=1e-6)
+
+
+def test_primitives_are_not_dumped_without_the_model_and_are_put_back(tmp_path):
+    net = Net()
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path / "plain"))
+    debugger.start()
+    net(Tensor(np.ones((1, 1, 6, 6), np.float32)))
+    debugger.stop()
+    debugger.step()
+    assert not [n for n in read_dump(tmp_path / "plain" / "step0" / "rank").data if n.startswith("Primitive.")]
+    with_model = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path / "model"), model=net)
+    with_model.start()
+    assert type(net.fc.matmul).__name__ == "_HookedPrimitive"
+    net(Tensor(np.ones((1, 1, 6, 6), np.float32)))
+    with_model.stop()
+    with_model.step()
+    assert type(net.fc.matmul).__name__ == "MatMul" and net.fc._primitives["matmul"] is net.fc.matmul

@@ -24,6 +24,7 @@ import yaml
 
 import mindspore as ms
 from mindspore import ops
+from mindspore.ops import Primitive
 from msprobe.core.api_patch import ApiPatcher, resolve_attribute
 from msprobe.core.dump.collector import DumpCollector
 from msprobe.core.dump.stack import StackCapture
@@ -103,6 +104,31 @@ class _Backward:
         self.recorder.write_backward(self.name, arriving, leaving, self.parent)
 
 
+class _HookedPrimitive:
+    """Stands in for a cell's ``Primitive`` (``self.matmul = P.MatMul()``): each call is dumped as an API.
+
+    A cell keeps its primitives as instance attributes (and in
+    ``cell._primitives``); swapping both reaches every call of the cell.
+    Attributes are passed through to the primitive, and the original goes
+    back when dumping stops.
+    """
+
+    def __init__(self, primitive: Any, key: str, recorder: MindSporeDumpRecorder):
+        self._primitive, self._key, self._recorder = primitive, key, recorder
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        recorder = self._recorder
+        if recorder.state.busy:
+            return self._primitive(*args, **kwargs)
+        return recorder._call_api(self._primitive, self._key, args, kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._primitive, name)
+
+    def __repr__(self) -> str:
+        return f"msprobe-hooked {self._primitive!r}"
+
+
 class MindSporeDumpRecorder:
     """TaskHooks for tasks statistics, tensor, structure and overflow_check on MindSpore."""
 
@@ -123,17 +149,23 @@ class MindSporeDumpRecorder:
         self.handles: list[Any] = []
         self._stack = StackCapture(_TOOL_ROOT)
         self.with_construct = self.level in ("L0", "mix")
+        self._swapped: list[tuple[dict, str, Any]] = []  # (where the cell keeps it, attribute, original primitive)
 
     # -- TaskHooks ------------------------------------------------------------------
     def install(self) -> None:
         self.collector.open_step()
         if self.level in ("L1", "mix"):
             self.patcher.install()
+            if self.session.model is not None:
+                self._hook_primitives()
         if self.level in ("L0", "mix"):
             self._hook_cells()
 
     def remove(self) -> None:
         self.patcher.remove()
+        for primitives, attribute, original in self._swapped:
+            primitives[attribute] = original
+        self._swapped.clear()
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
@@ -224,6 +256,23 @@ class MindSporeDumpRecorder:
             self.collector.report_failure(name, exc)
         finally:
             self.state.busy = busy
+
+    def _hook_primitives(self) -> None:
+        """``Primitive.{attribute}.{Class}`` entries for the primitives the model's cells hold (needs the model)."""
+        model = self.session.model
+        for root in list(model) if isinstance(model, (list, tuple)) else [model]:
+            for _name, cell in root.cells_and_names():
+                primitives = cell.__dict__.get("_primitives")
+                if not isinstance(primitives, dict):
+                    continue
+                for attribute, primitive in list(primitives.items()):
+                    if not isinstance(primitive, Primitive):
+                        continue
+                    hooked = _HookedPrimitive(primitive, f"Primitive.{attribute}.{type(primitive).__name__}", self)
+                    for table in (primitives, cell.__dict__):  # the instance attribute is what construct reads
+                        if table.get(attribute) is primitive:
+                            table[attribute] = hooked
+                            self._swapped.append((table, attribute, primitive))
 
     # -- L0 ---------------------------------------------------------------------------
     def _hook_cells(self) -> None:
