@@ -211,3 +211,49 @@ def test_primitives_are_not_dumped_without_the_model_and_are_put_back(tmp_path):
     with_model.stop()
     with_model.step()
     assert type(net.fc.matmul).__name__ == "MatMul" and net.fc._primitives["matmul"] is net.fc.matmul
+
+
+class JitBlock(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Dense(3, 2)
+
+    @ms.jit
+    def construct(self, x):
+        return mint.nn.functional.relu(self.fc(x))
+
+
+class WithJit(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.block = JitBlock()
+        self.head = nn.Dense(2, 1)
+
+    def construct(self, x):
+        return self.head(self.block(x * 2))
+
+
+def test_jit_cells_are_dumped_as_one_api(tmp_path):
+    net = WithJit()
+    optimizer = nn.SGD(net.trainable_params(), learning_rate=0.1)
+    grad_fn = ms.value_and_grad(lambda x: net(x).sum(), None, optimizer.parameters)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) / 6
+    debugger = PrecisionDebugger(task="tensor", level="mix", dump_path=str(tmp_path / "d"), model=net)
+    debugger.start()
+    _, grads = grad_fn(Tensor(x))
+    optimizer(grads)
+    debugger.stop()
+    debugger.step()
+    folder = tmp_path / "d" / "step0" / "rank"
+    dump = read_dump(folder)
+    assert {"Jit.JitBlock.0.forward", "Jit.JitBlock.0.backward", "Primitive.matmul.MatMul.0.forward"} <= set(dump.data)
+    assert dump.construct["Jit.JitBlock.0.forward"] == "Cell.block.JitBlock.forward.0"
+    entry = dump.data["Jit.JitBlock.0.forward"]
+    weight, bias = net.block.fc.weight.asnumpy(), net.block.fc.bias.asnumpy()  # after one SGD step: recompute
+    weight = weight + 0.1 * grads[0].asnumpy()
+    bias = bias + 0.1 * grads[1].asnumpy()
+    output = np.load(folder / "dump_tensor_data" / entry["output"][0]["data_name"])
+    np.testing.assert_allclose(output, np.maximum(2 * x @ weight.T + bias, 0), rtol=1e-5, atol=1e-6)
+    # the head's primitive is dumped, the jit block's inner one is not (it runs inside the compiled graph)
+    assert dump.construct["Primitive.matmul.MatMul.0.forward"] == "Cell.head.Dense.forward.0"
+    assert type(net.head.matmul).__name__ == "MatMul"

@@ -12,11 +12,13 @@ the training goes on.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import importlib.resources
+import os
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +65,80 @@ def api_targets() -> list[tuple[Any, str, str]]:
                 continue
             targets.append((owner, attribute, f"{prefix}.{api}"))
     return targets
+
+
+def _jit_executor() -> Any:
+    """MindSpore's class that runs jit-compiled functions and cells (its module moved between releases)."""
+    for module_name, class_name in (
+        ("mindspore.graph.api", "_JitExecutor"),
+        ("mindspore.common.api", "_JitExecutor"),
+        ("mindspore.common.api", "_MindsporeFunctionExecutor"),
+    ):
+        try:
+            executor = getattr(importlib.import_module(module_name), class_name, None)
+        except ImportError:
+            continue
+        if executor is not None:
+            return executor
+    return None
+
+
+class _JitHook:
+    """``Jit.{Cell class or function}.{n}.forward``: a jit-compiled cell or function dumped as one API.
+
+    Inside the compiled graph no Python runs, so its inputs and outputs are
+    what can be seen; the executor's ``__call__`` is wrapped while dumping.
+    """
+
+    def __init__(self, recorder: MindSporeDumpRecorder):
+        self.recorder = recorder
+        self.executor = _jit_executor()
+        self.original: Callable | None = None
+
+    def install(self) -> None:
+        if self.executor is None or self.original is not None:
+            return
+        original = self.original = self.executor.__call__
+        recorder = self.recorder
+
+        @functools.wraps(original)
+        def call(executor: Any, *args: Any, **kwargs: Any) -> Any:
+            if recorder.state.busy:
+                return original(executor, *args, **kwargs)
+            owner = getattr(executor, "obj", None)
+            if owner is not None and args and args[0] is owner:  # a jit construct: the cell comes first
+                head, args, label = args[:1], args[1:], type(owner).__name__
+            else:
+                head, label = (), getattr(getattr(executor, "fn", None), "__name__", "function")
+
+            def run(*inner: Any, **named: Any) -> Any:
+                with recorder.original_primitives():  # the graph compiler needs the real primitives
+                    return original(executor, *head, *inner, **named)
+
+            return recorder._call_api(run, f"Jit.{label}", args, kwargs)
+
+        self.executor.__call__ = call
+
+    def remove(self) -> None:
+        if self.original is not None:
+            self.executor.__call__ = self.original
+            self.original = None
+
+
+def _is_jit(cell: Any) -> bool:
+    """A cell whose construct is decorated with ``mindspore.jit``."""
+    construct = getattr(type(cell), "construct", None)
+    code = getattr(construct, "__code__", None)
+    return hasattr(construct, "__wrapped__") and code is not None and f"mindspore{os.sep}" in code.co_filename
+
+
+def _inside_jit(root: Any) -> set[int]:
+    """ids of the cells that run inside some jit-compiled cell of ``root``."""
+    inside: set[int] = set()
+    for _name, cell in root.cells_and_names():
+        if id(cell) not in inside and _is_jit(cell):
+            inside.update(id(child) for child_name, child in cell.cells_and_names() if child_name)
+    return inside
 
 
 def _inplace(key: str) -> bool:
@@ -149,13 +225,16 @@ class MindSporeDumpRecorder:
         self.handles: list[Any] = []
         self._stack = StackCapture(_TOOL_ROOT)
         self.with_construct = self.level in ("L0", "mix")
-        self._swapped: list[tuple[dict, str, Any]] = []  # (where the cell keeps it, attribute, original primitive)
+        self.jit = _JitHook(self)
+        self._swapped: list[tuple[dict, str, Any]] = []
+        self._hooked: dict[int, _HookedPrimitive] = {}  # (where the cell keeps it, attribute, original primitive)
 
     # -- TaskHooks ------------------------------------------------------------------
     def install(self) -> None:
         self.collector.open_step()
         if self.level in ("L1", "mix"):
             self.patcher.install()
+            self.jit.install()
             if self.session.model is not None:
                 self._hook_primitives()
         if self.level in ("L0", "mix"):
@@ -163,9 +242,11 @@ class MindSporeDumpRecorder:
 
     def remove(self) -> None:
         self.patcher.remove()
+        self.jit.remove()
         for primitives, attribute, original in self._swapped:
             primitives[attribute] = original
         self._swapped.clear()
+        self._hooked.clear()
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
@@ -257,18 +338,34 @@ class MindSporeDumpRecorder:
         finally:
             self.state.busy = busy
 
+    @contextlib.contextmanager
+    def original_primitives(self) -> Iterator[None]:
+        """The cells' own primitives for a while (a jit graph is being compiled or run)."""
+        for table, attribute, original in self._swapped:
+            table[attribute] = original
+        try:
+            yield
+        finally:
+            for table, attribute, original in self._swapped:
+                if table.get(attribute) is original:
+                    table[attribute] = self._hooked[id(original)]
+
     def _hook_primitives(self) -> None:
         """``Primitive.{attribute}.{Class}`` entries for the primitives the model's cells hold (needs the model)."""
         model = self.session.model
         for root in list(model) if isinstance(model, (list, tuple)) else [model]:
+            compiled = _inside_jit(root)
             for _name, cell in root.cells_and_names():
                 primitives = cell.__dict__.get("_primitives")
+                if id(cell) in compiled or _is_jit(cell):
+                    continue  # its primitives run inside a compiled graph
                 if not isinstance(primitives, dict):
                     continue
                 for attribute, primitive in list(primitives.items()):
                     if not isinstance(primitive, Primitive):
                         continue
                     hooked = _HookedPrimitive(primitive, f"Primitive.{attribute}.{type(primitive).__name__}", self)
+                    self._hooked[id(primitive)] = hooked
                     for table in (primitives, cell.__dict__):  # the instance attribute is what construct reads
                         if table.get(attribute) is primitive:
                             table[attribute] = hooked
@@ -281,9 +378,12 @@ class MindSporeDumpRecorder:
         for index, root in enumerate(models):
             prefix = f"{index}." if len(models) > 1 else ""
             cells = list(root.cells_and_names())
+            compiled = _inside_jit(root)
             for cell_name, cell in cells:
                 if cell_name == "" and len(cells) > 1:
                     continue  # the whole network is not an entry
+                if id(cell) in compiled:
+                    continue  # runs inside a jit graph: no Python hook can run there
                 label = f"Cell.{prefix}{cell_name or type(cell).__name__}.{type(cell).__name__}"
                 self._hook_cell(cell, label)
 
