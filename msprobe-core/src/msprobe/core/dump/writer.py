@@ -1,8 +1,8 @@
 """Writing one step/rank folder: dump.json, stack.json, construct.json.
 
 Each entry is encoded to JSON once, when it arrives: that text is appended
-to a journal next to dump.json (handed to the OS at least every 50 ms, so a
-process killed mid-step leaves all but its last moments readable, see
+to a journal next to dump.json (flushed to the OS per entry, so a process
+killed mid-step leaves everything collected so far readable, see
 :func:`msprobe.core.dump.reader.read_dump`) and reused when dump.json is
 written at the end of the step, one entry per line. The reference indents
 every value on its own line; any JSON reader reads both, and encoding once
@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +25,6 @@ from msprobe.core.errors import DataFileError
 logger = logging.getLogger(__name__)
 
 JOURNAL_NAME = ".dump.json.journal"
-# The journal reaches the OS at least this often (and whenever its buffer fills): a process killed
-# mid-step loses at most this much of the step; flushing every entry cost more than the entries.
-JOURNAL_FLUSH_SECONDS = 0.05
 FILE_MODE = 0o640
 DIR_MODE = 0o750
 
@@ -116,7 +112,6 @@ class DumpWriter:
         self.stack: dict[str, str] = {}
         self.construct: dict[str, str] = {}
         self._journal = open_new_file(self.folder / JOURNAL_NAME, "a") if journal else None
-        self._flushed_at = 0.0
         self._closed = False
         self._dirty = True
         self._log("header", "", _encode(header))
@@ -127,10 +122,7 @@ class DumpWriter:
             return
         try:
             self._journal.write(f'["{kind}", {_encode(name)}, {text}]\n')
-            now = time.monotonic()
-            if now - self._flushed_at >= JOURNAL_FLUSH_SECONDS:
-                self._journal.flush()
-                self._flushed_at = now
+            self._journal.flush()
         except OSError as exc:  # a full disk must not stop training
             logger.warning("dump journal write failed for %s: %s", name, exc)
 
