@@ -113,6 +113,17 @@ class BaseDebugger:
     def is_model(self, obj: Any) -> bool:
         return True
 
+    def start_kernel_dump(self) -> None:
+        """Level L2: hand the dump to the framework's own kernel dump; a backend that has one overrides this."""
+        raise UsageError(
+            "level L2 (kernel dump) is recorded by the device's own dump facility (Ascend CANN for "
+            "torch_npu, MindSpore's dump on Ascend), which this machine does not have; "
+            "use level L1 for API data, or run L2 on Ascend with the vendor's dump tools"
+        )
+
+    def check_execution_mode(self) -> None:
+        """Refuse levels the framework's current execution mode cannot hook (MindSpore graph mode)."""
+
     def _checked_model(self, model: Any) -> Any:
         items = model if isinstance(model, (list, tuple)) else [model]
         if not items:
@@ -142,11 +153,11 @@ class BaseDebugger:
                 "PrecisionDebugger(..., model=model) or start(model=model)"
             )
         if self.config.level == "L2":
-            raise UsageError(
-                "level L2 (kernel dump) is recorded by the device's own dump facility (Ascend CANN for "
-                "torch_npu, MindSpore's dump on Ascend), which this machine does not have; "
-                "use level L1 for API data, or run L2 on Ascend with the vendor's dump tools"
-            )
+            if not self._start_called and self.rank_selected():
+                self.start_kernel_dump()
+            self._start_called = True
+            return
+        self.check_execution_mode()
         self._start_called = True
         if self._running or self.config.level == "debug" or self.config.task == "grad_probe":
             return  # save() and monitor() need no start/stop

@@ -29,6 +29,21 @@ class PrecisionDebugger(BaseDebugger):
 
         return isinstance(obj, nn.Cell)
 
+    def start_kernel_dump(self) -> None:
+        from msprobe.mindspore.kernel_dump import enable_kernel_dump
+
+        enable_kernel_dump(self.config, self.current_rank())
+
+    def check_execution_mode(self) -> None:
+        import mindspore as ms
+        from msprobe.core.errors import UsageError
+
+        if self.config.level in ("L0", "L1", "mix") and ms.get_context("mode") == ms.GRAPH_MODE:
+            raise UsageError(
+                f"level {self.config.level} hooks cells and APIs as they run, which needs "
+                "ms.set_context(mode=ms.PYNATIVE_MODE); in graph mode use level L2 (MindSpore's kernel dump)"
+            )
+
     def monitor(self, optimizer: Any) -> None:
         """Grad probe (task grad_probe): record the gradients the optimizer receives at each step."""
         from mindspore import nn
