@@ -14,21 +14,28 @@ from msprobe.mindspore import PrecisionDebugger
 ms.set_context(mode=ms.PYNATIVE_MODE)
 
 
-@pytest.fixture(scope="module")
-def dump_json(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("msdump")
+def tensor_dump(folder, seed, body):
+    """A tensor L1 dump of ``body(x, w)`` on a 4x8 and an 8x3 random input."""
     debugger = PrecisionDebugger(task="tensor", level="L1", dump_path=str(folder))
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     x = Tensor(rng.standard_normal((4, 8)).astype(np.float32))
     w = Tensor(rng.standard_normal((8, 3)).astype(np.float32))
     debugger.start()
-    h = mint.matmul(x, w)
-    mint.nn.functional.relu(h)
-    mint.abs(h)
-    (h * 2).sum()
+    body(x, w)
     debugger.stop()
     debugger.step()
     return folder / "step0" / "rank" / "dump.json"
+
+
+@pytest.fixture(scope="module")
+def dump_json(tmp_path_factory):
+    def body(x, w):
+        h = mint.matmul(x, w)
+        mint.nn.functional.relu(h)
+        mint.abs(h)
+        (h * 2).sum()
+
+    return tensor_dump(tmp_path_factory.mktemp("msdump"), 0, body)
 
 
 def run(*args):
@@ -70,3 +77,42 @@ def test_multi_run_ut_and_resume_use_the_shared_driver(dump_json, tmp_path):
     done = next((tmp_path / "one").glob("accuracy_checking_result_*.csv"))
     again = run("run_ut", "-api_info", dump_json, "-csv_path", done)
     assert again.exit_code == 0 and results(tmp_path / "one") == results(tmp_path / "multi")
+
+
+@pytest.fixture(scope="module")
+def trained_dump(tmp_path_factory):
+    def loss(x, w):
+        h = mint.matmul(x, w)
+        return (mint.nn.functional.relu(h) * mint.tanh(h)).sum()
+
+    return tensor_dump(tmp_path_factory.mktemp("msgrads"), 1, ms.value_and_grad(loss, (0, 1)))
+
+
+def test_backward_is_checked_from_the_dumped_gradients(trained_dump, tmp_path):
+    result = run("run_ut", "-api_info", trained_dump, "-o", tmp_path)
+    assert result.exit_code == 0, result.output
+    rows = results(tmp_path)
+    for api in ("Mint.matmul.0.forward", "MintFunctional.relu.0.forward", "Mint.tanh.0.forward"):
+        assert rows[api]["Backward Test Success"] == "pass", rows[api]
+    with open(next(tmp_path.glob("accuracy_checking_details_*.csv")), encoding="utf-8-sig") as handle:
+        details = {row["API Name"]: row for row in csv.DictReader(handle)}
+    assert {"Mint.matmul.0.backward.output.0", "Mint.matmul.0.backward.output.1"} <= set(details)
+
+
+def test_a_wrong_gradient_is_a_backward_error(trained_dump, tmp_path, monkeypatch):
+    import mindspore.mint as mint_module
+
+    original = mint_module.tanh
+
+    def tanh_with_wrong_gradient(x):  # right forward and float64 gradient, 10% off gradient in float32
+        out = original(x)
+        if out.dtype == ms.float64:
+            return out
+        return out * 0.9 + ms.ops.stop_gradient(out * 0.1)
+
+    monkeypatch.setattr(mint_module, "tanh", tanh_with_wrong_gradient)
+    run("run_ut", "-api_info", trained_dump, "-o", tmp_path)
+    rows = results(tmp_path)
+    assert rows["Mint.tanh.0.forward"]["Forward Test Success"] == "pass"
+    assert rows["Mint.tanh.0.forward"]["Backward Test Success"] == "error"
+    assert rows["Mint.matmul.0.forward"]["Backward Test Success"] == "pass"

@@ -143,6 +143,8 @@ class ApiRunner:
             builder = InputBuilder(self.dump, name)
             args = builder.value(entry.get("input_args", []))
             kwargs = builder.value(entry.get("input_kwargs", {}))
+            backward_entry = self.dump.data.get(name[: -len("forward")] + "backward")
+            grad_outputs = builder.value(backward_entry.get("input", [])) if backward_entry else None
         except Unsupported as exc:
             return Outcome(name, SKIP, "", str(exc))
         except Exception as exc:
@@ -156,7 +158,36 @@ class ApiRunner:
         for index, (tested, expected) in enumerate(zip(device, bench)):
             outcome.details.append(self._detail(f"{name}.output.{index}", key, expected, tested))
         outcome.forward = overall([d.status for d in outcome.details]) or SKIP
+        grads = [g for g in (grad_outputs or []) if isinstance(g, np.ndarray)]
+        if grads and not key.endswith("_"):  # in-place calls are not differentiated, as on PyTorch
+            try:
+                rows = self._backward(name, function, key, args, kwargs, grads)
+            except Exception as exc:
+                outcome.message = f"backward not checked: {type(exc).__name__}: {exc}"
+                rows = []
+            outcome.details.extend(rows)
+            outcome.backward = overall([d.status for d in rows])
         return outcome
+
+    def _backward(
+        self, name: str, function: Callable, key: str, args: list, kwargs: dict, grads: list[np.ndarray]
+    ) -> list[Detail]:
+        """Gradients of the floating tensor arguments for the dumped output gradients, tested against bench."""
+        positions = [i for i, a in enumerate(args) if isinstance(a, np.ndarray) and np.issubdtype(a.dtype, np.floating)]
+        if not positions:
+            return []
+        tested = _input_gradients(function, args, kwargs, positions, grads, widen=False)
+        twin = torch_twin(key)
+        if twin is not None:
+            bench = _torch_input_gradients(twin, args, kwargs, positions, grads)
+        else:
+            bench = _input_gradients(function, args, kwargs, positions, grads, widen=True)
+        backward_name = name[: -len("forward")] + "backward"
+        return [
+            self._detail(f"{backward_name}.output.{index}", key, expected, ms.Tensor(got))
+            for index, (got, expected) in enumerate(zip(tested, bench))
+            if got is not None and expected is not None
+        ]
 
     def _benchmark(self, function: Callable, key: str, args: Any, kwargs: Any) -> list[np.ndarray]:
         def widen(array: np.ndarray) -> np.ndarray:
@@ -178,6 +209,50 @@ class ApiRunner:
         return compare_output(
             row_name, key, np.asarray(bench), to_numpy(tested), str(np.asarray(bench).dtype), str(tested.dtype)
         )
+
+
+def _widened(array: np.ndarray) -> np.ndarray:
+    return array.astype(np.float64) if np.issubdtype(array.dtype, np.floating) else array
+
+
+def _input_gradients(
+    function: Callable, args: list, kwargs: dict, positions: list[int], grads: list[np.ndarray], widen: bool
+) -> list[np.ndarray | None]:
+    """MindSpore's vector-Jacobian product of ``function`` at ``args`` for the output gradients ``grads``."""
+    convert = (lambda a: ms.Tensor(_widened(a))) if widen else ms.Tensor
+    full = list(_map(list(args), convert))
+    named = _map(kwargs, convert)
+
+    def call(*inputs: Any) -> Any:
+        call_args = list(full)
+        for position, value in zip(positions, inputs):
+            call_args[position] = value
+        return function(*call_args, **named)
+
+    outputs, vjp = ms.vjp(call, *[full[p] for p in positions])
+    listed = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+    sens = [
+        ms.Tensor(grads[i].astype(to_numpy(o).dtype)) if i < len(grads) else ms.ops.zeros_like(o)
+        for i, o in enumerate(listed)
+    ]
+    result = vjp(tuple(sens) if isinstance(outputs, (tuple, list)) else sens[0])
+    result = list(result) if isinstance(result, (tuple, list)) else [result]
+    return [to_numpy(g) if g is not None else None for g in result]
+
+
+def _torch_input_gradients(
+    twin: Callable, args: list, kwargs: dict, positions: list[int], grads: list[np.ndarray]
+) -> list[np.ndarray | None]:
+    """The same gradients from the PyTorch twin on the CPU in float64."""
+    import torch
+
+    torch_args = list(_map(list(args), lambda a: torch.from_numpy(_widened(a))))
+    for position in positions:
+        torch_args[position].requires_grad_(True)
+    outputs = _outputs(twin(*torch_args, **_map(kwargs, lambda a: torch.from_numpy(_widened(a)))))
+    pairs = [(o, torch.from_numpy(_widened(g))) for o, g in zip(outputs, grads) if o.requires_grad]
+    torch.autograd.backward([o for o, _ in pairs], [g.to(o.dtype) for o, g in pairs])
+    return [torch_args[p].grad.numpy() if torch_args[p].grad is not None else None for p in positions]
 
 
 def save_error_data(folder: Path, data: dict[str, np.ndarray]) -> None:
