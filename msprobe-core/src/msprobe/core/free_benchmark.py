@@ -296,6 +296,25 @@ class FreeBenchmarkCalls:
                 continue
             self.judge_pair(name, a, b, stage, reference, index if several else None)
 
+    def compare_gradients(self, name: str, reference: Any, input_gradients: Any) -> None:
+        """Backward stage: ``input_gradients(transform)`` gives the API's input gradients with transformed inputs.
+
+        Runs it with the inputs as they are and perturbed, and judges each
+        pair; the backend's own calls inside are not intercepted again.
+        """
+        state = self.state
+        busy = state.busy
+        state.busy = True
+        try:
+            plain, moved = input_gradients(lambda tensor: tensor), input_gradients(self.perturb)
+            for index, (a, b) in enumerate(zip(plain, moved)):
+                if a is not None and b is not None:
+                    self.judge_pair(name.replace(".forward", ".backward"), a, b, "backward", reference, index)
+        except Exception as exc:
+            self.warn(name, f"the backward check failed ({exc.__class__.__name__}: {exc})")
+        finally:
+            state.busy = busy
+
     def judge_pair(self, name: str, a: Any, b: Any, stage: str, reference: Any, index: Any) -> None:
         source = reference if reference is not None else a
         self.judge.judge(

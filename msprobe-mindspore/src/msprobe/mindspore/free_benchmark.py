@@ -1,8 +1,10 @@
 """Free benchmark on MindSpore (PyNative): the core's call handling with MindSpore tensors.
 
 Perturbations improve_precision, add_noise, bit_noise, no_change and
-change_value register through the plugin hook; to_cpu and the backward
-stage are PyTorch-only, as in the reference, and are refused with a message.
+change_value register through the plugin hook (to_cpu is PyTorch-only, as
+in the reference). Both stages: forward compares outputs; backward pushes
+the gradient that reaches an API's output back through the API with plain
+and with perturbed inputs and compares the input gradients.
 """
 
 from __future__ import annotations
@@ -83,8 +85,6 @@ def _map(value: Any, function: Callable) -> Any:
 class FreeBenchmarkHooks(FreeBenchmarkCalls):
     def __init__(self, session: TaskSession, perturbation: Perturbation):
         super().__init__(session, perturbation.function)
-        if self.stage == "backward":
-            raise UsageError("free_benchmark.fuzz_stage 'backward' is supported on PyTorch only")
         self.patcher = ApiPatcher(self.handle, lambda: [t for t in api_targets() if self.selected_api(t[2])])
         self.state = self.patcher.state
 
@@ -106,6 +106,53 @@ class FreeBenchmarkHooks(FreeBenchmarkCalls):
 
     def cast_like(self, perturbed: Any, original: Any) -> Any:
         return perturbed.astype(original.dtype)
+
+    # -- backward stage -------------------------------------------------------------------
+    def backward_check(self, original: Callable, name: str, args: tuple, kwargs: dict) -> Any:
+        """When the output's gradient arrives, push it back through the API with plain and perturbed inputs."""
+        output = original(*args, **kwargs)
+        first = next((t for t in self.outputs(output) if t is not None and self.is_floating(t)), None)
+        positions = [i for i, value in enumerate(args) if self.is_floating(value)]
+        if first is None or not positions:
+            return output
+        plain_args = [ms.Tensor(value) if isinstance(value, ms.Parameter) else value for value in args]
+        reference = self.first_floating(args, kwargs)
+
+        def on_grad(grad: ms.Tensor) -> None:
+            self._compare_gradients(original, name, plain_args, kwargs, positions, grad, reference)
+
+        first.register_hook(on_grad)
+        return output
+
+    def _compare_gradients(
+        self,
+        original: Callable,
+        name: str,
+        args: list,
+        kwargs: dict,
+        positions: list[int],
+        grad: ms.Tensor,
+        reference: Any,
+    ) -> None:
+        self.compare_gradients(
+            name,
+            reference,
+            lambda transform: self._input_gradients(original, args, kwargs, positions, grad, transform),
+        )
+
+    def _input_gradients(
+        self, original: Callable, args: list, kwargs: dict, positions: list[int], grad: ms.Tensor, transform: Callable
+    ) -> list[Any]:
+        def call(*inputs: Any) -> Any:
+            call_args = list(args)
+            for position, value in zip(positions, inputs):
+                call_args[position] = value
+            return self.outputs(original(*call_args, **kwargs))[0]
+
+        inputs = [transform(args[position].copy()) for position in positions]
+        output, vjp = ms.vjp(call, *inputs)
+        found = vjp(grad.astype(output.dtype))
+        return list(found) if isinstance(found, (tuple, list)) else [found]
 
 
 def make_hooks(session: TaskSession, perturbations: dict[str, Perturbation]) -> FreeBenchmarkHooks:

@@ -150,30 +150,19 @@ class FreeBenchmarkHooks(FreeBenchmarkCalls):
     def _compare_gradients(
         self, original: Callable, name: str, args: tuple, kwargs: dict, grad: torch.Tensor, reference: Any
     ) -> None:
-        busy = self.state.busy
-        self.state.busy = True
-        try:
-            grads = []
-            for transform in (lambda t: t, self.perturb):
-                with torch.enable_grad():
-                    leaves: list[torch.Tensor] = []
+        def input_gradients(transform: Callable) -> tuple:
+            with torch.enable_grad():
+                leaves: list[torch.Tensor] = []
 
-                    def leaf(t: torch.Tensor, transform: Callable = transform, found: list = leaves) -> torch.Tensor:
-                        value = transform(t.clone()).detach().requires_grad_(True)
-                        found.append(value)
-                        return value
+                def leaf(t: torch.Tensor) -> torch.Tensor:
+                    value = transform(t.clone()).detach().requires_grad_(True)
+                    leaves.append(value)
+                    return value
 
-                    run_args, run_kwargs = _map_tensors(args, leaf), _map_tensors(kwargs, leaf)
-                    out = _outputs(original(*run_args, **run_kwargs))[0]
-                    found = torch.autograd.grad(out, leaves, grad.to(out.dtype), allow_unused=True)
-                grads.append(found)
-            for index, (plain, moved) in enumerate(zip(*grads)):
-                if plain is not None and moved is not None:
-                    self.judge_pair(name.replace(".forward", ".backward"), plain, moved, "backward", reference, index)
-        except Exception as exc:
-            self.warn(name, f"the backward check failed ({exc.__class__.__name__}: {exc})")
-        finally:
-            self.state.busy = busy
+                out = _outputs(original(*_map_tensors(args, leaf), **_map_tensors(kwargs, leaf)))[0]
+                return torch.autograd.grad(out, leaves, grad.to(out.dtype), allow_unused=True)
+
+        self.compare_gradients(name, reference, input_gradients)
 
 
 def make_hooks(session: TaskSession, perturbations: dict[str, Perturbation]) -> FreeBenchmarkHooks:
