@@ -18,7 +18,6 @@ import csv
 import functools
 import importlib.resources
 import logging
-import multiprocessing
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
@@ -31,6 +30,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from msprobe.core.dump.writer import make_dir
 from msprobe.core.errors import UsageError
+from msprobe.core.processes import worker_pool
 from msprobe.pytorch.tensor_io import map_tensors, tensor_to_numpy, tensors_in
 
 logger = logging.getLogger(__name__)
@@ -166,7 +166,7 @@ class PtdbgDispatch(TorchDispatchMode):
     # -- context ------------------------------------------------------------------------
     def __enter__(self) -> PtdbgDispatch:
         if self.process_num > 0 and self._pool is None:
-            self._pool = ProcessPoolExecutor(self.process_num, mp_context=multiprocessing.get_context("spawn"))
+            self._pool = worker_pool(self.process_num)
         return super().__enter__()
 
     def __exit__(self, *exc: Any) -> None:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from msprobe.core.compare.report import timestamp, write_result, write_text
 from msprobe.core.config import config_error_from_validation
 from msprobe.core.dump.reader import read_dump
 from msprobe.core.errors import DataFileError, MsprobeError
+from msprobe.core.processes import worker_pool
 from msprobe.core.tensor_files import load_npy
 
 logger = logging.getLogger(__name__)
@@ -238,8 +237,7 @@ def compare_distributed(
     ]
     if len(jobs) == 1 or processes == 1:
         return [_compare_rank(job) for job in jobs]
-    context = multiprocessing.get_context("spawn")  # fork after a framework started threads can deadlock
-    with ProcessPoolExecutor(max_workers=processes or min(len(jobs), 8), mp_context=context) as pool:
+    with worker_pool(processes or min(len(jobs), 8)) as pool:
         return list(pool.map(_compare_rank, jobs))
 
 

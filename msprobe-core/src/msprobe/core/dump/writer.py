@@ -6,7 +6,7 @@ killed mid-step leaves everything collected so far readable, see
 :func:`msprobe.core.dump.reader.read_dump`) and reused when dump.json is
 written at the end of the step, one entry per line. The reference indents
 every value on its own line; any JSON reader reads both, and encoding once
-with the C encoder is what keeps the dump cheap.
+(with orjson) is what keeps the dump cheap.
 Files are created 0o640, folders 0o750, and nothing is written through a
 symlink.
 """
@@ -21,6 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from msprobe.core.errors import DataFileError
+
+try:  # about twenty times faster than json for the dump's entries; the standard encoder stands in without it
+    import orjson
+except ImportError:  # pragma: no cover - a dependency of msprobe-core
+    orjson = None
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +43,7 @@ def make_dir(path: Path) -> Path:
     return path
 
 
-def open_new_file(path: Path, mode: str = "w") -> Any:
+def open_new_file(path: Path, mode: str = "w", buffering: int = -1) -> Any:
     """Open for writing with 0o640, never following a symlink at ``path``."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
     if "a" in mode:
@@ -47,7 +52,7 @@ def open_new_file(path: Path, mode: str = "w") -> Any:
         fd = os.open(path, flags, FILE_MODE)
     except OSError as exc:
         raise DataFileError(path, f"cannot be written ({exc.strerror})") from None
-    return os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8")
+    return os.fdopen(fd, mode, buffering=buffering, encoding=None if "b" in mode else "utf-8")
 
 
 def write_json_atomic(path: Path, data: Any, indent: int | None = 1) -> None:
@@ -78,6 +83,11 @@ def _encode(value: Any) -> str:
         return value
     if isinstance(value, str) and _PLAIN_NAME.match(value):
         return f'"{value}"'
+    if orjson is not None:
+        try:
+            return orjson.dumps(value, default=_resolve).decode()
+        except TypeError:  # e.g. an integer beyond 64 bits: the standard encoder takes any size
+            pass
     return json.dumps(value, ensure_ascii=False, default=_resolve)
 
 
@@ -111,7 +121,8 @@ class DumpWriter:
         self.data: dict[str, Any] = {}
         self.stack: dict[str, str] = {}
         self.construct: dict[str, str] = {}
-        self._journal = open_new_file(self.folder / JOURNAL_NAME, "a") if journal else None
+        # an unbuffered file: each entry reaches the OS in one write, so a killed process keeps all of them
+        self._journal = open_new_file(self.folder / JOURNAL_NAME, "ab", buffering=0) if journal else None
         self._closed = False
         self._dirty = True
         self._log("header", "", _encode(header))
@@ -121,8 +132,7 @@ class DumpWriter:
         if self._journal is None:
             return
         try:
-            self._journal.write(f'["{kind}", {_encode(name)}, {text}]\n')
-            self._journal.flush()
+            self._journal.write(f'["{kind}", {_encode(name)}, {text}]\n'.encode())
         except OSError as exc:  # a full disk must not stop training
             logger.warning("dump journal write failed for %s: %s", name, exc)
 

@@ -15,11 +15,10 @@ import asyncio
 import contextlib
 import json
 import logging
-import multiprocessing
 import os
 import signal
 import ssl
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from msprobe.core.dump.reader import Dump
 from msprobe.core.online import protocol
 from msprobe.core.precheck.driver import _load, select
 from msprobe.core.precheck.results import ResultFiles
+from msprobe.core.processes import worker_pool
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class Receiver:
         self.white_list, self.black_list = white_list or [], black_list or []
         self.recompute = recompute
         self.max_frame = max_frame
-        self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+        self.pool = worker_pool(workers)
         self.pending: dict[tuple[int, str], Pending] = {}
         self.futures: list[Future] = []
         self.senders: dict[str, SenderStats] = {}

@@ -12,10 +12,9 @@ from __future__ import annotations
 import csv
 import importlib
 import logging
-import multiprocessing
 import time
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from typing import Any
 from msprobe.core.dump.reader import read_dump
 from msprobe.core.precheck.metrics import DETAIL_COLUMNS, RESULT_COLUMNS, SKIP
 from msprobe.core.precheck.results import ResultFiles
+from msprobe.core.processes import worker_pool
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ def run_ut(
     else:
         chunks = [todo[i::processes] for i in range(processes)]
         # spawn, not fork: forking a process whose framework already started threads can deadlock
-        with ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn")) as pool:
+        with worker_pool(processes) as pool:
             futures = [
                 pool.submit(_work, runner_path, str(dump.path), devices[i % len(devices)], save_error_data, chunk)
                 for i, chunk in enumerate(chunks)

@@ -4,7 +4,8 @@ Statistics follow the reference's semantics (bool: Max=any, Min=all;
 0-d: the value four times; integers measured as float32; complex on
 magnitudes; inf/nan adds the *_except_inf_nan pair; empty: no statistics)
 except that float64 is measured in float64, not float32. One host sync per
-tensor: the four reductions are stacked and read together, and a tensor
+tensor on a device: the four reductions are stacked and read together (on
+the CPU they are read one by one, which is cheaper), and a tensor
 seen again unchanged (one API's output is the next one's input) reuses its
 statistics.
 """
@@ -17,6 +18,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from msprobe.core.dump.writer import open_new_file
@@ -36,8 +38,18 @@ def _measure(tensor: torch.Tensor) -> dict[str, Any]:
         value = data.item()
         return {"Max": value, "Min": value, "Mean": value, "Norm": value}
     low, high = torch.aminmax(data)
-    maximum, minimum, mean, norm = torch.stack((high, low, data.mean(), torch.linalg.vector_norm(data))).tolist()
+    if data.device.type == "cpu":  # no transfer to save: reading the scalars is cheaper than stacking them
+        maximum, minimum, mean, norm = (
+            high.item(),
+            low.item(),
+            data.mean().item(),
+            torch.linalg.vector_norm(data).item(),
+        )
+    else:  # one device-to-host transfer for the four
+        maximum, minimum, mean, norm = torch.stack((high, low, data.mean(), torch.linalg.vector_norm(data))).tolist()
     stats: dict[str, Any] = {"Max": maximum, "Min": minimum, "Mean": mean, "Norm": norm}
+    if _finite(maximum + minimum + mean + norm):  # the usual case: one check for all four
+        return stats
     if not all(map(_finite, (maximum, minimum, mean, norm))):
         finite = data[torch.isfinite(data)]
         if finite.numel():
@@ -94,7 +106,10 @@ def _measure_range(tensor: torch.Tensor) -> dict[str, Any]:
     if not data.is_floating_point():
         return {}  # integers cannot hold inf or nan
     low, high = torch.aminmax(data)
-    maximum, minimum = torch.stack((high, low)).float().tolist()
+    if data.device.type == "cpu":
+        maximum, minimum = float(high.item()), float(low.item())
+    else:
+        maximum, minimum = torch.stack((high, low)).float().tolist()
     return {"Max": _json_number(maximum), "Min": _json_number(minimum)}
 
 
@@ -113,7 +128,7 @@ def crc32_hex(tensor: torch.Tensor) -> str:
     data = tensor.detach().cpu().contiguous()
     if data.dtype in (torch.bfloat16,) or data.is_complex() or data.dtype.itemsize == 1:
         data = data.view(torch.uint8) if data.dim() else data.reshape(1).view(torch.uint8)
-    raw = data.numpy().tobytes() if data.numel() else b""
+    raw = data.numpy().reshape(-1).view(np.uint8) if data.numel() else b""  # the bytes in place, no copy
     return f"{zlib.crc32(raw) & 0xFFFFFFFF:08x}"
 
 
