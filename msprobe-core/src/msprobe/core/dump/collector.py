@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from msprobe.core.dump.filters import DataModeFilter, NameFilter, ScopeFilter
-from msprobe.core.dump.overflow import OverflowCounter, has_nonfinite
+from msprobe.core.dump.overflow import OverflowCounter
 from msprobe.core.dump.values import ValueEncoder
 from msprobe.core.dump.writer import DumpWriter
 from msprobe.core.session import TaskSession
@@ -119,10 +119,10 @@ class DumpCollector:
     ) -> bool:
         """Record a forward entry; False when the overflow check decided not to keep it."""
         if self.overflow is not None:
-            outputs = self.encoder.encode_outputs(output, f"{name}.output")
             flag = self._hardware()
-            if flag is None and not has_nonfinite(outputs):
+            if flag is None and not self.encoder.any_nonfinite(output):
                 return False  # the common case: one look at the outputs and done
+            outputs = self.encoder.encode_outputs(output, f"{name}.output")
             if inputs is None:
                 inputs = self.encode_inputs(name, *(raw_inputs or ((), {})))
             if not self.overflow.overflowed(inputs, outputs, flag):
@@ -147,10 +147,10 @@ class DumpCollector:
     def backward(self, name: str, grad_of_outputs: Any, grad_of_inputs: Any) -> bool:
         """Reference naming: ``input`` holds the gradients arriving (w.r.t. outputs), ``output`` those leaving."""
         if self.overflow is not None:
-            leaving = self.encoder.encode_outputs(grad_of_inputs, f"{name}.output")
             flag = self._hardware()
-            if flag is None and not has_nonfinite(leaving):
+            if flag is None and not self.encoder.any_nonfinite(grad_of_inputs):
                 return False
+            leaving = self.encoder.encode_outputs(grad_of_inputs, f"{name}.output")
             arriving = self.encoder.encode_outputs(grad_of_outputs, f"{name}.input")
             if not self.overflow.overflowed(arriving, leaving, flag):
                 return False

@@ -15,20 +15,20 @@ NONFINITE_TEXT = ("inf", "-inf", "nan")
 STAT_KEYS = ("Max", "Min", "Mean", "Norm")
 
 
-def _nonfinite(value: Any) -> bool:
+def is_nonfinite(value: Any) -> bool:
     if isinstance(value, str):
         return value in NONFINITE_TEXT
     if isinstance(value, float):
         return not math.isfinite(value)
     resolve = getattr(value, "resolve", None)  # a statistic still on the device (async dump)
-    return _nonfinite(resolve()) if resolve is not None else False
+    return is_nonfinite(resolve()) if resolve is not None else False
 
 
 def has_nonfinite(encoded: Any) -> bool:
     """Whether any tensor summary in an encoded value holds inf or nan."""
     if isinstance(encoded, dict):
         if "dtype" in encoded:
-            return any(_nonfinite(encoded.get(key)) for key in STAT_KEYS)
+            return any(is_nonfinite(encoded.get(key)) for key in STAT_KEYS)
         return any(has_nonfinite(item) for item in encoded.values())
     if isinstance(encoded, list):
         return any(has_nonfinite(item) for item in encoded)

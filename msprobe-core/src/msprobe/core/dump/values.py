@@ -76,6 +76,31 @@ class ValueEncoder:
         encoded_kwargs = {key: self.encode(value, f"{prefix}.{key}") for key, value in kwargs.items()}
         return encoded_args, encoded_kwargs
 
+    def any_nonfinite(self, value: Any) -> bool:
+        """Overflow screening: does any tensor (or float) in ``value`` hold inf or nan?
+
+        Asks the summarizer's ``nonfinite(tensor)`` when it has one, which
+        measures without building the entry; otherwise encodes and looks.
+        """
+        nonfinite = getattr(self.summarize, "nonfinite", None)
+        if nonfinite is None:
+            from msprobe.core.dump.overflow import has_nonfinite
+
+            return has_nonfinite(self.encode_outputs(value, "screen"))
+
+        def walk(item: Any) -> bool:
+            if self.is_tensor(item):
+                return nonfinite(item)
+            if isinstance(item, float):
+                return not math.isfinite(item)
+            if isinstance(item, (list, tuple)):
+                return any(walk(part) for part in item)
+            if isinstance(item, dict):
+                return any(walk(part) for part in item.values())
+            return False
+
+        return walk(value)
+
     def encode_outputs(self, output: Any, prefix: str) -> list:
         """The reference always writes an output list, even for a single result."""
         if isinstance(output, (list, tuple)) and self.describe(output) is None:

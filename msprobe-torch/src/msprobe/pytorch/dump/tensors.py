@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from msprobe.core.dump.overflow import is_nonfinite
 from msprobe.core.dump.writer import open_new_file
 
 _MEASURED_AS_IS = (torch.float32, torch.float64)
@@ -183,6 +184,13 @@ class TensorSummarizer:
         except TypeError:  # some tensor subclasses refuse weak references
             pass
         return stats
+
+    def nonfinite(self, tensor: torch.Tensor) -> bool:
+        """Overflow screening of one tensor, with the statistics the entry would show (cached)."""
+        if tensor.numel() == 0 or tensor.is_meta or not self.with_stats:
+            return False
+        stats = self.statistics(tensor)
+        return any(is_nonfinite(stats.get(key)) for key in ("Max", "Min", "Mean", "Norm"))
 
     def __call__(self, tensor: torch.Tensor, data_stem: str) -> dict[str, Any]:
         summary: dict[str, Any] = {
