@@ -65,10 +65,13 @@ def time_config(config: dict | None, steps: int, out: Path) -> tuple[float, floa
         if config["task"] == "grad_probe":
             debugger.monitor(model)
     times, plain_times = [], []
-    for _ in range(steps + 1):
+
+    def plain() -> None:
         start = time.perf_counter()
         plain_step()
         plain_times.append(time.perf_counter() - start)
+
+    def dumped() -> None:
         start = time.perf_counter()
         if debugger is not None:
             debugger.start()
@@ -77,6 +80,10 @@ def time_config(config: dict | None, steps: int, out: Path) -> tuple[float, floa
             debugger.stop()
             debugger.step()
         times.append(time.perf_counter() - start)
+
+    for round_number in range(steps + 1):
+        for run in (plain, dumped) if round_number % 2 else (dumped, plain):  # neither always goes first
+            run()
     if debugger is not None:
         debugger.finish()
     return statistics.median(times[1:]), statistics.median(plain_times[1:])

@@ -108,18 +108,20 @@ def main() -> None:
             path.write_text(json.dumps({**config, "dump_path": str(folder / label.replace(" ", "_"))}))
             debugger = PrecisionDebugger(config_path=str(path), model=model)
         times, plain_times = [], []
-        for _ in range(args.steps + 1):
-            start = time.perf_counter()
-            plain_step()
-            plain_times.append(time.perf_counter() - start)
-            start = time.perf_counter()
-            if debugger is not None:
-                debugger.start()
-            train_step()
-            if debugger is not None:
-                debugger.stop()
-                debugger.step()
-            times.append(time.perf_counter() - start)
+        for round_number in range(args.steps + 1):
+            for dumped in (False, True) if round_number % 2 else (True, False):  # neither always goes first
+                start = time.perf_counter()
+                if not dumped:
+                    plain_step()
+                    plain_times.append(time.perf_counter() - start)
+                    continue
+                if debugger is not None:
+                    debugger.start()
+                train_step()
+                if debugger is not None:
+                    debugger.stop()
+                    debugger.step()
+                times.append(time.perf_counter() - start)
         results[label], bases[label] = statistics.median(times[1:]), statistics.median(plain_times[1:])
     print(f"{'configuration':<16} {'step (ms)':>10} {'plain (ms)':>10} {'ratio':>7}  target")
     for label, seconds in results.items():
