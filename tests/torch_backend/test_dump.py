@@ -370,3 +370,14 @@ def test_torch_npu_is_never_imported_by_the_tool(tmp_path):
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_fast_mean_is_torch_mean_to_the_last_bit(dtype):
+    from msprobe.pytorch.dump.tensors import _mean_from_sum
+
+    generator = torch.Generator().manual_seed(3)
+    for shape in [(7,), (8, 64, 128), (1000003,), (3, 5)]:
+        for scale in (1e-3, 1.0, 1e4):
+            x = (torch.randn(shape, generator=generator) * scale + 0.3).to(dtype)
+            assert _mean_from_sum(x) == x.mean().item(), (shape, scale)

@@ -43,7 +43,7 @@ def _measure(tensor: torch.Tensor) -> dict[str, Any]:
         maximum, minimum, mean, norm = (
             high.item(),
             low.item(),
-            data.mean().item(),
+            _mean_from_sum(data),
             torch.linalg.vector_norm(data).item(),
         )
     else:  # one device-to-host transfer for the four
@@ -59,6 +59,14 @@ def _measure(tensor: torch.Tensor) -> dict[str, Any]:
         else:
             stats["Max_except_inf_nan"] = stats["Min_except_inf_nan"] = None
     return {key: _json_number(value) for key, value in stats.items()}
+
+
+def _mean_from_sum(data: torch.Tensor) -> float:
+    """``data.mean()`` to the last bit, faster on the CPU: torch's sum kernel, then its float division."""
+    total = data.sum().item()
+    if data.dtype == torch.float32:
+        return float(np.float32(total) / np.float32(data.numel()))
+    return total / data.numel()
 
 
 class DeferredStats:
