@@ -10,6 +10,7 @@ relu. The compare should name that call as the first suspicious node.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from msprobe.core.compare.api import compare
+from msprobe.core.graph.api import run_graph
 from msprobe.pytorch import PrecisionDebugger, seed_all
 
 
@@ -77,6 +79,12 @@ def main() -> int:
     print(summary.advice.text() if summary.advice else "")
     print(summary.line())
     print("result files:", ", ".join(str(path) for path in summary.files))
+    spec = args.out / "graph.json"
+    spec.write_text(
+        json.dumps({"npu_path": str(args.out / "run_b/step0/rank"), "bench_path": str(args.out / "run_a/step0/rank")})
+    )
+    [graph] = run_graph(spec, args.out / "graph")
+    print(f"model tree, coloured by error (open in a browser): {graph.files[1]}")
     found = bool(summary.advice and summary.advice.node == "Functional.leaky_relu.0.forward")
     print("verdict:", "the injected difference was found" if found else "the injected difference was NOT found")
     return 0 if found else 1
