@@ -11,7 +11,7 @@ import shutil
 
 import nox
 
-nox.options.sessions = ["lint", "core", "torch", "mindspore", "packaging"]
+nox.options.sessions = ["lint", "core", "torch", "mindspore", "mindspore_torch", "packaging"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
@@ -58,6 +58,14 @@ def mindspore(session: nox.Session) -> None:
     session.install("numpy<2", MINDSPORE)
     session.install(*TEST_DEPS, "numpy<2", *CORE, "-e", "./msprobe-mindspore")
     session.run("pytest", "tests/mindspore_backend", *session.posargs)
+
+
+@nox.session
+def mindspore_torch(session: nox.Session) -> None:
+    """MindSpore with torch beside it: run_ut's benchmark is then the PyTorch twin."""
+    session.install("numpy<2", MINDSPORE, TORCH)
+    session.install(*TEST_DEPS, "numpy<2", *CORE, "-e", "./msprobe-mindspore")
+    session.run("pytest", "tests/mindspore_torch", "tests/mindspore_backend/test_run_ut.py", *session.posargs)
 
 
 @nox.session
