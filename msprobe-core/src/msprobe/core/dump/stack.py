@@ -10,6 +10,7 @@ import json
 import linecache
 import sys
 from pathlib import Path
+from typing import Any
 
 from msprobe.core.dump.writer import EncodedJSON
 
@@ -22,13 +23,18 @@ class StackCapture:
     def __init__(self, *tool_roots: str):
         self.roots = (_CORE_ROOT, *tool_roots)
         self._cache: dict[tuple, EncodedJSON] = {}
+        self._is_tool: dict[Any, bool] = {}  # code object -> whether it is the tool's own
 
     def __call__(self, skip: int = 1) -> EncodedJSON:
         frame = sys._getframe(skip)
         parts = []
+        is_tool = self._is_tool
         while frame is not None:
             code = frame.f_code
-            if not code.co_filename.startswith(self.roots):
+            tool = is_tool.get(code)
+            if tool is None:
+                tool = is_tool[code] = code.co_filename.startswith(self.roots)
+            if not tool:
                 parts.append((code, frame.f_lineno))
             frame = frame.f_back
         key = tuple(parts)
