@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+from in_turn import time_in_turn
 from workload import make_workload
 
 from msprobe.pytorch import PrecisionDebugger
@@ -64,29 +64,19 @@ def time_config(config: dict | None, steps: int, out: Path) -> tuple[float, floa
         debugger = PrecisionDebugger(config_path=str(config_file), model=model)
         if config["task"] == "grad_probe":
             debugger.monitor(model)
-    times, plain_times = [], []
-
-    def plain() -> None:
-        start = time.perf_counter()
-        plain_step()
-        plain_times.append(time.perf_counter() - start)
 
     def dumped() -> None:
-        start = time.perf_counter()
         if debugger is not None:
             debugger.start()
         train_step()
         if debugger is not None:
             debugger.stop()
             debugger.step()
-        times.append(time.perf_counter() - start)
 
-    for round_number in range(steps + 1):
-        for run in (plain, dumped) if round_number % 2 else (dumped, plain):  # neither always goes first
-            run()
+    result = time_in_turn(plain_step, dumped, steps)
     if debugger is not None:
         debugger.finish()
-    return statistics.median(times[1:]), statistics.median(plain_times[1:])
+    return result
 
 
 def numpy_write_time(dump_folder: Path) -> float:

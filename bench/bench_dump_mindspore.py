@@ -12,16 +12,19 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
+import sys
 import tempfile
-import time
 from pathlib import Path
+from typing import Any
 
 import mindspore as ms
 import numpy as np
 from mindspore import Tensor, mint, nn, ops
 
 from msprobe.mindspore import PrecisionDebugger
+
+sys.path.insert(0, str(Path(__file__).parent))
+from in_turn import time_in_turn
 
 VOCAB, WIDTH, HEADS, LAYERS, SEQUENCE, BATCH = 512, 128, 4, 4, 64, 8
 
@@ -107,22 +110,16 @@ def main() -> None:
             path = folder / f"{label.replace(' ', '_')}.json"
             path.write_text(json.dumps({**config, "dump_path": str(folder / label.replace(" ", "_"))}))
             debugger = PrecisionDebugger(config_path=str(path), model=model)
-        times, plain_times = [], []
-        for round_number in range(args.steps + 1):
-            for dumped in (False, True) if round_number % 2 else (True, False):  # neither always goes first
-                start = time.perf_counter()
-                if not dumped:
-                    plain_step()
-                    plain_times.append(time.perf_counter() - start)
-                    continue
-                if debugger is not None:
-                    debugger.start()
-                train_step()
-                if debugger is not None:
-                    debugger.stop()
-                    debugger.step()
-                times.append(time.perf_counter() - start)
-        results[label], bases[label] = statistics.median(times[1:]), statistics.median(plain_times[1:])
+
+        def dumped(debugger: PrecisionDebugger | None = debugger, train_step: Any = train_step) -> None:
+            if debugger is not None:
+                debugger.start()
+            train_step()
+            if debugger is not None:
+                debugger.stop()
+                debugger.step()
+
+        results[label], bases[label] = time_in_turn(plain_step, dumped, args.steps)
     print(f"{'configuration':<16} {'step (ms)':>10} {'plain (ms)':>10} {'ratio':>7}  target")
     for label, seconds in results.items():
         ratio = seconds / bases[label]

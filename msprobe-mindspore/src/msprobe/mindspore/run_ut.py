@@ -23,7 +23,7 @@ from msprobe.core.compare.mapping import default_api_mapping
 from msprobe.core.dump.reader import Dump
 from msprobe.core.free_benchmark import NOT_REPEATABLE
 from msprobe.core.precheck.metrics import PASS, SKIP, Detail, compare_output, overall
-from msprobe.core.precheck.rebuild import Unsupported, bound, decode, seeded_rng
+from msprobe.core.precheck.rebuild import Unsupported, bound, decode, rebuild_call, seeded_rng
 from msprobe.core.trees import map_leaves
 from msprobe.mindspore.dump.tensors import to_numpy
 
@@ -139,12 +139,7 @@ class ApiRunner:
             return Outcome(name, SKIP, "", "random or non-repeatable API: not checked")
         try:
             function, key = resolve(name)
-            entry = self.dump.data[name]
-            builder = InputBuilder(self.dump, name)
-            args = builder.value(entry.get("input_args", []))
-            kwargs = builder.value(entry.get("input_kwargs", {}))
-            backward_entry = self.dump.data.get(name[: -len("forward")] + "backward")
-            grad_outputs = builder.value(backward_entry.get("input", [])) if backward_entry else None
+            args, kwargs, grad_outputs = rebuild_call(self.dump, name, InputBuilder(self.dump, name).value)
         except Unsupported as exc:
             return Outcome(name, SKIP, "", str(exc))
         except Exception as exc:

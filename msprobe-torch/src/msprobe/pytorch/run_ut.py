@@ -26,7 +26,7 @@ from msprobe.core.dump.reader import Dump
 from msprobe.core.free_benchmark import NOT_REPEATABLE
 from msprobe.core.precheck.driver import Outcome
 from msprobe.core.precheck.metrics import ERROR, PASS, SKIP, Detail, compare_output, overall
-from msprobe.core.precheck.rebuild import Unsupported, bound, decode
+from msprobe.core.precheck.rebuild import Unsupported, bound, decode, rebuild_call
 from msprobe.pytorch.tensor_io import map_tensors, tensor_to_numpy, tensors_in
 
 logger = logging.getLogger(__name__)
@@ -182,12 +182,7 @@ class ApiRunner:
             return ApiOutcome(name, SKIP, "", "random or non-repeatable API: not checked")
         try:
             function = resolve(name)
-            entry = self.dump.data[name]
-            builder = InputBuilder(self.dump, name)
-            args = builder.value(entry.get("input_args", []))
-            kwargs = builder.value(entry.get("input_kwargs", {}))
-            backward_entry = self.dump.data.get(name[: -len("forward")] + "backward")
-            grad_outputs = builder.value(backward_entry.get("input", [])) if backward_entry else None
+            args, kwargs, grad_outputs = rebuild_call(self.dump, name, InputBuilder(self.dump, name).value)
         except Unsupported as exc:
             return ApiOutcome(name, SKIP, "", str(exc))
         except Exception as exc:

@@ -55,3 +55,16 @@ def bound(value: Any, default: float) -> float:
     except (TypeError, ValueError):
         return default
     return number if np.isfinite(number) else default
+
+
+def rebuild_call(dump: Any, name: str, value: Callable[[Any], Any]) -> tuple[Any, Any, Any]:
+    """The forward call ``name`` as (args, kwargs, output gradients or None), decoded with ``value``.
+
+    The gradients are those that arrived at the outputs in backward, from the
+    dump's ``{api}.backward`` entry when it has one.
+    """
+    entry = dump.data[name]
+    args = value(entry.get("input_args", []))
+    kwargs = value(entry.get("input_kwargs", {}))
+    backward = dump.data.get(name[: -len("forward")] + "backward")
+    return args, kwargs, value(backward.get("input", [])) if backward else None
