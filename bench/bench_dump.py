@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from in_turn import time_in_turn
+from in_turn import dumped_step, time_in_turn
 from workload import make_workload
 
 from msprobe.pytorch import PrecisionDebugger
@@ -65,15 +65,7 @@ def time_config(config: dict | None, steps: int, out: Path) -> tuple[float, floa
         if config["task"] == "grad_probe":
             debugger.monitor(model)
 
-    def dumped() -> None:
-        if debugger is not None:
-            debugger.start()
-        train_step()
-        if debugger is not None:
-            debugger.stop()
-            debugger.step()
-
-    result = time_in_turn(plain_step, dumped, steps)
+    result = time_in_turn(plain_step, dumped_step(debugger, train_step), steps)
     if debugger is not None:
         debugger.finish()
     return result

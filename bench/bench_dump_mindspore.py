@@ -15,7 +15,6 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import mindspore as ms
 import numpy as np
@@ -24,7 +23,7 @@ from mindspore import Tensor, mint, nn, ops
 from msprobe.mindspore import PrecisionDebugger
 
 sys.path.insert(0, str(Path(__file__).parent))
-from in_turn import time_in_turn
+from in_turn import dumped_step, time_in_turn
 
 VOCAB, WIDTH, HEADS, LAYERS, SEQUENCE, BATCH = 512, 128, 4, 4, 64, 8
 
@@ -110,16 +109,7 @@ def main() -> None:
             path = folder / f"{label.replace(' ', '_')}.json"
             path.write_text(json.dumps({**config, "dump_path": str(folder / label.replace(" ", "_"))}))
             debugger = PrecisionDebugger(config_path=str(path), model=model)
-
-        def dumped(debugger: PrecisionDebugger | None = debugger, train_step: Any = train_step) -> None:
-            if debugger is not None:
-                debugger.start()
-            train_step()
-            if debugger is not None:
-                debugger.stop()
-                debugger.step()
-
-        results[label], bases[label] = time_in_turn(plain_step, dumped, args.steps)
+        results[label], bases[label] = time_in_turn(plain_step, dumped_step(debugger, train_step), args.steps)
     print(f"{'configuration':<16} {'step (ms)':>10} {'plain (ms)':>10} {'ratio':>7}  target")
     for label, seconds in results.items():
         ratio = seconds / bases[label]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 
 def time_in_turn(plain_step: Callable[[], None], tool_step: Callable[[], None], steps: int) -> tuple[float, float]:
@@ -21,3 +22,17 @@ def time_in_turn(plain_step: Callable[[], None], tool_step: Callable[[], None], 
             if round_number:
                 times[with_tool].append(time.perf_counter() - start)
     return statistics.median(times[True]), statistics.median(times[False])
+
+
+def dumped_step(debugger: Any, train_step: Callable[[], None]) -> Callable[[], None]:
+    """One training step between the debugger's start() and stop()/step(); a plain step without one."""
+
+    def step() -> None:
+        if debugger is not None:
+            debugger.start()
+        train_step()
+        if debugger is not None:
+            debugger.stop()
+            debugger.step()
+
+    return step
