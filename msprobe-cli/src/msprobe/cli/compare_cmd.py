@@ -6,16 +6,11 @@ from pathlib import Path
 
 import click
 
+from msprobe.cli.options import fuzzy_match_option, input_path_option, layer_mapping_option
+
 
 @click.command("compare")
-@click.option(
-    "-i",
-    "--input_path",
-    "input_path",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="compare.json naming npu_path and bench_path.",
-)
+@input_path_option("compare.json naming npu_path and bench_path.")
 @click.option(
     "-o",
     "--output_path",
@@ -27,7 +22,7 @@ import click
 )
 @click.option("-s", "--stack_mode", is_flag=True, help="Add the NPU_Stack_Info column.")
 @click.option("-c", "--compare_only", is_flag=True, help="Skip the advisor.")
-@click.option("-f", "--fuzzy_match", is_flag=True, help="Match APIs that differ only in call count, by order.")
+@fuzzy_match_option
 @click.option("-dm", "--data_mapping", type=click.Path(dir_okay=False), help="YAML: NPU data name -> bench data name.")
 @click.option(
     "-am",
@@ -47,7 +42,7 @@ import click
     metavar="[FILE]",
     help="Cross-framework cell/module matching; FILE maps cell_name.Class to module_name.Class.",
 )
-@click.option("-lm", "--layer_mapping", type=click.Path(dir_okay=False), help="YAML: MindSpore layer names -> PyTorch.")
+@layer_mapping_option("YAML: MindSpore layer names -> PyTorch.")
 def compare_command(
     input_path: Path,
     output_path: Path,

@@ -7,16 +7,11 @@ from pathlib import Path
 
 import click
 
+from msprobe.cli.options import fuzzy_match_option, input_path_option, layer_mapping_option
+
 
 @click.command("graph")
-@click.option(
-    "-i",
-    "--input_path",
-    "input_path",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="compare.json: npu_path, and bench_path to compare two runs.",
-)
+@input_path_option("compare.json: npu_path, and bench_path to compare two runs.")
 @click.option(
     "-o",
     "--output_path",
@@ -25,9 +20,9 @@ import click
     type=click.Path(file_okay=False, path_type=Path),
     help="Folder for the .vis files and the .html pages.",
 )
-@click.option("-lm", "--layer_mapping", type=click.Path(dir_okay=False), help="YAML: layer names -> bench layer names.")
+@layer_mapping_option("YAML: layer names -> bench layer names.")
 @click.option("-oc", "--overflow_check", is_flag=True, help="Mark each node's overflow level.")
-@click.option("-f", "--fuzzy_match", is_flag=True, help="Match APIs that differ only in call count, by order.")
+@fuzzy_match_option
 @click.option("-cs", "--complete_stack", is_flag=True, help="Keep the whole call stack of each node.")
 def graph_command(
     input_path: Path,

@@ -485,6 +485,11 @@ class MonitorSession:
         targets = self.config.targets
         return self.config.all_xy or not targets or any(name == t or name.startswith(f"{t}.") for t in targets)
 
+    def watches_weight(self, name: str) -> bool:
+        """Whether the weight ``name`` is watched: no targets, or it lies under one."""
+        targets = self.config.targets
+        return not targets or any(name.startswith(target) for target in targets)
+
     def print_structure(self, names: list[str]) -> None:
         """``print_struct``: the module/cell names that can go into ``targets``, printed once."""
         if self.config.print_struct:

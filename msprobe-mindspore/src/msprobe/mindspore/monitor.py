@@ -119,7 +119,7 @@ class TrainerMon(MonitorSession):
             if self.collecting() and args:
                 parameters = list(optimizer.parameters)
                 for index, (parameter, grad) in enumerate(zip(parameters, args[0])):
-                    if not self._watches_weight(parameter.name):
+                    if not self.watches_weight(parameter.name):
                         continue
                     if self.config.wg_distribution and grad is not None:
                         self._add("grad_reduced", parameter.name, None, grad)
@@ -161,16 +161,12 @@ class TrainerMon(MonitorSession):
             correction1 = 1.0 - float(optimizer.beta1_power.asnumpy())
             correction2 = 1.0 - float(optimizer.beta2_power.asnumpy())
         for parameter, moment, squared in zip(optimizer.parameters, first, second):
-            if not self._watches_weight(parameter.name):
+            if not self.watches_weight(parameter.name):
                 continue
             moment_hat = moment / correction1
             root = ops.sqrt(squared / correction2)
             self._add("update", parameter.name, None, moment_hat / (root + eps))
             self._add("ratio", parameter.name, None, moment_hat / root)
-
-    def _watches_weight(self, name: str) -> bool:
-        targets = self.config.targets
-        return not targets or any(name.startswith(target) for target in targets)
 
     def finish(self) -> None:
         super().finish()

@@ -154,7 +154,7 @@ class TrainerMon(MonitorSession):
             found = []
             for root in self.model:
                 for name, parameter in root.named_parameters():
-                    if not targets or any(name.startswith(t) for t in targets):
+                    if self.watches_weight(name):
                         found.append((name, parameter))
             self._watched = (targets, found)
         return self._watched[1]
