@@ -248,6 +248,24 @@ def test_page_is_self_contained_and_escapes_names(tmp_path):
     assert relu["s"] == ["File </script><b>x.py, line 1, in f, \n y = 1"]
 
 
+@pytest.mark.parametrize(
+    ("file_name", "content", "message"),
+    [
+        ("construct.json", json.dumps({"Module.a.A.forward.0": "Module.a.A.forward.0"}), "is its own ancestor"),
+        ("construct.json", "[1, 2]", "expected a JSON object"),
+        ("stack.json", "{cut", "invalid JSON"),
+    ],
+)  # fmt: skip
+def test_damaged_side_files_are_named(tmp_path, file_name, content, message):
+    folder = copy_dump(STEP0, tmp_path / "npu")
+    (folder / file_name).write_text(content)
+    result = CliRunner().invoke(
+        cli, ["graph", "-i", str(write_compare_json(tmp_path, folder)), "-o", str(tmp_path / "o")]
+    )
+    assert result.exit_code != 0 and message in result.output and file_name in result.output
+    assert "Traceback" not in result.output
+
+
 def test_cli_graph_and_alias(tmp_path):
     spec = write_compare_json(tmp_path, STEP0, STEP1)
     result = CliRunner().invoke(cli, ["graph", "-i", str(spec), "-o", str(tmp_path / "a")])

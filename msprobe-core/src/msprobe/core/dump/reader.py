@@ -128,4 +128,6 @@ def _optional(path: Path) -> dict:
     if not path.exists():
         return {}
     value = _load_json(path, path.name)
-    return value if isinstance(value, dict) else {}
+    if not isinstance(value, dict):
+        raise DataFileError(path, f"expected a JSON object (name -> value), found {type(value).__name__}")
+    return value

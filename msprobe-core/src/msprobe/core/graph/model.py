@@ -14,6 +14,7 @@ from typing import Any
 
 from msprobe.core.compare.rows import Row, dump_rows
 from msprobe.core.dump.reader import Dump
+from msprobe.core.errors import DataFileError
 
 ROOT = "DefaultModel"
 BETWEEN_MODULES = "Apis_Between_Modules"
@@ -110,6 +111,20 @@ def _adopt_backward_apis(parent_of: dict[str, str | None]) -> None:
                 parent_of[name] = twin
 
 
+def _refuse_cycles(parent_of: dict[str, str | None], dump: Dump) -> None:
+    """A damaged construct.json can make an entry its own ancestor; say so instead of looping."""
+    settled: set[str] = set()
+    for name in parent_of:
+        chain: list[str] = []
+        current: str | None = name
+        while current is not None and current not in settled:
+            if current in chain:
+                raise DataFileError(dump.folder / "construct.json", f"'{current}' is its own ancestor")
+            chain.append(current)
+            current = parent_of.get(current)
+        settled.update(chain)
+
+
 def _attach_rows(nodes: dict[str, Node], dump: Dump) -> None:
     for row in dump_rows(dump):
         node = nodes.get(row.entry)
@@ -138,6 +153,7 @@ def build_graph(dump: Dump, complete_stack: bool = False) -> Graph:
         if not name.endswith(".parameters_grad"):
             see(name)
     _adopt_backward_apis(parent_of)
+    _refuse_cycles(parent_of, dump)
 
     group: Node | None = None
     groups = 0
