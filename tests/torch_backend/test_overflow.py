@@ -80,3 +80,38 @@ def test_hardware_flag_is_used_when_torch_npu_offers_it(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch_npu", types.SimpleNamespace(npu=types.SimpleNamespace(utils=utils)))
     dump = run(tmp_path, scales=(0.001,))  # nothing is inf here: only the flag says the second call overflowed
     assert len(dump.data) == 1
+
+
+def run_function(tmp_path, function):
+    config = {
+        "task": "overflow_check",
+        "dump_path": str(tmp_path),
+        "level": "L1",
+        "overflow_check": {"overflow_nums": -1},
+    }
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    debugger = PrecisionDebugger(config_path=str(tmp_path / "c.json"))
+    debugger.start()
+    function()
+    debugger.stop()
+    debugger.step()
+    return read_dump(tmp_path / "step0" / "rank" / "dump.json")
+
+
+def test_large_finite_values_whose_sum_overflows_are_no_overflow(tmp_path):
+    # the screen sums each output; a float16 sum of 8 x 40000 is inf although every element is finite
+    def large_but_finite():
+        torch.full((8,), 30000.0, dtype=torch.float16).add(10000.0)
+
+    assert run_function(tmp_path, large_but_finite).data == {}
+
+
+def test_an_in_place_call_that_overflows_its_finite_input_is_kept(tmp_path):
+    def in_place():
+        values = torch.full((4,), 300.0, dtype=torch.float16)
+        values.mul_(300.0)  # 90000 is beyond float16
+        values.add_(1.0)  # inf in, inf out: not an overflow of this call
+
+    dump = run_function(tmp_path, in_place)
+    assert list(dump.data) == ["Tensor.mul_.0.forward"]
+    assert dump.data["Tensor.mul_.0.forward"]["output"][0]["Max"] == "inf"

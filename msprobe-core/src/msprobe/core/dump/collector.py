@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from msprobe.core.dump.filters import DataModeFilter, NameFilter, ScopeFilter
-from msprobe.core.dump.overflow import OverflowCounter
+from msprobe.core.dump.overflow import InputScreen, OverflowCounter
 from msprobe.core.dump.values import ValueEncoder
 from msprobe.core.dump.writer import DumpWriter
 from msprobe.core.session import TaskSession
@@ -94,14 +94,18 @@ class DumpCollector:
         self.scope.leave(name)
 
     # -- records --------------------------------------------------------------------------
-    def encode_inputs(self, name: str, args: tuple, kwargs: dict, eager: bool = True) -> dict[str, Any] | None:
+    def encode_inputs(self, name: str, args: tuple, kwargs: dict, eager: bool = True) -> Any:
         """Measure inputs now: an in-place API would change them before the output is seen.
 
-        The overflow check defers this (``eager=False`` returns None) for calls
-        that do not write in place: their inputs matter only if an output is not finite.
+        The overflow check only screens them (an :class:`InputScreen`), and only
+        for calls that write in place (``eager``); the others' inputs matter
+        only if an output is not finite, and are looked at then.
         """
-        if self.overflow is not None and not eager:
-            return None
+        if self.overflow is not None:
+            return InputScreen(self.encoder.any_nonfinite((args, kwargs))) if eager else None
+        return self._encode_inputs(name, args, kwargs)
+
+    def _encode_inputs(self, name: str, args: tuple, kwargs: dict) -> dict[str, Any]:
         if self.task == "structure":
             return {}
         if not self.modes.inputs:
@@ -112,7 +116,7 @@ class DumpCollector:
     def forward(
         self,
         name: str,
-        inputs: dict[str, Any],
+        inputs: Any,
         output: Any,
         parameters: dict[str, Any] | None = None,
         raw_inputs: tuple[tuple, dict] | None = None,
@@ -120,16 +124,18 @@ class DumpCollector:
         """Record a forward entry; False when the overflow check decided not to keep it."""
         if self.overflow is not None:
             flag = self._hardware()
-            if flag is None and not self.encoder.any_nonfinite(output):
+            outputs_nonfinite = flag is None and self.encoder.any_nonfinite(output)
+            if flag is None and not outputs_nonfinite:
                 return False  # the common case: one look at the outputs and done
-            outputs = self.encoder.encode_outputs(output, f"{name}.output")
-            if inputs is None:
-                inputs = self.encode_inputs(name, *(raw_inputs or ((), {})))
-            if not self.overflow.overflowed(inputs, outputs, flag):
+            raw_inputs = raw_inputs or ((), {})
+            if isinstance(inputs, InputScreen):
+                inputs_nonfinite = inputs.nonfinite
+            else:
+                inputs_nonfinite = self.encoder.any_nonfinite(raw_inputs)
+            if not self.overflow.overflowed(inputs_nonfinite, outputs_nonfinite, flag):
                 return False
-            if raw_inputs is not None:  # keep the tensors of an overflow, as the reference does
-                with self._files():
-                    inputs = self.encode_inputs(name, *raw_inputs)
+            with self._files():  # keep the tensors of an overflow, as the reference does
+                inputs = self._encode_inputs(name, *raw_inputs)
         with self._files(self.overflow is not None):
             entry = dict(inputs)
             if parameters is None:
@@ -148,11 +154,11 @@ class DumpCollector:
         """Reference naming: ``input`` holds the gradients arriving (w.r.t. outputs), ``output`` those leaving."""
         if self.overflow is not None:
             flag = self._hardware()
-            if flag is None and not self.encoder.any_nonfinite(grad_of_inputs):
+            leaving_nonfinite = flag is None and self.encoder.any_nonfinite(grad_of_inputs)
+            if flag is None and not leaving_nonfinite:
                 return False
-            leaving = self.encoder.encode_outputs(grad_of_inputs, f"{name}.output")
-            arriving = self.encoder.encode_outputs(grad_of_outputs, f"{name}.input")
-            if not self.overflow.overflowed(arriving, leaving, flag):
+            arriving_nonfinite = self.encoder.any_nonfinite(grad_of_outputs)
+            if not self.overflow.overflowed(arriving_nonfinite, leaving_nonfinite, flag):
                 return False
         entry: dict[str, Any] = {}
         if self.task != "structure":

@@ -35,6 +35,15 @@ def has_nonfinite(encoded: Any) -> bool:
     return False
 
 
+class InputScreen:
+    """What the overflow check saw in a call's inputs before an in-place call changed them."""
+
+    __slots__ = ("nonfinite",)
+
+    def __init__(self, nonfinite: bool):
+        self.nonfinite = nonfinite
+
+
 class OverflowCounter:
     """Counts kept overflows; ``overflow_nums`` of -1 never stops."""
 
@@ -46,10 +55,11 @@ class OverflowCounter:
     def exhausted(self) -> bool:
         return self.limit != -1 and self.count >= self.limit
 
-    def overflowed(self, inputs: Any, outputs: Any, hardware_flag: bool | None = None) -> bool:
-        if self.exhausted or has_nonfinite(inputs):
+    def overflowed(self, inputs_nonfinite: bool, outputs_nonfinite: bool, hardware_flag: bool | None = None) -> bool:
+        """Counts and says whether a call overflowed, from what screening found in its inputs and outputs."""
+        if self.exhausted or inputs_nonfinite:
             return False
-        overflow = hardware_flag if hardware_flag is not None else has_nonfinite(outputs)
+        overflow = hardware_flag if hardware_flag is not None else outputs_nonfinite
         if overflow:
             self.count += 1
         return bool(overflow)

@@ -26,8 +26,10 @@ class StackCapture:
         self._is_tool: dict[Any, bool] = {}  # code object -> whether it is the tool's own
 
     def __call__(self, skip: int = 1) -> EncodedJSON:
-        frame = sys._getframe(skip)
-        parts = []
+        # keyed by (code, last instruction) per frame: reading f_lasti is cheap, f_lineno scans a line table
+        top = sys._getframe(skip)
+        frame = top
+        key: list[Any] = []
         is_tool = self._is_tool
         while frame is not None:
             code = frame.f_code
@@ -35,15 +37,24 @@ class StackCapture:
             if tool is None:
                 tool = is_tool[code] = code.co_filename.startswith(self.roots)
             if not tool:
-                parts.append((code, frame.f_lineno))
+                key.append(code)
+                key.append(frame.f_lasti)
             frame = frame.f_back
-        key = tuple(parts)
-        cached = self._cache.get(key)
+        cache_key = tuple(key)
+        cached = self._cache.get(cache_key)
         if cached is None:
-            frames = [
-                f"File {code.co_filename}, line {line}, in {code.co_name}, \n "
-                f"{linecache.getline(code.co_filename, line).strip()}"
-                for code, line in parts
-            ]
-            cached = self._cache[key] = EncodedJSON(json.dumps(frames, ensure_ascii=False))
+            cached = self._cache[cache_key] = self._format(top)
         return cached
+
+    def _format(self, frame: Any) -> EncodedJSON:
+        frames = []
+        while frame is not None:
+            code = frame.f_code
+            if not self._is_tool[code]:
+                line = frame.f_lineno
+                frames.append(
+                    f"File {code.co_filename}, line {line}, in {code.co_name}, \n "
+                    f"{linecache.getline(code.co_filename, line).strip()}"
+                )
+            frame = frame.f_back
+        return EncodedJSON(json.dumps(frames, ensure_ascii=False))

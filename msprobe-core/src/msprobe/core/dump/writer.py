@@ -123,6 +123,7 @@ class DumpWriter:
         self.construct: dict[str, str] = {}
         # an unbuffered file: each entry reaches the OS in one write, so a killed process keeps all of them
         self._journal = open_new_file(self.folder / JOURNAL_NAME, "ab", buffering=0) if journal else None
+        self._journal_failed = False
         self._closed = False
         self._dirty = True
         self._log("header", "", _encode(header))
@@ -134,7 +135,9 @@ class DumpWriter:
         try:
             self._journal.write(f'["{kind}", {_encode(name)}, {text}]\n'.encode())
         except OSError as exc:  # a full disk must not stop training
-            logger.warning("dump journal write failed for %s: %s", name, exc)
+            if not self._journal_failed:
+                self._journal_failed = True
+                logger.warning("dump journal write failed for %s (reported once): %s", name, exc)
 
     def reserve(self, name: str) -> None:
         """Fix an entry's position now and fill it later (parameter gradients follow their forward)."""

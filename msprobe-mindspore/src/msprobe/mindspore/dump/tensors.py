@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import math
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ import numpy as np
 
 import mindspore as ms
 from mindspore import mint, ops
+from msprobe.core.dump.checksum import crc32_hex as checksum_hex
 from msprobe.core.dump.writer import open_new_file
 
 
@@ -76,7 +76,7 @@ def measure(tensor: ms.Tensor, dtype: Any = None) -> dict[str, Any]:
 def crc32_hex(tensor: ms.Tensor, dtype: Any = None) -> str:
     dtype = tensor.dtype if dtype is None else dtype
     host = tensor.asnumpy() if dtype != ms.bfloat16 else tensor.view(ms.int16).asnumpy()
-    return f"{zlib.crc32(np.ascontiguousarray(host).tobytes()) & 0xFFFFFFFF:08x}"
+    return checksum_hex(np.ascontiguousarray(host).reshape(-1).view(np.uint8))
 
 
 class TensorSummarizer:

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import math
 import weakref
-import zlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from msprobe.core.dump.checksum import crc32_hex as checksum_hex
 from msprobe.core.dump.overflow import is_nonfinite
 from msprobe.core.dump.writer import open_new_file
 
@@ -108,14 +108,18 @@ def _measure_deferred(tensor: torch.Tensor) -> dict[str, Any]:
 
 
 def _measure_range(tensor: torch.Tensor) -> dict[str, Any]:
-    """Overflow screening: one fused min/max pass; inf and nan show up in it."""
+    """Overflow screening. A finite sum proves every element finite (inf and nan propagate through it),
+    and one sum is cheaper than a min/max pass; only a non-finite sum (or one that overflowed) is looked into.
+    """
     data = tensor.detach()
     if data.dtype == torch.bool or data.dim() == 0 or data.is_complex():
         return _measure(tensor)
     if not data.is_floating_point():
         return {}  # integers cannot hold inf or nan
+    if data.is_cpu and _finite(data.sum().item()):
+        return {}
     low, high = torch.aminmax(data)
-    if data.device.type == "cpu":
+    if data.is_cpu:
         maximum, minimum = float(high.item()), float(low.item())
     else:
         maximum, minimum = torch.stack((high, low)).float().tolist()
@@ -138,7 +142,7 @@ def crc32_hex(tensor: torch.Tensor) -> str:
     if data.dtype in (torch.bfloat16,) or data.is_complex() or data.dtype.itemsize == 1:
         data = data.view(torch.uint8) if data.dim() else data.reshape(1).view(torch.uint8)
     raw = data.numpy().reshape(-1).view(np.uint8) if data.numel() else b""  # the bytes in place, no copy
-    return f"{zlib.crc32(raw) & 0xFFFFFFFF:08x}"
+    return checksum_hex(raw)
 
 
 def _needs_copy(tensor: torch.Tensor) -> bool:
