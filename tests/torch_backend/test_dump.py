@@ -381,3 +381,14 @@ def test_the_fast_mean_is_torch_mean_to_the_last_bit(dtype):
         for scale in (1e-3, 1.0, 1e4):
             x = (torch.randn(shape, generator=generator) * scale + 0.3).to(dtype)
             assert _mean_from_sum(x) == x.mean().item(), (shape, scale)
+
+
+@pytest.mark.parametrize("buffered_limit", [64 << 20, 0])
+def test_tensor_files_load_back_equal_whether_buffered_or_written_directly(tmp_path, monkeypatch, buffered_limit):
+    from msprobe.pytorch.dump import tensors
+
+    monkeypatch.setattr(tensors, "_BUFFERED_SAVE_BYTES", buffered_limit)
+    values = torch.randn(3, 5).to(torch.bfloat16)
+    tensors._save_file(values, tmp_path / "t.pt")
+    assert torch.equal(torch.load(tmp_path / "t.pt", weights_only=True), values)
+    assert (tmp_path / "t.pt").stat().st_mode & 0o777 == 0o640

@@ -12,6 +12,7 @@ statistics.
 
 from __future__ import annotations
 
+import io
 import math
 import weakref
 from pathlib import Path
@@ -238,9 +239,23 @@ def tensor_numpy(tensor: torch.Tensor) -> Any:
     return tensor_to_numpy(tensor.detach().cpu()).copy()
 
 
+_BUFFERED_SAVE_BYTES = 64 << 20
+
+
 def _save_file(data: torch.Tensor, path: Path) -> None:
+    """torch.save into memory, then one write: its zip writer otherwise makes many small writes to the file.
+
+    Tensors above 64 MB go to the file directly, so a huge tensor is never held twice.
+    """
+    data = data.cpu()
+    if data.numel() * data.element_size() > _BUFFERED_SAVE_BYTES:
+        with open_new_file(path, "wb") as handle:
+            torch.save(data, handle)
+        return
+    buffer = io.BytesIO()
+    torch.save(data, buffer)
     with open_new_file(path, "wb") as handle:
-        torch.save(data.cpu(), handle)
+        handle.write(buffer.getbuffer())
 
 
 def describe_object(value: Any) -> dict[str, Any] | None:
