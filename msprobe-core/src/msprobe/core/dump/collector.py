@@ -16,7 +16,7 @@ from typing import Any
 from msprobe.core.dump.filters import DataModeFilter, NameFilter, ScopeFilter
 from msprobe.core.dump.overflow import InputScreen, OverflowCounter
 from msprobe.core.dump.values import ValueEncoder
-from msprobe.core.dump.writer import DumpWriter
+from msprobe.core.dump.writer import NO_PARENT, DumpWriter
 from msprobe.core.session import TaskSession
 
 logger = logging.getLogger(__name__)
@@ -120,8 +120,14 @@ class DumpCollector:
         output: Any,
         parameters: dict[str, Any] | None = None,
         raw_inputs: tuple[tuple, dict] | None = None,
+        stack: Callable[[], Any] | None = None,
+        parent: Any = NO_PARENT,
     ) -> bool:
-        """Record a forward entry; False when the overflow check decided not to keep it."""
+        """Record a forward entry, with its call stack and its parent in construct.json when given.
+
+        ``stack`` is called only for an entry that is kept. False when the
+        overflow check decided not to keep it.
+        """
         if self.overflow is not None:
             flag = self._hardware()
             outputs_nonfinite = flag is None and self.encoder.any_nonfinite(output)
@@ -147,10 +153,10 @@ class DumpCollector:
                         key: self.encoder.encode(value, f"{name}.parameters.{key}") for key, value in parameters.items()
                     }
             entry["is_recompute"] = False
-        self.open_step().add(name, entry, self.deferred)
+        self.open_step().add(name, entry, self.deferred, stack() if stack is not None else None, parent)
         return True
 
-    def backward(self, name: str, grad_of_outputs: Any, grad_of_inputs: Any) -> bool:
+    def backward(self, name: str, grad_of_outputs: Any, grad_of_inputs: Any, parent: Any = NO_PARENT) -> bool:
         """Reference naming: ``input`` holds the gradients arriving (w.r.t. outputs), ``output`` those leaving."""
         if self.overflow is not None:
             flag = self._hardware()
@@ -166,7 +172,7 @@ class DumpCollector:
                 arriving = self.encoder.encode_outputs(grad_of_outputs, f"{name}.input") if self.modes.inputs else []
                 leaving = self.encoder.encode_outputs(grad_of_inputs, f"{name}.output") if self.modes.outputs else []
             entry = {"input": arriving, "output": leaving}
-        self.open_step().add(name, entry, self.deferred)
+        self.open_step().add(name, entry, self.deferred, parent=parent)
         return True
 
     def reserve(self, name: str) -> None:
@@ -180,9 +186,6 @@ class DumpCollector:
         if self.task != "structure":
             entry = {key: [self.encoder.encode(value, f"{name}.{key}")] for key, value in grads.items()}
         self.open_step().add(name, entry, self.deferred)
-
-    def stack(self, name: str, frames: Any) -> None:
-        self.open_step().add_stack(name, frames)
 
     def parent(self, name: str, parent: str | None) -> None:
         self.open_step().set_parent(name, parent)

@@ -63,6 +63,9 @@ def write_json_atomic(path: Path, data: Any, indent: int | None = 1) -> None:
     os.replace(temporary, path)
 
 
+NO_PARENT = object()  # DumpWriter.add: no construct.json record (None is one: a root)
+
+
 class EncodedJSON(str):
     """Text that is already JSON (e.g. a stack shared by many entries): written as is."""
 
@@ -129,38 +132,48 @@ class DumpWriter:
         self._log("header", "", _encode(header))
 
     def _log(self, kind: str, name: str, text: str) -> None:
+        self._write_lines(f'["{kind}", {_encode(name)}, {text}]\n')
+
+    def _write_lines(self, lines: str) -> None:
+        """One write per call: the OS has it even if the process is killed right after."""
         self._dirty = True
-        if self._journal is None:
+        if self._journal is None or not lines:
             return
         try:
-            self._journal.write(f'["{kind}", {_encode(name)}, {text}]\n'.encode())
+            self._journal.write(lines.encode())
         except OSError as exc:  # a full disk must not stop training
             if not self._journal_failed:
                 self._journal_failed = True
-                logger.warning("dump journal write failed for %s (reported once): %s", name, exc)
+                logger.warning("dump journal write failed (reported once): %s", exc)
 
     def reserve(self, name: str) -> None:
         """Fix an entry's position now and fill it later (parameter gradients follow their forward)."""
         self.data.setdefault(name, None)
 
-    def add(self, name: str, entry: dict[str, Any], deferred: bool = False) -> None:
-        """Store an entry; ``deferred`` ones (async dump) are encoded at the end of the step."""
+    def add(
+        self, name: str, entry: dict[str, Any], deferred: bool = False, stack: Any = None, parent: Any = NO_PARENT
+    ) -> None:
+        """Store an entry with its stack and parent, if given, journaled in one write.
+
+        ``deferred`` entries (async dump) are encoded at the end of the step.
+        """
+        encoded_name = _encode(name)
+        lines = []
         if deferred:
             self.data[name] = entry
-            self._dirty = True
-            return
-        text = _encode(entry)
-        self.data[name] = text
-        self._log("data", name, text)
-
-    def add_stack(self, name: str, frames: Any) -> None:
-        text = _encode(frames)
-        self.stack[name] = text
-        self._log("stack", name, text)
+        else:
+            text = self.data[name] = _encode(entry)
+            lines.append(f'["data", {encoded_name}, {text}]\n')
+        if stack is not None:
+            text = self.stack[name] = _encode(stack)
+            lines.append(f'["stack", {encoded_name}, {text}]\n')
+        if parent is not NO_PARENT:
+            text = self.construct[name] = _encode(parent)
+            lines.append(f'["construct", {encoded_name}, {text}]\n')
+        self._write_lines("".join(lines))
 
     def set_parent(self, name: str, parent: str | None) -> None:
-        text = _encode(parent)
-        self.construct[name] = text
+        text = self.construct[name] = _encode(parent)
         self._log("construct", name, text)
 
     def flush(self) -> None:

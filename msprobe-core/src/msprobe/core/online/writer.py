@@ -13,15 +13,15 @@ class OnlineWriter:
         self.arrays = arrays  # filled by the tensor summarizer while an entry is encoded
         self.session = session
 
-    def add(self, name: str, entry: dict[str, Any], deferred: bool = False) -> None:
+    def add(
+        self, name: str, entry: dict[str, Any], deferred: bool = False, stack: Any = None, parent: Any = None
+    ) -> None:
+        """Sends the entry with its tensors; stacks and the hierarchy stay with the training job."""
         taken = dict(self.arrays)
         self.arrays.clear()
         self.sender.send(ApiMessage(self.session.rank or 0, self.session.step, {name: entry}, taken))
 
     def reserve(self, name: str) -> None:
-        pass
-
-    def add_stack(self, name: str, frames: Any) -> None:
         pass
 
     def set_parent(self, name: str, parent: Any) -> None:

@@ -31,6 +31,7 @@ from msprobe.core.api_patch import ApiPatcher, resolve_attribute
 from msprobe.core.dump.collector import DumpCollector
 from msprobe.core.dump.stack import StackCapture
 from msprobe.core.dump.values import ValueEncoder
+from msprobe.core.dump.writer import NO_PARENT
 from msprobe.core.session import TaskSession
 from msprobe.mindspore.dump.tensors import TensorSummarizer, describe_object, is_tensor
 
@@ -294,10 +295,11 @@ class MindSporeDumpRecorder:
                 self.collector.report_failure(name, exc)
             output = original(*args, **kwargs)
             try:
-                if keep_forward and self.collector.forward(name, inputs, output, raw_inputs=(args, kwargs)):
-                    self.collector.stack(name, self._stack())
-                    if self.with_construct:
-                        self.collector.parent(name, self.cell_stack[-1] if self.cell_stack else None)
+                if keep_forward:
+                    parent = (self.cell_stack[-1] if self.cell_stack else None) if self.with_construct else NO_PARENT
+                    self.collector.forward(
+                        name, inputs, output, raw_inputs=(args, kwargs), stack=self._stack, parent=parent
+                    )
                 if record is not None:
                     self._hook_outputs(record, output)
                 self.collector.leave(name)
@@ -331,8 +333,7 @@ class MindSporeDumpRecorder:
         busy = self.state.busy
         self.state.busy = True
         try:
-            if self.collector.backward(name, arriving, leaving) and self.with_construct:
-                self.collector.parent(name, parent)
+            self.collector.backward(name, arriving, leaving, parent if self.with_construct else NO_PARENT)
         except Exception as exc:
             self.collector.report_failure(name, exc)
         finally:
@@ -411,9 +412,15 @@ class MindSporeDumpRecorder:
                 self.backward_indexes[label].append(index)
                 if self.collector.keeps(name, "forward", tuple(self.cell_stack)):
                     inputs = self.collector.encode_inputs(name, args, {})
-                    if self.collector.forward(name, inputs, output, parameters=params, raw_inputs=(args, {})):
-                        self.collector.stack(name, self._stack())
-                        self.collector.parent(name, self.cell_stack[-1] if self.cell_stack else None)
+                    self.collector.forward(
+                        name,
+                        inputs,
+                        output,
+                        parameters=params,
+                        raw_inputs=(args, {}),
+                        stack=self._stack,
+                        parent=self.cell_stack[-1] if self.cell_stack else None,
+                    )
                     if params and self.collector.keeps(grads_name, "backward"):
                         self.collector.reserve(grads_name)
                 self.collector.leave(name)

@@ -20,6 +20,7 @@ import torch
 from msprobe.core.dump.collector import DumpCollector
 from msprobe.core.dump.stack import StackCapture
 from msprobe.core.dump.values import ValueEncoder
+from msprobe.core.dump.writer import NO_PARENT
 from msprobe.core.session import TaskSession
 from msprobe.pytorch.api_patch import ApiPatcher
 from msprobe.pytorch.dump import grad_taps
@@ -204,12 +205,15 @@ class TorchDumpRecorder:
     def _after(self, record: _CallRecord, output: Any) -> Any:
         collector = self.collector
         name = record.name
-        if record.keep_forward and collector.forward(
-            name, record.inputs, output, raw_inputs=(record.args, record.kwargs)
-        ):
-            collector.stack(name, self._stack())
-            if self.with_construct:
-                collector.parent(name, record.parent)
+        if record.keep_forward:
+            collector.forward(
+                name,
+                record.inputs,
+                output,
+                raw_inputs=(record.args, record.kwargs),
+                stack=self._stack,
+                parent=record.parent if self.with_construct else NO_PARENT,
+            )
         if record.keep_backward:
             record.watch_node(output)
         collector.leave(name)
@@ -228,9 +232,8 @@ class TorchDumpRecorder:
     def _write_backward(self, record: _CallRecord, grads_in: tuple) -> None:
         try:
             outputs = [record.output_grads.get(i) for i in range(record.output_count)]
-            kept = self.collector.backward(record.backward_name, outputs, list(grads_in))
-            if kept and self.with_construct:
-                self.collector.parent(record.backward_name, _backward_name(record.parent))
+            parent = _backward_name(record.parent) if self.with_construct else NO_PARENT
+            self.collector.backward(record.backward_name, outputs, list(grads_in), parent)
         except Exception as exc:
             self.collector.report_failure(record.backward_name, exc)
 
@@ -285,12 +288,16 @@ class TorchDumpRecorder:
                     self.module_stack.pop()
                 if record is None:
                     return
-                kept = record.keep_forward and self.collector.forward(
-                    record.name, record.inputs, output, parameters=params, raw_inputs=(args, kwargs)
-                )
-                if kept:
-                    self.collector.stack(record.name, self._stack())
-                    self.collector.parent(record.name, record.parent)
+                if record.keep_forward:
+                    self.collector.forward(
+                        record.name,
+                        record.inputs,
+                        output,
+                        parameters=params,
+                        raw_inputs=(args, kwargs),
+                        stack=self._stack,
+                        parent=record.parent,
+                    )
                 if params and torch.is_grad_enabled() and any(p.requires_grad for p in params.values()):
                     if self.collector.keeps(grads_name, "backward"):
                         self.collector.reserve(grads_name)
