@@ -203,6 +203,8 @@ class TensorSummarizer:
         if tensor.numel() == 0 or tensor.is_meta or not self.with_stats:
             return False
         stats = self.statistics(tensor)
+        if not stats:  # the screen proved it finite
+            return False
         return any(is_nonfinite(stats.get(key)) for key in ("Max", "Min", "Mean", "Norm"))
 
     def __call__(self, tensor: torch.Tensor, data_stem: str) -> dict[str, Any]:
