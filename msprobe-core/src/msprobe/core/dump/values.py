@@ -30,6 +30,7 @@ class ValueEncoder:
         self.is_tensor = is_tensor
         self.summarize = summarize
         self.describe = describe
+        self._nonfinite = getattr(summarize, "nonfinite", None)
 
     def encode(self, value: Any, suffix: str) -> Any:
         if self.is_tensor(value):
@@ -82,24 +83,20 @@ class ValueEncoder:
         Asks the summarizer's ``nonfinite(tensor)`` when it has one, which
         measures without building the entry; otherwise encodes and looks.
         """
-        nonfinite = getattr(self.summarize, "nonfinite", None)
+        nonfinite = self._nonfinite
         if nonfinite is None:
             from msprobe.core.dump.overflow import has_nonfinite
 
             return has_nonfinite(self.encode_outputs(value, "screen"))
-
-        def walk(item: Any) -> bool:
-            if self.is_tensor(item):
-                return nonfinite(item)
-            if isinstance(item, float):
-                return not math.isfinite(item)
-            if isinstance(item, (list, tuple)):
-                return any(walk(part) for part in item)
-            if isinstance(item, dict):
-                return any(walk(part) for part in item.values())
-            return False
-
-        return walk(value)
+        if self.is_tensor(value):
+            return nonfinite(value)
+        if isinstance(value, float):
+            return not math.isfinite(value)
+        if isinstance(value, (list, tuple)):
+            return any(self.any_nonfinite(part) for part in value)
+        if isinstance(value, dict):
+            return any(self.any_nonfinite(part) for part in value.values())
+        return False
 
     def encode_outputs(self, output: Any, prefix: str) -> list:
         """The reference always writes an output list, even for a single result."""
