@@ -28,6 +28,15 @@ from msprobe.core.dump.writer import open_new_file
 _MEASURED_AS_IS = (torch.float32, torch.float64)
 
 
+def _unwrapped(function: Any) -> Any:
+    return getattr(function, "__msprobe_original__", function)
+
+
+# the tool's own reductions call torch's functions, not the dump's wrappers around them (one hop less per tensor)
+_sum = _unwrapped(torch.Tensor.sum)
+_vector_norm = _unwrapped(torch.linalg.vector_norm)
+
+
 def _measure(tensor: torch.Tensor) -> dict[str, Any]:
     data = tensor.detach()
     if data.dtype == torch.bool:
@@ -45,7 +54,7 @@ def _measure(tensor: torch.Tensor) -> dict[str, Any]:
             high.item(),
             low.item(),
             _mean_from_sum(data),
-            torch.linalg.vector_norm(data).item(),
+            _vector_norm(data).item(),
         )
     else:  # one device-to-host transfer for the four
         maximum, minimum, mean, norm = torch.stack((high, low, data.mean(), torch.linalg.vector_norm(data))).tolist()
@@ -64,7 +73,7 @@ def _measure(tensor: torch.Tensor) -> dict[str, Any]:
 
 def _mean_from_sum(data: torch.Tensor) -> float:
     """``data.mean()`` to the last bit, faster on the CPU: torch's sum kernel, then its float division."""
-    total = data.sum().item()
+    total = _sum(data).item()
     if data.dtype == torch.float32:
         return float(np.float32(total) / np.float32(data.numel()))
     return total / data.numel()
@@ -117,7 +126,7 @@ def _measure_range(tensor: torch.Tensor) -> dict[str, Any]:
         return _measure(tensor)
     if not data.is_floating_point():
         return {}  # integers cannot hold inf or nan
-    if _finite(data.sum().item()):  # one read on any device
+    if _finite(_sum(data).item()):  # one read on any device
         return {}
     low, high = torch.aminmax(data)
     if data.is_cpu:
