@@ -392,3 +392,46 @@ def test_tensor_files_load_back_equal_whether_buffered_or_written_directly(tmp_p
     tensors._save_file(values, tmp_path / "t.pt")
     assert torch.equal(torch.load(tmp_path / "t.pt", weights_only=True), values)
     assert (tmp_path / "t.pt").stat().st_mode & 0o777 == 0o640
+
+
+def test_md5_follows_in_place_changes_of_a_tensor_seen_before(tmp_path):
+    config = {"task": "statistics", "level": "L1", "dump_path": str(tmp_path), "statistics": {"summary_mode": "md5"}}
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    debugger = PrecisionDebugger(config_path=str(tmp_path / "c.json"))
+    debugger.start()
+    values = torch.ones(4).add(1.0)  # its md5 is taken as add's output, then reused as mul_'s input
+    values.mul_(3.0)
+    values.add(0.0)
+    debugger.stop()
+    debugger.step()
+    data = read_dump(tmp_path / "step0" / "rank" / "dump.json").data
+
+    def crc(tensor):
+        return f"{zlib.crc32(tensor.numpy().tobytes()):08x}"
+
+    assert data["Tensor.add.0.forward"]["output"][0]["md5"] == crc(torch.full((4,), 2.0))
+    assert data["Tensor.mul_.0.forward"]["input_args"][0]["md5"] == crc(torch.full((4,), 2.0))
+    assert data["Tensor.mul_.0.forward"]["output"][0]["md5"] == crc(torch.full((4,), 6.0))
+    assert data["Tensor.add.1.forward"]["input_args"][0]["md5"] == crc(torch.full((4,), 6.0))
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        torch.float32,
+        torch.float64,
+        torch.float16,
+        torch.bfloat16,
+        torch.int64,
+        torch.int16,
+        torch.bool,
+        torch.complex64,
+    ],
+)
+def test_crc32_hex_reads_every_dtype_in_place_as_zlib_would(dtype):
+    from msprobe.pytorch.dump.tensors import crc32_hex
+
+    values = (torch.randn(6, 5) * 10).to(dtype)
+    for tensor in (values, values.t(), values[0, 0], values[:0]):  # contiguous, transposed, 0-d, empty
+        raw = tensor.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
+        assert crc32_hex(tensor) == f"{zlib.crc32(raw) & 0xFFFFFFFF:08x}"

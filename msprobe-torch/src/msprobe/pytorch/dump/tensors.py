@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import math
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -146,12 +147,21 @@ def _json_number(value: Any) -> Any:
     return value
 
 
+_NUMPY_READABLE = {torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.int16}
+
+
 def crc32_hex(tensor: torch.Tensor) -> str:
-    """CRC-32 of the tensor's bytes (the reference calls it md5), as 8 hex digits."""
-    data = tensor.detach().cpu().contiguous()
-    if data.dtype in (torch.bfloat16,) or data.is_complex() or data.dtype.itemsize == 1:
+    """CRC-32 of the tensor's bytes (the reference calls it md5), as 8 hex digits; the bytes are read in place."""
+    data = tensor.detach()
+    if not data.is_cpu:
+        data = data.cpu()
+    if not data.is_contiguous():
+        data = data.contiguous()
+    if data.dtype in _NUMPY_READABLE:  # the usual case: numpy exposes the memory as it is
+        return checksum_hex(data.numpy())
+    if data.dtype == torch.bfloat16 or data.is_complex() or data.dtype.itemsize == 1:
         data = data.view(torch.uint8) if data.dim() else data.reshape(1).view(torch.uint8)
-    raw = data.numpy().reshape(-1).view(np.uint8) if data.numel() else b""  # the bytes in place, no copy
+    raw = data.numpy().reshape(-1).view(np.uint8) if data.numel() else b""
     return checksum_hex(raw)
 
 
@@ -172,7 +182,7 @@ class TensorSummarizer:
         self.save_files = task == "tensor"
         self.online: dict[str, Any] | None = None  # data_name -> array, when streaming to a receiver
         self.tensor_dir: Path | None = None
-        self._cache: dict[tuple[int, bool], tuple[Any, int, dict[str, Any]]] = {}
+        self._cache: dict[tuple[int, str], tuple[Any, int, Any]] = {}
 
     def set_tensor_dir(self, folder: Path | None) -> None:
         self.tensor_dir = folder
@@ -191,21 +201,23 @@ class TensorSummarizer:
             _save_file(data, path)
 
     def statistics(self, tensor: torch.Tensor) -> dict[str, Any]:
-        screening = self.task == "overflow_check" and not self.save_files
-        key = (id(tensor), screening)
+        if self.task == "overflow_check" and not self.save_files:
+            return self._cached("range", tensor, _measure_range)  # full statistics only for the calls kept
+        return self._cached("stats", tensor, _measure_deferred if self.deferred else _measure)
+
+    def _cached(self, kind: str, tensor: torch.Tensor, compute: Callable[[torch.Tensor], Any]) -> Any:
+        """``compute(tensor)``, reused while the same tensor is unchanged (same object, same version)."""
+        key = (id(tensor), kind)
         version = tensor._version
         cached = self._cache.get(key)
         if cached is not None and cached[0]() is tensor and cached[1] == version:
             return cached[2]
-        if screening:
-            stats = _measure_range(tensor)  # full statistics only for the calls kept
-        else:
-            stats = _measure_deferred(tensor) if self.deferred else _measure(tensor)
+        value = compute(tensor)
         try:
-            self._cache[key] = (weakref.ref(tensor), version, stats)
+            self._cache[key] = (weakref.ref(tensor), version, value)
         except TypeError:  # some tensor subclasses refuse weak references
             pass
-        return stats
+        return value
 
     def nonfinite(self, tensor: torch.Tensor) -> bool:
         """Overflow screening of one tensor, with the statistics the entry would show (cached)."""
@@ -226,7 +238,7 @@ class TensorSummarizer:
             summary.update(self.statistics(tensor))
         summary["requires_grad"] = tensor.requires_grad
         if self.with_crc and self.with_stats and not tensor.is_meta:
-            summary["md5"] = crc32_hex(tensor)
+            summary["md5"] = self._cached("crc", tensor, crc32_hex)
         if self.online is not None:  # online pre-check: the tensor travels with the entry
             file_name = f"{data_stem}.pt"
             self.online[file_name] = tensor_numpy(tensor)
