@@ -21,6 +21,8 @@ from msprobe.core.session import TaskSession
 
 logger = logging.getLogger(__name__)
 
+_UNCHANGED = contextlib.nullcontext()
+
 
 class DumpCollector:
     """Receives forward/backward records for one run; writes one folder per step."""
@@ -193,12 +195,14 @@ class DumpCollector:
     def _hardware(self) -> bool | None:
         return self.hardware_flag() if self.hardware_flag is not None else None
 
-    @contextlib.contextmanager
-    def _files(self, on: bool = True) -> Iterator[None]:
-        """Overflow check: tensor files only for the calls that overflowed."""
+    def _files(self, on: bool = True) -> contextlib.AbstractContextManager[None]:
+        """Overflow check: tensor files only for the calls that overflowed (a shared no-op otherwise)."""
         if not on or self._saving_files is None:
-            yield
-            return
+            return _UNCHANGED
+        return self._saving()
+
+    @contextlib.contextmanager
+    def _saving(self) -> Iterator[None]:
         self._saving_files(True)
         try:
             yield

@@ -31,17 +31,24 @@ logger = logging.getLogger(__name__)
 _TOOL_ROOT = str(Path(__file__).resolve().parents[2])
 
 
+_IN_PLACE_BY_KEY: dict[str, bool] = {}
+
+
 def _writes_in_place(name: str, kwargs: dict) -> bool:
     """Calls that overwrite an input (add_, x[i] = y, out=, inplace=True): measure inputs before them."""
-    if name.startswith("Module."):
-        return True  # a module may do anything to its inputs
-    api = name.split(".")[-3]
-    return (
-        (api.endswith("_") and not api.endswith("__"))
-        or api.startswith("__i")
-        or api == "__setitem__"
-        or ("out" in kwargs or kwargs.get("inplace") is True)
-    )  # .../msprobe, to keep the tool out of stacks
+    if "out" in kwargs or kwargs.get("inplace") is True:
+        return True
+    key = name[: name.rfind(".", 0, name.rfind("."))]  # "Tensor.add_.3.forward" -> "Tensor.add_"
+    in_place = _IN_PLACE_BY_KEY.get(key)
+    if in_place is None:
+        api = key.rsplit(".", 1)[-1]
+        in_place = _IN_PLACE_BY_KEY[key] = (
+            key.startswith("Module.")  # a module may do anything to its inputs
+            or (api.endswith("_") and not api.endswith("__"))
+            or api.startswith("__i")
+            or api == "__setitem__"
+        )
+    return in_place
 
 
 def npu_overflow_flag() -> Callable[[], bool | None] | None:
