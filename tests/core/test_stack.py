@@ -25,3 +25,30 @@ def test_each_call_site_gets_its_own_line_and_a_repeated_site_reuses_its_text():
 def test_frames_under_a_tool_root_are_left_out():
     capture = StackCapture(__file__)
     assert "capture_twice" not in capture_twice(capture)[0]
+
+
+def test_a_generator_resumed_from_different_callers_gets_each_callers_stack():
+    capture = StackCapture()
+
+    def frames():
+        while True:
+            yield capture(1)
+
+    def first_caller(generator):
+        return next(generator)
+
+    def second_caller(generator):
+        return next(generator)
+
+    generator = frames()
+    first, second = first_caller(generator), second_caller(generator)
+    assert "in first_caller," in first and "in second_caller," not in first
+    assert "in second_caller," in second and "in first_caller," not in second
+
+
+def test_forget_lets_go_of_the_last_frame():
+    capture = StackCapture()
+    capture_twice(capture)
+    assert capture._last is not None
+    capture.forget()
+    assert capture._last is None

@@ -1,11 +1,17 @@
 """Call stacks for stack.json, without reading source files per call.
 
-Frames are walked (cheap); the formatted, JSON-encoded text is cached per
-call site, and source lines come from linecache, which reads each file once.
+The formatted, JSON-encoded text is cached per call site: the frames'
+(code object, last instruction) pairs, cheap to read where ``f_lineno``
+scans a line table. Consecutive calls from one running function (a
+forward method, an optimizer's loop) share everything above it, so the
+part of the key above the innermost user frame is remembered for that
+frame and not walked again while it runs. Source lines come from
+linecache, which reads each file once.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import linecache
 import sys
@@ -15,6 +21,8 @@ from typing import Any
 from msprobe.core.dump.writer import EncodedJSON
 
 _CORE_ROOT = str(Path(__file__).resolve().parents[2])  # .../msprobe of msprobe-core
+# a generator's or coroutine's frame is resumed by different callers: what lies above it may change while it lives
+_RESUMABLE = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE
 
 
 class StackCapture:
@@ -24,33 +32,54 @@ class StackCapture:
         self.roots = (_CORE_ROOT, *tool_roots)
         self._cache: dict[tuple, EncodedJSON] = {}
         self._is_tool: dict[Any, bool] = {}  # code object -> whether it is the tool's own
+        self._callers: dict[tuple, int] = {}  # the key of the frames above the innermost user frame -> a number
+        self._last: tuple[Any, int] | None = None  # (innermost user frame, number of what is above it)
+
+    def forget(self) -> None:
+        """Let go of the last frame remembered (called when dumping stops, so its locals can be freed)."""
+        self._last = None
+
+    def _tool(self, code: Any) -> bool:
+        tool = self._is_tool.get(code)
+        if tool is None:
+            tool = self._is_tool[code] = code.co_filename.startswith(self.roots)
+        return tool
 
     def __call__(self, skip: int = 1) -> EncodedJSON:
-        # keyed by (code, last instruction) per frame: reading f_lasti is cheap, f_lineno scans a line table
-        top = sys._getframe(skip)
-        frame = top
-        key: list[Any] = []
-        is_tool = self._is_tool
+        frame = sys._getframe(skip)
+        while frame is not None and self._tool(frame.f_code):
+            frame = frame.f_back
+        if frame is None:
+            return self._cached((), None)
+        last = self._last
+        if last is not None and last[0] is frame:  # still running: nothing above it has moved
+            callers = last[1]
+        else:
+            callers = self._callers_number(frame.f_back)
+            self._last = None if frame.f_code.co_flags & _RESUMABLE else (frame, callers)
+        return self._cached((frame.f_code, frame.f_lasti, callers), frame)
+
+    def _callers_number(self, frame: Any) -> int:
+        key = []
         while frame is not None:
             code = frame.f_code
-            tool = is_tool.get(code)
-            if tool is None:
-                tool = is_tool[code] = code.co_filename.startswith(self.roots)
-            if not tool:
+            if not self._tool(code):
                 key.append(code)
                 key.append(frame.f_lasti)
             frame = frame.f_back
-        cache_key = tuple(key)
-        cached = self._cache.get(cache_key)
+        return self._callers.setdefault(tuple(key), len(self._callers))
+
+    def _cached(self, key: tuple, frame: Any) -> EncodedJSON:
+        cached = self._cache.get(key)
         if cached is None:
-            cached = self._cache[cache_key] = self._format(top)
+            cached = self._cache[key] = self._format(frame)
         return cached
 
     def _format(self, frame: Any) -> EncodedJSON:
         frames = []
         while frame is not None:
             code = frame.f_code
-            if not self._is_tool[code]:
+            if not self._tool(code):
                 line = frame.f_lineno
                 frames.append(
                     f"File {code.co_filename}, line {line}, in {code.co_name}, \n "

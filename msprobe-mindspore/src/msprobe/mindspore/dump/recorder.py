@@ -243,6 +243,7 @@ class MindSporeDumpRecorder:
 
     def remove(self) -> None:
         self.patcher.remove()
+        self._stack.forget()
         self.jit.remove()
         for primitives, attribute, original in self._swapped:
             primitives[attribute] = original

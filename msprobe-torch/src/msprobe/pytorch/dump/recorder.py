@@ -122,6 +122,7 @@ class TorchDumpRecorder:
 
     def remove(self) -> None:
         self.patcher.remove()
+        self._stack.forget()
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
