@@ -124,12 +124,13 @@ class DumpWriter:
         self.data: dict[str, Any] = {}
         self.stack: dict[str, str] = {}
         self.construct: dict[str, str] = {}
-        # an unbuffered file: each entry reaches the OS in one write, so a killed process keeps all of them
-        self._journal = open_new_file(self.folder / JOURNAL_NAME, "ab", buffering=0) if journal else None
+        # an unbuffered file: each entry reaches the OS in one write, so a killed process keeps all of them;
+        # created with the first entry (a step that records nothing costs no file)
+        self._journal: Any = None
+        self._journal_header = f'["header", "", {_encode(header)}]\n' if journal else None
         self._journal_failed = False
         self._closed = False
         self._dirty = True
-        self._log("header", "", _encode(header))
 
     def _log(self, kind: str, name: str, text: str) -> None:
         self._write_lines(f'["{kind}", {_encode(name)}, {text}]\n')
@@ -137,11 +138,19 @@ class DumpWriter:
     def _write_lines(self, lines: str) -> None:
         """One write per call: the OS has it even if the process is killed right after."""
         self._dirty = True
-        if self._journal is None or not lines:
+        if not lines or (self._journal is None and self._journal_header is None):
             return
         try:
+            if self._journal is None:
+                self._journal = open_new_file(self.folder / JOURNAL_NAME, "ab", buffering=0)
+                lines, self._journal_header = self._journal_header + lines, None
             self._journal.write(lines.encode())
-        except OSError as exc:  # a full disk must not stop training
+        except (
+            OSError,
+            DataFileError,
+        ) as exc:  # a full disk or a journal that cannot be created must not stop training
+            if self._journal is None:
+                self._journal_header = None  # no journal for this step: stop trying
             if not self._journal_failed:
                 self._journal_failed = True
                 logger.warning("dump journal write failed (reported once): %s", exc)
