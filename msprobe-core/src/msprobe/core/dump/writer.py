@@ -114,6 +114,11 @@ def _write_object(path: Path, header: dict[str, Any], entries: dict[str, str], k
     os.replace(temporary, path)
 
 
+def _journal_line(kind: str, encoded_name: str, text: str) -> str:
+    """One journal record, ``[kind, name, value]`` on a line of its own (see the reader's replay)."""
+    return f'["{kind}", {encoded_name}, {text}]\n'
+
+
 class DumpWriter:
     """The files of one ``step{N}/rank{R}`` folder."""
 
@@ -127,13 +132,13 @@ class DumpWriter:
         # an unbuffered file: each entry reaches the OS in one write, so a killed process keeps all of them;
         # created with the first entry (a step that records nothing costs no file)
         self._journal: Any = None
-        self._journal_header = f'["header", "", {_encode(header)}]\n' if journal else None
+        self._journal_header = _journal_line("header", '""', _encode(header)) if journal else None
         self._journal_failed = False
         self._closed = False
         self._dirty = True
 
     def _log(self, kind: str, name: str, text: str) -> None:
-        self._write_lines(f'["{kind}", {_encode(name)}, {text}]\n')
+        self._write_lines(_journal_line(kind, _encode(name), text))
 
     def _write_lines(self, lines: str) -> None:
         """One write per call: the OS has it even if the process is killed right after."""
@@ -172,13 +177,13 @@ class DumpWriter:
             self.data[name] = entry
         else:
             text = self.data[name] = _encode(entry)
-            lines.append(f'["data", {encoded_name}, {text}]\n')
+            lines.append(_journal_line("data", encoded_name, text))
         if stack is not None:
             text = self.stack[name] = _encode(stack)
-            lines.append(f'["stack", {encoded_name}, {text}]\n')
+            lines.append(_journal_line("stack", encoded_name, text))
         if parent is not NO_PARENT:
             text = self.construct[name] = _encode(parent)
-            lines.append(f'["construct", {encoded_name}, {text}]\n')
+            lines.append(_journal_line("construct", encoded_name, text))
         self._write_lines("".join(lines))
 
     def set_parent(self, name: str, parent: str | None) -> None:
