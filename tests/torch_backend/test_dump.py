@@ -381,6 +381,12 @@ def test_the_fast_mean_is_torch_mean_to_the_last_bit(dtype):
         for scale in (1e-3, 1.0, 1e4):
             x = (torch.randn(shape, generator=generator) * scale + 0.3).to(dtype)
             assert _mean_from_sum(x) == x.mean().item(), (shape, scale)
+    for length in range(1, 300):  # every size a vectorised sum handles in its own way
+        x = torch.randn(length, generator=generator).to(dtype) * 37.1
+        assert _mean_from_sum(x) == x.mean().item(), length
+    # more elements than float32 counts exactly: the count itself is rounded, as torch rounds it
+    x = torch.full(((1 << 24) + 3,), 0.7, dtype=dtype)
+    assert _mean_from_sum(x) == x.mean().item()
 
 
 @pytest.mark.parametrize("buffered_limit", [64 << 20, 0])

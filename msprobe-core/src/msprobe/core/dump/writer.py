@@ -94,23 +94,30 @@ def _encode(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=_resolve)
 
 
-def _write_object(path: Path, header: dict[str, Any], entries: dict[str, str], key: str | None) -> None:
-    """Write ``{header..., key: {name: entry, ...}}`` (or just the entries) from pre-encoded entry texts."""
+def _write_object(
+    path: Path, header: dict[str, Any], entries: dict[str, str], key: str | None, names: dict[str, str]
+) -> None:
+    """Write ``{header..., key: {name: entry, ...}}`` (or just the entries) from pre-encoded texts.
+
+    ``names`` holds the entries' names already encoded. The file's text is
+    assembled in one join and written at once: a W step's dump.json and
+    stack.json are close to a megabyte, and per-entry writes cost twice as long.
+    """
+    indent = "  " if key is not None else " "
+    pieces = ["{\n"]
+    pieces.extend(f" {_encode(name)}: {_encode(value)},\n" for name, value in header.items())
+    if key is not None:
+        pieces.append(f" {_encode(key)}: {{")
+    separator = f"\n{indent}"
+    for name, text in entries.items():
+        pieces += (separator, names.get(name) or _encode(name), ": ", text)
+        separator = f",\n{indent}"
+    if key is not None:
+        pieces.append("\n }" if entries else "}")
+    pieces.append("\n}\n")
     temporary = path.with_name(f".{path.name}.tmp")
-    with open_new_file(temporary) as handle:
-        handle.write("{\n")
-        for name, value in header.items():
-            handle.write(f" {_encode(name)}: {_encode(value)},\n")
-        if key is not None:
-            handle.write(f" {_encode(key)}: {{")
-        indent = "  " if key is not None else " "
-        separator = "\n"
-        for name, text in entries.items():
-            handle.write(f"{separator}{indent}{_encode(name)}: {text}")
-            separator = ",\n"
-        if key is not None:
-            handle.write("\n }" if entries else "}")
-        handle.write("\n}\n")
+    with open_new_file(temporary, "wb") as handle:
+        handle.write("".join(pieces).encode())
     os.replace(temporary, path)
 
 
@@ -134,11 +141,18 @@ class DumpWriter:
         self._journal: Any = None
         self._journal_header = _journal_line("header", '""', _encode(header)) if journal else None
         self._journal_failed = False
+        self._names: dict[str, str] = {}  # entry name -> its JSON text, encoded once for the journal and the files
         self._closed = False
         self._dirty = True
 
+    def _encoded(self, name: str) -> str:
+        encoded = self._names.get(name)
+        if encoded is None:
+            encoded = self._names[name] = _encode(name)
+        return encoded
+
     def _log(self, kind: str, name: str, text: str) -> None:
-        self._write_lines(_journal_line(kind, _encode(name), text))
+        self._write_lines(_journal_line(kind, self._encoded(name), text))
 
     def _write_lines(self, lines: str) -> None:
         """One write per call: the OS has it even if the process is killed right after."""
@@ -171,7 +185,7 @@ class DumpWriter:
 
         ``deferred`` entries (async dump) are encoded at the end of the step.
         """
-        encoded_name = _encode(name)
+        encoded_name = self._encoded(name)
         lines = []
         if deferred:
             self.data[name] = entry
@@ -199,10 +213,10 @@ class DumpWriter:
                 self.data[name] = text = _encode(value)
                 self._log("data", name, text)
         data = {name: text for name, text in self.data.items() if text is not None}
-        _write_object(self.folder / self.file_name, self.header, data, "data")
+        _write_object(self.folder / self.file_name, self.header, data, "data", self._names)
         if self.file_name == "dump.json":
-            _write_object(self.folder / "stack.json", {}, self.stack, None)
-            _write_object(self.folder / "construct.json", {}, self.construct, None)
+            _write_object(self.folder / "stack.json", {}, self.stack, None, self._names)
+            _write_object(self.folder / "construct.json", {}, self.construct, None, self._names)
         self._dirty = False
 
     def close(self) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import math
+import struct
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -40,23 +41,18 @@ _vector_norm = _unwrapped(torch.linalg.vector_norm)
 
 def _measure(tensor: torch.Tensor) -> dict[str, Any]:
     data = tensor.detach()
-    if data.dtype == torch.bool:
-        return {"Max": bool(data.any()), "Min": bool(data.all()), "Mean": None, "Norm": None}
-    if data.is_complex():
-        data = data.abs()
-    if data.dtype not in _MEASURED_AS_IS:
-        data = data.float()
-    if data.dim() == 0:
+    dtype = data.dtype
+    if dtype not in _MEASURED_AS_IS:
+        if dtype == torch.bool:
+            return {"Max": bool(data.any()), "Min": bool(data.all()), "Mean": None, "Norm": None}
+        data = data.abs() if data.is_complex() else data
+        data = data if data.dtype in _MEASURED_AS_IS else data.float()
+    if not data.dim():
         value = data.item()
         return {"Max": value, "Min": value, "Mean": value, "Norm": value}
     low, high = torch.aminmax(data)
-    if data.device.type == "cpu":  # no transfer to save: reading the scalars is cheaper than stacking them
-        maximum, minimum, mean, norm = (
-            high.item(),
-            low.item(),
-            _mean_from_sum(data),
-            _vector_norm(data).item(),
-        )
+    if data.is_cpu:  # no transfer to save: reading the scalars is cheaper than stacking them
+        maximum, minimum, mean, norm = high.item(), low.item(), _mean_from_sum(data), _vector_norm(data).item()
     else:  # one device-to-host transfer for the four
         maximum, minimum, mean, norm = torch.stack((high, low, data.mean(), torch.linalg.vector_norm(data))).tolist()
     stats: dict[str, Any] = {"Max": maximum, "Min": minimum, "Mean": mean, "Norm": norm}
@@ -72,12 +68,23 @@ def _measure(tensor: torch.Tensor) -> dict[str, Any]:
     return {key: _json_number(value) for key, value in stats.items()}
 
 
+_FLOAT32 = struct.Struct("f")
+_EXACT_FLOAT32_COUNT = 1 << 24  # element counts up to here are exact in float32
+
+
 def _mean_from_sum(data: torch.Tensor) -> float:
-    """``data.mean()`` to the last bit, faster on the CPU: torch's sum kernel, then its float division."""
+    """``data.mean()`` to the last bit, faster on the CPU: torch's sum kernel, then its float division.
+
+    A float32 quotient is the double quotient rounded to float32 (double has
+    more than twice float32's precision, so rounding twice gives the same).
+    """
     total = _sum(data).item()
-    if data.dtype == torch.float32:
-        return float(np.float32(total) / np.float32(data.numel()))
-    return total / data.numel()
+    count = data.numel()
+    if data.dtype != torch.float32:
+        return total / count
+    if count > _EXACT_FLOAT32_COUNT:
+        count = float(np.float32(count))
+    return _FLOAT32.unpack(_FLOAT32.pack(total / count))[0]
 
 
 class DeferredStats:
@@ -118,15 +125,19 @@ def _measure_deferred(tensor: torch.Tensor) -> dict[str, Any]:
     return {key: DeferredStat(stats, index) for index, key in enumerate(("Max", "Min", "Mean", "Norm"))}
 
 
+_SCREENED_BY_SUM = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
 def _measure_range(tensor: torch.Tensor) -> dict[str, Any]:
     """Overflow screening. A finite sum proves every element finite (inf and nan propagate through it),
     and one sum is cheaper than a min/max pass; only a non-finite sum (or one that overflowed) is looked into.
     """
     data = tensor.detach()
-    if data.dtype == torch.bool or data.dim() == 0 or data.is_complex():
-        return _measure(tensor)
-    if not data.is_floating_point():
-        return {}  # integers cannot hold inf or nan
+    if data.dtype not in _SCREENED_BY_SUM or not data.dim():
+        if data.dtype == torch.bool or not data.dim() or data.is_complex():
+            return _measure(tensor)
+        if not data.is_floating_point():
+            return {}  # integers cannot hold inf or nan
     if _finite(_sum(data).item()):  # one read on any device
         return {}
     low, high = torch.aminmax(data)
@@ -221,12 +232,15 @@ class TensorSummarizer:
 
     def nonfinite(self, tensor: torch.Tensor) -> bool:
         """Overflow screening of one tensor, with the statistics the entry would show (cached)."""
-        if tensor.numel() == 0 or tensor.is_meta or not self.with_stats:
+        if not self.with_stats or tensor.is_meta:
             return False
-        stats = self.statistics(tensor)
-        if not stats:  # the screen proved it finite
+        if self.task == "overflow_check" and not self.save_files:
+            stats = self._cached("range", tensor, _measure_range)  # empty: the sum proved it finite
+        elif tensor.numel():
+            stats = self.statistics(tensor)
+        else:
             return False
-        return any(is_nonfinite(stats.get(key)) for key in ("Max", "Min", "Mean", "Norm"))
+        return bool(stats) and any(is_nonfinite(stats.get(key)) for key in ("Max", "Min", "Mean", "Norm"))
 
     def __call__(self, tensor: torch.Tensor, data_stem: str) -> dict[str, Any]:
         summary: dict[str, Any] = {
