@@ -24,3 +24,18 @@ def test_float16_overflow_is_the_only_entry(tmp_path):
     output = dump.data["Mint.matmul.0.forward"]["output"][0]
     assert output["Max"] == "inf" and output["data_name"].endswith(".npy")
     assert np.isinf(np.load(dump.tensor_dir() / output["data_name"])).all()
+
+
+def test_screening_tells_a_large_finite_sum_from_inf_and_nan(tmp_path):
+    """One sum clears a finite tensor; a sum past float16's range alone is not an overflow."""
+    debugger = PrecisionDebugger(task="overflow_check", level="L1", dump_path=str(tmp_path))
+    big = Tensor(np.full((64,), 60000.0, np.float16))  # every value finite, their sum is not
+    zero = Tensor(np.zeros((3,), np.float32))
+    debugger.start()
+    mint.abs(big)
+    mint.div(zero, zero)  # 0/0: nan from finite inputs
+    debugger.stop()
+    debugger.step()
+    dump = read_dump(tmp_path / "step0" / "rank" / "dump.json")
+    assert list(dump.data) == ["Mint.div.0.forward"]
+    assert dump.data["Mint.div.0.forward"]["output"][0]["Max"] == "nan"

@@ -11,16 +11,12 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from msprobe.core.dump.numbers import json_number
+
 # summarize(tensor, suffix) -> dict ; suffix names the value inside the entry, e.g. "input.0"
 Summarize = Callable[[Any, str], dict]
 # describe(obj) -> dict or None, for framework objects that are not tensors (dtype, device, Size)
 Describe = Callable[[Any], dict | None]
-
-
-def _number(value: float) -> Any:
-    if math.isfinite(value):
-        return value
-    return str(value)  # JSON has no inf/nan; the reference writes them as strings too
 
 
 class ValueEncoder:
@@ -42,7 +38,7 @@ class ValueEncoder:
         if isinstance(value, int):
             return {"type": "int", "value": value}
         if isinstance(value, float):
-            return {"type": "float", "value": _number(value)}
+            return {"type": "float", "value": json_number(value)}
         if isinstance(value, str):
             return {"type": "str", "value": value}
         if isinstance(value, (list, tuple)):

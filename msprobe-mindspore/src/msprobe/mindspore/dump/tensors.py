@@ -22,11 +22,11 @@ import numpy as np
 import mindspore as ms
 from mindspore import mint, ops
 from msprobe.core.dump.checksum import crc32_hex as checksum_hex
+from msprobe.core.dump.numbers import float32_mean, json_number
+from msprobe.core.dump.overflow import is_nonfinite
 from msprobe.core.dump.writer import open_new_file
 
-
-def _json_number(value: float) -> Any:
-    return value if math.isfinite(value) else str(value)
+_FLOATING = (ms.float16, ms.float32, ms.float64, ms.bfloat16)
 
 
 def to_numpy(tensor: ms.Tensor, dtype: Any = None) -> np.ndarray:
@@ -47,7 +47,9 @@ def _host_statistics(tensor: ms.Tensor, dtype: Any) -> list[float]:
     if host.dtype not in (np.float32, np.float64):
         host = host.astype(np.float32)
     flat = host.reshape(-1)
-    return [float(flat.max()), float(flat.min()), float(flat.mean()), float(np.linalg.norm(flat))]
+    total = float(flat.sum())  # numpy's mean is this sum divided in the array's precision; one pass fewer
+    mean = float32_mean(total, flat.size) if flat.dtype == np.float32 else total / flat.size
+    return [float(flat.max()), float(flat.min()), mean, float(np.linalg.norm(flat))]
 
 
 def measure(tensor: ms.Tensor, dtype: Any = None) -> dict[str, Any]:
@@ -62,7 +64,7 @@ def measure(tensor: ms.Tensor, dtype: Any = None) -> dict[str, Any]:
         data = tensor if dtype in (ms.float32, ms.float64) else tensor.astype(ms.float32)
         if data.ndim == 0:
             value = float(data.asnumpy())
-            return {key: _json_number(value) for key in ("Max", "Min", "Mean", "Norm")}
+            return {key: json_number(value) for key in ("Max", "Min", "Mean", "Norm")}
         values = mint.stack((data.max(), data.min(), data.mean(), ops.sqrt((data * data).sum()))).asnumpy().tolist()
     stats = dict(zip(("Max", "Min", "Mean", "Norm"), values))
     if not all(math.isfinite(v) for v in values):
@@ -70,7 +72,7 @@ def measure(tensor: ms.Tensor, dtype: Any = None) -> dict[str, Any]:
         finite = host[np.isfinite(host)]
         stats["Max_except_inf_nan"] = float(finite.max()) if finite.size else None
         stats["Min_except_inf_nan"] = float(finite.min()) if finite.size else None
-    return {key: _json_number(value) if isinstance(value, float) else value for key, value in stats.items()}
+    return {key: json_number(value) if isinstance(value, float) else value for key, value in stats.items()}
 
 
 def crc32_hex(tensor: ms.Tensor, dtype: Any = None) -> str:
@@ -92,6 +94,25 @@ class TensorSummarizer:
 
     def set_saving(self, on: bool) -> None:
         self.save_files = on
+
+    def nonfinite(self, tensor: ms.Tensor) -> bool:
+        """Overflow screening: does the tensor hold inf or nan? Full statistics only for the calls kept.
+
+        On the host one sum answers for a finite tensor (inf and nan propagate
+        through it); a sum that is not finite gets an element-wise look, so
+        finite values that merely add up past the dtype's range are not reported.
+        """
+        if not self.with_stats or tensor.size == 0:
+            return False
+        dtype = tensor.dtype
+        if dtype not in _FLOATING:
+            return False  # integers and bools cannot hold inf or nan
+        if not (_on_host() and tensor.ndim > 0):
+            return any(is_nonfinite(value) for value in measure(tensor, dtype).values())
+        host = to_numpy(tensor, dtype)
+        if math.isfinite(float(host.sum())):
+            return False
+        return not bool(np.isfinite(host).all())
 
     def __call__(self, tensor: ms.Tensor, data_stem: str) -> dict[str, Any]:
         dtype = tensor.dtype  # read once: each read is a call into MindSpore

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import io
 import math
-import struct
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +23,7 @@ import numpy as np
 import torch
 
 from msprobe.core.dump.checksum import crc32_hex as checksum_hex
+from msprobe.core.dump.numbers import float32_mean, json_number
 from msprobe.core.dump.overflow import is_nonfinite
 from msprobe.core.dump.writer import open_new_file
 
@@ -65,26 +65,15 @@ def _measure(tensor: torch.Tensor) -> dict[str, Any]:
             stats["Max_except_inf_nan"], stats["Min_except_inf_nan"] = high.item(), low.item()
         else:
             stats["Max_except_inf_nan"] = stats["Min_except_inf_nan"] = None
-    return {key: _json_number(value) for key, value in stats.items()}
-
-
-_FLOAT32 = struct.Struct("f")
-_EXACT_FLOAT32_COUNT = 1 << 24  # element counts up to here are exact in float32
+    return {key: json_number(value) for key, value in stats.items()}
 
 
 def _mean_from_sum(data: torch.Tensor) -> float:
-    """``data.mean()`` to the last bit, faster on the CPU: torch's sum kernel, then its float division.
-
-    A float32 quotient is the double quotient rounded to float32 (double has
-    more than twice float32's precision, so rounding twice gives the same).
-    """
+    """``data.mean()`` to the last bit, faster on the CPU: torch's sum kernel, then its float division."""
     total = _sum(data).item()
-    count = data.numel()
-    if data.dtype != torch.float32:
-        return total / count
-    if count > _EXACT_FLOAT32_COUNT:
-        count = float(np.float32(count))
-    return _FLOAT32.unpack(_FLOAT32.pack(total / count))[0]
+    if data.dtype == torch.float32:
+        return float32_mean(total, data.numel())
+    return total / data.numel()
 
 
 class DeferredStats:
@@ -98,7 +87,7 @@ class DeferredStats:
 
     def value(self, index: int) -> Any:
         if self._values is None:
-            self._values = [_json_number(v) for v in self.tensor.tolist()]
+            self._values = [json_number(v) for v in self.tensor.tolist()]
             self.tensor = None
         return self._values[index]
 
@@ -145,17 +134,11 @@ def _measure_range(tensor: torch.Tensor) -> dict[str, Any]:
         maximum, minimum = float(high.item()), float(low.item())
     else:
         maximum, minimum = torch.stack((high, low)).float().tolist()
-    return {"Max": _json_number(maximum), "Min": _json_number(minimum)}
+    return {"Max": json_number(maximum), "Min": json_number(minimum)}
 
 
 def _finite(value: float) -> bool:
     return math.isfinite(value)
-
-
-def _json_number(value: Any) -> Any:
-    if isinstance(value, float) and not _finite(value):
-        return str(value)  # "inf", "-inf", "nan": JSON has no such numbers
-    return value
 
 
 _NUMPY_READABLE = {torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.int16}
