@@ -122,7 +122,7 @@ def _measure_range(tensor: torch.Tensor) -> dict[str, Any]:
     and one sum is cheaper than a min/max pass; only a non-finite sum (or one that overflowed) is looked into.
     """
     data = tensor.detach()
-    if data.dtype not in _SCREENED_BY_SUM or not data.dim():
+    if data.dtype not in _SCREENED_BY_SUM or not data.dim():  # the usual floating tensor skips these checks
         if data.dtype == torch.bool or not data.dim() or data.is_complex():
             return _measure(tensor)
         if not data.is_floating_point():
@@ -215,14 +215,9 @@ class TensorSummarizer:
 
     def nonfinite(self, tensor: torch.Tensor) -> bool:
         """Overflow screening of one tensor, with the statistics the entry would show (cached)."""
-        if not self.with_stats or tensor.is_meta:
+        if not self.with_stats or tensor.is_meta or not tensor.numel():
             return False
-        if self.task == "overflow_check" and not self.save_files:
-            stats = self._cached("range", tensor, _measure_range)  # empty: the sum proved it finite
-        elif tensor.numel():
-            stats = self.statistics(tensor)
-        else:
-            return False
+        stats = self.statistics(tensor)  # empty when the overflow screen's sum proved it finite
         return bool(stats) and any(is_nonfinite(stats.get(key)) for key in ("Max", "Min", "Mean", "Norm"))
 
     def __call__(self, tensor: torch.Tensor, data_stem: str) -> dict[str, Any]:
