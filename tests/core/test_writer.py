@@ -16,7 +16,9 @@ def test_entry_stack_and_parent_are_journaled_in_one_write_and_recovered_without
     )
     writer.add("Functional.relu.0.backward", {"input": [], "output": []})  # no stack, no parent record
     assert [data.count(b"\n") for data in writes] == [3, 1]
-    assert len((tmp_path / JOURNAL_NAME).read_bytes().splitlines()) == 1 + 3 + 3 + 1  # the header first
+    journal = (tmp_path / JOURNAL_NAME).read_bytes()
+    # the header first; a live (or killed) writer's journal ends in the zero bytes of its reserved space
+    assert len(journal.rstrip(b"\0").splitlines()) == 1 + 3 + 3 + 1
     # killed before dump.json: the journal alone gives everything back
     dump = read_dump(tmp_path)
     assert dump.recovered and list(dump.data) == [
@@ -42,3 +44,29 @@ def test_a_journal_that_cannot_be_created_is_reported_once_and_the_step_still_wr
     assert sum("journal" in record.message for record in caplog.records) == 1
     writer.close()
     assert list(read_dump(tmp_path).data) == [f"Functional.relu.{index}.forward" for index in range(3)]
+
+
+def test_a_journal_larger_than_its_first_reservation_is_recovered_whole(tmp_path):
+    writer = DumpWriter(tmp_path, {"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": None})
+    entry = {"output": [{"type": "torch.Tensor", "dtype": "torch.float32", "shape": [8], "Max": 1.5, "Min": -0.5}]}
+    names = [f"Functional.relu.{index}.forward" for index in range(12000)]  # about 2.5 MB of journal
+    for name in names:
+        writer.add(name, entry, stack=["File a.py, line 1"])
+    dump = read_dump(tmp_path)  # as a killed process would leave it: no dump.json yet
+    assert dump.recovered and list(dump.data) == names and dump.data[names[-1]] == entry
+    writer.close()
+    assert list(read_dump(tmp_path).data) == names
+
+
+def test_without_memory_maps_the_journal_writes_through_the_file(tmp_path, monkeypatch):
+    import msprobe.core.dump.writer as writer_module
+
+    def refuse(*args):
+        raise OSError(95, "Operation not supported")
+
+    monkeypatch.setattr(writer_module.os, "posix_fallocate", refuse)
+    writer = DumpWriter(tmp_path, {"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": None})
+    writer.add("Functional.relu.0.forward", {"output": []})
+    assert (tmp_path / JOURNAL_NAME).read_bytes().endswith(b"]\n")  # no reserved space: the file is exact
+    assert list(read_dump(tmp_path).data) == ["Functional.relu.0.forward"]
+    writer.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import types
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -25,22 +26,69 @@ class ThreadState(threading.local):
     busy = False
 
 
-class Patch:
-    """One attribute replaced on one object, and how to put it back."""
+class _OwnerPatches:
+    """Every attribute replaced on one object (a module or a class), put on and taken off together.
 
-    __slots__ = ("attribute", "had_own", "original", "owner")
+    A training step starts and stops the dump, so ~1,000 wrappers go on and
+    off per step. A module's attributes are swapped with one update of its
+    namespace; a class's are looked up first and then set without a lookup
+    in between, which lets Python invalidate the class's method cache once
+    rather than once per attribute.
+    """
 
-    def __init__(self, owner: Any, attribute: str, original: Any, had_own: bool):
-        self.owner, self.attribute, self.original, self.had_own = owner, attribute, original, had_own
+    __slots__ = ("applied", "originals", "owned", "owner", "plain_module", "wrappers")
 
-    def undo(self) -> None:
-        if self.had_own:
-            setattr(self.owner, self.attribute, self.original)
-        else:
+    def __init__(self, owner: Any):
+        self.owner = owner
+        self.plain_module = type(owner) is types.ModuleType  # no custom __setattr__: its __dict__ is the truth
+        self.originals: dict[str, Any] = {}
+        self.wrappers: dict[str, Any] = {}
+        self.owned: set[str] = set()  # attributes the owner itself held (not inherited), restored by setattr
+        self.applied: dict[str, Any] = {}  # what install() replaced: attribute -> original
+
+    def add(self, attribute: str, original: Any, wrapper: Any) -> None:
+        self.originals[attribute] = original
+        self.wrappers[attribute] = wrapper
+        if attribute in getattr(self.owner, "__dict__", {}):
+            self.owned.add(attribute)
+
+    def install(self) -> None:
+        owner, originals = self.owner, self.originals
+        if self.plain_module:
+            namespace = owner.__dict__
+            if namespace.items() >= originals.items():  # the usual case, checked in one pass in C
+                namespace.update(self.wrappers)
+                self.applied = originals
+                return
+            # someone else replaced some since: leave theirs alone
+            applied = {name: original for name, original in originals.items() if namespace.get(name) is original}
+            namespace.update({name: self.wrappers[name] for name in applied})
+            self.applied = applied
+            return
+        present = [name for name, original in originals.items() if getattr(owner, name, None) is original]
+        applied = {}
+        for name in present:
             try:
-                delattr(self.owner, self.attribute)
+                setattr(owner, name, self.wrappers[name])
+            except (AttributeError, TypeError):
+                continue  # read-only attribute
+            applied[name] = originals[name]
+        self.applied = applied
+
+    def remove(self) -> None:
+        applied, self.applied = self.applied, {}
+        if self.plain_module:
+            self.owner.__dict__.update(applied)
+            return
+        owner, owned = self.owner, self.owned
+        for name, original in applied.items():
+            if name in owned:
+                setattr(owner, name, original)
+                continue
+            try:
+                delattr(owner, name)
             except AttributeError:
-                setattr(self.owner, self.attribute, self.original)
+                setattr(owner, name, original)
 
 
 def resolve_attribute(root: Any, dotted: str) -> tuple[Any, str]:
@@ -58,35 +106,37 @@ class ApiPatcher:
         self.handler = handler
         self.targets = targets
         self.state = ThreadState()
-        self.patches: list[Patch] = []
-        self._plan: list[tuple[Patch, Callable]] | None = None  # built on the first install, reused after
+        self._owners: list[_OwnerPatches] | None = None  # built on the first install, reused after
+        self._installed = False
 
-    def _build_plan(self) -> list[tuple[Patch, Callable]]:
-        plan = []
+    def _build_plan(self) -> list[_OwnerPatches]:
+        owners: dict[int, _OwnerPatches] = {}
         for owner, attribute, key in self.targets():
             original = getattr(owner, attribute, None)
             if original is None or not callable(original) or getattr(original, "__msprobe_original__", None):
                 continue
-            had_own = attribute in getattr(owner, "__dict__", {})
-            plan.append((Patch(owner, attribute, original, had_own), self._wrap(original, key)))
-        return plan
+            group = owners.get(id(owner))
+            if group is None:
+                group = owners[id(owner)] = _OwnerPatches(owner)
+            if attribute not in group.originals:
+                group.add(attribute, original, self._wrap(original, key))
+        return list(owners.values())
 
     def install(self) -> None:
-        if self._plan is None:
-            self._plan = self._build_plan()
-        for patch, wrapper in self._plan:
-            if getattr(patch.owner, patch.attribute, None) is not patch.original:
-                continue  # someone else replaced it since: leave theirs alone
-            try:
-                setattr(patch.owner, patch.attribute, wrapper)
-            except (AttributeError, TypeError):
-                continue  # read-only attribute
-            self.patches.append(patch)
+        if self._owners is None:
+            self._owners = self._build_plan()
+        if self._installed:
+            return
+        for group in self._owners:
+            group.install()
+        self._installed = True
 
     def remove(self) -> None:
-        for patch in reversed(self.patches):
-            patch.undo()
-        self.patches.clear()
+        if not self._installed:
+            return
+        for group in reversed(self._owners or []):
+            group.remove()
+        self._installed = False
 
     def _wrap(self, original: Callable, key: str) -> Callable:
         state = self.state

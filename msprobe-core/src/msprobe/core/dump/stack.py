@@ -2,7 +2,9 @@
 
 The formatted, JSON-encoded text is cached per call site: the frames'
 (code object, last instruction) pairs, cheap to read where ``f_lineno``
-scans a line table. Consecutive calls from one running function (a
+scans a line table. Code objects are keyed by ``id`` (and kept alive by
+the caches, so an id is never reused while cached): hashing a code object
+hashes its bytecode and constants, about a microsecond each time. Consecutive calls from one running function (a
 forward method, an optimizer's loop) share everything above it, so the
 part of the key above the innermost user frame is remembered for that
 frame and not walked again while it runs. Source lines come from
@@ -31,7 +33,8 @@ class StackCapture:
     def __init__(self, *tool_roots: str):
         self.roots = (_CORE_ROOT, *tool_roots)
         self._cache: dict[tuple, EncodedJSON] = {}
-        self._is_tool: dict[Any, bool] = {}  # code object -> whether it is the tool's own
+        self._is_tool: dict[int, bool] = {}  # id(code object) -> whether it is the tool's own
+        self._codes: list[Any] = []  # every code object keyed by id above, kept alive
         self._callers: dict[tuple, int] = {}  # the key of the frames above the innermost user frame -> a number
         self._last: tuple[Any, int] | None = None  # (innermost user frame, number of what is above it)
 
@@ -40,9 +43,10 @@ class StackCapture:
         self._last = None
 
     def _tool(self, code: Any) -> bool:
-        tool = self._is_tool.get(code)
+        tool = self._is_tool.get(id(code))
         if tool is None:
-            tool = self._is_tool[code] = code.co_filename.startswith(self.roots)
+            self._codes.append(code)
+            tool = self._is_tool[id(code)] = code.co_filename.startswith(self.roots)
         return tool
 
     def __call__(self, skip: int = 1) -> EncodedJSON:
@@ -57,14 +61,14 @@ class StackCapture:
         else:
             callers = self._callers_number(frame.f_back)
             self._last = None if frame.f_code.co_flags & _RESUMABLE else (frame, callers)
-        return self._cached((frame.f_code, frame.f_lasti, callers), frame)
+        return self._cached((id(frame.f_code), frame.f_lasti, callers), frame)
 
     def _callers_number(self, frame: Any) -> int:
         key = []
         while frame is not None:
             code = frame.f_code
-            if not self._tool(code):
-                key.append(code)
+            if not self._tool(code):  # which also keeps the code object alive
+                key.append(id(code))
                 key.append(frame.f_lasti)
             frame = frame.f_back
         return self._callers.setdefault(tuple(key), len(self._callers))

@@ -1,9 +1,9 @@
 """Writing one step/rank folder: dump.json, stack.json, construct.json.
 
 Each entry is encoded to JSON once, when it arrives: that text is appended
-to a journal next to dump.json (flushed to the OS per entry, so a process
-killed mid-step leaves everything collected so far readable, see
-:func:`msprobe.core.dump.reader.read_dump`) and reused when dump.json is
+to a journal next to dump.json (in the OS's hands as soon as it is written,
+so a process killed mid-step leaves everything collected so far readable,
+see :func:`msprobe.core.dump.reader.read_dump`) and reused when dump.json is
 written at the end of the step, one entry per line. The reference indents
 every value on its own line; any JSON reader reads both, and encoding once
 (with orjson) is what keeps the dump cheap.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import mmap
 import os
 import re
 from pathlib import Path
@@ -121,6 +122,65 @@ def _write_object(
     os.replace(temporary, path)
 
 
+class _MappedJournal:
+    """An append-only file written through a shared memory map.
+
+    Bytes copied into a shared mapping belong to the OS's page cache at
+    once, so they survive the process being killed, like a ``write`` call,
+    at a fraction of a system call's cost per entry. The file's blocks are
+    reserved before they are mapped (a full disk is then an ``OSError`` here,
+    never a fault inside training); until :meth:`close` trims it, the file
+    ends in zero bytes, which the journal's reader stops at.
+    """
+
+    def __init__(self, path: Path, size: int = 1 << 20):
+        flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+        try:
+            self._fd = os.open(path, flags, FILE_MODE)
+        except OSError as exc:
+            raise DataFileError(path, f"cannot be written ({exc.strerror})") from None
+        self._size = 0
+        self._position = 0
+        self._map: mmap.mmap | None = None
+        try:
+            self._reserve(size)
+            self._map = mmap.mmap(self._fd, size)
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    def _reserve(self, size: int) -> None:
+        os.posix_fallocate(self._fd, self._size, size - self._size)
+        self._size = size
+
+    def write(self, data: bytes) -> None:
+        start = self._position
+        end = start + len(data)
+        if end > self._size:
+            self._reserve(max(2 * self._size, end))
+            self._map.resize(self._size)
+        self._map[start:end] = data
+        self._position = end
+
+    def close(self) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+            os.ftruncate(self._fd, self._position)
+            os.close(self._fd)
+
+
+def _open_journal(path: Path) -> Any:
+    """The mapped journal where the system offers it, else an unbuffered file (one system call per entry)."""
+    if hasattr(os, "posix_fallocate"):
+        try:
+            return _MappedJournal(path)
+        except (OSError, ValueError) as exc:  # e.g. a file system without fallocate or memory maps
+            logger.debug("dump journal: no memory map (%s), writing through the file", exc)
+            path.unlink(missing_ok=True)
+    return open_new_file(path, "ab", buffering=0)
+
+
 def _journal_line(kind: str, encoded_name: str, text: str) -> str:
     """One journal record, ``[kind, name, value]`` on a line of its own (see the reader's replay)."""
     return f'["{kind}", {encoded_name}, {text}]\n'
@@ -136,7 +196,7 @@ class DumpWriter:
         self.data: dict[str, Any] = {}
         self.stack: dict[str, str] = {}
         self.construct: dict[str, str] = {}
-        # an unbuffered file: each entry reaches the OS in one write, so a killed process keeps all of them;
+        # each entry reaches the OS at once, so a killed process keeps all of them;
         # created with the first entry (a step that records nothing costs no file)
         self._journal: Any = None
         self._journal_header = _journal_line("header", '""', _encode(header)) if journal else None
@@ -161,7 +221,7 @@ class DumpWriter:
             return
         try:
             if self._journal is None:
-                self._journal = open_new_file(self.folder / JOURNAL_NAME, "ab", buffering=0)
+                self._journal = _open_journal(self.folder / JOURNAL_NAME)
                 lines, self._journal_header = self._journal_header + lines, None
             self._journal.write(lines.encode())
         except (

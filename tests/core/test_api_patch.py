@@ -1,0 +1,95 @@
+"""The core patcher: wrappers on modules and classes, and everything exactly as it was after remove()."""
+
+from __future__ import annotations
+
+import types
+
+from msprobe.core.api_patch import ApiPatcher
+
+
+class Base:
+    def inherited(self, x):
+        return x + 1
+
+
+class Child(Base):
+    def own(self, x):
+        return x * 2
+
+    def __add__(self, other):
+        return "added"
+
+
+def make_module() -> types.ModuleType:
+    module = types.ModuleType("fake_framework")
+
+    def relu(x):
+        return max(x, 0)
+
+    def outer(x):
+        return module.relu(x) + 10  # calls another wrapped API
+
+    module.relu, module.outer = relu, outer
+    return module
+
+
+def recording_patcher(module: types.ModuleType, calls: list[str]) -> ApiPatcher:
+    def handler(original, key, args, kwargs):
+        calls.append(key)
+        patcher.state.busy = True  # a handler marks its thread busy, so nested APIs go straight through
+        try:
+            return original(*args, **kwargs)
+        finally:
+            patcher.state.busy = False
+
+    targets = [
+        (module, "relu", "Functional.relu"),
+        (module, "outer", "Functional.outer"),
+        (Child, "own", "Tensor.own"),
+        (Child, "inherited", "Tensor.inherited"),
+        (Child, "__add__", "Tensor.__add__"),
+        (module, "missing", "Functional.missing"),
+    ]
+    patcher = ApiPatcher(handler, lambda: targets)
+    return patcher
+
+
+def test_calls_are_seen_once_at_the_outermost_level_and_everything_is_restored() -> None:
+    module = make_module()
+    before_module = dict(module.__dict__)
+    before_class = dict(Child.__dict__)
+    calls: list[str] = []
+    patcher = recording_patcher(module, calls)
+
+    for _ in range(2):  # the wrappers are reused on every install
+        patcher.install()
+        patcher.install()  # a second install changes nothing
+        assert module.outer(-5) == 10
+        assert Child().own(3) == 6 and Child().inherited(1) == 2 and Child() + Child() == "added"
+        assert "inherited" in Child.__dict__
+        patcher.remove()
+        patcher.remove()
+        assert dict(module.__dict__) == before_module
+        assert dict(Child.__dict__) == before_class  # the inherited method is inherited again
+        assert Child().inherited(1) == 2 and Child() + Child() == "added"
+
+    assert calls == ["Functional.outer", "Tensor.own", "Tensor.inherited", "Tensor.__add__"] * 2
+
+
+def test_an_attribute_replaced_by_someone_else_is_left_alone() -> None:
+    module = make_module()
+    calls: list[str] = []
+    patcher = recording_patcher(module, calls)
+    patcher.install()
+    patcher.remove()
+
+    def theirs(x):
+        return 7
+
+    module.relu = theirs
+    patcher.install()
+    assert module.relu(1) == 7 and calls == []
+    module.outer(1)
+    assert calls == ["Functional.outer"]
+    patcher.remove()
+    assert module.relu is theirs
