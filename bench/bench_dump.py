@@ -98,12 +98,12 @@ def main() -> None:
         folder.mkdir(parents=True)
         results[label], bases[label] = time_config(config, args.steps, folder)
         os.sync()  # the tensor dump's ~1 GB of dirty pages would otherwise be written back during the next runs
-    print(f"{'configuration':<18} {'step (ms)':>10} {'plain (ms)':>10} {'ratio':>7}  target")
+    print(f"{'configuration':<18} {'step (ms)':>10} {'plain (ms)':>10} {'ratio':>8}  target")
     for label, seconds in results.items():
         ratio = seconds / bases[label]
         target = TARGETS.get(label)
         verdict = "" if target is None else f"<= {target}x  {'met' if ratio <= target else 'NOT met'}"
-        print(f"{label:<18} {seconds * 1000:>10.1f} {bases[label] * 1000:>10.1f} {ratio:>6.2f}x  {verdict}")
+        print(f"{label:<18} {seconds * 1000:>10.1f} {bases[label] * 1000:>10.1f} {ratio:>7.3f}x  {verdict}")
     base = bases["tensor L1"]
     tensor_data = args.out / "tensor_L1" / "dump" / "step1" / "rank" / "dump_tensor_data"
     if tensor_data.exists():

@@ -112,12 +112,12 @@ def main() -> None:
             path.write_text(json.dumps({**config, "dump_path": str(folder / label.replace(" ", "_"))}))
             debugger = PrecisionDebugger(config_path=str(path), model=model)
         results[label], bases[label] = time_in_turn(plain_step, dumped_step(debugger, train_step), args.steps)
-    print(f"{'configuration':<16} {'step (ms)':>10} {'plain (ms)':>10} {'ratio':>7}  target")
+    print(f"{'configuration':<16} {'step (ms)':>10} {'plain (ms)':>10} {'ratio':>8}  target")
     for label, seconds in results.items():
         ratio = seconds / bases[label]
         target = TARGETS.get(label)
         verdict = "" if target is None else f"<= {target}x  {'met' if ratio <= target else 'NOT met'}"
-        print(f"{label:<16} {seconds * 1000:>10.1f} {bases[label] * 1000:>10.1f} {ratio:>6.2f}x  {verdict}")
+        print(f"{label:<16} {seconds * 1000:>10.1f} {bases[label] * 1000:>10.1f} {ratio:>7.3f}x  {verdict}")
     shutil.rmtree(folder, ignore_errors=True)
 
 

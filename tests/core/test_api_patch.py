@@ -93,3 +93,57 @@ def test_an_attribute_replaced_by_someone_else_is_left_alone() -> None:
     assert calls == ["Functional.outer"]
     patcher.remove()
     assert module.relu is theirs
+
+
+def test_a_forked_child_records_nothing() -> None:
+    import os
+
+    module = make_module()
+    calls: list[str] = []
+    patcher = recording_patcher(module, calls)
+    patcher.install()
+    try:
+        module.outer(1)  # the parent records
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report how many calls its handler saw, then leave at once
+            before = len(calls)
+            module.outer(1)
+            Child().own(2)
+            os.write(write_end, str(len(calls) - before).encode())
+            os._exit(0)
+        os.close(write_end)
+        seen_in_child = os.read(read_end, 16).decode()
+        os.waitpid(pid, 0)
+        os.close(read_end)
+        assert seen_in_child == "0"
+        module.outer(1)  # the parent still records
+        assert calls == ["Functional.outer", "Functional.outer"]
+    finally:
+        patcher.remove()
+
+
+def test_a_patcher_created_in_a_forked_child_records() -> None:
+    import os
+
+    parent = recording_patcher(make_module(), [])
+    parent.install()  # quiet in the child
+    try:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            module = make_module()
+            calls: list[str] = []
+            patcher = recording_patcher(module, calls)
+            patcher.install()
+            module.outer(1)
+            patcher.remove()
+            os.write(write_end, str(len(calls)).encode())
+            os._exit(0)
+        os.close(write_end)
+        seen_in_child = os.read(read_end, 16).decode()
+        os.waitpid(pid, 0)
+        os.close(read_end)
+    finally:
+        parent.remove()
+    assert seen_in_child == "1"

@@ -10,8 +10,10 @@ seen. Wrappers are built once and reused on every ``install()``;
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import types
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -24,6 +26,25 @@ class ThreadState(threading.local):
     """``busy`` while this thread is inside a handled call or inside the tool."""
 
     busy = False
+
+
+_STATES: weakref.WeakSet[ThreadState] = weakref.WeakSet()
+
+
+def _quiet_after_fork() -> None:
+    """A forked child (a DataLoader worker, say) records nothing through its parent's hooks.
+
+    Its calls are not the training's, and it would otherwise write its own
+    entries into the parent's open step files, which it shares. The child
+    has only the thread that forked; a debugger the child creates itself
+    records as usual.
+    """
+    for state in list(_STATES):
+        state.busy = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_quiet_after_fork)
 
 
 class _OwnerPatches:
@@ -106,6 +127,7 @@ class ApiPatcher:
         self.handler = handler
         self.targets = targets
         self.state = ThreadState()
+        _STATES.add(self.state)
         self._owners: list[_OwnerPatches] | None = None  # built on the first install, reused after
         self._installed = False
 
