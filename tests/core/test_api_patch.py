@@ -147,3 +147,24 @@ def test_a_patcher_created_in_a_forked_child_records() -> None:
     finally:
         parent.remove()
     assert seen_in_child == "1"
+
+
+def test_a_module_attribute_served_by_a_module_getattr_is_wrapped_and_removed() -> None:
+    module = make_module()
+
+    def lazy(x):
+        return x - 1
+
+    module.__getattr__ = lambda name: lazy if name == "lazy" else (_ for _ in ()).throw(AttributeError(name))
+    calls: list[str] = []
+
+    def handler(original, key, args, kwargs):
+        calls.append(key)
+        return original(*args, **kwargs)
+
+    patcher = ApiPatcher(handler, lambda: [(module, "relu", "Functional.relu"), (module, "lazy", "Functional.lazy")])
+    patcher.install()
+    assert module.lazy(3) == 2 and module.relu(-1) == 0
+    patcher.remove()
+    assert "lazy" not in module.__dict__ and module.lazy is lazy
+    assert calls == ["Functional.lazy", "Functional.relu"]

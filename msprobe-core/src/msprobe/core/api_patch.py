@@ -72,6 +72,8 @@ class _OwnerPatches:
         self.wrappers[attribute] = wrapper
         if attribute in getattr(self.owner, "__dict__", {}):
             self.owned.add(attribute)
+        elif self.plain_module:  # served by a module __getattr__: set and deleted one by one, like a class's
+            self.plain_module = False
 
     def install(self) -> None:
         owner, originals = self.owner, self.originals
