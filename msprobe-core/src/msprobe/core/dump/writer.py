@@ -44,15 +44,18 @@ def make_dir(path: Path) -> Path:
     return path
 
 
-def open_new_file(path: Path, mode: str = "w", buffering: int = -1) -> Any:
-    """Open for writing with 0o640, never following a symlink at ``path``."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
-    if "a" in mode:
-        flags = (flags & ~os.O_TRUNC) | os.O_APPEND
+def _open_descriptor(path: Path, flags: int) -> int:
+    """``os.open`` with 0o640, never following a symlink at ``path``; failures name the file."""
     try:
-        fd = os.open(path, flags, FILE_MODE)
+        return os.open(path, flags | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), FILE_MODE)
     except OSError as exc:
         raise DataFileError(path, f"cannot be written ({exc.strerror})") from None
+
+
+def open_new_file(path: Path, mode: str = "w", buffering: int = -1) -> Any:
+    """Open for writing with 0o640, never following a symlink at ``path``."""
+    flags = os.O_WRONLY | (os.O_APPEND if "a" in mode else os.O_TRUNC)
+    fd = _open_descriptor(path, flags)
     return os.fdopen(fd, mode, buffering=buffering, encoding=None if "b" in mode else "utf-8")
 
 
@@ -134,31 +137,25 @@ class _MappedJournal:
     """
 
     def __init__(self, path: Path, size: int = 1 << 20):
-        flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
-        try:
-            self._fd = os.open(path, flags, FILE_MODE)
-        except OSError as exc:
-            raise DataFileError(path, f"cannot be written ({exc.strerror})") from None
-        self._size = 0
+        self._fd = _open_descriptor(path, os.O_RDWR | os.O_TRUNC)
         self._position = 0
         self._map: mmap.mmap | None = None
         try:
-            self._reserve(size)
+            os.posix_fallocate(self._fd, 0, size)
             self._map = mmap.mmap(self._fd, size)
         except BaseException:
             os.close(self._fd)
             raise
-
-    def _reserve(self, size: int) -> None:
-        os.posix_fallocate(self._fd, self._size, size - self._size)
         self._size = size
 
     def write(self, data: bytes) -> None:
         start = self._position
         end = start + len(data)
-        if end > self._size:
-            self._reserve(max(2 * self._size, end))
-            self._map.resize(self._size)
+        if end > self._size:  # grow: reserve the blocks first, then map them
+            size = max(2 * self._size, end)
+            os.posix_fallocate(self._fd, self._size, size - self._size)
+            self._map.resize(size)
+            self._size = size
         self._map[start:end] = data
         self._position = end
 
