@@ -64,9 +64,67 @@ def test_without_memory_maps_the_journal_writes_through_the_file(tmp_path, monke
     def refuse(*args):
         raise OSError(95, "Operation not supported")
 
+    writer_module._SPARE_JOURNAL.drop()  # a journal parked by an earlier test would be reused
     monkeypatch.setattr(writer_module.os, "posix_fallocate", refuse)
     writer = DumpWriter(tmp_path, {"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": None})
     writer.add("Functional.relu.0.forward", {"output": []})
     assert (tmp_path / JOURNAL_NAME).read_bytes().endswith(b"]\n")  # no reserved space: the file is exact
     assert list(read_dump(tmp_path).data) == ["Functional.relu.0.forward"]
     writer.close()
+
+
+def _header(task="statistics"):
+    return {"task": task, "level": "L1", "framework": "pytorch", "dump_data_dir": None}
+
+
+def test_the_next_step_reuses_the_finished_steps_journal_emptied(tmp_path):
+    import os
+
+    import msprobe.core.dump.writer as writer_module
+
+    writer_module._SPARE_JOURNAL.drop()
+    first = DumpWriter(tmp_path / "step0", _header())
+    for index in range(500):
+        first.add(f"Functional.relu.{index}.forward", {"output": []}, stack=["File a.py, line 1"])
+    inode = os.stat(tmp_path / "step0" / JOURNAL_NAME).st_ino
+    first.close()
+    assert not (tmp_path / "step0" / JOURNAL_NAME).exists()
+    assert list(read_dump(tmp_path / "step0").data)[-1] == "Functional.relu.499.forward"
+    (spare,) = (tmp_path / "step0").glob(".msprobe-spare-journal-*")
+    assert spare.read_bytes().strip(b"\0") == b""  # parked empty: nothing of step 0 can leak into step 1
+
+    second = DumpWriter(tmp_path / "step1", _header("md5"))
+    second.add("Functional.gelu.0.forward", {"output": []})
+    assert os.stat(tmp_path / "step1" / JOURNAL_NAME).st_ino == inode and not spare.exists()
+    recovered = read_dump(tmp_path / "step1")  # as a process killed now would leave it
+    assert recovered.recovered and recovered.task == "md5" and list(recovered.data) == ["Functional.gelu.0.forward"]
+    second.close()
+    assert list(read_dump(tmp_path / "step1").data) == ["Functional.gelu.0.forward"]
+
+    writer_module._SPARE_JOURNAL.drop()  # at exit: the parked file goes
+    assert not list((tmp_path / "step1").glob(".msprobe-spare-journal-*"))
+
+
+def test_a_forked_child_leaves_the_parents_parked_journal_alone(tmp_path):
+    import os
+
+    import msprobe.core.dump.writer as writer_module
+
+    writer_module._SPARE_JOURNAL.drop()
+    writer = DumpWriter(tmp_path / "step0", _header())
+    writer.add("Functional.relu.0.forward", {"output": []})
+    writer.close()
+    (spare,) = (tmp_path / "step0").glob(".msprobe-spare-journal-*")
+    pid = os.fork()
+    if pid == 0:  # the child starts a journal of its own and exits without running atexit
+        child = DumpWriter(tmp_path / "child", _header())
+        child.add("Functional.gelu.0.forward", {"output": []})
+        os._exit(0 if (tmp_path / "child" / JOURNAL_NAME).exists() and spare.exists() else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert spare.exists()
+    parent = DumpWriter(tmp_path / "step1", _header())
+    parent.add("Functional.relu.0.forward", {"output": []})
+    assert not spare.exists()  # the parent's own spare, still there for it
+    parent.close()
+    writer_module._SPARE_JOURNAL.drop()

@@ -13,11 +13,13 @@ symlink.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import mmap
 import os
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +139,7 @@ class _MappedJournal:
     """
 
     def __init__(self, path: Path, size: int = 1 << 20):
+        self.path = path
         self._fd = _open_descriptor(path, os.O_RDWR | os.O_TRUNC)
         self._position = 0
         self._map: mmap.mmap | None = None
@@ -166,9 +169,105 @@ class _MappedJournal:
             os.ftruncate(self._fd, self._position)
             os.close(self._fd)
 
+    # -- reuse from one step to the next -----------------------------------------------------
+    def retire(self, spare_path: Path) -> None:
+        """Park the file under ``spare_path``, emptied, keeping its pages mapped for the next step.
+
+        A page written for the first time costs a fault (about 4 us on ext4),
+        and closing and unlinking a file of written pages costs more: reusing
+        the same pages saves about a millisecond per megabyte of entries.
+        Renamed before it is emptied, so the finished step's folder never holds
+        a journal cut short.
+        """
+        os.rename(self.path, spare_path)
+        self.path = spare_path
+        self._map[: self._position] = _zeros(self._position)
+        self._position = 0
+
+    def move_to(self, path: Path) -> None:
+        os.rename(self.path, path)  # replaces a stale journal there; never follows a symlink at ``path``
+        self.path = path
+
+    def discard(self, unlink: bool = True) -> None:
+        path = self.path
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+            os.close(self._fd)
+        if unlink:
+            path.unlink(missing_ok=True)
+
+
+_ZEROS = bytearray()
+
+
+def _zeros(size: int) -> memoryview:
+    global _ZEROS
+    if len(_ZEROS) < size:
+        _ZEROS = bytearray(max(size, 2 * len(_ZEROS)))
+    return memoryview(_ZEROS)[:size]
+
+
+class _SpareJournal:
+    """At most one emptied journal per process, waiting for the next step's folder."""
+
+    LARGEST = 64 << 20  # a bigger journal is closed as before: its pages are not worth holding
+
+    def __init__(self) -> None:
+        self._journal: _MappedJournal | None = None
+        self._lock = threading.Lock()
+        atexit.register(self.drop)
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._forget)
+
+    def take(self, path: Path) -> _MappedJournal | None:
+        with self._lock:
+            journal, self._journal = self._journal, None
+        if journal is None:
+            return None
+        try:
+            journal.move_to(path)
+        except OSError:  # e.g. another file system: start afresh
+            journal.discard()
+            return None
+        return journal
+
+    def keep(self, journal: Any, finished_path: Path) -> bool:
+        """True when ``journal`` is parked for reuse; otherwise the caller closes it as usual."""
+        if not isinstance(journal, _MappedJournal) or journal._size > self.LARGEST:
+            return False
+        try:
+            journal.retire(finished_path.with_name(f".msprobe-spare-journal-{os.getpid()}"))
+        except OSError:
+            return False
+        with self._lock:
+            previous, self._journal = self._journal, journal
+        if previous is not None:
+            previous.discard()
+        return True
+
+    def drop(self) -> None:
+        with self._lock:
+            journal, self._journal = self._journal, None
+        if journal is not None:
+            journal.discard()
+
+    def _forget(self) -> None:
+        """A forked child must not reuse (or delete) the parent's file."""
+        journal, self._journal = self._journal, None
+        self._lock = threading.Lock()
+        if journal is not None:
+            journal.discard(unlink=False)
+
+
+_SPARE_JOURNAL = _SpareJournal()
+
 
 def _open_journal(path: Path) -> Any:
     """The mapped journal where the system offers it, else an unbuffered file (one system call per entry)."""
+    spare = _SPARE_JOURNAL.take(path)
+    if spare is not None:
+        return spare
     if hasattr(os, "posix_fallocate"):
         try:
             return _MappedJournal(path)
@@ -282,6 +381,7 @@ class DumpWriter:
             return
         self._closed = True
         self.flush()
-        if self._journal is not None:
-            self._journal.close()
+        journal, self._journal = self._journal, None
+        if journal is not None and not _SPARE_JOURNAL.keep(journal, self.folder / JOURNAL_NAME):
+            journal.close()
             (self.folder / JOURNAL_NAME).unlink(missing_ok=True)

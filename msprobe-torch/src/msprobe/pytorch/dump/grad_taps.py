@@ -22,14 +22,20 @@ def tensors_requiring_grad(values: Any) -> list[torch.Tensor]:
 
 
 def _walk(value: Any, found: dict[int, torch.Tensor]) -> None:
+    """Leaves are handled in the loop, not by a call each: this runs for every recorded call."""
     if isinstance(value, torch.Tensor):
         if value.requires_grad:
             found.setdefault(id(value), value)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            _walk(item, found)
-    elif isinstance(value, dict):
-        for item in value.values():
+        return
+    if isinstance(value, dict):
+        value = value.values()
+    elif not isinstance(value, (list, tuple)):
+        return
+    for item in value:
+        if isinstance(item, torch.Tensor):
+            if item.requires_grad:
+                found.setdefault(id(item), item)
+        elif isinstance(item, (list, tuple, dict)):
             _walk(item, found)
 
 

@@ -34,11 +34,13 @@ _TOOL_ROOT = str(Path(__file__).resolve().parents[2])
 _IN_PLACE_BY_KEY: dict[str, bool] = {}
 
 
-def _writes_in_place(name: str, kwargs: dict) -> bool:
-    """Calls that overwrite an input (add_, x[i] = y, out=, inplace=True): measure inputs before them."""
-    if "out" in kwargs or kwargs.get("inplace") is True:
+def _writes_in_place(key: str, kwargs: dict) -> bool:
+    """Calls that overwrite an input (add_, x[i] = y, out=, inplace=True): measure inputs before them.
+
+    ``key`` is the API's name without its count ("Tensor.add_") or a module's label.
+    """
+    if kwargs and ("out" in kwargs or kwargs.get("inplace") is True):
         return True
-    key = name[: name.rfind(".", 0, name.rfind("."))]  # "Tensor.add_.3.forward" -> "Tensor.add_"
     in_place = _IN_PLACE_BY_KEY.get(key)
     if in_place is None:
         api = key.rsplit(".", 1)[-1]
@@ -176,7 +178,7 @@ class TorchDumpRecorder:
             name = f"{key}.{index}.forward"
             record = None
             try:
-                record = self._before(name, name[: -len("forward")] + "backward", args, kwargs)
+                record = self._before(name, f"{key}.{index}.backward", args, kwargs, _writes_in_place(key, kwargs))
             except Exception as exc:
                 self.collector.report_failure(name, exc)
                 record = None
@@ -190,7 +192,9 @@ class TorchDumpRecorder:
         finally:
             state.busy = False
 
-    def _before(self, name: str, backward_name: str, args: tuple, kwargs: dict) -> _CallRecord | None:
+    def _before(
+        self, name: str, backward_name: str, args: tuple, kwargs: dict, in_place: bool = True
+    ) -> _CallRecord | None:
         collector = self.collector
         collector.enter(name)
         enclosing = tuple(self.module_stack)
@@ -202,9 +206,9 @@ class TorchDumpRecorder:
         record = _CallRecord(name, backward_name, args, kwargs, self.module_stack[-1] if self.module_stack else None)
         record.keep_forward = keep_forward
         if keep_forward:
-            record.inputs = collector.encode_inputs(name, args, kwargs, eager=_writes_in_place(name, kwargs))
+            record.inputs = collector.encode_inputs(name, args, kwargs, eager=in_place)
         if keep_backward:
-            record.grad_inputs = grad_taps.tensors_requiring_grad((args, kwargs))
+            record.grad_inputs = grad_taps.tensors_requiring_grad((args, kwargs) if kwargs else args)
             keep_backward = bool(record.grad_inputs) or name.startswith("Module.")
         record.keep_backward = keep_backward
         record.recorder = self
