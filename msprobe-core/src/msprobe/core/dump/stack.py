@@ -4,10 +4,11 @@ The formatted, JSON-encoded text is cached per call site: the frames'
 (code object, last instruction) pairs, cheap to read where ``f_lineno``
 scans a line table. Code objects are keyed by ``id`` (and kept alive by
 the caches, so an id is never reused while cached): hashing a code object
-hashes its bytecode and constants, about a microsecond each time. Consecutive calls from one running function (a
-forward method, an optimizer's loop) share everything above it, so the
-part of the key above the innermost user frame is remembered for that
-frame and not walked again while it runs. Source lines come from
+hashes its bytecode and constants, about a microsecond each time.
+Consecutive calls from one running function (a forward method, an
+optimizer's loop) share everything above it, so the part of the key above
+the innermost user frame is remembered for that frame and not walked again
+while it runs. Source lines come from
 linecache, which reads each file once.
 """
 
