@@ -131,7 +131,7 @@ class DumpCollector:
         overflow check decided not to keep it.
         """
         if self.overflow is not None:
-            flag = self.hardware_flag() if self.hardware_flag is not None else None
+            flag = self._hardware()
             outputs_nonfinite = flag is None and self.encoder.any_nonfinite(output)
             if flag is None and not outputs_nonfinite:
                 return False  # the common case: one look at the outputs and done

@@ -170,6 +170,10 @@ class _MappedJournal:
             os.close(self._fd)
 
     # -- reuse from one step to the next -----------------------------------------------------
+    @property
+    def reserved(self) -> int:
+        return self._size
+
     def retire(self, spare_path: Path) -> None:
         """Park the file under ``spare_path``, emptied, keeping its pages mapped for the next step.
 
@@ -234,7 +238,7 @@ class _SpareJournal:
 
     def keep(self, journal: Any, finished_path: Path) -> bool:
         """True when ``journal`` is parked for reuse; otherwise the caller closes it as usual."""
-        if not isinstance(journal, _MappedJournal) or journal._size > self.LARGEST:
+        if not isinstance(journal, _MappedJournal) or journal.reserved > self.LARGEST:
             return False
         try:
             journal.retire(finished_path.with_name(f".msprobe-spare-journal-{os.getpid()}"))

@@ -217,11 +217,7 @@ class TensorSummarizer:
         """Overflow screening of one tensor, with the statistics the entry would show (cached)."""
         if not self.with_stats or tensor.is_meta or not tensor.numel():
             return False
-        if self.task == "overflow_check" and not self.save_files:  # the usual case, once per call: no detour
-            stats = self._cached("range", tensor, _measure_range)
-        else:
-            stats = self.statistics(tensor)
-        # empty when the overflow screen's sum proved it finite
+        stats = self.statistics(tensor)  # empty when the overflow screen's sum proved it finite
         return bool(stats) and any(is_nonfinite(stats.get(key)) for key in ("Max", "Min", "Mean", "Norm"))
 
     def __call__(self, tensor: torch.Tensor, data_stem: str) -> dict[str, Any]:
