@@ -163,10 +163,15 @@ class _MappedJournal:
         self._position = end
 
     def close(self) -> None:
+        """Trim the reserved tail and let go of the file."""
+        self._release(trim=True)
+
+    def _release(self, trim: bool) -> None:
         if self._map is not None:
             self._map.close()
             self._map = None
-            os.ftruncate(self._fd, self._position)
+            if trim:
+                os.ftruncate(self._fd, self._position)
             os.close(self._fd)
 
     # -- reuse from one step to the next -----------------------------------------------------
@@ -193,13 +198,9 @@ class _MappedJournal:
         self.path = path
 
     def discard(self, unlink: bool = True) -> None:
-        path = self.path
-        if self._map is not None:
-            self._map.close()
-            self._map = None
-            os.close(self._fd)
+        self._release(trim=False)
         if unlink:
-            path.unlink(missing_ok=True)
+            self.path.unlink(missing_ok=True)
 
 
 _ZEROS = bytearray()
