@@ -421,6 +421,59 @@ def test_md5_follows_in_place_changes_of_a_tensor_seen_before(tmp_path):
     assert data["Tensor.add.1.forward"]["input_args"][0]["md5"] == crc(torch.full((4,), 6.0))
 
 
+def test_statistics_follow_writes_that_torch_does_not_version(tmp_path):
+    """Writes through `.data`, a view of it, or a swapped `.data` leave the tensor's version as it was."""
+    config = {"task": "statistics", "level": "L1", "dump_path": str(tmp_path)}
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    debugger = PrecisionDebugger(config_path=str(tmp_path / "c.json"))
+    weight, x = torch.ones(4, 4), torch.ones(4)
+    expected = []
+
+    def use_weight():
+        expected.append(weight.clone())
+        torch.matmul(weight, x)
+
+    debugger.start()
+    use_weight()
+    weight.data.mul_(3.0)  # the alias's version moves, the weight's does not
+    use_weight()
+    weight.data[1].zero_()  # a view of the alias, through a method the dump does not record
+    use_weight()
+    weight.data = torch.full((4, 4), -2.0)  # other memory, same object and version
+    use_weight()
+    debugger.stop()
+    debugger.step()
+    data = read_dump(tmp_path / "step0" / "rank" / "dump.json").data
+    for index, values in enumerate(expected):
+        stats = data[f"Torch.matmul.{index}.forward"]["input_args"][0]
+        assert (stats["Max"], stats["Min"], stats["Mean"]) == (values.max(), values.min(), values.mean()), index
+
+
+def test_module_parameters_follow_writes_through_data_at_l0(tmp_path):
+    config = {"task": "statistics", "level": "L0", "dump_path": str(tmp_path)}
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    layer = torch.nn.Linear(3, 2)
+    debugger = PrecisionDebugger(config_path=str(tmp_path / "c.json"), model=layer)
+    expected = []
+
+    def use_layer():
+        expected.append(layer.weight.detach().clone())
+        layer(torch.ones(1, 3))
+
+    debugger.start()
+    use_layer()
+    layer.weight.data.mul_(4.0)  # listed, but not dumped at L0
+    use_layer()
+    layer.weight.data.zero_()
+    use_layer()
+    debugger.stop()
+    debugger.step()
+    data = read_dump(tmp_path / "step0" / "rank" / "dump.json").data
+    for index, values in enumerate(expected):
+        stats = data[f"Module.Linear.Linear.forward.{index}"]["parameters"]["weight"]
+        assert (stats["Max"], stats["Min"]) == (values.max().item(), values.min().item()), index
+
+
 @pytest.mark.parametrize(
     "dtype",
     [

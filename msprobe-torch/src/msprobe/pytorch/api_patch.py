@@ -60,3 +60,24 @@ def api_targets(selected: Callable[[str], bool] | None = None) -> list[tuple[Any
 def ApiPatcher(handler: Handler, selected: Callable[[str], bool] | None = None) -> CoreApiPatcher:
     """The core patcher over PyTorch's API list."""
     return CoreApiPatcher(handler, lambda: api_targets(selected))
+
+
+_NO_DATA_WRITTEN = {"requires_grad_", "share_memory_", "detach_"}
+
+
+def unlisted_in_place_targets() -> list[tuple[Any, str, str]]:
+    """Tensor methods that write their tensor but are not in the API list (``copy_``, ``zero_``, ``uniform_``...).
+
+    They are never dumped; a dump watches them only to know which memory
+    they wrote.
+    """
+    listed = set(load_api_names()["tensor"])
+    return [
+        (torch.Tensor, name, f"Tensor.{name}")
+        for name in dir(torch.Tensor)
+        if name.endswith("_")
+        and not name.startswith("_")
+        and name not in listed
+        and name not in _NO_DATA_WRITTEN
+        and callable(getattr(torch.Tensor, name, None))
+    ]

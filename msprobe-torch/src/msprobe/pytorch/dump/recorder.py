@@ -17,12 +17,13 @@ from typing import Any
 
 import torch
 
+from msprobe.core.api_patch import ApiPatcher as CoreApiPatcher
 from msprobe.core.dump.collector import DumpCollector
 from msprobe.core.dump.stack import StackCapture
 from msprobe.core.dump.values import ValueEncoder
 from msprobe.core.dump.writer import NO_PARENT
 from msprobe.core.session import TaskSession
-from msprobe.pytorch.api_patch import ApiPatcher
+from msprobe.pytorch.api_patch import ApiPatcher, api_targets, unlisted_in_place_targets
 from msprobe.pytorch.dump import grad_taps
 from msprobe.pytorch.dump.tensors import TensorSummarizer, describe_object, is_tensor
 
@@ -45,12 +46,37 @@ def _writes_in_place(key: str, kwargs: dict) -> bool:
     if in_place is None:
         api = key.rsplit(".", 1)[-1]
         in_place = _IN_PLACE_BY_KEY[key] = (
-            key.startswith("Module.")  # a module may do anything to its inputs
+            key.startswith(("Module.", "Distributed."))  # a module may do anything; collectives write their tensors
             or (api.endswith("_") and not api.endswith("__"))
             or api.startswith("__i")
             or api == "__setitem__"
         )
     return in_place
+
+
+def _overwritten(key: str, args: tuple, kwargs: dict) -> list[Any]:
+    """The tensors an in-place call writes: ``out=``, else its first argument; a collective may write any."""
+    if key.startswith("Distributed."):
+        return [t for value in (*args, *kwargs.values()) for t in _tensors_in(value)]
+    if kwargs and "out" in kwargs:
+        return _tensors_in(kwargs["out"])
+    return _tensors_in(args[0]) if args else []
+
+
+def _undumped_writers(level: str) -> list[tuple[Any, str, str]]:
+    """APIs that write tensors but get no entry at this level: at L0, the listed in-place ones too."""
+    targets = unlisted_in_place_targets()
+    if level == "L0":
+        targets += [target for target in api_targets() if _writes_in_place(target[2], {})]
+    return targets
+
+
+def _tensors_in(value: Any) -> list[Any]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [item for item in value if isinstance(item, torch.Tensor)]
+    return []
 
 
 def npu_overflow_flag() -> Callable[[], bool | None] | None:
@@ -89,6 +115,8 @@ class TorchDumpRecorder:
             self._go_online(config)
         self.patcher = ApiPatcher(self._call_api)
         self.state = self.patcher.state
+        # in-place calls that are not dumped still tell the statistics cache what they wrote
+        self.write_watch = CoreApiPatcher(self._note_write, lambda: _undumped_writers(self.level))
         self.api_counts: dict[str, int] = defaultdict(int)
         self.module_counts: dict[str, int] = defaultdict(int)
         self.module_stack: list[str] = []
@@ -98,9 +126,12 @@ class TorchDumpRecorder:
 
     # -- TaskHooks ------------------------------------------------------------------
     def install(self) -> None:
+        self.summarizer.clear()  # what happened while the dump was off went unseen: measure afresh
         self.collector.open_step()
         if self.level in ("L1", "mix"):
             self.patcher.install()
+        if self.summarizer.caches and self.level in ("L0", "L1", "mix"):
+            self.write_watch.install()
         if self.level in ("L0", "mix"):
             self._hook_modules()
         if self.level == "mix":
@@ -124,6 +155,7 @@ class TorchDumpRecorder:
 
     def remove(self) -> None:
         self.patcher.remove()
+        self.write_watch.remove()
         self._stack.forget()
         for handle in self.handles:
             handle.remove()
@@ -178,7 +210,12 @@ class TorchDumpRecorder:
             name = f"{key}.{index}.forward"
             record = None
             try:
-                record = self._before(name, f"{key}.{index}.backward", args, kwargs, _writes_in_place(key, kwargs))
+                in_place = _writes_in_place(key, kwargs)
+                try:
+                    record = self._before(name, f"{key}.{index}.backward", args, kwargs, in_place)
+                finally:  # after the inputs were measured as they are now, even if that failed
+                    if in_place and self.summarizer.caches:
+                        self.summarizer.overwriting(_overwritten(key, args, kwargs))
             except Exception as exc:
                 self.collector.report_failure(name, exc)
                 record = None
@@ -191,6 +228,13 @@ class TorchDumpRecorder:
             return output
         finally:
             state.busy = False
+
+    def _note_write(self, original: Callable, key: str, args: tuple, kwargs: dict) -> Any:
+        try:
+            self.summarizer.overwriting(_overwritten(key, args, kwargs))
+        except Exception as exc:
+            self.collector.report_failure(key, exc)
+        return original(*args, **kwargs)
 
     def _before(
         self, name: str, backward_name: str, args: tuple, kwargs: dict, in_place: bool = True

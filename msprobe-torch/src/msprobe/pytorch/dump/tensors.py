@@ -7,7 +7,10 @@ except that float64 is measured in float64, not float32. One host sync per
 tensor on a device: the four reductions are stacked and read together (on
 the CPU they are read one by one, which is cheaper), and a tensor
 seen again unchanged (one API's output is the next one's input) reuses its
-statistics.
+statistics. "Unchanged" means the same object, version and memory, and no
+dumped in-place call has written that memory since: writes through an
+alias (``w.data.mul_(2)``) or a collective (``all_reduce``) leave torch's
+version counter as it was.
 """
 
 from __future__ import annotations
@@ -159,6 +162,13 @@ def crc32_hex(tensor: torch.Tensor) -> str:
     return checksum_hex(raw)
 
 
+def _storage_address(tensor: torch.Tensor) -> int | None:
+    try:
+        return tensor.untyped_storage().data_ptr()
+    except Exception:  # sparse, nested and wrapper tensors have no single storage
+        return None
+
+
 def _needs_copy(tensor: torch.Tensor) -> bool:
     storage_bytes = tensor.untyped_storage().nbytes()
     return not tensor.is_contiguous() or storage_bytes != tensor.numel() * tensor.element_size()
@@ -176,7 +186,11 @@ class TensorSummarizer:
         self.save_files = task == "tensor"
         self.online: dict[str, Any] | None = None  # data_name -> array, when streaming to a receiver
         self.tensor_dir: Path | None = None
-        self._cache: dict[tuple[int, str], tuple[Any, int, Any]] = {}
+        # (id, kind) -> (weak reference, version, data address, storage address, write count when measured, value)
+        self._cache: dict[tuple[int, str], tuple[Any, int, int, int, int, Any]] = {}
+        self._written_at: dict[int, int] = {}  # storage address -> write count when last written
+        self._writes = 0
+        self.caches = self.with_stats or self.with_crc
 
     def set_tensor_dir(self, folder: Path | None) -> None:
         self.tensor_dir = folder
@@ -187,6 +201,15 @@ class TensorSummarizer:
 
     def clear(self) -> None:
         self._cache.clear()
+        self._written_at.clear()
+
+    def overwriting(self, tensors: list[Any]) -> None:
+        """A call is about to write into these tensors' memory: statistics cached for it, under any alias, go stale."""
+        for tensor in tensors:
+            storage = _storage_address(tensor)
+            if storage is not None:
+                self._writes += 1
+                self._written_at[storage] = self._writes
 
     def write_pending(self) -> None:
         """Async mode: the tensor files of the step, written when it ends."""
@@ -200,17 +223,32 @@ class TensorSummarizer:
         return self._cached("stats", tensor, _measure_deferred if self.deferred else _measure)
 
     def _cached(self, kind: str, tensor: torch.Tensor, compute: Callable[[torch.Tensor], Any]) -> Any:
-        """``compute(tensor)``, reused while the same tensor is unchanged (same object, same version)."""
+        """``compute(tensor)``, reused while the tensor is unchanged (see the module's docstring)."""
         key = (id(tensor), kind)
-        version = tensor._version
         cached = self._cache.get(key)
-        if cached is not None and cached[0]() is tensor and cached[1] == version:
-            return cached[2]
+        if cached is not None:
+            ref, version, address, storage, measured_at, value = cached
+            if (
+                ref() is tensor
+                and version == tensor._version
+                and address == tensor.data_ptr()  # another address: `.data` or `set_` gave it other memory
+                and self._written_at.get(storage, 0) <= measured_at
+            ):
+                return value
         value = compute(tensor)
-        try:
-            self._cache[key] = (weakref.ref(tensor), version, value)
-        except TypeError:  # some tensor subclasses refuse weak references
-            pass
+        storage = _storage_address(tensor)
+        if storage is not None:  # no plain memory (sparse, wrappers): measured every time
+            try:
+                self._cache[key] = (
+                    weakref.ref(tensor),
+                    tensor._version,
+                    tensor.data_ptr(),
+                    storage,
+                    self._writes,
+                    value,
+                )
+            except TypeError:  # some tensor subclasses refuse weak references
+                pass
         return value
 
     def nonfinite(self, tensor: torch.Tensor) -> bool:
