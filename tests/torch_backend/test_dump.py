@@ -291,6 +291,29 @@ def test_an_exception_inside_the_tool_is_logged_once_and_training_goes_on(tmp_pa
     assert "Functional.relu.0.forward" in load(tmp_path).data
 
 
+@pytest.mark.parametrize("level", ["L0", "L1"])
+def test_gradients_are_not_held_after_their_backward_entry_is_written(tmp_path, level):
+    """The hooks live as long as the graph (here: as long as `loss`); the gradients must not."""
+    import gc
+    import weakref
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    debugger = PrecisionDebugger(task="statistics", level=level, dump_path=str(tmp_path), model=model)
+    debugger.start()
+    hidden = model[0](torch.ones(3, 4))
+    seen = []
+    hidden.register_hook(lambda grad: seen.append(weakref.ref(grad)))
+    loss = model[1](hidden).sum()
+    loss.backward()
+    debugger.stop()
+    debugger.step()
+    gc.collect()
+    assert seen and seen[0]() is None  # `loss` and its graph are still alive
+    entries = read_dump(tmp_path / "step0" / "rank" / "dump.json").data
+    assert any(name.endswith("backward") or ".backward." in name for name in entries)
+    del loss
+
+
 def test_bad_calls(tmp_path):
     from msprobe.core.errors import UsageError
 

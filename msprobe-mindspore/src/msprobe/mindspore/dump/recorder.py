@@ -178,6 +178,7 @@ class _Backward:
         self.written = True
         arriving = [self.arriving.get(i) for i in range(self.outputs)]
         leaving = [self.leaving.get(i) for i in range(self.inputs)]
+        self.arriving, self.leaving = {}, {}  # the hooks outlive the write: they must not keep the gradients alive
         self.recorder.write_backward(self.name, arriving, leaving, self.parent)
 
 

@@ -488,7 +488,12 @@ class _CallRecord:
         self.on_input_grads(tuple(grad_inputs))
 
     def on_input_grads(self, grads: tuple) -> None:
-        if self.wrote or self.recorder is None or not self.keep_backward:
-            return
-        self.wrote = True
-        self.recorder.write_backward(self, grads)
+        try:
+            if self.wrote or self.recorder is None or not self.keep_backward:
+                return
+            self.wrote = True
+            self.recorder.write_backward(self, grads)
+        finally:
+            # the hook, and so this record, lives as long as the graph (often until the next step's
+            # forward replaces the loss): holding the gradients that long would keep megabytes alive
+            self.output_grads, self.input_grads = {}, {}
