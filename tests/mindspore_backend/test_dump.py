@@ -257,3 +257,61 @@ def test_jit_cells_are_dumped_as_one_api(tmp_path):
     # the head's primitive is dumped, the jit block's inner one is not (it runs inside the compiled graph)
     assert dump.construct["Primitive.matmul.MatMul.0.forward"] == "Cell.head.Dense.forward.0"
     assert type(net.head.matmul).__name__ == "MatMul"
+
+
+def test_a_cell_that_raises_leaves_the_hierarchy_as_it_was(tmp_path):
+    """A caught exception in a construct must not file the later entries under that call."""
+
+    class Flaky(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.inner = nn.Dense(2, 2)
+            self.fail = True
+
+        def construct(self, x):
+            y = self.inner(x)
+            if self.fail:
+                self.fail = False
+                raise RuntimeError("out of memory (simulated)")
+            return y
+
+    class Outer(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.flaky = Flaky()
+            self.head = nn.Dense(2, 2)
+
+        def construct(self, x):
+            return self.head(self.flaky(x))
+
+    net = Outer()
+    debugger = PrecisionDebugger(task="statistics", level="mix", dump_path=str(tmp_path / "d"), model=net)
+    debugger.start()
+    with pytest.raises(RuntimeError):
+        net(Tensor(np.ones((1, 2), np.float32)))
+    net(Tensor(np.ones((1, 2), np.float32)))
+    debugger.stop()
+    debugger.step()
+    dump = read_dump(tmp_path / "d" / "step0" / "rank")
+    assert dump.construct["Cell.flaky.Flaky.forward.1"] is None
+    assert dump.construct["Cell.head.Dense.forward.0"] is None
+    assert dump.construct["Cell.flaky.inner.Dense.forward.1"] == "Cell.flaky.Flaky.forward.1"
+    assert "Cell.flaky.Flaky.forward.0" not in dump.data
+
+
+def test_a_scope_ends_at_its_last_api_even_when_that_call_raises(tmp_path, caplog):
+    """The call's own error reaches the caller at the call, not the tool's statistics afterwards."""
+    x, bad = Tensor(np.ones((2, 2), np.float32)), Tensor(np.ones((3, 3), np.float32))
+    scope = ["Mint.add.0.forward", "Mint.matmul.0.forward"]
+    config = {"task": "statistics", "level": "L1", "dump_path": str(tmp_path / "d"), "statistics": {"scope": scope}}
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    debugger = PrecisionDebugger(config_path=str(tmp_path / "c.json"))
+    debugger.start()
+    mint.add(x, 1)
+    with pytest.raises((RuntimeError, ValueError)):
+        mint.matmul(x, bad)  # shapes do not match
+    mint.add(x, 2)
+    debugger.stop()
+    debugger.step()
+    assert list(read_dump(tmp_path / "d" / "step0" / "rank").data) == ["Mint.add.0.forward"]
+    assert "failed" not in caplog.text

@@ -314,6 +314,78 @@ def test_gradients_are_not_held_after_their_backward_entry_is_written(tmp_path, 
     del loss
 
 
+def test_a_module_that_raises_leaves_the_hierarchy_as_it_was(tmp_path):
+    """A caught exception in a forward (an out-of-memory retry, say) must not file later entries under it."""
+
+    class Flaky(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = torch.nn.Linear(2, 2)
+            self.fail = True
+
+        def forward(self, x):
+            y = self.inner(x)
+            if self.fail:
+                self.fail = False
+                raise RuntimeError("out of memory (simulated)")
+            return y
+
+    model = torch.nn.Sequential(Flaky(), torch.nn.Linear(2, 2))
+    debugger = PrecisionDebugger(task="statistics", level="mix", dump_path=str(tmp_path), model=model)
+    debugger.start()
+    with pytest.raises(RuntimeError):
+        model(torch.ones(1, 2))
+    model(torch.ones(1, 2)).sum().backward()
+    debugger.stop()
+    debugger.step()
+    folder = tmp_path / "step0" / "rank"
+    parents = json.loads((folder / "construct.json").read_text())
+    assert parents["Module.0.Flaky.forward.1"] is None
+    assert parents["Module.1.Linear.forward.0"] is None
+    assert parents["Tensor.sum.0.forward"] is None
+    assert parents["Module.0.inner.Linear.forward.1"] == "Module.0.Flaky.forward.1"
+    assert "Module.0.Flaky.forward.0" not in read_dump(folder / "dump.json").data  # it never returned
+
+
+def test_a_scope_ends_at_its_last_api_even_when_that_call_raises(tmp_path):
+    x, bad = torch.ones(2, 2), torch.ones(3, 3)
+    scope = ["Torch.add.0.forward", "Torch.matmul.0.forward"]
+    config = {"task": "statistics", "level": "L1", "dump_path": str(tmp_path), "statistics": {"scope": scope}}
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    debugger = PrecisionDebugger(config_path=str(tmp_path / "c.json"))
+    debugger.start()
+    torch.add(x, 1)
+    with pytest.raises(RuntimeError):
+        torch.matmul(x, bad)  # shapes do not match
+    torch.add(x, 2)
+    debugger.stop()
+    debugger.step()
+    assert list(read_dump(tmp_path / "step0" / "rank" / "dump.json").data) == ["Torch.add.0.forward"]
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_activation_checkpointing_marks_the_recomputed_forward(tmp_path, reentrant):
+    """As the reference does; torch's checkpoint (non-reentrant) also stops recomputing by raising inside."""
+    from torch.utils.checkpoint import checkpoint
+
+    block, head = torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)
+    model = torch.nn.ModuleList([block, head])
+    debugger = PrecisionDebugger(task="statistics", level="mix", dump_path=str(tmp_path), model=model)
+    debugger.start()
+    x = torch.randn(2, 4, requires_grad=True)
+    head(checkpoint(lambda h: torch.relu(block(h)), x, use_reentrant=reentrant)).sum().backward()
+    head(x)  # after the backward: filed at the top, not under a recomputed call
+    debugger.stop()
+    debugger.step()
+    dump = read_dump(tmp_path / "step0" / "rank" / "dump.json")
+    assert dump.data["Functional.linear.0.forward"]["is_recompute"] is False  # the first pass
+    assert dump.data["Module.0.Linear.forward.0"]["is_recompute"] is False
+    assert dump.data["Functional.linear.2.forward"]["is_recompute"] is True  # the block again, during backward
+    assert dump.data["Module.0.Linear.forward.1"]["is_recompute"] is True
+    assert dump.data["Module.1.Linear.forward.1"]["is_recompute"] is False
+    assert dump.construct["Module.1.Linear.forward.1"] is None
+
+
 def test_bad_calls(tmp_path):
     from msprobe.core.errors import UsageError
 

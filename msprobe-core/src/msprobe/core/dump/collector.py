@@ -124,11 +124,13 @@ class DumpCollector:
         raw_inputs: tuple[tuple, dict] | None = None,
         stack: Callable[[], Any] | None = None,
         parent: Any = NO_PARENT,
+        recompute: bool = False,
     ) -> bool:
         """Record a forward entry, with its call stack and its parent in construct.json when given.
 
         ``stack`` is called only for an entry that is kept. False when the
-        overflow check decided not to keep it.
+        overflow check decided not to keep it. ``recompute`` marks a forward
+        run again during backward (activation checkpointing).
         """
         if self.overflow is not None:
             flag = self._hardware()
@@ -147,14 +149,14 @@ class DumpCollector:
         with self._files(self.overflow is not None):
             entry = dict(inputs)
             if parameters is None:
-                entry["is_recompute"] = False  # the reference's key order differs for APIs and modules
+                entry["is_recompute"] = recompute  # the reference's key order differs for APIs and modules
             if self.task != "structure":
                 entry["output"] = self.encoder.encode_outputs(output, f"{name}.output") if self.modes.outputs else []
                 if parameters is not None:
                     entry["parameters"] = {
                         key: self.encoder.encode(value, f"{name}.parameters.{key}") for key, value in parameters.items()
                     }
-            entry["is_recompute"] = False
+            entry["is_recompute"] = recompute
         self.open_step().add(name, entry, self.deferred, stack() if stack is not None else None, parent)
         return True
 

@@ -295,7 +295,13 @@ class MindSporeDumpRecorder:
                     args, kwargs, record = self._hook_inputs(backward_name, args, kwargs)
             except Exception as exc:
                 self.collector.report_failure(name, exc)
-            output = original(*args, **kwargs)
+            try:
+                output = original(*args, **kwargs)
+                if record is not None:
+                    _surface_errors(output)
+            except BaseException:
+                self.collector.leave(name)  # the call never returned: no entry, and a scope it ends still ends
+                raise
             try:
                 if keep_forward:
                     parent = (self.cell_stack[-1] if self.cell_stack else None) if self.with_construct else NO_PARENT
@@ -394,6 +400,7 @@ class MindSporeDumpRecorder:
         params = {name.split(".")[-1]: p for name, p in cell.parameters_and_names() if "." not in name}
         grads_name = f"{label}.parameters_grad"
         grads: dict[str, Any] = {}
+        opened: list[str] = []  # this cell's calls still running, innermost last
 
         def pre_hook(_cell: Any, args: tuple) -> None:
             if self.state.busy:
@@ -402,7 +409,17 @@ class MindSporeDumpRecorder:
             self.cell_counts[label] = index + 1
             name = f"{label}.forward.{index}"
             self.cell_stack.append(name)
+            opened.append(name)
             self.collector.enter(name)
+
+        def close_hook(_cell: Any, args: tuple, output: Any) -> None:
+            """Runs after forward_hook, and alone when construct raised: then the call is closed without an entry."""
+            if self.state.busy or not opened:
+                return
+            name = opened.pop()
+            if self.cell_stack and self.cell_stack[-1] == name:  # forward_hook did not run
+                self.cell_stack.pop()
+                self.collector.leave(name)
 
         def forward_hook(_cell: Any, args: tuple, output: Any) -> None:
             if self.state.busy or not self.cell_stack:
@@ -455,10 +472,24 @@ class MindSporeDumpRecorder:
 
         self.handles.append(cell.register_forward_pre_hook(pre_hook))
         self.handles.append(cell.register_forward_hook(forward_hook))
+        self.handles.append(cell.register_forward_hook(close_hook, always_call=True))
         self.handles.append(cell.register_backward_hook(backward_hook))
         for param_name, param in params.items():
             if param.requires_grad:
                 self.handles.append(param.register_hook(grad_hook(param_name)))
+
+
+def _surface_errors(output: Any) -> None:
+    """Raise a call's own error here, where the user's code called it.
+
+    Inputs that went through ``HookBackward`` make MindSpore check the call
+    (shapes, dtypes) only when its result is first used; without this, that
+    first use would be the tool's statistics, which would log the user's
+    error as its own failure and hand back a broken tensor.
+    """
+    for value in output if isinstance(output, (tuple, list)) else (output,):
+        if isinstance(value, ms.Tensor):
+            value.shape  # noqa: B018 - reading the shape waits for the call's checks
 
 
 def _gradable(value: Any) -> bool:

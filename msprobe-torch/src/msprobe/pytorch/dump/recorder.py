@@ -33,6 +33,16 @@ _TOOL_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 _IN_PLACE_BY_KEY: dict[str, bool] = {}
+_graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: -1)
+
+
+def _recomputing() -> bool:
+    """A forward call made while backward runs: activation checkpointing runs the forward again then.
+
+    (So does Python code inside a custom ``autograd.Function.backward``,
+    which the reference flags as well.)
+    """
+    return _graph_task_id() != -1
 
 
 def _writes_in_place(key: str, kwargs: dict) -> bool:
@@ -219,7 +229,12 @@ class TorchDumpRecorder:
             except Exception as exc:
                 self.collector.report_failure(name, exc)
                 record = None
-            output = original(*args, **kwargs)
+            try:
+                output = original(*args, **kwargs)
+            except BaseException:
+                if record is not None:  # the call never returned: it gets no entry, and a scope it ends still ends
+                    self.collector.leave(name)
+                raise
             if record is not None:
                 try:
                     output = self._after(record, output)
@@ -269,6 +284,7 @@ class TorchDumpRecorder:
                 raw_inputs=(record.args, record.kwargs),
                 stack=self._stack,
                 parent=record.parent if self.with_construct else NO_PARENT,
+                recompute=_recomputing(),
             )
         if record.keep_backward:
             record.watch_node(output)
@@ -311,14 +327,20 @@ class TorchDumpRecorder:
     def _hook_module(self, module: torch.nn.Module, label: str) -> None:
         """Forward via module hooks; backward via tensor hooks, which never alter the graph."""
         pending: list[_CallRecord | None] = []
+        # per open call, innermost last: len(pending) once it was pushed, and the name it put on the module stack
+        opened: list[tuple[int, str | None]] = []
         grads_name = f"{label}.parameters_grad"
         params = dict(module.named_parameters(recurse=False))
+
+        def leave_module_stack(pushed: str | None) -> None:
+            if pushed is not None and self.module_stack and self.module_stack[-1] == pushed:
+                self.module_stack.pop()
 
         def pre_hook(mod: torch.nn.Module, args: tuple, kwargs: dict) -> None:
             if self.state.busy:
                 return
             self.state.busy = True
-            record = None
+            record = pushed = None
             try:
                 index = self.module_counts[label]
                 self.module_counts[label] = index + 1
@@ -328,11 +350,29 @@ class TorchDumpRecorder:
                 if record is not None:
                     record.parent = parent
                 self.module_stack.append(name)
+                pushed = name
             except Exception as exc:
                 self.collector.report_failure(label, exc)
             finally:
                 pending.append(record)
+                opened.append((len(pending), pushed))
                 self.state.busy = False
+
+        def close_hook(mod: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+            """Runs after forward_hook, and alone when the forward raised (a caught out-of-memory, say).
+
+            Then the call gets no entry, and what pre_hook opened is closed, or
+            every later entry of the step would be filed under this call.
+            """
+            if self.state.busy or not opened:
+                return
+            depth, pushed = opened.pop()
+            if len(pending) < depth:
+                return  # forward_hook closed it
+            record = pending.pop()
+            leave_module_stack(pushed)
+            if record is not None:
+                self.collector.leave(record.name)
 
         def forward_hook(mod: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
             if self.state.busy or not pending:
@@ -340,8 +380,7 @@ class TorchDumpRecorder:
             record = pending.pop()
             self.state.busy = True
             try:
-                if self.module_stack:
-                    self.module_stack.pop()
+                leave_module_stack(opened[-1][1] if opened else None)
                 if record is None:
                     return
                 if record.keep_forward:
@@ -353,6 +392,7 @@ class TorchDumpRecorder:
                         raw_inputs=(args, kwargs),
                         stack=self._stack,
                         parent=record.parent,
+                        recompute=_recomputing(),
                     )
                 if params and torch.is_grad_enabled() and any(p.requires_grad for p in params.values()):
                     if self.collector.keeps(grads_name, "backward"):
@@ -368,6 +408,7 @@ class TorchDumpRecorder:
 
         self.handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
         self.handles.append(module.register_forward_hook(forward_hook, with_kwargs=True))
+        self.handles.append(module.register_forward_hook(close_hook, with_kwargs=True, always_call=True))
         for param in params.values():
             if param.requires_grad:
                 self.handles.append(param.register_post_accumulate_grad_hook(self._param_grad_hook(grads_name, params)))
