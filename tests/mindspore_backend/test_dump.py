@@ -259,6 +259,18 @@ def test_jit_cells_are_dumped_as_one_api(tmp_path):
     assert type(net.head.matmul).__name__ == "MatMul"
 
 
+class Around(nn.Cell):
+    """``first``, then a Dense head."""
+
+    def __init__(self, first):
+        super().__init__()
+        self.first = first
+        self.head = nn.Dense(2, 2)
+
+    def construct(self, x):
+        return self.head(self.first(x))
+
+
 def test_a_cell_that_raises_leaves_the_hierarchy_as_it_was(tmp_path):
     """A caught exception in a construct must not file the later entries under that call."""
 
@@ -275,16 +287,7 @@ def test_a_cell_that_raises_leaves_the_hierarchy_as_it_was(tmp_path):
                 raise RuntimeError("out of memory (simulated)")
             return y
 
-    class Outer(nn.Cell):
-        def __init__(self):
-            super().__init__()
-            self.flaky = Flaky()
-            self.head = nn.Dense(2, 2)
-
-        def construct(self, x):
-            return self.head(self.flaky(x))
-
-    net = Outer()
+    net = Around(Flaky())
     debugger = PrecisionDebugger(task="statistics", level="mix", dump_path=str(tmp_path / "d"), model=net)
     debugger.start()
     with pytest.raises(RuntimeError):
@@ -293,10 +296,10 @@ def test_a_cell_that_raises_leaves_the_hierarchy_as_it_was(tmp_path):
     debugger.stop()
     debugger.step()
     dump = read_dump(tmp_path / "d" / "step0" / "rank")
-    assert dump.construct["Cell.flaky.Flaky.forward.1"] is None
+    assert dump.construct["Cell.first.Flaky.forward.1"] is None
     assert dump.construct["Cell.head.Dense.forward.0"] is None
-    assert dump.construct["Cell.flaky.inner.Dense.forward.1"] == "Cell.flaky.Flaky.forward.1"
-    assert "Cell.flaky.Flaky.forward.0" not in dump.data
+    assert dump.construct["Cell.first.inner.Dense.forward.1"] == "Cell.first.Flaky.forward.1"
+    assert "Cell.first.Flaky.forward.0" not in dump.data
 
 
 def test_a_scope_ends_at_its_last_api_even_when_that_call_raises(tmp_path, caplog):
@@ -315,3 +318,35 @@ def test_a_scope_ends_at_its_last_api_even_when_that_call_raises(tmp_path, caplo
     debugger.step()
     assert list(read_dump(tmp_path / "d" / "step0" / "rank").data) == ["Mint.add.0.forward"]
     assert "failed" not in caplog.text
+
+
+def test_an_error_of_a_call_on_inputs_still_being_computed_reaches_the_caller(tmp_path, caplog):
+    """PyNative runs ahead: the check of a call on pending inputs waits for its first use, which is the tool's."""
+    x, bad = Tensor(np.ones((2, 2), np.float32)), Tensor(np.ones((3, 3), np.float32))
+    config = {"task": "statistics", "level": "L1", "dump_path": str(tmp_path / "d")}
+    (tmp_path / "c.json").write_text(json.dumps({**config, "statistics": {"data_mode": ["forward"]}}))
+    debugger = PrecisionDebugger(config_path=str(tmp_path / "c.json"))
+    debugger.start()
+    with pytest.raises(RuntimeError):
+        mint.matmul(mint.add(x, 1), mint.add(bad, 1))
+    debugger.stop()
+    debugger.step()
+    assert "failed" not in caplog.text
+
+
+def test_an_error_inside_a_cell_reaches_the_caller_at_l0(tmp_path, caplog):
+    class Broken(nn.Cell):
+        def construct(self, x):
+            return mint.matmul(mint.add(x, 1), mint.add(x[:1, :1].broadcast_to((3, 3)), 1))
+
+    net = Around(Broken())
+    debugger = PrecisionDebugger(task="statistics", level="L0", dump_path=str(tmp_path / "d"), model=net)
+    debugger.start()
+    with pytest.raises(RuntimeError):
+        net(Tensor(np.ones((2, 2), np.float32)))
+    net.head(Tensor(np.ones((1, 2), np.float32)))
+    debugger.stop()
+    debugger.step()
+    assert "failed" not in caplog.text
+    dump = read_dump(tmp_path / "d" / "step0" / "rank")
+    assert dump.construct["Cell.head.Dense.forward.0"] is None

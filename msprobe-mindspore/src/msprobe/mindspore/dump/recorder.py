@@ -297,7 +297,7 @@ class MindSporeDumpRecorder:
                 self.collector.report_failure(name, exc)
             try:
                 output = original(*args, **kwargs)
-                if record is not None:
+                if keep_forward or record is not None:
                     _surface_errors(output)
             except BaseException:
                 self.collector.leave(name)  # the call never returned: no entry, and a scope it ends still ends
@@ -424,6 +424,7 @@ class MindSporeDumpRecorder:
         def forward_hook(_cell: Any, args: tuple, output: Any) -> None:
             if self.state.busy or not self.cell_stack:
                 return
+            _surface_errors(output)  # the cell's own error, raised from its call (close_hook then tidies up)
             self.state.busy = True
             name = self.cell_stack.pop()
             try:
@@ -482,10 +483,11 @@ class MindSporeDumpRecorder:
 def _surface_errors(output: Any) -> None:
     """Raise a call's own error here, where the user's code called it.
 
-    Inputs that went through ``HookBackward`` make MindSpore check the call
-    (shapes, dtypes) only when its result is first used; without this, that
-    first use would be the tool's statistics, which would log the user's
-    error as its own failure and hand back a broken tensor.
+    When its inputs are still being computed (PyNative runs ahead, and
+    inputs that went through ``HookBackward`` always are), MindSpore checks
+    a call (shapes, dtypes) only when its result is first used; without
+    this, that first use would be the tool's statistics, which would log the
+    user's error as its own failure and hand back a broken tensor.
     """
     for value in output if isinstance(output, (tuple, list)) else (output,):
         if isinstance(value, ms.Tensor):
