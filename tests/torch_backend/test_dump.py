@@ -291,6 +291,26 @@ def test_an_exception_inside_the_tool_is_logged_once_and_training_goes_on(tmp_pa
     assert "Functional.relu.0.forward" in load(tmp_path).data
 
 
+@pytest.mark.parametrize("where", ["argument", "config"])
+def test_strict_raises_the_tool_s_own_errors(tmp_path, monkeypatch, where):
+    from msprobe.pytorch.dump import tensors
+
+    def broken(tensor):
+        raise RuntimeError("simulated failure")
+
+    monkeypatch.setattr(tensors, "_measure", broken)
+    if where == "argument":
+        debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path), strict=True)
+    else:
+        (tmp_path / "c.json").write_text(json.dumps({"task": "statistics", "dump_path": str(tmp_path), "strict": True}))
+        debugger = PrecisionDebugger(config_path=str(tmp_path / "c.json"))
+    debugger.start()
+    with pytest.raises(RuntimeError, match="simulated failure"):
+        torch.relu(torch.ones(2))
+    debugger.stop()
+    torch.relu(torch.ones(2))  # nothing of the tool is left in the way
+
+
 @pytest.mark.parametrize("level", ["L0", "L1"])
 def test_gradients_are_not_held_after_their_backward_entry_is_written(tmp_path, level):
     """The hooks live as long as the graph (here: as long as `loss`); the gradients must not."""

@@ -35,8 +35,9 @@ def rows(path):
     return list(csv.DictReader(file.open())) if file.exists() else []
 
 
-def debugger(tmp_path, **section):
+def debugger(tmp_path, strict=False, **section):
     config = {"task": "free_benchmark", "dump_path": str(tmp_path), "level": "L1", "free_benchmark": section}
+    config["strict"] = strict
     (tmp_path / "fb.json").write_text(json.dumps(config))
     return PrecisionDebugger(config_path=str(tmp_path / "fb.json"))
 
@@ -130,6 +131,34 @@ def test_a_third_party_perturbation_is_used(tmp_path, monkeypatch, fake_npu):
     d.stop()
     d.step()
     assert [row["pert_mode"] for row in rows(tmp_path)] == ["shift_by_one"]
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_failing_perturbation_is_logged_or_raised_with_strict(tmp_path, caplog, strict):
+    def broken(tensor):
+        raise ValueError("simulated perturbation failure")
+
+    class Broken:
+        @hookimpl
+        def msprobe_free_benchmark_perturbations(self):
+            return [Perturbation("always_fails", broken, None, "raises")]
+
+    registry = get_registry()
+    registry.manager.register(Broken(), name="always_fails")
+    try:
+        d = debugger(tmp_path, strict=strict, pert_mode="always_fails", list=["relu"])
+        d.start()
+        try:
+            if strict:
+                with pytest.raises(ValueError, match="simulated perturbation failure"):
+                    torch.relu(torch.tensor([-1.0, 2.0]))
+            else:
+                assert torch.equal(torch.relu(torch.tensor([-1.0, 2.0])), torch.tensor([0.0, 2.0]))
+                assert "simulated perturbation failure" in caplog.text
+        finally:
+            d.stop()
+    finally:
+        registry.manager.unregister(name="always_fails")
 
 
 def test_unknown_perturbation_is_a_clear_error(tmp_path):

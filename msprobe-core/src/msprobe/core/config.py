@@ -260,6 +260,11 @@ class DebuggerConfig(_Section):
         default=False, description="PyTorch: stop by itself after the last step (deprecated)."
     )
     async_dump: bool = Field(default=False, description="Gather on the device and write at step end.")
+    strict: bool = Field(
+        default=False,
+        description="Raise an error that happens inside the tool instead of logging it once and going on "
+        "(to find a bug in the tool or a plugin; not in the reference's config).",
+    )
     framework: str | None = Field(
         default=None, description="Backend to use ('pytorch' or 'mindspore'); optional when only one is installed."
     )

@@ -275,7 +275,7 @@ class FreeBenchmarkCalls:
             perturbed_args = self.map_tensors(args, self.perturb)
             perturbed_kwargs = self.map_tensors(kwargs, self.perturb)
         except Exception as exc:
-            self.warn(name, f"the perturbation failed ({exc})")
+            self.warn(name, f"the perturbation failed ({exc})", exc)
             return original(*args, **kwargs)
         output = original(*args, **kwargs)
         try:
@@ -285,7 +285,7 @@ class FreeBenchmarkCalls:
                 perturbed = original(*perturbed_args, **perturbed_kwargs)
             self.compare(name, output, perturbed, "forward", self.first_floating(args, kwargs))
         except Exception as exc:
-            self.warn(name, f"the perturbed run failed ({exc.__class__.__name__}: {exc})")
+            self.warn(name, f"the perturbed run failed ({exc.__class__.__name__}: {exc})", exc)
         return output
 
     def compare(self, name: str, output: Any, perturbed: Any, stage: str, reference: Any) -> None:
@@ -311,7 +311,7 @@ class FreeBenchmarkCalls:
                 if a is not None and b is not None:
                     self.judge_pair(name.replace(".forward", ".backward"), a, b, "backward", reference, index)
         except Exception as exc:
-            self.warn(name, f"the backward check failed ({exc.__class__.__name__}: {exc})")
+            self.warn(name, f"the backward check failed ({exc.__class__.__name__}: {exc})", exc)
         finally:
             state.busy = busy
 
@@ -337,7 +337,10 @@ class FreeBenchmarkCalls:
             return self.cast_like(perturbed, output)
         return output
 
-    def warn(self, name: str, reason: str) -> None:
+    def warn(self, name: str, reason: str, exc: BaseException) -> None:
+        """Once per API; the call's own result stands (with ``strict``, ``exc`` is raised instead)."""
+        if self.session.config.strict:
+            raise exc
         base = name.rsplit(".", 2)[0]
         if base not in self._warned:
             self._warned.add(base)

@@ -92,8 +92,9 @@ class BaseDebugger:
         level: str | None = None,
         model: Any = None,
         step: list[Any] | None = None,
+        strict: bool | None = None,
     ):
-        self.config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step)
+        self.config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step, strict=strict)
         self.config_path = config_path
         self.model = self._checked_model(model) if model is not None else None
         self.current_step = 0
@@ -199,6 +200,8 @@ class BaseDebugger:
         try:
             self._saver.save(variable, name, save_backward=save_backward)
         except Exception as exc:  # never break training
+            if self.config.strict:
+                raise
             logger.warning("msprobe: save(%r) failed and is skipped: %s", name, exc)
 
     def _make_saver(self) -> Any:

@@ -89,4 +89,6 @@ class GradProbe:
                 records.append(measure(name, parameter.grad, self.level, bounds))
             self.writer.write_step(step, rank, records)
         except Exception as exc:  # never break training
+            if self.session.config.strict:
+                raise
             logger.warning("msprobe grad probe: step %d was not recorded (%s: %s)", step, type(exc).__name__, exc)

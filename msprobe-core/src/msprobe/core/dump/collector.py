@@ -213,7 +213,9 @@ class DumpCollector:
 
     # -- faults -------------------------------------------------------------------------
     def report_failure(self, name: str, exc: BaseException) -> None:
-        """Log once per API name; the training goes on."""
+        """Log once per API name; the training goes on (with ``strict``, ``exc`` is raised instead)."""
+        if self.session.config.strict:
+            raise exc
         base = name.rsplit(".", 2)[0] if name.count(".") >= 3 else name
         if base not in self._failed_names:
             self._failed_names.add(base)
