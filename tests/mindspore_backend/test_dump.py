@@ -350,3 +350,17 @@ def test_an_error_inside_a_cell_reaches_the_caller_at_l0(tmp_path, caplog):
     assert "failed" not in caplog.text
     dump = read_dump(tmp_path / "d" / "step0" / "rank")
     assert dump.construct["Cell.head.Dense.forward.0"] is None
+
+
+def test_strict_raises_the_tool_s_own_errors(tmp_path, monkeypatch):
+    from msprobe.mindspore.dump import tensors
+
+    def broken(tensor, dtype=None):
+        raise RuntimeError("simulated failure")
+
+    monkeypatch.setattr(tensors, "measure", broken)
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path / "d"), strict=True)
+    debugger.start()
+    with pytest.raises(RuntimeError, match="simulated failure"):
+        mint.abs(Tensor(np.ones((2,), np.float32)))
+    debugger.stop()
