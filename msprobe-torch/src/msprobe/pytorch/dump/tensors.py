@@ -8,9 +8,10 @@ tensor on a device: the four reductions are stacked and read together (on
 the CPU they are read one by one, which is cheaper), and a tensor
 seen again unchanged (one API's output is the next one's input) reuses its
 statistics. "Unchanged" means the same object, version and memory, and no
-dumped in-place call has written that memory since: writes through an
-alias (``w.data.mul_(2)``) or a collective (``all_reduce``) leave torch's
-version counter as it was.
+in-place call the dump sees (recorded or only watched, see the recorder)
+has written that memory since: writes through an alias
+(``w.data.mul_(2)``) or a collective (``all_reduce``) leave torch's version
+counter as it was.
 """
 
 from __future__ import annotations
