@@ -311,6 +311,21 @@ def test_strict_raises_the_tool_s_own_errors(tmp_path, monkeypatch, where):
     torch.relu(torch.ones(2))  # nothing of the tool is left in the way
 
 
+def test_a_device_error_met_by_the_tool_is_raised_to_the_training(tmp_path, monkeypatch):
+    """An asynchronous kernel failure surfaces at the next sync, which may be the tool's: it is not the tool's."""
+    from msprobe.pytorch.dump import tensors
+
+    def device_failure(tensor):
+        raise torch.AcceleratorError("CUDA error: device-side assert triggered")
+
+    monkeypatch.setattr(tensors, "_measure", device_failure)
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path))
+    debugger.start()
+    with pytest.raises(torch.AcceleratorError):
+        torch.relu(torch.ones(2))
+    debugger.stop()
+
+
 @pytest.mark.parametrize("level", ["L0", "L1"])
 def test_gradients_are_not_held_after_their_backward_entry_is_written(tmp_path, level):
     """The hooks live as long as the graph (here: as long as `loss`); the gradients must not."""

@@ -47,6 +47,8 @@ class DumpCollector:
         self.deferred = config.async_dump
         self.overflow = OverflowCounter(config.overflow_check.overflow_nums) if self.task == "overflow_check" else None
         self.hardware_flag: Callable[[], bool | None] | None = None
+        # the device's own errors (an asynchronous kernel failure met at the tool's first sync) are the training's
+        self.device_errors: tuple[type[BaseException], ...] = ()
         self.writer_factory: Callable[[Any, dict], Any] = DumpWriter  # online pre-check sends instead
         self._failed_names: set[str] = set()
 
@@ -213,8 +215,13 @@ class DumpCollector:
 
     # -- faults -------------------------------------------------------------------------
     def report_failure(self, name: str, exc: BaseException) -> None:
-        """Log once per API name; the training goes on (with ``strict``, ``exc`` is raised instead)."""
-        if self.session.config.strict:
+        """Log once per API name; the training goes on (with ``strict``, ``exc`` is raised instead).
+
+        A device error is raised in any case: it belongs to some earlier
+        kernel of the training, which cannot go on, and the tool only met
+        it first.
+        """
+        if self.session.config.strict or isinstance(exc, self.device_errors):
             raise exc
         base = name.rsplit(".", 2)[0] if name.count(".") >= 3 else name
         if base not in self._failed_names:

@@ -33,6 +33,7 @@ _TOOL_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 _IN_PLACE_BY_KEY: dict[str, bool] = {}
+_DEVICE_ERRORS = tuple(error for error in (getattr(torch, "AcceleratorError", None),) if error is not None)
 _graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: -1)
 
 
@@ -120,6 +121,7 @@ class TorchDumpRecorder:
         encoder = ValueEncoder(is_tensor, self.summarizer, describe_object)
         self.collector = DumpCollector(session, encoder, self.summarizer.set_tensor_dir, self.summarizer.set_saving)
         self.collector.hardware_flag = npu_overflow_flag()
+        self.collector.device_errors = _DEVICE_ERRORS
         self.sender = None
         if config.task == "tensor" and config.tensor.online_run_ut:
             self._go_online(config)
