@@ -328,9 +328,8 @@ class TorchDumpRecorder:
 
     def _hook_module(self, module: torch.nn.Module, label: str) -> None:
         """Forward via module hooks; backward via tensor hooks, which never alter the graph."""
-        pending: list[_CallRecord | None] = []
-        # per open call, innermost last: len(pending) once it was pushed, and the name it put on the module stack
-        opened: list[tuple[int, str | None]] = []
+        # per call still open, innermost last: [its record, the name it put on the module stack]
+        pending: list[list[Any]] = []
         grads_name = f"{label}.parameters_grad"
         params = dict(module.named_parameters(recurse=False))
 
@@ -356,8 +355,7 @@ class TorchDumpRecorder:
             except Exception as exc:
                 self.collector.report_failure(label, exc)
             finally:
-                pending.append(record)
-                opened.append((len(pending), pushed))
+                pending.append([record, pushed])
                 self.state.busy = False
 
         def close_hook(mod: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
@@ -366,12 +364,9 @@ class TorchDumpRecorder:
             Then the call gets no entry, and what pre_hook opened is closed, or
             every later entry of the step would be filed under this call.
             """
-            if self.state.busy or not opened:
+            if self.state.busy or not pending:
                 return
-            depth, pushed = opened.pop()
-            if len(pending) < depth:
-                return  # forward_hook closed it
-            record = pending.pop()
+            record, pushed = pending.pop()  # both None when forward_hook closed the call
             leave_module_stack(pushed)
             if record is not None:
                 self.collector.leave(record.name)
@@ -379,10 +374,12 @@ class TorchDumpRecorder:
         def forward_hook(mod: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
             if self.state.busy or not pending:
                 return
-            record = pending.pop()
+            call = pending[-1]
+            record, pushed = call
+            call[:] = [None, None]  # closed here: nothing left for close_hook to undo
             self.state.busy = True
             try:
-                leave_module_stack(opened[-1][1] if opened else None)
+                leave_module_stack(pushed)
                 if record is None:
                     return
                 if record.keep_forward:
