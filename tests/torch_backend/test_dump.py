@@ -408,7 +408,9 @@ def test_activation_checkpointing_marks_the_recomputed_forward(tmp_path, reentra
     debugger = PrecisionDebugger(task="statistics", level="mix", dump_path=str(tmp_path), model=model)
     debugger.start()
     x = torch.randn(2, 4, requires_grad=True)
-    head(checkpoint(lambda h: torch.relu(block(h)), x, use_reentrant=reentrant)).sum().backward()
+    hidden = checkpoint(lambda h: torch.relu(block(h)), x, use_reentrant=reentrant)
+    hidden.register_hook(lambda grad: torch.mul(grad, 1.0))  # runs during backward, but recomputes nothing
+    head(hidden).sum().backward()
     head(x)  # after the backward: filed at the top, not under a recomputed call
     debugger.stop()
     debugger.step()
@@ -418,6 +420,7 @@ def test_activation_checkpointing_marks_the_recomputed_forward(tmp_path, reentra
     assert dump.data["Functional.linear.2.forward"]["is_recompute"] is True  # the block again, during backward
     assert dump.data["Module.0.Linear.forward.1"]["is_recompute"] is True
     assert dump.data["Module.1.Linear.forward.1"]["is_recompute"] is False
+    assert dump.data["Torch.mul.0.forward"]["is_recompute"] is False  # as the reference decides too
     assert dump.construct["Module.1.Linear.forward.1"] is None
 
 

@@ -9,6 +9,7 @@ still happens exactly as it would without the tool.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections import defaultdict
 from collections.abc import Callable
@@ -35,15 +36,36 @@ _TOOL_ROOT = str(Path(__file__).resolve().parents[2])
 _IN_PLACE_BY_KEY: dict[str, bool] = {}
 _DEVICE_ERRORS = tuple(error for error in (getattr(torch, "AcceleratorError", None),) if error is not None)
 _graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: -1)
+_CHECKPOINT_FILE = os.path.join("torch", "utils", "checkpoint.py")
+_FUNCTION_FILE = os.path.join("torch", "autograd", "function.py")
 
 
 def _recomputing() -> bool:
-    """A forward call made while backward runs: activation checkpointing runs the forward again then.
+    """A forward call that activation checkpointing makes again during backward.
 
-    (So does Python code inside a custom ``autograd.Function.backward``,
-    which the reference flags as well.)
+    The reference's rule: inside torch's ``recompute_fn`` (non-reentrant
+    checkpoint), or inside a ``backward`` that autograd's Function machinery
+    called (the reentrant checkpoint, Megatron's and any custom Function).
+    A call in a gradient hook is not one. Frames are looked at only while
+    backward runs, so the usual forward pays one C call.
     """
-    return _graph_task_id() != -1
+    if _graph_task_id() == -1:
+        return False
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "recompute_fn" and code.co_filename.endswith(_CHECKPOINT_FILE):
+            return True
+        if code.co_name in ("backward", "checkpoint_function_backward"):
+            caller = frame.f_back
+            for _ in range(2):  # Function.apply, or one wrapper between
+                if caller is None:
+                    break
+                if caller.f_code.co_filename.endswith(_FUNCTION_FILE):
+                    return True
+                caller = caller.f_back
+        frame = frame.f_back
+    return False
 
 
 def _writes_in_place(key: str, kwargs: dict) -> bool:
