@@ -105,11 +105,7 @@ def _undumped_writers(level: str) -> list[tuple[Any, str, str]]:
 
 
 def _tensors_in(value: Any) -> list[Any]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [item for item in value if isinstance(item, torch.Tensor)]
-    return []
+    return [tensor for tensor in grad_taps.output_tensors(value) if tensor is not None]
 
 
 def npu_overflow_flag() -> Callable[[], bool | None] | None:
