@@ -522,13 +522,13 @@ def test_the_fast_mean_is_torch_mean_to_the_last_bit(dtype):
     assert _mean_from_sum(x) == x.mean().item()
 
 
-@pytest.mark.parametrize("buffered_limit", [64 << 20, 0])
-def test_tensor_files_load_back_equal_whether_buffered_or_written_directly(tmp_path, monkeypatch, buffered_limit):
-    from msprobe.pytorch.dump import tensors
+@pytest.mark.parametrize("archive_limit", [1 << 30, 0])
+def test_tensor_files_load_back_equal_from_our_writer_or_torch_save(tmp_path, monkeypatch, archive_limit):
+    from msprobe.pytorch.dump import pt_file
 
-    monkeypatch.setattr(tensors, "_BUFFERED_SAVE_BYTES", buffered_limit)
+    monkeypatch.setattr(pt_file, "MAX_ARCHIVE_BYTES", archive_limit)  # 0: every file through torch.save
     values = torch.randn(3, 5).to(torch.bfloat16)
-    tensors._save_file(values, tmp_path / "t.pt")
+    pt_file.PtWriter().save(values, tmp_path / "t.pt")
     assert torch.equal(torch.load(tmp_path / "t.pt", weights_only=True), values)
     assert (tmp_path / "t.pt").stat().st_mode & 0o777 == 0o640
 

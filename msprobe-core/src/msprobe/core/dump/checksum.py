@@ -16,6 +16,10 @@ except ImportError:  # pragma: no cover - a dependency of msprobe-core, optional
     from zlib import crc32 as _crc32
 
 
-def crc32_hex(data: Any) -> str:
+def crc32(data: Any) -> int:
     """CRC-32 of a bytes-like object (a contiguous numpy array is read in place, not copied)."""
-    return f"{_crc32(data) & 0xFFFFFFFF:08x}"
+    return _crc32(data) & 0xFFFFFFFF
+
+
+def crc32_hex(data: Any) -> str:
+    return f"{crc32(data):08x}"

@@ -46,7 +46,7 @@ def make_dir(path: Path) -> Path:
     return path
 
 
-def _open_descriptor(path: Path, flags: int) -> int:
+def open_descriptor(path: Path, flags: int) -> int:
     """``os.open`` with 0o640, never following a symlink at ``path``; failures name the file."""
     try:
         return os.open(path, flags | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), FILE_MODE)
@@ -57,7 +57,7 @@ def _open_descriptor(path: Path, flags: int) -> int:
 def open_new_file(path: Path, mode: str = "w", buffering: int = -1) -> Any:
     """Open for writing with 0o640, never following a symlink at ``path``."""
     flags = os.O_WRONLY | (os.O_APPEND if "a" in mode else os.O_TRUNC)
-    fd = _open_descriptor(path, flags)
+    fd = open_descriptor(path, flags)
     return os.fdopen(fd, mode, buffering=buffering, encoding=None if "b" in mode else "utf-8")
 
 
@@ -140,7 +140,7 @@ class _MappedJournal:
 
     def __init__(self, path: Path, size: int = 1 << 20):
         self.path = path
-        self._fd = _open_descriptor(path, os.O_RDWR | os.O_TRUNC)
+        self._fd = open_descriptor(path, os.O_RDWR | os.O_TRUNC)
         self._position = 0
         self._map: mmap.mmap | None = None
         try:

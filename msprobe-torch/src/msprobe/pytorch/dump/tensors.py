@@ -16,20 +16,18 @@ counter as it was.
 
 from __future__ import annotations
 
-import io
 import math
 import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from msprobe.core.dump.checksum import crc32_hex as checksum_hex
 from msprobe.core.dump.numbers import float32_mean, json_number
 from msprobe.core.dump.overflow import is_nonfinite
-from msprobe.core.dump.writer import open_new_file
+from msprobe.pytorch.dump.pt_file import PtWriter, host_bytes
 
 _MEASURED_AS_IS = (torch.float32, torch.float64)
 
@@ -145,9 +143,6 @@ def _finite(value: float) -> bool:
     return math.isfinite(value)
 
 
-_NUMPY_READABLE = {torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.int16}
-
-
 def crc32_hex(tensor: torch.Tensor) -> str:
     """CRC-32 of the tensor's bytes (the reference calls it md5), as 8 hex digits; the bytes are read in place."""
     data = tensor.detach()
@@ -155,12 +150,7 @@ def crc32_hex(tensor: torch.Tensor) -> str:
         data = data.cpu()
     if not data.is_contiguous():
         data = data.contiguous()
-    if data.dtype in _NUMPY_READABLE:  # the usual case: numpy exposes the memory as it is
-        return checksum_hex(data.numpy())
-    if data.dtype == torch.bfloat16 or data.is_complex() or data.dtype.itemsize == 1:
-        data = data.view(torch.uint8) if data.dim() else data.reshape(1).view(torch.uint8)
-    raw = data.numpy().reshape(-1).view(np.uint8) if data.numel() else b""
-    return checksum_hex(raw)
+    return checksum_hex(host_bytes(data))
 
 
 def _storage_address(tensor: torch.Tensor) -> int | None:
@@ -182,6 +172,7 @@ class TensorSummarizer:
         self.task = task
         self.deferred = deferred
         self._pending_files: list[tuple[torch.Tensor, Path]] = []
+        self._files = PtWriter()
         self.with_stats = task in ("statistics", "tensor", "overflow_check")
         self.with_crc = summary_mode == "md5"
         self.save_files = task == "tensor"
@@ -216,7 +207,7 @@ class TensorSummarizer:
         """Async mode: the tensor files of the step, written when it ends."""
         pending, self._pending_files = self._pending_files, []
         for data, path in pending:
-            _save_file(data, path)
+            self._files.save(data.cpu(), path)
 
     def statistics(self, tensor: torch.Tensor) -> dict[str, Any]:
         if self.task == "overflow_check" and not self.save_files:
@@ -282,7 +273,7 @@ class TensorSummarizer:
             if self.deferred:
                 self._pending_files.append((data.clone(), self.tensor_dir / file_name))
             else:
-                _save_file(data, self.tensor_dir / file_name)
+                self._files.save(data.cpu(), self.tensor_dir / file_name)
             summary["data_name"] = file_name
         return summary
 
@@ -291,25 +282,6 @@ def tensor_numpy(tensor: torch.Tensor) -> Any:
     from msprobe.pytorch.tensor_io import tensor_to_numpy
 
     return tensor_to_numpy(tensor.detach().cpu()).copy()
-
-
-_BUFFERED_SAVE_BYTES = 64 << 20
-
-
-def _save_file(data: torch.Tensor, path: Path) -> None:
-    """torch.save into memory, then one write: its zip writer otherwise makes many small writes to the file.
-
-    Tensors above 64 MB go to the file directly, so a huge tensor is never held twice.
-    """
-    data = data.cpu()
-    if data.numel() * data.element_size() > _BUFFERED_SAVE_BYTES:
-        with open_new_file(path, "wb") as handle:
-            torch.save(data, handle)
-        return
-    buffer = io.BytesIO()
-    torch.save(data, buffer)
-    with open_new_file(path, "wb") as handle:
-        handle.write(buffer.getbuffer())
 
 
 def describe_object(value: Any) -> dict[str, Any] | None:
