@@ -16,14 +16,12 @@ import argparse
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from in_turn import dumped_step, time_in_turn
+from in_turn import dumped_step, numpy_save_seconds, report_tensor_dump, time_in_turn
 from workload import make_workload
 
 from msprobe.pytorch import PrecisionDebugger
@@ -72,19 +70,6 @@ def time_config(config: dict | None, steps: int, out: Path) -> tuple[float, floa
     return result
 
 
-def numpy_write_time(dump_folder: Path) -> float:
-    """Time to write the same tensors with numpy.save (the tensor target's yardstick)."""
-    arrays = [torch.load(p, weights_only=True).numpy() for p in sorted(dump_folder.glob("*.pt"))]
-    target = dump_folder.parent / "numpy_copy"
-    target.mkdir(exist_ok=True)
-    start = time.perf_counter()
-    for index, array in enumerate(arrays):
-        np.save(target / f"{index}.npy", array)
-    elapsed = time.perf_counter() - start
-    shutil.rmtree(target)
-    return elapsed
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=6)
@@ -107,12 +92,8 @@ def main() -> None:
     base = bases["tensor L1"]
     tensor_data = args.out / "tensor_L1" / "dump" / "step1" / "rank" / "dump_tensor_data"
     if tensor_data.exists():
-        numpy_seconds = numpy_write_time(tensor_data)
-        extra = results["tensor L1"] - base
-        print(
-            f"tensor L1: {extra * 1000:.1f} ms over the plain step; numpy.save of the same bytes: "
-            f"{numpy_seconds * 1000:.1f} ms; ratio {extra / numpy_seconds:.2f} (target <= 1.5)"
-        )
+        arrays = [torch.load(p, weights_only=True).numpy() for p in sorted(tensor_data.glob("*.pt"))]
+        report_tensor_dump(results["tensor L1"] - base, numpy_save_seconds(arrays, args.out / "numpy_copy"))
 
 
 if __name__ == "__main__":

@@ -6,10 +6,14 @@ out of the ratio; the first round is a warm-up.
 
 from __future__ import annotations
 
+import shutil
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 
 def time_in_turn(plain_step: Callable[[], None], tool_step: Callable[[], None], steps: int) -> tuple[float, float]:
@@ -36,3 +40,21 @@ def dumped_step(debugger: Any, train_step: Callable[[], None]) -> Callable[[], N
             debugger.step()
 
     return step
+
+
+def numpy_save_seconds(arrays: Sequence[Any], scratch: Path) -> float:
+    """Time to write ``arrays`` with numpy.save, one file each (the tensor dump's yardstick)."""
+    scratch.mkdir(exist_ok=True)
+    start = time.perf_counter()
+    for index, array in enumerate(arrays):
+        np.save(scratch / f"{index}.npy", array)
+    elapsed = time.perf_counter() - start
+    shutil.rmtree(scratch)
+    return elapsed
+
+
+def report_tensor_dump(extra_seconds: float, numpy_seconds: float) -> None:
+    print(
+        f"tensor L1: {extra_seconds * 1000:.1f} ms over the plain step; numpy.save of the same bytes: "
+        f"{numpy_seconds * 1000:.1f} ms; ratio {extra_seconds / numpy_seconds:.2f} (target <= 1.5)"
+    )
