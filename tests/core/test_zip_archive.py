@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import zipfile
 
 import numpy as np
@@ -54,3 +55,31 @@ def test_large_data_is_written_whole(tmp_path):
     with zipfile.ZipFile(tmp_path / "big.zip") as archive:
         assert archive.testzip() is None
         assert archive.read("archive/data/0") == data.tobytes()
+
+
+def test_a_failed_write_leaves_no_file(tmp_path, monkeypatch):
+    from msprobe.core.dump import zip_archive
+
+    calls = []
+
+    def short_then_full_disk(fd, views):  # one partial write, then the disk is full
+        if calls:
+            raise OSError(28, "No space left on device")
+        calls.append(1)
+        return os.write(fd, views[0][:10])
+
+    monkeypatch.setattr(zip_archive, "_writev", short_then_full_disk)
+    template = ArchiveTemplate(RECORDS, "archive/data/0", 8)
+    with pytest.raises(OSError, match="No space"):
+        template.write(tmp_path / "t.zip", np.zeros(2, np.float32))
+    assert not (tmp_path / "t.zip").exists()
+
+
+def test_partial_writes_are_resumed(tmp_path, monkeypatch):
+    from msprobe.core.dump import zip_archive
+
+    monkeypatch.setattr(zip_archive, "_writev", lambda fd, views: os.write(fd, views[0][:7]))  # 7 bytes at a time
+    data = np.arange(100, dtype=np.float32)
+    ArchiveTemplate(RECORDS, "archive/data/0", data.nbytes).write(tmp_path / "t.zip", data)
+    with zipfile.ZipFile(tmp_path / "t.zip") as archive:
+        assert archive.testzip() is None and archive.read("archive/data/0") == data.tobytes()

@@ -13,6 +13,7 @@ each file then costs one CRC of its data, two small copies and a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 from collections.abc import Sequence
@@ -100,6 +101,7 @@ def _writev(fd: int, views: list[memoryview]) -> int:
 
 
 def _write_parts(path: Path, parts: list[Any]) -> None:
+    """All of ``parts`` at ``path``; a write that fails (a full disk) leaves no truncated archive behind."""
     views = [memoryview(part) for part in parts]
     fd = open_descriptor(path, os.O_WRONLY | os.O_TRUNC)
     try:
@@ -111,5 +113,9 @@ def _write_parts(path: Path, parts: list[Any]) -> None:
                 else:
                     views[0] = views[0][written:]
                     written = 0
-    finally:
+    except BaseException:
         os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+    os.close(fd)
