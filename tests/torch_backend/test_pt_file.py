@@ -73,3 +73,13 @@ def test_checksum_reads_the_values_of_lazy_views():
     assert crc32_hex(values.conj()) == crc32_hex(values.conj().resolve_conj())
     matrix = torch.arange(12.0).reshape(3, 4)
     assert crc32_hex(matrix.t()) == crc32_hex(matrix.t().contiguous()) != crc32_hex(matrix)
+
+
+def test_a_size_one_dimension_keeps_its_own_stride(tmp_path):
+    writer = PtWriter()
+    base = torch.arange(6.0)
+    odd = base.as_strided((6, 1), (1, 7))  # contiguous by torch's rule, with another stride than (1, 1)
+    for index, tensor in enumerate((base.reshape(6, 1), odd)):
+        writer.save(tensor, tmp_path / f"{index}.pt")
+        loaded = torch.load(tmp_path / f"{index}.pt", weights_only=True)
+        assert loaded.stride() == tensor.stride() and torch.equal(loaded, tensor)

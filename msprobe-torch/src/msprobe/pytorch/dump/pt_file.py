@@ -5,8 +5,8 @@ spends about 60 us on each before a byte reaches the disk (a pickler class
 made per call, the C++ zip writer and its own CRC-32). The archive itself is
 simple: torch's fixed records (taken once from torch.save, so they follow
 the installed torch), the tensor's pickle (made by torch's own reduce with
-torch's persistent ids, the same bytes as torch.save's; cached by dtype and
-shape) and the tensor's bytes, read in place. ``torch.load`` reads the
+torch's persistent ids, the same bytes as torch.save's; cached by dtype,
+shape and strides) and the tensor's bytes, read in place. ``torch.load`` reads the
 result like any other ``.pt`` file, with ``weights_only`` or ``mmap``.
 Anything unusual (subclasses, conjugate or negative views, quantized or
 sparse tensors, files near the zip format's 4 GB limit) goes through
@@ -71,7 +71,7 @@ class PtWriter:
     """Writes tensor files; one per dump, so its templates live as long as the dump."""
 
     def __init__(self) -> None:
-        self._templates: dict[tuple[torch.dtype, tuple[int, ...]], ArchiveTemplate] = {}
+        self._templates: dict[tuple[torch.dtype, tuple[int, ...], tuple[int, ...]], ArchiveTemplate] = {}
 
     def save(self, data: torch.Tensor, path: Path) -> None:
         """``data`` is a detached CPU tensor."""
@@ -80,7 +80,7 @@ class PtWriter:
             with open_new_file(path, "wb") as handle:
                 torch.save(data, handle)
             return
-        key = (data.dtype, tuple(data.shape))
+        key = (data.dtype, tuple(data.shape), data.stride())  # size-1 dimensions may have any stride
         template = self._templates.get(key)
         if template is None:
             if len(self._templates) >= _TEMPLATE_CACHE_SIZE:
@@ -97,7 +97,7 @@ def _template(layout: tuple[str, str, tuple[tuple[str, bytes], ...]], data: torc
 
 
 def _plain(data: torch.Tensor) -> bool:
-    """A tensor whose pickle depends on nothing but its dtype and shape."""
+    """A tensor whose pickle depends on nothing but its dtype, shape and strides."""
     return (
         type(data) is torch.Tensor
         and data.layout == torch.strided
