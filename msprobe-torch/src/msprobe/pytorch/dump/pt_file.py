@@ -76,7 +76,8 @@ class PtWriter:
     def save(self, data: torch.Tensor, path: Path) -> None:
         """``data`` is a detached CPU tensor."""
         layout = _archive_layout()
-        if layout is None or not _plain(data) or data.numel() * data.element_size() > MAX_ARCHIVE_BYTES:
+        nbytes = data.numel() * data.element_size()
+        if layout is None or nbytes > MAX_ARCHIVE_BYTES or not _plain(data, nbytes):
             with open_new_file(path, "wb") as handle:
                 torch.save(data, handle)
             return
@@ -85,18 +86,20 @@ class PtWriter:
         if template is None:
             if len(self._templates) >= _TEMPLATE_CACHE_SIZE:
                 self._templates.clear()
-            template = self._templates[key] = _template(layout, data)
+            template = self._templates[key] = _template(layout, data, nbytes)
         template.write(path, host_bytes(data))
 
 
-def _template(layout: tuple[str, str, tuple[tuple[str, bytes], ...]], data: torch.Tensor) -> ArchiveTemplate:
+def _template(
+    layout: tuple[str, str, tuple[tuple[str, bytes], ...]], data: torch.Tensor, nbytes: int
+) -> ArchiveTemplate:
     pickle_name, data_name, records = layout
     pickled = tensor_pickle(data)
     filled = [(name, pickled if name == pickle_name else content) for name, content in records]
-    return ArchiveTemplate(filled, data_name, data.numel() * data.element_size())
+    return ArchiveTemplate(filled, data_name, nbytes)
 
 
-def _plain(data: torch.Tensor) -> bool:
+def _plain(data: torch.Tensor, nbytes: int) -> bool:
     """A tensor whose pickle depends on nothing but its dtype, shape and strides."""
     return (
         type(data) is torch.Tensor
@@ -108,7 +111,7 @@ def _plain(data: torch.Tensor) -> bool:
         and not data.is_neg()
         and data.is_contiguous()
         and data.storage_offset() == 0
-        and data.untyped_storage().nbytes() == data.numel() * data.element_size()
+        and data.untyped_storage().nbytes() == nbytes
         and not getattr(data, "__dict__", None)
     )
 
