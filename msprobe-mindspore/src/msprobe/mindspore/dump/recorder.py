@@ -147,6 +147,46 @@ def _inplace(key: str) -> bool:
     return api.endswith("_") or api.startswith("__i") or "assign" in api or api in ("__setitem__", "scatter_update")
 
 
+_WRITES_BY_KEY: dict[str, bool] = {}
+_WRITING_WORDS = ("assign", "scatter", "inplace", "update")
+
+
+def _may_write(key: str) -> bool:
+    """Calls after which no cached statistic can be trusted: in-place APIs and primitives, jit graphs, collectives."""
+    writes = _WRITES_BY_KEY.get(key)
+    if writes is None:
+        writes = _WRITES_BY_KEY[key] = (
+            _inplace(key)
+            or key.startswith(("Jit.", "Distributed."))
+            or any(word in key.lower() for word in _WRITING_WORDS)
+        )
+    return writes
+
+
+_NO_DATA_WRITTEN = {"requires_grad_"}
+_IN_PLACE_OPERATORS = [
+    f"__i{op}__" for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor")
+]
+
+
+def _undumped_writers(level: str) -> list[tuple[Any, str, str]]:
+    """What writes tensors without an entry at this level: unlisted in-place Tensor methods; at L0 the listed ones too.
+
+    A dump watches them only to empty its statistics cache.
+    """
+    listed = set(load_api_names()["tensor"])
+    names = [name for name in dir(ms.Tensor) if name.endswith("_") and not name.startswith("_")]
+    names += ["assign_value", "set_data", "__setitem__", *_IN_PLACE_OPERATORS]
+    targets = [
+        (ms.Tensor, name, f"Tensor.{name}")
+        for name in names
+        if name not in listed and name not in _NO_DATA_WRITTEN and callable(getattr(ms.Tensor, name, None))
+    ]
+    if level == "L0":
+        targets += [target for target in api_targets() if _may_write(target[2])]
+    return targets
+
+
 class _Backward:
     """Gradients of one call, written once every hooked input has its gradient."""
 
@@ -214,11 +254,13 @@ class MindSporeDumpRecorder:
         self.session = session
         config = session.config
         self.level = config.level
-        self.summarizer = TensorSummarizer(config.task, config.summary_mode)
+        self.summarizer = TensorSummarizer(config.task, config.summary_mode, caching=True)
         encoder = ValueEncoder(is_tensor, self.summarizer, describe_object)
         self.collector = DumpCollector(session, encoder, self.summarizer.set_tensor_dir, self.summarizer.set_saving)
         self.patcher = ApiPatcher(self._call_api, api_targets)
         self.state = self.patcher.state
+        # writes without an entry still empty the statistics cache
+        self.write_watch = ApiPatcher(self._note_write, lambda: _undumped_writers(self.level))
         self.api_counts: dict[str, int] = defaultdict(int)
         self.cell_counts: dict[str, int] = defaultdict(int)
         self.cell_stack: list[str] = []
@@ -233,7 +275,10 @@ class MindSporeDumpRecorder:
 
     # -- TaskHooks ------------------------------------------------------------------
     def install(self) -> None:
+        self.summarizer.clear()  # what happened while the dump was off went unseen
         self.collector.open_step()
+        if self.summarizer.caching and self.level in ("L0", "L1", "mix"):
+            self.write_watch.install()
         if self.level in ("L1", "mix"):
             self.patcher.install()
             self.jit.install()
@@ -244,6 +289,7 @@ class MindSporeDumpRecorder:
 
     def remove(self) -> None:
         self.patcher.remove()
+        self.write_watch.remove()
         self._stack.forget()
         self.jit.remove()
         for primitives, attribute, original in self._swapped:
@@ -262,6 +308,7 @@ class MindSporeDumpRecorder:
                 record.write()  # gradients that reached only part of the inputs
         self.pending.clear()
         self._guard(self.collector.close_step)
+        self.summarizer.clear()
         self.api_counts.clear()
         self.cell_counts.clear()
         self.backward_indexes.clear()
@@ -302,6 +349,9 @@ class MindSporeDumpRecorder:
             except BaseException:
                 self.collector.leave(name)  # the call never returned: no entry, and a scope it ends still ends
                 raise
+            finally:
+                if _may_write(key) or (kwargs and ("out" in kwargs or kwargs.get("inplace") is True)):
+                    self.summarizer.clear()
             try:
                 if keep_forward:
                     parent = (self.cell_stack[-1] if self.cell_stack else None) if self.with_construct else NO_PARENT
@@ -316,6 +366,12 @@ class MindSporeDumpRecorder:
             return output
         finally:
             state.busy = False
+
+    def _note_write(self, original: Callable, key: str, args: tuple, kwargs: dict) -> Any:
+        try:
+            return original(*args, **kwargs)
+        finally:
+            self.summarizer.clear()
 
     def _hook_inputs(self, backward_name: str, args: tuple, kwargs: dict) -> tuple[tuple, dict, _Backward | None]:
         positions = [i for i, a in enumerate(args) if _gradable(a)]

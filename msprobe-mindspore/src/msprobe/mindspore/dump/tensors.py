@@ -8,12 +8,22 @@ read back in one transfer. Same
 semantics as the PyTorch side: bool Max=any/Min=all, 0-d values four
 times, integers measured as float32, float64 in float64, inf/nan add the
 *_except_inf_nan pair, empty tensors have no statistics.
+
+A dump's summarizer may reuse the statistics (and CRC) of a tensor it
+measured before, as the PyTorch side does: one call's output is the next
+call's input. MindSpore's version counter does not move on in-place writes,
+so "unchanged" is kept by the dump instead: every write it can see (an
+in-place API, a jit graph, a collective, an assign or scatter primitive, an
+in-place Tensor method) empties the cache, and Parameters, which optimizers
+and ``set_data`` write out of its sight, are never cached.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,12 +92,34 @@ def crc32_hex(tensor: ms.Tensor, dtype: Any = None) -> str:
 
 
 class TensorSummarizer:
-    def __init__(self, task: str, summary_mode: str):
+    """``caching``: reuse the values of a tensor seen before, for a dump that reports every write it sees (clear())."""
+
+    def __init__(self, task: str, summary_mode: str, caching: bool = False):
         self.task = task
         self.with_stats = task in ("statistics", "tensor", "overflow_check")
         self.with_crc = summary_mode == "md5"
         self.save_files = task == "tensor"
         self.tensor_dir: Path | None = None
+        self.caching = caching and (self.with_stats or self.with_crc)
+        self._cache: dict[tuple[int, str], tuple[Any, Any]] = {}  # (id, kind) -> (weak reference, value)
+
+    def clear(self) -> None:
+        """Something may have been written: measure afresh."""
+        self._cache.clear()
+
+    def _cached(self, kind: str, tensor: ms.Tensor, dtype: Any, compute: Callable[[ms.Tensor, Any], Any]) -> Any:
+        if not self.caching or isinstance(tensor, ms.Parameter):
+            return compute(tensor, dtype)
+        key = (id(tensor), kind)
+        cached = self._cache.get(key)
+        if cached is not None and cached[0]() is tensor:
+            return cached[1]
+        value = compute(tensor, dtype)
+        try:
+            self._cache[key] = (weakref.ref(tensor), value)
+        except TypeError:  # a tensor type without weak references: measured every time
+            pass
+        return value
 
     def set_tensor_dir(self, folder: Path | None) -> None:
         self.tensor_dir = folder
@@ -118,9 +150,9 @@ class TensorSummarizer:
         dtype = tensor.dtype  # read once: each read is a call into MindSpore
         summary: dict[str, Any] = {"type": "mindspore.Tensor", "dtype": str(dtype), "shape": list(tensor.shape)}
         if self.with_stats and tensor.size > 0:
-            summary.update(measure(tensor, dtype))
+            summary.update(self._cached("stats", tensor, dtype, measure))
             if self.with_crc:
-                summary["md5"] = crc32_hex(tensor, dtype)
+                summary["md5"] = self._cached("crc", tensor, dtype, crc32_hex)
         if self.save_files and self.tensor_dir is not None:
             file_name = f"{data_stem}.npy"
             with open_new_file(self.tensor_dir / file_name, "wb") as handle:
