@@ -151,8 +151,10 @@ _WRITES_BY_KEY: dict[str, bool] = {}
 _WRITING_WORDS = ("assign", "scatter", "inplace", "update")
 
 
-def _may_write(key: str) -> bool:
+def _may_write(key: str, kwargs: dict) -> bool:
     """Calls after which no cached statistic can be trusted: in-place APIs and primitives, jit graphs, collectives."""
+    if kwargs and ("out" in kwargs or kwargs.get("inplace") is True):
+        return True
     writes = _WRITES_BY_KEY.get(key)
     if writes is None:
         writes = _WRITES_BY_KEY[key] = (
@@ -183,7 +185,7 @@ def _undumped_writers(level: str) -> list[tuple[Any, str, str]]:
         if name not in listed and name not in _NO_DATA_WRITTEN and callable(getattr(ms.Tensor, name, None))
     ]
     if level == "L0":
-        targets += [target for target in api_targets() if _may_write(target[2])]
+        targets += [target for target in api_targets() if _may_write(target[2], {})]
     return targets
 
 
@@ -350,7 +352,7 @@ class MindSporeDumpRecorder:
                 self.collector.leave(name)  # the call never returned: no entry, and a scope it ends still ends
                 raise
             finally:
-                if _may_write(key) or (kwargs and ("out" in kwargs or kwargs.get("inplace") is True)):
+                if _may_write(key, kwargs):
                     self.summarizer.clear()
             try:
                 if keep_forward:
