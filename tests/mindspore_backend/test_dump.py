@@ -6,7 +6,7 @@ import math
 import mindspore as ms
 import numpy as np
 import pytest
-from mindspore import Tensor, mint, nn
+from mindspore import Tensor, mint, nn, ops
 
 from msprobe.core.dump.reader import read_dump
 from msprobe.mindspore import PrecisionDebugger
@@ -71,10 +71,13 @@ def leaves(value):
 @pytest.mark.parametrize("level", ["L0", "L1", "mix"])
 def test_levels_write_the_reference_names(tmp_path, level):
     train(tmp_path / "d", level, "statistics")
+    first_step = None
     for step in (0, 1):
         dump = read_dump(tmp_path / "d" / f"step{step}" / "rank" / "dump.json")
         assert dump.framework == "mindspore" and dump.level == level
         names = list(dump.data)
+        assert sorted(names) == sorted(first_step or names)  # each step dumps the same calls
+        first_step = names
         if level in ("L0", "mix"):
             for expected in (
                 "Cell.conv.Conv2d.forward.0",
@@ -364,3 +367,76 @@ def test_strict_raises_the_tool_s_own_errors(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="simulated failure"):
         mint.abs(Tensor(np.ones((2,), np.float32)))
     debugger.stop()
+
+
+class WritesItsCellsOutputs(nn.Cell):
+    """Writes in place to a cell's output and, inside a cell, to that cell's input."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Dense(2, 2)
+        self.scale = Scale()
+
+    def construct(self, x):
+        y = self.fc(x)
+        ops.assign(y, y * 2)
+        return self.scale(y).sum()
+
+
+class Scale(nn.Cell):
+    def construct(self, x):
+        ops.assign(x, x * 3)  # reaches the caller's tensor
+        return x
+
+
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_in_place_writes_to_cell_outputs_and_inputs_work_as_without_the_tool(tmp_path, level):
+    def run(dumping):
+        ms.set_seed(0)
+        net = WritesItsCellsOutputs()
+        x = Tensor(np.arange(4, dtype=np.float32).reshape(2, 2))
+        debugger = PrecisionDebugger(task="statistics", level=level, dump_path=str(tmp_path / level), model=net)
+        if dumping:
+            debugger.start()
+        loss, grads = ms.value_and_grad(net, None, net.trainable_params())(x)
+        if dumping:
+            debugger.stop()
+            debugger.step()
+        return float(loss.asnumpy()), [g.asnumpy() for g in grads]
+
+    plain_loss, plain_grads = run(False)
+    loss, grads = run(True)
+    assert loss == plain_loss
+    for got, expected in zip(grads, plain_grads):
+        np.testing.assert_array_equal(got, expected)
+    dump = read_dump(tmp_path / level / "step0" / "rank")
+    assert {"Cell.fc.Dense.backward.0", "Cell.scale.Scale.backward.0"} <= set(dump.data)
+
+
+class Lookup(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(5, 2)
+        self.fc = nn.Dense(2, 1)
+
+    def construct(self, ids):
+        return self.fc(self.embed(ids)).sum()
+
+
+def test_cells_with_integer_inputs_and_users_own_backward_hooks(tmp_path):
+    net = Lookup()
+    seen = []
+    net.fc.register_backward_hook(lambda cell, grad_in, grad_out: seen.append(len(grad_out)))
+    grad_fn = ms.value_and_grad(net, None, net.trainable_params())
+    debugger = PrecisionDebugger(task="statistics", level="mix", dump_path=str(tmp_path / "d"), model=net)
+    for _ in range(2):
+        debugger.start()
+        grad_fn(Tensor(np.array([[1, 2, 4]], np.int32)))
+        debugger.stop()
+        debugger.step()
+    assert seen == [1, 1]  # the user's hook still runs
+    for step in (0, 1):
+        dump = read_dump(tmp_path / "d" / f"step{step}" / "rank")
+        assert not [name for name in dump.data if "CellBackwardHook" in name]  # MindSpore's hook machinery
+        entry = dump.data["Cell.embed.Embedding.backward.0"]
+        assert entry["input"][0]["shape"] == [1, 3, 2] and entry["output"] == [None]  # no gradient for the ids

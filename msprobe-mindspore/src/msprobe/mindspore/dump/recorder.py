@@ -5,9 +5,11 @@ and from cell forward hooks. Backward entries: an API's arriving gradients
 come from ``Tensor.register_hook`` on its outputs and its own input
 gradients from an ``ops.HookBackward`` identity placed on each non-Parameter
 tensor input (never on Parameters or in-place calls, so optimizer
-assignments are untouched); a cell's come from its backward hook. Every
-piece of tool code runs inside ``try``: a failure is logged once per API and
-the training goes on.
+assignments are untouched); a cell's the same way, from its forward hooks.
+MindSpore's own cell backward hooks are not used: they make a cell's outputs
+views, on which MindSpore refuses in-place ops the training code may apply.
+Every piece of tool code runs inside ``try``: a failure is logged once per
+API and the training goes on.
 """
 
 from __future__ import annotations
@@ -190,26 +192,33 @@ def _undumped_writers(level: str) -> list[tuple[Any, str, str]]:
 
 
 class _Backward:
-    """Gradients of one call, written once every hooked input has its gradient."""
+    """Gradients of one call, written once every hooked input has its gradient.
 
-    def __init__(self, recorder: MindSporeDumpRecorder, name: str, parent: str | None, inputs: int):
+    ``expected`` inputs are hooked; the entry lists ``arity`` leaving
+    gradients (None where an input has none). A call with no hooked input
+    is written when its hooked outputs' gradients have arrived.
+    """
+
+    def __init__(self, recorder: MindSporeDumpRecorder, name: str, parent: str | None, expected: int, arity: int):
         self.recorder, self.name, self.parent = recorder, name, parent
         self.arriving: dict[int, Any] = {}
         self.leaving: dict[int, Any] = {}
-        self.inputs = inputs
-        self.outputs = 0
+        self.expected, self.arity = expected, arity
+        self.outputs = self.hooked_outputs = 0
         self.written = False
 
     def on_output(self, index: int) -> Callable:
         def hook(grad: Any) -> None:
             self.arriving[index] = grad
+            if not self.expected and len(self.arriving) == self.hooked_outputs:
+                self.write()
 
         return hook
 
     def on_input(self, index: int) -> Callable:
         def hook(grads: Any) -> None:
             self.leaving[index] = grads[0] if isinstance(grads, tuple) else grads
-            if len(self.leaving) == self.inputs:
+            if len(self.leaving) == self.expected:
                 self.write()
 
         return hook
@@ -219,9 +228,12 @@ class _Backward:
             return
         self.written = True
         arriving = [self.arriving.get(i) for i in range(self.outputs)]
-        leaving = [self.leaving.get(i) for i in range(self.inputs)]
+        leaving = [self.leaving.get(i) for i in range(self.arity)]
         self.arriving, self.leaving = {}, {}  # the hooks outlive the write: they must not keep the gradients alive
         self.recorder.write_backward(self.name, arriving, leaving, self.parent)
+
+
+_HOOK_PRIMITIVES = {"CellBackwardHook"}  # what MindSpore puts in a cell for its backward hooks: not the model's
 
 
 class _HookedPrimitive:
@@ -266,7 +278,6 @@ class MindSporeDumpRecorder:
         self.api_counts: dict[str, int] = defaultdict(int)
         self.cell_counts: dict[str, int] = defaultdict(int)
         self.cell_stack: list[str] = []
-        self.backward_indexes: dict[str, list[int]] = defaultdict(list)
         self.pending: list[_Backward] = []
         self.handles: list[Any] = []
         self._stack = StackCapture(_TOOL_ROOT)
@@ -313,7 +324,6 @@ class MindSporeDumpRecorder:
         self.summarizer.clear()
         self.api_counts.clear()
         self.cell_counts.clear()
-        self.backward_indexes.clear()
 
     def _guard(self, action: Callable[[], None]) -> None:
         try:
@@ -341,7 +351,8 @@ class MindSporeDumpRecorder:
                 if keep_forward:
                     inputs = self.collector.encode_inputs(name, args, kwargs)
                 if keep_backward:
-                    args, kwargs, record = self._hook_inputs(backward_name, args, kwargs)
+                    parent = self.cell_stack[-1].replace(".forward.", ".backward.") if self.cell_stack else None
+                    args, kwargs, record = self._hook_inputs(backward_name, args, kwargs, parent)
             except Exception as exc:
                 self.collector.report_failure(name, exc)
             try:
@@ -375,15 +386,26 @@ class MindSporeDumpRecorder:
         finally:
             self.summarizer.clear()
 
-    def _hook_inputs(self, backward_name: str, args: tuple, kwargs: dict) -> tuple[tuple, dict, _Backward | None]:
+    def _hook_inputs(
+        self, backward_name: str, args: tuple, kwargs: dict, parent: str | None, every_input: bool = False
+    ) -> tuple[tuple, dict, _Backward | None]:
+        """Each floating non-Parameter input passes through a ``HookBackward`` identity that reports its gradient.
+
+        The identity shares its input's memory, so writes to it still reach
+        the caller's tensor, and MindSpore allows in-place ops on it (unlike
+        the views a cell backward hook makes of a cell's outputs).
+        ``every_input``: the entry has a leaving gradient (or None) per
+        positional argument, as a cell's has, and the record is kept even
+        when no input is hooked.
+        """
         positions = [i for i, a in enumerate(args) if _gradable(a)]
-        if not positions:
+        if not positions and not every_input:
             return args, kwargs, None
-        parent = self.cell_stack[-1].replace(".forward.", ".backward.") if self.cell_stack else None
-        record = _Backward(self, backward_name, parent, len(positions))
+        arity = len(args) if every_input else len(positions)
+        record = _Backward(self, backward_name, parent, len(positions), arity)
         hooked = list(args)
         for slot, position in enumerate(positions):
-            hooked[position] = ops.HookBackward(record.on_input(slot))(args[position])
+            hooked[position] = ops.HookBackward(record.on_input(position if every_input else slot))(args[position])
         self.pending.append(record)
         return tuple(hooked), kwargs, record
 
@@ -394,6 +416,7 @@ class MindSporeDumpRecorder:
         for index, tensor in enumerate(outputs):
             if _gradable(tensor):
                 tensor.register_hook(record.on_output(index))
+                record.hooked_outputs += 1
 
     def write_backward(self, name: str, arriving: list, leaving: list, parent: str | None) -> None:
         busy = self.state.busy
@@ -429,7 +452,7 @@ class MindSporeDumpRecorder:
                 if not isinstance(primitives, dict):
                     continue
                 for attribute, primitive in list(primitives.items()):
-                    if not isinstance(primitive, Primitive):
+                    if not isinstance(primitive, Primitive) or type(primitive).__name__ in _HOOK_PRIMITIVES:
                         continue
                     hooked = _HookedPrimitive(primitive, f"Primitive.{attribute}.{type(primitive).__name__}", self)
                     self._hooked[id(primitive)] = hooked
@@ -458,23 +481,34 @@ class MindSporeDumpRecorder:
         params = {name.split(".")[-1]: p for name, p in cell.parameters_and_names() if "." not in name}
         grads_name = f"{label}.parameters_grad"
         grads: dict[str, Any] = {}
-        opened: list[str] = []  # this cell's calls still running, innermost last
+        opened: list[tuple[str, _Backward | None]] = []  # this cell's calls still running, innermost last
 
-        def pre_hook(_cell: Any, args: tuple) -> None:
+        def pre_hook(_cell: Any, args: tuple) -> tuple | None:
             if self.state.busy:
-                return
+                return None
             index = self.cell_counts[label]
             self.cell_counts[label] = index + 1
             name = f"{label}.forward.{index}"
             self.cell_stack.append(name)
-            opened.append(name)
             self.collector.enter(name)
+            record = None
+            backward_name = f"{label}.backward.{index}"
+            if self.collector.keeps(backward_name, "backward"):
+                self.state.busy = True
+                try:
+                    args, _kwargs, record = self._hook_inputs(backward_name, args, {}, None, every_input=True)
+                except Exception as exc:
+                    self.collector.report_failure(name, exc)
+                finally:
+                    self.state.busy = False
+            opened.append((name, record))
+            return args if record is not None else None
 
         def close_hook(_cell: Any, args: tuple, output: Any) -> None:
             """Runs after forward_hook, and alone when construct raised: then the call is closed without an entry."""
             if self.state.busy or not opened:
                 return
-            name = opened.pop()
+            name, _record = opened.pop()
             if self.cell_stack and self.cell_stack[-1] == name:  # forward_hook did not run
                 self.cell_stack.pop()
                 self.collector.leave(name)
@@ -486,8 +520,9 @@ class MindSporeDumpRecorder:
             self.state.busy = True
             name = self.cell_stack.pop()
             try:
-                index = int(name.rsplit(".", 1)[-1])
-                self.backward_indexes[label].append(index)
+                record = opened[-1][1] if opened else None
+                if record is not None:
+                    self._hook_outputs(record, output)
                 if self.collector.keeps(name, "forward", tuple(self.cell_stack)):
                     inputs = self.collector.encode_inputs(name, args, {})
                     self.collector.forward(
@@ -507,13 +542,6 @@ class MindSporeDumpRecorder:
             finally:
                 self.state.busy = False
 
-        def backward_hook(_cell: Any, grad_inputs: tuple, grad_outputs: tuple) -> None:
-            indexes = self.backward_indexes[label]
-            index = indexes.pop() if indexes else 0
-            name = f"{label}.backward.{index}"
-            if self.collector.keeps(name, "backward"):
-                self.write_backward(name, list(grad_outputs), list(grad_inputs), None)
-
         def grad_hook(param_name: str) -> Callable:
             def hook(grad: Any) -> None:
                 grads[param_name] = grad
@@ -532,7 +560,6 @@ class MindSporeDumpRecorder:
         self.handles.append(cell.register_forward_pre_hook(pre_hook))
         self.handles.append(cell.register_forward_hook(forward_hook))
         self.handles.append(cell.register_forward_hook(close_hook, always_call=True))
-        self.handles.append(cell.register_backward_hook(backward_hook))
         for param_name, param in params.items():
             if param.requires_grad:
                 self.handles.append(param.register_hook(grad_hook(param_name)))
