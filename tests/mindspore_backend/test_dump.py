@@ -440,3 +440,25 @@ def test_cells_with_integer_inputs_and_users_own_backward_hooks(tmp_path):
         assert not [name for name in dump.data if "CellBackwardHook" in name]  # MindSpore's hook machinery
         entry = dump.data["Cell.embed.Embedding.backward.0"]
         assert entry["input"][0]["shape"] == [1, 3, 2] and entry["output"] == [None]  # no gradient for the ids
+
+
+def test_api_backward_lists_a_gradient_per_tensor_argument_including_parameters(tmp_path):
+    """As MindSpore's cell hooks list them: one per positional tensor, None where none flows, none for other values."""
+    weight = ms.Parameter(Tensor(np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)), name="weight")
+    index = Tensor(np.array([[1, 0], [0, 0]], np.int64))
+
+    def loss(x):
+        return mint.gather(mint.matmul(x, weight), 1, index).sum()
+
+    debugger = PrecisionDebugger(task="tensor", level="L1", dump_path=str(tmp_path / "d"))
+    debugger.start()
+    _, weight_grad = ms.value_and_grad(loss, None, [weight])(Tensor(np.ones((2, 2), np.float32)))
+    debugger.stop()
+    debugger.step()
+    dump = read_dump(tmp_path / "d" / "step0" / "rank")
+    matmul = dump.data["Mint.matmul.0.backward"]["output"]
+    assert len(matmul) == 2
+    saved = np.load(dump.tensor_dir() / matmul[1]["data_name"])
+    np.testing.assert_array_equal(saved, weight_grad[0].asnumpy())  # the Parameter's gradient from this call
+    gather = dump.data["Mint.gather.0.backward"]["output"]
+    assert len(gather) == 2 and gather[0]["shape"] == [2, 2] and gather[1] is None  # x, then the integer index

@@ -3,9 +3,10 @@
 Forward entries come from the core patcher around the reference's API list
 and from cell forward hooks. Backward entries: an API's arriving gradients
 come from ``Tensor.register_hook`` on its outputs and its own input
-gradients from an ``ops.HookBackward`` identity placed on each non-Parameter
-tensor input (never on Parameters or in-place calls, so optimizer
-assignments are untouched); a cell's the same way, from its forward hooks.
+gradients from an ``ops.HookBackward`` identity placed on each floating
+tensor input (never in in-place calls, and on Parameters only in calls that
+cannot write, so optimizer assignments are untouched); a cell's the same
+way, from its forward hooks.
 MindSpore's own cell backward hooks are not used: they make a cell's outputs
 views, on which MindSpore refuses in-place ops the training code may apply.
 Every piece of tool code runs inside ``try``: a failure is logged once per
@@ -352,7 +353,9 @@ class MindSporeDumpRecorder:
                     inputs = self.collector.encode_inputs(name, args, kwargs)
                 if keep_backward:
                     parent = self.cell_stack[-1].replace(".forward.", ".backward.") if self.cell_stack else None
-                    args, kwargs, record = self._hook_inputs(backward_name, args, kwargs, parent)
+                    args, kwargs, record = self._hook_inputs(
+                        backward_name, args, kwargs, parent, parameters=not _may_write(key, kwargs)
+                    )
             except Exception as exc:
                 self.collector.report_failure(name, exc)
             try:
@@ -387,25 +390,33 @@ class MindSporeDumpRecorder:
             self.summarizer.clear()
 
     def _hook_inputs(
-        self, backward_name: str, args: tuple, kwargs: dict, parent: str | None, every_input: bool = False
+        self,
+        backward_name: str,
+        args: tuple,
+        kwargs: dict,
+        parent: str | None,
+        parameters: bool,
+        always: bool = False,
     ) -> tuple[tuple, dict, _Backward | None]:
-        """Each floating non-Parameter input passes through a ``HookBackward`` identity that reports its gradient.
+        """One leaving gradient per positional tensor argument (None where none flows), as MindSpore lists them.
 
-        The identity shares its input's memory, so writes to it still reach
-        the caller's tensor, and MindSpore allows in-place ops on it (unlike
-        the views a cell backward hook makes of a cell's outputs).
-        ``every_input``: the entry has a leaving gradient (or None) per
-        positional argument, as a cell's has, and the record is kept even
-        when no input is hooked.
+        Each floating input passes through an ``ops.HookBackward`` identity
+        that reports its gradient. The identity shares its input's memory,
+        so writes to it still reach the caller's tensor, and MindSpore allows
+        in-place ops on it (unlike the views a cell backward hook makes of a
+        cell's outputs). ``parameters``: Parameters are hooked too (not for
+        calls that may write: those may need the Parameter itself).
+        ``always``: the record is kept even when no input is hooked (a cell's
+        outputs may still receive gradients).
         """
-        positions = [i for i, a in enumerate(args) if _gradable(a)]
-        if not positions and not every_input:
+        tensors = [position for position, value in enumerate(args) if isinstance(value, ms.Tensor)]
+        slots = [(slot, position) for slot, position in enumerate(tensors) if _gradable(args[position], parameters)]
+        if not slots and not always:
             return args, kwargs, None
-        arity = len(args) if every_input else len(positions)
-        record = _Backward(self, backward_name, parent, len(positions), arity)
+        record = _Backward(self, backward_name, parent, len(slots), len(tensors))
         hooked = list(args)
-        for slot, position in enumerate(positions):
-            hooked[position] = ops.HookBackward(record.on_input(position if every_input else slot))(args[position])
+        for slot, position in slots:
+            hooked[position] = ops.HookBackward(record.on_input(slot))(args[position])
         self.pending.append(record)
         return tuple(hooked), kwargs, record
 
@@ -496,7 +507,9 @@ class MindSporeDumpRecorder:
             if self.collector.keeps(backward_name, "backward"):
                 self.state.busy = True
                 try:
-                    args, _kwargs, record = self._hook_inputs(backward_name, args, {}, None, every_input=True)
+                    args, _kwargs, record = self._hook_inputs(
+                        backward_name, args, {}, None, parameters=False, always=True
+                    )
                 except Exception as exc:
                     self.collector.report_failure(name, exc)
                 finally:
@@ -579,9 +592,9 @@ def _surface_errors(output: Any) -> None:
             value.shape  # noqa: B018 - reading the shape waits for the call's checks
 
 
-def _gradable(value: Any) -> bool:
+def _gradable(value: Any, parameters: bool = False) -> bool:
     return (
         isinstance(value, ms.Tensor)
-        and not isinstance(value, ms.Parameter)
+        and (parameters or not isinstance(value, ms.Parameter))
         and value.dtype in (ms.float16, ms.bfloat16, ms.float32, ms.float64)
     )
