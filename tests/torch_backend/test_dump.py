@@ -627,3 +627,52 @@ def test_crc32_hex_reads_every_dtype_in_place_as_zlib_would(dtype):
     for tensor in (values, values.t(), values[0, 0], values[:0]):  # contiguous, transposed, 0-d, empty
         raw = tensor.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
         assert crc32_hex(tensor) == f"{zlib.crc32(raw) & 0xFFFFFFFF:08x}"
+
+
+class Residual(torch.nn.Module):
+    """Inputs used inside a module and outside it too, a module that uses its input twice, a leaf input."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(4)
+        self.fc = torch.nn.Linear(4, 4)
+        self.square = Square()
+
+    def forward(self, x):
+        h = x * 1.5
+        h = h + self.fc(self.norm(h))  # norm's input also takes the residual path
+        return (self.square(h) + h).sum() + self.square(x).sum()  # x is a leaf that needs a gradient
+
+
+class Square(torch.nn.Module):
+    def forward(self, x):
+        return x * x
+
+
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_module_backward_holds_the_module_s_own_input_gradient(tmp_path, level):
+    """As a full backward hook reports it: what the module sends back, not the input's whole gradient."""
+    torch.manual_seed(0)
+    model, x = Residual(), torch.randn(2, 4, requires_grad=True)
+    expected = {}
+    for name, module in (("norm", model.norm), ("square", model.square)):  # one at a time: each hook alters the graph
+        handle = module.register_full_backward_hook(
+            lambda module, grad_input, grad_output, name=name: expected.setdefault(name, []).append(grad_input[0])
+        )
+        model(x).backward()
+        handle.remove()
+    debugger = PrecisionDebugger(task="tensor", level=level, dump_path=str(tmp_path / "d"), model=model)
+    debugger.start()
+    model(x).backward()
+    debugger.stop()
+    debugger.step()
+    dump = load(tmp_path / "d")
+
+    def saved(name):
+        [leaving] = dump.data[name]["output"]
+        return torch.load(dump.tensor_dir() / leaving["data_name"])
+
+    torch.testing.assert_close(saved("Module.norm.LayerNorm.backward.0"), expected["norm"][0], rtol=0, atol=0)
+    # backward runs in reverse: the second call of square (on the leaf x) reports first
+    torch.testing.assert_close(saved("Module.square.Square.backward.1"), expected["square"][0], rtol=0, atol=0)
+    torch.testing.assert_close(saved("Module.square.Square.backward.0"), expected["square"][1], rtol=0, atol=0)

@@ -368,6 +368,7 @@ class TorchDumpRecorder:
                 record = self._before(name, f"{label}.backward.{index}", args, kwargs)
                 if record is not None:
                     record.parent = parent
+                    record.first_node = grad_taps.next_node_number()
                 self.module_stack.append(name)
                 pushed = name
             except Exception as exc:
@@ -415,7 +416,7 @@ class TorchDumpRecorder:
                     if self.collector.keeps(grads_name, "backward"):
                         self.collector.reserve(grads_name)
                 if record.keep_backward:
-                    record.watch_inputs(args)
+                    record.watch_inputs(args, output)
                     record.watch_outputs(output)
                 self.collector.leave(record.name)
             except Exception as exc:
@@ -460,6 +461,7 @@ class _CallRecord:
     __slots__ = (
         "args",
         "backward_name",
+        "first_node",
         "grad_inputs",
         "input_grads",
         "input_slots",
@@ -488,6 +490,7 @@ class _CallRecord:
         self.input_grads: dict[int, torch.Tensor] = {}
         self.input_slots = 0
         self.inputs_pending = 0
+        self.first_node = 0
         self.output_count = 0
         self.keep_forward = False
         self.keep_backward = False
@@ -511,26 +514,36 @@ class _CallRecord:
             tensor.register_hook(self._output_hook(index, len(watched)))
         self.args, self.kwargs = (), {}
 
-    def watch_inputs(self, args: tuple) -> None:
+    def watch_inputs(self, args: tuple, output: Any) -> None:
         """Modules: one slot per tensor argument (null where no gradient flows), as the reference writes.
 
-        Written when every input that needs a gradient has one; a module
-        whose inputs need none is written when its output gradients arrive.
+        A slot holds what the module's own use of that input sends back, not
+        the input's whole gradient (a residual connection adds its own): the
+        autograd nodes of this call that consume an input are hooked (see
+        grad_taps.input_uses). Written when all of them have run; a module
+        that uses no input needing a gradient is written when its output
+        gradients arrive.
         """
         slots = [arg for arg in args if isinstance(arg, torch.Tensor)]
         self.input_slots = len(slots)
-        waiting = [(index, t) for index, t in enumerate(slots) if t.requires_grad]
-        self.inputs_pending = len(waiting)
-        for index, tensor in waiting:
-
-            def hook(grad: torch.Tensor, index: int = index) -> None:
-                self.input_grads[index] = grad
-                self.inputs_pending -= 1
-                if self.inputs_pending == 0:
-                    self.on_input_grads(tuple(self.input_grads.get(i) for i in range(self.input_slots)))
-
-            tensor.register_hook(hook)
+        uses = grad_taps.input_uses(slots, output, self.first_node)
+        self.inputs_pending = len(uses)
+        for node, edges in uses:
+            node.register_hook(self._use_hook(edges))
         self.grad_inputs = []
+
+    def _use_hook(self, edges: list[tuple[int, int]]) -> Callable:
+        def hook(grad_inputs: tuple, grad_outputs: tuple) -> None:
+            for edge, slot in edges:
+                grad = grad_inputs[edge]
+                if grad is not None:
+                    earlier = self.input_grads.get(slot)
+                    self.input_grads[slot] = grad if earlier is None else grad_taps.add(earlier, grad)
+            self.inputs_pending -= 1
+            if self.inputs_pending == 0:
+                self.on_input_grads(tuple(self.input_grads.get(i) for i in range(self.input_slots)))
+
+        return hook
 
     def _output_hook(self, index: int, expected: int) -> Callable:
         def hook(grad: torch.Tensor) -> None:
