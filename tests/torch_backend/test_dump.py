@@ -676,3 +676,11 @@ def test_module_backward_holds_the_module_s_own_input_gradient(tmp_path, level):
     # backward runs in reverse: the second call of square (on the leaf x) reports first
     torch.testing.assert_close(saved("Module.square.Square.backward.1"), expected["square"][0], rtol=0, atol=0)
     torch.testing.assert_close(saved("Module.square.Square.backward.0"), expected["square"][1], rtol=0, atol=0)
+
+
+def test_module_input_gradients_without_torch_s_node_counter(tmp_path, monkeypatch):
+    """A torch without autograd's sequence counter: the search is bounded by the inputs alone, same values."""
+    from msprobe.pytorch.dump import grad_taps
+
+    monkeypatch.setattr(grad_taps, "_NEXT_SEQUENCE_NR", None)
+    test_module_backward_holds_the_module_s_own_input_gradient(tmp_path, "L0")

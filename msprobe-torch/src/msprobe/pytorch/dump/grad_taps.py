@@ -62,9 +62,15 @@ def output_node(output: Any, inputs_before: set[int]) -> Any:
     return None
 
 
+_NEXT_SEQUENCE_NR = getattr(torch._C._autograd, "_get_sequence_nr", None)
+
+
 def next_node_number() -> int:
-    """The sequence number the next autograd node made in this thread will get: nodes are numbered as made."""
-    return torch._C._autograd._get_sequence_nr()
+    """The sequence number the next autograd node made in this thread will get: nodes are numbered as made.
+
+    0 on a torch without the counter: the search in :func:`input_uses` is then bounded by the inputs alone.
+    """
+    return _NEXT_SEQUENCE_NR() if _NEXT_SEQUENCE_NR is not None else 0
 
 
 def input_uses(inputs: list[torch.Tensor], output: Any, first_node: int) -> list[tuple[Any, list[tuple[int, int]]]]:
@@ -91,13 +97,13 @@ def input_uses(inputs: list[torch.Tensor], output: Any, first_node: int) -> list
             by_node[(id(node), tensor.output_nr)] = index
     if not by_node and not leaves:
         return []
-    last_node = next_node_number()
+    bounded, last_node = _NEXT_SEQUENCE_NR is not None, next_node_number()
     stack = [t.grad_fn for t in output_tensors(output) if t is not None and t.grad_fn is not None]
     seen: set[int] = set()
     uses = []
     while stack:
         node = stack.pop()
-        if id(node) in seen or not first_node <= node._sequence_nr() < last_node:
+        if id(node) in seen or (bounded and not first_node <= node._sequence_nr() < last_node):
             continue
         seen.add(id(node))
         alive.append(node)
