@@ -73,7 +73,9 @@ def next_node_number() -> int:
     return _NEXT_SEQUENCE_NR() if _NEXT_SEQUENCE_NR is not None else 0
 
 
-def input_uses(inputs: list[torch.Tensor], output: Any, first_node: int) -> list[tuple[Any, list[tuple[int, int]]]]:
+def input_uses(
+    inputs: list[torch.Tensor], outputs: list[torch.Tensor | None], first_node: int
+) -> list[tuple[Any, list[tuple[int, int]]]]:
     """The nodes made since ``first_node`` that consume ``inputs``, each with its (edge, input index) pairs.
 
     A module's own gradient for an input is what these edges carry, summed,
@@ -98,7 +100,7 @@ def input_uses(inputs: list[torch.Tensor], output: Any, first_node: int) -> list
     if not by_node and not leaves:
         return []
     bounded, last_node = _NEXT_SEQUENCE_NR is not None, next_node_number()
-    stack = [t.grad_fn for t in output_tensors(output) if t is not None and t.grad_fn is not None]
+    stack = [t.grad_fn for t in outputs if t is not None and t.grad_fn is not None]
     seen: set[int] = set()
     uses = []
     while stack:

@@ -416,8 +416,9 @@ class TorchDumpRecorder:
                     if self.collector.keeps(grads_name, "backward"):
                         self.collector.reserve(grads_name)
                 if record.keep_backward:
-                    record.watch_inputs(args, output)
-                    record.watch_outputs(output)
+                    outputs = grad_taps.output_tensors(output)
+                    record.watch_inputs(args, outputs)
+                    record.watch_outputs(outputs)
                 self.collector.leave(record.name)
             except Exception as exc:
                 self.collector.report_failure(record.name if record else label, exc)
@@ -505,16 +506,15 @@ class _CallRecord:
             node.register_hook(self._node_hook)
         self.args, self.kwargs, self.grad_inputs = (), {}, []
 
-    def watch_outputs(self, output: Any) -> None:
-        """Modules: the gradient arriving at each output tensor."""
-        tensors = grad_taps.output_tensors(output)
+    def watch_outputs(self, tensors: list[torch.Tensor | None]) -> None:
+        """Modules: the gradient arriving at each output tensor (``grad_taps.output_tensors`` of the output)."""
         self.output_count = len(tensors)
         watched = [(index, t) for index, t in enumerate(tensors) if t is not None and t.requires_grad]
         for index, tensor in watched:
             tensor.register_hook(self._output_hook(index, len(watched)))
         self.args, self.kwargs = (), {}
 
-    def watch_inputs(self, args: tuple, output: Any) -> None:
+    def watch_inputs(self, args: tuple, outputs: list[torch.Tensor | None]) -> None:
         """Modules: one slot per tensor argument (null where no gradient flows), as the reference writes.
 
         A slot holds what the module's own use of that input sends back, not
@@ -526,7 +526,7 @@ class _CallRecord:
         """
         slots = [arg for arg in args if isinstance(arg, torch.Tensor)]
         self.input_slots = len(slots)
-        uses = grad_taps.input_uses(slots, output, self.first_node)
+        uses = grad_taps.input_uses(slots, outputs, self.first_node)
         self.inputs_pending = len(uses)
         for node, edges in uses:
             node.register_hook(self._use_hook(edges))
