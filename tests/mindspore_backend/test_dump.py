@@ -462,3 +462,76 @@ def test_api_backward_lists_a_gradient_per_tensor_argument_including_parameters(
     np.testing.assert_array_equal(saved, weight_grad[0].asnumpy())  # the Parameter's gradient from this call
     gather = dump.data["Mint.gather.0.backward"]["output"]
     assert len(gather) == 2 and gather[0]["shape"] == [2, 2] and gather[1] is None  # x, then the integer index
+
+
+class Block(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Dense(4, 4)
+        self.act = nn.Tanh()
+
+    def construct(self, x):
+        return self.act(self.fc(x)) + self.act(x)
+
+
+class BlockTwice(nn.Cell):
+    """One block called twice, a cell called twice inside it: four Tanh calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.block = Block()
+        self.head = nn.Dense(4, 1)
+
+    def construct(self, x):
+        return self.head(self.block(self.block(x * 2.0))).sum()
+
+
+def test_cell_backward_numbers_follow_backward_order_as_the_reference_numbers_them(tmp_path):
+    """backward.0 is the call whose backward ran first (the reference's backward pre-hook takes the next number)."""
+    ms.set_seed(0)
+    net, x = BlockTwice(), Tensor(np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32))
+    fired = []
+    handle = net.block.register_backward_hook(lambda cell, grad_in, grad_out: fired.append(grad_in[0].asnumpy()))
+    ms.grad(net)(x)
+    handle.remove()
+    assert len(fired) == 2
+    debugger = PrecisionDebugger(task="tensor", level="mix", dump_path=str(tmp_path / "d"), model=net)
+    debugger.start()
+    ms.grad(net)(x)
+    debugger.stop()
+    debugger.step()
+    dump = read_dump(tmp_path / "d" / "step0" / "rank")
+    for number, expected in enumerate(fired):
+        [leaving] = dump.data[f"Cell.block.Block.backward.{number}"]["output"]
+        np.testing.assert_array_equal(np.load(dump.tensor_dir() / leaving["data_name"]), expected)
+    backward = [name for name in dump.data if name.startswith("Cell.block.Block.backward")]
+    assert backward == ["Cell.block.Block.backward.0", "Cell.block.Block.backward.1"]
+    parents = dump.construct
+    assert parents["Cell.block.act.Tanh.backward.0"] == "Cell.block.Block.backward.0"
+    assert parents["Cell.block.act.Tanh.backward.3"] == "Cell.block.Block.backward.1"
+    assert parents["Cell.block.fc.Dense.backward.0"] == "Cell.block.Block.backward.0"
+    assert parents["Cell.block.Block.backward.0"] is None
+    # the last Tanh call's primitive ran in the Tanh call whose backward ran first
+    assert parents["Primitive.tanh.Tanh.3.backward"] == "Cell.block.act.Tanh.backward.0"
+    assert parents["Primitive.matmul.MatMul.0.backward"] == "Cell.block.fc.Dense.backward.1"
+
+
+def test_list_filter_selects_a_cell_backward_entry_by_its_backward_number(tmp_path):
+    def dump(name, **extra):
+        ms.set_seed(0)
+        net, x = BlockTwice(), Tensor(np.ones((2, 4), np.float32))
+        config = {"task": "statistics", "level": "L0", "dump_path": str(tmp_path / name), "statistics": extra}
+        (tmp_path / f"{name}.json").write_text(json.dumps(config))
+        debugger = PrecisionDebugger(config_path=str(tmp_path / f"{name}.json"), model=net)
+        debugger.start()
+        ms.grad(net)(x)
+        debugger.stop()
+        debugger.step()
+        return read_dump(tmp_path / name / "step0" / "rank")
+
+    name = "Cell.block.Block.backward.0"
+    listed = dump("listed", list=[name])
+    everything = dump("all")
+    assert [entry for entry in listed.data if ".backward." in entry] == [name]
+    assert listed.data[name] == everything.data[name]  # the same call, though filtered before its number was known
+    assert everything.data[name] != everything.data["Cell.block.Block.backward.1"]

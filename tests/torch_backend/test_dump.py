@@ -629,6 +629,22 @@ def test_crc32_hex_reads_every_dtype_in_place_as_zlib_would(dtype):
         assert crc32_hex(tensor) == f"{zlib.crc32(raw) & 0xFFFFFFFF:08x}"
 
 
+def one_tensor_step(model, x, level, path):
+    """One step dumped in tensor mode, and a reader of the gradients a backward entry saved as its output."""
+    debugger = PrecisionDebugger(task="tensor", level=level, dump_path=str(path), model=model)
+    debugger.start()
+    model(x).backward()
+    debugger.stop()
+    debugger.step()
+    dump = load(path)
+
+    def saved(name):
+        [leaving] = dump.data[name]["output"]
+        return torch.load(dump.tensor_dir() / leaving["data_name"])
+
+    return dump, saved
+
+
 class Residual(torch.nn.Module):
     """Inputs used inside a module and outside it too, a module that uses its input twice, a leaf input."""
 
@@ -661,21 +677,12 @@ def test_module_backward_holds_the_module_s_own_input_gradient(tmp_path, level):
         )
         model(x).backward()
         handle.remove()
-    debugger = PrecisionDebugger(task="tensor", level=level, dump_path=str(tmp_path / "d"), model=model)
-    debugger.start()
-    model(x).backward()
-    debugger.stop()
-    debugger.step()
-    dump = load(tmp_path / "d")
-
-    def saved(name):
-        [leaving] = dump.data[name]["output"]
-        return torch.load(dump.tensor_dir() / leaving["data_name"])
+    _dump, saved = one_tensor_step(model, x, level, tmp_path / "d")
 
     torch.testing.assert_close(saved("Module.norm.LayerNorm.backward.0"), expected["norm"][0], rtol=0, atol=0)
-    # backward runs in reverse: the second call of square (on the leaf x) reports first
-    torch.testing.assert_close(saved("Module.square.Square.backward.1"), expected["square"][0], rtol=0, atol=0)
-    torch.testing.assert_close(saved("Module.square.Square.backward.0"), expected["square"][1], rtol=0, atol=0)
+    # numbered in the order backward reaches the calls, as the reference numbers them
+    torch.testing.assert_close(saved("Module.square.Square.backward.0"), expected["square"][0], rtol=0, atol=0)
+    torch.testing.assert_close(saved("Module.square.Square.backward.1"), expected["square"][1], rtol=0, atol=0)
 
 
 def test_module_input_gradients_without_torch_s_node_counter(tmp_path, monkeypatch):
@@ -684,3 +691,76 @@ def test_module_input_gradients_without_torch_s_node_counter(tmp_path, monkeypat
 
     monkeypatch.setattr(grad_taps, "_NEXT_SEQUENCE_NR", None)
     test_module_backward_holds_the_module_s_own_input_gradient(tmp_path, "L0")
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+        self.act = torch.nn.Tanh()
+
+    def forward(self, x):
+        return self.act(self.fc(x)) + self.act(x)
+
+
+class BlockTwice(torch.nn.Module):
+    """One block called twice, a module called twice inside it: four Tanh calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.block = Block()
+        self.head = torch.nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.head(self.block(self.block(x * 2.0))).sum()
+
+
+def test_module_backward_numbers_follow_backward_order_as_the_reference_numbers_them(tmp_path):
+    """backward.0 is the call whose backward ran first (here the last forward call); parents name backward calls.
+
+    The names, parents and values are those the reference tool 1.2.2 writes for this model.
+    """
+    torch.manual_seed(0)
+    model, x = BlockTwice(), torch.randn(2, 4, requires_grad=True)
+    handle = model.block.register_full_backward_hook(
+        lambda module, grad_input, grad_output: fired.append(grad_input[0])
+    )
+    fired = []
+    model(x).backward()
+    handle.remove()
+    dump, saved = one_tensor_step(model, x, "mix", tmp_path / "d")
+
+    for number, expected in enumerate(fired):
+        torch.testing.assert_close(saved(f"Module.block.Block.backward.{number}"), expected, rtol=0, atol=0)
+    parents = dump.construct
+    assert parents["Module.block.act.Tanh.backward.0"] == "Module.block.Block.backward.0"
+    assert parents["Module.block.act.Tanh.backward.3"] == "Module.block.Block.backward.1"
+    assert parents["Torch.tanh.3.backward"] == "Module.block.act.Tanh.backward.0"
+    assert parents["Functional.linear.1.backward"] == "Module.block.fc.Linear.backward.0"
+    assert parents["Module.block.fc.Linear.backward.0"] == "Module.block.Block.backward.0"
+    backward = [name for name in dump.data if name.startswith("Module.block.Block.backward")]
+    assert backward == ["Module.block.Block.backward.0", "Module.block.Block.backward.1"]
+
+
+def dump_block_twice(path, **statistics):
+    torch.manual_seed(0)
+    model, x = BlockTwice(), torch.randn(2, 4, requires_grad=True)
+    config = {"task": "statistics", "dump_path": str(path), "level": "L0", "statistics": statistics}
+    (path.parent / f"{path.name}.json").write_text(json.dumps(config))
+    debugger = PrecisionDebugger(config_path=str(path.parent / f"{path.name}.json"), model=model)
+    debugger.start()
+    model(x).backward()
+    debugger.stop()
+    debugger.step()
+    return load(path)
+
+
+def test_list_filter_selects_a_module_backward_entry_by_its_backward_number(tmp_path):
+    name = "Module.block.Block.backward.0"
+    listed = dump_block_twice(tmp_path / "listed", list=[name])
+    assert [entry for entry in listed.data if ".backward." in entry] == [name]
+    everything = dump_block_twice(tmp_path / "all")
+    order = list(everything.data)
+    assert order.index(name) < order.index("Module.block.Block.backward.1")  # written, so run, first
+    assert listed.data[name] == everything.data[name]  # the same call, though filtered before its number was known
+    assert everything.data[name] != everything.data["Module.block.Block.backward.1"]

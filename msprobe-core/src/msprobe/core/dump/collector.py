@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from msprobe.core.dump.backward_names import BackwardNumbering
 from msprobe.core.dump.filters import DataModeFilter, NameFilter, ScopeFilter
 from msprobe.core.dump.overflow import InputScreen, OverflowCounter
 from msprobe.core.dump.values import ValueEncoder
@@ -51,6 +52,7 @@ class DumpCollector:
         self.device_errors: tuple[type[BaseException], ...] = ()
         self.writer_factory: Callable[[Any, dict], Any] = DumpWriter  # online pre-check sends instead
         self._failed_names: set[str] = set()
+        self.backward_numbering = BackwardNumbering()
 
     # -- step folders ------------------------------------------------------------
     def open_step(self) -> DumpWriter:
@@ -77,16 +79,22 @@ class DumpCollector:
             self.writer.flush()
 
     def close_step(self) -> None:
+        self.backward_numbering.reset()
         if self.writer is not None:
             self.writer.close()
             self.writer = None
 
     # -- selection ---------------------------------------------------------------------
-    def keeps(self, name: str, direction: str, enclosing: tuple[str, ...] = ()) -> bool:
+    def keeps(self, name: str, direction: str, enclosing: tuple[str, ...] = (), by_name: bool = True) -> bool:
+        """``by_name=False`` leaves the ``list`` check to ``selects``: a module's backward name comes late."""
         if not self.modes.keeps(direction) or not self.scope.inside:
             return False
         if self.overflow is not None and self.overflow.exhausted:
             return False
+        return not by_name or self.selects(name, enclosing)
+
+    def selects(self, name: str, enclosing: tuple[str, ...] = ()) -> bool:
+        """The ``list`` field's verdict on an entry made inside the ``enclosing`` calls."""
         if not self.names.active:
             return True
         return self.names.matches(name) or any(self.names.matches(outer) for outer in enclosing)

@@ -197,7 +197,8 @@ class _Backward:
 
     ``expected`` inputs are hooked; the entry lists ``arity`` leaving
     gradients (None where an input has none). A call with no hooked input
-    is written when its hooked outputs' gradients have arrived.
+    is written when its hooked outputs' gradients have arrived. ``parent``
+    is the forward name of the cell the call ran in.
     """
 
     def __init__(self, recorder: MindSporeDumpRecorder, name: str, parent: str | None, expected: int, arity: int):
@@ -207,9 +208,13 @@ class _Backward:
         self.expected, self.arity = expected, arity
         self.outputs = self.hooked_outputs = 0
         self.written = False
+        # a cell call: its forward name and the cells around it (its backward number is given when backward starts)
+        self.cell: tuple[str, tuple[str, ...]] | None = None
 
     def on_output(self, index: int) -> Callable:
         def hook(grad: Any) -> None:
+            if self.cell is not None and not self.arriving:
+                self.recorder.collector.backward_numbering.start(self.cell[0])
             self.arriving[index] = grad
             if not self.expected and len(self.arriving) == self.hooked_outputs:
                 self.write()
@@ -231,7 +236,7 @@ class _Backward:
         arriving = [self.arriving.get(i) for i in range(self.outputs)]
         leaving = [self.leaving.get(i) for i in range(self.arity)]
         self.arriving, self.leaving = {}, {}  # the hooks outlive the write: they must not keep the gradients alive
-        self.recorder.write_backward(self.name, arriving, leaving, self.parent)
+        self.recorder.write_backward(self, arriving, leaving)
 
 
 _HOOK_PRIMITIVES = {"CellBackwardHook"}  # what MindSpore puts in a cell for its backward hooks: not the model's
@@ -352,7 +357,7 @@ class MindSporeDumpRecorder:
                 if keep_forward:
                     inputs = self.collector.encode_inputs(name, args, kwargs)
                 if keep_backward:
-                    parent = self.cell_stack[-1].replace(".forward.", ".backward.") if self.cell_stack else None
+                    parent = self.cell_stack[-1] if self.cell_stack else None
                     args, kwargs, record = self._hook_inputs(
                         backward_name, args, kwargs, parent, parameters=not _may_write(key, kwargs)
                     )
@@ -429,13 +434,20 @@ class MindSporeDumpRecorder:
                 tensor.register_hook(record.on_output(index))
                 record.hooked_outputs += 1
 
-    def write_backward(self, name: str, arriving: list, leaving: list, parent: str | None) -> None:
+    def write_backward(self, record: _Backward, arriving: list, leaving: list) -> None:
+        collector = self.collector
         busy = self.state.busy
         self.state.busy = True
+        name = record.name
         try:
-            self.collector.backward(name, arriving, leaving, parent if self.with_construct else NO_PARENT)
+            if record.cell is not None:
+                name = collector.backward_numbering.start(record.cell[0])
+                if not collector.selects(name, record.cell[1]):
+                    return
+            parent = collector.backward_numbering.parent(record.parent) if self.with_construct else NO_PARENT
+            collector.backward(name, arriving, leaving, parent)
         except Exception as exc:
-            self.collector.report_failure(name, exc)
+            collector.report_failure(name, exc)
         finally:
             self.state.busy = busy
 
@@ -500,16 +512,20 @@ class MindSporeDumpRecorder:
             index = self.cell_counts[label]
             self.cell_counts[label] = index + 1
             name = f"{label}.forward.{index}"
+            enclosing = tuple(self.cell_stack)
             self.cell_stack.append(name)
             self.collector.enter(name)
             record = None
             backward_name = f"{label}.backward.{index}"
-            if self.collector.keeps(backward_name, "backward"):
+            # the list filter looks at the backward name once it is known, when the cell's backward starts
+            if self.collector.keeps(backward_name, "backward", enclosing, by_name=False):
                 self.state.busy = True
                 try:
+                    parent = enclosing[-1] if enclosing else None
                     args, _kwargs, record = self._hook_inputs(
-                        backward_name, args, {}, None, parameters=False, always=True
+                        backward_name, args, {}, parent, parameters=False, always=True
                     )
+                    record.cell = (name, enclosing)
                 except Exception as exc:
                     self.collector.report_failure(name, exc)
                 finally:

@@ -277,18 +277,22 @@ class TorchDumpRecorder:
         collector = self.collector
         collector.enter(name)
         enclosing = tuple(self.module_stack)
+        module = name.startswith("Module.")
         keep_forward = collector.keeps(name, "forward", enclosing)
-        keep_backward = torch.is_grad_enabled() and collector.keeps(backward_name, "backward", enclosing)
+        # a module's backward number is given when its backward starts: the list filter looks at it then
+        keep_backward = torch.is_grad_enabled() and collector.keeps(backward_name, "backward", enclosing, not module)
         if not keep_forward and not keep_backward:
             collector.leave(name)
             return None
         record = _CallRecord(name, backward_name, args, kwargs, self.module_stack[-1] if self.module_stack else None)
         record.keep_forward = keep_forward
+        if module:
+            record.enclosing = enclosing
         if keep_forward:
             record.inputs = collector.encode_inputs(name, args, kwargs, eager=in_place)
         if keep_backward:
             record.grad_inputs = grad_taps.tensors_requiring_grad((args, kwargs) if kwargs else args)
-            keep_backward = bool(record.grad_inputs) or name.startswith("Module.")
+            keep_backward = bool(record.grad_inputs) or module
         record.keep_backward = keep_backward
         record.recorder = self
         return record
@@ -322,10 +326,15 @@ class TorchDumpRecorder:
             self.state.busy = False
 
     def _write_backward(self, record: _CallRecord, grads_in: tuple) -> None:
+        collector = self.collector
         try:
+            if record.enclosing is not None:  # a module call
+                record.backward_name = collector.backward_numbering.start(record.name)
+                if not collector.selects(record.backward_name, record.enclosing):
+                    return
             outputs = [record.output_grads.get(i) for i in range(record.output_count)]
-            parent = _backward_name(record.parent) if self.with_construct else NO_PARENT
-            self.collector.backward(record.backward_name, outputs, list(grads_in), parent)
+            parent = collector.backward_numbering.parent(record.parent) if self.with_construct else NO_PARENT
+            collector.backward(record.backward_name, outputs, list(grads_in), parent)
         except Exception as exc:
             self.collector.report_failure(record.backward_name, exc)
 
@@ -448,20 +457,13 @@ class TorchDumpRecorder:
         return hook
 
 
-def _backward_name(forward_name: str | None) -> str | None:
-    if forward_name is None:
-        return None
-    if forward_name.startswith("Module."):
-        return forward_name.replace(".forward.", ".backward.")
-    return forward_name[: -len("forward")] + "backward"
-
-
 class _CallRecord:
     """One recorded call, kept alive by its backward hooks until its gradients arrive."""
 
     __slots__ = (
         "args",
         "backward_name",
+        "enclosing",
         "first_node",
         "grad_inputs",
         "input_grads",
@@ -485,6 +487,7 @@ class _CallRecord:
         self.args = args
         self.kwargs = kwargs
         self.parent = parent
+        self.enclosing: tuple[str, ...] | None = None  # modules only: the calls around this one
         self.inputs: dict[str, Any] = {}
         self.grad_inputs: list[torch.Tensor] = []
         self.output_grads: dict[int, torch.Tensor] = {}
@@ -547,6 +550,8 @@ class _CallRecord:
 
     def _output_hook(self, index: int, expected: int) -> Callable:
         def hook(grad: torch.Tensor) -> None:
+            if not self.output_grads and self.recorder is not None:  # its backward starts: it takes its number now
+                self.recorder.collector.backward_numbering.start(self.name)
             self.output_grads[index] = grad
             if self.inputs_pending == 0 and len(self.output_grads) == expected:
                 self.on_input_grads((None,) * self.input_slots)
