@@ -128,3 +128,19 @@ def test_a_forked_child_leaves_the_parents_parked_journal_alone(tmp_path):
     assert not spare.exists()  # the parent's own spare, still there for it
     parent.close()
     writer_module._SPARE_JOURNAL.drop()
+
+
+def test_deferred_entries_reach_the_journal_when_settled_with_the_values_they_hold_then(tmp_path):
+    writer = DumpWriter(
+        tmp_path, {"task": "statistics", "level": "L1", "framework": "mindspore", "dump_data_dir": None}
+    )
+    summary = {"Max": None}
+    writer.add("Mint.abs.0.forward", {"output": [summary]}, deferred=True, stack=["File a.py, line 1"])
+    assert read_dump(tmp_path).data == {}  # its values are not known yet: not journaled
+    summary["Max"] = 3.0  # read late, filled in place
+    writer.settle()
+    writer.add("Mint.neg.0.forward", {"output": [{"Max": None}]}, deferred=True)
+    recovered = read_dump(tmp_path)
+    assert recovered.data == {"Mint.abs.0.forward": {"output": [{"Max": 3.0}]}}
+    writer.close()
+    assert list(read_dump(tmp_path).data) == ["Mint.abs.0.forward", "Mint.neg.0.forward"]

@@ -535,3 +535,59 @@ def test_list_filter_selects_a_cell_backward_entry_by_its_backward_number(tmp_pa
     assert [entry for entry in listed.data if ".backward." in entry] == [name]
     assert listed.data[name] == everything.data[name]  # the same call, though filtered before its number was known
     assert everything.data[name] != everything.data["Cell.block.Block.backward.1"]
+
+
+def test_tensors_read_late_show_their_values_before_a_later_write(tmp_path):
+    """On CPU tensors are read in batches (no wait for PyNative's queue per call): a write the dump sees reads first."""
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path / "d"))
+    x = Tensor(np.array([[-3.0, 1.0], [2.0, -0.5]], np.float32))
+    debugger.start()
+    y = mint.abs(x)
+    ops.assign(y, y * 10)  # an API that writes: dumped, its input read as it was
+    z = mint.neg(x)
+    z[0] = 100.0  # a write the dump only watches
+    w = mint.exp(x)
+    debugger.stop()
+    debugger.step()
+    dump = read_dump(tmp_path / "d" / "step0" / "rank")
+    expected = np.abs(x.asnumpy())
+    [abs_output] = dump.data["Mint.abs.0.forward"]["output"]
+    assert (abs_output["Max"], abs_output["Min"]) == (3.0, 0.5)
+    assert math.isclose(abs_output["Norm"], float(np.linalg.norm(expected)), rel_tol=1e-6)
+    assign = dump.data["Functional.assign.0.forward"]
+    assert assign["input_args"][0]["Max"] == 3.0 and assign["output"][0]["Max"] == 30.0
+    assert dump.data["Mint.neg.0.forward"]["output"][0]["Max"] == 3.0  # before z[0] = 100
+    assert math.isclose(dump.data["Mint.exp.0.forward"]["output"][0]["Max"], float(np.exp(2.0)), rel_tol=1e-6)
+    assert float(w.asnumpy().max()) == pytest.approx(np.exp(2.0))
+
+
+def test_tensors_read_late_reach_the_journal_when_read(tmp_path, monkeypatch):
+    """What a killed process leaves: entries whose tensors were read; the limit on waiting tensors bounds the rest."""
+    from msprobe.mindspore.dump import tensors
+
+    monkeypatch.setattr(tensors, "_SETTLE_COUNT", 4)
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path / "d"))
+    x = Tensor(np.array([1.0, -2.0], np.float32))
+    debugger.start()
+    for _ in range(3):
+        x = mint.abs(mint.neg(x))  # two tensors read per call: inputs are outputs already waiting
+    journal = tmp_path / "d" / "step0" / "rank" / ".dump.json.journal"
+    dump = read_dump(journal.parent)  # no dump.json yet: replayed from the journal, as after a kill
+    [neg_output] = dump.data["Mint.neg.0.forward"]["output"]
+    assert (neg_output["Max"], neg_output["Min"]) == (2.0, -1.0)
+    assert all(value is not None for entry in dump.data.values() for value in leaves(entry))
+    debugger.stop()
+    debugger.step()
+    assert len(read_dump(tmp_path / "d" / "step0" / "rank").data) == 6
+
+
+def test_parameters_are_read_at_once_as_optimizers_write_them_unseen(tmp_path):
+    weight = ms.Parameter(Tensor(np.array([1.0, 2.0], np.float32)), name="w")
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path / "d"))
+    debugger.start()
+    mint.abs(weight)
+    weight.set_data(Tensor(np.array([5.0, 6.0], np.float32)), slice_shape=True)
+    debugger.stop()
+    debugger.step()
+    dump = read_dump(tmp_path / "d" / "step0" / "rank")
+    assert dump.data["Mint.abs.0.forward"]["input_args"][0]["Max"] == 2.0

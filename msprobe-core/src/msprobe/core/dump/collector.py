@@ -53,6 +53,8 @@ class DumpCollector:
         self.writer_factory: Callable[[Any, dict], Any] = DumpWriter  # online pre-check sends instead
         self._failed_names: set[str] = set()
         self.backward_numbering = BackwardNumbering()
+        # values measured late (a backend's lazy statistics) are taken by this before any entry is encoded
+        self.settle_values: Callable[[], None] | None = None
 
     # -- step folders ------------------------------------------------------------
     def open_step(self) -> DumpWriter:
@@ -76,13 +78,25 @@ class DumpCollector:
 
     def flush_step(self) -> None:
         if self.writer is not None:
+            self._settle_values()
             self.writer.flush()
 
     def close_step(self) -> None:
         self.backward_numbering.reset()
         if self.writer is not None:
+            self._settle_values()
             self.writer.close()
             self.writer = None
+
+    def _settle_values(self) -> None:
+        if self.settle_values is not None:
+            self.settle_values()
+
+    def entries_settled(self) -> None:
+        """Every value of the deferred entries so far is final (see ``settle_values``): journal them."""
+        settle = getattr(self.writer, "settle", None)
+        if settle is not None:
+            settle()
 
     # -- selection ---------------------------------------------------------------------
     def keeps(self, name: str, direction: str, enclosing: tuple[str, ...] = (), by_name: bool = True) -> bool:

@@ -303,6 +303,7 @@ class DumpWriter:
         self._journal_header = _journal_line("header", '""', _encode(header)) if journal else None
         self._journal_failed = False
         self._names: dict[str, str] = {}  # entry name -> its JSON text, encoded once for the journal and the files
+        self._unsettled: list[str] = []  # deferred entries not journaled yet
         self._closed = False
         self._dirty = True
 
@@ -350,6 +351,7 @@ class DumpWriter:
         lines = []
         if deferred:
             self.data[name] = entry
+            self._unsettled.append(name)
         else:
             text = self.data[name] = _encode(entry)
             lines.append(_journal_line("data", encoded_name, text))
@@ -361,6 +363,15 @@ class DumpWriter:
             lines.append(_journal_line("construct", encoded_name, text))
         self._write_lines("".join(lines))
 
+    def settle(self) -> None:
+        """The deferred entries added so far hold their final values: journal them, so a crash keeps them."""
+        unsettled, self._unsettled = self._unsettled, []
+        for name in unsettled:
+            value = self.data.get(name)
+            if isinstance(value, dict):
+                self.data[name] = text = _encode(value)
+                self._log("data", name, text)
+
     def set_parent(self, name: str, parent: str | None) -> None:
         text = self.construct[name] = _encode(parent)
         self._log("construct", name, text)
@@ -369,6 +380,7 @@ class DumpWriter:
         """Write the three files with everything so far; collection may go on afterwards."""
         if not self._dirty:
             return
+        self._unsettled.clear()
         for name, value in self.data.items():
             if isinstance(value, dict):
                 self.data[name] = text = _encode(value)

@@ -274,9 +274,15 @@ class MindSporeDumpRecorder:
         self.session = session
         config = session.config
         self.level = config.level
-        self.summarizer = TensorSummarizer(config.task, config.summary_mode, caching=True)
+        # lazy reads, except for ``strict``, which raises the tool's errors from the call that met them
+        self.summarizer = TensorSummarizer(config.task, config.summary_mode, caching=True, lazy=not config.strict)
         encoder = ValueEncoder(is_tensor, self.summarizer, describe_object)
         self.collector = DumpCollector(session, encoder, self.summarizer.set_tensor_dir, self.summarizer.set_saving)
+        if self.summarizer.lazy:  # entries are journaled once their tensors have been read
+            self.collector.deferred = True
+            self.collector.settle_values = self._settle
+            self.summarizer.on_settled = self.collector.entries_settled
+            self.summarizer.when_full = self._settle
         self.patcher = ApiPatcher(self._call_api, api_targets)
         self.state = self.patcher.state
         # writes without an entry still empty the statistics cache
@@ -331,6 +337,17 @@ class MindSporeDumpRecorder:
         self.api_counts.clear()
         self.cell_counts.clear()
 
+    def _settle(self) -> None:
+        """Read the tensors waiting (see TensorSummarizer.lazy): before a write, and before entries are written."""
+        busy = self.state.busy
+        self.state.busy = True  # the reads call MindSpore (astype for bfloat16): no entries of their own
+        try:
+            self.summarizer.settle()
+        except Exception as exc:
+            self.collector.report_failure("dump values", exc)
+        finally:
+            self.state.busy = busy
+
     def _guard(self, action: Callable[[], None]) -> None:
         try:
             action()
@@ -348,6 +365,7 @@ class MindSporeDumpRecorder:
             backward_name = f"{key}.{index}.backward"
             record = None
             keep_forward = keep_backward = False
+            writes = _may_write(key, kwargs)
             inputs: dict[str, Any] = {}
             try:
                 self.collector.enter(name)
@@ -358,11 +376,11 @@ class MindSporeDumpRecorder:
                     inputs = self.collector.encode_inputs(name, args, kwargs)
                 if keep_backward:
                     parent = self.cell_stack[-1] if self.cell_stack else None
-                    args, kwargs, record = self._hook_inputs(
-                        backward_name, args, kwargs, parent, parameters=not _may_write(key, kwargs)
-                    )
+                    args, kwargs, record = self._hook_inputs(backward_name, args, kwargs, parent, parameters=not writes)
             except Exception as exc:
                 self.collector.report_failure(name, exc)
+            if writes and self.summarizer.lazy:  # tensors waiting to be read are read as they are before it
+                self._settle()
             try:
                 output = original(*args, **kwargs)
                 if keep_forward or record is not None:
@@ -371,7 +389,7 @@ class MindSporeDumpRecorder:
                 self.collector.leave(name)  # the call never returned: no entry, and a scope it ends still ends
                 raise
             finally:
-                if _may_write(key, kwargs):
+                if writes:
                     self.summarizer.clear()
             try:
                 if keep_forward:
@@ -389,6 +407,8 @@ class MindSporeDumpRecorder:
             state.busy = False
 
     def _note_write(self, original: Callable, key: str, args: tuple, kwargs: dict) -> Any:
+        if self.summarizer.lazy:
+            self._settle()
         try:
             return original(*args, **kwargs)
         finally:

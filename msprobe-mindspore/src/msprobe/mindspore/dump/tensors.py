@@ -91,10 +91,58 @@ def crc32_hex(tensor: ms.Tensor, dtype: Any = None) -> str:
     return checksum_hex(np.ascontiguousarray(host).reshape(-1).view(np.uint8))
 
 
-class TensorSummarizer:
-    """``caching``: reuse the values of a tensor seen before, for a dump that reports every write it sees (clear())."""
+_PLACEHOLDERS = {"Max": None, "Min": None, "Mean": None, "Norm": None}
+_SETTLE_COUNT = 512  # tensors waiting at most: bounds the memory they hold and what a killed process loses
+_SETTLE_BYTES = 256 << 20
 
-    def __init__(self, task: str, summary_mode: str, caching: bool = False):
+
+class _Lazy:
+    """One tensor's values, taken at the next settle, and the summaries waiting to show them."""
+
+    __slots__ = ("dtype", "summaries", "tensor", "values")
+
+    def __init__(self, tensor: ms.Tensor, dtype: Any):
+        self.tensor: ms.Tensor | None = tensor
+        self.dtype = dtype
+        self.summaries: list[dict[str, Any]] = []
+        self.values: dict[str, Any] | None = None
+
+
+def _fill(summary: dict[str, Any], values: dict[str, Any]) -> None:
+    """Put the values in place of the placeholders, extra keys (``*_except_inf_nan``) right after Norm."""
+    if values.keys() <= summary.keys():
+        summary.update(values)
+        return
+    items = list(summary.items())
+    summary.clear()
+    for key, value in items:
+        summary[key] = values.get(key, value)
+        if key == "Norm":
+            summary.update((extra, v) for extra, v in values.items() if extra not in _PLACEHOLDERS and extra != "md5")
+
+
+def _drop(summary: dict[str, Any], keys: dict[str, Any]) -> None:
+    """No values could be taken: the summary shows none rather than nulls that look measured."""
+    for key in keys:
+        summary.pop(key, None)
+
+
+class TensorSummarizer:
+    """``caching``: reuse the values of a tensor seen before, for a dump that reports every write it sees (clear()).
+
+    ``lazy`` (CPU MindSpore, statistics and tensor tasks): a tensor is read
+    at the next ``settle()``, not when its call returns. Each read of a
+    tensor waits for PyNative's queue of launched ops to drain, so reading
+    at every call stops the queue from running ahead of Python; reading a
+    batch costs one wait. The dump settles before every write it sees (the
+    values read are then those of the call), when it stops, at the end of a
+    step, and when too many tensors wait; Parameters, which optimizers write
+    out of its sight, are read at once. ``on_settled`` runs after each settle,
+    which raises the last error met reading (the tensors it could read are
+    filled in all the same).
+    """
+
+    def __init__(self, task: str, summary_mode: str, caching: bool = False, lazy: bool = False):
         self.task = task
         self.with_stats = task in ("statistics", "tensor", "overflow_check")
         self.with_crc = summary_mode == "md5"
@@ -102,10 +150,69 @@ class TensorSummarizer:
         self.tensor_dir: Path | None = None
         self.caching = caching and (self.with_stats or self.with_crc)
         self._cache: dict[tuple[int, str], tuple[Any, Any]] = {}  # (id, kind) -> (weak reference, value)
+        self.lazy = lazy and task in ("statistics", "tensor") and _on_host()
+        self._placeholders = {**_PLACEHOLDERS, "md5": None} if self.with_crc else _PLACEHOLDERS
+        self._waiting: list[_Lazy] = []
+        self._waiting_files: list[tuple[ms.Tensor, Any, Path]] = []
+        self._waiting_bytes = 0
+        self.on_settled: Callable[[], None] | None = None
+        self.when_full: Callable[[], None] = self.settle  # the dump's settle, which reports errors
 
     def clear(self) -> None:
         """Something may have been written: measure afresh."""
         self._cache.clear()
+
+    def settle(self) -> None:
+        """Read every waiting tensor now and fill the summaries waiting for it."""
+        if not self._waiting and not self._waiting_files:
+            return
+        waiting, self._waiting = self._waiting, []
+        files, self._waiting_files = self._waiting_files, []
+        self._waiting_bytes = 0
+        failure: Exception | None = None
+        for lazy in waiting:
+            try:
+                values = measure(lazy.tensor, lazy.dtype)
+                if self.with_crc:
+                    values["md5"] = crc32_hex(lazy.tensor, lazy.dtype)
+            except Exception as exc:  # its summaries show no values; the others are still read
+                values, failure = {}, exc
+            lazy.values, lazy.tensor = values, None
+            for summary in lazy.summaries:
+                _fill(summary, values) if values else _drop(summary, self._placeholders)
+            lazy.summaries = []
+        for tensor, dtype, path in files:
+            try:
+                self._save(tensor, dtype, path)
+            except Exception as exc:
+                failure = exc
+        if self.on_settled is not None:
+            self.on_settled()
+        if failure is not None:
+            raise failure  # the caller reports it (once; with ``strict``, raised)
+
+    def _wait_for(self, tensor: ms.Tensor, dtype: Any, summary: dict[str, Any]) -> None:
+        key = (id(tensor), "lazy")
+        cached = self._cache.get(key)
+        if cached is not None and cached[0]() is tensor:
+            lazy = cached[1]
+        else:
+            lazy = _Lazy(tensor, dtype)
+            self._waiting.append(lazy)
+            self._waiting_bytes += tensor.nbytes
+            try:
+                self._cache[key] = (weakref.ref(tensor), lazy)
+            except TypeError:
+                pass
+        if lazy.values is not None:
+            summary.update(lazy.values)
+        else:
+            summary.update(self._placeholders)
+            lazy.summaries.append(summary)
+
+    def _settle_if_full(self) -> None:
+        if len(self._waiting) + len(self._waiting_files) >= _SETTLE_COUNT or self._waiting_bytes >= _SETTLE_BYTES:
+            self.when_full()
 
     def _cached(self, kind: str, tensor: ms.Tensor, dtype: Any, compute: Callable[[ms.Tensor, Any], Any]) -> Any:
         if not self.caching or isinstance(tensor, ms.Parameter):
@@ -149,16 +256,30 @@ class TensorSummarizer:
     def __call__(self, tensor: ms.Tensor, data_stem: str) -> dict[str, Any]:
         dtype = tensor.dtype  # read once: each read is a call into MindSpore
         summary: dict[str, Any] = {"type": "mindspore.Tensor", "dtype": str(dtype), "shape": list(tensor.shape)}
+        lazy = self.lazy and dtype != ms.bool_ and not isinstance(tensor, ms.Parameter)
         if self.with_stats and tensor.size > 0:
-            summary.update(self._cached("stats", tensor, dtype, measure))
-            if self.with_crc:
-                summary["md5"] = self._cached("crc", tensor, dtype, crc32_hex)
+            if lazy:
+                self._wait_for(tensor, dtype, summary)
+            else:
+                summary.update(self._cached("stats", tensor, dtype, measure))
+                if self.with_crc:
+                    summary["md5"] = self._cached("crc", tensor, dtype, crc32_hex)
         if self.save_files and self.tensor_dir is not None:
             file_name = f"{data_stem}.npy"
-            with open_new_file(self.tensor_dir / file_name, "wb") as handle:
-                np.save(handle, to_numpy(tensor, dtype), allow_pickle=False)
+            if lazy:
+                self._waiting_files.append((tensor, dtype, self.tensor_dir / file_name))
+                self._waiting_bytes += tensor.nbytes
+            else:
+                self._save(tensor, dtype, self.tensor_dir / file_name)
             summary["data_name"] = file_name
+        if lazy:
+            self._settle_if_full()
         return summary
+
+    @staticmethod
+    def _save(tensor: ms.Tensor, dtype: Any, path: Path) -> None:
+        with open_new_file(path, "wb") as handle:
+            np.save(handle, to_numpy(tensor, dtype), allow_pickle=False)
 
 
 def is_tensor(value: Any) -> bool:
