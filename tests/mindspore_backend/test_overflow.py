@@ -39,3 +39,20 @@ def test_screening_tells_a_large_finite_sum_from_inf_and_nan(tmp_path):
     dump = read_dump(tmp_path / "step0" / "rank" / "dump.json")
     assert list(dump.data) == ["Mint.div.0.forward"]
     assert dump.data["Mint.div.0.forward"]["output"][0]["Max"] == "nan"
+
+
+def test_decisions_taken_in_batches_see_each_call_as_it_was(tmp_path):
+    """On CPU each call's check waits for the next batch; a write the dump sees decides what is waiting first."""
+    debugger = PrecisionDebugger(task="overflow_check", level="L1", dump_path=str(tmp_path))
+    x = Tensor(np.full((2, 2), 300.0, np.float16))
+    debugger.start()
+    y = mint.matmul(x, x)  # inf, then overwritten with finite values below
+    ops.assign(y, Tensor(np.zeros((2, 2), np.float16)))
+    debugger.stop()
+    debugger.step()
+    dump = read_dump(tmp_path / "step0" / "rank" / "dump.json")
+    assert list(dump.data) == ["Mint.matmul.0.forward"]
+    assert dump.data["Mint.matmul.0.forward"]["output"][0]["Max"] == "inf"  # as the call left it
+    assert not y.asnumpy().any()
+    # the stack is where the call was made, not where the batch was read
+    assert any("test_overflow.py" in line for line in dump.stack["Mint.matmul.0.forward"])

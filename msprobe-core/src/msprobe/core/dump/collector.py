@@ -82,11 +82,11 @@ class DumpCollector:
             self.writer.flush()
 
     def close_step(self) -> None:
-        self.backward_numbering.reset()
         if self.writer is not None:
             self._settle_values()
             self.writer.close()
             self.writer = None
+        self.backward_numbering.reset()
 
     def _settle_values(self) -> None:
         if self.settle_values is not None:

@@ -278,11 +278,12 @@ class MindSporeDumpRecorder:
         self.summarizer = TensorSummarizer(config.task, config.summary_mode, caching=True, lazy=not config.strict)
         encoder = ValueEncoder(is_tensor, self.summarizer, describe_object)
         self.collector = DumpCollector(session, encoder, self.summarizer.set_tensor_dir, self.summarizer.set_saving)
-        if self.summarizer.lazy:  # entries are journaled once their tensors have been read
-            self.collector.deferred = True
+        if self.summarizer.lazy:
+            self.collector.deferred = self.summarizer.lazy_values  # entries are journaled once their tensors are read
             self.collector.settle_values = self._settle
             self.summarizer.on_settled = self.collector.entries_settled
             self.summarizer.when_full = self._settle
+        self._late_decisions = self.summarizer.lazy and not self.summarizer.lazy_values
         self.patcher = ApiPatcher(self._call_api, api_targets)
         self.state = self.patcher.state
         # writes without an entry still empty the statistics cache
@@ -337,6 +338,43 @@ class MindSporeDumpRecorder:
         self.api_counts.clear()
         self.cell_counts.clear()
 
+    def _record(self, name: str, add: Callable[..., Any], /, *args: Any, **kwargs: Any) -> None:
+        """``add(*args, **kwargs)`` an entry (with its stack), now or, for a lazy overflow check, at the next settle.
+
+        The overflow check's decision reads the call's tensors; deferred, it
+        costs no wait of its own (see TensorSummarizer.lazy). The stack is
+        taken now, where the call was made.
+        """
+        if not self._late_decisions:
+            add(*args, **kwargs)
+            return
+        if "stack" in kwargs:
+            stack = self._stack()
+            kwargs["stack"] = lambda: stack
+
+        def decide() -> None:
+            try:
+                add(*args, **kwargs)
+            except Exception as exc:
+                self.collector.report_failure(name, exc)
+
+        self.summarizer.defer(decide)
+
+    def _record_forward(
+        self, name: str, inputs: Any, output: Any, raw_inputs: tuple, parent: Any, parameters: dict | None = None
+    ) -> None:
+        self._record(
+            name,
+            self.collector.forward,
+            name,
+            inputs,
+            output,
+            parameters=parameters,
+            raw_inputs=raw_inputs,
+            stack=self._stack,
+            parent=parent,
+        )
+
     def _settle(self) -> None:
         """Read the tensors waiting (see TensorSummarizer.lazy): before a write, and before entries are written."""
         busy = self.state.busy
@@ -373,7 +411,7 @@ class MindSporeDumpRecorder:
                 keep_forward = self.collector.keeps(name, "forward", enclosing)
                 keep_backward = self.collector.keeps(backward_name, "backward", enclosing) and not _inplace(key)
                 if keep_forward:
-                    inputs = self.collector.encode_inputs(name, args, kwargs)
+                    inputs = self.collector.encode_inputs(name, args, kwargs, eager=writes)
                 if keep_backward:
                     parent = self.cell_stack[-1] if self.cell_stack else None
                     args, kwargs, record = self._hook_inputs(backward_name, args, kwargs, parent, parameters=not writes)
@@ -394,9 +432,7 @@ class MindSporeDumpRecorder:
             try:
                 if keep_forward:
                     parent = (self.cell_stack[-1] if self.cell_stack else None) if self.with_construct else NO_PARENT
-                    self.collector.forward(
-                        name, inputs, output, raw_inputs=(args, kwargs), stack=self._stack, parent=parent
-                    )
+                    self._record_forward(name, inputs, output, (args, kwargs), parent)
                 if record is not None:
                     self._hook_outputs(record, output)
                 self.collector.leave(name)
@@ -465,7 +501,7 @@ class MindSporeDumpRecorder:
                 if not collector.selects(name, record.cell[1]):
                     return
             parent = collector.backward_numbering.parent(record.parent) if self.with_construct else NO_PARENT
-            collector.backward(name, arriving, leaving, parent)
+            self._record(name, collector.backward, name, arriving, leaving, parent)
         except Exception as exc:
             collector.report_failure(name, exc)
         finally:
@@ -573,16 +609,9 @@ class MindSporeDumpRecorder:
                 if record is not None:
                     self._hook_outputs(record, output)
                 if self.collector.keeps(name, "forward", tuple(self.cell_stack)):
-                    inputs = self.collector.encode_inputs(name, args, {})
-                    self.collector.forward(
-                        name,
-                        inputs,
-                        output,
-                        parameters=params,
-                        raw_inputs=(args, {}),
-                        stack=self._stack,
-                        parent=self.cell_stack[-1] if self.cell_stack else None,
-                    )
+                    inputs = self.collector.encode_inputs(name, args, {}, eager=False)  # the cell has run
+                    parent = self.cell_stack[-1] if self.cell_stack else None
+                    self._record_forward(name, inputs, output, (args, {}), parent, parameters=params)
                     if params and self.collector.keeps(grads_name, "backward"):
                         self.collector.reserve(grads_name)
                 self.collector.leave(name)

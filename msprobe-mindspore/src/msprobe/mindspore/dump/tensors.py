@@ -130,14 +130,15 @@ def _drop(summary: dict[str, Any], keys: dict[str, Any]) -> None:
 class TensorSummarizer:
     """``caching``: reuse the values of a tensor seen before, for a dump that reports every write it sees (clear()).
 
-    ``lazy`` (CPU MindSpore, statistics and tensor tasks): a tensor is read
+    ``lazy`` (CPU MindSpore, statistics, tensor, overflow_check): a tensor is read
     at the next ``settle()``, not when its call returns. Each read of a
     tensor waits for PyNative's queue of launched ops to drain, so reading
     at every call stops the queue from running ahead of Python; reading a
     batch costs one wait. The dump settles before every write it sees (the
     values read are then those of the call), when it stops, at the end of a
     step, and when too many tensors wait; Parameters, which optimizers write
-    out of its sight, are read at once. ``on_settled`` runs after each settle,
+    out of its sight, are read at once. The overflow check defers its whole
+    decision per call instead (``defer``). ``on_settled`` runs after each settle,
     which raises the last error met reading (the tensors it could read are
     filled in all the same).
     """
@@ -150,7 +151,9 @@ class TensorSummarizer:
         self.tensor_dir: Path | None = None
         self.caching = caching and (self.with_stats or self.with_crc)
         self._cache: dict[tuple[int, str], tuple[Any, Any]] = {}  # (id, kind) -> (weak reference, value)
-        self.lazy = lazy and task in ("statistics", "tensor") and _on_host()
+        self.lazy = lazy and task in ("statistics", "tensor", "overflow_check") and _on_host()
+        self.lazy_values = self.lazy and task in ("statistics", "tensor")  # the overflow check defers whole records
+        self._waiting_records: list[Callable[[], None]] = []
         self._placeholders = {**_PLACEHOLDERS, "md5": None} if self.with_crc else _PLACEHOLDERS
         self._waiting: list[_Lazy] = []
         self._waiting_files: list[tuple[ms.Tensor, Any, Path]] = []
@@ -164,10 +167,11 @@ class TensorSummarizer:
 
     def settle(self) -> None:
         """Read every waiting tensor now and fill the summaries waiting for it."""
-        if not self._waiting and not self._waiting_files:
+        if not self._waiting and not self._waiting_files and not self._waiting_records:
             return
         waiting, self._waiting = self._waiting, []
         files, self._waiting_files = self._waiting_files, []
+        records, self._waiting_records = self._waiting_records, []
         self._waiting_bytes = 0
         failure: Exception | None = None
         for lazy in waiting:
@@ -184,6 +188,11 @@ class TensorSummarizer:
         for tensor, dtype, path in files:
             try:
                 self._save(tensor, dtype, path)
+            except Exception as exc:
+                failure = exc
+        for record in records:
+            try:
+                record()
             except Exception as exc:
                 failure = exc
         if self.on_settled is not None:
@@ -210,8 +219,14 @@ class TensorSummarizer:
             summary.update(self._placeholders)
             lazy.summaries.append(summary)
 
+    def defer(self, record: Callable[[], None]) -> None:
+        """Run ``record`` at the next settle (the overflow check's decision, which reads the call's tensors)."""
+        self._waiting_records.append(record)
+        self._settle_if_full()
+
     def _settle_if_full(self) -> None:
-        if len(self._waiting) + len(self._waiting_files) >= _SETTLE_COUNT or self._waiting_bytes >= _SETTLE_BYTES:
+        waiting = len(self._waiting) + len(self._waiting_files) + len(self._waiting_records)
+        if waiting >= _SETTLE_COUNT or self._waiting_bytes >= _SETTLE_BYTES:
             self.when_full()
 
     def _cached(self, kind: str, tensor: ms.Tensor, dtype: Any, compute: Callable[[ms.Tensor, Any], Any]) -> Any:
@@ -256,7 +271,7 @@ class TensorSummarizer:
     def __call__(self, tensor: ms.Tensor, data_stem: str) -> dict[str, Any]:
         dtype = tensor.dtype  # read once: each read is a call into MindSpore
         summary: dict[str, Any] = {"type": "mindspore.Tensor", "dtype": str(dtype), "shape": list(tensor.shape)}
-        lazy = self.lazy and dtype != ms.bool_ and not isinstance(tensor, ms.Parameter)
+        lazy = self.lazy_values and dtype != ms.bool_ and not isinstance(tensor, ms.Parameter)
         if self.with_stats and tensor.size > 0:
             if lazy:
                 self._wait_for(tensor, dtype, summary)
