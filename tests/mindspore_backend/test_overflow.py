@@ -56,3 +56,24 @@ def test_decisions_taken_in_batches_see_each_call_as_it_was(tmp_path):
     assert not y.asnumpy().any()
     # the stack is where the call was made, not where the batch was read
     assert any("test_overflow.py" in line for line in dump.stack["Mint.matmul.0.forward"])
+
+
+def test_decisions_wait_for_the_batch_within_its_memory_bound(tmp_path, monkeypatch):
+    from msprobe.mindspore.dump import tensors
+
+    x = Tensor(np.full((2, 2), 300.0, np.float16))
+
+    def journaled_after_one_call(path):
+        debugger = PrecisionDebugger(task="overflow_check", level="L1", dump_path=str(path))
+        debugger.start()
+        mint.matmul(x, x)
+        journal = path / "step0" / "rank" / ".dump.json.journal"
+        names = list(read_dump(journal.parent).data) if journal.exists() else []
+        debugger.stop()
+        debugger.step()
+        assert list(read_dump(path / "step0" / "rank").data) == ["Mint.matmul.0.forward"]
+        return names
+
+    assert journaled_after_one_call(tmp_path / "batched") == []  # decided at the next batch
+    monkeypatch.setattr(tensors, "_SETTLE_BYTES", 1)  # the output it holds fills the batch: decided at once
+    assert journaled_after_one_call(tmp_path / "bounded") == ["Mint.matmul.0.forward"]

@@ -338,12 +338,13 @@ class MindSporeDumpRecorder:
         self.api_counts.clear()
         self.cell_counts.clear()
 
-    def _record(self, name: str, add: Callable[..., Any], /, *args: Any, **kwargs: Any) -> None:
+    def _record(self, name: str, add: Callable[..., Any], /, *args: Any, holding: Any = (), **kwargs: Any) -> None:
         """``add(*args, **kwargs)`` an entry (with its stack), now or, for a lazy overflow check, at the next settle.
 
         The overflow check's decision reads the call's tensors; deferred, it
         costs no wait of its own (see TensorSummarizer.lazy). The stack is
-        taken now, where the call was made.
+        taken now, where the call was made. ``holding``: the tensors kept
+        alive until then, counted against the batch's memory bound.
         """
         if not self._late_decisions:
             add(*args, **kwargs)
@@ -358,7 +359,7 @@ class MindSporeDumpRecorder:
             except Exception as exc:
                 self.collector.report_failure(name, exc)
 
-        self.summarizer.defer(decide)
+        self.summarizer.defer(decide, holding)
 
     def _record_forward(
         self, name: str, inputs: Any, output: Any, raw_inputs: tuple, parent: Any, parameters: dict | None = None
@@ -373,6 +374,7 @@ class MindSporeDumpRecorder:
             raw_inputs=raw_inputs,
             stack=self._stack,
             parent=parent,
+            holding=output,
         )
 
     def _settle(self) -> None:
@@ -501,7 +503,7 @@ class MindSporeDumpRecorder:
                 if not collector.selects(name, record.cell[1]):
                     return
             parent = collector.backward_numbering.parent(record.parent) if self.with_construct else NO_PARENT
-            self._record(name, collector.backward, name, arriving, leaving, parent)
+            self._record(name, collector.backward, name, arriving, leaving, parent, holding=leaving)
         except Exception as exc:
             collector.report_failure(name, exc)
         finally:

@@ -219,9 +219,15 @@ class TensorSummarizer:
             summary.update(self._placeholders)
             lazy.summaries.append(summary)
 
-    def defer(self, record: Callable[[], None]) -> None:
-        """Run ``record`` at the next settle (the overflow check's decision, which reads the call's tensors)."""
+    def defer(self, record: Callable[[], None], holding: Any = ()) -> None:
+        """Run ``record`` at the next settle (the overflow check's decision, which reads the call's tensors).
+
+        ``holding``: the tensors the record keeps alive until then (a tensor, or a list or tuple of them).
+        """
         self._waiting_records.append(record)
+        for value in holding if isinstance(holding, (list, tuple)) else (holding,):
+            if isinstance(value, ms.Tensor):
+                self._waiting_bytes += value.nbytes
         self._settle_if_full()
 
     def _settle_if_full(self) -> None:
