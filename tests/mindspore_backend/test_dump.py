@@ -591,3 +591,17 @@ def test_parameters_are_read_at_once_as_optimizers_write_them_unseen(tmp_path):
     debugger.step()
     dump = read_dump(tmp_path / "d" / "step0" / "rank")
     assert dump.data["Mint.abs.0.forward"]["input_args"][0]["Max"] == 2.0
+
+
+def test_npy_files_hold_the_values_of_the_call_though_written_right_after(tmp_path):
+    x = Tensor(np.array([[-1.0, 2.0], [3.0, -4.0]], np.float32))
+    debugger = PrecisionDebugger(task="tensor", level="L1", dump_path=str(tmp_path / "d"))
+    debugger.start()
+    y = mint.abs(x)
+    ops.assign(y, Tensor(np.zeros((2, 2), np.float32)))
+    debugger.stop()
+    debugger.step()
+    dump = read_dump(tmp_path / "d" / "step0" / "rank")
+    [abs_output] = dump.data["Mint.abs.0.forward"]["output"]
+    np.testing.assert_array_equal(np.load(dump.tensor_dir() / abs_output["data_name"]), np.abs(x.asnumpy()))
+    assert not y.asnumpy().any()

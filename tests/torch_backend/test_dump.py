@@ -764,3 +764,19 @@ def test_list_filter_selects_a_module_backward_entry_by_its_backward_number(tmp_
     assert order.index(name) < order.index("Module.block.Block.backward.1")  # written, so run, first
     assert listed.data[name] == everything.data[name]  # the same call, though filtered before its number was known
     assert everything.data[name] != everything.data["Module.block.Block.backward.1"]
+
+
+def test_tensor_files_hold_the_values_of_the_call_though_written_right_after(tmp_path):
+    """What a file holds is the tensor as the call left it, however soon the training writes it."""
+    x = torch.tensor([[-1.0, 2.0], [3.0, -4.0]])
+    debugger = PrecisionDebugger(task="tensor", level="L1", dump_path=str(tmp_path / "d"))
+    debugger.start()
+    y = F.relu(x)
+    y.add_(100.0)  # written right after: the relu output file must not see it
+    debugger.stop()
+    debugger.step()
+    dump = load(tmp_path / "d")
+    [relu_output] = dump.data["Functional.relu.0.forward"]["output"]
+    torch.testing.assert_close(torch.load(dump.tensor_dir() / relu_output["data_name"]), F.relu(x))
+    [add_output] = dump.data["Tensor.add_.0.forward"]["output"]
+    torch.testing.assert_close(torch.load(dump.tensor_dir() / add_output["data_name"]), F.relu(x) + 100.0)
