@@ -280,7 +280,9 @@ class TorchDumpRecorder:
         module = name.startswith("Module.")
         keep_forward = collector.keeps(name, "forward", enclosing)
         # a module's backward number is given when its backward starts: the list filter looks at it then
-        keep_backward = torch.is_grad_enabled() and collector.keeps(backward_name, "backward", enclosing, not module)
+        keep_backward = torch.is_grad_enabled() and collector.keeps(
+            backward_name, "backward", enclosing, by_name=not module
+        )
         if not keep_forward and not keep_backward:
             collector.leave(name)
             return None
