@@ -605,3 +605,39 @@ def test_npy_files_hold_the_values_of_the_call_though_written_right_after(tmp_pa
     [abs_output] = dump.data["Mint.abs.0.forward"]["output"]
     np.testing.assert_array_equal(np.load(dump.tensor_dir() / abs_output["data_name"]), np.abs(x.asnumpy()))
     assert not y.asnumpy().any()
+
+
+EXITS_WITHOUT_STOP = """
+import sys
+import numpy as np
+import mindspore as ms
+from mindspore import Tensor, mint
+from msprobe.mindspore import PrecisionDebugger
+
+ms.set_context(mode=ms.PYNATIVE_MODE)
+debugger = PrecisionDebugger(task=sys.argv[2], level="L1", dump_path=sys.argv[1])
+debugger.start()
+y = mint.abs(Tensor(np.array([-3.0, 1.0], np.float32)))
+raise SystemExit(3)  # the script ends mid-step: no stop(), no step()
+"""
+
+
+@pytest.mark.parametrize("task", ["statistics", "tensor"])
+def test_tensors_waiting_to_be_read_are_read_when_the_process_exits_mid_step(tmp_path, task):
+    import subprocess
+    import sys
+
+    (tmp_path / "run.py").write_text(EXITS_WITHOUT_STOP)
+    result = subprocess.run(
+        [sys.executable, str(tmp_path / "run.py"), str(tmp_path / "d"), task],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 3, result.stderr[-3000:]
+    dump = read_dump(tmp_path / "d" / "step0" / "rank")
+    assert not dump.recovered  # dump.json written at exit, with the values
+    [output] = dump.data["Mint.abs.0.forward"]["output"]
+    assert (output["Max"], output["Min"]) == (3.0, 1.0)
+    if task == "tensor":
+        np.testing.assert_array_equal(np.load(dump.tensor_dir() / output["data_name"]), [3.0, 1.0])
