@@ -295,3 +295,24 @@ def test_cli_bad_input_is_one_clear_line(tmp_path, content, message):
     assert message in result.output
     assert "Traceback" not in result.output
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_api_groups_pair_by_their_apis_when_one_run_has_a_group_less(tmp_path):
+    """Apis_Between_Modules.N counts groups: with the first group gone from one run, the later ones still pair."""
+    bench = copy_dump(STEP1, tmp_path / "bench")
+    removed = ("Tensor.view_as.0.forward", "Functional.relu.0.forward", "Tensor.flatten.0.forward")
+    for name in ("dump.json", "construct.json", "stack.json"):
+        path = bench / name
+        content = json.loads(path.read_text())
+        entries = content["data"] if name == "dump.json" else content
+        for entry in removed:
+            entries.pop(entry, None)
+        path.write_text(json.dumps(content))
+    npu_graph, bench_graph = build_graph(read_dump(STEP0)), build_graph(read_dump(bench))
+    assert "Functional.cross_entropy.0.forward" in npu_graph["Apis_Between_Modules.1"].subnodes
+    assert "Functional.cross_entropy.0.forward" in bench_graph["Apis_Between_Modules.0"].subnodes
+    matches = compare_graphs(npu_graph, bench_graph).matches
+    assert matches["Apis_Between_Modules.1"] == "Apis_Between_Modules.0"
+    for name in ("Functional.cross_entropy.0.forward", "Torch.ones_like.0.forward", "Functional.relu.0.backward"):
+        assert matches[name] == name
+    assert not any(name in matches for name in removed)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -152,17 +152,24 @@ def match_graphs(
             return without_class(plain(name))
 
     key = without_class if ignore_classes else (lambda name: name)
+
+    def api_key(name: str) -> str:
+        return _fuzzy_key(name) if fuzzy else name
+
     matches = {npu.root: bench.root}
     for node in npu.preorder():
         partner_id = matches.get(node.id)
         if partner_id is None or not node.subnodes:
             continue
         partner = bench[partner_id]
+        matches.update(_match_api_groups(npu, bench, node, partner, lambda name: api_key(translate(name)), api_key))
         if fuzzy:
             queues: dict[str, list[str]] = defaultdict(list)
             for child in partner.subnodes:
                 queues[_fuzzy_key(child) if bench[child].node_type == API else key(child)].append(child)
             for child in node.subnodes:
+                if npu[child].node_type == API_GROUP:
+                    continue  # paired by their APIs above
                 wanted = translate(child)
                 queue = queues.get(_fuzzy_key(wanted) if npu[child].node_type == API else wanted)
                 if queue and _compatible(npu[child], bench[queue[0]]):
@@ -170,10 +177,47 @@ def match_graphs(
             continue
         children = {key(child): child for child in partner.subnodes}
         for child in node.subnodes:
+            if npu[child].node_type == API_GROUP:
+                continue
             wanted = children.get(translate(child))
             if wanted is not None and _compatible(npu[child], bench[wanted]):
                 matches[child] = wanted
     return matches
+
+
+def _match_api_groups(
+    npu: Graph,
+    bench: Graph,
+    node: Node,
+    partner: Node,
+    npu_key: Callable[[str], str],
+    bench_key: Callable[[str], str],
+) -> dict[str, str]:
+    """Pair ``Apis_Between_Modules.N`` groups by the APIs they hold, not by N.
+
+    N counts groups in call order, so one API added or removed between two
+    modules (a changed script, or the reference's ``Tensor.view_as``
+    artefacts) renumbers every later group; pairing by number would leave all
+    their APIs unmatched. A group pairs with the bench group holding most of
+    its APIs, each bench group once.
+    """
+    owner: dict[str, str] = {}
+    for group in partner.subnodes:
+        if bench[group].node_type == API_GROUP:
+            for api in bench[group].subnodes:
+                owner.setdefault(bench_key(api), group)
+    pairs: dict[str, str] = {}
+    taken: set[str] = set()
+    for group in node.subnodes:
+        if npu[group].node_type != API_GROUP:
+            continue
+        votes = Counter(owner[key] for key in map(npu_key, npu[group].subnodes) if key in owner)
+        for candidate, _count in votes.most_common():
+            if candidate not in taken:
+                pairs[group] = candidate
+                taken.add(candidate)
+                break
+    return pairs
 
 
 def _row_key(row: Row, node_id: str) -> str:
