@@ -316,3 +316,22 @@ def test_api_groups_pair_by_their_apis_when_one_run_has_a_group_less(tmp_path):
     for name in ("Functional.cross_entropy.0.forward", "Torch.ones_like.0.forward", "Functional.relu.0.backward"):
         assert matches[name] == name
     assert not any(name in matches for name in removed)
+
+
+def test_an_api_group_whose_apis_all_changed_pairs_with_the_group_in_its_place(tmp_path):
+    bench = copy_dump(STEP1, tmp_path / "bench")
+    renames = {
+        "Tensor.view_as.0.": "Tensor.view_as.9.",
+        "Functional.relu.0.": "Functional.gelu.0.",
+        "Tensor.flatten.0.": "Tensor.reshape.0.",
+    }
+    for name in ("dump.json", "construct.json", "stack.json"):
+        path = bench / name
+        text = path.read_text()
+        for old, new in renames.items():
+            text = text.replace(old, new)
+        path.write_text(text)
+    matches = compare_graphs(build_graph(read_dump(STEP0)), build_graph(read_dump(bench))).matches
+    assert matches["Apis_Between_Modules.0"] == "Apis_Between_Modules.0"
+    assert "Functional.relu.0.forward" not in matches
+    assert matches["Apis_Between_Modules.1"] == "Apis_Between_Modules.1"

@@ -199,24 +199,29 @@ def _match_api_groups(
     modules (a changed script, or the reference's ``Tensor.view_as``
     artefacts) renumbers every later group; pairing by number would leave all
     their APIs unmatched. A group pairs with the bench group holding most of
-    its APIs, each bench group once.
+    its APIs, each bench group once; a group sharing no API with any pairs
+    with the same-numbered one if that is still free.
     """
     owner: dict[str, str] = {}
     for group in partner.subnodes:
         if bench[group].node_type == API_GROUP:
             for api in bench[group].subnodes:
                 owner.setdefault(bench_key(api), group)
+    groups = [group for group in node.subnodes if npu[group].node_type == API_GROUP]
     pairs: dict[str, str] = {}
     taken: set[str] = set()
-    for group in node.subnodes:
-        if npu[group].node_type != API_GROUP:
-            continue
+    for group in groups:
         votes = Counter(owner[key] for key in map(npu_key, npu[group].subnodes) if key in owner)
         for candidate, _count in votes.most_common():
             if candidate not in taken:
                 pairs[group] = candidate
                 taken.add(candidate)
                 break
+    bench_groups = {group for group in partner.subnodes if bench[group].node_type == API_GROUP}
+    for group in groups:  # no API in common (every one changed): the group in the same place, if still free
+        if group not in pairs and group in bench_groups and group not in taken:
+            pairs[group] = group
+            taken.add(group)
     return pairs
 
 
