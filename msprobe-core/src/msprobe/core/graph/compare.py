@@ -202,12 +202,14 @@ def _match_api_groups(
     its APIs, each bench group once; a group sharing no API with any pairs
     with the same-numbered one if that is still free.
     """
+    groups = [group for group in node.subnodes if npu[group].node_type == API_GROUP]
+    if not groups:  # only the root holds groups: every other node stops here
+        return {}
     owner: dict[str, str] = {}
     for group in partner.subnodes:
         if bench[group].node_type == API_GROUP:
             for api in bench[group].subnodes:
                 owner.setdefault(bench_key(api), group)
-    groups = [group for group in node.subnodes if npu[group].node_type == API_GROUP]
     pairs: dict[str, str] = {}
     taken: set[str] = set()
     for group in groups:
