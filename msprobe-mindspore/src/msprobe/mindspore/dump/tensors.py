@@ -201,23 +201,18 @@ class TensorSummarizer:
             raise failure  # the caller reports it (once; with ``strict``, raised)
 
     def _wait_for(self, tensor: ms.Tensor, dtype: Any, summary: dict[str, Any]) -> None:
-        key = (id(tensor), "lazy")
-        cached = self._cache.get(key)
-        if cached is not None and cached[0]() is tensor:
-            lazy = cached[1]
-        else:
-            lazy = _Lazy(tensor, dtype)
-            self._waiting.append(lazy)
-            self._waiting_bytes += tensor.nbytes
-            try:
-                self._cache[key] = (weakref.ref(tensor), lazy)
-            except TypeError:
-                pass
+        lazy = self._cached("lazy", tensor, dtype, self._new_lazy)  # one read for a tensor seen again unchanged
         if lazy.values is not None:
             summary.update(lazy.values)
         else:
             summary.update(self._placeholders)
             lazy.summaries.append(summary)
+
+    def _new_lazy(self, tensor: ms.Tensor, dtype: Any) -> _Lazy:
+        lazy = _Lazy(tensor, dtype)
+        self._waiting.append(lazy)
+        self._waiting_bytes += tensor.nbytes
+        return lazy
 
     def defer(self, record: Callable[[], None], holding: Any = ()) -> None:
         """Run ``record`` at the next settle (the overflow check's decision, which reads the call's tensors).
