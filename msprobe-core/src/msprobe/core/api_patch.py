@@ -15,11 +15,22 @@ import threading
 import types
 import weakref
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 # handler(original, key, args, kwargs) -> result ; key is "Prefix.api", e.g. "Functional.relu"
 Handler = Callable[[Callable, str, tuple, dict], Any]
 Targets = Callable[[], Iterable[tuple[Any, str, str]]]
+
+
+class TraceEscape(NamedTuple):
+    """How a framework's graph compiler is kept out of the handler (see ``ApiPatcher``).
+
+    ``tracing()`` is true while the compiler traces the calling code;
+    ``eager(function)`` returns ``function`` marked to run outside the trace.
+    """
+
+    tracing: Callable[[], bool]
+    eager: Callable[[Callable], Callable]
 
 
 class ThreadState(threading.local):
@@ -125,9 +136,19 @@ def resolve_attribute(root: Any, dotted: str) -> tuple[Any, str]:
 
 
 class ApiPatcher:
-    def __init__(self, handler: Handler, targets: Targets):
+    """Wrappers around a framework's APIs that hand each outermost call to ``handler``.
+
+    ``escape``: a graph compiler that traces Python (torch.compile) would
+    otherwise trace the handler too, on placeholder tensors it cannot read;
+    while it traces, the handler is called through ``escape.eager``, so the
+    compiler breaks the graph there and the call is recorded as it runs,
+    on real tensors.
+    """
+
+    def __init__(self, handler: Handler, targets: Targets, escape: TraceEscape | None = None):
         self.handler = handler
         self.targets = targets
+        self.escape = escape
         self.state = ThreadState()
         _STATES.add(self.state)
         self._owners: list[_OwnerPatches] | None = None  # built on the first install, reused after
@@ -165,12 +186,24 @@ class ApiPatcher:
     def _wrap(self, original: Callable, key: str) -> Callable:
         state = self.state
         handler = self.handler
+        if self.escape is not None:
+            tracing, eager_handler = self.escape.tracing, self.escape.eager(handler)
 
-        @functools.wraps(original)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if state.busy:
-                return original(*args, **kwargs)
-            return handler(original, key, args, kwargs)
+            @functools.wraps(original)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                if state.busy:
+                    return original(*args, **kwargs)
+                if tracing():
+                    return eager_handler(original, key, args, kwargs)
+                return handler(original, key, args, kwargs)
+
+        else:
+
+            @functools.wraps(original)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                if state.busy:
+                    return original(*args, **kwargs)
+                return handler(original, key, args, kwargs)
 
         wrapper.__msprobe_original__ = original
         return wrapper

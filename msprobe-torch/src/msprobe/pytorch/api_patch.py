@@ -18,6 +18,7 @@ import yaml
 
 from msprobe.core.api_patch import ApiPatcher as CoreApiPatcher
 from msprobe.core.api_patch import Handler, resolve_attribute
+from msprobe.pytorch.compiled import compile_escape
 
 # Namespaces of the API list, with the prefix their entries carry.
 NAMESPACES = {
@@ -59,7 +60,7 @@ def api_targets(selected: Callable[[str], bool] | None = None) -> list[tuple[Any
 
 def ApiPatcher(handler: Handler, selected: Callable[[str], bool] | None = None) -> CoreApiPatcher:
     """The core patcher over PyTorch's API list."""
-    return CoreApiPatcher(handler, lambda: api_targets(selected))
+    return CoreApiPatcher(handler, lambda: api_targets(selected), compile_escape())
 
 
 _NO_DATA_WRITTEN = {"requires_grad_", "share_memory_", "detach_"}

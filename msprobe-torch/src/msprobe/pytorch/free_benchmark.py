@@ -23,6 +23,7 @@ from msprobe.core.free_benchmark import FreeBenchmarkCalls
 from msprobe.core.session import TaskSession
 from msprobe.core.trees import map_leaves
 from msprobe.pytorch.api_patch import ApiPatcher
+from msprobe.pytorch.compiled import EagerWhileOn
 
 logger = logging.getLogger(__name__)
 
@@ -108,6 +109,15 @@ class FreeBenchmarkHooks(FreeBenchmarkCalls):
         super().__init__(session, perturbation.function)
         self.patcher = ApiPatcher(self.handle, selected=self.selected_api)
         self.state = self.patcher.state
+        self.eager = EagerWhileOn()
+
+    def install(self) -> None:
+        self.eager.on()  # compiled code would run the perturbed APIs unseen
+        super().install()
+
+    def remove(self) -> None:
+        super().remove()
+        self.eager.off()
 
     # -- torch tensors --------------------------------------------------------------------
     def is_floating(self, value: Any) -> bool:

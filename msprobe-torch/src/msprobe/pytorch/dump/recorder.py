@@ -25,6 +25,7 @@ from msprobe.core.dump.values import ValueEncoder
 from msprobe.core.dump.writer import NO_PARENT
 from msprobe.core.session import TaskSession
 from msprobe.pytorch.api_patch import ApiPatcher, api_targets, unlisted_in_place_targets
+from msprobe.pytorch.compiled import EagerWhileOn, compile_escape, untraced
 from msprobe.pytorch.dump import grad_taps
 from msprobe.pytorch.dump.tensors import TensorSummarizer, describe_object, is_tensor
 
@@ -146,18 +147,20 @@ class TorchDumpRecorder:
         self.patcher = ApiPatcher(self._call_api)
         self.state = self.patcher.state
         # in-place calls that are not dumped still tell the statistics cache what they wrote
-        self.write_watch = CoreApiPatcher(self._note_write, lambda: _undumped_writers(self.level))
+        self.write_watch = CoreApiPatcher(self._note_write, lambda: _undumped_writers(self.level), compile_escape())
         self.api_counts: dict[str, int] = defaultdict(int)
         self.module_counts: dict[str, int] = defaultdict(int)
         self.module_stack: list[str] = []
         self.handles: list[Any] = []
         self._stack = StackCapture(_TOOL_ROOT)
         self.with_construct = self.level in ("L0", "mix")
+        self.eager = EagerWhileOn()
 
     # -- TaskHooks ------------------------------------------------------------------
     def install(self) -> None:
         self.summarizer.clear()  # what happened while the dump was off went unseen: measure afresh
         self.collector.open_step()
+        self.eager.on()
         if self.level in ("L1", "mix"):
             self.patcher.install()
         if self.summarizer.caches and self.level in ("L0", "L1", "mix"):
@@ -184,6 +187,7 @@ class TorchDumpRecorder:
         self.handles.append(register_optimizer_step_post_hook(post))
 
     def remove(self) -> None:
+        self.eager.off()
         self.patcher.remove()
         self.write_watch.remove()
         self._stack.forget()
@@ -436,9 +440,9 @@ class TorchDumpRecorder:
             finally:
                 self.state.busy = False
 
-        self.handles.append(module.register_forward_pre_hook(pre_hook, with_kwargs=True))
-        self.handles.append(module.register_forward_hook(forward_hook, with_kwargs=True))
-        self.handles.append(module.register_forward_hook(close_hook, with_kwargs=True, always_call=True))
+        self.handles.append(module.register_forward_pre_hook(untraced(pre_hook), with_kwargs=True))
+        self.handles.append(module.register_forward_hook(untraced(forward_hook), with_kwargs=True))
+        self.handles.append(module.register_forward_hook(untraced(close_hook), with_kwargs=True, always_call=True))
         for param in params.values():
             if param.requires_grad:
                 self.handles.append(param.register_post_accumulate_grad_hook(self._param_grad_hook(grads_name, params)))

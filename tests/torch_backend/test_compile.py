@@ -1,0 +1,155 @@
+"""Models run through torch.compile are dumped as their eager run is, and compile again after the dump."""
+
+import csv
+import json
+import logging
+import sys
+import types
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from msprobe.core.dump.reader import read_dump
+from msprobe.pytorch import PrecisionDebugger
+
+
+class Net(nn.Module):
+    def __init__(self, tensor_methods=True):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.norm = nn.LayerNorm(16)
+        self.fc2 = nn.Linear(16, 2)
+        self.tensor_methods = tensor_methods
+
+    def forward(self, x):
+        h = self.norm(torch.relu(self.fc1(x)))
+        if self.tensor_methods:
+            h.mul_(2.0)
+        return self.fc2(h)
+
+
+class CountingBackend:
+    """A torch.compile backend that counts the graphs it is given and runs them as they are."""
+
+    def __init__(self):
+        self.graphs = 0
+
+    def __call__(self, graph_module, example_inputs):
+        self.graphs += 1
+        return graph_module.forward
+
+
+def train(tmp_path, name, level, backend, tensor_methods=True, steps=2):
+    torch.manual_seed(0)
+    model = Net(tensor_methods)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    config = tmp_path / f"{name}.json"
+    config.write_text(json.dumps({"task": "statistics", "level": level, "dump_path": str(tmp_path / name)}))
+    debugger = PrecisionDebugger(config_path=str(config), model=model)
+    run = torch.compile(model, backend=backend) if backend else model
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
+    losses = []
+    for _ in range(steps):
+        debugger.start()
+        loss = F.mse_loss(run(x), torch.zeros(4, 2))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        debugger.stop()
+        debugger.step()
+        losses.append(loss.item())
+    dumps = [read_dump(tmp_path / name / f"step{step}" / "rank" / "dump.json") for step in range(steps)]
+    return run, x, losses, dumps
+
+
+def statistics(dump):
+    return {
+        name: [t[key] for t in _tensors(entry) for key in ("Max", "Min", "Mean", "Norm")]
+        for name, entry in dump.data.items()
+    }
+
+
+def _tensors(value):
+    if isinstance(value, dict):
+        if "Max" in value:
+            yield value
+            return
+        for item in value.values():
+            yield from _tensors(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _tensors(item)
+
+
+def assert_same_dumps(compiled_dumps, eager_dumps):
+    for compiled, eager in zip(compiled_dumps, eager_dumps, strict=True):
+        assert list(compiled.data) == list(eager.data)  # nothing compiled away unseen, nothing made up by tracing
+        expected = statistics(eager)
+        for name, values in statistics(compiled).items():
+            assert values == pytest.approx(expected[name], rel=1e-6), name
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("level", ["L0", "L1", "mix"])
+def test_a_compiled_model_is_dumped_as_its_eager_run_and_compiles_again_after(tmp_path, caplog, level):
+    _, _, eager_losses, eager_dumps = train(tmp_path, "eager", level, None)
+    backend = CountingBackend()
+    with caplog.at_level(logging.WARNING):
+        run, x, losses, dumps = train(tmp_path, "compiled", level, backend)
+    assert losses == pytest.approx(eager_losses, rel=1e-6)
+    assert_same_dumps(dumps, eager_dumps)
+    assert backend.graphs == 0  # eager while dumping: the tool's code was never traced
+    assert not [record for record in caplog.records if record.name.startswith("msprobe")]
+    run(x)  # the dump is off: torch.compile works again
+    assert backend.graphs >= 1
+
+
+@pytest.mark.parametrize("level", ["L0", "L1", "mix"])
+def test_without_compiler_stances_the_tool_s_code_runs_outside_the_trace(tmp_path, caplog, monkeypatch, level):
+    """torch before 2.6: dynamo breaks its graph at each wrapped function and hooked module instead."""
+    _, _, eager_losses, eager_dumps = train(tmp_path, "eager", level, None, tensor_methods=False)
+    monkeypatch.delattr(torch.compiler, "set_stance")
+    backend = CountingBackend()
+    with caplog.at_level(logging.WARNING):
+        _, _, losses, dumps = train(tmp_path, "compiled", level, backend, tensor_methods=False)
+    assert losses == pytest.approx(eager_losses, rel=1e-6)
+    assert_same_dumps(dumps, eager_dumps)
+    if level == "L0":
+        assert backend.graphs >= 1  # the modules' bodies compiled between the hooks (at L1 every API breaks)
+    # the tool's code never ran on dynamo's placeholder tensors, and its counters caused no recompilation
+    assert not [record for record in caplog.records if record.name.startswith("msprobe")]
+    assert not [record for record in caplog.records if "recompile" in record.getMessage()]
+
+
+def test_the_free_benchmark_checks_the_apis_of_compiled_code(tmp_path, monkeypatch):
+    def fragile(x, r1, r2):
+        """Cancels in its input dtype: (x + 4096) - 4096 loses x in float16, keeps it in float32."""
+        big = torch.full_like(x, 4096.0)
+        return (x + big) - big + r1 * 0 + r2 * 0
+
+    monkeypatch.setitem(sys.modules, "torch_npu", types.SimpleNamespace(npu_rotary_mul=fragile))
+    config = {"task": "free_benchmark", "level": "L1", "dump_path": str(tmp_path), "free_benchmark": {}}
+    (tmp_path / "fb.json").write_text(json.dumps(config))
+    debugger = PrecisionDebugger(config_path=str(tmp_path / "fb.json"))
+    backend = CountingBackend()
+
+    @torch.compile(backend=backend)
+    def layer(x):
+        return torch.relu(sys.modules["torch_npu"].npu_rotary_mul(x, x, x))
+
+    x = torch.tensor([0.3, 1.7, -2.2], dtype=torch.float16)
+    debugger.start()
+    layer(x)
+    debugger.stop()
+    debugger.step()
+    rows = list(csv.DictReader((tmp_path / "free_benchmark.csv").open()))
+    assert [row["api_name"] for row in rows] == ["NPU.npu_rotary_mul.0.forward"]
+    assert backend.graphs == 0
