@@ -84,9 +84,8 @@ def test_every_level_and_task_writes_both_steps(tmp_path, level, task):
         assert set(dump.stack) <= set(dump.data)
 
 
-def test_statistics_match_numpy_on_the_saved_tensors(tmp_path):
-    path = dump_mixed(tmp_path, "tensor", "mix")
-    dump = load(path)
+def assert_statistics_match_the_saved_tensors(dump):
+    """Every tensor's statistics against numpy on its .pt file; the number checked."""
     checked = 0
     for leaf in (leaf for entry in dump.data.values() for leaf in leaves(entry)):
         if "data_name" not in leaf:
@@ -100,7 +99,36 @@ def test_statistics_match_numpy_on_the_saved_tensors(tmp_path):
         for key, value in zip(("Max", "Min", "Mean", "Norm"), expected):
             assert math.isclose(leaf[key], value, rel_tol=1e-4, abs_tol=1e-6), (leaf["data_name"], key)
         checked += 1
-    assert checked > 100
+    return checked
+
+
+def test_statistics_match_numpy_on_the_saved_tensors(tmp_path):
+    assert assert_statistics_match_the_saved_tensors(load(dump_mixed(tmp_path, "tensor", "mix"))) > 100
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_writes_that_leave_the_version_counter_alone_are_seen(tmp_path, fused):
+    """GradScaler unscales gradients and a fused optimizer writes parameters without moving torch's version
+    counter: statistics measured before (a gradient at backward, a weight in forward) must not be reused after."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 2))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1, fused=fused)
+    scaler = torch.amp.GradScaler("cpu")
+    debugger = PrecisionDebugger(task="tensor", level="mix", dump_path=str(tmp_path), model=model)
+    x = torch.randn(4, 8)
+    for _ in range(2):
+        debugger.start()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(x).float().square().mean()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+        model(x)  # the weights again, after the optimizer wrote them
+        debugger.stop()
+        debugger.step()
+    for step in (0, 1):
+        assert assert_statistics_match_the_saved_tensors(load(tmp_path, step)) > 40
 
 
 def test_md5_is_the_crc32_of_the_tensor_bytes(tmp_path):

@@ -67,18 +67,32 @@ _NO_DATA_WRITTEN = {"requires_grad_", "share_memory_", "detach_"}
 
 
 def unlisted_in_place_targets() -> list[tuple[Any, str, str]]:
-    """Tensor methods that write their tensor but are not in the API list (``copy_``, ``zero_``, ``uniform_``...).
+    """In-place APIs that are not in the API list: Tensor methods (``copy_``, ``zero_``, ``uniform_``...)
+    and torch functions, among them the multi-tensor ones (``torch._foreach_mul_``,
+    ``torch._fused_adamw_``, GradScaler's ``torch._amp_foreach_non_finite_check_and_unscale_``),
+    some of which write without moving torch's version counter.
 
     They are never dumped; a dump watches them only to know which memory
     they wrote.
     """
-    listed = set(load_api_names()["tensor"])
-    return [
+    names = load_api_names()
+    listed_methods, listed_functions = set(names["tensor"]), set(names["torch"])
+    methods = [
         (torch.Tensor, name, f"Tensor.{name}")
         for name in dir(torch.Tensor)
         if name.endswith("_")
         and not name.startswith("_")
-        and name not in listed
+        and name not in listed_methods
         and name not in _NO_DATA_WRITTEN
         and callable(getattr(torch.Tensor, name, None))
     ]
+    functions = [
+        (torch, name, f"Torch.{name}")
+        for name in dir(torch)
+        if name.endswith("_")
+        and not name.endswith("__")
+        and name not in listed_functions
+        and name not in _NO_DATA_WRITTEN
+        and callable(getattr(torch, name, None))
+    ]
+    return methods + functions

@@ -89,8 +89,12 @@ def _writes_in_place(key: str, kwargs: dict) -> bool:
 
 
 def _overwritten(key: str, args: tuple, kwargs: dict) -> list[Any]:
-    """The tensors an in-place call writes: ``out=``, else its first argument; a collective may write any."""
-    if key.startswith("Distributed."):
+    """The tensors an in-place call writes: ``out=``, else its first argument.
+
+    A collective may write any of its tensors, and so may torch's private
+    multi-tensor functions (a fused optimizer writes parameters and states).
+    """
+    if key.startswith(("Distributed.", "Torch._")):
         return [t for value in (*args, *kwargs.values()) for t in _tensors_in(value)]
     if kwargs and "out" in kwargs:
         return _tensors_in(kwargs["out"])

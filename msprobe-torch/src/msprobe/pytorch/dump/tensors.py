@@ -10,8 +10,8 @@ seen again unchanged (one API's output is the next one's input) reuses its
 statistics. "Unchanged" means the same object, version and memory, and no
 in-place call the dump sees (recorded or only watched, see the recorder)
 has written that memory since: writes through an alias
-(``w.data.mul_(2)``) or a collective (``all_reduce``) leave torch's version
-counter as it was.
+(``w.data.mul_(2)``), a collective (``all_reduce``), GradScaler's unscaling
+and the fused optimizers leave torch's version counter as it was.
 """
 
 from __future__ import annotations
