@@ -452,6 +452,43 @@ def test_activation_checkpointing_marks_the_recomputed_forward(tmp_path, reentra
     assert dump.construct["Module.1.Linear.forward.1"] is None
 
 
+class _WithScriptedPart(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first = torch.nn.Linear(4, 4)
+        self.scripted = torch.jit.script(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()))
+
+    def forward(self, x):
+        return self.scripted(self.first(x))
+
+
+@pytest.mark.parametrize("level", ["L0", "mix"])
+def test_torchscript_modules_are_left_out_with_one_warning(tmp_path, caplog, level):
+    """TorchScript takes no module hooks: start() must not fail, and the rest of the model is dumped."""
+    torch.manual_seed(0)
+    model = _WithScriptedPart()
+    debugger = PrecisionDebugger(task="statistics", level=level, dump_path=str(tmp_path), model=model)
+    x = torch.randn(2, 4)
+    with caplog.at_level(logging.WARNING, logger="msprobe"):
+        for _ in range(2):
+            debugger.start()
+            model(x).sum().backward()
+            debugger.stop()
+            debugger.step()
+    warnings = [record.getMessage() for record in caplog.records if "TorchScript" in record.getMessage()]
+    assert len(warnings) == 1 and warnings[0].endswith(": scripted")
+    for step in (0, 1):
+        names = list(load(tmp_path, step).data)
+        assert "Module.first.Linear.forward.0" in names and "Module.first.Linear.backward.0" in names
+        assert not [name for name in names if "scripted" in name]
+
+    scripted = torch.jit.script(torch.nn.Sequential(torch.nn.Linear(4, 4)))
+    debugger = PrecisionDebugger(task="statistics", level=level, dump_path=str(tmp_path / "whole"), model=scripted)
+    debugger.start()  # a model scripted as a whole: nothing to hook, still no failure
+    scripted(x).sum().backward()
+    debugger.stop()
+
+
 def test_bad_calls(tmp_path):
     from msprobe.core.errors import UsageError
 

@@ -159,6 +159,7 @@ class TorchDumpRecorder:
         self._stack = StackCapture(_TOOL_ROOT)
         self.with_construct = self.level in ("L0", "mix")
         self.eager = EagerWhileOn()
+        self._told_scripted = False
 
     # -- TaskHooks ------------------------------------------------------------------
     def install(self) -> None:
@@ -352,16 +353,33 @@ class TorchDumpRecorder:
     def _hook_modules(self) -> None:
         model = self.session.model
         models = list(model) if isinstance(model, (list, tuple)) else [model]
+        scripted: list[str] = []
         for index, root in enumerate(models):
             prefix = f"{index}." if len(models) > 1 else ""
             children = list(root.named_modules())
+            outermost: list[str] = []  # scripted modules of this root not inside another
             for module_name, module in children:
+                if isinstance(module, torch.jit.ScriptModule):  # no hooks there, and no Python runs inside
+                    if not any(outer == "" or module_name.startswith(f"{outer}.") for outer in outermost):
+                        outermost.append(module_name)
+                        scripted.append(f"{prefix}{module_name or module.original_name}")
+                    continue
                 if module_name == "" and len(children) > 1:
                     continue  # the whole model is not an entry, as in the reference
                 label = f"Module.{prefix}{module_name or type(module).__name__}.{type(module).__name__}"
                 if module_name == "":
                     label = f"Module.{prefix}{type(module).__name__}.{type(module).__name__}"
-                self._hook_module(module, label)
+                try:
+                    self._hook_module(module, label)
+                except Exception as exc:  # this module goes undumped; the others and the training go on
+                    self.collector.report_failure(label, exc)
+        if scripted and not self._told_scripted:
+            self._told_scripted = True
+            logger.warning(
+                "msprobe: TorchScript modules are not dumped, nor the APIs they call "
+                "(TorchScript runs without Python and takes no hooks): %s",
+                ", ".join(scripted),
+            )
 
     def _hook_module(self, module: torch.nn.Module, label: str) -> None:
         """Forward via module hooks; backward via tensor hooks, which never alter the graph."""
