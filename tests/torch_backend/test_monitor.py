@@ -361,3 +361,25 @@ def test_bad_append_output_names_the_field(tmp_path, times):
     (tmp_path / "m.json").write_text(json.dumps({"append_output": times}))
     with pytest.raises(ConfigError, match="append_output"):
         TrainerMon(str(tmp_path / "m.json"))
+
+
+def test_torchscript_modules_are_left_out_with_a_warning(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("MONITOR_OUTPUT_DIR", str(tmp_path / "out"))
+    (tmp_path / "monitor.json").write_text(json.dumps({"xy_distribution": True, "all_xy": True, "ops": ["norm"]}))
+    torch.manual_seed(0)
+    scripted = torch.jit.script(torch.nn.Sequential(torch.nn.Linear(16, 2), torch.nn.ReLU()))
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), scripted)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    monitor = TrainerMon(str(tmp_path / "monitor.json"), params_have_main_grad=False)
+    with caplog.at_level("WARNING", logger="msprobe"):
+        monitor.set_monitor(model, optimizer=optimizer)  # TorchScript refuses module hooks: no failure here
+    warnings = [r.getMessage() for r in caplog.records if "TorchScript" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].endswith(": 1")
+    for _ in range(2):
+        model(torch.randn(4, 8)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    monitor.finish()
+    (folder,) = list((tmp_path / "out").iterdir())
+    names = {row["name"] for row in csv_rows(folder / "actv_0-0.csv")}
+    assert {"0.input", "0.output"} <= names and not any(name.startswith("1.") for name in names)

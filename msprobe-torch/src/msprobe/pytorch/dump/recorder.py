@@ -28,6 +28,7 @@ from msprobe.pytorch.api_patch import ApiPatcher, api_targets, unlisted_in_place
 from msprobe.pytorch.compiled import EagerWhileOn, compile_escape, untraced
 from msprobe.pytorch.dump import grad_taps
 from msprobe.pytorch.dump.tensors import TensorSummarizer, describe_object, is_tensor
+from msprobe.pytorch.modules import hookable_modules, warn_unhooked
 
 logger = logging.getLogger(__name__)
 
@@ -356,15 +357,11 @@ class TorchDumpRecorder:
         scripted: list[str] = []
         for index, root in enumerate(models):
             prefix = f"{index}." if len(models) > 1 else ""
-            children = list(root.named_modules())
-            outermost: list[str] = []  # scripted modules of this root not inside another
+            children, left_out = hookable_modules(root)
+            scripted += [f"{prefix}{name}" for name in left_out]
+            whole_model = len(children) + len(left_out) > 1
             for module_name, module in children:
-                if isinstance(module, torch.jit.ScriptModule):  # no hooks there, and no Python runs inside
-                    if not any(outer == "" or module_name.startswith(f"{outer}.") for outer in outermost):
-                        outermost.append(module_name)
-                        scripted.append(f"{prefix}{module_name or module.original_name}")
-                    continue
-                if module_name == "" and len(children) > 1:
+                if module_name == "" and whole_model:
                     continue  # the whole model is not an entry, as in the reference
                 label = f"Module.{prefix}{module_name or type(module).__name__}.{type(module).__name__}"
                 if module_name == "":
@@ -373,13 +370,9 @@ class TorchDumpRecorder:
                     self._hook_module(module, label)
                 except Exception as exc:  # this module goes undumped; the others and the training go on
                     self.collector.report_failure(label, exc)
-        if scripted and not self._told_scripted:
+        if not self._told_scripted:
             self._told_scripted = True
-            logger.warning(
-                "msprobe: TorchScript modules are not dumped, nor the APIs they call "
-                "(TorchScript runs without Python and takes no hooks): %s",
-                ", ".join(scripted),
-            )
+            warn_unhooked(scripted, "dumped")
 
     def _hook_module(self, module: torch.nn.Module, label: str) -> None:
         """Forward via module hooks; backward via tensor hooks, which never alter the graph."""

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from msprobe.core.monitor import MonitorSession
+from msprobe.pytorch.modules import hookable_modules, warn_unhooked
 
 logger = logging.getLogger(__name__)
 
@@ -130,11 +131,15 @@ class TrainerMon(MonitorSession):
             [f"{i}:{n}" if len(models) > 1 else n for i, m in enumerate(models) for n, _ in m.named_modules() if n]
         )
         if self.forward_activations or self.activation_gradients:
+            scripted: list[str] = []
             for index, root in enumerate(models):
-                for name, module in root.named_modules():
+                modules, left_out = hookable_modules(root)
+                scripted += [f"{index}:{name}" if len(models) > 1 else name for name in left_out]
+                for name, module in modules:
                     if name and self.watches_module(name):
                         label = f"{index}:{name}" if len(models) > 1 else name
                         self.handles.append(module.register_forward_hook(self._activation_hook(label)))
+            warn_unhooked(scripted, "monitored")
         self.data_parallel = distributed and torch.distributed.get_world_size() > 1
         if distributed:
             self.dp_first = _first_in_group(dp_group)
