@@ -498,6 +498,24 @@ def test_bad_calls(tmp_path):
         PrecisionDebugger(dump_path=str(tmp_path), model=[torch.nn.ReLU(), 3])
 
 
+def test_a_dump_path_that_cannot_be_created_is_a_config_error_before_training(tmp_path):
+    from msprobe.core.errors import ConfigError
+
+    blocker = tmp_path / "taken"
+    blocker.write_text("a file, not a folder")
+    config = tmp_path / "config.json"
+    for dump_path, reason in ((blocker / "dump", "Not a directory"), (blocker, "a file of that name is in the way")):
+        config.write_text(json.dumps({"task": "statistics", "level": "L1", "dump_path": str(dump_path)}))
+        with pytest.raises(ConfigError) as caught:
+            PrecisionDebugger(config_path=str(config))
+        assert str(caught.value) == f"{config}: dump_path: {dump_path}: cannot be created" + (
+            f" ({reason})" if reason == "Not a directory" else f": {reason}"
+        )
+    good = tmp_path / "new" / "dump"
+    PrecisionDebugger(task="statistics", level="L1", dump_path=str(good))
+    assert good.is_dir()
+
+
 def test_async_dump_writes_the_same_statistics(tmp_path):
     sync = load(dump_mixed(tmp_path / "sync", "statistics", "L1"))
     deferred = load(dump_mixed(tmp_path / "async", "statistics", "L1", async_dump=True))

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from msprobe.core.config import DebuggerConfig, load_config
-from msprobe.core.errors import BackendError, UsageError
+from msprobe.core.errors import BackendError, ConfigError, DataFileError, UsageError
 from msprobe.core.hookspecs import TASK_HOOKS
 
 logger = logging.getLogger(__name__)
@@ -96,6 +96,7 @@ class BaseDebugger:
     ):
         self.config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step, strict=strict)
         self.config_path = config_path
+        self._make_dump_path()
         self.model = self._checked_model(model) if model is not None else None
         self.current_step = 0
         self.session = TaskSession(self)
@@ -105,6 +106,17 @@ class BaseDebugger:
         self._saver: Any = None
         type(self)._current = self
         atexit.register(_finish_at_exit, weakref.ref(self))
+
+    def _make_dump_path(self) -> None:
+        """A dump_path that cannot be written is a config error, found before the training starts."""
+        if self.config.dump_path is None:
+            return
+        from msprobe.core.dump.writer import make_dir
+
+        try:
+            make_dir(Path(self.config.dump_path))
+        except DataFileError as exc:
+            raise ConfigError(str(exc), path=self.config_path, field="dump_path") from None
 
     # -- what a framework supplies ------------------------------------------------
     def current_rank(self) -> int | None:

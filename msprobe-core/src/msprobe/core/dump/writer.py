@@ -42,7 +42,12 @@ def make_dir(path: Path) -> Path:
     path = Path(path)
     if path.is_symlink():
         raise DataFileError(path, "is a symbolic link; refusing to write through it")
-    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    try:
+        path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    except FileExistsError:
+        raise DataFileError(path, "cannot be created: a file of that name is in the way") from None
+    except OSError as exc:
+        raise DataFileError(path, f"cannot be created ({exc.strerror})") from None
     return path
 
 
