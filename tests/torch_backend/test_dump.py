@@ -516,6 +516,38 @@ def test_a_dump_path_that_cannot_be_created_is_a_config_error_before_training(tm
     assert good.is_dir()
 
 
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"task": "statistics", "level": "L1"},
+        {"task": "statistics", "level": "mix", "statistics": {"summary_mode": "md5"}},
+        {"task": "tensor", "level": "mix"},
+    ],
+)
+def test_inference_mode_is_dumped_as_no_grad_is(tmp_path, config):
+    """Tensors made under torch.inference_mode() have no version counter; the dump must not depend on one."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    x = torch.randn(4, 8)
+    dumps = {}
+    for mode in (torch.no_grad, torch.inference_mode):
+        (tmp_path / mode.__name__).mkdir()
+        config_file = tmp_path / mode.__name__ / "config.json"
+        config_file.write_text(json.dumps({**config, "dump_path": str(tmp_path / mode.__name__ / "dump")}))
+        debugger = PrecisionDebugger(config_path=str(config_file), model=model)
+        debugger.start()
+        with mode():
+            y = model(x)
+            y.add_(1)  # an in-place write the statistics must follow without a version counter
+            y.sum()
+        debugger.stop()
+        debugger.step()
+        dumps[mode.__name__] = load(tmp_path / mode.__name__ / "dump").data
+    expected, inference = dumps["no_grad"], dumps["inference_mode"]
+    assert list(inference) == list(expected) and "Tensor.add_.0.forward" in inference
+    assert inference == json.loads(json.dumps(expected).replace("no_grad", "inference_mode"))
+
+
 def test_async_dump_writes_the_same_statistics(tmp_path):
     sync = load(dump_mixed(tmp_path / "sync", "statistics", "L1"))
     deferred = load(dump_mixed(tmp_path / "async", "statistics", "L1", async_dump=True))

@@ -216,6 +216,8 @@ class TensorSummarizer:
 
     def _cached(self, kind: str, tensor: torch.Tensor, compute: Callable[[torch.Tensor], Any]) -> Any:
         """``compute(tensor)``, reused while the tensor is unchanged (see the module's docstring)."""
+        if tensor.is_inference():  # no version counter (inference_mode): an unseen write could not be told
+            return compute(tensor)
         key = (id(tensor), kind)
         cached = self._cache.get(key)
         if cached is not None:
