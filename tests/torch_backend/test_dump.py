@@ -548,6 +548,29 @@ def test_inference_mode_is_dumped_as_no_grad_is(tmp_path, config):
     assert inference == json.loads(json.dumps(expected).replace("no_grad", "inference_mode"))
 
 
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_step_folder_that_cannot_be_made_skips_that_step_only(tmp_path, caplog, strict):
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path), strict=strict)
+    (tmp_path / "step1").write_text("a file where step 1's folder would go")
+    x = torch.ones(3)
+    results = []
+    for step in range(3):
+        if strict and step == 1:
+            with pytest.raises(Exception, match="step1"):
+                debugger.start()
+            return
+        with caplog.at_level(logging.ERROR, logger="msprobe"):
+            debugger.start()
+        results.append(torch.relu(x * step))
+        debugger.stop()
+        debugger.step()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == [
+        f"msprobe: step 1 is not dumped: {tmp_path / 'step1' / 'rank'}: cannot be created (Not a directory)"
+    ]
+    assert "Torch.relu.0.forward" in load(tmp_path, 0).data and "Torch.relu.0.forward" in load(tmp_path, 2).data
+    assert [r.tolist() for r in results] == [[0.0] * 3, [1.0] * 3, [2.0] * 3]
+
+
 def test_async_dump_writes_the_same_statistics(tmp_path):
     sync = load(dump_mixed(tmp_path / "sync", "statistics", "L1"))
     deferred = load(dump_mixed(tmp_path / "async", "statistics", "L1", async_dump=True))

@@ -178,7 +178,13 @@ class BaseDebugger:
             return
         if self._hooks is None:
             self._hooks = self._make_hooks()
-        self._hooks.install()
+        try:
+            self._hooks.install()  # the step's folder is made first, before any hook goes on
+        except DataFileError as exc:  # e.g. a full disk or a file in the way: this step goes undumped
+            if self.config.strict:
+                raise
+            logger.error("msprobe: step %d is not dumped: %s", self.current_step, exc)
+            return
         self._running = True
 
     def stop(self) -> None:
