@@ -571,6 +571,27 @@ def test_a_step_folder_that_cannot_be_made_skips_that_step_only(tmp_path, caplog
     assert [r.tolist() for r in results] == [[0.0] * 3, [1.0] * 3, [2.0] * 3]
 
 
+def test_a_parameter_replaced_between_steps_is_the_one_dumped(tmp_path):
+    """Module hooks are made once and put on again at each start(); what they report must follow the model."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU())
+    debugger = PrecisionDebugger(task="statistics", level="L0", dump_path=str(tmp_path), model=model)
+    x = torch.ones(2, 4)
+    for step in range(2):
+        if step == 1:
+            model[0].weight = torch.nn.Parameter(torch.full((3, 4), 7.0))
+            model[0].bias.requires_grad_(False)
+        debugger.start()
+        model(x).sum().backward()
+        debugger.stop()
+        debugger.step()
+        model.zero_grad()
+    entry = load(tmp_path, 1).data["Module.0.Linear.forward.0"]
+    assert entry["parameters"]["weight"]["Max"] == entry["parameters"]["weight"]["Min"] == 7.0
+    grads = load(tmp_path, 1).data["Module.0.Linear.parameters_grad"]
+    assert list(grads) == ["weight"] and grads["weight"][0]["Max"] == 2.0  # two rows of ones, each output used once
+
+
 def test_async_dump_writes_the_same_statistics(tmp_path):
     sync = load(dump_mixed(tmp_path / "sync", "statistics", "L1"))
     deferred = load(dump_mixed(tmp_path / "async", "statistics", "L1", async_dump=True))

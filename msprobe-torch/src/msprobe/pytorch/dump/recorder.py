@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import weakref
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -161,6 +162,7 @@ class TorchDumpRecorder:
         self.with_construct = self.level in ("L0", "mix")
         self.eager = EagerWhileOn()
         self._told_scripted = False
+        self._module_hooks: dict[str, _ModuleHooks] = {}  # by label, see _hook_module
 
     # -- TaskHooks ------------------------------------------------------------------
     def install(self) -> None:
@@ -375,11 +377,30 @@ class TorchDumpRecorder:
             warn_unhooked(scripted, "dumped")
 
     def _hook_module(self, module: torch.nn.Module, label: str) -> None:
-        """Forward via module hooks; backward via tensor hooks, which never alter the graph."""
+        """Forward via module hooks; backward via tensor hooks, which never alter the graph.
+
+        The hook functions are made once per module and put on again at each
+        start(): made afresh, a model's few thousand closures per step kept
+        Python's garbage collector busy (full collections of the whole process).
+        """
+        hooks = self._module_hooks.get(label)
+        if hooks is None or hooks.module() is not module:
+            hooks = self._module_hooks[label] = self._make_module_hooks(module, label)
+        hooks.pending.clear()  # a call left open by an exception of the last step
+        hooks.params.clear()
+        hooks.params.update(module.named_parameters(recurse=False))
+        self.handles.append(module.register_forward_pre_hook(hooks.pre, with_kwargs=True))
+        self.handles.append(module.register_forward_hook(hooks.forward, with_kwargs=True))
+        self.handles.append(module.register_forward_hook(hooks.close, with_kwargs=True, always_call=True))
+        for param in hooks.params.values():
+            if param.requires_grad:
+                self.handles.append(param.register_post_accumulate_grad_hook(hooks.grad))
+
+    def _make_module_hooks(self, module: torch.nn.Module, label: str) -> _ModuleHooks:
         # per call still open, innermost last: [its record, the name it put on the module stack]
         pending: list[list[Any]] = []
         grads_name = f"{label}.parameters_grad"
-        params = dict(module.named_parameters(recurse=False))
+        params: dict[str, torch.nn.Parameter] = {}
 
         def leave_module_stack(pushed: str | None) -> None:
             if pushed is not None and self.module_stack and self.module_stack[-1] == pushed:
@@ -455,12 +476,15 @@ class TorchDumpRecorder:
             finally:
                 self.state.busy = False
 
-        self.handles.append(module.register_forward_pre_hook(untraced(pre_hook), with_kwargs=True))
-        self.handles.append(module.register_forward_hook(untraced(forward_hook), with_kwargs=True))
-        self.handles.append(module.register_forward_hook(untraced(close_hook), with_kwargs=True, always_call=True))
-        for param in params.values():
-            if param.requires_grad:
-                self.handles.append(param.register_post_accumulate_grad_hook(self._param_grad_hook(grads_name, params)))
+        return _ModuleHooks(
+            weakref.ref(module),
+            pending,
+            params,
+            untraced(pre_hook),
+            untraced(forward_hook),
+            untraced(close_hook),
+            self._param_grad_hook(grads_name, params),
+        )
 
     def _param_grad_hook(self, grads_name: str, params: dict[str, torch.nn.Parameter]) -> Callable:
         def hook(_param: torch.Tensor) -> None:
@@ -476,6 +500,18 @@ class TorchDumpRecorder:
                 self.state.busy = busy
 
         return hook
+
+
+class _ModuleHooks(NamedTuple):
+    """One module's hook functions, made once and put on at every start()."""
+
+    module: weakref.ref
+    pending: list[list[Any]]
+    params: dict[str, torch.nn.Parameter]
+    pre: Callable
+    forward: Callable
+    close: Callable
+    grad: Callable
 
 
 class _CallRecord:
