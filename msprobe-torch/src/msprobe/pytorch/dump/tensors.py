@@ -216,7 +216,9 @@ class TensorSummarizer:
 
     def _cached(self, kind: str, tensor: torch.Tensor, compute: Callable[[torch.Tensor], Any]) -> Any:
         """``compute(tensor)``, reused while the tensor is unchanged (see the module's docstring)."""
-        if tensor.is_inference():  # no version counter (inference_mode): an unseen write could not be told
+        try:
+            current = tensor._version
+        except RuntimeError:  # inference_mode tensors keep no version counter: an unseen write could not be told
             return compute(tensor)
         key = (id(tensor), kind)
         cached = self._cache.get(key)
@@ -224,7 +226,7 @@ class TensorSummarizer:
             ref, version, address, storage, measured_at, value = cached
             if (
                 ref() is tensor
-                and version == tensor._version
+                and version == current
                 and address == tensor.data_ptr()  # another address: `.data` or `set_` gave it other memory
                 and self._written_at.get(storage, 0) <= measured_at
             ):
@@ -235,7 +237,7 @@ class TensorSummarizer:
             try:
                 self._cache[key] = (
                     weakref.ref(tensor),
-                    tensor._version,
+                    current,
                     tensor.data_ptr(),
                     storage,
                     self._writes,
