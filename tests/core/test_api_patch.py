@@ -168,3 +168,36 @@ def test_a_module_attribute_served_by_a_module_getattr_is_wrapped_and_removed() 
     patcher.remove()
     assert "lazy" not in module.__dict__ and module.lazy is lazy
     assert calls == ["Functional.lazy", "Functional.relu"]
+
+
+def test_while_a_compiler_traces_the_handler_is_called_through_the_escape() -> None:
+    """A tracing compiler (torch.compile) must meet the handler only as a function marked to run eagerly."""
+    from msprobe.core.api_patch import TraceEscape
+
+    module = make_module()
+    tracing = [False]
+    marked: list[object] = []
+    seen: list[tuple[str, bool]] = []
+
+    def eager(function):
+        def run_outside_the_trace(*args):
+            seen.append((args[1], True))
+            return function(*args)
+
+        marked.append(function)
+        return run_outside_the_trace
+
+    def handler(original, key, args, kwargs):
+        seen.append((key, False))
+        return original(*args, **kwargs)
+
+    patcher = ApiPatcher(handler, lambda: [(module, "relu", "Functional.relu")], TraceEscape(lambda: tracing[0], eager))
+    patcher.install()
+    try:
+        assert module.relu(-3) == 0
+        tracing[0] = True
+        assert module.relu(4) == 4
+    finally:
+        patcher.remove()
+    assert marked == [handler]  # marked once, shared by every wrapper
+    assert seen == [("Functional.relu", False), ("Functional.relu", True), ("Functional.relu", False)]

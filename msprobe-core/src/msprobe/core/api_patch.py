@@ -149,6 +149,7 @@ class ApiPatcher:
         self.handler = handler
         self.targets = targets
         self.escape = escape
+        self._eager_handler = escape.eager(handler) if escape is not None else None  # made once, shared
         self.state = ThreadState()
         _STATES.add(self.state)
         self._owners: list[_OwnerPatches] | None = None  # built on the first install, reused after
@@ -187,7 +188,7 @@ class ApiPatcher:
         state = self.state
         handler = self.handler
         if self.escape is not None:
-            tracing, eager_handler = self.escape.tracing, self.escape.eager(handler)
+            tracing, eager_handler = self.escape.tracing, self._eager_handler
 
             @functools.wraps(original)
             def wrapper(*args: Any, **kwargs: Any) -> Any:
