@@ -6,6 +6,7 @@ import math
 import mindspore as ms
 import numpy as np
 import pytest
+from dump_values import leaves
 from mindspore import Tensor, mint, nn, ops
 
 from msprobe.core.dump.reader import read_dump
@@ -54,18 +55,6 @@ def train(dump_path, level, task, steps=2, **extra):
         debugger.stop()
         debugger.step()
     return losses
-
-
-def leaves(value):
-    if isinstance(value, dict):
-        if "dtype" in value:
-            yield value
-        else:
-            for item in value.values():
-                yield from leaves(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from leaves(item)
 
 
 @pytest.mark.parametrize("level", ["L0", "L1", "mix"])

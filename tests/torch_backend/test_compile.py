@@ -9,6 +9,7 @@ import types
 import pytest
 import torch
 import torch.nn.functional as F
+from dump_values import leaves
 from torch import nn
 
 from msprobe.core.dump.reader import read_dump
@@ -66,21 +67,9 @@ def train(tmp_path, name, level, backend, tensor_methods=True, steps=2):
 
 def statistics(dump):
     return {
-        name: [t[key] for t in _tensors(entry) for key in ("Max", "Min", "Mean", "Norm")]
+        name: [leaf[key] for leaf in leaves(entry) if "Max" in leaf for key in ("Max", "Min", "Mean", "Norm")]
         for name, entry in dump.data.items()
     }
-
-
-def _tensors(value):
-    if isinstance(value, dict):
-        if "Max" in value:
-            yield value
-            return
-        for item in value.values():
-            yield from _tensors(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _tensors(item)
 
 
 def assert_same_dumps(compiled_dumps, eager_dumps):

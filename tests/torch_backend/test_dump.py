@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from dump_values import leaves
 
 from models import train_fixture_net, train_mixed_net
 from msprobe.core.dump.reader import read_dump
@@ -28,18 +29,6 @@ def dump_mixed(tmp_path, task, level, **extra):
 
 def load(path, step=0):
     return read_dump(path / f"step{step}" / "rank" / "dump.json")
-
-
-def leaves(value):
-    if isinstance(value, dict):
-        if "dtype" in value:
-            yield value
-        else:
-            for item in value.values():
-                yield from leaves(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from leaves(item)
 
 
 @pytest.mark.parametrize("level", ["L0", "L1", "mix"])
