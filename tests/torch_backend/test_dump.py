@@ -581,6 +581,19 @@ def test_a_parameter_replaced_between_steps_is_the_one_dumped(tmp_path):
     assert list(grads) == ["weight"] and grads["weight"][0]["Max"] == 2.0  # two rows of ones, each output used once
 
 
+def test_meta_tensors_are_described_without_data(tmp_path, caplog):
+    """Meta tensors (shapes without memory, as in deferred initialisation) have no values and no file."""
+    debugger = PrecisionDebugger(task="tensor", level="L1", dump_path=str(tmp_path))
+    with caplog.at_level(logging.WARNING, logger="msprobe"):
+        debugger.start()
+        torch.relu(torch.empty(2, 3, device="meta"))
+        debugger.stop()
+        debugger.step()
+    assert not caplog.records
+    (output,) = load(tmp_path).data["Torch.relu.0.forward"]["output"]
+    assert output == {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2, 3], "requires_grad": False}
+
+
 def test_async_dump_writes_the_same_statistics(tmp_path):
     sync = load(dump_mixed(tmp_path / "sync", "statistics", "L1"))
     deferred = load(dump_mixed(tmp_path / "async", "statistics", "L1", async_dump=True))

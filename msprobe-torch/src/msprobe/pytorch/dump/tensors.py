@@ -269,7 +269,7 @@ class TensorSummarizer:
             file_name = f"{data_stem}.pt"
             self.online[file_name] = tensor_numpy(tensor)
             summary["data_name"] = file_name
-        elif self.save_files and self.tensor_dir is not None:
+        elif self.save_files and self.tensor_dir is not None and not tensor.is_meta:  # a meta tensor holds no data
             file_name = f"{data_stem}.pt"
             data = tensor.detach()
             if _needs_copy(data):
