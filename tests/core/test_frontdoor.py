@@ -159,6 +159,23 @@ def test_task_without_a_provider_says_so(monkeypatch, tmp_path):
         debugger.start()
 
 
+def test_a_task_whose_plugin_raised_names_the_plugin_and_its_error(monkeypatch, tmp_path):
+    class BrokenPlugin:
+        @hookimpl
+        def msprobe_free_benchmark_hooks(self, session):
+            raise NameError("name 'EagerWhileOn' is not defined")
+
+    reg = PluginRegistry(load_entry_points=False, extra_plugins=[("broken", BrokenPlugin())])
+    monkeypatch.setattr("msprobe.core.plugins._registry", reg)
+    debugger = RecordingDebugger(dump_path=str(tmp_path), task="free_benchmark")
+    with pytest.raises(BackendError) as caught:
+        debugger.start()
+    assert str(caught.value) == (
+        "task 'free_benchmark' is not available for alpha: the plugin providing it failed "
+        "(broken: NameError: name 'EagerWhileOn' is not defined)"
+    )
+
+
 def test_level_l2_is_refused_with_a_reason(tmp_path):
     debugger = RecordingDebugger(dump_path=str(tmp_path), level="L2")
     with pytest.raises(UsageError, match="level L2 .*kernel dump.* use level L1"):

@@ -130,6 +130,16 @@ class PluginRegistry:
             return value
         return None
 
+    def failures(self, hook_name: str) -> list[str]:
+        """``plugin: error`` for each plugin that raised in ``hook_name`` (as recorded, once each)."""
+        prefix = f"{hook_name}: "
+        return [
+            f"{info.name}: {error[len(prefix) :]}"
+            for info in self.infos.values()
+            for error in info.errors
+            if error.startswith(prefix)
+        ]
+
     def _info(self, plugin_name: str) -> PluginInfo:
         return self.infos.setdefault(plugin_name, PluginInfo(name=plugin_name))
 

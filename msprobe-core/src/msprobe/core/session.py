@@ -253,10 +253,15 @@ class BaseDebugger:
         if hooks is None:
             hooks = registry.call_first("msprobe_task_hooks", session=self.session)
         if hooks is None:
-            raise BackendError(
-                f"task '{self.config.task}' is not available for {self.framework}: "
-                "no installed plugin provides it (see `msprobe plugins`)"
+            failed = [
+                failure for name in (hook_name, "msprobe_task_hooks") if name for failure in registry.failures(name)
+            ]
+            reason = (
+                f"the plugin providing it failed ({'; '.join(failed)})"
+                if failed
+                else "no installed plugin provides it (see `msprobe plugins`)"
             )
+            raise BackendError(f"task '{self.config.task}' is not available for {self.framework}: {reason}")
         return hooks
 
 
