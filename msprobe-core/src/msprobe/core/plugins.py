@@ -60,6 +60,7 @@ class PluginRegistry:
         self.manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         self.manager.add_hookspecs(hookspecs)
         self.infos: dict[str, PluginInfo] = {}
+        self._failures: dict[str, list[str]] = {}  # hook name -> "plugin: error", once each
         self._disabled = disabled_plugin_names()
         for module_name in BUILTIN_PLUGINS:
             self._register(module_name.rsplit(".", 1)[-1], importlib.import_module(module_name), builtin=True)
@@ -131,23 +132,19 @@ class PluginRegistry:
         return None
 
     def failures(self, hook_name: str) -> list[str]:
-        """``plugin: error`` for each plugin that raised in ``hook_name`` (as recorded, once each)."""
-        prefix = f"{hook_name}: "
-        return [
-            f"{info.name}: {error[len(prefix) :]}"
-            for info in self.infos.values()
-            for error in info.errors
-            if error.startswith(prefix)
-        ]
+        """``plugin: error`` for each plugin that raised in ``hook_name`` (once each)."""
+        return list(self._failures.get(hook_name, ()))
 
     def _info(self, plugin_name: str) -> PluginInfo:
         return self.infos.setdefault(plugin_name, PluginInfo(name=plugin_name))
 
     def _record_failure(self, plugin_name: str, hook_name: str, exc: Exception) -> None:
         info = self._info(plugin_name)
-        message = f"{hook_name}: {exc.__class__.__name__}: {exc}"
+        error = f"{exc.__class__.__name__}: {exc}"
+        message = f"{hook_name}: {error}"
         if message not in info.errors:
             info.errors.append(message)
+            self._failures.setdefault(hook_name, []).append(f"{plugin_name}: {error}")
             logger.warning("msprobe plugin %r raised in %s and is skipped there: %s", plugin_name, hook_name, exc)
 
     # -- what the plugins give ---------------------------------------------------
