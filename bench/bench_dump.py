@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from in_turn import dumped_step, numpy_save_seconds, report_tensor_dump, time_in_turn
+from in_turn import Timing, dumped_step, numpy_twin, print_ratios, report_tensor_dump, time_in_turn
 from workload import make_workload
 
 from msprobe.pytorch import PrecisionDebugger
@@ -47,10 +47,16 @@ TARGETS = {
 }
 
 
-def time_config(config: dict | None, steps: int, out: Path) -> tuple[float, float]:
+def _saved_arrays(tensor_dir: Path) -> list:
+    return [torch.load(path, weights_only=True).numpy() for path in sorted(tensor_dir.glob("*.pt"))]
+
+
+def time_config(config: dict | None, steps: int, out: Path) -> Timing:
     """Median step time with this configuration and of a plain twin, one step of each in turn.
 
-    Alternating keeps drifts in machine speed out of the ratio.
+    Alternating keeps drifts in machine speed out of the ratio. The tensor
+    task also times its yardstick in turn: a plain step plus numpy.save of
+    the arrays the dump wrote.
     """
     model, train_step = make_workload()
     _plain_model, plain_step = make_workload()
@@ -64,7 +70,11 @@ def time_config(config: dict | None, steps: int, out: Path) -> tuple[float, floa
         if config["task"] == "grad_probe":
             debugger.monitor(model)
 
-    result = time_in_turn(plain_step, dumped_step(debugger, train_step), steps)
+    yardstick = None
+    if config is not None and config["task"] == "tensor":
+        tensor_dir = out / "dump" / "step0" / "rank" / "dump_tensor_data"
+        yardstick = numpy_twin(plain_step, lambda: _saved_arrays(tensor_dir), out / "numpy_copy")
+    result = time_in_turn(plain_step, dumped_step(debugger, train_step), steps, yardstick)
     if debugger is not None:
         debugger.finish()
     return result
@@ -76,24 +86,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("/tmp/msprobe_bench"))
     args = parser.parse_args()
     torch.set_num_threads(1)
-    results, bases = {}, {}
+    timings: dict[str, Timing] = {}
     for label, config in CONFIGS:
         folder = args.out / label.replace(" ", "_")
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-        results[label], bases[label] = time_config(config, args.steps, folder)
+        timings[label] = time_config(config, args.steps, folder)
         os.sync()  # the tensor dump's ~1 GB of dirty pages would otherwise be written back during the next runs
-    print(f"{'configuration':<18} {'step (ms)':>10} {'plain (ms)':>10} {'ratio':>8}  target")
-    for label, seconds in results.items():
-        ratio = seconds / bases[label]
-        target = TARGETS.get(label)
-        verdict = "" if target is None else f"<= {target}x  {'met' if ratio <= target else 'NOT met'}"
-        print(f"{label:<18} {seconds * 1000:>10.1f} {bases[label] * 1000:>10.1f} {ratio:>7.3f}x  {verdict}")
-    base = bases["tensor L1"]
-    tensor_data = args.out / "tensor_L1" / "dump" / "step1" / "rank" / "dump_tensor_data"
-    if tensor_data.exists():
-        arrays = [torch.load(p, weights_only=True).numpy() for p in sorted(tensor_data.glob("*.pt"))]
-        report_tensor_dump(results["tensor L1"] - base, numpy_save_seconds(arrays, args.out / "numpy_copy"))
+    print_ratios(timings, TARGETS)
+    report_tensor_dump(timings["tensor L1"], args.out / "tensor_L1" / "numpy_copy")
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ def test_large_data_is_written_whole(tmp_path):
 
 
 def test_a_failed_write_leaves_no_file(tmp_path, monkeypatch):
-    from msprobe.core.dump import zip_archive
+    from msprobe.core.dump import writer
 
     calls = []
 
@@ -68,7 +68,7 @@ def test_a_failed_write_leaves_no_file(tmp_path, monkeypatch):
         calls.append(1)
         return os.write(fd, views[0][:10])
 
-    monkeypatch.setattr(zip_archive, "_writev", short_then_full_disk)
+    monkeypatch.setattr(writer, "_writev", short_then_full_disk)
     template = ArchiveTemplate(RECORDS, "archive/data/0", 8)
     with pytest.raises(OSError, match="No space"):
         template.write(tmp_path / "t.zip", np.zeros(2, np.float32))
@@ -76,9 +76,9 @@ def test_a_failed_write_leaves_no_file(tmp_path, monkeypatch):
 
 
 def test_partial_writes_are_resumed(tmp_path, monkeypatch):
-    from msprobe.core.dump import zip_archive
+    from msprobe.core.dump import writer
 
-    monkeypatch.setattr(zip_archive, "_writev", lambda fd, views: os.write(fd, views[0][:7]))  # 7 bytes at a time
+    monkeypatch.setattr(writer, "_writev", lambda fd, views: os.write(fd, views[0][:7]))  # 7 bytes at a time
     data = np.arange(100, dtype=np.float32)
     ArchiveTemplate(RECORDS, "archive/data/0", data.nbytes).write(tmp_path / "t.zip", data)
     with zipfile.ZipFile(tmp_path / "t.zip") as archive:

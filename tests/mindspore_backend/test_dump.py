@@ -630,3 +630,23 @@ def test_tensors_waiting_to_be_read_are_read_when_the_process_exits_mid_step(tmp
     assert (output["Max"], output["Min"]) == (3.0, 1.0)
     if task == "tensor":
         np.testing.assert_array_equal(np.load(dump.tensor_dir() / output["data_name"]), [3.0, 1.0])
+
+
+def test_a_tensor_file_that_cannot_be_written_is_reported_and_the_others_are_written(tmp_path, caplog):
+    """The files of a batch are written on several threads: one failing stops none of the others."""
+    x = Tensor(np.array([[-1.0, 2.0], [3.0, -4.0]], np.float32))
+    blocked = tmp_path / "d" / "step0" / "rank" / "dump_tensor_data" / "Mint.abs.0.forward.output.0.npy"
+    blocked.mkdir(parents=True)
+    debugger = PrecisionDebugger(task="tensor", level="L1", dump_path=str(tmp_path / "d"))
+    debugger.start()
+    y = mint.neg(mint.abs(x))
+    z = mint.exp(y)
+    debugger.stop()
+    debugger.step()
+    dump = read_dump(tmp_path / "d" / "step0" / "rank")
+    assert "Mint.abs.0.forward.output.0.npy" in caplog.text
+    for name, expected in (("Mint.neg.0.forward", -np.abs(x.asnumpy())), ("Mint.exp.0.forward", z.asnumpy())):
+        [output] = dump.data[name]["output"]
+        np.testing.assert_allclose(np.load(dump.tensor_dir() / output["data_name"]), expected, rtol=1e-6)
+    [abs_input] = dump.data["Mint.abs.0.forward"]["input_args"]
+    np.testing.assert_array_equal(np.load(dump.tensor_dir() / abs_input["data_name"]), x.asnumpy())

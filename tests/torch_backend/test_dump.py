@@ -614,6 +614,20 @@ def test_async_tensor_dump_writes_the_listed_tensors_at_step_end(tmp_path):
         assert tensor.max().item() == pytest.approx(leaf["Max"])
 
 
+def test_async_tensor_files_are_all_tried_when_one_cannot_be_written(tmp_path, caplog):
+    blocked = tmp_path / "tensor_L1" / "step0" / "rank" / "dump_tensor_data" / "Functional.relu.0.forward.output.0.pt"
+    blocked.mkdir(parents=True)  # a directory in the way of one file
+    path = dump_mixed(tmp_path, "tensor", "L1", async_dump=True, tensor={"list": ["relu"]})
+    assert "Functional.relu.0.forward.output.0.pt" in caplog.text
+    dump = load(path)
+    for name in ("Functional.relu.0.forward", "Functional.relu.0.backward"):
+        for leaf in leaves(dump.data[name]):
+            if leaf["data_name"] != blocked.name:
+                tensor = torch.load(dump.tensor_dir() / leaf["data_name"], weights_only=True)
+                assert tensor.max().item() == pytest.approx(leaf["Max"])
+    assert load(path, step=1).data  # the next step is dumped as usual
+
+
 def test_save_at_debug_level(tmp_path):
     debugger = PrecisionDebugger(dump_path=str(tmp_path), level="debug", task="tensor")
     x = torch.randn(3, requires_grad=True)

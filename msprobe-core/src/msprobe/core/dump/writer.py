@@ -14,6 +14,7 @@ symlink.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import mmap
@@ -64,6 +65,34 @@ def open_new_file(path: Path, mode: str = "w", buffering: int = -1) -> Any:
     flags = os.O_WRONLY | (os.O_APPEND if "a" in mode else os.O_TRUNC)
     fd = open_descriptor(path, flags)
     return os.fdopen(fd, mode, buffering=buffering, encoding=None if "b" in mode else "utf-8")
+
+
+def _writev(fd: int, views: list[memoryview]) -> int:
+    if hasattr(os, "writev"):
+        return os.writev(fd, views)
+    return os.write(fd, views[0])  # no writev (Windows): one part at a time
+
+
+def write_parts(path: Path, parts: list[Any]) -> None:
+    """All of ``parts`` (bytes-like, read in place) at ``path`` in one system call where it can; a write that
+    fails (a full disk) leaves no truncated file behind."""
+    views = [memoryview(part) for part in parts]
+    fd = open_descriptor(path, os.O_WRONLY | os.O_TRUNC)
+    try:
+        while views:
+            written = _writev(fd, views)
+            while written and views:
+                if written >= len(views[0]):
+                    written -= len(views.pop(0))
+                else:
+                    views[0] = views[0][written:]
+                    written = 0
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+    os.close(fd)
 
 
 def write_json_atomic(path: Path, data: Any, indent: int | None = 1) -> None:

@@ -13,15 +13,13 @@ each file then costs one CRC of its data, two small copies and a
 
 from __future__ import annotations
 
-import contextlib
-import os
 import struct
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from msprobe.core.dump.checksum import crc32
-from msprobe.core.dump.writer import open_descriptor
+from msprobe.core.dump.writer import write_parts
 
 _LOCAL = struct.Struct("<IHHHHHIIIHH")
 _CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")
@@ -91,31 +89,4 @@ class ArchiveTemplate:
         head, tail = bytearray(self._head), bytearray(self._tail)
         _CRC.pack_into(head, self._local_crc, checksum)
         _CRC.pack_into(tail, self._central_crc, checksum)
-        _write_parts(path, [head, memoryview(content).cast("B"), tail] if size else [head, tail])
-
-
-def _writev(fd: int, views: list[memoryview]) -> int:
-    if hasattr(os, "writev"):
-        return os.writev(fd, views)
-    return os.write(fd, views[0])  # no writev (Windows): one part at a time
-
-
-def _write_parts(path: Path, parts: list[Any]) -> None:
-    """All of ``parts`` at ``path``; a write that fails (a full disk) leaves no truncated archive behind."""
-    views = [memoryview(part) for part in parts]
-    fd = open_descriptor(path, os.O_WRONLY | os.O_TRUNC)
-    try:
-        while views:
-            written = _writev(fd, views)
-            while written and views:
-                if written >= len(views[0]):
-                    written -= len(views.pop(0))
-                else:
-                    views[0] = views[0][written:]
-                    written = 0
-    except BaseException:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        raise
-    os.close(fd)
+        write_parts(path, [head, memoryview(content).cast("B"), tail] if size else [head, tail])

@@ -327,6 +327,7 @@ class MindSporeDumpRecorder:
         self.handles.clear()
         self.cell_stack.clear()
         self._guard(self.collector.flush_step)
+        self.summarizer.close()
 
     def end_step(self) -> None:
         for record in self.pending:

@@ -32,9 +32,10 @@ import numpy as np
 import mindspore as ms
 from mindspore import mint, ops
 from msprobe.core.dump.checksum import crc32_hex as checksum_hex
+from msprobe.core.dump.file_pool import FilePool
+from msprobe.core.dump.npy_file import write_npy
 from msprobe.core.dump.numbers import float32_mean, json_number
 from msprobe.core.dump.overflow import is_nonfinite
-from msprobe.core.dump.writer import open_new_file
 
 _FLOATING = (ms.float16, ms.float32, ms.float64, ms.bfloat16)
 
@@ -52,8 +53,9 @@ def _on_host() -> bool:
     return ms.get_context("device_target") == "CPU"
 
 
-def _host_statistics(tensor: ms.Tensor, dtype: Any) -> list[float]:
-    host = to_numpy(tensor, dtype)
+def _host_statistics(tensor: ms.Tensor, dtype: Any, host: np.ndarray | None = None) -> list[float]:
+    if host is None:
+        host = to_numpy(tensor, dtype)
     if host.dtype not in (np.float32, np.float64):
         host = host.astype(np.float32)
     flat = host.reshape(-1)
@@ -62,13 +64,18 @@ def _host_statistics(tensor: ms.Tensor, dtype: Any) -> list[float]:
     return [float(flat.max()), float(flat.min()), mean, float(np.linalg.norm(flat))]
 
 
-def measure(tensor: ms.Tensor, dtype: Any = None) -> dict[str, Any]:
-    """``dtype``: the tensor's, when the caller has it (reading it from MindSpore costs tens of microseconds)."""
+def measure(tensor: ms.Tensor, dtype: Any = None, host: np.ndarray | None = None) -> dict[str, Any]:
+    """``dtype``: the tensor's, when the caller has it (reading it from MindSpore costs tens of microseconds).
+
+    ``host``: the tensor's values as ``to_numpy`` gives them, when the caller has read them already.
+    """
     dtype = tensor.dtype if dtype is None else dtype
     if dtype == ms.bool_:
         return {"Max": bool(tensor.any()), "Min": bool(tensor.all()), "Mean": None, "Norm": None}
     if _on_host() and tensor.ndim > 0:
-        values = _host_statistics(tensor, dtype)  # one read of the tensor; a small device op costs milliseconds here
+        values = _host_statistics(
+            tensor, dtype, host
+        )  # one read of the tensor; a small device op costs milliseconds here
         data = tensor
     else:
         data = tensor if dtype in (ms.float32, ms.float64) else tensor.astype(ms.float32)
@@ -78,7 +85,8 @@ def measure(tensor: ms.Tensor, dtype: Any = None) -> dict[str, Any]:
         values = mint.stack((data.max(), data.min(), data.mean(), ops.sqrt((data * data).sum()))).asnumpy().tolist()
     stats = dict(zip(("Max", "Min", "Mean", "Norm"), values))
     if not all(math.isfinite(v) for v in values):
-        host = to_numpy(data, dtype if data is tensor else ms.float32)
+        if host is None or data is not tensor:
+            host = to_numpy(data, dtype if data is tensor else ms.float32)
         finite = host[np.isfinite(host)]
         stats["Max_except_inf_nan"] = float(finite.max()) if finite.size else None
         stats["Min_except_inf_nan"] = float(finite.min()) if finite.size else None
@@ -157,6 +165,7 @@ class TensorSummarizer:
         self._placeholders = {**_PLACEHOLDERS, "md5": None} if self.with_crc else _PLACEHOLDERS
         self._waiting: list[_Lazy] = []
         self._waiting_files: list[tuple[ms.Tensor, Any, Path]] = []
+        self._files = FilePool()
         self._waiting_bytes = 0
         self.on_settled: Callable[[], None] | None = None
         self.when_full: Callable[[], None] = self.settle  # the dump's settle, which reports errors
@@ -174,9 +183,18 @@ class TensorSummarizer:
         records, self._waiting_records = self._waiting_records, []
         self._waiting_bytes = 0
         failure: Exception | None = None
+        hosts: dict[int, np.ndarray] = {}  # one host array per tensor, for its files and its statistics
+        for tensor, dtype, path in files:  # written on the pool's threads while the statistics are taken here
+            try:
+                host = hosts.get(id(tensor))
+                if host is None:
+                    host = hosts[id(tensor)] = to_numpy(tensor, dtype)
+                self._files.submit(functools.partial(write_npy, path, host))
+            except Exception as exc:
+                failure = exc
         for lazy in waiting:
             try:
-                values = measure(lazy.tensor, lazy.dtype)
+                values = measure(lazy.tensor, lazy.dtype, hosts.get(id(lazy.tensor)))
                 if self.with_crc:
                     values["md5"] = crc32_hex(lazy.tensor, lazy.dtype)
             except Exception as exc:  # its summaries show no values; the others are still read
@@ -185,16 +203,15 @@ class TensorSummarizer:
             for summary in lazy.summaries:
                 _fill(summary, values) if values else _drop(summary, self._placeholders)
             lazy.summaries = []
-        for tensor, dtype, path in files:
-            try:
-                self._save(tensor, dtype, path)
-            except Exception as exc:
-                failure = exc
         for record in records:
             try:
                 record()
             except Exception as exc:
                 failure = exc
+        try:
+            self._files.wait()  # the host arrays share the tensors' memory: ``files`` keeps them alive until here
+        except Exception as exc:
+            failure = exc
         if self.on_settled is not None:
             self.on_settled()
         if failure is not None:
@@ -292,10 +309,13 @@ class TensorSummarizer:
             self._settle_if_full()
         return summary
 
+    def close(self) -> None:
+        """The dump stopped: let the file threads go."""
+        self._files.close()
+
     @staticmethod
     def _save(tensor: ms.Tensor, dtype: Any, path: Path) -> None:
-        with open_new_file(path, "wb") as handle:
-            np.save(handle, to_numpy(tensor, dtype), allow_pickle=False)
+        write_npy(path, to_numpy(tensor, dtype))
 
 
 def is_tensor(value: Any) -> bool:

@@ -16,6 +16,7 @@ and the fused optimizers leave torch's version counter as it was.
 
 from __future__ import annotations
 
+import functools
 import math
 import weakref
 from collections.abc import Callable
@@ -25,6 +26,7 @@ from typing import Any
 import torch
 
 from msprobe.core.dump.checksum import crc32_hex as checksum_hex
+from msprobe.core.dump.file_pool import FilePool
 from msprobe.core.dump.numbers import float32_mean, json_number
 from msprobe.core.dump.overflow import is_nonfinite
 from msprobe.pytorch.dump.pt_file import PtWriter, host_bytes
@@ -204,10 +206,17 @@ class TensorSummarizer:
                 self._written_at[storage] = self._writes
 
     def write_pending(self) -> None:
-        """Async mode: the tensor files of the step, written when it ends."""
+        """Async mode: the tensor files of the step, written when it ends, several at once (see FilePool)."""
         pending, self._pending_files = self._pending_files, []
-        for data, path in pending:
-            self._files.save(data.cpu(), path)
+        if not pending:
+            return
+        pool = FilePool()
+        try:
+            for data, path in pending:
+                pool.submit(functools.partial(self._files.save, data.cpu(), path))
+            pool.wait()  # every file is tried; the last failure is raised
+        finally:
+            pool.close()
 
     def statistics(self, tensor: torch.Tensor) -> dict[str, Any]:
         if self.task == "overflow_check" and not self.save_files:
