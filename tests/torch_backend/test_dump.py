@@ -955,3 +955,51 @@ def test_tensor_files_hold_the_values_of_the_call_though_written_right_after(tmp
     torch.testing.assert_close(torch.load(dump.tensor_dir() / relu_output["data_name"]), F.relu(x))
     [add_output] = dump.data["Tensor.add_.0.forward"]["output"]
     torch.testing.assert_close(torch.load(dump.tensor_dir() / add_output["data_name"]), F.relu(x) + 100.0)
+
+
+@pytest.mark.parametrize("layout", [torch.strided, torch.jagged])
+@pytest.mark.parametrize("task", ["statistics", "md5", "tensor"])
+def test_nested_tensors_show_their_padded_shape_and_the_statistics_of_their_values(tmp_path, caplog, layout, task):
+    parts = [torch.randn(2, 4), torch.randn(3, 4) - 1.5]
+    nested = torch.nested.nested_tensor(parts, layout=layout)
+    config = {"task": "statistics", "statistics": {"summary_mode": "md5"}} if task == "md5" else {"task": task}
+    (tmp_path / "config.json").write_text(json.dumps({**config, "level": "L1", "dump_path": str(tmp_path / "d")}))
+    debugger = PrecisionDebugger(config_path=str(tmp_path / "config.json"))
+    debugger.start()
+    torch.relu(nested)
+    debugger.stop()
+    debugger.step()
+    assert "failed" not in caplog.text
+    dump = read_dump(tmp_path / "d" / "step0" / "rank" / "dump.json")
+    [given] = dump.data["Torch.relu.0.forward"]["input_args"]
+    values = torch.cat([part.reshape(-1) for part in parts]).numpy()
+    assert given["shape"] == [2, 3, 4]
+    assert given["Max"] == pytest.approx(values.max()) and given["Min"] == pytest.approx(values.min())
+    assert given["Mean"] == pytest.approx(values.mean(), rel=1e-5)
+    assert given["Norm"] == pytest.approx(np.linalg.norm(values), rel=1e-5)
+    if task == "md5":
+        assert given["md5"] == f"{zlib.crc32(values.tobytes()):08x}"
+    if task == "tensor":
+        saved = torch.load(dump.tensor_dir() / given["data_name"], weights_only=True)
+        assert torch.equal(saved, torch.nested.to_padded_tensor(nested, 0.0))
+
+
+def test_a_transformer_encoder_on_its_padding_free_path_is_dumped_at_mix(tmp_path, caplog):
+    """In eval mode with a padding mask, nn.TransformerEncoder runs its layers on nested tensors."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+    encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=True).eval()
+    mask = torch.tensor([[False] * 5, [False] * 3 + [True] * 2, [False] * 2 + [True] * 3])
+    debugger = PrecisionDebugger(dump_path=str(tmp_path), level="mix", task="statistics")
+    debugger.start(encoder)
+    with torch.no_grad():
+        encoder(torch.randn(3, 5, 16), src_key_padding_mask=mask)
+    debugger.stop()
+    debugger.step()
+    assert "failed" not in caplog.text
+    dump = read_dump(tmp_path / "step0" / "rank" / "dump.json")
+    attention = dump.data["Module.layers.0.self_attn.MultiheadAttention.forward.0"]
+    assert attention["input_args"][0]["shape"] == [3, 5, 16]
+    assert (
+        "Functional.linear.3.forward" in dump.data and "Module.layers.1.TransformerEncoderLayer.forward.0" in dump.data
+    )

@@ -219,6 +219,8 @@ class TensorSummarizer:
             pool.close()
 
     def statistics(self, tensor: torch.Tensor) -> dict[str, Any]:
+        if tensor.is_nested:  # rare: measured afresh each time
+            return _measure(nested_values(tensor)) if tensor.numel() else {}
         if self.task == "overflow_check" and not self.save_files:
             return self._cached("range", tensor, _measure_range)  # full statistics only for the calls kept
         return self._cached("stats", tensor, _measure_deferred if self.deferred else _measure)
@@ -264,6 +266,8 @@ class TensorSummarizer:
         return bool(stats) and any(is_nonfinite(stats.get(key)) for key in ("Max", "Min", "Mean", "Norm"))
 
     def __call__(self, tensor: torch.Tensor, data_stem: str) -> dict[str, Any]:
+        if tensor.is_nested:
+            return self._nested(tensor, data_stem)
         summary: dict[str, Any] = {
             "type": "torch.Tensor",
             "dtype": str(tensor.dtype),
@@ -289,6 +293,36 @@ class TensorSummarizer:
                 self._files.save(data.cpu(), self.tensor_dir / file_name)
             summary["data_name"] = file_name
         return summary
+
+    def _nested(self, tensor: torch.Tensor, data_stem: str) -> dict[str, Any]:
+        """A nested tensor (components of different sizes; nn.TransformerEncoder makes them from a padding mask).
+
+        It has no shape of its own: the entry shows the padded one (largest
+        size per dimension, the shape the dense computation would have) and
+        the statistics and CRC of the values it holds; its file holds the
+        padded tensor, zeros in the padding.
+        """
+        padded = torch.nested.to_padded_tensor(tensor.detach(), 0.0)
+        summary: dict[str, Any] = {"type": "torch.Tensor", "dtype": str(tensor.dtype), "shape": list(padded.shape)}
+        if self.with_stats:
+            summary.update(self.statistics(tensor))
+        summary["requires_grad"] = tensor.requires_grad
+        if self.with_crc and self.with_stats:
+            summary["md5"] = crc32_hex(nested_values(tensor))
+        if self.online is not None:
+            file_name = f"{data_stem}.pt"
+            self.online[file_name] = tensor_numpy(padded)
+            summary["data_name"] = file_name
+        elif self.save_files and self.tensor_dir is not None:
+            file_name = f"{data_stem}.pt"
+            self._files.save(padded.cpu().contiguous(), self.tensor_dir / file_name)
+            summary["data_name"] = file_name
+        return summary
+
+
+def nested_values(tensor: torch.Tensor) -> torch.Tensor:
+    """The values a nested tensor holds, components one after another, flat."""
+    return torch.cat([component.reshape(-1) for component in tensor.detach().unbind()])
 
 
 def tensor_numpy(tensor: torch.Tensor) -> Any:
