@@ -1003,3 +1003,36 @@ def test_a_transformer_encoder_on_its_padding_free_path_is_dumped_at_mix(tmp_pat
     assert (
         "Functional.linear.3.forward" in dump.data and "Module.layers.1.TransformerEncoderLayer.forward.0" in dump.data
     )
+
+
+@pytest.mark.parametrize("task", ["statistics", "md5", "tensor"])
+def test_calls_inside_torch_func_transforms_show_the_whole_batch(tmp_path, caplog, task):
+    """Under vmap a function sees one sample at a time; the dump measures all of them (the batch dimension shown)."""
+    torch.manual_seed(0)
+    x, w = torch.randn(4, 3), torch.randn(3, 2)
+    config = {"task": "statistics", "statistics": {"summary_mode": "md5"}} if task == "md5" else {"task": task}
+    (tmp_path / "config.json").write_text(json.dumps({**config, "level": "L1", "dump_path": str(tmp_path / "d")}))
+    debugger = PrecisionDebugger(config_path=str(tmp_path / "config.json"))
+
+    def sample_loss(weights, row):
+        return torch.sin(row @ weights).sum()
+
+    debugger.start()
+    batched = torch.func.vmap(lambda row: sample_loss(w, row))(x)
+    per_sample_grads = torch.func.vmap(torch.func.grad(sample_loss), in_dims=(None, 0))(w, x)
+    debugger.stop()
+    debugger.step()
+    assert "failed" not in caplog.text
+    torch.testing.assert_close(batched, torch.sin(x @ w).sum(1))
+    torch.testing.assert_close(per_sample_grads, torch.stack([torch.outer(r, torch.cos(r @ w)) for r in x]))
+    dump = read_dump(tmp_path / "d" / "step0" / "rank" / "dump.json")
+    [given] = dump.data["Torch.sin.0.forward"]["input_args"]
+    expected = (x @ w).numpy()
+    assert given["shape"] == [4, 2]
+    assert given["Max"] == pytest.approx(expected.max()) and given["Min"] == pytest.approx(expected.min())
+    assert given["Norm"] == pytest.approx(np.linalg.norm(expected), rel=1e-5)
+    if task == "md5":
+        assert given["md5"] == f"{zlib.crc32(np.ascontiguousarray(expected).tobytes()):08x}"
+    if task == "tensor":
+        torch.testing.assert_close(torch.load(dump.tensor_dir() / given["data_name"], weights_only=True), x @ w)
+    assert {"Torch.sin.1.forward", "Torch.sin.1.backward"} <= set(dump.data)  # inside vmap(grad(...))

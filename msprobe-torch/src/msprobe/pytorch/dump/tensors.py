@@ -219,8 +219,19 @@ class TensorSummarizer:
             pool.close()
 
     def statistics(self, tensor: torch.Tensor) -> dict[str, Any]:
-        if tensor.is_nested:  # rare: measured afresh each time
-            return _measure(nested_values(tensor)) if tensor.numel() else {}
+        if type(tensor) is not torch.Tensor and tensor.is_nested:  # the jagged layout is a subclass
+            return _nested_statistics(tensor)
+        try:
+            return self._statistics(tensor)
+        except RuntimeError:  # the usual tensors pay no check for these
+            if _functorch_wrapped(tensor):
+                with torch._C._DisableFuncTorch():
+                    return self._statistics(_physical(tensor))
+            if tensor.is_nested:
+                return _nested_statistics(tensor)
+            raise
+
+    def _statistics(self, tensor: torch.Tensor) -> dict[str, Any]:
         if self.task == "overflow_check" and not self.save_files:
             return self._cached("range", tensor, _measure_range)  # full statistics only for the calls kept
         return self._cached("stats", tensor, _measure_deferred if self.deferred else _measure)
@@ -266,15 +277,26 @@ class TensorSummarizer:
         return bool(stats) and any(is_nonfinite(stats.get(key)) for key in ("Max", "Min", "Mean", "Norm"))
 
     def __call__(self, tensor: torch.Tensor, data_stem: str) -> dict[str, Any]:
-        if tensor.is_nested:
+        if type(tensor) is not torch.Tensor and tensor.is_nested:  # the jagged layout is a subclass
             return self._nested(tensor, data_stem)
+        try:
+            return self._summary(tensor, data_stem)
+        except RuntimeError:  # the usual tensors pay no check for these
+            if _functorch_wrapped(tensor):  # inside torch.func.vmap/grad: the whole batch, as plain tensors
+                with torch._C._DisableFuncTorch():
+                    return self._summary(_physical(tensor), data_stem)
+            if tensor.is_nested:
+                return self._nested(tensor, data_stem)
+            raise
+
+    def _summary(self, tensor: torch.Tensor, data_stem: str) -> dict[str, Any]:
         summary: dict[str, Any] = {
             "type": "torch.Tensor",
             "dtype": str(tensor.dtype),
             "shape": list(tensor.shape),
         }
         if self.with_stats and tensor.numel() > 0 and not tensor.is_meta:
-            summary.update(self.statistics(tensor))
+            summary.update(self._statistics(tensor))
         summary["requires_grad"] = tensor.requires_grad
         if self.with_crc and self.with_stats and not tensor.is_meta:
             summary["md5"] = self._cached("crc", tensor, crc32_hex)
@@ -305,7 +327,7 @@ class TensorSummarizer:
         padded = torch.nested.to_padded_tensor(tensor.detach(), 0.0)
         summary: dict[str, Any] = {"type": "torch.Tensor", "dtype": str(tensor.dtype), "shape": list(padded.shape)}
         if self.with_stats:
-            summary.update(self.statistics(tensor))
+            summary.update(_nested_statistics(tensor))
         summary["requires_grad"] = tensor.requires_grad
         if self.with_crc and self.with_stats:
             summary["md5"] = crc32_hex(nested_values(tensor))
@@ -320,9 +342,29 @@ class TensorSummarizer:
         return summary
 
 
+_is_functorch_wrapped = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor", None)
+
+
+def _functorch_wrapped(tensor: torch.Tensor) -> bool:
+    """A tensor as torch.func transforms show it to the function they run (batched by vmap, tracked by grad)."""
+    return _is_functorch_wrapped is not None and _is_functorch_wrapped(tensor)
+
+
+def _physical(tensor: torch.Tensor) -> torch.Tensor:
+    """The plain tensor under torch.func's wrappers: under vmap, all the samples, the batch dimension included."""
+    while _functorch_wrapped(tensor):
+        tensor = torch._C._functorch.get_unwrapped(tensor)
+    return tensor
+
+
 def nested_values(tensor: torch.Tensor) -> torch.Tensor:
     """The values a nested tensor holds, components one after another, flat."""
     return torch.cat([component.reshape(-1) for component in tensor.detach().unbind()])
+
+
+def _nested_statistics(tensor: torch.Tensor) -> dict[str, Any]:
+    """Measured afresh each time (rare)."""
+    return _measure(nested_values(tensor)) if tensor.numel() else {}
 
 
 def tensor_numpy(tensor: torch.Tensor) -> Any:
