@@ -73,9 +73,8 @@ def measure(tensor: ms.Tensor, dtype: Any = None, host: np.ndarray | None = None
     if dtype == ms.bool_:
         return {"Max": bool(tensor.any()), "Min": bool(tensor.all()), "Mean": None, "Norm": None}
     if _on_host() and tensor.ndim > 0:
-        values = _host_statistics(
-            tensor, dtype, host
-        )  # one read of the tensor; a small device op costs milliseconds here
+        # one read of the tensor; a small device op costs milliseconds here
+        values = _host_statistics(tensor, dtype, host)
         data = tensor
     else:
         data = tensor if dtype in (ms.float32, ms.float64) else tensor.astype(ms.float32)
