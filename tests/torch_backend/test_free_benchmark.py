@@ -165,3 +165,16 @@ def test_unknown_perturbation_is_a_clear_error(tmp_path):
     d = debugger(tmp_path, pert_mode="twist")
     with pytest.raises((UsageError, BackendError), match="twist"):
         d.start()
+
+
+def test_calls_inside_vmap_are_checked_over_the_whole_batch(tmp_path, fake_npu, caplog):
+    d = debugger(tmp_path)
+    x = torch.tensor([[0.3, 1.7, -2.2], [0.1, -0.6, 2.9]], dtype=torch.float16)
+    d.start()
+    out = torch.func.vmap(lambda row: torch.relu(fake_npu.npu_rotary_mul(row, row, row)))(x)
+    d.stop()
+    d.step()
+    assert "failed" not in caplog.text
+    [row] = rows(tmp_path)
+    assert (row["api_name"], row["shape"]) == ("NPU.npu_rotary_mul.0.forward", "(2, 3)")  # every sample
+    assert torch.equal(out, torch.relu(fragile(x, x, x)))

@@ -322,12 +322,16 @@ class FreeBenchmarkCalls:
             original=self.to_float64(a),
             perturbed=self.to_float64(b),
             dtype=dtype_key(source.dtype),
-            shape=list(source.shape),
+            shape=self.shape_of(source),
             step=self.session.step,
             rank=self.session.rank or 0,
             stage=stage,
             output_index=index,
         )
+
+    def shape_of(self, tensor: Any) -> list:
+        """The shape the report gives (a backend may show what lies under a framework's wrappers)."""
+        return list(tensor.shape)
 
     def fixed(self, output: Any, perturbed: Any) -> Any:
         if isinstance(output, (list, tuple)) and isinstance(perturbed, (list, tuple)):

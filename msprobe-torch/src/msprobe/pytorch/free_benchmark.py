@@ -22,6 +22,7 @@ from msprobe.core.errors import UsageError
 from msprobe.core.free_benchmark import FreeBenchmarkCalls
 from msprobe.core.session import TaskSession
 from msprobe.core.trees import map_leaves
+from msprobe.pytorch import func_transforms
 from msprobe.pytorch.api_patch import ApiPatcher
 from msprobe.pytorch.compiled import EagerWhileOn
 
@@ -133,7 +134,13 @@ class FreeBenchmarkHooks(FreeBenchmarkCalls):
         return _outputs(value)
 
     def to_float64(self, tensor: Any) -> np.ndarray:
+        if func_transforms.wrapped(tensor):  # inside torch.func.vmap/grad: every sample
+            with func_transforms.plain_dispatch():
+                return self.to_float64(func_transforms.physical(tensor))
         return np.asarray(tensor.detach().to("cpu", torch.float64).numpy())
+
+    def shape_of(self, tensor: Any) -> list:
+        return list(func_transforms.physical(tensor).shape)
 
     def cast_like(self, perturbed: Any, original: Any) -> Any:
         return perturbed.to(original.dtype).to(original.device)

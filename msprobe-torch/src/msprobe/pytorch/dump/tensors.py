@@ -29,6 +29,7 @@ from msprobe.core.dump.checksum import crc32_hex as checksum_hex
 from msprobe.core.dump.file_pool import FilePool
 from msprobe.core.dump.numbers import float32_mean, json_number
 from msprobe.core.dump.overflow import is_nonfinite
+from msprobe.pytorch import func_transforms
 from msprobe.pytorch.dump.pt_file import PtWriter, host_bytes
 
 _MEASURED_AS_IS = (torch.float32, torch.float64)
@@ -224,9 +225,9 @@ class TensorSummarizer:
         try:
             return self._statistics(tensor)
         except RuntimeError:  # the usual tensors pay no check for these
-            if _functorch_wrapped(tensor):
-                with torch._C._DisableFuncTorch():
-                    return self._statistics(_physical(tensor))
+            if func_transforms.wrapped(tensor):
+                with func_transforms.plain_dispatch():
+                    return self._statistics(func_transforms.physical(tensor))
             if tensor.is_nested:
                 return _nested_statistics(tensor)
             raise
@@ -282,9 +283,9 @@ class TensorSummarizer:
         try:
             return self._summary(tensor, data_stem)
         except RuntimeError:  # the usual tensors pay no check for these
-            if _functorch_wrapped(tensor):  # inside torch.func.vmap/grad: the whole batch, as plain tensors
-                with torch._C._DisableFuncTorch():
-                    return self._summary(_physical(tensor), data_stem)
+            if func_transforms.wrapped(tensor):  # inside torch.func.vmap/grad: the whole batch, as plain tensors
+                with func_transforms.plain_dispatch():
+                    return self._summary(func_transforms.physical(tensor), data_stem)
             if tensor.is_nested:
                 return self._nested(tensor, data_stem)
             raise
@@ -340,21 +341,6 @@ class TensorSummarizer:
             self._files.save(padded.cpu().contiguous(), self.tensor_dir / file_name)
             summary["data_name"] = file_name
         return summary
-
-
-_is_functorch_wrapped = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor", None)
-
-
-def _functorch_wrapped(tensor: torch.Tensor) -> bool:
-    """A tensor as torch.func transforms show it to the function they run (batched by vmap, tracked by grad)."""
-    return _is_functorch_wrapped is not None and _is_functorch_wrapped(tensor)
-
-
-def _physical(tensor: torch.Tensor) -> torch.Tensor:
-    """The plain tensor under torch.func's wrappers: under vmap, all the samples, the batch dimension included."""
-    while _functorch_wrapped(tensor):
-        tensor = torch._C._functorch.get_unwrapped(tensor)
-    return tensor
 
 
 def nested_values(tensor: torch.Tensor) -> torch.Tensor:
