@@ -201,3 +201,19 @@ def test_while_a_compiler_traces_the_handler_is_called_through_the_escape() -> N
         patcher.remove()
     assert marked == [handler]  # marked once, shared by every wrapper
     assert seen == [("Functional.relu", False), ("Functional.relu", True), ("Functional.relu", False)]
+
+
+def test_paused_puts_the_originals_back_for_a_while() -> None:
+    module, calls = make_module(), []
+    original_relu = module.relu
+    patcher = recording_patcher(module, calls)
+    patcher.install()
+    with patcher.paused():
+        assert module.relu is original_relu and module.relu(-3) == 0
+    assert module.relu is not original_relu
+    module.relu(2)
+    assert calls == ["Functional.relu"]  # only the call made while installed
+    patcher.remove()
+    with patcher.paused():  # not installed: stays so
+        pass
+    assert module.relu is original_relu

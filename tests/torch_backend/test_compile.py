@@ -142,3 +142,59 @@ def test_the_free_benchmark_checks_the_apis_of_compiled_code(tmp_path, monkeypat
     rows = list(csv.DictReader((tmp_path / "free_benchmark.csv").open()))
     assert [row["api_name"] for row in rows] == ["NPU.npu_rotary_mul.0.forward"]
     assert backend.graphs == 0
+
+
+NEVER_OR_LATE_COMPILED = """
+import json, sys, tempfile
+import torch
+from msprobe.pytorch import PrecisionDebugger
+
+graphs = []
+
+
+def backend(graph_module, example_inputs):
+    graphs.append(1)
+    return graph_module.forward
+
+
+model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+debugger = PrecisionDebugger(dump_path=tempfile.mkdtemp(), task="statistics", level=sys.argv[1], model=model)
+original_compile = torch.compile
+debugger.start()
+model(torch.randn(2, 4)).sum().backward()
+debugger.stop()
+debugger.step()
+result = {"dynamo_loaded_by_the_tool": "torch._dynamo" in sys.modules}
+run = model
+for step in range(2):
+    debugger.start()
+    if step == 0:
+        run = torch.compile(model, backend=backend)  # compiled while the dump is on
+    run(torch.randn(2, 4)).sum().backward()
+    debugger.stop()
+    debugger.step()
+result["graphs_while_dumping"] = len(graphs)
+result["compile_restored"] = torch.compile is original_compile
+run(torch.randn(2, 4))
+result["graphs_after"] = len(graphs)
+print(json.dumps(result))
+"""
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_dynamo_is_left_unloaded_until_the_user_compiles_and_a_model_compiled_mid_dump_runs_eagerly(tmp_path, level):
+    import subprocess
+
+    (tmp_path / "run.py").write_text(NEVER_OR_LATE_COMPILED)
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "run.py"), level], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "msprobe" not in done.stderr  # no tool warnings (dynamo tracing the tool would cause them)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {
+        "dynamo_loaded_by_the_tool": False,  # loading it costs over a second
+        "graphs_while_dumping": 0,
+        "compile_restored": True,
+        "graphs_after": 1,
+    }

@@ -9,12 +9,13 @@ seen. Wrappers are built once and reused on every ``install()``;
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
 import types
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 # handler(original, key, args, kwargs) -> result ; key is "Prefix.api", e.g. "Functional.relu"
@@ -183,6 +184,17 @@ class ApiPatcher:
         for group in reversed(self._owners or []):
             group.remove()
         self._installed = False
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """The originals in place for a while (code that records what it finds, such as a compiler's tables)."""
+        installed = self._installed
+        self.remove()
+        try:
+            yield
+        finally:
+            if installed:
+                self.install()
 
     def _wrap(self, original: Callable, key: str) -> Callable:
         state = self.state

@@ -10,14 +10,19 @@ compiled code is used again once the tool stops. Where torch has no stances,
 the tool's wrappers and hooks are marked to run outside the trace instead
 (``untraced``, ``compile_escape``): dynamo breaks the graph at each wrapped
 function or hooked module and runs the tool's code on the real tensors;
-Tensor methods inside compiled code then go undumped.
+Tensor methods inside compiled code then go undumped. Neither is set up in
+a process that has not called torch.compile (loading dynamo for them would
+cost over a second); a start() after the first torch.compile() sets them up.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib
 import logging
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -27,9 +32,21 @@ from msprobe.core.api_patch import TraceEscape
 logger = logging.getLogger(__name__)
 
 
-@functools.cache
+def _compiling_possible() -> bool:
+    """Compiled code exists only once torch.compile was called, which loads dynamo.
+
+    Loading dynamo takes over a second: a process that never compiles does not pay it for the tool.
+    """
+    return "torch._dynamo" in sys.modules
+
+
 def compile_escape() -> TraceEscape | None:
-    """None for a torch without ``torch.compiler`` (nothing traces Python there)."""
+    """None for a torch without ``torch.compiler``, and before anything was compiled (nothing traces Python)."""
+    return _escape() if _compiling_possible() else None
+
+
+@functools.cache
+def _escape() -> TraceEscape | None:
     compiler = getattr(torch, "compiler", None)
     if compiler is None or not hasattr(compiler, "is_compiling") or not hasattr(compiler, "disable"):
         return None
@@ -53,14 +70,24 @@ def untraced(hook: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class EagerWhileOn:
-    """Compiled code runs eagerly between ``on()`` and ``off()`` (see the module's docstring)."""
+    """Compiled code runs eagerly between ``on()`` and ``off()`` (see the module's docstring).
 
-    def __init__(self) -> None:
+    In a process that has not compiled anything yet, ``torch.compile`` is
+    watched instead: a model compiled while the tool is on runs eagerly from
+    that call on.
+    """
+
+    def __init__(self, patchers: Sequence[Any] = ()) -> None:
         self._stance: Any = None
+        self._watching: Callable[..., Any] | None = None  # torch.compile as it was, while watched
+        self._patchers = patchers  # the tool's ApiPatchers, paused while dynamo loads
 
     def on(self) -> None:
         set_stance = getattr(getattr(torch, "compiler", None), "set_stance", None)
         if set_stance is None or self._stance is not None:
+            return
+        if not _compiling_possible():
+            self._watch_compile()
             return
         try:
             self._stance = set_stance("force_eager")
@@ -68,6 +95,37 @@ class EagerWhileOn:
             logger.debug("torch.compile stance left as it was: %s", exc)
 
     def off(self) -> None:
+        self._unwatch_compile()
         stance, self._stance = self._stance, None
         if stance is not None:
             stance.__exit__(None, None, None)  # the stance before on()
+
+    def _watch_compile(self) -> None:
+        if self._watching is not None:
+            return
+        original = self._watching = torch.compile
+
+        @functools.wraps(original)
+        def compile(*args: Any, **kwargs: Any) -> Any:
+            self._load_dynamo()
+            result = original(*args, **kwargs)
+            if _compiling_possible():  # called with the model (as a decorator factory it has not compiled yet)
+                self._unwatch_compile()
+                self.on()
+            return result
+
+        torch.compile = compile
+
+    def _load_dynamo(self) -> None:
+        """Dynamo records torch's functions when it loads: it must find torch's own, not the tool's wrappers."""
+        if _compiling_possible():
+            return
+        with contextlib.ExitStack() as originals:
+            for patcher in self._patchers:
+                originals.enter_context(patcher.paused())
+            importlib.import_module("torch._dynamo")
+
+    def _unwatch_compile(self) -> None:
+        original, self._watching = self._watching, None
+        if original is not None and getattr(torch.compile, "__wrapped__", None) is original:
+            torch.compile = original

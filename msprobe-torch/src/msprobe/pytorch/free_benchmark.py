@@ -110,7 +110,7 @@ class FreeBenchmarkHooks(FreeBenchmarkCalls):
         super().__init__(session, perturbation.function)
         self.patcher = ApiPatcher(self.handle, selected=self.selected_api)
         self.state = self.patcher.state
-        self.eager = EagerWhileOn()
+        self.eager = EagerWhileOn([self.patcher])
 
     def install(self) -> None:
         self.eager.on()  # compiled code would run the perturbed APIs unseen

@@ -160,7 +160,7 @@ class TorchDumpRecorder:
         self.handles: list[Any] = []
         self._stack = StackCapture(_TOOL_ROOT)
         self.with_construct = self.level in ("L0", "mix")
-        self.eager = EagerWhileOn()
+        self.eager = EagerWhileOn([self.patcher, self.write_watch])
         self._told_scripted = False
         self._module_hooks: dict[str, _ModuleHooks] = {}  # by label, see _hook_module
 
