@@ -198,3 +198,39 @@ def test_dynamo_is_left_unloaded_until_the_user_compiles_and_a_model_compiled_mi
         "compile_restored": True,
         "graphs_after": 1,
     }
+
+
+IMPORTED_MID_DUMP = """
+import json, sys, tempfile
+import torch
+from msprobe.pytorch import PrecisionDebugger
+
+graphs = []
+
+
+def backend(graph_module, example_inputs):
+    graphs.append(1)
+    return graph_module.forward
+
+
+model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+debugger = PrecisionDebugger(dump_path=tempfile.mkdtemp(), task="statistics", level="L1")
+debugger.start()
+model(torch.randn(2, 4))
+import torch._dynamo  # a library loading the compiler in the middle of a step, as transformers does
+debugger.stop()
+debugger.step()
+torch.compile(model, backend=backend)(torch.randn(2, 4))
+print(json.dumps({"graphs": len(graphs), "loader": type(torch._dynamo.__loader__).__name__}))
+"""
+
+
+def test_the_compiler_loaded_mid_dump_knows_torch_s_own_functions_afterwards(tmp_path):
+    import subprocess
+
+    (tmp_path / "run.py").write_text(IMPORTED_MID_DUMP)
+    done = subprocess.run([sys.executable, str(tmp_path / "run.py")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["graphs"] == 1  # one graph: not broken at every torch call
+    assert "msprobe" not in result["loader"].lower() and "Originals" not in result["loader"]

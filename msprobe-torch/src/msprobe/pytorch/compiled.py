@@ -20,9 +20,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import importlib.abc
 import logging
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -81,6 +82,7 @@ class EagerWhileOn:
         self._stance: Any = None
         self._watching: Callable[..., Any] | None = None  # torch.compile as it was, while watched
         self._patchers = patchers  # the tool's ApiPatchers, paused while dynamo loads
+        self._guard: _DynamoLoadsUnpatched | None = None
 
     def on(self) -> None:
         set_stance = getattr(getattr(torch, "compiler", None), "set_stance", None)
@@ -103,6 +105,8 @@ class EagerWhileOn:
     def _watch_compile(self) -> None:
         if self._watching is not None:
             return
+        self._guard = _DynamoLoadsUnpatched(self._originals)
+        sys.meta_path.insert(0, self._guard)
         original = self._watching = torch.compile
 
         @functools.wraps(original)
@@ -117,15 +121,68 @@ class EagerWhileOn:
         torch.compile = compile
 
     def _load_dynamo(self) -> None:
-        """Dynamo records torch's functions when it loads: it must find torch's own, not the tool's wrappers."""
-        if _compiling_possible():
-            return
+        if not _compiling_possible():
+            importlib.import_module("torch._dynamo")  # through the import guard (see _DynamoLoadsUnpatched)
+
+    @contextlib.contextmanager
+    def _originals(self) -> Iterator[None]:
         with contextlib.ExitStack() as originals:
             for patcher in self._patchers:
                 originals.enter_context(patcher.paused())
-            importlib.import_module("torch._dynamo")
+            yield
 
     def _unwatch_compile(self) -> None:
+        guard, self._guard = self._guard, None
+        if guard is not None and guard in sys.meta_path:
+            sys.meta_path.remove(guard)
         original, self._watching = self._watching, None
         if original is not None and getattr(torch.compile, "__wrapped__", None) is original:
             torch.compile = original
+
+
+class _DynamoLoadsUnpatched(importlib.abc.MetaPathFinder):
+    """Loads ``torch._dynamo`` with the tool's wrappers taken off, whoever imports it.
+
+    Dynamo records torch's functions when it loads; loaded while the dump's
+    wrappers stand in for them (a library may import it in the middle of a
+    step: transformers does), it would not know torch's own functions once
+    the dump stops, and compiled code would break its graph at every call.
+    """
+
+    def __init__(self, originals: Callable[[], contextlib.AbstractContextManager]):
+        self.originals = originals
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != "torch._dynamo":
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _LoaderWithOriginals(spec.loader, self.originals)
+        return spec
+
+
+class _LoaderWithOriginals(importlib.abc.Loader):
+    def __init__(self, loader: Any, originals: Callable[[], contextlib.AbstractContextManager]):
+        self.loader, self.originals = loader, originals
+
+    def create_module(self, spec: Any) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        try:
+            with self.originals():
+                self.loader.exec_module(module)
+        finally:  # the module keeps its own loader
+            module.__loader__ = self.loader
+            if getattr(module, "__spec__", None) is not None:
+                module.__spec__.loader = self.loader
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.loader, name)
