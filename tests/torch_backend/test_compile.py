@@ -234,3 +234,32 @@ def test_the_compiler_loaded_mid_dump_knows_torch_s_own_functions_afterwards(tmp
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["graphs"] == 1  # one graph: not broken at every torch call
     assert "msprobe" not in result["loader"].lower() and "Originals" not in result["loader"]
+
+
+NO_STANCES_COMPILED_AFTER_THE_DEBUGGER = """
+import json, sys, tempfile
+import torch
+del torch.compiler.set_stance  # torch before 2.6
+from msprobe.pytorch import PrecisionDebugger
+
+model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+debugger = PrecisionDebugger(dump_path=tempfile.mkdtemp(), task="statistics", level="L1")
+run = model
+for step in range(3):
+    debugger.start()
+    if step == 1:
+        run = torch.compile(model, backend="eager")  # compiled after the dump's first step
+    run(torch.randn(2, 4)).sum().backward()
+    debugger.stop()
+    debugger.step()
+print("done")
+"""
+
+
+def test_without_stances_the_escape_is_ready_for_a_model_compiled_after_the_first_step(tmp_path):
+    import subprocess
+
+    (tmp_path / "run.py").write_text(NO_STANCES_COMPILED_AFTER_THE_DEBUGGER)
+    done = subprocess.run([sys.executable, str(tmp_path / "run.py")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "msprobe" not in done.stderr and "recompile" not in done.stderr.lower(), done.stderr[-3000:]

@@ -36,9 +36,12 @@ logger = logging.getLogger(__name__)
 def _compiling_possible() -> bool:
     """Compiled code exists only once torch.compile was called, which loads dynamo.
 
-    Loading dynamo takes over a second: a process that never compiles does not pay it for the tool.
+    Loading dynamo takes over a second: a process that never compiles does
+    not pay it for the tool. A torch without compiler stances (before 2.6)
+    needs the escape set up before anything is compiled, so there it counts
+    as possible from the start.
     """
-    return "torch._dynamo" in sys.modules
+    return "torch._dynamo" in sys.modules or not hasattr(getattr(torch, "compiler", None), "set_stance")
 
 
 def compile_escape() -> TraceEscape | None:
