@@ -114,18 +114,13 @@ class EagerWhileOn:
 
         @functools.wraps(original)
         def compile(*args: Any, **kwargs: Any) -> Any:
-            self._load_dynamo()
-            result = original(*args, **kwargs)
+            result = original(*args, **kwargs)  # loads dynamo through the guard
             if _compiling_possible():  # called with the model (as a decorator factory it has not compiled yet)
                 self._unwatch_compile()
                 self.on()
             return result
 
         torch.compile = compile
-
-    def _load_dynamo(self) -> None:
-        if not _compiling_possible():
-            importlib.import_module("torch._dynamo")  # through the import guard (see _DynamoLoadsUnpatched)
 
     @contextlib.contextmanager
     def _originals(self) -> Iterator[None]:

@@ -301,11 +301,16 @@ class TensorSummarizer:
         summary["requires_grad"] = tensor.requires_grad
         if self.with_crc and self.with_stats and not tensor.is_meta:
             summary["md5"] = self._cached("crc", tensor, crc32_hex)
-        if self.online is not None:  # online pre-check: the tensor travels with the entry
+        self._attach_data(summary, tensor, data_stem, has_data=not tensor.is_meta)  # a meta tensor holds no data
+        return summary
+
+    def _attach_data(self, summary: dict[str, Any], tensor: torch.Tensor, data_stem: str, has_data: bool) -> None:
+        """The values travel with the entry (online pre-check) or go to the entry's file (tensor task)."""
+        if self.online is not None:
             file_name = f"{data_stem}.pt"
             self.online[file_name] = tensor_numpy(tensor)
             summary["data_name"] = file_name
-        elif self.save_files and self.tensor_dir is not None and not tensor.is_meta:  # a meta tensor holds no data
+        elif self.save_files and self.tensor_dir is not None and has_data:
             file_name = f"{data_stem}.pt"
             data = tensor.detach()
             if _needs_copy(data):
@@ -315,7 +320,6 @@ class TensorSummarizer:
             else:
                 self._files.save(data.cpu(), self.tensor_dir / file_name)
             summary["data_name"] = file_name
-        return summary
 
     def _nested(self, tensor: torch.Tensor, data_stem: str) -> dict[str, Any]:
         """A nested tensor (components of different sizes; nn.TransformerEncoder makes them from a padding mask).
@@ -332,14 +336,7 @@ class TensorSummarizer:
         summary["requires_grad"] = tensor.requires_grad
         if self.with_crc and self.with_stats:
             summary["md5"] = crc32_hex(nested_values(tensor))
-        if self.online is not None:
-            file_name = f"{data_stem}.pt"
-            self.online[file_name] = tensor_numpy(padded)
-            summary["data_name"] = file_name
-        elif self.save_files and self.tensor_dir is not None:
-            file_name = f"{data_stem}.pt"
-            self._files.save(padded.cpu().contiguous(), self.tensor_dir / file_name)
-            summary["data_name"] = file_name
+        self._attach_data(summary, padded, data_stem, has_data=True)
         return summary
 
 
