@@ -220,17 +220,7 @@ class TensorSummarizer:
             pool.close()
 
     def statistics(self, tensor: torch.Tensor) -> dict[str, Any]:
-        if type(tensor) is not torch.Tensor and tensor.is_nested:  # the jagged layout is a subclass
-            return _nested_statistics(tensor)
-        try:
-            return self._statistics(tensor)
-        except RuntimeError:  # the usual tensors pay no check for these
-            if func_transforms.wrapped(tensor):
-                with func_transforms.plain_dispatch():
-                    return self._statistics(func_transforms.physical(tensor))
-            if tensor.is_nested:
-                return _nested_statistics(tensor)
-            raise
+        return _by_kind(tensor, self._statistics, _nested_statistics)
 
     def _statistics(self, tensor: torch.Tensor) -> dict[str, Any]:
         if self.task == "overflow_check" and not self.save_files:
@@ -278,17 +268,7 @@ class TensorSummarizer:
         return bool(stats) and any(is_nonfinite(stats.get(key)) for key in ("Max", "Min", "Mean", "Norm"))
 
     def __call__(self, tensor: torch.Tensor, data_stem: str) -> dict[str, Any]:
-        if type(tensor) is not torch.Tensor and tensor.is_nested:  # the jagged layout is a subclass
-            return self._nested(tensor, data_stem)
-        try:
-            return self._summary(tensor, data_stem)
-        except RuntimeError:  # the usual tensors pay no check for these
-            if func_transforms.wrapped(tensor):  # inside torch.func.vmap/grad: the whole batch, as plain tensors
-                with func_transforms.plain_dispatch():
-                    return self._summary(func_transforms.physical(tensor), data_stem)
-            if tensor.is_nested:
-                return self._nested(tensor, data_stem)
-            raise
+        return _by_kind(tensor, self._summary, self._nested, data_stem)
 
     def _summary(self, tensor: torch.Tensor, data_stem: str) -> dict[str, Any]:
         summary: dict[str, Any] = {
@@ -338,6 +318,24 @@ class TensorSummarizer:
             summary["md5"] = crc32_hex(nested_values(tensor))
         self._attach_data(summary, padded, data_stem, has_data=True)
         return summary
+
+
+def _by_kind(tensor: torch.Tensor, usual: Callable[..., Any], nested: Callable[..., Any], *args: Any) -> Any:
+    """``usual(tensor, *args)``; for a nested tensor ``nested(tensor, *args)``; inside torch.func transforms
+    ``usual`` on the tensor beneath (under vmap the whole batch). The usual tensors pay one type check:
+    the others are told apart only once ``usual`` has raised.
+    """
+    if type(tensor) is not torch.Tensor and tensor.is_nested:  # the jagged layout is a subclass
+        return nested(tensor, *args)
+    try:
+        return usual(tensor, *args)
+    except RuntimeError:
+        if func_transforms.wrapped(tensor):
+            with func_transforms.plain_dispatch():
+                return usual(func_transforms.physical(tensor), *args)
+        if tensor.is_nested:
+            return nested(tensor, *args)
+        raise
 
 
 def nested_values(tensor: torch.Tensor) -> torch.Tensor:
