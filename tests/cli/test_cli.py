@@ -134,3 +134,4 @@ def test_plugins_lists_no_backend_when_none(monkeypatch):
     monkeypatch.setattr("msprobe.core.plugins._registry", PluginRegistry(load_entry_points=False))
     result = run("plugins")
     assert "No backend is installed" in result.output and "0 backend(s)" in result.output
+    assert "statistics kernels: C, one pass (" in result.output  # CI builds msprobe-core's C kernels

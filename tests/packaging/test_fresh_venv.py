@@ -28,6 +28,7 @@ def test_core_and_cli_alone_then_add_torch(fresh_venv):
     listing = run(fresh_venv, "msprobe", "plugins")
     assert listing.returncode == 0
     assert "No backend is installed" in listing.stdout
+    assert "statistics kernels: C, one pass" in listing.stdout  # pip compiled msprobe-core's C kernels
     names = run(
         fresh_venv, "python", "-c", "import msprobe, msprobe.core; print(msprobe.__file__, len(msprobe.__path__))"
     )

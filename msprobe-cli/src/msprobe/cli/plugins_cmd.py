@@ -37,6 +37,15 @@ def plugins_command() -> None:
             click.echo(f"    error: {error}")
     broken = sum(1 for info in infos if info.errors)
     click.echo(f"{len(backends)} backend(s), {len(infos)} plugin(s), {broken} with errors")
+    click.echo(f"statistics kernels: {_kernels_line()}")
+
+
+def _kernels_line() -> str:
+    from msprobe.core.dump import float_stats
+
+    if float_stats.AVAILABLE:
+        return f"C, one pass ({float_stats.instruction_set()})"
+    return "the frameworks' own (msprobe-core was built without a C compiler, or MSPROBE_NO_KERNELS is set)"
 
 
 COMMANDS = [plugins_command]

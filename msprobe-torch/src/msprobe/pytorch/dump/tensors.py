@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from msprobe.core.dump import float_stats
 from msprobe.core.dump.checksum import crc32_hex as checksum_hex
 from msprobe.core.dump.file_pool import FilePool
 from msprobe.core.dump.numbers import float32_mean, json_number
@@ -33,6 +34,8 @@ from msprobe.pytorch import func_transforms
 from msprobe.pytorch.dump.pt_file import PtWriter, host_bytes
 
 _MEASURED_AS_IS = (torch.float32, torch.float64)
+_KERNEL_KINDS = {torch.float32: float_stats.FLOAT32, torch.float64: float_stats.FLOAT64}
+_SCREEN_KINDS = {**_KERNEL_KINDS, torch.float16: float_stats.FLOAT16, torch.bfloat16: float_stats.BFLOAT16}
 
 
 def _unwrapped(function: Any) -> Any:
@@ -55,6 +58,12 @@ def _measure(tensor: torch.Tensor) -> dict[str, Any]:
     if not data.dim():
         value = data.item()
         return {"Max": value, "Min": value, "Mean": value, "Norm": value}
+    if data.is_cpu and float_stats.AVAILABLE:
+        address = _plain_memory(data)
+        if address is not None:  # one pass in C (see msprobe.core.dump.float_stats)
+            values = float_stats.stats_at(address, data.numel(), _KERNEL_KINDS[data.dtype])
+            if values is not None:
+                return {"Max": values[0], "Min": values[1], "Mean": values[2], "Norm": values[3]}
     low, high = torch.aminmax(data)
     if data.is_cpu:  # no transfer to save: reading the scalars is cheaper than stacking them
         maximum, minimum, mean, norm = high.item(), low.item(), _mean_from_sum(data), _vector_norm(data).item()
@@ -71,6 +80,17 @@ def _measure(tensor: torch.Tensor) -> dict[str, Any]:
         else:
             stats["Max_except_inf_nan"] = stats["Min_except_inf_nan"] = None
     return {key: json_number(value) for key, value in stats.items()}
+
+
+def _plain_memory(data: torch.Tensor) -> int | None:
+    """The address of a CPU tensor's values when they lie there plainly, one after another; else None.
+
+    Subclasses (wrappers, fake tensors) and negative views (whose memory
+    holds the values' negation) are left to torch.
+    """
+    if type(data) is not torch.Tensor or not data.is_contiguous() or data.is_neg() or not data.numel():
+        return None
+    return data.data_ptr()
 
 
 def _mean_from_sum(data: torch.Tensor) -> float:
@@ -108,10 +128,13 @@ class DeferredStat:
 
 
 def _measure_deferred(tensor: torch.Tensor) -> dict[str, Any]:
-    """Async mode: no host sync per tensor. Inf/nan tensors get no *_except_inf_nan pair here."""
+    """Async mode: no host sync per tensor on a device. Inf/nan tensors get no *_except_inf_nan pair there.
+
+    A CPU tensor has no device to wait for: it is measured at once, the same way as without async.
+    """
     data = tensor.detach()
-    if data.dtype == torch.bool or data.is_complex() or data.dim() == 0:
-        return _measure(tensor)  # rare and cheap: measured at once
+    if data.is_cpu or data.dtype == torch.bool or data.is_complex() or data.dim() == 0:
+        return _measure(tensor)  # nothing to wait for, or rare and cheap: measured at once
     if data.dtype not in _MEASURED_AS_IS:
         data = data.float()
     low, high = torch.aminmax(data)
@@ -132,7 +155,7 @@ def _measure_range(tensor: torch.Tensor) -> dict[str, Any]:
             return _measure(tensor)
         if not data.is_floating_point():
             return {}  # integers cannot hold inf or nan
-    if _finite(_sum(data).item()):  # one read on any device
+    if _proved_finite(data):
         return {}
     low, high = torch.aminmax(data)
     if data.is_cpu:
@@ -140,6 +163,18 @@ def _measure_range(tensor: torch.Tensor) -> dict[str, Any]:
     else:
         maximum, minimum = torch.stack((high, low)).float().tolist()
     return {"Max": json_number(maximum), "Min": json_number(minimum)}
+
+
+def _proved_finite(data: torch.Tensor) -> bool:
+    """Every element is finite: the exponent bits looked at in C on the CPU, else a finite sum (one read on any
+    device; inf and nan propagate through a sum, but a sum of finite values may also overflow).
+    """
+    kind = _SCREEN_KINDS.get(data.dtype)
+    if kind is not None and data.is_cpu and float_stats.AVAILABLE:
+        address = _plain_memory(data)
+        if address is not None:
+            return not float_stats.any_nonfinite_at(address, data.numel(), kind)
+    return _finite(_sum(data).item())
 
 
 def _finite(value: float) -> bool:

@@ -1,0 +1,22 @@
+"""msprobe-core's build: the version shared by all four packages, and the optional C kernels.
+
+The kernels (one-pass tensor statistics, see src/msprobe/core/dump/_kernels.c)
+are optional: without a C compiler the package installs all the same and
+measures tensors with the frameworks' own kernels.
+"""
+
+from pathlib import Path
+
+from setuptools import Extension, setup
+
+VERSION = (Path(__file__).resolve().parent.parent / "VERSION").read_text().strip()
+
+KERNELS = Extension(
+    "msprobe.core.dump._kernels",
+    ["src/msprobe/core/dump/_kernels.c"],
+    optional=True,
+    # no fused multiply-add: every platform then rounds the sums alike
+    extra_compile_args=["-O3", "-ffp-contract=off", "-Wno-psabi"],
+)
+
+setup(version=VERSION, ext_modules=[KERNELS])

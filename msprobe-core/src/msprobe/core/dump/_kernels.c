@@ -1,0 +1,368 @@
+/* One pass over a tensor's memory for the dump's statistics and the overflow screen.
+ *
+ * Framework kernels take Max, Min, Mean and Norm in three or four passes,
+ * each with its own dispatch (about 5 us a call on a CPU); on the short
+ * tensors of a training step the dispatch costs more than the arithmetic.
+ * Here the four come from one read of the memory, with the sums kept in
+ * double: Mean and Norm of float32 data are then the correctly rounded
+ * values (to within double's rounding), not the float-accumulated ones.
+ *
+ * The lanes and the order in which they are combined are fixed, so every
+ * build (x86 with or without AVX2, ARM) gives the same bits.  Data with an
+ * inf or nan, or a float32 norm beyond float32's range, gets no statistics
+ * here (None): the caller measures it its own way, which also yields the
+ * *_except_inf_nan pair.
+ *
+ * Built as an optional extension: without a C compiler msprobe falls back
+ * to the frameworks' own kernels (msprobe/core/dump/float_stats.py).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if !defined(__GNUC__)
+#error "msprobe's kernels need GCC or Clang vector extensions; msprobe works without them, only slower"
+#endif
+
+/* 16-byte vectors: the width SSE2 and NEON have (wider generic vectors go through memory without AVX) */
+typedef float f4 __attribute__((vector_size(16)));
+typedef float f2 __attribute__((vector_size(8)));
+typedef int32_t i4 __attribute__((vector_size(16)));
+typedef double d2 __attribute__((vector_size(16)));
+typedef int64_t l2 __attribute__((vector_size(16)));
+
+/* The tensor is read without the interpreter lock only when that pays for releasing it. */
+#define UNLOCKED_FROM 65536
+
+/* a < b ? a : b lane by lane, as x86's minps: equal lanes and nan lanes give b */
+static inline f4 min4(f4 a, f4 b) { i4 m = a < b; return (f4)(((i4)a & m) | ((i4)b & ~m)); }
+static inline f4 max4(f4 a, f4 b) { i4 m = a > b; return (f4)(((i4)a & m) | ((i4)b & ~m)); }
+static inline d2 min2d(d2 a, d2 b) { l2 m = a < b; return (d2)(((l2)a & m) | ((l2)b & ~m)); }
+static inline d2 max2d(d2 a, d2 b) { l2 m = a > b; return (d2)(((l2)a & m) | ((l2)b & ~m)); }
+
+static inline d2 widen(const float *x) {
+    f2 pair;
+    memcpy(&pair, x, sizeof pair);
+    return __builtin_convertvector(pair, d2);
+}
+
+typedef struct {
+    double max, min, sum, squares;
+} Sums;
+
+/* One value into the scalar running statistics (the tails that do not fill a vector). */
+#define FOLD_IN(v, l, h, s, q)       \
+    do {                             \
+        l = (v) < l ? (v) : l;       \
+        h = (v) > h ? (v) : h;       \
+        s += (v);                    \
+        q += (double)(v) * (v);      \
+    } while (0)
+
+/* Combines the lanes in one fixed order; shared by both float32 kernels so their bits agree. */
+static void finish_f32(const float *lo, const float *hi, const double *sum, const double *sq, const float *x,
+                       Py_ssize_t i, Py_ssize_t n, Sums *out) {
+    float l = x[0], h = x[0];
+    double s = 0.0, q = 0.0;
+    for (; i < n; i++) FOLD_IN(x[i], l, h, s, q);
+    for (int j = 0; j < 8; j++) {
+        l = lo[j] < l ? lo[j] : l;
+        h = hi[j] > h ? hi[j] : h;
+    }
+    for (int j = 0; j < 4; j++) {
+        s += sum[j];
+        q += sq[j];
+    }
+    *out = (Sums){h, l, s, q};
+}
+
+/* Sixteen values a round: element i + 4k + j goes to sum lane j of quarter k, as in f32_avx2. */
+static void f32_generic(const float *x, Py_ssize_t n, Sums *out) {
+    f4 lo[4], hi[4];
+    d2 s[8], q[8]; /* s[2k] holds lanes 0-1 of quarter k, s[2k + 1] lanes 2-3 */
+    for (int k = 0; k < 4; k++)
+        for (int j = 0; j < 4; j++) lo[k][j] = hi[k][j] = x[0];
+    for (int k = 0; k < 8; k++) s[k] = q[k] = (d2){0.0, 0.0};
+    Py_ssize_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        for (int k = 0; k < 4; k++) {
+            f4 v;
+            memcpy(&v, x + i + 4 * k, sizeof v);
+            lo[k] = min4(v, lo[k]);
+            hi[k] = max4(v, hi[k]);
+        }
+        for (int k = 0; k < 8; k++) {
+            d2 c = widen(x + i + 2 * k);
+            s[k] += c;
+            q[k] += c * c;
+        }
+    }
+    f4 l4 = min4(min4(lo[0], lo[1]), min4(lo[2], lo[3])), h4 = max4(max4(hi[0], hi[1]), max4(hi[2], hi[3]));
+    /* (quarter0 + quarter1) + (quarter2 + quarter3), lane by lane, as f32_avx2 adds its four vectors */
+    d2 low = (s[0] + s[2]) + (s[4] + s[6]), high = (s[1] + s[3]) + (s[5] + s[7]);
+    d2 qlow = (q[0] + q[2]) + (q[4] + q[6]), qhigh = (q[1] + q[3]) + (q[5] + q[7]);
+    float lv[8], hv[8];
+    double sv[4] = {low[0], low[1], high[0], high[1]}, qv[4] = {qlow[0], qlow[1], qhigh[0], qhigh[1]};
+    memcpy(lv, &l4, sizeof l4);
+    memcpy(lv + 4, &l4, sizeof l4);
+    memcpy(hv, &h4, sizeof h4);
+    memcpy(hv + 4, &h4, sizeof h4);
+    finish_f32(lv, hv, sv, qv, x, i, n, out);
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define HAVE_AVX2_KERNEL 1
+
+/* The same lanes as f32_generic, with AVX2's native min/max (the generic blend costs three instructions). */
+__attribute__((target("avx2"))) static void f32_avx2(const float *x, Py_ssize_t n, Sums *out) {
+    __m256 lo0 = _mm256_set1_ps(x[0]), hi0 = lo0, lo1 = lo0, hi1 = lo0;
+    __m256d s0 = _mm256_setzero_pd(), s1 = s0, s2 = s0, s3 = s0, q0 = s0, q1 = s0, q2 = s0, q3 = s0;
+    Py_ssize_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+        lo0 = _mm256_min_ps(a, lo0);
+        hi0 = _mm256_max_ps(a, hi0);
+        lo1 = _mm256_min_ps(b, lo1);
+        hi1 = _mm256_max_ps(b, hi1);
+        __m256d c0 = _mm256_cvtps_pd(_mm256_castps256_ps128(a)), c1 = _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1));
+        __m256d c2 = _mm256_cvtps_pd(_mm256_castps256_ps128(b)), c3 = _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1));
+        s0 = _mm256_add_pd(s0, c0);
+        q0 = _mm256_add_pd(q0, _mm256_mul_pd(c0, c0));
+        s1 = _mm256_add_pd(s1, c1);
+        q1 = _mm256_add_pd(q1, _mm256_mul_pd(c1, c1));
+        s2 = _mm256_add_pd(s2, c2);
+        q2 = _mm256_add_pd(q2, _mm256_mul_pd(c2, c2));
+        s3 = _mm256_add_pd(s3, c3);
+        q3 = _mm256_add_pd(q3, _mm256_mul_pd(c3, c3));
+    }
+    __m256 lo = _mm256_min_ps(lo0, lo1), hi = _mm256_max_ps(hi0, hi1);
+    __m256d s = _mm256_add_pd(_mm256_add_pd(s0, s1), _mm256_add_pd(s2, s3));
+    __m256d q = _mm256_add_pd(_mm256_add_pd(q0, q1), _mm256_add_pd(q2, q3));
+    float lv[8], hv[8];
+    double sv[4], qv[4];
+    _mm256_storeu_ps(lv, lo);
+    _mm256_storeu_ps(hv, hi);
+    _mm256_storeu_pd(sv, s);
+    _mm256_storeu_pd(qv, q);
+    finish_f32(lv, hv, sv, qv, x, i, n, out);
+}
+#endif
+
+static void f64_generic(const double *x, Py_ssize_t n, Sums *out) {
+    d2 lo0 = {x[0], x[0]}, hi0 = lo0, lo1 = lo0, hi1 = lo0, s0 = {0.0, 0.0}, s1 = s0, q0 = s0, q1 = s0;
+    Py_ssize_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        d2 a, b;
+        memcpy(&a, x + i, sizeof a);
+        memcpy(&b, x + i + 2, sizeof b);
+        lo0 = min2d(a, lo0);
+        hi0 = max2d(a, hi0);
+        lo1 = min2d(b, lo1);
+        hi1 = max2d(b, hi1);
+        s0 += a;
+        q0 += a * a;
+        s1 += b;
+        q1 += b * b;
+    }
+    double l = x[0], h = x[0], s = 0.0, q = 0.0;
+    for (; i < n; i++) FOLD_IN(x[i], l, h, s, q);
+    d2 lo = min2d(lo0, lo1), hi = max2d(hi0, hi1), st = s0 + s1, qt = q0 + q1;
+    for (int j = 0; j < 2; j++) {
+        l = lo[j] < l ? lo[j] : l;
+        h = hi[j] > h ? hi[j] : h;
+        s += st[j];
+        q += qt[j];
+    }
+    *out = (Sums){h, l, s, q};
+}
+
+typedef void (*F32Kernel)(const float *, Py_ssize_t, Sums *);
+static F32Kernel f32_kernel = f32_generic;
+
+/* Max, Min, Mean, Norm as Python floats, or None when an element is inf or nan. */
+static PyObject *stats_of(const void *data, Py_ssize_t n, char kind) {
+    Sums sums;
+    int unlocked = n >= UNLOCKED_FROM;
+    PyThreadState *state = unlocked ? PyEval_SaveThread() : NULL;
+    if (kind == 'f')
+        f32_kernel((const float *)data, n, &sums);
+    else
+        f64_generic((const double *)data, n, &sums);
+    if (unlocked) PyEval_RestoreThread(state);
+    /* a finite sum of squares proves every element finite: float32 squares cannot overflow a double */
+    if (!isfinite(sums.squares) || !isfinite(sums.sum)) Py_RETURN_NONE;
+    double mean = sums.sum / (double)n, norm = sqrt(sums.squares);
+    if (kind == 'f') {
+        mean = (double)(float)mean;
+        norm = (double)(float)norm;
+        if (isinf(norm)) Py_RETURN_NONE; /* finite values, but a norm beyond float32's range */
+    }
+    return Py_BuildValue("(dddd)", sums.max, sums.min, mean, norm);
+}
+
+static int parse_kind(PyObject *kind_object, char *kind) {
+    const char *text = PyUnicode_AsUTF8(kind_object);
+    if (text == NULL) return -1;
+    if ((text[0] == 'f' || text[0] == 'd') && text[1] == '\0') {
+        *kind = text[0];
+        return 0;
+    }
+    PyErr_Format(PyExc_ValueError, "kind must be 'f' (float32) or 'd' (float64), not %R", kind_object);
+    return -1;
+}
+
+static PyObject *float_stats_at(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "float_stats_at(address, count, kind)");
+        return NULL;
+    }
+    void *address = PyLong_AsVoidPtr(args[0]);
+    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
+    char kind;
+    if (PyErr_Occurred() || parse_kind(args[2], &kind) < 0) return NULL;
+    if (address == NULL || n <= 0) {
+        PyErr_SetString(PyExc_ValueError, "float_stats_at needs a non-null address and a positive count");
+        return NULL;
+    }
+    return stats_of(address, n, kind);
+}
+
+static PyObject *float_stats(PyObject *self, PyObject *source) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(source, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+    PyObject *result = NULL;
+    const char *format = view.format;
+    if (format[0] == '<' || format[0] == '=' || format[0] == '@') format++;
+    Py_ssize_t n = view.itemsize ? view.len / view.itemsize : 0;
+    if (format[1] != '\0' || (format[0] != 'f' && format[0] != 'd'))
+        PyErr_Format(PyExc_TypeError, "float_stats reads float32 or float64 buffers, not format %s", view.format);
+    else if (n <= 0)
+        PyErr_SetString(PyExc_ValueError, "float_stats needs at least one element");
+    else
+        result = stats_of(view.buf, n, format[0]);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* Whether any element is inf or nan.  float32 and float64: x - x is 0 for a finite x and nan otherwise, and
+ * a nan stays in the lane that met it.  float16 and bfloat16 (no arithmetic for them in C): all exponent
+ * bits set, compared 16 bytes at a time (SSE2 and NEON have the instructions). */
+#define DEFINE_FLOAT_SCAN(name, type)                                  \
+    static int name(const void *data, Py_ssize_t n) {                   \
+        typedef type vec __attribute__((vector_size(16)));              \
+        enum { WIDTH = 16 / sizeof(type) };                             \
+        const type *x = (const type *)data;                             \
+        vec seen[4] = {{0}, {0}, {0}, {0}};                             \
+        Py_ssize_t i = 0;                                               \
+        for (; i + 4 * WIDTH <= n; i += 4 * WIDTH)                      \
+            for (int k = 0; k < 4; k++) {                               \
+                vec a;                                                  \
+                memcpy(&a, x + i + k * WIDTH, sizeof a);                \
+                seen[k] += a - a;                                       \
+            }                                                           \
+        vec all = (seen[0] + seen[1]) + (seen[2] + seen[3]);            \
+        type total = 0;                                                 \
+        for (int j = 0; j < WIDTH; j++) total += all[j];                \
+        for (; i < n; i++) total += x[i] - x[i];                        \
+        return total != total;                                          \
+    }
+
+#define DEFINE_BITS_SCAN(name, mask)                                             \
+    static int name(const void *data, Py_ssize_t n) {                            \
+        typedef uint16_t vec __attribute__((vector_size(16)));                  \
+        enum { WIDTH = 8 };                                                      \
+        const uint16_t *x = (const uint16_t *)data;                              \
+        vec exponent, seen = {0};                                                \
+        for (int j = 0; j < WIDTH; j++) exponent[j] = (uint16_t)(mask);          \
+        Py_ssize_t i = 0;                                                        \
+        for (; i + WIDTH <= n; i += WIDTH) {                                     \
+            vec a;                                                               \
+            memcpy(&a, x + i, sizeof a);                                         \
+            seen |= (vec)((a & exponent) == exponent);                           \
+        }                                                                        \
+        int found = 0;                                                           \
+        for (int j = 0; j < WIDTH; j++) found |= seen[j] != 0;                   \
+        for (; i < n; i++) found |= (x[i] & (uint16_t)(mask)) == (uint16_t)(mask); \
+        return found;                                                            \
+    }
+
+DEFINE_FLOAT_SCAN(nonfinite_f32, float)
+DEFINE_FLOAT_SCAN(nonfinite_f64, double)
+DEFINE_BITS_SCAN(nonfinite_f16, 0x7c00u)
+DEFINE_BITS_SCAN(nonfinite_bf16, 0x7f80u)
+
+static PyObject *any_nonfinite_at(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "any_nonfinite_at(address, count, kind)");
+        return NULL;
+    }
+    const void *data = PyLong_AsVoidPtr(args[0]);
+    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
+    const char *kind = PyUnicode_AsUTF8(args[2]);
+    if (PyErr_Occurred() || kind == NULL) return NULL;
+    if (data == NULL || n <= 0) {
+        PyErr_SetString(PyExc_ValueError, "any_nonfinite_at needs a non-null address and a positive count");
+        return NULL;
+    }
+    int found = 0;
+    int unlocked = n >= UNLOCKED_FROM;
+    PyThreadState *state = unlocked ? PyEval_SaveThread() : NULL;
+    switch (kind[0] == '\0' || kind[1] != '\0' ? '?' : kind[0]) {
+    case 'f': found = nonfinite_f32(data, n); break;
+    case 'd': found = nonfinite_f64(data, n); break;
+    case 'e': found = nonfinite_f16(data, n); break;  /* float16 */
+    case 'b': found = nonfinite_bf16(data, n); break; /* bfloat16 */
+    default: found = -1;
+    }
+    if (unlocked) PyEval_RestoreThread(state);
+    if (found < 0) {
+        PyErr_Format(PyExc_ValueError, "kind must be one of 'f', 'd', 'e', 'b', not %R", args[2]);
+        return NULL;
+    }
+    return PyBool_FromLong(found);
+}
+
+static PyObject *instruction_set(PyObject *self, PyObject *unused) {
+#ifdef HAVE_AVX2_KERNEL
+    if (f32_kernel == f32_avx2) return PyUnicode_FromString("avx2");
+#endif
+    return PyUnicode_FromString("generic");
+}
+
+/* For tests: both float32 kernels must give the same bits. */
+static PyObject *use_generic(PyObject *self, PyObject *flag) {
+    int generic = PyObject_IsTrue(flag);
+    if (generic < 0) return NULL;
+    f32_kernel = f32_generic;
+#ifdef HAVE_AVX2_KERNEL
+    if (!generic && __builtin_cpu_supports("avx2")) f32_kernel = f32_avx2;
+#endif
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"float_stats_at", (PyCFunction)(void (*)(void))float_stats_at, METH_FASTCALL,
+     "float_stats_at(address, count, kind) -> (max, min, mean, norm) or None: count float32 ('f') or float64 ('d') "
+     "values at a C-contiguous address the caller keeps alive; None when one is inf or nan."},
+    {"float_stats", float_stats, METH_O,
+     "float_stats(buffer) -> (max, min, mean, norm) or None, for a C-contiguous float32 or float64 buffer."},
+    {"any_nonfinite_at", (PyCFunction)(void (*)(void))any_nonfinite_at, METH_FASTCALL,
+     "any_nonfinite_at(address, count, kind) -> bool, kind 'f', 'd', 'e' (float16) or 'b' (bfloat16)."},
+    {"instruction_set", instruction_set, METH_NOARGS, "Which float32 kernel runs: 'avx2' or 'generic'."},
+    {"use_generic", use_generic, METH_O, "use_generic(flag): run the portable float32 kernel (tests)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels", "msprobe's one-pass tensor statistics.", -1,
+                                    methods};
+
+PyMODINIT_FUNC PyInit__kernels(void) {
+#ifdef HAVE_AVX2_KERNEL
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2")) f32_kernel = f32_avx2;
+#endif
+    return PyModule_Create(&module);
+}

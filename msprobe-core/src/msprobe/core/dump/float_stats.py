@@ -1,0 +1,67 @@
+"""Max, Min, Mean and Norm of host memory in one pass, for every backend.
+
+The C kernels (``_kernels.c``) read a float32 or float64 tensor once and keep
+the sums in double, so Mean and Norm are the correctly rounded values of
+the data; the frameworks' own float32 kernels accumulate in float32 and
+drift from them by a few units in the last place (torch's norm by up to
+4e-6 relative on half a million elements). Both backends use these
+kernels for tensors in host memory, so a PyTorch dump and a MindSpore dump
+of equal tensors show equal statistics.
+
+Each function returns None where the kernels cannot answer: they were not
+built (no C compiler at install time), were switched off with
+``MSPROBE_NO_KERNELS=1``, or the data holds an inf or nan, or its float32
+norm exceeds float32's range (the caller then measures it its own way,
+which also gives the ``*_except_inf_nan`` pair).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+try:
+    from msprobe.core.dump import _kernels
+except ImportError:  # built without a C compiler: the frameworks' kernels measure instead
+    _kernels = None
+
+if os.environ.get("MSPROBE_NO_KERNELS", "").strip() not in ("", "0"):
+    _kernels = None
+
+AVAILABLE = _kernels is not None  # the one switch every caller reads (tests turn it off to compare)
+
+FLOAT32, FLOAT64, FLOAT16, BFLOAT16 = "f", "d", "e", "b"
+
+Stats = tuple[float, float, float, float]  # Max, Min, Mean, Norm
+
+
+def stats_at(address: int, count: int, kind: str) -> Stats | None:
+    """Statistics of ``count`` contiguous values of ``kind`` (FLOAT32 or FLOAT64) at ``address``.
+
+    The caller keeps the memory alive and unchanged during the call.
+    """
+    if not AVAILABLE:
+        return None
+    return _kernels.float_stats_at(address, count, kind)
+
+
+def stats_of(array: Any) -> Stats | None:
+    """Statistics of a C-contiguous float32 or float64 buffer (a numpy array)."""
+    if not AVAILABLE:
+        return None
+    return _kernels.float_stats(array)
+
+
+def any_nonfinite_at(address: int, count: int, kind: str) -> bool | None:
+    """Whether an inf or nan is among the values (any float kind, bfloat16 included); None without kernels."""
+    if not AVAILABLE:
+        return None
+    return _kernels.any_nonfinite_at(address, count, kind)
+
+
+def instruction_set() -> str:
+    """'avx2', 'generic', or 'none' when the kernels are not in use (reported by ``msprobe plugins``)."""
+    return _kernels.instruction_set() if AVAILABLE else "none"

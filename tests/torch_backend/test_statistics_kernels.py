@@ -1,0 +1,95 @@
+"""CPU tensors are measured by msprobe-core's C kernels; whatever they cannot read is measured by torch as before."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from msprobe.core.dump import float_stats
+from msprobe.pytorch.dump import tensors
+from msprobe.pytorch.dump.tensors import TensorSummarizer
+
+KEYS = ("Max", "Min", "Mean", "Norm")
+
+
+def _cases() -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    wide = torch.randn(64, 48)
+    with_inf = torch.randn(100)
+    with_inf[7] = float("inf")
+    with_nan = torch.randn(100)
+    with_nan[3] = float("nan")
+    return {
+        "float32": torch.randn(1000) * 4 + 1,
+        "float32 odd size": torch.randn(3, 5, 7),
+        "float64": torch.randn(333, dtype=torch.float64),
+        "float16": torch.randn(257).half(),
+        "bfloat16": torch.randn(257).bfloat16(),
+        "transposed": wide.t(),
+        "sliced": wide[:, 5:9],
+        "offset view": wide[10:20],
+        "negative view": torch._neg_view(wide),
+        "parameter": torch.nn.Parameter(torch.randn(20, 20)),
+        "int": torch.arange(-5, 17),
+        "with inf": with_inf,
+        "with nan": with_nan,
+        "norm beyond float32": torch.full((4,), 3.0e38),
+        "one element": torch.tensor([2.5]),
+        "0-d": torch.tensor(-1.5),
+    }
+
+
+@pytest.mark.parametrize("case", list(_cases()))
+def test_kernels_and_torch_agree(case, monkeypatch):
+    tensor = _cases()[case]
+    with_kernels = TensorSummarizer("statistics", "statistics")(tensor, "x")
+    monkeypatch.setattr(float_stats, "AVAILABLE", False)
+    by_torch = TensorSummarizer("statistics", "statistics")(tensor, "x")
+    assert with_kernels.keys() == by_torch.keys()
+    for key, expected in by_torch.items():
+        value = with_kernels[key]
+        if key in KEYS and isinstance(expected, float):
+            # torch sums float32 in float32; the kernels in double
+            assert math.isclose(value, expected, rel_tol=2e-6, abs_tol=1e-6), (key, value, expected)
+        else:
+            assert value == expected, key
+
+
+def test_the_kernels_measure_plain_cpu_tensors(monkeypatch):
+    assert float_stats.AVAILABLE
+    calls = []
+    original = float_stats.stats_at
+    monkeypatch.setattr(float_stats, "stats_at", lambda *args: calls.append(args[1:]) or original(*args))
+    cases = _cases()
+    for case in ("float32", "float64", "offset view", "parameter", "float16"):
+        tensors._measure(cases[case])
+    # float16 is widened to float32 by torch first, then read by the kernel
+    assert calls == [(1000, "f"), (333, "d"), (480, "f"), (400, "f"), (257, "f")]
+    calls.clear()
+    for case in ("transposed", "sliced", "negative view", "with inf"):
+        tensors._measure(cases[case])
+    assert [count for count, _ in calls] == [100]  # only the contiguous one is tried; its inf sends it to torch
+
+
+def test_mean_and_norm_are_correctly_rounded():
+    torch.manual_seed(1)
+    tensor = torch.randn(1 << 20) + 0.25
+    stats = TensorSummarizer("statistics", "statistics")(tensor, "x")
+    wide = tensor.double()
+    assert stats["Mean"] == float(np.float32(wide.mean().item()))
+    assert stats["Norm"] == float(np.float32(wide.norm().item()))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_the_overflow_screen(dtype):
+    screen = TensorSummarizer("overflow_check", "statistics")
+    finite = torch.randn(50, 40).to(dtype)
+    assert screen.statistics(finite) == {}
+    assert screen.statistics(finite.t()) == {}  # not contiguous: torch's sum screens it
+    for bad in (float("inf"), float("nan")):
+        broken = finite.clone()
+        broken[3, 4] = bad
+        for tensor in (broken, broken.t()):
+            found = TensorSummarizer("overflow_check", "statistics").statistics(tensor)
+            assert found and any(not math.isfinite(float(found[key])) for key in ("Max", "Min"))
