@@ -80,6 +80,8 @@ def test_the_overflow_screen_finds_every_inf_and_nan(kind):
                 assert not float_stats.any_nonfinite_at(values.ctypes.data, size, kind)
                 _put(values, kind, position, bad)
                 assert float_stats.any_nonfinite_at(values.ctypes.data, size, kind), (size, position, bad)
+                if kind != float_stats.BFLOAT16:  # numpy has no bfloat16 buffers
+                    assert float_stats.any_nonfinite_of(values)
 
 
 def _values(kind: str, size: int) -> np.ndarray:
@@ -124,6 +126,9 @@ def test_bad_buffers_are_refused_clearly():
         float_stats.stats_of(np.zeros(0, dtype=np.float32))
     with pytest.raises((ValueError, BufferError)):
         float_stats.stats_of(np.ones((4, 4), dtype=np.float32)[:, 1])  # not contiguous
+    with pytest.raises(TypeError, match="float16, float32 or float64"):
+        float_stats.any_nonfinite_of(np.arange(5, dtype=np.int8))
+    assert float_stats.any_nonfinite_of(np.zeros(0, dtype=np.float32)) is False
     with pytest.raises(ValueError, match="kind"):
         float_stats.stats_at(np.ones(3, dtype=np.float32).ctypes.data, 3, "x")
     with pytest.raises(ValueError, match="positive count"):

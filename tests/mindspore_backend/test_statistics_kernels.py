@@ -43,3 +43,20 @@ def test_float32_statistics_are_the_kernels_values():
     tensor = _cases()["float32"]
     stats = measure(tensor)
     assert tuple(stats[key] for key in ("Max", "Min", "Mean", "Norm")) == float_stats.stats_of(tensor.asnumpy())
+
+
+@pytest.mark.parametrize("kernels", [True, False])
+def test_the_overflow_screen(kernels, monkeypatch):
+    from msprobe.mindspore.dump.tensors import TensorSummarizer
+
+    monkeypatch.setattr(float_stats, "AVAILABLE", kernels)
+    screen = TensorSummarizer("overflow_check", "statistics")
+    largest = np.full(40, 60000, dtype=np.float16)  # finite, though their sum is not
+    assert not screen.nonfinite(ms.Tensor(largest))
+    for dtype in (np.float16, np.float32, np.float64):
+        values = np.linspace(-3, 3, 50).astype(dtype)
+        assert not screen.nonfinite(ms.Tensor(values))
+        for bad in (np.inf, -np.inf, np.nan):
+            broken = values.copy()
+            broken[17] = bad
+            assert screen.nonfinite(ms.Tensor(broken)), (dtype, bad)

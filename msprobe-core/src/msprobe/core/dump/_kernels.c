@@ -294,6 +294,22 @@ DEFINE_FLOAT_SCAN(nonfinite_f64, double)
 DEFINE_BITS_SCAN(nonfinite_f16, 0x7c00u)
 DEFINE_BITS_SCAN(nonfinite_bf16, 0x7f80u)
 
+/* 1 or 0, or -1 for a kind it does not know (no exception set: the callers word the error). */
+static int scan_nonfinite(const void *data, Py_ssize_t n, char kind) {
+    int found;
+    int unlocked = n >= UNLOCKED_FROM;
+    PyThreadState *state = unlocked ? PyEval_SaveThread() : NULL;
+    switch (kind) {
+    case 'f': found = nonfinite_f32(data, n); break;
+    case 'd': found = nonfinite_f64(data, n); break;
+    case 'e': found = nonfinite_f16(data, n); break;  /* float16 */
+    case 'b': found = nonfinite_bf16(data, n); break; /* bfloat16 */
+    default: found = -1;
+    }
+    if (unlocked) PyEval_RestoreThread(state);
+    return found;
+}
+
 static PyObject *any_nonfinite_at(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) {
         PyErr_SetString(PyExc_TypeError, "any_nonfinite_at(address, count, kind)");
@@ -307,22 +323,26 @@ static PyObject *any_nonfinite_at(PyObject *self, PyObject *const *args, Py_ssiz
         PyErr_SetString(PyExc_ValueError, "any_nonfinite_at needs a non-null address and a positive count");
         return NULL;
     }
-    int found = 0;
-    int unlocked = n >= UNLOCKED_FROM;
-    PyThreadState *state = unlocked ? PyEval_SaveThread() : NULL;
-    switch (kind[0] == '\0' || kind[1] != '\0' ? '?' : kind[0]) {
-    case 'f': found = nonfinite_f32(data, n); break;
-    case 'd': found = nonfinite_f64(data, n); break;
-    case 'e': found = nonfinite_f16(data, n); break;  /* float16 */
-    case 'b': found = nonfinite_bf16(data, n); break; /* bfloat16 */
-    default: found = -1;
-    }
-    if (unlocked) PyEval_RestoreThread(state);
+    int found = scan_nonfinite(data, n, kind[0] != '\0' && kind[1] == '\0' ? kind[0] : '?');
     if (found < 0) {
         PyErr_Format(PyExc_ValueError, "kind must be one of 'f', 'd', 'e', 'b', not %R", args[2]);
         return NULL;
     }
     return PyBool_FromLong(found);
+}
+
+static PyObject *any_nonfinite(PyObject *self, PyObject *source) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(source, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+    const char *format = view.format;
+    if (format[0] == '<' || format[0] == '=' || format[0] == '@') format++;
+    Py_ssize_t n = view.itemsize ? view.len / view.itemsize : 0;
+    int found = format[1] == '\0' && format[0] != 'b' ? scan_nonfinite(view.buf, n, format[0]) : -1;
+    if (found < 0)
+        PyErr_Format(PyExc_TypeError, "any_nonfinite reads float16, float32 or float64 buffers, not format %s",
+                     view.format);
+    PyBuffer_Release(&view);
+    return found < 0 ? NULL : PyBool_FromLong(found);
 }
 
 static PyObject *instruction_set(PyObject *self, PyObject *unused) {
@@ -351,6 +371,8 @@ static PyMethodDef methods[] = {
      "float_stats(buffer) -> (max, min, mean, norm) or None, for a C-contiguous float32 or float64 buffer."},
     {"any_nonfinite_at", (PyCFunction)(void (*)(void))any_nonfinite_at, METH_FASTCALL,
      "any_nonfinite_at(address, count, kind) -> bool, kind 'f', 'd', 'e' (float16) or 'b' (bfloat16)."},
+    {"any_nonfinite", any_nonfinite, METH_O,
+     "any_nonfinite(buffer) -> bool, for a C-contiguous float16, float32 or float64 buffer."},
     {"instruction_set", instruction_set, METH_NOARGS, "Which float32 kernel runs: 'avx2' or 'generic'."},
     {"use_generic", use_generic, METH_O, "use_generic(flag): run the portable float32 kernel (tests)."},
     {NULL, NULL, 0, NULL},

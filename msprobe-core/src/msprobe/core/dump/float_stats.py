@@ -62,6 +62,13 @@ def any_nonfinite_at(address: int, count: int, kind: str) -> bool | None:
     return _kernels.any_nonfinite_at(address, count, kind)
 
 
+def any_nonfinite_of(array: Any) -> bool | None:
+    """Whether a C-contiguous float16, float32 or float64 buffer (a numpy array) holds an inf or nan."""
+    if not AVAILABLE:
+        return None
+    return _kernels.any_nonfinite(array)
+
+
 def instruction_set() -> str:
     """'avx2', 'generic', or 'none' when the kernels are not in use (reported by ``msprobe plugins``)."""
     return _kernels.instruction_set() if AVAILABLE else "none"

@@ -274,9 +274,10 @@ class TensorSummarizer:
     def nonfinite(self, tensor: ms.Tensor) -> bool:
         """Overflow screening: does the tensor hold inf or nan? Full statistics only for the calls kept.
 
-        On the host one sum answers for a finite tensor (inf and nan propagate
-        through it); a sum that is not finite gets an element-wise look, so
-        finite values that merely add up past the dtype's range are not reported.
+        On the host the kernels look at the exponent bits; without them one sum
+        answers for a finite tensor (inf and nan propagate through it), and a
+        sum that is not finite gets an element-wise look, so finite values
+        that merely add up past the dtype's range are not reported.
         """
         if not self.with_stats or tensor.size == 0:
             return False
@@ -286,6 +287,10 @@ class TensorSummarizer:
         if not (_on_host() and tensor.ndim > 0):
             return any(is_nonfinite(value) for value in measure(tensor, dtype).values())
         host = to_numpy(tensor, dtype)
+        if host.flags.c_contiguous:
+            found = float_stats.any_nonfinite_of(host)  # the exponent bits, looked at in C
+            if found is not None:
+                return found
         if math.isfinite(float(host.sum())):
             return False
         return not bool(np.isfinite(host).all())

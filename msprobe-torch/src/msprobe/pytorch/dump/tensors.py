@@ -83,14 +83,31 @@ def _measure(tensor: torch.Tensor) -> dict[str, Any]:
 
 
 def _plain_memory(data: torch.Tensor) -> int | None:
-    """The address of a CPU tensor's values when they lie there plainly, one after another; else None.
+    """The address of a CPU tensor's values when they fill a block of memory there, in any order; else None.
 
-    Subclasses (wrappers, fake tensors) and negative views (whose memory
-    holds the values' negation) are left to torch.
+    A permuted tensor (a transpose, attention's head split) fills its block
+    too: statistics do not depend on the order (the sums, kept in double,
+    only in the last bits of a double). Subclasses (wrappers, fake tensors)
+    and negative views (whose memory holds the values' negation) are left
+    to torch.
     """
-    if type(data) is not torch.Tensor or not data.is_contiguous() or data.is_neg() or not data.numel():
+    if type(data) is not torch.Tensor or data.is_neg() or not data.numel():
         return None
-    return data.data_ptr()
+    if data.is_contiguous() or _fills_its_block(data):
+        return data.data_ptr()  # the block's start: torch has no negative strides
+    return None
+
+
+def _fills_its_block(data: torch.Tensor) -> bool:
+    """No gaps and no element twice: with the dimensions sorted by stride, each stride is the size of those before."""
+    expected = 1
+    for size, stride in sorted(zip(data.shape, data.stride()), key=lambda pair: pair[1]):
+        if size == 1:
+            continue
+        if stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 def _mean_from_sum(data: torch.Tensor) -> float:
