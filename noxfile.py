@@ -63,9 +63,9 @@ def mindspore(session: nox.Session) -> None:
 
 @nox.session
 def mindspore_torch(session: nox.Session) -> None:
-    """MindSpore with torch beside it: run_ut's benchmark is then the PyTorch twin."""
+    """MindSpore with torch beside it: run_ut's benchmark is then the PyTorch twin; both backends measure alike."""
     session.install("numpy<2", MINDSPORE, TORCH)
-    session.install(*TEST_DEPS, "numpy<2", *CORE, "-e", "./msprobe-mindspore")
+    session.install(*TEST_DEPS, "numpy<2", *CORE, "-e", "./msprobe-mindspore", "-e", "./msprobe-torch")
     session.run("pytest", "tests/mindspore_torch", "tests/mindspore_backend/test_run_ut.py", *session.posargs)
 
 
