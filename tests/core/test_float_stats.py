@@ -101,22 +101,26 @@ def _put(values: np.ndarray, kind: str, position: int, value: float) -> None:
         values[position] = value
 
 
-def test_both_float32_kernels_give_the_same_bits():
+def test_every_float32_kernel_gives_the_same_bits():
     from msprobe.core.dump import _kernels
 
-    assert _kernels.instruction_set() in ("avx2", "generic")  # on a processor without AVX2 both are the portable one
+    chosen = _kernels.instruction_set()
+    assert chosen == _kernels.instruction_sets()[0]  # the fastest the processor has runs
+    assert _kernels.instruction_sets()[-1] == "generic"
     rng = np.random.default_rng(7)
     try:
-        for size in (1, 16, 17, 1000, 65536 + 5):
+        for size in (1, 31, 32, 33, 1000, 65536 + 5):
             for scale in (1.0, 1e30, 1e-30):
                 values = (rng.standard_normal(size) * scale).astype(np.float32)
-                fast = _kernels.float_stats(values)
-                _kernels.use_generic(True)
-                portable = _kernels.float_stats(values)
-                _kernels.use_generic(False)
-                assert fast == portable
+                results = []
+                for name in _kernels.instruction_sets():
+                    _kernels.use_instruction_set(name)
+                    results.append(_kernels.float_stats(values))
+                assert results == [results[0]] * len(results), (size, scale)
     finally:
-        _kernels.use_generic(False)
+        _kernels.use_instruction_set(chosen)
+    with pytest.raises(ValueError, match="no 'sse9' kernel"):
+        _kernels.use_instruction_set("sse9")
 
 
 def test_bad_buffers_are_refused_clearly():

@@ -78,29 +78,33 @@ static void finish_f32(const float *lo, const float *hi, const double *sum, cons
     *out = (Sums){h, l, s, q};
 }
 
-/* Sixteen values a round: element i + 4k + j goes to sum lane j of quarter k, as in f32_avx2. */
+/* The lane layout every float32 kernel shares, so that all give the same bits.  Thirty-two values a
+ * round: sum lane L (0 to 15) adds x[i + L] + x[i + 16 + L] (the pair first, which halves the chain of
+ * dependent additions), its square lane the two squares likewise.  At the end the lanes are folded as
+ * t[j] = (L[j] + L[4 + j]) + (L[8 + j] + L[12 + j]) and t[0..3] added in order after the scalar tail. */
+#define ROUND 32
+
 static void f32_generic(const float *x, Py_ssize_t n, Sums *out) {
     f4 lo[4], hi[4];
-    d2 s[8], q[8]; /* s[2k] holds lanes 0-1 of quarter k, s[2k + 1] lanes 2-3 */
+    d2 s[8], q[8]; /* s[k] holds lanes 2k and 2k + 1 */
     for (int k = 0; k < 4; k++)
         for (int j = 0; j < 4; j++) lo[k][j] = hi[k][j] = x[0];
     for (int k = 0; k < 8; k++) s[k] = q[k] = (d2){0.0, 0.0};
     Py_ssize_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        for (int k = 0; k < 4; k++) {
+    for (; i + ROUND <= n; i += ROUND) {
+        for (int k = 0; k < 8; k++) {
             f4 v;
             memcpy(&v, x + i + 4 * k, sizeof v);
-            lo[k] = min4(v, lo[k]);
-            hi[k] = max4(v, hi[k]);
+            lo[k % 4] = min4(v, lo[k % 4]);
+            hi[k % 4] = max4(v, hi[k % 4]);
         }
         for (int k = 0; k < 8; k++) {
-            d2 c = widen(x + i + 2 * k);
-            s[k] += c;
-            q[k] += c * c;
+            d2 a = widen(x + i + 2 * k), b = widen(x + i + 16 + 2 * k);
+            s[k] += a + b;
+            q[k] += a * a + b * b;
         }
     }
     f4 l4 = min4(min4(lo[0], lo[1]), min4(lo[2], lo[3])), h4 = max4(max4(hi[0], hi[1]), max4(hi[2], hi[3]));
-    /* (quarter0 + quarter1) + (quarter2 + quarter3), lane by lane, as f32_avx2 adds its four vectors */
     d2 low = (s[0] + s[2]) + (s[4] + s[6]), high = (s[1] + s[3]) + (s[5] + s[7]);
     d2 qlow = (q[0] + q[2]) + (q[4] + q[6]), qhigh = (q[1] + q[3]) + (q[5] + q[7]);
     float lv[8], hv[8];
@@ -116,39 +120,38 @@ static void f32_generic(const float *x, Py_ssize_t n, Sums *out) {
 #include <immintrin.h>
 #define HAVE_AVX2_KERNEL 1
 
-/* The same lanes as f32_generic, with AVX2's native min/max (the generic blend costs three instructions). */
+/* The shared lanes (see f32_generic) with AVX2's native min/max (the generic blend costs three instructions). */
 __attribute__((target("avx2"))) static void f32_avx2(const float *x, Py_ssize_t n, Sums *out) {
     __m256 lo0 = _mm256_set1_ps(x[0]), hi0 = lo0, lo1 = lo0, hi1 = lo0;
-    __m256d s0 = _mm256_setzero_pd(), s1 = s0, s2 = s0, s3 = s0, q0 = s0, q1 = s0, q2 = s0, q3 = s0;
+    __m256d s[4], q[4];
+    for (int k = 0; k < 4; k++) s[k] = q[k] = _mm256_setzero_pd();
     Py_ssize_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
-        lo0 = _mm256_min_ps(a, lo0);
-        hi0 = _mm256_max_ps(a, hi0);
-        lo1 = _mm256_min_ps(b, lo1);
-        hi1 = _mm256_max_ps(b, hi1);
-        __m256d c0 = _mm256_cvtps_pd(_mm256_castps256_ps128(a)), c1 = _mm256_cvtps_pd(_mm256_extractf128_ps(a, 1));
-        __m256d c2 = _mm256_cvtps_pd(_mm256_castps256_ps128(b)), c3 = _mm256_cvtps_pd(_mm256_extractf128_ps(b, 1));
-        s0 = _mm256_add_pd(s0, c0);
-        q0 = _mm256_add_pd(q0, _mm256_mul_pd(c0, c0));
-        s1 = _mm256_add_pd(s1, c1);
-        q1 = _mm256_add_pd(q1, _mm256_mul_pd(c1, c1));
-        s2 = _mm256_add_pd(s2, c2);
-        q2 = _mm256_add_pd(q2, _mm256_mul_pd(c2, c2));
-        s3 = _mm256_add_pd(s3, c3);
-        q3 = _mm256_add_pd(q3, _mm256_mul_pd(c3, c3));
+    for (; i + ROUND <= n; i += ROUND) {
+        __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
+        __m256 v2 = _mm256_loadu_ps(x + i + 16), v3 = _mm256_loadu_ps(x + i + 24);
+        lo0 = _mm256_min_ps(_mm256_min_ps(v0, v2), lo0);
+        hi0 = _mm256_max_ps(_mm256_max_ps(v0, v2), hi0);
+        lo1 = _mm256_min_ps(_mm256_min_ps(v1, v3), lo1);
+        hi1 = _mm256_max_ps(_mm256_max_ps(v1, v3), hi1);
+        for (int k = 0; k < 4; k++) { /* lanes 4k to 4k + 3 */
+            __m256d a = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4 * k));
+            __m256d b = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 16 + 4 * k));
+            s[k] = _mm256_add_pd(s[k], _mm256_add_pd(a, b));
+            q[k] = _mm256_add_pd(q[k], _mm256_add_pd(_mm256_mul_pd(a, a), _mm256_mul_pd(b, b)));
+        }
     }
     __m256 lo = _mm256_min_ps(lo0, lo1), hi = _mm256_max_ps(hi0, hi1);
-    __m256d s = _mm256_add_pd(_mm256_add_pd(s0, s1), _mm256_add_pd(s2, s3));
-    __m256d q = _mm256_add_pd(_mm256_add_pd(q0, q1), _mm256_add_pd(q2, q3));
+    __m256d st = _mm256_add_pd(_mm256_add_pd(s[0], s[1]), _mm256_add_pd(s[2], s[3]));
+    __m256d qt = _mm256_add_pd(_mm256_add_pd(q[0], q[1]), _mm256_add_pd(q[2], q[3]));
     float lv[8], hv[8];
     double sv[4], qv[4];
     _mm256_storeu_ps(lv, lo);
     _mm256_storeu_ps(hv, hi);
-    _mm256_storeu_pd(sv, s);
-    _mm256_storeu_pd(qv, q);
+    _mm256_storeu_pd(sv, st);
+    _mm256_storeu_pd(qv, qt);
     finish_f32(lv, hv, sv, qv, x, i, n, out);
 }
+
 #endif
 
 static void f64_generic(const double *x, Py_ssize_t n, Sums *out) {
@@ -345,22 +348,62 @@ static PyObject *any_nonfinite(PyObject *self, PyObject *source) {
     return found < 0 ? NULL : PyBool_FromLong(found);
 }
 
-static PyObject *instruction_set(PyObject *self, PyObject *unused) {
+typedef struct {
+    const char *name;
+    F32Kernel kernel;
+    int (*supported)(void);
+} KernelChoice;
+
+static int always(void) { return 1; }
 #ifdef HAVE_AVX2_KERNEL
-    if (f32_kernel == f32_avx2) return PyUnicode_FromString("avx2");
+static int has_avx2(void) { return __builtin_cpu_supports("avx2"); }
 #endif
-    return PyUnicode_FromString("generic");
+
+/* Fastest first: the first one the processor supports runs. */
+static const KernelChoice KERNELS[] = {
+#ifdef HAVE_AVX2_KERNEL
+    {"avx2", f32_avx2, has_avx2},
+#endif
+    {"generic", f32_generic, always},
+};
+#define KERNEL_COUNT ((int)(sizeof KERNELS / sizeof KERNELS[0]))
+
+static PyObject *instruction_set(PyObject *self, PyObject *unused) {
+    for (int k = 0; k < KERNEL_COUNT; k++)
+        if (KERNELS[k].kernel == f32_kernel) return PyUnicode_FromString(KERNELS[k].name);
+    return PyUnicode_FromString("?");
 }
 
-/* For tests: both float32 kernels must give the same bits. */
-static PyObject *use_generic(PyObject *self, PyObject *flag) {
-    int generic = PyObject_IsTrue(flag);
-    if (generic < 0) return NULL;
-    f32_kernel = f32_generic;
-#ifdef HAVE_AVX2_KERNEL
-    if (!generic && __builtin_cpu_supports("avx2")) f32_kernel = f32_avx2;
-#endif
-    Py_RETURN_NONE;
+static PyObject *instruction_sets(PyObject *self, PyObject *unused) {
+    PyObject *names = PyList_New(0);
+    for (int k = 0; names != NULL && k < KERNEL_COUNT; k++) {
+        if (!KERNELS[k].supported()) continue;
+        PyObject *name = PyUnicode_FromString(KERNELS[k].name);
+        if (name == NULL || PyList_Append(names, name) < 0) Py_CLEAR(names);
+        Py_XDECREF(name);
+    }
+    return names;
+}
+
+/* For tests: every float32 kernel must give the same bits. */
+static PyObject *use_instruction_set(PyObject *self, PyObject *name_object) {
+    const char *name = PyUnicode_AsUTF8(name_object);
+    if (name == NULL) return NULL;
+    for (int k = 0; k < KERNEL_COUNT; k++)
+        if (strcmp(KERNELS[k].name, name) == 0 && KERNELS[k].supported()) {
+            f32_kernel = KERNELS[k].kernel;
+            Py_RETURN_NONE;
+        }
+    PyErr_Format(PyExc_ValueError, "this processor has no %R kernel", name_object);
+    return NULL;
+}
+
+static void choose_kernel(void) {
+    for (int k = 0; k < KERNEL_COUNT; k++)
+        if (KERNELS[k].supported()) {
+            f32_kernel = KERNELS[k].kernel;
+            return;
+        }
 }
 
 static PyMethodDef methods[] = {
@@ -374,7 +417,8 @@ static PyMethodDef methods[] = {
     {"any_nonfinite", any_nonfinite, METH_O,
      "any_nonfinite(buffer) -> bool, for a C-contiguous float16, float32 or float64 buffer."},
     {"instruction_set", instruction_set, METH_NOARGS, "Which float32 kernel runs: 'avx2' or 'generic'."},
-    {"use_generic", use_generic, METH_O, "use_generic(flag): run the portable float32 kernel (tests)."},
+    {"instruction_sets", instruction_sets, METH_NOARGS, "The float32 kernels this processor can run, fastest first."},
+    {"use_instruction_set", use_instruction_set, METH_O, "use_instruction_set(name): run that float32 kernel."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -384,7 +428,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels", "msprobe'
 PyMODINIT_FUNC PyInit__kernels(void) {
 #ifdef HAVE_AVX2_KERNEL
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2")) f32_kernel = f32_avx2;
 #endif
+    choose_kernel();
     return PyModule_Create(&module);
 }

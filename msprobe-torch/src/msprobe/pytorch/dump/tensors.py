@@ -35,7 +35,11 @@ from msprobe.pytorch.dump.pt_file import PtWriter, host_bytes
 
 _MEASURED_AS_IS = (torch.float32, torch.float64)
 _KERNEL_KINDS = {torch.float32: float_stats.FLOAT32, torch.float64: float_stats.FLOAT64}
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)  # no subclass that keeps its values elsewhere
 _SCREEN_KINDS = {**_KERNEL_KINDS, torch.float16: float_stats.FLOAT16, torch.bfloat16: float_stats.BFLOAT16}
+
+
+_DTYPE_NAMES = {value: str(value) for value in vars(torch).values() if isinstance(value, torch.dtype)}
 
 
 def _unwrapped(function: Any) -> Any:
@@ -48,6 +52,10 @@ _vector_norm = _unwrapped(torch.linalg.vector_norm)
 
 
 def _measure(tensor: torch.Tensor) -> dict[str, Any]:
+    if tensor.dtype in _KERNEL_KINDS:  # the usual case, first: no detached view to make
+        stats = _kernel_stats(tensor)
+        if stats is not None:
+            return stats
     data = tensor.detach()
     dtype = data.dtype
     if dtype not in _MEASURED_AS_IS:
@@ -58,12 +66,10 @@ def _measure(tensor: torch.Tensor) -> dict[str, Any]:
     if not data.dim():
         value = data.item()
         return {"Max": value, "Min": value, "Mean": value, "Norm": value}
-    if data.is_cpu and float_stats.AVAILABLE:
-        address = _plain_memory(data)
-        if address is not None:  # one pass in C (see msprobe.core.dump.float_stats)
-            values = float_stats.stats_at(address, data.numel(), _KERNEL_KINDS[data.dtype])
-            if values is not None:
-                return {"Max": values[0], "Min": values[1], "Mean": values[2], "Norm": values[3]}
+    if dtype not in _MEASURED_AS_IS:  # widened from float16, bfloat16, an integer or complex magnitudes
+        stats = _kernel_stats(data)
+        if stats is not None:
+            return stats
     low, high = torch.aminmax(data)
     if data.is_cpu:  # no transfer to save: reading the scalars is cheaper than stacking them
         maximum, minimum, mean, norm = high.item(), low.item(), _mean_from_sum(data), _vector_norm(data).item()
@@ -82,6 +88,19 @@ def _measure(tensor: torch.Tensor) -> dict[str, Any]:
     return {key: json_number(value) for key, value in stats.items()}
 
 
+def _kernel_stats(data: torch.Tensor) -> dict[str, Any] | None:
+    """Statistics in one pass in C (see msprobe.core.dump.float_stats), or None where the kernels cannot read."""
+    if not (float_stats.AVAILABLE and data.is_cpu and data.dim()):
+        return None
+    address = _plain_memory(data)
+    if address is None:
+        return None
+    values = float_stats.stats_at(address, data.numel(), _KERNEL_KINDS[data.dtype])
+    if values is None:
+        return None
+    return {"Max": values[0], "Min": values[1], "Mean": values[2], "Norm": values[3]}
+
+
 def _plain_memory(data: torch.Tensor) -> int | None:
     """The address of a CPU tensor's values when they fill a block of memory there, in any order; else None.
 
@@ -91,7 +110,7 @@ def _plain_memory(data: torch.Tensor) -> int | None:
     and negative views (whose memory holds the values' negation) are left
     to torch.
     """
-    if type(data) is not torch.Tensor or data.is_neg() or not data.numel():
+    if type(data) not in _PLAIN_TYPES or data.is_neg() or not data.numel():
         return None
     if data.is_contiguous() or _fills_its_block(data):
         return data.data_ptr()  # the block's start: torch has no negative strides
@@ -323,17 +342,20 @@ class TensorSummarizer:
         return _by_kind(tensor, self._summary, self._nested, data_stem)
 
     def _summary(self, tensor: torch.Tensor, data_stem: str) -> dict[str, Any]:
+        dtype = tensor.dtype
         summary: dict[str, Any] = {
             "type": "torch.Tensor",
-            "dtype": str(tensor.dtype),
+            "dtype": _DTYPE_NAMES.get(dtype) or str(dtype),
             "shape": list(tensor.shape),
         }
-        if self.with_stats and tensor.numel() > 0 and not tensor.is_meta:
+        has_data = not tensor.is_meta  # a meta tensor holds no data
+        if self.with_stats and has_data and tensor.numel():
             summary.update(self._statistics(tensor))
         summary["requires_grad"] = tensor.requires_grad
-        if self.with_crc and self.with_stats and not tensor.is_meta:
+        if self.with_crc and self.with_stats and has_data:
             summary["md5"] = self._cached("crc", tensor, crc32_hex)
-        self._attach_data(summary, tensor, data_stem, has_data=not tensor.is_meta)  # a meta tensor holds no data
+        if self.online is not None or self.save_files:
+            self._attach_data(summary, tensor, data_stem, has_data)
         return summary
 
     def _attach_data(self, summary: dict[str, Any], tensor: torch.Tensor, data_stem: str, has_data: bool) -> None:
