@@ -14,16 +14,21 @@ more than 0.03 from one step to the next).
 from __future__ import annotations
 
 import csv
+import functools
 import itertools
 import logging
 import math
 import re
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from msprobe.core.dump import float_stats
+from msprobe.core.dump.file_pool import FilePool
+from msprobe.core.dump.npy_file import write_npy
 from msprobe.core.dump.writer import make_dir, open_new_file
 from msprobe.core.errors import DataFileError
 
@@ -69,16 +74,51 @@ class GradRecord:
     signs: np.ndarray | None = None  # packed bits of (gradient > 0)
 
 
+_WRITERS: weakref.WeakSet = weakref.WeakSet()
+
+
+def wait_for_writers() -> None:
+    """Every direction file this process has handed to a writer is on disk (a comparison reads them next)."""
+    for writer in list(_WRITERS):
+        writer.settle()
+
+
 class GradSummaryWriter:
+    """Writes each step's summary at once and its direction files on a few threads (see FilePool).
+
+    A step's direction files are all on disk when the next step is written,
+    when the backend's ``step()`` or ``finish()`` runs, before a comparison in
+    the same process, and at exit; a file that fails is reported once and the
+    others are still written.
+    """
+
     def __init__(self, dump_path: str | Path, level: str, bounds: list[float]):
         self.dump_path = Path(dump_path)
         self.level = level
         self.bounds = bounds
+        self._files = FilePool()
+        self._writing_step: int | None = None
+        _WRITERS.add(self)
+
+    def settle(self) -> None:
+        """Wait for the direction files still being written."""
+        step, self._writing_step = self._writing_step, None
+        if step is None:
+            return
+        try:
+            self._files.wait()
+        except Exception as exc:  # the summary and the other files stand; training goes on
+            logger.warning("msprobe grad probe: a direction file of step %d was not written (%s)", step, exc)
+
+    def close(self) -> None:
+        self.settle()
+        self._files.close()
 
     def rank_dir(self, rank: int) -> Path:
         return self.dump_path / f"rank{rank}"
 
     def write_step(self, step: int, rank: int, records: Iterable[GradRecord]) -> Path:
+        self.settle()
         folder = make_dir(self.rank_dir(rank))
         columns = header(self.level, self.bounds)
         direction_dir = make_dir(folder / f"step{step}") if self.level in ("L1", "L2") else None
@@ -90,8 +130,8 @@ class GradSummaryWriter:
             for record in records:
                 writer.writerow(self._row(record))
                 if direction_dir is not None and record.signs is not None:
-                    with open_new_file(direction_dir / f"{record.name}.npy", "wb") as out:
-                        np.save(out, record.signs, allow_pickle=False)
+                    self._files.submit(functools.partial(write_npy, direction_dir / f"{record.name}.npy", record.signs))
+                    self._writing_step = step
         temporary.replace(path)
         return path
 
@@ -171,6 +211,7 @@ class GradComparator:
 
     @staticmethod
     def compare_rank(dir1: Path, dir2: Path, output: Path, rank: str = "") -> RankComparison:
+        wait_for_writers()  # runs dumped by this very process: their last direction files may still be on the way
         steps1, steps2 = _steps(dir1), _steps(dir2)
         steps = sorted(set(steps1) & set(steps2))
         if not steps:
@@ -256,15 +297,20 @@ def measure_array(name: str, array: np.ndarray, level: str, bounds: list[float])
     """A GradRecord from a host array: for backends that hand the gradient over as numpy."""
     import hashlib
 
-    values = np.asarray(array, dtype=np.float64).ravel()
-    record = GradRecord(
-        name, list(np.shape(array)), float(values.max()), float(values.min()), float(np.linalg.norm(values))
-    )
+    flat = np.ascontiguousarray(array).reshape(-1)
+    quick = float_stats.stats_of(flat) if flat.dtype in (np.float32, np.float64) and flat.size else None
+    if quick is not None:  # one pass in C, the numbers the PyTorch side reports for the same values
+        maximum, minimum, _, norm = quick
+    else:
+        wide = flat.astype(np.float64)
+        maximum, minimum, norm = float(wide.max()), float(wide.min()), float(np.linalg.norm(wide))
+    record = GradRecord(name, list(np.shape(array)), maximum, minimum, norm)
     if level == "L0":
-        record.md5 = hashlib.md5(np.ascontiguousarray(array).tobytes()).hexdigest()
+        record.md5 = hashlib.md5(flat.tobytes()).hexdigest()
         return record
-    record.signs = np.packbits(values > 0)
+    record.signs = np.packbits(flat > 0)
     if level == "L2":
+        values = flat.astype(np.float64)
         edges = np.asarray(bounds, dtype=np.float64)
         counts = np.bincount(np.searchsorted(edges, values, side="left"), minlength=len(edges) + 1)
         record.buckets = (counts / values.size).tolist()

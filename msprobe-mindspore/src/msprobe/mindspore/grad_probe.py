@@ -38,6 +38,13 @@ class GradProbe:
             self.handle.remove()
             self.handle = None
 
+    def end_step(self) -> None:
+        """debugger.step(): the step's direction files are on disk once it returns."""
+        self.writer.settle()
+
+    def close(self) -> None:
+        self.writer.close()
+
     def _watched(self, name: str) -> bool:
         return not self.wanted or any(item == name or item in name for item in self.wanted)
 

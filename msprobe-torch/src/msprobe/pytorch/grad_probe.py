@@ -2,8 +2,9 @@
 
 Gradients are read when an optimizer is about to apply them (the
 reference counts steps as optimizer calls, so a step skipped for a nan loss
-is not a step), measured on the device with one host transfer per
-parameter, and handed to the core's summary writer.
+is not a step), measured in one pass by the core's C kernels when they lie in
+CPU memory, else on the device with one host transfer per parameter, and
+handed to the core's summary writer.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 
 from msprobe.core.grad_probe import GradRecord, GradSummaryWriter
 from msprobe.core.session import TaskSession
+from msprobe.pytorch.dump.tensors import kernel_stats
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +26,22 @@ logger = logging.getLogger(__name__)
 def measure(name: str, grad: torch.Tensor, level: str, bounds: torch.Tensor | None) -> GradRecord:
     data = grad.detach()
     values = data.float() if data.dtype != torch.float64 else data
+    stats = kernel_stats(values) if level != "L2" else None  # a CPU gradient: one pass in C
+    if stats is not None:
+        record = GradRecord(name, list(data.shape), stats["Max"], stats["Min"], stats["Norm"])
+    else:
+        record = _measure_with_torch(name, data, values, level, bounds)
+    if level == "L0":
+        record.md5 = hashlib.md5(data.cpu().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+    else:
+        record.signs = np.packbits((values > 0).cpu().numpy().reshape(-1))
+    return record
+
+
+def _measure_with_torch(
+    name: str, data: torch.Tensor, values: torch.Tensor, level: str, bounds: torch.Tensor | None
+) -> GradRecord:
+    """On the device, one host transfer for all the numbers."""
     low, high = torch.aminmax(values)
     norm = torch.linalg.vector_norm(values)
     record = GradRecord(name, list(data.shape), 0.0, 0.0, 0.0)
@@ -36,10 +54,6 @@ def measure(name: str, grad: torch.Tensor, level: str, bounds: torch.Tensor | No
     if level == "L2" and bounds is not None:
         record.buckets = numbers[3:-1]
         record.zeros = numbers[-1]
-    if level == "L0":
-        record.md5 = hashlib.md5(data.cpu().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
-    else:
-        record.signs = np.packbits((values > 0).cpu().numpy().reshape(-1))
     return record
 
 
@@ -70,6 +84,13 @@ class GradProbe:
         if self.handle is not None:
             self.handle.remove()
             self.handle = None
+
+    def end_step(self) -> None:
+        """debugger.step(): the step's direction files are on disk once it returns."""
+        self.writer.settle()
+
+    def close(self) -> None:
+        self.writer.close()
 
     def _on_optimizer_step(self, optimizer: Any, args: tuple, kwargs: dict) -> None:
         step = self.step

@@ -53,7 +53,7 @@ _vector_norm = _unwrapped(torch.linalg.vector_norm)
 
 def _measure(tensor: torch.Tensor) -> dict[str, Any]:
     if tensor.dtype in _KERNEL_KINDS:  # the usual case, first: no detached view to make
-        stats = _kernel_stats(tensor)
+        stats = kernel_stats(tensor)
         if stats is not None:
             return stats
     data = tensor.detach()
@@ -67,7 +67,7 @@ def _measure(tensor: torch.Tensor) -> dict[str, Any]:
         value = data.item()
         return {"Max": value, "Min": value, "Mean": value, "Norm": value}
     if dtype not in _MEASURED_AS_IS:  # widened from float16, bfloat16, an integer or complex magnitudes
-        stats = _kernel_stats(data)
+        stats = kernel_stats(data)
         if stats is not None:
             return stats
     low, high = torch.aminmax(data)
@@ -88,7 +88,7 @@ def _measure(tensor: torch.Tensor) -> dict[str, Any]:
     return {key: json_number(value) for key, value in stats.items()}
 
 
-def _kernel_stats(data: torch.Tensor) -> dict[str, Any] | None:
+def kernel_stats(data: torch.Tensor) -> dict[str, Any] | None:
     """Statistics in one pass in C (see msprobe.core.dump.float_stats), or None where the kernels cannot read."""
     if not (float_stats.AVAILABLE and data.is_cpu and data.dim()):
         return None
