@@ -333,7 +333,15 @@ class TensorSummarizer:
 
     def nonfinite(self, tensor: torch.Tensor) -> bool:
         """Overflow screening of one tensor, with the statistics the entry would show (cached)."""
-        if not self.with_stats or tensor.is_meta or not tensor.numel():
+        if not self.with_stats:
+            return False
+        if self.task == "overflow_check" and not self.save_files and type(tensor) in _PLAIN_TYPES:
+            kind = _SCREEN_KINDS.get(tensor.dtype)  # the usual case: the exponent bits, read in C
+            if kind is not None and float_stats.AVAILABLE and tensor.is_cpu:
+                address = _plain_memory(tensor)
+                if address is not None:
+                    return float_stats.any_nonfinite_at(address, tensor.numel(), kind)
+        if tensor.is_meta or not tensor.numel():
             return False
         stats = self.statistics(tensor)  # empty when the overflow screen's sum proved it finite
         return bool(stats) and any(is_nonfinite(stats.get(key)) for key in ("Max", "Min", "Mean", "Norm"))
