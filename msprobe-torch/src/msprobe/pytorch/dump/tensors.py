@@ -201,15 +201,22 @@ def _measure_range(tensor: torch.Tensor) -> dict[str, Any]:
     return {"Max": json_number(maximum), "Min": json_number(minimum)}
 
 
-def _proved_finite(data: torch.Tensor) -> bool:
-    """Every element is finite: the exponent bits looked at in C on the CPU, else a finite sum (one read on any
-    device; inf and nan propagate through a sum, but a sum of finite values may also overflow).
-    """
+def _kernel_screen(data: torch.Tensor) -> bool | None:
+    """Whether a CPU tensor holds an inf or nan, from its exponent bits read in C; None where they cannot be read."""
     kind = _SCREEN_KINDS.get(data.dtype)
-    if kind is not None and data.is_cpu and float_stats.AVAILABLE:
-        address = _plain_memory(data)
-        if address is not None:
-            return not float_stats.any_nonfinite_at(address, data.numel(), kind)
+    if kind is None or not float_stats.AVAILABLE or not data.is_cpu:
+        return None
+    address = _plain_memory(data)
+    return None if address is None else float_stats.any_nonfinite_at(address, data.numel(), kind)
+
+
+def _proved_finite(data: torch.Tensor) -> bool:
+    """Every element is finite: the exponent bits on the CPU, else a finite sum (one read on any device;
+    inf and nan propagate through a sum, but a sum of finite values may also overflow).
+    """
+    found = _kernel_screen(data)
+    if found is not None:
+        return not found
     return _finite(_sum(data).item())
 
 
@@ -335,12 +342,10 @@ class TensorSummarizer:
         """Overflow screening of one tensor, with the statistics the entry would show (cached)."""
         if not self.with_stats:
             return False
-        if self.task == "overflow_check" and not self.save_files and type(tensor) in _PLAIN_TYPES:
-            kind = _SCREEN_KINDS.get(tensor.dtype)  # the usual case: the exponent bits, read in C
-            if kind is not None and float_stats.AVAILABLE and tensor.is_cpu:
-                address = _plain_memory(tensor)
-                if address is not None:
-                    return float_stats.any_nonfinite_at(address, tensor.numel(), kind)
+        if self.task == "overflow_check" and not self.save_files:
+            found = _kernel_screen(tensor)  # the usual case, without the cache: reading the bits costs less
+            if found is not None:
+                return found
         if tensor.is_meta or not tensor.numel():
             return False
         stats = self.statistics(tensor)  # empty when the overflow screen's sum proved it finite
