@@ -242,6 +242,8 @@ def _storage_address(tensor: torch.Tensor) -> int | None:
 
 
 def _needs_copy(tensor: torch.Tensor) -> bool:
+    if tensor.layout != torch.strided or tensor.is_quantized:
+        return False  # saved as it is by torch.save
     storage_bytes = tensor.untyped_storage().nbytes()
     return not tensor.is_contiguous() or storage_bytes != tensor.numel() * tensor.element_size()
 
@@ -298,7 +300,7 @@ class TensorSummarizer:
             pool.close()
 
     def statistics(self, tensor: torch.Tensor) -> dict[str, Any]:
-        return _by_kind(tensor, self._statistics, _nested_statistics)
+        return _by_kind(tensor, self._statistics, _unusual_statistics)
 
     def _statistics(self, tensor: torch.Tensor) -> dict[str, Any]:
         if self.task == "overflow_check" and not self.save_files:
@@ -352,7 +354,7 @@ class TensorSummarizer:
         return bool(stats) and any(is_nonfinite(stats.get(key)) for key in ("Max", "Min", "Mean", "Norm"))
 
     def __call__(self, tensor: torch.Tensor, data_stem: str) -> dict[str, Any]:
-        return _by_kind(tensor, self._summary, self._nested, data_stem)
+        return _by_kind(tensor, self._summary, self._unusual, data_stem)
 
     def _summary(self, tensor: torch.Tensor, data_stem: str) -> dict[str, Any]:
         dtype = tensor.dtype
@@ -388,40 +390,55 @@ class TensorSummarizer:
                 self._files.save(data.cpu(), self.tensor_dir / file_name)
             summary["data_name"] = file_name
 
-    def _nested(self, tensor: torch.Tensor, data_stem: str) -> dict[str, Any]:
-        """A nested tensor (components of different sizes; nn.TransformerEncoder makes them from a padding mask).
+    def _unusual(self, tensor: torch.Tensor, data_stem: str) -> dict[str, Any]:
+        """Nested, sparse and quantized tensors: measured afresh each time (rare), through a plain form.
 
-        It has no shape of its own: the entry shows the padded one (largest
-        size per dimension, the shape the dense computation would have) and
-        the statistics and CRC of the values it holds; its file holds the
-        padded tensor, zeros in the padding.
+        A nested tensor (components of different sizes; nn.TransformerEncoder
+        makes them from a padding mask) has no shape of its own: the entry
+        shows the padded one (largest size per dimension, the shape the dense
+        computation would have) and the statistics and CRC of the values it
+        holds; its file holds the padded tensor, zeros in the padding. A
+        sparse tensor shows the statistics of all its elements (those not
+        stored are zeros) and the CRC of its dense form; a quantized one the
+        statistics of its dequantized values and the CRC of its integers.
+        Both are saved as they are (torch.save).
         """
-        padded = torch.nested.to_padded_tensor(tensor.detach(), 0.0)
-        summary: dict[str, Any] = {"type": "torch.Tensor", "dtype": str(tensor.dtype), "shape": list(padded.shape)}
+        data = tensor.detach()
+        if data.is_nested:
+            stored = torch.nested.to_padded_tensor(data, 0.0)
+            shape, crc_source = stored.shape, nested_values(data)
+        else:
+            stored, shape = data, data.shape
+            crc_source = data.int_repr() if data.is_quantized else data.to_dense()
+        summary: dict[str, Any] = {"type": "torch.Tensor", "dtype": str(tensor.dtype), "shape": list(shape)}
         if self.with_stats:
-            summary.update(_nested_statistics(tensor))
+            summary.update(_unusual_statistics(data))
         summary["requires_grad"] = tensor.requires_grad
         if self.with_crc and self.with_stats:
-            summary["md5"] = crc32_hex(nested_values(tensor))
-        self._attach_data(summary, padded, data_stem, has_data=True)
+            summary["md5"] = crc32_hex(crc_source)
+        self._attach_data(summary, stored, data_stem, has_data=True)
         return summary
 
 
-def _by_kind(tensor: torch.Tensor, usual: Callable[..., Any], nested: Callable[..., Any], *args: Any) -> Any:
-    """``usual(tensor, *args)``; for a nested tensor ``nested(tensor, *args)``; inside torch.func transforms
-    ``usual`` on the tensor beneath (under vmap the whole batch). The usual tensors pay one type check:
-    the others are told apart only once ``usual`` has raised.
+def _unusual(tensor: torch.Tensor) -> bool:
+    return tensor.is_nested or tensor.is_quantized or tensor.layout not in (torch.strided, torch.jagged)
+
+
+def _by_kind(tensor: torch.Tensor, usual: Callable[..., Any], unusual: Callable[..., Any], *args: Any) -> Any:
+    """``usual(tensor, *args)``; for a nested, sparse or quantized tensor ``unusual(tensor, *args)``; inside
+    torch.func transforms ``usual`` on the tensor beneath (under vmap the whole batch). The usual tensors
+    pay one type check: the others are told apart only once ``usual`` has raised.
     """
     if type(tensor) is not torch.Tensor and tensor.is_nested:  # the jagged layout is a subclass
-        return nested(tensor, *args)
+        return unusual(tensor, *args)
     try:
         return usual(tensor, *args)
-    except RuntimeError:
+    except RuntimeError:  # NotImplementedError (an op the layout lacks) included
         if func_transforms.wrapped(tensor):
             with func_transforms.plain_dispatch():
                 return usual(func_transforms.physical(tensor), *args)
-        if tensor.is_nested:
-            return nested(tensor, *args)
+        if _unusual(tensor):
+            return unusual(tensor, *args)
         raise
 
 
@@ -430,9 +447,43 @@ def nested_values(tensor: torch.Tensor) -> torch.Tensor:
     return torch.cat([component.reshape(-1) for component in tensor.detach().unbind()])
 
 
-def _nested_statistics(tensor: torch.Tensor) -> dict[str, Any]:
-    """Measured afresh each time (rare)."""
-    return _measure(nested_values(tensor)) if tensor.numel() else {}
+def _unusual_statistics(tensor: torch.Tensor) -> dict[str, Any]:
+    """Statistics of a nested, sparse or quantized tensor, measured afresh each time (rare)."""
+    if not tensor.numel():
+        return {}
+    if tensor.is_nested:
+        return _measure(nested_values(tensor))
+    if tensor.is_quantized:
+        return _measure(tensor.detach().dequantize())
+    return _sparse_statistics(tensor)
+
+
+def _sparse_statistics(tensor: torch.Tensor) -> dict[str, Any]:
+    """All elements counted, those not stored as the zeros they are; no dense copy is made."""
+    data = tensor.detach()
+    if data.layout == torch.sparse_coo:
+        data = data.coalesce()  # duplicate indices add up
+    values = data.values().reshape(-1)
+    stored, count = values.numel(), data.numel()
+    if not stored:
+        zero = False if data.dtype == torch.bool else 0.0
+        return {
+            "Max": zero,
+            "Min": zero,
+            "Mean": None if zero is False else 0.0,
+            "Norm": None if zero is False else 0.0,
+        }
+    stats = _measure(values)
+    if stored == count:
+        return stats
+    for high, low in (("Max", "Min"), ("Max_except_inf_nan", "Min_except_inf_nan")):
+        if isinstance(stats.get(high), bool):
+            stats[low] = False
+        elif isinstance(stats.get(high), float):  # not "nan" or "inf" text, not None
+            stats[high], stats[low] = max(stats[high], 0.0), min(stats[low], 0.0)
+    if isinstance(stats.get("Mean"), float):
+        stats["Mean"] = stats["Mean"] * stored / count
+    return stats
 
 
 def tensor_numpy(tensor: torch.Tensor) -> Any:

@@ -1,0 +1,68 @@
+"""Sparse and quantized tensors get statistics like any other (they used to get an error and no entry)."""
+
+import json
+import math
+import zlib
+
+import pytest
+import torch
+
+from msprobe.core.dump.reader import read_dump
+from msprobe.pytorch import PrecisionDebugger
+from msprobe.pytorch.dump.tensors import TensorSummarizer
+
+KEYS = ("Max", "Min", "Mean", "Norm")
+
+
+def _close(summary, dense):
+    expected = TensorSummarizer("statistics", "statistics")(dense, "x")
+    for key in KEYS:
+        assert math.isclose(summary[key], expected[key], rel_tol=1e-6, abs_tol=1e-7), (key, summary[key], expected[key])
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr", "csc"])
+def test_sparse_statistics_count_the_zeros_not_stored(layout):
+    torch.manual_seed(0)
+    dense = torch.randn(6, 7).abs() + 0.5  # all positive: Min is a zero that is not stored
+    dense[dense < 1.0] = 0.0
+    sparse = {"coo": dense.to_sparse(), "csr": dense.to_sparse_csr(), "csc": dense.to_sparse_csc()}[layout]
+    summary = TensorSummarizer("statistics", "md5")(sparse, "x")
+    _close(summary, dense)
+    assert summary["Min"] == 0.0 and summary["shape"] == [6, 7]
+    assert summary["md5"] == f"{zlib.crc32(dense.numpy().tobytes()):08x}"
+
+
+def test_uncoalesced_duplicates_add_up_and_an_empty_sparse_tensor_is_zeros():
+    indices = torch.tensor([[0, 0, 2], [1, 1, 3]])
+    sparse = torch.sparse_coo_tensor(indices, torch.tensor([1.5, 2.0, -4.0]), (3, 5))
+    _close(TensorSummarizer("statistics", "statistics")(sparse, "x"), sparse.to_dense())
+    empty = torch.sparse_coo_tensor(torch.zeros(2, 0, dtype=torch.long), torch.zeros(0), (3, 5))
+    assert [TensorSummarizer("statistics", "statistics")(empty, "x")[key] for key in KEYS] == [0.0] * 4
+
+
+def test_quantized_statistics_are_those_of_the_dequantized_values():
+    values = torch.tensor([-1.0, 0.25, 0.5, 2.0])
+    quantized = torch.quantize_per_tensor(values, 0.25, 2, torch.qint8)
+    summary = TensorSummarizer("statistics", "md5")(quantized, "x")
+    _close(summary, quantized.dequantize())
+    assert summary["dtype"] == "torch.qint8"
+    assert summary["md5"] == f"{zlib.crc32(quantized.int_repr().numpy().tobytes()):08x}"
+
+
+@pytest.mark.parametrize("task", ["statistics", "tensor"])
+def test_a_sparse_embedding_gradient_is_dumped(tmp_path, task):
+    torch.manual_seed(0)
+    embedding = torch.nn.Embedding(20, 4, sparse=True)
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"task": task, "level": "L1", "dump_path": str(tmp_path / "dump")}))
+    debugger = PrecisionDebugger(config_path=str(config))
+    debugger.start()
+    embedding(torch.tensor([1, 3, 3])).sum().backward()
+    debugger.stop()
+    debugger.step()
+    data = read_dump(tmp_path / "dump" / "step0" / "rank" / "dump.json").data
+    gradient = data["Functional.embedding.0.backward"]["output"][0]  # the weight's (the only input needing one): sparse
+    _close(gradient, embedding.weight.grad.to_dense())
+    if task == "tensor":
+        saved = torch.load(tmp_path / "dump" / "step0" / "rank" / "dump_tensor_data" / gradient["data_name"])
+        assert saved.is_sparse and torch.equal(saved.to_dense(), embedding.weight.grad.to_dense())
