@@ -420,7 +420,7 @@ class TensorSummarizer:
         return summary
 
 
-def _unusual(tensor: torch.Tensor) -> bool:
+def _is_unusual(tensor: torch.Tensor) -> bool:
     return tensor.is_nested or tensor.is_quantized or tensor.layout not in (torch.strided, torch.jagged)
 
 
@@ -437,7 +437,7 @@ def _by_kind(tensor: torch.Tensor, usual: Callable[..., Any], unusual: Callable[
         if func_transforms.wrapped(tensor):
             with func_transforms.plain_dispatch():
                 return usual(func_transforms.physical(tensor), *args)
-        if _unusual(tensor):
+        if _is_unusual(tensor):
             return unusual(tensor, *args)
         raise
 
