@@ -145,6 +145,26 @@ class GradSummaryWriter:
         return [record.name, *buckets, record.zeros, *stats]
 
 
+class GradProbeHooks:
+    """What both backends' grad probes share: the ``param_list`` filter and the writer's step ends.
+
+    A backend sets ``wanted`` (the config's ``param_list``) and ``writer``.
+    """
+
+    wanted: list[str]
+    writer: GradSummaryWriter
+
+    def watched(self, name: str) -> bool:
+        return not self.wanted or any(item == name or item in name for item in self.wanted)
+
+    def end_step(self) -> None:
+        """debugger.step(): the step's direction files are on disk once it returns."""
+        self.writer.settle()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
 # -- comparing two runs ------------------------------------------------------------------
 
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from msprobe.core.grad_probe import GradSummaryWriter, measure_array
+from msprobe.core.grad_probe import GradProbeHooks, GradSummaryWriter, measure_array
 from msprobe.core.session import TaskSession
 from msprobe.mindspore.dump.tensors import to_numpy
 
 logger = logging.getLogger(__name__)
 
 
-class GradProbe:
+class GradProbe(GradProbeHooks):
     def __init__(self, session: TaskSession, optimizer: Any):
         self.session = session
         section = session.config.grad_probe
@@ -38,16 +38,6 @@ class GradProbe:
             self.handle.remove()
             self.handle = None
 
-    def end_step(self) -> None:
-        """debugger.step(): the step's direction files are on disk once it returns."""
-        self.writer.settle()
-
-    def close(self) -> None:
-        self.writer.close()
-
-    def _watched(self, name: str) -> bool:
-        return not self.wanted or any(item == name or item in name for item in self.wanted)
-
     def _on_optimizer_step(self, _cell: Any, args: tuple) -> None:
         step = self.step
         self.step += 1
@@ -59,7 +49,7 @@ class GradProbe:
             records = [
                 measure_array(name, to_numpy(grad), self.level, self.bounds)
                 for name, grad in zip(self.names, args[0])
-                if grad is not None and self._watched(name)
+                if grad is not None and self.watched(name)
             ]
             self.writer.write_step(step, rank, records)
         except Exception as exc:  # never break training

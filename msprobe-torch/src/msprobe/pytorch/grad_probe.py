@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from msprobe.core.grad_probe import GradRecord, GradSummaryWriter
+from msprobe.core.grad_probe import GradProbeHooks, GradRecord, GradSummaryWriter
 from msprobe.core.session import TaskSession
 from msprobe.pytorch.dump.tensors import kernel_stats
 
@@ -57,7 +57,7 @@ def _measure_with_torch(
     return record
 
 
-class GradProbe:
+class GradProbe(GradProbeHooks):
     """TaskHooks for task grad_probe: installed by monitor(), runs for the whole training."""
 
     def __init__(self, session: TaskSession, model: torch.nn.Module):
@@ -67,12 +67,9 @@ class GradProbe:
         self.wanted = section.param_list
         self.bounds = torch.tensor(section.bounds, dtype=torch.float64) if self.level == "L2" else None
         self.writer = GradSummaryWriter(session.config.dump_path, self.level, section.bounds)
-        self.parameters = [(n, p) for n, p in model.named_parameters() if p.requires_grad and self._watched(n)]
+        self.parameters = [(n, p) for n, p in model.named_parameters() if p.requires_grad and self.watched(n)]
         self.step = 0
         self.handle: Any = None
-
-    def _watched(self, name: str) -> bool:
-        return not self.wanted or any(item == name or item in name for item in self.wanted)
 
     def install(self) -> None:
         if self.handle is None:
@@ -84,13 +81,6 @@ class GradProbe:
         if self.handle is not None:
             self.handle.remove()
             self.handle = None
-
-    def end_step(self) -> None:
-        """debugger.step(): the step's direction files are on disk once it returns."""
-        self.writer.settle()
-
-    def close(self) -> None:
-        self.writer.close()
 
     def _on_optimizer_step(self, optimizer: Any, args: tuple, kwargs: dict) -> None:
         step = self.step

@@ -17,11 +17,8 @@ which also gives the ``*_except_inf_nan`` pair).
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import Any
-
-logger = logging.getLogger(__name__)
 
 try:
     from msprobe.core.dump import _kernels

@@ -168,9 +168,9 @@ def _measure_deferred(tensor: torch.Tensor) -> dict[str, Any]:
 
     A CPU tensor has no device to wait for: it is measured at once, the same way as without async.
     """
-    data = tensor.detach()
-    if data.is_cpu or data.dtype == torch.bool or data.is_complex() or data.dim() == 0:
+    if tensor.is_cpu or tensor.dtype == torch.bool or tensor.is_complex() or tensor.dim() == 0:
         return _measure(tensor)  # nothing to wait for, or rare and cheap: measured at once
+    data = tensor.detach()
     if data.dtype not in _MEASURED_AS_IS:
         data = data.float()
     low, high = torch.aminmax(data)
