@@ -34,7 +34,11 @@ def measure(name: str, grad: torch.Tensor, level: str, bounds: torch.Tensor | No
     if level == "L0":
         record.md5 = hashlib.md5(data.cpu().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
     else:
-        record.signs = np.packbits((values > 0).cpu().numpy().reshape(-1))
+        if values.is_cpu:  # numpy: the probe's own arithmetic is no torch call for a dump beside it to record
+            positive = values.numpy() > 0
+        else:
+            positive = (values > 0).cpu().numpy()
+        record.signs = np.packbits(positive.reshape(-1))
     return record
 
 
