@@ -286,6 +286,14 @@ def test_training_is_bit_identical_with_and_without_the_tool(tmp_path):
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in dumped.modules())
 
 
+def _measure_with(monkeypatch, measure):
+    """Every tensor's statistics taken by ``measure``: the usual entries' short path is turned off too."""
+    from msprobe.pytorch.dump import tensors
+
+    monkeypatch.setattr(tensors, "_measure", measure)
+    monkeypatch.setattr(tensors.TensorSummarizer, "_quick_summary", lambda self, tensor: None)
+
+
 def test_an_exception_inside_the_tool_is_logged_once_and_training_goes_on(tmp_path, monkeypatch, caplog):
     from msprobe.pytorch.dump import tensors
 
@@ -296,7 +304,7 @@ def test_an_exception_inside_the_tool_is_logged_once_and_training_goes_on(tmp_pa
             raise RuntimeError("simulated failure")
         return original(tensor)
 
-    monkeypatch.setattr(tensors, "_measure", flaky)
+    _measure_with(monkeypatch, flaky)
     _, plain_losses = train_mixed_net(None)
     with caplog.at_level(logging.WARNING):
         _, losses = train_mixed_net(
@@ -310,12 +318,11 @@ def test_an_exception_inside_the_tool_is_logged_once_and_training_goes_on(tmp_pa
 
 @pytest.mark.parametrize("where", ["argument", "config"])
 def test_strict_raises_the_tool_s_own_errors(tmp_path, monkeypatch, where):
-    from msprobe.pytorch.dump import tensors
 
     def broken(tensor):
         raise RuntimeError("simulated failure")
 
-    monkeypatch.setattr(tensors, "_measure", broken)
+    _measure_with(monkeypatch, broken)
     if where == "argument":
         debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path), strict=True)
     else:
@@ -330,12 +337,11 @@ def test_strict_raises_the_tool_s_own_errors(tmp_path, monkeypatch, where):
 
 def test_a_device_error_met_by_the_tool_is_raised_to_the_training(tmp_path, monkeypatch):
     """An asynchronous kernel failure surfaces at the next sync, which may be the tool's: it is not the tool's."""
-    from msprobe.pytorch.dump import tensors
 
     def device_failure(tensor):
         raise torch.AcceleratorError("CUDA error: device-side assert triggered")
 
-    monkeypatch.setattr(tensors, "_measure", device_failure)
+    _measure_with(monkeypatch, device_failure)
     debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path))
     debugger.start()
     with pytest.raises(torch.AcceleratorError):

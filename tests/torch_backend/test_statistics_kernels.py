@@ -95,3 +95,46 @@ def test_the_overflow_screen(dtype):
         for tensor in (broken, broken.t()):
             found = TensorSummarizer("overflow_check", "statistics").statistics(tensor)
             assert found and any(not math.isfinite(float(found[key])) for key in ("Max", "Min"))
+
+
+def _general_summarizer() -> TensorSummarizer:
+    summarizer = TensorSummarizer("statistics", "statistics")
+    summarizer._quick = False
+    return summarizer
+
+
+@pytest.mark.parametrize("case", list(_cases()))
+def test_the_short_path_writes_the_entry_the_general_path_writes(case):
+    tensor = _cases()[case]
+    quick = TensorSummarizer("statistics", "statistics")
+    assert quick._quick
+    first, again = quick(tensor, "x"), quick(tensor, "x")  # measured, then from the cache
+    expected = _general_summarizer()(tensor, "x")
+    assert list(first.items()) == list(expected.items())  # the same keys in the same order
+    assert list(again.items()) == list(expected.items())
+
+
+def test_the_short_path_measures_again_whatever_changed():
+    summarizer = TensorSummarizer("statistics", "statistics")
+    tensor = torch.arange(16, dtype=torch.float32)
+    assert summarizer(tensor, "x")["Max"] == 15.0
+    tensor.mul_(2)  # a new version
+    assert summarizer(tensor, "x")["Max"] == 30.0
+    summarizer.overwriting([tensor[:4]])  # a write the dump saw through an alias, version unchanged
+    with torch.no_grad():
+        tensor.data[0] = 100.0  # through .data: the version stays as it was
+    assert summarizer(tensor, "x")["Max"] == 100.0
+    tensor.data = tensor.data.view(4, 4)  # the same memory under another shape
+    assert summarizer(tensor, "x")["shape"] == [4, 4]
+    tensor.requires_grad_(True)
+    assert summarizer(tensor, "x")["requires_grad"] is True
+    entry = summarizer(tensor, "x")
+    entry["Max"] = "changed by a caller"
+    assert summarizer(tensor, "x")["Max"] == 100.0  # each caller gets its own copy
+
+
+def test_the_short_path_leaves_every_other_task_to_the_general_one():
+    assert not TensorSummarizer("statistics", "md5")._quick
+    assert not TensorSummarizer("tensor", "statistics")._quick
+    assert not TensorSummarizer("overflow_check", "statistics")._quick
+    assert not TensorSummarizer("statistics", "statistics", deferred=True)._quick

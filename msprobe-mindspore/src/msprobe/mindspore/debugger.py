@@ -60,12 +60,13 @@ class PrecisionDebugger(BaseDebugger):
         self._hooks.install()
 
     def _make_saver(self) -> Any:
+        import mindspore as ms
         from msprobe.core.dump.debug_save import DebugSaver
         from msprobe.core.dump.values import ValueEncoder
-        from msprobe.mindspore.dump.tensors import TensorSummarizer, describe_object, is_tensor
+        from msprobe.mindspore.dump.tensors import TensorSummarizer, describe_object
 
         summarizer = TensorSummarizer(self.config.task, self.config.summary_mode)
-        encoder = ValueEncoder(is_tensor, summarizer, describe_object)
+        encoder = ValueEncoder(ms.Tensor, summarizer, describe_object)
         return DebugSaver(self.session, encoder, summarizer.set_tensor_dir, register_gradient)
 
 

@@ -43,10 +43,10 @@ class PrecisionDebugger(BaseDebugger):
     def _make_saver(self) -> Any:
         from msprobe.core.dump.debug_save import DebugSaver
         from msprobe.core.dump.values import ValueEncoder
-        from msprobe.pytorch.dump.tensors import TensorSummarizer, describe_object, is_tensor
+        from msprobe.pytorch.dump.tensors import TensorSummarizer, describe_object
 
         summarizer = TensorSummarizer(self.config.task, self.config.summary_mode)
-        encoder = ValueEncoder(is_tensor, summarizer, describe_object)
+        encoder = ValueEncoder(torch.Tensor, summarizer, describe_object)
         return DebugSaver(self.session, encoder, summarizer.set_tensor_dir, register_gradient)
 
 

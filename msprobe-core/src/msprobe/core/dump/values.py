@@ -22,14 +22,14 @@ Describe = Callable[[Any], dict | None]
 class ValueEncoder:
     """Encodes one entry's values; the framework supplies tensor and object handlers."""
 
-    def __init__(self, is_tensor: Callable[[Any], bool], summarize: Summarize, describe: Describe):
-        self.is_tensor = is_tensor
+    def __init__(self, tensor_type: type | tuple[type, ...], summarize: Summarize, describe: Describe):
+        self.tensor_type = tensor_type  # an isinstance check inline: one call less per value
         self.summarize = summarize
         self.describe = describe
         self._nonfinite = getattr(summarize, "nonfinite", None)
 
     def encode(self, value: Any, suffix: str) -> Any:
-        if self.is_tensor(value):
+        if isinstance(value, self.tensor_type):
             return self.summarize(value, suffix)
         if value is None:
             return None
@@ -63,7 +63,7 @@ class ValueEncoder:
     def _plain(self, value: Any) -> Any:
         if value is None or isinstance(value, (bool, int, float, str)):
             return value
-        if self.is_tensor(value):
+        if isinstance(value, self.tensor_type):
             return self.summarize(value, "slice")
         return str(value)
 
@@ -84,7 +84,7 @@ class ValueEncoder:
             from msprobe.core.dump.overflow import has_nonfinite
 
             return has_nonfinite(self.encode_outputs(value, "screen"))
-        if self.is_tensor(value):
+        if isinstance(value, self.tensor_type):
             return nonfinite(value)
         if isinstance(value, float):
             return not math.isfinite(value)

@@ -19,7 +19,6 @@ import json
 import logging
 import mmap
 import os
-import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -110,9 +109,6 @@ class EncodedJSON(str):
     """Text that is already JSON (e.g. a stack shared by many entries): written as is."""
 
 
-_PLAIN_NAME = re.compile(r'^[^"\\\x00-\x1f]*$')
-
-
 def _resolve(value: Any) -> Any:
     """json ``default``: values measured asynchronously are read back now."""
     resolve = getattr(value, "resolve", None)
@@ -124,8 +120,6 @@ def _resolve(value: Any) -> Any:
 def _encode(value: Any) -> str:
     if isinstance(value, EncodedJSON):
         return value
-    if isinstance(value, str) and _PLAIN_NAME.match(value):
-        return f'"{value}"'
     if orjson is not None:
         try:
             return orjson.dumps(value, default=_resolve).decode()
@@ -393,7 +387,7 @@ class DumpWriter:
             text = self.stack[name] = _encode(stack)
             lines.append(_journal_line("stack", encoded_name, text))
         if parent is not NO_PARENT:
-            text = self.construct[name] = _encode(parent)
+            text = self.construct[name] = self._encoded(parent) if isinstance(parent, str) else _encode(parent)
             lines.append(_journal_line("construct", encoded_name, text))
         self._write_lines("".join(lines))
 

@@ -36,7 +36,7 @@ from msprobe.core.dump.stack import StackCapture
 from msprobe.core.dump.values import ValueEncoder
 from msprobe.core.dump.writer import NO_PARENT
 from msprobe.core.session import TaskSession
-from msprobe.mindspore.dump.tensors import TensorSummarizer, describe_object, is_tensor
+from msprobe.mindspore.dump.tensors import TensorSummarizer, describe_object
 
 NAMESPACES = {
     "ops": ("Functional", "mindspore.ops"),
@@ -276,7 +276,7 @@ class MindSporeDumpRecorder:
         self.level = config.level
         # lazy reads, except for ``strict``, which raises the tool's errors from the call that met them
         self.summarizer = TensorSummarizer(config.task, config.summary_mode, caching=True, lazy=not config.strict)
-        encoder = ValueEncoder(is_tensor, self.summarizer, describe_object)
+        encoder = ValueEncoder(ms.Tensor, self.summarizer, describe_object)
         self.collector = DumpCollector(session, encoder, self.summarizer.set_tensor_dir, self.summarizer.set_saving)
         if self.summarizer.lazy:
             self.collector.deferred = self.summarizer.lazy_values  # entries are journaled once their tensors are read

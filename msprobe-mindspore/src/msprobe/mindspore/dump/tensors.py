@@ -327,10 +327,6 @@ class TensorSummarizer:
         write_npy(path, to_numpy(tensor, dtype))
 
 
-def is_tensor(value: Any) -> bool:
-    return isinstance(value, ms.Tensor)
-
-
 def describe_object(value: Any) -> dict[str, Any] | None:
     if isinstance(value, ms.dtype.Type):
         return {"type": "mindspore.dtype", "value": str(value)}

@@ -28,7 +28,7 @@ from msprobe.core.session import TaskSession
 from msprobe.pytorch.api_patch import ApiPatcher, api_targets, unlisted_in_place_targets
 from msprobe.pytorch.compiled import EagerWhileOn, compile_escape, untraced
 from msprobe.pytorch.dump import grad_taps
-from msprobe.pytorch.dump.tensors import TensorSummarizer, describe_object, is_tensor
+from msprobe.pytorch.dump.tensors import TensorSummarizer, describe_object
 from msprobe.pytorch.modules import hookable_modules, warn_unhooked
 
 logger = logging.getLogger(__name__)
@@ -143,7 +143,7 @@ class TorchDumpRecorder:
         config = session.config
         self.level = config.level
         self.summarizer = TensorSummarizer(config.task, config.summary_mode, deferred=config.async_dump)
-        encoder = ValueEncoder(is_tensor, self.summarizer, describe_object)
+        encoder = ValueEncoder(torch.Tensor, self.summarizer, describe_object)
         self.collector = DumpCollector(session, encoder, self.summarizer.set_tensor_dir, self.summarizer.set_saving)
         self.collector.hardware_flag = npu_overflow_flag()
         self.collector.device_errors = _DEVICE_ERRORS

@@ -266,6 +266,9 @@ class TensorSummarizer:
         self._written_at: dict[int, int] = {}  # storage address -> write count when last written
         self._writes = 0
         self.caches = self.with_stats or self.with_crc
+        # statistics of plain CPU float tensors, whole entries cached: the bulk of a dump (see _quick_summary)
+        self._quick = task == "statistics" and not self.with_crc and not deferred and float_stats.AVAILABLE
+        self._summaries: dict[int, tuple[Any, int, int, int, int, Any, Any, dict[str, Any]]] = {}
 
     def set_tensor_dir(self, folder: Path | None) -> None:
         self.tensor_dir = folder
@@ -276,6 +279,7 @@ class TensorSummarizer:
 
     def clear(self) -> None:
         self._cache.clear()
+        self._summaries.clear()
         self._written_at.clear()
 
     def overwriting(self, tensors: list[Any]) -> None:
@@ -354,7 +358,79 @@ class TensorSummarizer:
         return bool(stats) and any(is_nonfinite(stats.get(key)) for key in ("Max", "Min", "Mean", "Norm"))
 
     def __call__(self, tensor: torch.Tensor, data_stem: str) -> dict[str, Any]:
+        if self._quick and self.online is None:
+            try:
+                summary = self._quick_summary(tensor)
+            except RuntimeError:  # no plain memory after all (nested, torch.func's wrappers): the general way
+                summary = None
+            if summary is not None:
+                return summary
         return _by_kind(tensor, self._summary, self._unusual, data_stem)
+
+    def _quick_summary(self, tensor: torch.Tensor) -> dict[str, Any] | None:
+        """The usual entry (statistics of a plain, finite float32/float64 CPU tensor) in one short path, or None.
+
+        Measured by the C kernels and cached whole, under the rule of the
+        module's docstring; the dtype and shape are compared too (``.data =``
+        may swap them under the same memory). Everything else, and any
+        doubt, goes the general way, which gives the same entry.
+        """
+        if type(tensor) not in _PLAIN_TYPES:
+            return None
+        try:
+            version = tensor._version
+        except RuntimeError:  # inference mode: no version counter
+            return None
+        cached = self._summaries.get(id(tensor))
+        if cached is not None:
+            ref, known_version, address, storage, measured_at, dtype, shape, summary = cached
+            if (
+                ref() is tensor
+                and known_version == version
+                and tensor.data_ptr() == address
+                and self._written_at.get(storage, 0) <= measured_at
+                and tensor.dtype is dtype
+                and tensor.shape == shape
+            ):
+                summary = summary.copy()
+                summary["requires_grad"] = tensor.requires_grad
+                return summary
+        dtype = tensor.dtype
+        kind = _KERNEL_KINDS.get(dtype)
+        if kind is None or not tensor.is_cpu or not tensor.dim():
+            return None
+        address = _plain_memory(tensor)
+        if address is None:
+            return None
+        values = float_stats.stats_at(address, tensor.numel(), kind)
+        if values is None:  # an inf or nan: the general way adds the *_except_inf_nan pair
+            return None
+        shape = tensor.shape
+        summary = {
+            "type": "torch.Tensor",
+            "dtype": _DTYPE_NAMES[dtype],
+            "shape": list(shape),
+            "Max": values[0],
+            "Min": values[1],
+            "Mean": values[2],
+            "Norm": values[3],
+        }
+        try:
+            self._summaries[id(tensor)] = (
+                weakref.ref(tensor),
+                version,
+                tensor.data_ptr(),
+                tensor.untyped_storage().data_ptr(),
+                self._writes,
+                dtype,
+                shape,
+                summary,
+            )
+        except TypeError:  # a class refusing weak references
+            pass
+        summary = summary.copy()
+        summary["requires_grad"] = tensor.requires_grad
+        return summary
 
     def _summary(self, tensor: torch.Tensor, data_stem: str) -> dict[str, Any]:
         dtype = tensor.dtype
@@ -503,7 +579,3 @@ def describe_object(value: Any) -> dict[str, Any] | None:
     if isinstance(value, torch.memory_format):
         return {"type": "torch.memory_format", "format": str(value).rsplit(".", 1)[-1]}
     return None
-
-
-def is_tensor(value: Any) -> bool:
-    return isinstance(value, torch.Tensor)
