@@ -1,6 +1,6 @@
 """Workload W in MindSpore (PyNative, CPU): step time with each dump configuration, as a ratio.
 
-    python bench/bench_dump_mindspore.py [--steps 4]
+    python bench/bench_dump_mindspore.py [--steps 16]
 
 A 4-layer transformer LM (vocab 512, width 128, 4 heads, sequence 64,
 batch 8, AdamW) built from kernels CPU MindSpore 2.10 registers; same
@@ -101,7 +101,7 @@ TARGETS = {"statistics L1": 1.5, "statistics mix": 1.7, "md5 L1": 2.0, "overflow
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=16)
     args = parser.parse_args()
     ms.set_context(mode=ms.PYNATIVE_MODE)
     folder = Path(tempfile.mkdtemp(prefix="msprobe_ms_bench_"))

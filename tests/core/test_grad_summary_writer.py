@@ -45,3 +45,32 @@ def test_a_failing_file_is_reported_and_the_others_are_written(tmp_path, monkeyp
     written = sorted(path.name for path in (tmp_path / "rank0" / "step7").glob("*.npy"))
     assert written == [f"layer{i}.weight.npy" for i in (0, 1, 2, 4, 5)]
     assert (tmp_path / "rank0" / "grad_summary_7.csv").exists()
+
+
+def test_a_summary_appears_only_once_its_direction_files_are_written(tmp_path, monkeypatch):
+    """A process killed while a step's files are written leaves no summary that claims the step complete."""
+    import threading
+
+    real = grad_probe.write_npy
+    release = threading.Event()
+
+    def slow(path, array):
+        if path.name == "layer2.weight.npy":
+            release.wait(10)
+        real(path, array)
+
+    monkeypatch.setattr(grad_probe, "write_npy", slow)
+    writer = GradSummaryWriter(tmp_path, "L1", [])
+    writer.write_step(4, 0, _records(5))
+    summary = tmp_path / "rank0" / "grad_summary_4.csv"
+    assert not summary.exists()  # one direction file still being written
+    release.set()
+    writer.settle()
+    assert summary.exists() and not (tmp_path / "rank0" / ".grad_summary_4.csv.tmp").exists()
+    assert len(list((tmp_path / "rank0" / "step4").glob("*.npy"))) == 5
+
+
+def test_a_step_without_direction_files_has_its_summary_at_once(tmp_path):
+    writer = GradSummaryWriter(tmp_path, "L0", [])
+    writer.write_step(0, 0, [GradRecord("w", [3], 1.0, 0.0, 1.0, md5="0a1b2c3d")])
+    assert (tmp_path / "rank0" / "grad_summary_0.csv").exists()

@@ -35,6 +35,7 @@ def train(folder, level="L1", diverge_from=None, steps=5):
         _, grads = grad_fn(x, Tensor(y))
         last = grads
         optimizer(grads)
+        debugger.step()  # the step's files are all on disk once it returns
     return optimizer, last
 
 

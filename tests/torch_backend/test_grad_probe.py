@@ -58,10 +58,12 @@ def test_values_match_the_gradients(tmp_path):
     model = torch.nn.Linear(4, 3)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     (tmp_path / "c.json").write_text(json.dumps({"task": "grad_probe", "dump_path": str(tmp_path / "d")}))
-    PrecisionDebugger(config_path=str(tmp_path / "c.json")).monitor(model)
+    debugger = PrecisionDebugger(config_path=str(tmp_path / "c.json"))
+    debugger.monitor(model)
     model(torch.ones(2, 4)).sum().backward()
     grad = model.weight.grad.clone()
     optimizer.step()
+    debugger.step()  # the step's files are all on disk once it returns
     with open(tmp_path / "d" / "rank0" / "grad_summary_0.csv") as handle:
         row = next(csv.DictReader(handle))
     assert float(row["Max"]) == pytest.approx(grad.max().item()) and float(row["Norm"]) == pytest.approx(
@@ -103,3 +105,29 @@ def test_comparing_folders_without_data_is_a_clear_error(tmp_path):
     (tmp_path / "x").mkdir()
     result = CliRunner().invoke(cli, ["grad_probe", "-i1", str(tmp_path / "x"), "-i2", str(tmp_path), "-o", "o"])
     assert result.exit_code == 1 and "no rank folder in common" in result.output
+
+
+def test_a_dump_beside_the_probe_records_none_of_the_probe_s_arithmetic(tmp_path):
+    """L2 on the CPU measures with torch (aminmax, bucketize, bincount): a dump running beside it must not see them."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    probe_config = {"task": "grad_probe", "dump_path": str(tmp_path / "g"), "grad_probe": {"grad_level": "L2"}}
+    (tmp_path / "g.json").write_text(json.dumps(probe_config))
+    probe = PrecisionDebugger(config_path=str(tmp_path / "g.json"))
+    probe.monitor(model)
+    dump = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path / "d"))
+    dump.start()
+    model(torch.ones(2, 4)).sum().backward()
+    optimizer.step()
+    dump.stop()
+    dump.step()
+    probe.step()
+    names = json.loads((tmp_path / "d" / "step0" / "rank" / "dump.json").read_text())["data"]
+    assert any(name.startswith("Functional.linear.") for name in names)
+    for probe_call in ("aminmax", "bucketize", "bincount", "vector_norm", "stack"):
+        assert not any(f".{probe_call}." in name for name in names), probe_call
+    with open(tmp_path / "g" / "rank0" / "grad_summary_0.csv") as handle:
+        assert [row["Param_name"] for row in csv.DictReader(handle)] == ["weight", "bias"]
+    probe.finish()
+    dump.finish()

@@ -59,6 +59,24 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_quiet_after_fork)
 
 
+@contextlib.contextmanager
+def unrecorded() -> Iterator[None]:
+    """The framework calls made inside are the tool's own: no dump running beside them records them.
+
+    For tools that run beside a dump rather than inside it (the grad probe
+    measuring gradients while another debugger dumps): their arithmetic
+    would otherwise show up among the training's entries.
+    """
+    states = [(state, state.busy) for state in list(_STATES)]
+    for state, _ in states:
+        state.busy = True
+    try:
+        yield
+    finally:
+        for state, busy in states:
+            state.busy = busy
+
+
 class _OwnerPatches:
     """Every attribute replaced on one object (a module or a class), put on and taken off together.
 

@@ -19,6 +19,7 @@ import itertools
 import logging
 import math
 import re
+import threading
 import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -83,13 +84,40 @@ def wait_for_writers() -> None:
         writer.settle()
 
 
-class GradSummaryWriter:
-    """Writes each step's summary at once and its direction files on a few threads (see FilePool).
+class _SummaryAfterFiles:
+    """Moves a step's summary into place when the last of its direction files is written.
 
-    A step's direction files are all on disk when the next step is written,
-    when the backend's ``step()`` or ``finish()`` runs, before a comparison in
-    the same process, and at exit; a file that fails is reported once and the
-    others are still written.
+    A summary on disk thus stands for a complete step: a process killed
+    while the files were being written leaves no summary for that step (and
+    the comparison, which lists steps by their summaries, does not see it),
+    rather than a summary whose direction files are missing. A file that
+    failed still counts as done: its summary and the other files stand.
+    """
+
+    def __init__(self, temporary: Path, path: Path, files: int):
+        self.temporary, self.path = temporary, path
+        self._left = files
+        self._lock = threading.Lock()
+
+    def write(self, path: Path, signs: np.ndarray) -> None:
+        try:
+            write_npy(path, signs)
+        finally:
+            with self._lock:
+                self._left -= 1
+                last = self._left == 0
+            if last:
+                self.temporary.replace(self.path)
+
+
+class GradSummaryWriter:
+    """Writes each step's summary and its direction files, the files on a few threads (see FilePool).
+
+    A step's files are all on disk when the next step is written, when the
+    backend's ``step()`` or ``finish()`` runs, before a comparison in the
+    same process, and at exit; its summary appears when they are (see
+    _SummaryAfterFiles). A file that fails is reported once and the others
+    are still written.
     """
 
     def __init__(self, dump_path: str | Path, level: str, bounds: list[float]):
@@ -124,15 +152,21 @@ class GradSummaryWriter:
         direction_dir = make_dir(folder / f"step{step}") if self.level in ("L1", "L2") else None
         path = folder / f"grad_summary_{step}.csv"
         temporary = folder / f".grad_summary_{step}.csv.tmp"
+        directions = []
         with open_new_file(temporary) as handle:
             writer = csv.writer(handle)
             writer.writerow(columns)
             for record in records:
                 writer.writerow(self._row(record))
                 if direction_dir is not None and record.signs is not None:
-                    self._files.submit(functools.partial(write_npy, direction_dir / f"{record.name}.npy", record.signs))
-                    self._writing_step = step
-        temporary.replace(path)
+                    directions.append((direction_dir / f"{record.name}.npy", record.signs))
+        if not directions:
+            temporary.replace(path)
+            return path
+        summary = _SummaryAfterFiles(temporary, path, len(directions))
+        self._writing_step = step
+        for file_path, signs in directions:
+            self._files.submit(functools.partial(summary.write, file_path, signs))
         return path
 
     def _row(self, record: GradRecord) -> list:

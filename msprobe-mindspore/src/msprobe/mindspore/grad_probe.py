@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from msprobe.core.api_patch import unrecorded
 from msprobe.core.grad_probe import GradProbeHooks, GradSummaryWriter, measure_array
 from msprobe.core.session import TaskSession
 from msprobe.mindspore.dump.tensors import to_numpy
@@ -46,11 +47,12 @@ class GradProbe(GradProbeHooks):
         if (config.step and step not in config.step) or (config.rank and rank not in config.rank) or not args:
             return
         try:
-            records = [
-                measure_array(name, to_numpy(grad), self.level, self.bounds)
-                for name, grad in zip(self.names, args[0])
-                if grad is not None and self.watched(name)
-            ]
+            with unrecorded():  # a dump running beside the probe does not record its reads (astype of bfloat16)
+                records = [
+                    measure_array(name, to_numpy(grad), self.level, self.bounds)
+                    for name, grad in zip(self.names, args[0])
+                    if grad is not None and self.watched(name)
+                ]
             self.writer.write_step(step, rank, records)
         except Exception as exc:  # never break training
             if self.session.config.strict:

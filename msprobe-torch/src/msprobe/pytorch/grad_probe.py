@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from msprobe.core.api_patch import unrecorded
 from msprobe.core.grad_probe import GradProbeHooks, GradRecord, GradSummaryWriter
 from msprobe.core.session import TaskSession
 from msprobe.pytorch.dump.tensors import kernel_stats
@@ -34,10 +35,7 @@ def measure(name: str, grad: torch.Tensor, level: str, bounds: torch.Tensor | No
     if level == "L0":
         record.md5 = hashlib.md5(data.cpu().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
     else:
-        if values.is_cpu:  # numpy: the probe's own arithmetic is no torch call for a dump beside it to record
-            positive = values.numpy() > 0
-        else:
-            positive = (values > 0).cpu().numpy()
+        positive = values.numpy() > 0 if values.is_cpu else (values > 0).cpu().numpy()
         record.signs = np.packbits(positive.reshape(-1))
     return record
 
@@ -96,12 +94,13 @@ class GradProbe(GradProbeHooks):
         try:
             bounds = self.bounds
             records = []
-            for name, parameter in self.parameters:
-                if parameter.grad is None:
-                    continue
-                if bounds is not None and bounds.device != parameter.grad.device:
-                    bounds = self.bounds = self.bounds.to(parameter.grad.device)
-                records.append(measure(name, parameter.grad, self.level, bounds))
+            with unrecorded():  # a dump running beside the probe does not record the probe's arithmetic
+                for name, parameter in self.parameters:
+                    if parameter.grad is None:
+                        continue
+                    if bounds is not None and bounds.device != parameter.grad.device:
+                        bounds = self.bounds = self.bounds.to(parameter.grad.device)
+                    records.append(measure(name, parameter.grad, self.level, bounds))
             self.writer.write_step(step, rank, records)
         except Exception as exc:  # never break training
             if self.session.config.strict:
