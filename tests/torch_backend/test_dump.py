@@ -1042,3 +1042,57 @@ def test_calls_inside_torch_func_transforms_show_the_whole_batch(tmp_path, caplo
     if task == "tensor":
         torch.testing.assert_close(torch.load(dump.tensor_dir() / given["data_name"], weights_only=True), x @ w)
     assert {"Torch.sin.1.forward", "Torch.sin.1.backward"} <= set(dump.data)  # inside vmap(grad(...))
+
+
+def test_an_optimizer_step_that_raised_does_not_adopt_the_calls_after_it(tmp_path):
+    """mix: torch runs no post hook for a step() that raised; a training that catches it and goes on is not
+    filed under the optimizer node."""
+
+    class Flaky(torch.optim.SGD):
+        def step(self, closure=None):
+            raise FloatingPointError("loss scale overflow")
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    optimizer = Flaky(model.parameters(), lr=0.1)
+    debugger = PrecisionDebugger(task="statistics", level="mix", dump_path=str(tmp_path), model=model)
+    debugger.start()
+    model(torch.ones(2, 4)).sum().backward()
+    with pytest.raises(FloatingPointError):
+        optimizer.step()
+    model(torch.ones(2, 4)).sum()  # the training goes on
+    debugger.stop()
+    debugger.step()
+    parents = load(tmp_path).construct
+    assert parents["optimizer"] is None
+    second = [name for name in parents if name.startswith("Module.") and name.endswith("forward.1")]
+    assert second and all(parents[name] is None for name in second), {name: parents[name] for name in second}
+
+
+def test_async_tensor_dump_keeps_its_file_threads_for_the_run(tmp_path):
+    import threading
+
+    (tmp_path / "c.json").write_text(
+        json.dumps(
+            {
+                "task": "tensor",
+                "level": "L1",
+                "dump_path": str(tmp_path / "d"),
+                "async_dump": True,
+                "tensor": {"list": ["relu"]},
+            }
+        )
+    )
+    debugger = PrecisionDebugger(config_path=str(tmp_path / "c.json"))
+    threads_per_step = []
+    for _ in range(3):
+        debugger.start()
+        for _ in range(6):
+            torch.relu(torch.randn(64))
+        debugger.stop()
+        debugger.step()
+        threads_per_step.append({t for t in threading.enumerate() if t.name.startswith("msprobe-files")})
+    assert threads_per_step[0] and threads_per_step[1] <= threads_per_step[0] >= threads_per_step[2]
+    debugger.finish()
+    assert not any(thread.is_alive() for thread in threads_per_step[0])
+    assert len(list((tmp_path / "d" / "step2" / "rank" / "dump_tensor_data").iterdir())) == 12

@@ -158,6 +158,7 @@ class TorchDumpRecorder:
         self.module_counts: dict[str, int] = defaultdict(int)
         self.module_stack: list[str] = []
         self.handles: list[Any] = []
+        self._optimizer_frame: Any = None  # mix: the running optimizer.step()'s frame, while its node is open
         self._stack = StackCapture(_TOOL_ROOT)
         self.with_construct = self.level in ("L0", "mix")
         self.eager = EagerWhileOn([self.patcher, self.write_watch])
@@ -184,18 +185,41 @@ class TorchDumpRecorder:
 
         def pre(optimizer: Any, args: tuple, kwargs: dict) -> None:
             if not self.state.busy:
+                self._close_raised_optimizer()
                 self.collector.parent("optimizer", None)
                 self.module_stack.append("optimizer")
+                self._optimizer_frame = sys._getframe(1)  # torch's wrapper around step(), which calls the hooks
 
         def post(optimizer: Any, args: tuple, kwargs: dict) -> None:
             if not self.state.busy and self.module_stack and self.module_stack[-1] == "optimizer":
                 self.module_stack.pop()
+                self._optimizer_frame = None
 
         self.handles.append(register_optimizer_step_pre_hook(pre))
         self.handles.append(register_optimizer_step_post_hook(post))
 
+    def _close_raised_optimizer(self) -> None:
+        """An optimizer.step() that raised gets no post hook: its node is closed when it is seen to have ended.
+
+        Looked at when a module or the next optimizer step starts, so the
+        calls of a training that caught the exception and went on are not
+        filed under the optimizer.
+        """
+        running = self._optimizer_frame
+        if running is None:
+            return
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame is running:
+                return  # still inside step(): a module it calls belongs under it
+            frame = frame.f_back
+        self._optimizer_frame = None
+        if "optimizer" in self.module_stack:
+            del self.module_stack[self.module_stack.index("optimizer") :]
+
     def remove(self) -> None:
         self.eager.off()
+        self._optimizer_frame = None
         self.patcher.remove()
         self.write_watch.remove()
         self._stack.forget()
@@ -226,6 +250,7 @@ class TorchDumpRecorder:
         self.collector.writer_factory = lambda folder, header: OnlineWriter(sender, summarizer.online, session)
 
     def close(self) -> None:
+        self.summarizer.close()
         if self.sender is not None:
             self.sender.close()
 
@@ -415,6 +440,8 @@ class TorchDumpRecorder:
                 index = self.module_counts[label]
                 self.module_counts[label] = index + 1
                 name = f"{label}.forward.{index}"
+                if self._optimizer_frame is not None:
+                    self._close_raised_optimizer()
                 parent = self.module_stack[-1] if self.module_stack else None
                 record = self._before(name, f"{label}.backward.{index}", args, kwargs)
                 if record is not None:

@@ -255,6 +255,8 @@ class TensorSummarizer:
         self.task = task
         self.deferred = deferred
         self._pending_files: list[tuple[torch.Tensor, Path]] = []
+        self._pool: FilePool | None = None  # async mode's file threads
+        self._closed = False
         self._files = PtWriter()
         self.with_stats = task in ("statistics", "tensor", "overflow_check")
         self.with_crc = summary_mode == "md5"
@@ -295,12 +297,22 @@ class TensorSummarizer:
         pending, self._pending_files = self._pending_files, []
         if not pending:
             return
-        pool = FilePool()
+        if self._pool is None:
+            self._pool = FilePool()  # kept for the run: its threads serve every step
+        pool = self._pool
         try:
             for data, path in pending:
                 pool.submit(functools.partial(self._files.save, data.cpu(), path))
             pool.wait()  # every file is tried; the last failure is raised
         finally:
+            if self._closed:  # the last step's files, written after the run ended (finish())
+                self.close()
+
+    def close(self) -> None:
+        """The run ends: let the file threads go (files still pending are written by ``write_pending``)."""
+        self._closed = True
+        pool, self._pool = self._pool, None
+        if pool is not None:
             pool.close()
 
     def statistics(self, tensor: torch.Tensor) -> dict[str, Any]:
