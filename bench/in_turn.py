@@ -18,11 +18,28 @@ import numpy as np
 
 
 class Timing(NamedTuple):
-    """Median step times in seconds; ``yardstick`` is None when none was timed."""
+    """Median step times in seconds; ``yardstick`` is None when none was timed.
+
+    ``ratios``: tool step / plain step of each round (the two ran next to
+    each other), whose median and quartiles are reported: a drift in machine
+    speed between rounds leaves them alone.
+    """
 
     tool: float
     plain: float
     yardstick: float | None = None
+    ratios: tuple[float, ...] = ()
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(self.ratios) if self.ratios else self.tool / self.plain
+
+    def spread(self) -> tuple[float, float]:
+        """The middle half of the rounds' ratios (first and third quartile)."""
+        if len(self.ratios) < 4:
+            return min(self.ratios, default=self.ratio), max(self.ratios, default=self.ratio)
+        quartiles = statistics.quantiles(self.ratios, n=4)
+        return quartiles[0], quartiles[2]
 
 
 def time_in_turn(
@@ -42,7 +59,8 @@ def time_in_turn(
             if round_number:
                 times[name].append(time.perf_counter() - start)
     medians = {name: statistics.median(values) for name, values in times.items()}
-    return Timing(medians["tool"], medians["plain"], medians.get("yardstick"))
+    ratios = tuple(tool / plain for tool, plain in zip(times["tool"], times["plain"]))
+    return Timing(medians["tool"], medians["plain"], medians.get("yardstick"), ratios)
 
 
 def dumped_step(debugger: Any, train_step: Callable[[], None]) -> Callable[[], None]:
@@ -94,9 +112,14 @@ def report_tensor_dump(timing: Timing, scratch: Path) -> None:
 
 
 def print_ratios(timings: dict[str, Timing], targets: dict[str, float]) -> None:
-    print(f"{'configuration':<18} {'step (ms)':>10} {'plain (ms)':>10} {'ratio':>8}  target")
+    """Median step times, and the median of the rounds' ratios with its middle half (the verdict's basis)."""
+    print(f"{'configuration':<18} {'step (ms)':>10} {'plain (ms)':>10} {'ratio':>8} {'middle half':>15}  target")
     for label, timing in timings.items():
-        ratio = timing.tool / timing.plain
+        ratio = timing.ratio
+        low, high = timing.spread()
         target = targets.get(label)
         verdict = "" if target is None else f"<= {target}x  {'met' if ratio <= target else 'NOT met'}"
-        print(f"{label:<18} {timing.tool * 1000:>10.1f} {timing.plain * 1000:>10.1f} {ratio:>7.3f}x  {verdict}")
+        print(
+            f"{label:<18} {timing.tool * 1000:>10.1f} {timing.plain * 1000:>10.1f} {ratio:>7.3f}x "
+            f"{f'{low:.2f}-{high:.2f}x':>15}  {verdict}"
+        )
