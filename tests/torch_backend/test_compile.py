@@ -168,8 +168,9 @@ result = {"dynamo_loaded_by_the_tool": "torch._dynamo" in sys.modules}
 run = model
 for step in range(2):
     debugger.start()
-    if step == 0:
-        run = torch.compile(model, backend=backend)  # compiled while the dump is on
+    if step == 0:  # compiled while the dump is on; "alias": through torch.compile taken before the dump started
+        compile_function = original_compile if sys.argv[2] == "alias" else torch.compile
+        run = compile_function(model, backend=backend)
     run(torch.randn(2, 4)).sum().backward()
     debugger.stop()
     debugger.step()
@@ -181,13 +182,15 @@ print(json.dumps(result))
 """
 
 
-@pytest.mark.parametrize("level", ["L1", "mix"])
-def test_dynamo_is_left_unloaded_until_the_user_compiles_and_a_model_compiled_mid_dump_runs_eagerly(tmp_path, level):
+@pytest.mark.parametrize("level, name", [("L1", "torch.compile"), ("mix", "torch.compile"), ("L1", "alias")])
+def test_dynamo_is_left_unloaded_until_the_user_compiles_and_a_model_compiled_mid_dump_runs_eagerly(
+    tmp_path, level, name
+):
     import subprocess
 
     (tmp_path / "run.py").write_text(NEVER_OR_LATE_COMPILED)
     done = subprocess.run(
-        [sys.executable, str(tmp_path / "run.py"), level], capture_output=True, text=True, timeout=300
+        [sys.executable, str(tmp_path / "run.py"), level, name], capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "msprobe" not in done.stderr  # no tool warnings (dynamo tracing the tool would cause them)

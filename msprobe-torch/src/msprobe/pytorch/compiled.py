@@ -108,7 +108,7 @@ class EagerWhileOn:
     def _watch_compile(self) -> None:
         if self._watching is not None:
             return
-        self._guard = _DynamoLoadsUnpatched(self._originals)
+        self._guard = _DynamoLoadsUnpatched(self._originals, self._compiler_loaded)
         sys.meta_path.insert(0, self._guard)
         original = self._watching = torch.compile
 
@@ -121,6 +121,13 @@ class EagerWhileOn:
             return result
 
         torch.compile = compile
+
+    def _compiler_loaded(self) -> None:
+        """Dynamo was loaded while watching: by torch.compile under another name (``from torch import
+        compile`` before the dump started), or by a library. Compiled code runs eagerly from now on.
+        """
+        self._unwatch_compile()
+        self.on()
 
     @contextlib.contextmanager
     def _originals(self) -> Iterator[None]:
@@ -147,8 +154,9 @@ class _DynamoLoadsUnpatched(importlib.abc.MetaPathFinder):
     the dump stops, and compiled code would break its graph at every call.
     """
 
-    def __init__(self, originals: Callable[[], contextlib.AbstractContextManager]):
+    def __init__(self, originals: Callable[[], contextlib.AbstractContextManager], loaded: Callable[[], None]):
         self.originals = originals
+        self.loaded = loaded  # called once dynamo is loaded
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname != "torch._dynamo":
@@ -162,13 +170,15 @@ class _DynamoLoadsUnpatched(importlib.abc.MetaPathFinder):
         else:
             return None
         if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _LoaderWithOriginals(spec.loader, self.originals)
+            spec.loader = _LoaderWithOriginals(spec.loader, self.originals, self.loaded)
         return spec
 
 
 class _LoaderWithOriginals(importlib.abc.Loader):
-    def __init__(self, loader: Any, originals: Callable[[], contextlib.AbstractContextManager]):
-        self.loader, self.originals = loader, originals
+    def __init__(
+        self, loader: Any, originals: Callable[[], contextlib.AbstractContextManager], loaded: Callable[[], None]
+    ):
+        self.loader, self.originals, self.loaded = loader, originals, loaded
 
     def create_module(self, spec: Any) -> Any:
         return self.loader.create_module(spec)
@@ -181,6 +191,7 @@ class _LoaderWithOriginals(importlib.abc.Loader):
             module.__loader__ = self.loader
             if getattr(module, "__spec__", None) is not None:
                 module.__spec__.loader = self.loader
+        self.loaded()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.loader, name)
