@@ -1096,3 +1096,43 @@ def test_async_tensor_dump_keeps_its_file_threads_for_the_run(tmp_path):
     debugger.finish()
     assert not any(thread.is_alive() for thread in threads_per_step[0])
     assert len(list((tmp_path / "d" / "step2" / "rank" / "dump_tensor_data").iterdir())) == 12
+
+
+def test_torch_func_transforms_at_mix(tmp_path, caplog):
+    """Module and API entries inside vmap, in their hierarchy, measured over the whole batch."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Tanh())
+    x = torch.randn(4, 3)
+    debugger = PrecisionDebugger(task="statistics", level="mix", dump_path=str(tmp_path), model=model)
+    debugger.start()
+    out = torch.func.vmap(model)(x)
+    debugger.stop()
+    debugger.step()
+    assert "failed" not in caplog.text
+    torch.testing.assert_close(out, model(x))
+    dump = load(tmp_path)
+    assert dump.construct["Functional.linear.0.forward"] == "Module.0.Linear.forward.0"
+    assert dump.construct["Module.0.Linear.forward.0"] is None  # as in the eager run: the root is no entry
+    assert dump.construct["Torch.tanh.0.forward"] == "Module.1.Tanh.forward.0"
+    with torch.no_grad():
+        expected = model[0](x).numpy()
+    [output] = dump.data["Functional.linear.0.forward"]["output"]
+    assert output["shape"] == [4, 2]
+    assert output["Max"] == pytest.approx(expected.max()) and output["Min"] == pytest.approx(expected.min())
+    [module_output] = dump.data["Module.0.Linear.forward.0"]["output"]
+    assert module_output["Max"] == output["Max"]
+
+
+def test_the_overflow_check_inside_vmap_names_the_api_that_overflowed(tmp_path, caplog):
+    x = torch.tensor([[1.0], [20.0]], dtype=torch.float16)  # exp(20) is beyond float16's range for one sample
+    debugger = PrecisionDebugger(task="overflow_check", level="L1", dump_path=str(tmp_path))
+    debugger.start()
+    out = torch.func.vmap(lambda row: torch.exp(row) * 2)(x)
+    debugger.stop()
+    debugger.step()
+    assert "failed" not in caplog.text
+    assert torch.isinf(out[1]).all() and torch.isfinite(out[0]).all()
+    dump = load(tmp_path)
+    assert set(dump.data) == {"Torch.exp.0.forward"}  # the multiplication only passed the inf on
+    [output] = dump.data["Torch.exp.0.forward"]["output"]
+    assert output["shape"] == [2, 1] and output["Max"] == "inf"

@@ -113,7 +113,10 @@ def _plain_memory(data: torch.Tensor) -> int | None:
     if type(data) not in _PLAIN_TYPES or data.is_neg() or not data.numel():
         return None
     if data.is_contiguous() or _fills_its_block(data):
-        return data.data_ptr()  # the block's start: torch has no negative strides
+        try:
+            return data.data_ptr()  # the block's start: torch has no negative strides
+        except RuntimeError:  # no storage of its own: torch.func's wrappers (vmap's batched tensors)
+            return None
     return None
 
 
