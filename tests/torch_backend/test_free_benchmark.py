@@ -178,3 +178,43 @@ def test_calls_inside_vmap_are_checked_over_the_whole_batch(tmp_path, fake_npu, 
     [row] = rows(tmp_path)
     assert (row["api_name"], row["shape"]) == ("NPU.npu_rotary_mul.0.forward", "(2, 3)")  # every sample
     assert torch.equal(out, torch.relu(fragile(x, x, x)))
+
+
+@pytest.mark.parametrize("layout", [torch.strided, torch.jagged])
+@pytest.mark.parametrize("mode", ["improve_precision", "add_noise", "bit_noise", "no_change", "change_value", "to_cpu"])
+def test_apis_on_nested_tensors_are_checked(tmp_path, caplog, mode, layout):
+    """Every perturbation reaches a nested tensor's components; the comparison reads the values they hold."""
+    torch.manual_seed(0)
+    nested = torch.nested.nested_tensor([torch.rand(3, 4), torch.rand(2, 4)], layout=layout, dtype=torch.float16)
+    checker = debugger(tmp_path, pert_mode=mode)
+    checker.start()
+    sines = torch.sin(nested)
+    checker.stop()
+    checker.step()
+    assert "msprobe" not in caplog.text  # nothing skipped
+    expected = [torch.sin(component) for component in nested.unbind()]
+    assert all(torch.equal(a, b) for a, b in zip(sines.unbind(), expected))  # check mode leaves results alone
+    if mode == "change_value":  # the first and last values of each component swapped: the outputs move with them
+        [row] = rows(tmp_path)
+        assert row["api_name"] == "Torch.sin.0.forward" and row["shape"] == "(2, 3, 4)"  # the padded shape
+        assert float(row["max_rel"]) > 1e-4
+
+
+@pytest.mark.parametrize("mode", ["improve_precision", "add_noise", "bit_noise", "no_change", "change_value", "to_cpu"])
+def test_the_encoder_s_padding_free_path_runs_unharmed(tmp_path, caplog, mode):
+    """nn.TransformerEncoder's fast path (nested tensors inside one fused call) gives the same result checked."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True, dropout=0.0)
+    encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=True).eval()
+    x = torch.randn(2, 5, 8)
+    padding = torch.tensor([[False] * 5, [False] * 3 + [True] * 2])
+    with torch.no_grad():
+        expected = encoder(x, src_key_padding_mask=padding)
+    checker = debugger(tmp_path, pert_mode=mode)
+    checker.start()
+    with torch.no_grad():
+        out = encoder(x, src_key_padding_mask=padding)
+    checker.stop()
+    checker.step()
+    assert torch.equal(torch.nan_to_num(out), torch.nan_to_num(expected))
+    assert "msprobe" not in caplog.text

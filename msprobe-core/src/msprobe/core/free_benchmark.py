@@ -131,6 +131,12 @@ class FreeBenchmarkJudge:
         self.rows_written += 1
 
 
+def _first_line(exc: BaseException) -> str:
+    """A framework's dispatch errors run to dozens of lines (every backend it knows): the first says it."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else exc.__class__.__name__
+
+
 def _base_name(api: str) -> str:
     """'Torch.matmul.3.forward' -> 'Torch.matmul': preheating learns per API, not per call."""
     parts = api.split(".")
@@ -275,7 +281,7 @@ class FreeBenchmarkCalls:
             perturbed_args = self.map_tensors(args, self.perturb)
             perturbed_kwargs = self.map_tensors(kwargs, self.perturb)
         except Exception as exc:
-            self.warn(name, f"the perturbation failed ({exc})", exc)
+            self.warn(name, f"the perturbation failed ({_first_line(exc)})", exc)
             return original(*args, **kwargs)
         output = original(*args, **kwargs)
         try:
@@ -285,7 +291,7 @@ class FreeBenchmarkCalls:
                 perturbed = original(*perturbed_args, **perturbed_kwargs)
             self.compare(name, output, perturbed, "forward", self.first_floating(args, kwargs))
         except Exception as exc:
-            self.warn(name, f"the perturbed run failed ({exc.__class__.__name__}: {exc})", exc)
+            self.warn(name, f"the perturbed run failed ({exc.__class__.__name__}: {_first_line(exc)})", exc)
         return output
 
     def compare(self, name: str, output: Any, perturbed: Any, stage: str, reference: Any) -> None:
@@ -311,7 +317,7 @@ class FreeBenchmarkCalls:
                 if a is not None and b is not None:
                     self.judge_pair(name.replace(".forward", ".backward"), a, b, "backward", reference, index)
         except Exception as exc:
-            self.warn(name, f"the backward check failed ({exc.__class__.__name__}: {exc})", exc)
+            self.warn(name, f"the backward check failed ({exc.__class__.__name__}: {_first_line(exc)})", exc)
         finally:
             state.busy = busy
 

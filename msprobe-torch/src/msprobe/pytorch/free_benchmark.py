@@ -25,6 +25,7 @@ from msprobe.core.trees import map_leaves
 from msprobe.pytorch import func_transforms
 from msprobe.pytorch.api_patch import ApiPatcher
 from msprobe.pytorch.compiled import EagerWhileOn
+from msprobe.pytorch.dump.tensors import nested_values, padded_shape
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +96,18 @@ def _map_tensors(value: Any, function: Callable[[torch.Tensor], torch.Tensor]) -
     return map_leaves(value, _floating, function)
 
 
+def _componentwise(function: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``function`` applied to each component of a nested tensor (most perturbations need a plain one)."""
+
+    def perturb(tensor: torch.Tensor) -> torch.Tensor:
+        if not tensor.is_nested:
+            return function(tensor)
+        parts = [function(component) for component in tensor.unbind()]
+        return torch.nested.as_nested_tensor(parts, layout=tensor.layout)
+
+    return perturb
+
+
 def _outputs(value: Any) -> list[torch.Tensor | None]:
     if isinstance(value, torch.Tensor):
         return [value]
@@ -125,6 +138,7 @@ class FreeBenchmarkHooks(FreeBenchmarkCalls):
         return _floating(value)
 
     def map_tensors(self, value: Any, function: Callable) -> Any:
+        function = _componentwise(function)
         if self.fix:
             return _map_tensors(value, function)  # keep autograd: the training uses this result
         with torch.no_grad():
@@ -137,9 +151,13 @@ class FreeBenchmarkHooks(FreeBenchmarkCalls):
         if func_transforms.wrapped(tensor):  # inside torch.func.vmap/grad: every sample
             with func_transforms.plain_dispatch():
                 return self.to_float64(func_transforms.physical(tensor))
+        if tensor.is_nested:  # the values it holds, components one after another
+            tensor = nested_values(tensor)
         return np.asarray(tensor.detach().to("cpu", torch.float64).numpy())
 
     def shape_of(self, tensor: Any) -> list:
+        if tensor.is_nested:
+            return padded_shape(tensor)
         return list(func_transforms.physical(tensor).shape)
 
     def cast_like(self, perturbed: Any, original: Any) -> Any:

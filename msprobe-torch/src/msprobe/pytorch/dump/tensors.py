@@ -538,6 +538,12 @@ def nested_values(tensor: torch.Tensor) -> torch.Tensor:
     return torch.cat([component.reshape(-1) for component in tensor.detach().unbind()])
 
 
+def padded_shape(tensor: torch.Tensor) -> list[int]:
+    """A nested tensor's shape when padded: its component count, then the largest size in each dimension."""
+    shapes = [component.shape for component in tensor.detach().unbind()]
+    return [len(shapes), *(max(sizes) for sizes in zip(*shapes))] if shapes else [0]
+
+
 def _unusual_statistics(tensor: torch.Tensor) -> dict[str, Any]:
     """Statistics of a nested, sparse or quantized tensor, measured afresh each time (rare)."""
     if not tensor.numel():
