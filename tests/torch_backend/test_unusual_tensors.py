@@ -66,3 +66,33 @@ def test_a_sparse_embedding_gradient_is_dumped(tmp_path, task):
     if task == "tensor":
         saved = torch.load(tmp_path / "dump" / "step0" / "rank" / "dump_tensor_data" / gradient["data_name"])
         assert saved.is_sparse and torch.equal(saved.to_dense(), embedding.weight.grad.to_dense())
+
+
+@pytest.mark.parametrize("layout", ["coo", "uncoalesced", "hybrid", "csr", "bsr", "empty"])
+def test_the_crc_of_a_sparse_tensor_is_that_of_its_dense_form_taken_in_pieces(layout, monkeypatch):
+    """The dense form is built a block of rows at a time (here a few rows, so the pieces meet in every test)."""
+    from msprobe.pytorch.dump import tensors
+
+    monkeypatch.setattr(tensors, "_DENSE_PIECE_BYTES", 3 * 8 * 4)  # three rows of eight float32 per piece
+    torch.manual_seed(0)
+    dense = torch.randn(10, 8)
+    dense[dense.abs() < 0.8] = 0.0
+    dense[4:7] = 0.0  # a whole piece without stored values
+    if layout == "uncoalesced":
+        sparse = torch.sparse_coo_tensor(torch.tensor([[9, 0, 9], [7, 1, 7]]), torch.tensor([1.0, 2.0, 0.5]), (10, 8))
+        dense = sparse.to_dense()
+    elif layout == "hybrid":
+        sparse = dense.to_sparse(1)  # rows stored densely: values of shape (nnz, 8)
+    elif layout == "empty":
+        sparse = torch.sparse_coo_tensor(torch.zeros(2, 0, dtype=torch.long), torch.zeros(0), (10, 8))
+        dense = sparse.to_dense()
+    else:
+        sparse = {"coo": dense.to_sparse(), "csr": dense.to_sparse_csr(), "bsr": dense.to_sparse_bsr((2, 2))}[layout]
+    expected = f"{zlib.crc32(dense.numpy().tobytes()):08x}"
+
+    def whole(*args, **kwargs):
+        raise AssertionError("the whole dense form was built")
+
+    monkeypatch.setattr(torch.Tensor, "to_dense", whole)
+    assert tensors.sparse_crc32_hex(sparse) == expected
+    assert TensorSummarizer("statistics", "md5")(sparse, "x")["md5"] == expected

@@ -16,9 +16,12 @@ except ImportError:  # pragma: no cover - a dependency of msprobe-core, optional
     from zlib import crc32 as _crc32
 
 
-def crc32(data: Any) -> int:
-    """CRC-32 of a bytes-like object (a contiguous numpy array is read in place, not copied)."""
-    return _crc32(data) & 0xFFFFFFFF
+def crc32(data: Any, running: int = 0) -> int:
+    """CRC-32 of a bytes-like object (a contiguous numpy array is read in place, not copied).
+
+    ``running``: the CRC of the bytes before these, to checksum a long run of bytes in pieces.
+    """
+    return _crc32(data, running) & 0xFFFFFFFF
 
 
 def crc32_hex(data: Any) -> str:
