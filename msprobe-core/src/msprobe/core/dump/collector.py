@@ -101,11 +101,12 @@ class DumpCollector:
     # -- selection ---------------------------------------------------------------------
     def keeps(self, name: str, direction: str, enclosing: tuple[str, ...] = (), by_name: bool = True) -> bool:
         """``by_name=False`` leaves the ``list`` check to ``selects``: a module's backward name comes late."""
-        if not self.modes.keeps(direction) or not self.scope.inside:
+        modes = self.modes  # checked per call: the filters' fields are read here rather than through their methods
+        if not (modes.forward if direction == "forward" else modes.backward) or not self.scope.inside:
             return False
         if self.overflow is not None and self.overflow.exhausted:
             return False
-        return not by_name or self.selects(name, enclosing)
+        return not by_name or not self.names.active or self.selects(name, enclosing)
 
     def selects(self, name: str, enclosing: tuple[str, ...] = ()) -> bool:
         """The ``list`` field's verdict on an entry made inside the ``enclosing`` calls."""
@@ -170,19 +171,28 @@ class DumpCollector:
                 return False
             with self._files():  # keep the tensors of an overflow, as the reference does
                 inputs = self._encode_inputs(name, *raw_inputs)
-        with self._files(self.overflow is not None):
-            entry = dict(inputs)
-            if parameters is None:
-                entry["is_recompute"] = recompute  # the reference's key order differs for APIs and modules
-            if self.task != "structure":
-                entry["output"] = self.encoder.encode_outputs(output, f"{name}.output") if self.modes.outputs else []
-                if parameters is not None:
-                    entry["parameters"] = {
-                        key: self.encoder.encode(value, f"{name}.parameters.{key}") for key, value in parameters.items()
-                    }
-            entry["is_recompute"] = recompute
+        if self.overflow is None:
+            entry = self._forward_entry(name, inputs, output, parameters, recompute)
+        else:
+            with self._files():  # the tensors of an overflow are kept
+                entry = self._forward_entry(name, inputs, output, parameters, recompute)
         self.open_step().add(name, entry, self.deferred, stack() if stack is not None else None, parent)
         return True
+
+    def _forward_entry(
+        self, name: str, inputs: Any, output: Any, parameters: dict[str, Any] | None, recompute: bool
+    ) -> dict[str, Any]:
+        entry = dict(inputs)
+        if parameters is None:
+            entry["is_recompute"] = recompute  # the reference's key order differs for APIs and modules
+        if self.task != "structure":
+            entry["output"] = self.encoder.encode_outputs(output, f"{name}.output") if self.modes.outputs else []
+            if parameters is not None:
+                entry["parameters"] = {
+                    key: self.encoder.encode(value, f"{name}.parameters.{key}") for key, value in parameters.items()
+                }
+        entry["is_recompute"] = recompute
+        return entry
 
     def backward(self, name: str, grad_of_outputs: Any, grad_of_inputs: Any, parent: Any = NO_PARENT) -> bool:
         """Reference naming: ``input`` holds the gradients arriving (w.r.t. outputs), ``output`` those leaving."""

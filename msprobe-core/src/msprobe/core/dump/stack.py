@@ -52,7 +52,13 @@ class StackCapture:
 
     def __call__(self, skip: int = 1) -> EncodedJSON:
         frame = sys._getframe(skip)
-        while frame is not None and self._tool(frame.f_code):
+        is_tool = self._is_tool
+        while frame is not None:  # the tool's own frames, skipped (the lookup inline: this runs per call)
+            tool = is_tool.get(id(frame.f_code))
+            if tool is None:
+                tool = self._tool(frame.f_code)
+            if not tool:
+                break
             frame = frame.f_back
         if frame is None:
             return self._cached((), None)

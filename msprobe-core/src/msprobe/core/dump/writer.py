@@ -376,20 +376,20 @@ class DumpWriter:
         ``deferred`` entries (async dump) are encoded at the end of the step.
         """
         encoded_name = self._encoded(name)
-        lines = []
+        lines = ""
         if deferred:
             self.data[name] = entry
             self._unsettled.append(name)
         else:
             text = self.data[name] = _encode(entry)
-            lines.append(_journal_line("data", encoded_name, text))
+            lines = _journal_line("data", encoded_name, text)
         if stack is not None:
             text = self.stack[name] = _encode(stack)
-            lines.append(_journal_line("stack", encoded_name, text))
+            lines += _journal_line("stack", encoded_name, text)
         if parent is not NO_PARENT:
             text = self.construct[name] = self._encoded(parent) if isinstance(parent, str) else _encode(parent)
-            lines.append(_journal_line("construct", encoded_name, text))
-        self._write_lines("".join(lines))
+            lines += _journal_line("construct", encoded_name, text)
+        self._write_lines(lines)
 
     def settle(self) -> None:
         """The deferred entries added so far hold their final values: journal them, so a crash keeps them."""
