@@ -101,12 +101,11 @@ class DumpCollector:
     # -- selection ---------------------------------------------------------------------
     def keeps(self, name: str, direction: str, enclosing: tuple[str, ...] = (), by_name: bool = True) -> bool:
         """``by_name=False`` leaves the ``list`` check to ``selects``: a module's backward name comes late."""
-        modes = self.modes  # checked per call: the filters' fields are read here rather than through their methods
-        if not (modes.forward if direction == "forward" else modes.backward) or not self.scope.inside:
+        if not self.modes.keeps(direction) or not self.scope.inside:
             return False
         if self.overflow is not None and self.overflow.exhausted:
             return False
-        return not by_name or not self.names.active or self.selects(name, enclosing)
+        return not by_name or self.selects(name, enclosing)
 
     def selects(self, name: str, enclosing: tuple[str, ...] = ()) -> bool:
         """The ``list`` field's verdict on an entry made inside the ``enclosing`` calls."""

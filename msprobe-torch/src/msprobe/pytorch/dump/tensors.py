@@ -335,15 +335,8 @@ class TensorSummarizer:
             return compute(tensor)
         key = (id(tensor), kind)
         cached = self._cache.get(key)
-        if cached is not None:
-            ref, version, address, storage, measured_at, value = cached
-            if (
-                ref() is tensor
-                and version == current
-                and address == tensor.data_ptr()  # another address: `.data` or `set_` gave it other memory
-                and self._written_at.get(storage, 0) <= measured_at
-            ):
-                return value
+        if cached is not None and self._unchanged(tensor, current, cached):
+            return cached[5]
         value = compute(tensor)
         storage = _storage_address(tensor)
         if storage is not None:  # no plain memory (sparse, wrappers): measured every time
@@ -359,6 +352,17 @@ class TensorSummarizer:
             except TypeError:  # some tensor subclasses refuse weak references
                 pass
         return value
+
+    def _unchanged(self, tensor: torch.Tensor, version: int, cached: tuple) -> bool:
+        """The cache's rule (see the module's docstring) for an entry that begins (weak reference, version, data
+        address, storage address, write count when measured): the same object, version and memory, and no
+        write the dump saw to that memory since."""
+        return (
+            cached[0]() is tensor
+            and cached[1] == version
+            and tensor.data_ptr() == cached[2]  # another address: `.data` or `set_` gave it other memory
+            and self._written_at.get(cached[3], 0) <= cached[4]
+        )
 
     def nonfinite(self, tensor: torch.Tensor) -> bool:
         """Overflow screening of one tensor, with the statistics the entry would show (cached)."""
@@ -398,39 +402,21 @@ class TensorSummarizer:
         except RuntimeError:  # inference mode: no version counter
             return None
         cached = self._summaries.get(id(tensor))
-        if cached is not None:
-            ref, known_version, address, storage, measured_at, dtype, shape, summary = cached
-            if (
-                ref() is tensor
-                and known_version == version
-                and tensor.data_ptr() == address
-                and self._written_at.get(storage, 0) <= measured_at
-                and tensor.dtype is dtype
-                and tensor.shape == shape
-            ):
-                summary = summary.copy()
-                summary["requires_grad"] = tensor.requires_grad
-                return summary
+        if (
+            cached is not None
+            and self._unchanged(tensor, version, cached)
+            and tensor.dtype is cached[5]
+            and tensor.shape == cached[6]
+        ):
+            summary = cached[7].copy()
+            summary["requires_grad"] = tensor.requires_grad
+            return summary
         dtype = tensor.dtype
-        kind = _KERNEL_KINDS.get(dtype)
-        if kind is None or not tensor.is_cpu or not tensor.dim():
-            return None
-        address = _plain_memory(tensor)
-        if address is None:
-            return None
-        values = float_stats.stats_at(address, tensor.numel(), kind)
-        if values is None:  # an inf or nan: the general way adds the *_except_inf_nan pair
+        stats = kernel_stats(tensor) if dtype in _KERNEL_KINDS else None
+        if stats is None:  # not in plain CPU memory, or an inf or nan (the general way adds *_except_inf_nan)
             return None
         shape = tensor.shape
-        summary = {
-            "type": "torch.Tensor",
-            "dtype": _DTYPE_NAMES[dtype],
-            "shape": list(shape),
-            "Max": values[0],
-            "Min": values[1],
-            "Mean": values[2],
-            "Norm": values[3],
-        }
+        summary = {"type": "torch.Tensor", "dtype": _DTYPE_NAMES[dtype], "shape": list(shape), **stats}
         try:
             self._summaries[id(tensor)] = (
                 weakref.ref(tensor),
