@@ -76,14 +76,14 @@ def untraced(hook: Callable[..., Any]) -> Callable[..., Any]:
 class EagerWhileOn:
     """Compiled code runs eagerly between ``on()`` and ``off()`` (see the module's docstring).
 
-    In a process that has not compiled anything yet, ``torch.compile`` is
-    watched instead: a model compiled while the tool is on runs eagerly from
+    In a process that has not compiled anything yet, the compiler's loading
+    is watched instead (whatever loads it: ``torch.compile`` under any name,
+    or a library): a model compiled while the tool is on runs eagerly from
     that call on.
     """
 
     def __init__(self, patchers: Sequence[Any] = ()) -> None:
         self._stance: Any = None
-        self._watching: Callable[..., Any] | None = None  # torch.compile as it was, while watched
         self._patchers = patchers  # the tool's ApiPatchers, paused while dynamo loads
         self._guard: _DynamoLoadsUnpatched | None = None
 
@@ -106,25 +106,14 @@ class EagerWhileOn:
             stance.__exit__(None, None, None)  # the stance before on()
 
     def _watch_compile(self) -> None:
-        if self._watching is not None:
+        if self._guard is not None:
             return
         self._guard = _DynamoLoadsUnpatched(self._originals, self._compiler_loaded)
         sys.meta_path.insert(0, self._guard)
-        original = self._watching = torch.compile
-
-        @functools.wraps(original)
-        def compile(*args: Any, **kwargs: Any) -> Any:
-            result = original(*args, **kwargs)  # loads dynamo through the guard
-            if _compiling_possible():  # called with the model (as a decorator factory it has not compiled yet)
-                self._unwatch_compile()
-                self.on()
-            return result
-
-        torch.compile = compile
 
     def _compiler_loaded(self) -> None:
-        """Dynamo was loaded while watching: by torch.compile under another name (``from torch import
-        compile`` before the dump started), or by a library. Compiled code runs eagerly from now on.
+        """Dynamo was loaded while watching: by torch.compile (under any name, ``from torch import compile``
+        too) or by a library. Compiled code runs eagerly from now on.
         """
         self._unwatch_compile()
         self.on()
@@ -140,9 +129,6 @@ class EagerWhileOn:
         guard, self._guard = self._guard, None
         if guard is not None and guard in sys.meta_path:
             sys.meta_path.remove(guard)
-        original, self._watching = self._watching, None
-        if original is not None and getattr(torch.compile, "__wrapped__", None) is original:
-            torch.compile = original
 
 
 class _DynamoLoadsUnpatched(importlib.abc.MetaPathFinder):

@@ -35,7 +35,7 @@ def measure(name: str, grad: torch.Tensor, level: str, bounds: torch.Tensor | No
     if level == "L0":
         record.md5 = hashlib.md5(data.cpu().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
     else:
-        positive = values.numpy() > 0 if values.is_cpu else (values > 0).cpu().numpy()
+        positive = (values > 0).cpu().numpy()
         record.signs = np.packbits(positive.reshape(-1))
     return record
 

@@ -482,9 +482,10 @@ class TensorSummarizer:
         Both are saved as they are (torch.save).
         """
         data = tensor.detach()
-        if data.is_nested:
-            stored = torch.nested.to_padded_tensor(data, 0.0)
-            shape, crc_source = stored.shape, nested_values(data)
+        if data.is_nested:  # padded only for a file or a receiver
+            padded = self.online is not None or self.save_files
+            stored = torch.nested.to_padded_tensor(data, 0.0) if padded else data
+            shape, crc_source = padded_shape(data), nested_values(data)
         else:
             stored, shape, crc_source = data, data.shape, data.int_repr() if data.is_quantized else None
         summary: dict[str, Any] = {"type": "torch.Tensor", "dtype": str(tensor.dtype), "shape": list(shape)}
