@@ -1,0 +1,66 @@
+"""The free benchmark's comparison of an output with its perturbed twin (framework-free)."""
+
+import numpy as np
+import pytest
+
+from msprobe.core import free_benchmark
+from msprobe.core.dump import float_stats
+from msprobe.core.free_benchmark import max_relative_difference
+
+
+def _by_definition(original: np.ndarray, perturbed: np.ndarray, small: float) -> float:
+    """Element by element, as the docs define it: equal nans and equal infs agree, one-sided ones are inf."""
+    worst = 0.0
+    for o, p in zip(original.astype(np.float64).ravel(), perturbed.astype(np.float64).ravel()):
+        if (np.isnan(o) and np.isnan(p)) or (np.isinf(o) and o == p):
+            continue
+        if not (np.isfinite(o) and np.isfinite(p)):
+            return float("inf")
+        worst = max(worst, abs(p - o) / max(abs(o), small))
+    return worst
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("kernels", [True, False])
+def test_finite_values_take_the_short_way_to_the_same_answer(dtype, kernels, monkeypatch):
+    monkeypatch.setattr(float_stats, "AVAILABLE", kernels and float_stats.AVAILABLE)
+    rng = np.random.default_rng(3)
+    original = (rng.standard_normal((7, 33)) * 10).astype(dtype)
+    original[0, 0] = 0.0  # below `small`: divided by small
+    perturbed = (original.astype(np.float64) * (1 + rng.standard_normal((7, 33)) * 1e-3)).astype(np.float64)
+    expected = _by_definition(original, perturbed, 1e-6)
+    assert max_relative_difference(original, perturbed, 1e-6) == pytest.approx(expected, rel=1e-12)
+    # a transposed (not contiguous) view is measured the same way
+    assert max_relative_difference(original.T, perturbed.T, 1e-6) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "original, perturbed, expected",
+    [
+        ([1.0, np.nan, 2.0], [1.0, np.nan, 2.0], 0.0),  # nan on both sides agrees
+        ([1.0, np.inf, -np.inf], [1.5, np.inf, -np.inf], 0.5),  # the same inf agrees
+        ([1.0, np.inf], [1.0, -np.inf], float("inf")),  # opposite infs do not
+        ([1.0, 2.0], [1.0, np.nan], float("inf")),  # a nan on one side only
+        ([np.nan, np.nan], [np.nan, np.nan], 0.0),  # nothing left to compare
+        ([], [], 0.0),
+    ],
+)
+def test_infs_and_nans(original, perturbed, expected):
+    original, perturbed = np.array(original, dtype=np.float32), np.array(perturbed, dtype=np.float64)
+    assert max_relative_difference(original, perturbed, 1e-6) == expected
+    assert _by_definition(original, perturbed, 1e-6) == expected
+
+
+def test_the_short_way_is_taken_only_when_all_values_are_finite(monkeypatch):
+    taken = []
+    original_short = free_benchmark._finite_max_relative
+    monkeypatch.setattr(
+        free_benchmark, "_finite_max_relative", lambda *args: taken.append(args[0].size) or original_short(*args)
+    )
+    max_relative_difference(np.ones(5, np.float32), np.ones(5), 1e-6)
+    max_relative_difference(np.array([1.0, np.nan]), np.array([1.0, np.nan]), 1e-6)
+    assert taken == [5, 1]  # the second after the agreeing nans were set aside
+
+
+def test_a_shape_mismatch_is_infinitely_different():
+    assert max_relative_difference(np.ones(3), np.ones(4), 1e-6) == float("inf")
