@@ -64,3 +64,12 @@ def test_the_short_way_is_taken_only_when_all_values_are_finite(monkeypatch):
 
 def test_a_shape_mismatch_is_infinitely_different():
     assert max_relative_difference(np.ones(3), np.ones(4), 1e-6) == float("inf")
+
+
+@pytest.mark.parametrize("kernels", [True, False])
+def test_a_zero_dimensional_output_is_measured(kernels, monkeypatch):
+    """A loss is a 0-d tensor: numpy makes scalars of 0-d results, which cannot be written in place."""
+    monkeypatch.setattr(float_stats, "AVAILABLE", kernels and float_stats.AVAILABLE)
+    original, perturbed = np.array(2.0, np.float32), np.array(2.5)
+    assert max_relative_difference(original, perturbed, 1e-6) == 0.25
+    assert max_relative_difference(np.array(np.nan, np.float16), np.array(np.nan), 1e-6) == 0.0

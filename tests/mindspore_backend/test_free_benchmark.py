@@ -81,3 +81,13 @@ def test_pytorch_only_options_are_refused(tmp_path):
         debugger(
             tmp_path / "x" if (tmp_path / "x").mkdir() is None else tmp_path, pert_mode="to_cpu", fuzz_device="cpu"
         ).start()
+
+
+@pytest.mark.parametrize("mode", ["improve_precision", "add_noise", "bit_noise", "no_change", "change_value"])
+def test_every_perturbation_checks_a_training_step_without_changing_it(tmp_path, mode, caplog):
+    from test_dump import train
+
+    plain = train(tmp_path / "plain", "L1", "structure")
+    checked = train(tmp_path / "fb", "L1", "free_benchmark", free_benchmark={"pert_mode": mode})
+    assert checked == plain
+    assert "msprobe" not in caplog.text  # every API checked: the 0-d loss, transposed inputs and all

@@ -75,6 +75,8 @@ def _finite_max_relative(original: np.ndarray, perturbed: np.ndarray, small: flo
     Checking every API of a training step, the comparison is a large share
     of the free benchmark's time; the general way above makes a dozen passes.
     """
+    # a 0-d result would be a numpy scalar, which cannot take ``out``
+    original, perturbed = np.atleast_1d(original), np.atleast_1d(perturbed)
     difference = np.subtract(perturbed, original, dtype=np.float64)
     np.abs(difference, out=difference)
     scale = np.abs(original, dtype=np.float64)
@@ -317,7 +319,9 @@ class FreeBenchmarkCalls:
                 perturbed = original(*perturbed_args, **perturbed_kwargs)
             self.compare(name, output, perturbed, "forward", self.first_floating(args, kwargs))
         except Exception as exc:
-            self.warn(name, f"the perturbed run failed ({exc.__class__.__name__}: {_first_line(exc)})", exc)
+            self.warn(
+                name, f"the perturbed run or its comparison failed ({exc.__class__.__name__}: {_first_line(exc)})", exc
+            )
         return output
 
     def compare(self, name: str, output: Any, perturbed: Any, stage: str, reference: Any) -> None:

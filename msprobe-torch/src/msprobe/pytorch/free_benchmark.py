@@ -65,7 +65,7 @@ def no_change(tensor: torch.Tensor) -> torch.Tensor:
 
 def change_value(tensor: torch.Tensor) -> torch.Tensor:
     """Swap the first and last elements: exposes order-dependent accumulation."""
-    changed = tensor.clone()
+    changed = tensor.clone(memory_format=torch.contiguous_format)  # a transposed input is not one flat view
     flat = changed.view(-1)
     if flat.numel() > 1:
         first = flat[0].clone()
