@@ -9,7 +9,7 @@ import pytest
 from mindspore import Tensor, nn
 
 from msprobe.core.errors import UsageError
-from msprobe.core.grad_probe import GradComparator
+from msprobe.core.grad_probe import GradComparator, wait_for_writers
 from msprobe.mindspore import PrecisionDebugger
 
 ms.set_context(mode=ms.PYNATIVE_MODE)
@@ -35,7 +35,8 @@ def train(folder, level="L1", diverge_from=None, steps=5):
         _, grads = grad_fn(x, Tensor(y))
         last = grads
         optimizer(grads)
-        debugger.step()  # the step's files are all on disk once it returns
+        debugger.step()
+    wait_for_writers()  # the last step's direction files are written while training would go on
     return optimizer, last
 
 

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from msprobe.cli.main import cli
 from msprobe.core.errors import UsageError
-from msprobe.core.grad_probe import GradComparator, interval_names
+from msprobe.core.grad_probe import GradComparator, interval_names, wait_for_writers
 from msprobe.pytorch import PrecisionDebugger
 
 
@@ -34,6 +34,7 @@ def train(tmp_path, level="L1", diverge_from=None, steps=6, **section):
         optimizer.zero_grad()
         debugger.stop()
         debugger.step()
+    wait_for_writers()  # the last step's direction files are written while training would go on
     return model
 
 
@@ -63,7 +64,8 @@ def test_values_match_the_gradients(tmp_path):
     model(torch.ones(2, 4)).sum().backward()
     grad = model.weight.grad.clone()
     optimizer.step()
-    debugger.step()  # the step's files are all on disk once it returns
+    debugger.step()
+    wait_for_writers()  # the step's files are written in the background
     with open(tmp_path / "d" / "rank0" / "grad_summary_0.csv") as handle:
         row = next(csv.DictReader(handle))
     assert float(row["Max"]) == pytest.approx(grad.max().item()) and float(row["Norm"]) == pytest.approx(

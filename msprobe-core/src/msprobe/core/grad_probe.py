@@ -114,8 +114,9 @@ class GradSummaryWriter:
     """Writes each step's summary and its direction files, the files on a few threads (see FilePool).
 
     A step's files are all on disk when the next step is written, when the
-    backend's ``step()`` or ``finish()`` runs, before a comparison in the
-    same process, and at exit; its summary appears when they are (see
+    backend's ``finish()`` runs, before a comparison in the same process,
+    and at exit (not at each ``step()``: they are written while the next
+    step computes); its summary appears when they are (see
     _SummaryAfterFiles). A file that fails is reported once and the others
     are still written.
     """
@@ -180,7 +181,7 @@ class GradSummaryWriter:
 
 
 class GradProbeHooks:
-    """What both backends' grad probes share: the ``param_list`` filter and the writer's step ends.
+    """What both backends' grad probes share: the ``param_list`` filter and closing the writer.
 
     A backend sets ``wanted`` (the config's ``param_list``) and ``writer``.
     """
@@ -190,10 +191,6 @@ class GradProbeHooks:
 
     def watched(self, name: str) -> bool:
         return not self.wanted or any(item == name or item in name for item in self.wanted)
-
-    def end_step(self) -> None:
-        """debugger.step(): the step's direction files are on disk once it returns."""
-        self.writer.settle()
 
     def close(self) -> None:
         self.writer.close()
