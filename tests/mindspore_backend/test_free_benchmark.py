@@ -7,6 +7,7 @@ import mindspore as ms
 import numpy as np
 import pytest
 from mindspore import Tensor, mint, ops
+from test_dump import train
 
 from msprobe.core.errors import UsageError
 from msprobe.mindspore import PrecisionDebugger
@@ -85,8 +86,6 @@ def test_pytorch_only_options_are_refused(tmp_path):
 
 @pytest.mark.parametrize("mode", ["improve_precision", "add_noise", "bit_noise", "no_change", "change_value"])
 def test_every_perturbation_checks_a_training_step_without_changing_it(tmp_path, mode, caplog):
-    from test_dump import train
-
     plain = train(tmp_path / "plain", "L1", "structure")
     checked = train(tmp_path / "fb", "L1", "free_benchmark", free_benchmark={"pert_mode": mode})
     assert checked == plain
