@@ -40,6 +40,7 @@ def test_core_and_cli_alone_then_add_torch(fresh_venv):
     listing = run(fresh_venv, "msprobe", "plugins")
     assert "pytorch (backend, msprobe-torch" in listing.stdout
     assert "torch is not installed" in listing.stdout  # appears, and says what it lacks
+    assert "per-call path: C" in listing.stdout  # pip compiled msprobe-torch's C extension too
     version = run(fresh_venv, "msprobe", "--version")
     assert version.stdout.strip() == f"msprobe {(REPO_ROOT / 'VERSION').read_text().strip()}"
     wrong = run(fresh_venv, "msprobe", "-f", "mindspore", "plugins")

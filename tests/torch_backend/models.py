@@ -91,3 +91,21 @@ def train_mixed_net(make_debugger=None, steps: int = 2, seed: int = 7, leaky: bo
             debugger.stop()
             debugger.step()
     return model, losses
+
+
+def train_beside_a_failing_tool(tmp_path, caplog) -> list[str]:
+    """Trains the mixed net without the tool, then with a statistics L1 dump whose own work fails somewhere
+    (the caller arranges where): the losses must be the same, each failure logged once; returns the messages."""
+    import logging
+
+    from msprobe.pytorch import PrecisionDebugger
+
+    _, plain_losses = train_mixed_net(None)
+    with caplog.at_level(logging.WARNING):
+        _, losses = train_mixed_net(
+            lambda model: PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path), model=model)
+        )
+    assert all(torch.equal(a, b) for a, b in zip(plain_losses, losses))
+    failures = [r.getMessage() for r in caplog.records if "simulated failure" in r.getMessage()]
+    assert failures and len(failures) == len(set(failures))  # once per API
+    return failures

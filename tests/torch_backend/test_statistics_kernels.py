@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from summaries import summary_of
 
 from msprobe.core.dump import float_stats
 from msprobe.pytorch.dump import tensors
@@ -44,9 +45,9 @@ def _cases() -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("case", list(_cases()))
 def test_kernels_and_torch_agree(case, monkeypatch):
     tensor = _cases()[case]
-    with_kernels = TensorSummarizer("statistics", "statistics")(tensor, "x")
+    with_kernels = summary_of(TensorSummarizer("statistics", "statistics"), tensor)
     monkeypatch.setattr(float_stats, "AVAILABLE", False)
-    by_torch = TensorSummarizer("statistics", "statistics")(tensor, "x")
+    by_torch = summary_of(TensorSummarizer("statistics", "statistics"), tensor)
     assert with_kernels.keys() == by_torch.keys()
     for key, expected in by_torch.items():
         value = with_kernels[key]
@@ -77,7 +78,7 @@ def test_the_kernels_measure_plain_cpu_tensors(monkeypatch):
 def test_mean_and_norm_are_correctly_rounded():
     torch.manual_seed(1)
     tensor = torch.randn(1 << 20) + 0.25
-    stats = TensorSummarizer("statistics", "statistics")(tensor, "x")
+    stats = summary_of(TensorSummarizer("statistics", "statistics"), tensor)
     wide = tensor.double()
     assert stats["Mean"] == float(np.float32(wide.mean().item()))
     assert stats["Norm"] == float(np.float32(wide.norm().item()))
@@ -99,7 +100,7 @@ def test_the_overflow_screen(dtype):
 
 def _general_summarizer() -> TensorSummarizer:
     summarizer = TensorSummarizer("statistics", "statistics")
-    summarizer._quick = False
+    summarizer.quick_texts = None
     return summarizer
 
 
@@ -107,9 +108,9 @@ def _general_summarizer() -> TensorSummarizer:
 def test_the_short_path_writes_the_entry_the_general_path_writes(case):
     tensor = _cases()[case]
     quick = TensorSummarizer("statistics", "statistics")
-    assert quick._quick
-    first, again = quick(tensor, "x"), quick(tensor, "x")  # measured, then from the cache
-    expected = _general_summarizer()(tensor, "x")
+    assert quick.quick_texts is not None
+    first, again = summary_of(quick, tensor), summary_of(quick, tensor)  # measured, then from the cache
+    expected = summary_of(_general_summarizer(), tensor)
     assert list(first.items()) == list(expected.items())  # the same keys in the same order
     assert list(again.items()) == list(expected.items())
 
@@ -117,24 +118,25 @@ def test_the_short_path_writes_the_entry_the_general_path_writes(case):
 def test_the_short_path_measures_again_whatever_changed():
     summarizer = TensorSummarizer("statistics", "statistics")
     tensor = torch.arange(16, dtype=torch.float32)
-    assert summarizer(tensor, "x")["Max"] == 15.0
+    assert summary_of(summarizer, tensor)["Max"] == 15.0
     tensor.mul_(2)  # a new version
-    assert summarizer(tensor, "x")["Max"] == 30.0
+    assert summary_of(summarizer, tensor)["Max"] == 30.0
     summarizer.overwriting([tensor[:4]])  # a write the dump saw through an alias, version unchanged
     with torch.no_grad():
         tensor.data[0] = 100.0  # through .data: the version stays as it was
-    assert summarizer(tensor, "x")["Max"] == 100.0
+    assert summary_of(summarizer, tensor)["Max"] == 100.0
     tensor.data = tensor.data.view(4, 4)  # the same memory under another shape
-    assert summarizer(tensor, "x")["shape"] == [4, 4]
+    assert summary_of(summarizer, tensor)["shape"] == [4, 4]
     tensor.requires_grad_(True)
-    assert summarizer(tensor, "x")["requires_grad"] is True
-    entry = summarizer(tensor, "x")
-    entry["Max"] = "changed by a caller"
-    assert summarizer(tensor, "x")["Max"] == 100.0  # each caller gets its own copy
+    assert summary_of(summarizer, tensor)["requires_grad"] is True
+    tensor.data = torch.zeros(4, 4)  # other memory, same version
+    assert summary_of(summarizer, tensor)["Max"] == 0.0
+    tensor.data = tensor.data.double()  # another dtype
+    assert summary_of(summarizer, tensor)["dtype"] == "torch.float64"
 
 
 def test_the_short_path_leaves_every_other_task_to_the_general_one():
-    assert not TensorSummarizer("statistics", "md5")._quick
-    assert not TensorSummarizer("tensor", "statistics")._quick
-    assert not TensorSummarizer("overflow_check", "statistics")._quick
-    assert not TensorSummarizer("statistics", "statistics", deferred=True)._quick
+    assert TensorSummarizer("statistics", "md5").quick_texts is None
+    assert TensorSummarizer("tensor", "statistics").quick_texts is None
+    assert TensorSummarizer("overflow_check", "statistics").quick_texts is None
+    assert TensorSummarizer("statistics", "statistics", deferred=True).quick_texts is None

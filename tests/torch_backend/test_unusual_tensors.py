@@ -6,6 +6,7 @@ import zlib
 
 import pytest
 import torch
+from summaries import summary_of
 
 from msprobe.core.dump.reader import read_dump
 from msprobe.pytorch import PrecisionDebugger
@@ -15,7 +16,7 @@ KEYS = ("Max", "Min", "Mean", "Norm")
 
 
 def _close(summary, dense):
-    expected = TensorSummarizer("statistics", "statistics")(dense, "x")
+    expected = summary_of(TensorSummarizer("statistics", "statistics"), dense)
     for key in KEYS:
         assert math.isclose(summary[key], expected[key], rel_tol=1e-6, abs_tol=1e-7), (key, summary[key], expected[key])
 
@@ -26,7 +27,7 @@ def test_sparse_statistics_count_the_zeros_not_stored(layout):
     dense = torch.randn(6, 7).abs() + 0.5  # all positive: Min is a zero that is not stored
     dense[dense < 1.0] = 0.0
     sparse = {"coo": dense.to_sparse(), "csr": dense.to_sparse_csr(), "csc": dense.to_sparse_csc()}[layout]
-    summary = TensorSummarizer("statistics", "md5")(sparse, "x")
+    summary = summary_of(TensorSummarizer("statistics", "md5"), sparse)
     _close(summary, dense)
     assert summary["Min"] == 0.0 and summary["shape"] == [6, 7]
     assert summary["md5"] == f"{zlib.crc32(dense.numpy().tobytes()):08x}"
@@ -35,15 +36,15 @@ def test_sparse_statistics_count_the_zeros_not_stored(layout):
 def test_uncoalesced_duplicates_add_up_and_an_empty_sparse_tensor_is_zeros():
     indices = torch.tensor([[0, 0, 2], [1, 1, 3]])
     sparse = torch.sparse_coo_tensor(indices, torch.tensor([1.5, 2.0, -4.0]), (3, 5))
-    _close(TensorSummarizer("statistics", "statistics")(sparse, "x"), sparse.to_dense())
+    _close(summary_of(TensorSummarizer("statistics", "statistics"), sparse), sparse.to_dense())
     empty = torch.sparse_coo_tensor(torch.zeros(2, 0, dtype=torch.long), torch.zeros(0), (3, 5))
-    assert [TensorSummarizer("statistics", "statistics")(empty, "x")[key] for key in KEYS] == [0.0] * 4
+    assert [summary_of(TensorSummarizer("statistics", "statistics"), empty)[key] for key in KEYS] == [0.0] * 4
 
 
 def test_quantized_statistics_are_those_of_the_dequantized_values():
     values = torch.tensor([-1.0, 0.25, 0.5, 2.0])
     quantized = torch.quantize_per_tensor(values, 0.25, 2, torch.qint8)
-    summary = TensorSummarizer("statistics", "md5")(quantized, "x")
+    summary = summary_of(TensorSummarizer("statistics", "md5"), quantized)
     _close(summary, quantized.dequantize())
     assert summary["dtype"] == "torch.qint8"
     assert summary["md5"] == f"{zlib.crc32(quantized.int_repr().numpy().tobytes()):08x}"
@@ -95,4 +96,4 @@ def test_the_crc_of_a_sparse_tensor_is_that_of_its_dense_form_taken_in_pieces(la
 
     monkeypatch.setattr(torch.Tensor, "to_dense", whole)
     assert tensors.sparse_crc32_hex(sparse) == expected
-    assert TensorSummarizer("statistics", "md5")(sparse, "x")["md5"] == expected
+    assert summary_of(TensorSummarizer("statistics", "md5"), sparse)["md5"] == expected

@@ -6,6 +6,8 @@ torch: everything that needs torch is imported inside the methods.
 
 from __future__ import annotations
 
+import importlib.machinery
+import os
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,19 @@ class TorchBackend(Backend):
         from msprobe.pytorch.seed import seed_all
 
         seed_all(seed=seed, mode=mode, rm_dropout=rm_dropout)
+
+    def describe(self) -> str:
+        return f"{super().describe()}; per-call path: {_lane_state()}"
+
+
+def _lane_state() -> str:
+    """Whether the dump's per-call path in C (dump/_lane.c) was built, told without importing torch."""
+    if os.environ.get("MSPROBE_NO_LANE", "").strip() not in ("", "0"):
+        return "Python (MSPROBE_NO_LANE is set)"
+    folder = Path(__file__).parent / "dump"
+    if any((folder / f"_lane{suffix}").is_file() for suffix in importlib.machinery.EXTENSION_SUFFIXES):
+        return "C"
+    return "Python (msprobe-torch was built without a C compiler)"
 
 
 @hookimpl

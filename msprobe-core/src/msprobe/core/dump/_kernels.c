@@ -185,8 +185,9 @@ static void f64_generic(const double *x, Py_ssize_t n, Sums *out) {
 typedef void (*F32Kernel)(const float *, Py_ssize_t, Sums *);
 static F32Kernel f32_kernel = f32_generic;
 
-/* Max, Min, Mean, Norm as Python floats, or None when an element is inf or nan. */
-static PyObject *stats_of(const void *data, Py_ssize_t n, char kind) {
+/* Max, Min, Mean, Norm into out; 0 when an element is inf or nan (or a float32 norm is beyond float32's
+ * range), 1 otherwise.  Needs the interpreter lock, which it lets go while reading a long tensor. */
+static int compute_stats(const void *data, Py_ssize_t n, char kind, double out[4]) {
     Sums sums;
     int unlocked = n >= UNLOCKED_FROM;
     PyThreadState *state = unlocked ? PyEval_SaveThread() : NULL;
@@ -196,14 +197,25 @@ static PyObject *stats_of(const void *data, Py_ssize_t n, char kind) {
         f64_generic((const double *)data, n, &sums);
     if (unlocked) PyEval_RestoreThread(state);
     /* a finite sum of squares proves every element finite: float32 squares cannot overflow a double */
-    if (!isfinite(sums.squares) || !isfinite(sums.sum)) Py_RETURN_NONE;
+    if (!isfinite(sums.squares) || !isfinite(sums.sum)) return 0;
     double mean = sums.sum / (double)n, norm = sqrt(sums.squares);
     if (kind == 'f') {
         mean = (double)(float)mean;
         norm = (double)(float)norm;
-        if (isinf(norm)) Py_RETURN_NONE; /* finite values, but a norm beyond float32's range */
+        if (isinf(norm)) return 0; /* finite values, but a norm beyond float32's range */
     }
-    return Py_BuildValue("(dddd)", sums.max, sums.min, mean, norm);
+    out[0] = sums.max;
+    out[1] = sums.min;
+    out[2] = mean;
+    out[3] = norm;
+    return 1;
+}
+
+/* Max, Min, Mean, Norm as Python floats, or None when an element is inf or nan. */
+static PyObject *stats_of(const void *data, Py_ssize_t n, char kind) {
+    double stats[4];
+    if (!compute_stats(data, n, kind, stats)) Py_RETURN_NONE;
+    return Py_BuildValue("(dddd)", stats[0], stats[1], stats[2], stats[3]);
 }
 
 static int parse_kind(PyObject *kind_object, char *kind) {
@@ -425,10 +437,28 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels", "msprobe's one-pass tensor statistics.", -1,
                                     methods};
 
+/* The kernels for other C extensions (msprobe-torch's per-call path), without Python objects per call: the
+ * capsule "_C_API" holds this table.  Its users declare the same layout and check the version: the
+ * packages build apart, so no header is shared; a new field goes at the end with a new version. */
+typedef struct {
+    int version;
+    int (*float_stats)(const void *data, Py_ssize_t n, char kind, double out[4]);
+} KernelsAPI;
+
+static const KernelsAPI C_API = {1, compute_stats};
+
 PyMODINIT_FUNC PyInit__kernels(void) {
 #ifdef HAVE_AVX2_KERNEL
     __builtin_cpu_init();
 #endif
     choose_kernel();
-    return PyModule_Create(&module);
+    PyObject *created = PyModule_Create(&module);
+    if (created == NULL) return NULL;
+    PyObject *capsule = PyCapsule_New((void *)&C_API, "msprobe.core.dump._kernels._C_API", NULL);
+    if (capsule == NULL || PyModule_AddObject(created, "_C_API", capsule) < 0) {
+        Py_XDECREF(capsule);
+        Py_DECREF(created);
+        return NULL;
+    }
+    return created;
 }

@@ -109,23 +109,50 @@ class EncodedJSON(str):
     """Text that is already JSON (e.g. a stack shared by many entries): written as is."""
 
 
+class RawJSON:
+    """A value inside an entry that is JSON text already (a backend's cached tensor summary): embedded as it is."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str):
+        self.text = text
+
+
+_FRAGMENT = getattr(orjson, "Fragment", None)
+
+
+def _for_orjson(value: Any) -> Any:
+    """orjson's ``default``: text already encoded is embedded; values measured asynchronously are read back now."""
+    if isinstance(value, RawJSON):
+        return _FRAGMENT(value.text)
+    return _resolve(value)
+
+
+def _for_json(value: Any) -> Any:
+    """The standard encoder's ``default``, which cannot embed text: it is read instead."""
+    if isinstance(value, RawJSON):
+        return json.loads(value.text)
+    return _resolve(value)
+
+
 def _resolve(value: Any) -> Any:
-    """json ``default``: values measured asynchronously are read back now."""
     resolve = getattr(value, "resolve", None)
     if resolve is None:
         raise TypeError(f"{type(value).__name__} is not JSON serializable")
     return resolve()
 
 
-def _encode(value: Any) -> str:
+def encode_json(value: Any) -> str:
+    """An entry's value as JSON text: orjson where it can (values measured late are read back, ``RawJSON``
+    embedded), the standard encoder for what orjson refuses (an integer beyond 64 bits)."""
     if isinstance(value, EncodedJSON):
         return value
-    if orjson is not None:
+    if orjson is not None and _FRAGMENT is not None:
         try:
-            return orjson.dumps(value, default=_resolve).decode()
+            return orjson.dumps(value, default=_for_orjson).decode()
         except TypeError:  # e.g. an integer beyond 64 bits: the standard encoder takes any size
             pass
-    return json.dumps(value, ensure_ascii=False, default=_resolve)
+    return json.dumps(value, ensure_ascii=False, default=_for_json)
 
 
 def _write_object(
@@ -139,12 +166,12 @@ def _write_object(
     """
     indent = "  " if key is not None else " "
     pieces = ["{\n"]
-    pieces.extend(f" {_encode(name)}: {_encode(value)},\n" for name, value in header.items())
+    pieces.extend(f" {encode_json(name)}: {encode_json(value)},\n" for name, value in header.items())
     if key is not None:
-        pieces.append(f" {_encode(key)}: {{")
+        pieces.append(f" {encode_json(key)}: {{")
     separator = f"\n{indent}"
     for name, text in entries.items():
-        pieces += (separator, names.get(name) or _encode(name), ": ", text)
+        pieces += (separator, names.get(name) or encode_json(name), ": ", text)
         separator = f",\n{indent}"
     if key is not None:
         pieces.append("\n }" if entries else "}")
@@ -328,7 +355,7 @@ class DumpWriter:
         # each entry reaches the OS at once, so a killed process keeps all of them;
         # created with the first entry (a step that records nothing costs no file)
         self._journal: Any = None
-        self._journal_header = _journal_line("header", '""', _encode(header)) if journal else None
+        self._journal_header = _journal_line("header", '""', encode_json(header)) if journal else None
         self._journal_failed = False
         self._names: dict[str, str] = {}  # entry name -> its JSON text, encoded once for the journal and the files
         self._unsettled: list[str] = []  # deferred entries not journaled yet
@@ -338,7 +365,7 @@ class DumpWriter:
     def _encoded(self, name: str) -> str:
         encoded = self._names.get(name)
         if encoded is None:
-            encoded = self._names[name] = _encode(name)
+            encoded = self._names[name] = encode_json(name)
         return encoded
 
     def _log(self, kind: str, name: str, text: str) -> None:
@@ -375,19 +402,25 @@ class DumpWriter:
 
         ``deferred`` entries (async dump) are encoded at the end of the step.
         """
+        if not deferred:
+            self.add_encoded(name, encode_json(entry), stack, parent)
+            return
+        self.data[name] = entry
+        self._unsettled.append(name)
+        self.add_encoded(name, None, stack, parent)
+
+    def add_encoded(self, name: str, text: str | None, stack: Any = None, parent: Any = NO_PARENT) -> None:
+        """``add`` for an entry whose JSON text is made already (None: its value comes later, see ``settle``)."""
         encoded_name = self._encoded(name)
         lines = ""
-        if deferred:
-            self.data[name] = entry
-            self._unsettled.append(name)
-        else:
-            text = self.data[name] = _encode(entry)
+        if text is not None:
+            self.data[name] = text
             lines = _journal_line("data", encoded_name, text)
         if stack is not None:
-            text = self.stack[name] = _encode(stack)
+            text = self.stack[name] = encode_json(stack)
             lines += _journal_line("stack", encoded_name, text)
         if parent is not NO_PARENT:
-            text = self.construct[name] = self._encoded(parent) if isinstance(parent, str) else _encode(parent)
+            text = self.construct[name] = self._encoded(parent) if isinstance(parent, str) else encode_json(parent)
             lines += _journal_line("construct", encoded_name, text)
         self._write_lines(lines)
 
@@ -397,11 +430,11 @@ class DumpWriter:
         for name in unsettled:
             value = self.data.get(name)
             if isinstance(value, dict):
-                self.data[name] = text = _encode(value)
+                self.data[name] = text = encode_json(value)
                 self._log("data", name, text)
 
     def set_parent(self, name: str, parent: str | None) -> None:
-        text = self.construct[name] = _encode(parent)
+        text = self.construct[name] = encode_json(parent)
         self._log("construct", name, text)
 
     def flush(self) -> None:
@@ -411,7 +444,7 @@ class DumpWriter:
         self._unsettled.clear()
         for name, value in self.data.items():
             if isinstance(value, dict):
-                self.data[name] = text = _encode(value)
+                self.data[name] = text = encode_json(value)
                 self._log("data", name, text)
         data = {name: text for name, text in self.data.items() if text is not None}
         _write_object(self.folder / self.file_name, self.header, data, "data", self._names)

@@ -28,6 +28,7 @@ from msprobe.core.session import TaskSession
 from msprobe.pytorch.api_patch import ApiPatcher, api_targets, unlisted_in_place_targets
 from msprobe.pytorch.compiled import EagerWhileOn, compile_escape, untraced
 from msprobe.pytorch.dump import grad_taps
+from msprobe.pytorch.dump.lane import make_lane
 from msprobe.pytorch.dump.tensors import TensorSummarizer, describe_object
 from msprobe.pytorch.modules import hookable_modules, warn_unhooked
 
@@ -88,6 +89,10 @@ def _writes_in_place(key: str, kwargs: dict) -> bool:
             or api == "__setitem__"
         )
     return in_place
+
+
+def _writes_in_place_by_name(key: str) -> bool:
+    return _writes_in_place(key, {})
 
 
 def _overwritten(key: str, args: tuple, kwargs: dict) -> list[Any]:
@@ -159,8 +164,12 @@ class TorchDumpRecorder:
         self.module_stack: list[str] = []
         self.handles: list[Any] = []
         self._optimizer_frame: Any = None  # mix: the running optimizer.step()'s frame, while its node is open
-        self._stack = StackCapture(_TOOL_ROOT)
+        self.stack = StackCapture(_TOOL_ROOT)
         self.with_construct = self.level in ("L0", "mix")
+        # calls that need no backward record take the per-call path in C, where this run's entries allow it
+        self.lane = make_lane(self, self._call_api, _writes_in_place_by_name, _overwritten, _graph_task_id)
+        if self.lane is not None:
+            self.patcher.handler = self.lane  # before the first install, which builds the wrappers around it
         self.eager = EagerWhileOn([self.patcher, self.write_watch])
         self._told_scripted = False
         self._module_hooks: dict[str, _ModuleHooks] = {}  # by label, see _hook_module
@@ -222,7 +231,7 @@ class TorchDumpRecorder:
         self._optimizer_frame = None
         self.patcher.remove()
         self.write_watch.remove()
-        self._stack.forget()
+        self.stack.forget()
         for handle in self.handles:
             handle.remove()
         self.handles.clear()
@@ -345,7 +354,7 @@ class TorchDumpRecorder:
                 record.inputs,
                 output,
                 raw_inputs=(record.args, record.kwargs),
-                stack=self._stack,
+                stack=self.stack,
                 parent=record.parent if self.with_construct else NO_PARENT,
                 recompute=_recomputing(),
             )
@@ -486,7 +495,7 @@ class TorchDumpRecorder:
                         output,
                         parameters=params,
                         raw_inputs=(args, kwargs),
-                        stack=self._stack,
+                        stack=self.stack,
                         parent=record.parent,
                         recompute=_recomputing(),
                     )

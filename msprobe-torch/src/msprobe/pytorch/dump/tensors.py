@@ -31,7 +31,9 @@ from msprobe.core.dump.checksum import crc32_hex as checksum_hex
 from msprobe.core.dump.file_pool import FilePool
 from msprobe.core.dump.numbers import float32_mean, json_number
 from msprobe.core.dump.overflow import is_nonfinite
+from msprobe.core.dump.writer import RawJSON
 from msprobe.pytorch import func_transforms
+from msprobe.pytorch.dump import lane
 from msprobe.pytorch.dump.pt_file import PtWriter, host_bytes
 
 _MEASURED_AS_IS = (torch.float32, torch.float64)
@@ -252,6 +254,34 @@ def _needs_copy(tensor: torch.Tensor) -> bool:
     return not tensor.is_contiguous() or storage_bytes != tensor.numel() * tensor.element_size()
 
 
+class WriteLog:
+    """Which memory the dump saw written, and when: a value cached before a write to its memory is stale.
+
+    ``count`` grows with every write seen; ``written_at`` maps a storage's
+    address to the count at its last write. The C lane reads and updates
+    both fields directly (``_lane.c``), so their names are its interface.
+    """
+
+    __slots__ = ("count", "written_at")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.written_at: dict[int, int] = {}
+
+    def note(self, tensors: list[Any]) -> None:
+        for tensor in tensors:
+            storage = _storage_address(tensor)
+            if storage is not None:
+                self.count += 1
+                self.written_at[storage] = self.count
+
+    def written_since(self, storage: int, count: int) -> bool:
+        return self.written_at.get(storage, 0) > count
+
+    def clear(self) -> None:
+        self.written_at.clear()
+
+
 class TensorSummarizer:
     """Summarizes tensors for one run; caches statistics of unchanged tensors within a step."""
 
@@ -269,12 +299,12 @@ class TensorSummarizer:
         self.tensor_dir: Path | None = None
         # (id, kind) -> (weak reference, version, data address, storage address, write count when measured, value)
         self._cache: dict[tuple[int, str], tuple[Any, int, int, int, int, Any]] = {}
-        self._written_at: dict[int, int] = {}  # storage address -> write count when last written
-        self._writes = 0
+        self.write_log = WriteLog()
         self.caches = self.with_stats or self.with_crc
-        # statistics of plain CPU float tensors, whole entries cached: the bulk of a dump (see _quick_summary)
-        self._quick = task == "statistics" and not self.with_crc and not deferred and float_stats.AVAILABLE
-        self._summaries: dict[int, tuple[Any, int, int, int, int, Any, Any, dict[str, Any]]] = {}
+        # the usual entry, statistics of a plain CPU float tensor, measured and cached as JSON text in C (_lane.c):
+        # the bulk of a dump; everything else, and any doubt, goes the general way below, which writes the same
+        quick = task == "statistics" and not self.with_crc and not deferred
+        self.quick_texts = lane.summaries(self.write_log) if quick else None
 
     def set_tensor_dir(self, folder: Path | None) -> None:
         self.tensor_dir = folder
@@ -285,16 +315,13 @@ class TensorSummarizer:
 
     def clear(self) -> None:
         self._cache.clear()
-        self._summaries.clear()
-        self._written_at.clear()
+        if self.quick_texts is not None:
+            self.quick_texts.clear()
+        self.write_log.clear()
 
     def overwriting(self, tensors: list[Any]) -> None:
         """A call is about to write into these tensors' memory: statistics cached for it, under any alias, go stale."""
-        for tensor in tensors:
-            storage = _storage_address(tensor)
-            if storage is not None:
-                self._writes += 1
-                self._written_at[storage] = self._writes
+        self.write_log.note(tensors)
 
     def write_pending(self) -> None:
         """Async mode: the tensor files of the step, written when it ends, several at once (see FilePool)."""
@@ -346,7 +373,7 @@ class TensorSummarizer:
                     current,
                     tensor.data_ptr(),
                     storage,
-                    self._writes,
+                    self.write_log.count,
                     value,
                 )
             except TypeError:  # some tensor subclasses refuse weak references
@@ -354,14 +381,14 @@ class TensorSummarizer:
         return value
 
     def _unchanged(self, tensor: torch.Tensor, version: int, cached: tuple) -> bool:
-        """The cache's rule (see the module's docstring) for an entry that begins (weak reference, version, data
-        address, storage address, write count when measured): the same object, version and memory, and no
-        write the dump saw to that memory since."""
+        """The cache's rule (see the module's docstring; _lane.c keeps the same for the quick texts) for an entry
+        that begins (weak reference, version, data address, storage address, write count when measured): the
+        same object, version and memory, and no write the dump saw to that memory since."""
         return (
             cached[0]() is tensor
             and cached[1] == version
             and tensor.data_ptr() == cached[2]  # another address: `.data` or `set_` gave it other memory
-            and self._written_at.get(cached[3], 0) <= cached[4]
+            and not self.write_log.written_since(cached[3], cached[4])
         )
 
     def nonfinite(self, tensor: torch.Tensor) -> bool:
@@ -377,62 +404,13 @@ class TensorSummarizer:
         stats = self.statistics(tensor)  # empty when the overflow screen's sum proved it finite
         return bool(stats) and any(is_nonfinite(stats.get(key)) for key in ("Max", "Min", "Mean", "Norm"))
 
-    def __call__(self, tensor: torch.Tensor, data_stem: str) -> dict[str, Any]:
-        if self._quick and self.online is None:
-            try:
-                summary = self._quick_summary(tensor)
-            except RuntimeError:  # no plain memory after all (nested, torch.func's wrappers): the general way
-                summary = None
-            if summary is not None:
-                return summary
+    def __call__(self, tensor: torch.Tensor, data_stem: str) -> Any:
+        """The tensor's entry in dump.json: a dict, or for the usual tensors its JSON text (``RawJSON``)."""
+        if self.quick_texts is not None and self.online is None:
+            text = self.quick_texts.text(tensor)
+            if text is not None:
+                return RawJSON(text)
         return _by_kind(tensor, self._summary, self._unusual, data_stem)
-
-    def _quick_summary(self, tensor: torch.Tensor) -> dict[str, Any] | None:
-        """The usual entry (statistics of a plain, finite float32/float64 CPU tensor) in one short path, or None.
-
-        Measured by the C kernels and cached whole, under the rule of the
-        module's docstring; the dtype and shape are compared too (``.data =``
-        may swap them under the same memory). Everything else, and any
-        doubt, goes the general way, which gives the same entry.
-        """
-        if type(tensor) not in _PLAIN_TYPES:
-            return None
-        try:
-            version = tensor._version
-        except RuntimeError:  # inference mode: no version counter
-            return None
-        cached = self._summaries.get(id(tensor))
-        if (
-            cached is not None
-            and self._unchanged(tensor, version, cached)
-            and tensor.dtype is cached[5]
-            and tensor.shape == cached[6]
-        ):
-            summary = cached[7].copy()
-            summary["requires_grad"] = tensor.requires_grad
-            return summary
-        dtype = tensor.dtype
-        stats = kernel_stats(tensor) if dtype in _KERNEL_KINDS else None
-        if stats is None:  # not in plain CPU memory, or an inf or nan (the general way adds *_except_inf_nan)
-            return None
-        shape = tensor.shape
-        summary = {"type": "torch.Tensor", "dtype": _DTYPE_NAMES[dtype], "shape": list(shape), **stats}
-        try:
-            self._summaries[id(tensor)] = (
-                weakref.ref(tensor),
-                version,
-                tensor.data_ptr(),
-                tensor.untyped_storage().data_ptr(),
-                self._writes,
-                dtype,
-                shape,
-                summary,
-            )
-        except TypeError:  # a class refusing weak references
-            pass
-        summary = summary.copy()
-        summary["requires_grad"] = tensor.requires_grad
-        return summary
 
     def _summary(self, tensor: torch.Tensor, data_stem: str) -> dict[str, Any]:
         dtype = tensor.dtype

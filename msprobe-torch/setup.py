@@ -1,0 +1,21 @@
+"""msprobe-torch's build: the version shared by all four packages, and the optional C per-call path.
+
+The extension (src/msprobe/pytorch/dump/_lane.c) builds against Python's
+headers only, not torch's; without a C compiler the package installs all
+the same and records every call in Python, only slower.
+"""
+
+from pathlib import Path
+
+from setuptools import Extension, setup
+
+VERSION = (Path(__file__).resolve().parent.parent / "VERSION").read_text().strip()
+
+LANE = Extension(
+    "msprobe.pytorch.dump._lane",
+    ["src/msprobe/pytorch/dump/_lane.c"],
+    optional=True,
+    extra_compile_args=["-O2"],
+)
+
+setup(version=VERSION, ext_modules=[LANE])

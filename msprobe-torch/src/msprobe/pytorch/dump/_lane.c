@@ -1,0 +1,1004 @@
+/* The PyTorch dump's per-call path in C, for the calls that need no backward record.
+ *
+ * Most of what a training step asks the dump to record are calls with no
+ * gradient to follow: an optimizer's in-place updates (AdamW makes eight per
+ * parameter), anything under torch.no_grad().  In Python each costs some
+ * fifteen microseconds of bookkeeping around a call of two or three; here
+ * the same entry is built in a few.  The Python recorder stays the
+ * definition: this file handles the usual values (plain CPU float32 and
+ * float64 tensors with finite values, None, bools, ints, floats, strings,
+ * lists and tuples of them) and hands everything else to it, one value at a
+ * time, or the whole call when the call needs a backward record, runs
+ * during backward, or could not be handled here.  Tests check that both
+ * write the same entries.
+ *
+ * Two types:
+ *   Summaries - the statistics of plain CPU float tensors, cached as the
+ *               entry's JSON text while the tensor is unchanged (the rule of
+ *               msprobe/pytorch/dump/tensors.py: same object, version and
+ *               memory, no write the dump saw since, same dtype and shape).
+ *   Lane      - the handler the API wrappers call: handler(original, key,
+ *               args, kwargs), as the Python recorder's _call_api.
+ *
+ * The statistics come from msprobe-core's kernels, through the capsule
+ * msprobe.core.dump._kernels._C_API.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+/* msprobe-core's kernel table (see _kernels.c there): version 1 */
+typedef struct {
+    int version;
+    int (*float_stats)(const void *data, Py_ssize_t n, char kind, double out[4]);
+} KernelsAPI;
+
+static PyObject *one; /* the int 1 */
+static PyObject *s_version, *s_data_ptr, *s_dtype, *s_shape, *s_requires_grad, *s_is_cpu, *s_is_neg,
+    *s_is_contiguous, *s_stride, *s_untyped_storage, *s_busy, *s_count, *s_written_at, *s_out, *s_inplace;
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* A growing UTF-8 buffer for an entry's text.                                                                  */
+
+typedef struct {
+    char *data;
+    Py_ssize_t len, cap;
+    char small[1024];
+} Text;
+
+static void text_init(Text *t) {
+    t->data = t->small;
+    t->len = 0;
+    t->cap = sizeof t->small;
+}
+
+static void text_free(Text *t) {
+    if (t->data != t->small) PyMem_Free(t->data);
+    text_init(t);
+}
+
+static int text_reserve(Text *t, Py_ssize_t extra) {
+    if (t->len + extra <= t->cap) return 0;
+    Py_ssize_t cap = t->cap * 2;
+    while (cap < t->len + extra) cap *= 2;
+    char *data = PyMem_Malloc(cap);
+    if (data == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(data, t->data, t->len);
+    if (t->data != t->small) PyMem_Free(t->data);
+    t->data = data;
+    t->cap = cap;
+    return 0;
+}
+
+static int text_add(Text *t, const char *s, Py_ssize_t n) {
+    if (text_reserve(t, n) < 0) return -1;
+    memcpy(t->data + t->len, s, n);
+    t->len += n;
+    return 0;
+}
+
+#define TEXT_ADD(t, literal) text_add((t), (literal), (Py_ssize_t)(sizeof(literal) - 1))
+
+static int text_ll(Text *t, long long value) {
+    char digits[24];
+    int n = snprintf(digits, sizeof digits, "%lld", value);
+    return text_add(t, digits, n);
+}
+
+/* A finite double as Python's repr writes it (the shortest text that reads back the same), always with a
+ * fraction or exponent so a reader sees a float. */
+static int text_double(Text *t, double value) {
+    char *repr = PyOS_double_to_string(value, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    if (repr == NULL) return -1;
+    int status = text_add(t, repr, (Py_ssize_t)strlen(repr));
+    PyMem_Free(repr);
+    return status;
+}
+
+/* A str as a JSON string; 0 (no error set) for text UTF-8 cannot hold (lone surrogates): the caller declines. */
+static int text_json_string(Text *t, PyObject *text) {
+    Py_ssize_t n;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(text, &n);
+    if (utf8 == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (text_reserve(t, n + 2) < 0 || TEXT_ADD(t, "\"") < 0) return -1;
+    Py_ssize_t start = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)utf8[i];
+        if (c >= 0x20 && c != '"' && c != '\\') continue;
+        if (text_add(t, utf8 + start, i - start) < 0) return -1;
+        char escaped[8];
+        int length;
+        if (c == '"' || c == '\\')
+            length = snprintf(escaped, sizeof escaped, "\\%c", c);
+        else if (c == '\n')
+            length = snprintf(escaped, sizeof escaped, "\\n");
+        else if (c == '\t')
+            length = snprintf(escaped, sizeof escaped, "\\t");
+        else if (c == '\r')
+            length = snprintf(escaped, sizeof escaped, "\\r");
+        else
+            length = snprintf(escaped, sizeof escaped, "\\u%04x", c);
+        if (text_add(t, escaped, length) < 0) return -1;
+        start = i + 1;
+    }
+    if (text_add(t, utf8 + start, n - start) < 0 || TEXT_ADD(t, "\"") < 0) return -1;
+    return 1;
+}
+
+static int text_unicode(Text *t, PyObject *text) {
+    Py_ssize_t n;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(text, &n);
+    return utf8 == NULL ? -1 : text_add(t, utf8, n);
+}
+
+static PyObject *text_str(Text *t) { return PyUnicode_DecodeUTF8(t->data, t->len, NULL); }
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Small helpers around torch's Python API (no libtorch headers: these packages build apart from torch).       */
+
+/* An error a quick path may meet on an unusual tensor (torch raises RuntimeError): cleared, and 0 returned
+ * (decline); any other error stays set and -1 is returned. */
+static int decline_runtime_error(void) {
+    if (PyErr_ExceptionMatches(PyExc_RuntimeError)) {
+        PyErr_Clear();
+        return 0;
+    }
+    return -1;
+}
+
+static int unsigned_of(PyObject *number, unsigned long long *value) {
+    if (number == NULL) return -1;
+    *value = PyLong_AsUnsignedLongLongMask(number);
+    Py_DECREF(number);
+    return *value == (unsigned long long)-1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* The address of a tensor's storage: the key of the write log (see WriteLog in tensors.py). */
+static PyObject *storage_address(PyObject *tensor) {
+    PyObject *storage = PyObject_CallMethodNoArgs(tensor, s_untyped_storage);
+    if (storage == NULL) return NULL;
+    PyObject *address = PyObject_CallMethodNoArgs(storage, s_data_ptr);
+    Py_DECREF(storage);
+    return address;
+}
+
+/* The write log says the dump saw this memory written: log.count += 1; log.written_at[storage] = log.count.
+ * As WriteLog.note in tensors.py: a tensor without one storage (sparse, nested, wrappers) is skipped. */
+static int note_write(PyObject *log, PyObject *tensor) {
+    PyObject *address = storage_address(tensor);
+    if (address == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *count = PyObject_GetAttr(log, s_count), *written_at = PyObject_GetAttr(log, s_written_at);
+    PyObject *next = count != NULL ? PyNumber_Add(count, one) : NULL;
+    int status = -1;
+    if (next != NULL && written_at != NULL && PyObject_SetAttr(log, s_count, next) == 0)
+        status = PyObject_SetItem(written_at, address, next);
+    Py_XDECREF(count);
+    Py_XDECREF(next);
+    Py_XDECREF(written_at);
+    Py_DECREF(address);
+    return status;
+}
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Cached: one tensor's summary text, with what tells whether it still holds.                                  */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *ref; /* weak reference to the tensor */
+    long long version;
+    unsigned long long data;
+    PyObject *storage; /* the storage's address (an int: the write log's key) */
+    PyObject *writes;  /* the write log's count when measured */
+    PyObject *dtype, *shape;
+    PyObject *prefix; /* bytes: the summary's JSON up to requires_grad's value */
+} Cached;
+
+static void cached_dealloc(Cached *self) {
+    Py_XDECREF(self->ref);
+    Py_XDECREF(self->storage);
+    Py_XDECREF(self->writes);
+    Py_XDECREF(self->dtype);
+    Py_XDECREF(self->shape);
+    Py_XDECREF(self->prefix);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject CachedType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprobe.pytorch.dump._lane.Cached",
+    .tp_basicsize = sizeof(Cached),
+    .tp_dealloc = (destructor)cached_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One tensor's cached summary.",
+};
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Summaries                                                                                                    */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *entries; /* dict: id(tensor) -> Cached */
+    PyObject *log;     /* the summarizer's WriteLog */
+    PyTypeObject *tensor_type, *parameter_type;
+    PyObject *float32, *float64;
+    const KernelsAPI *kernels;
+} Summaries;
+
+static int summaries_init(Summaries *self, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"log", "tensor_type", "parameter_type", "float32", "float64", "kernels", NULL};
+    PyObject *log, *tensor_type, *parameter_type, *float32, *float64, *capsule;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O!OOO", names, &log, &PyType_Type, &tensor_type, &PyType_Type,
+                                     &parameter_type, &float32, &float64, &capsule))
+        return -1;
+    const KernelsAPI *kernels = PyCapsule_GetPointer(capsule, "msprobe.core.dump._kernels._C_API");
+    if (kernels == NULL) return -1;
+    if (kernels->version < 1) {
+        PyErr_SetString(PyExc_RuntimeError, "msprobe-core's kernels are older than msprobe-torch expects");
+        return -1;
+    }
+    PyObject *entries = PyDict_New();
+    if (entries == NULL) return -1;
+    Py_XSETREF(self->entries, entries);
+    Py_INCREF(log);
+    Py_XSETREF(self->log, log);
+    Py_INCREF(tensor_type);
+    Py_XSETREF(self->tensor_type, (PyTypeObject *)tensor_type);
+    Py_INCREF(parameter_type);
+    Py_XSETREF(self->parameter_type, (PyTypeObject *)parameter_type);
+    Py_INCREF(float32);
+    Py_XSETREF(self->float32, float32);
+    Py_INCREF(float64);
+    Py_XSETREF(self->float64, float64);
+    self->kernels = kernels;
+    return 0;
+}
+
+static int summaries_traverse(Summaries *self, visitproc visit, void *arg) {
+    Py_VISIT(self->entries);
+    Py_VISIT(self->log);
+    return 0;
+}
+
+static int summaries_clear_refs(Summaries *self) {
+    Py_CLEAR(self->entries);
+    Py_CLEAR(self->log);
+    Py_CLEAR(self->tensor_type);
+    Py_CLEAR(self->parameter_type);
+    Py_CLEAR(self->float32);
+    Py_CLEAR(self->float64);
+    return 0;
+}
+
+static void summaries_dealloc(Summaries *self) {
+    PyObject_GC_UnTrack(self);
+    summaries_clear_refs(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Whether the write log saw the memory written after the summary was taken. */
+static int written_since(Summaries *self, Cached *cached) {
+    PyObject *written_at = PyObject_GetAttr(self->log, s_written_at);
+    if (written_at == NULL) return -1;
+    PyObject *when = PyDict_GetItemWithError(written_at, cached->storage);
+    int since = 0;
+    if (when != NULL)
+        since = PyObject_RichCompareBool(when, cached->writes, Py_GT);
+    else if (PyErr_Occurred())
+        since = -1;
+    Py_DECREF(written_at);
+    return since;
+}
+
+/* 1 when ``cached`` still describes ``tensor`` at ``version``; 0 when not; -1 on error. */
+static int still_holds(Summaries *self, Cached *cached, PyObject *tensor, long long version) {
+    if (PyWeakref_GetObject(cached->ref) != tensor || cached->version != version) return 0;
+    unsigned long long data;
+    if (unsigned_of(PyObject_CallMethodNoArgs(tensor, s_data_ptr), &data) < 0) return -1;
+    if (data != cached->data) return 0; /* `.data` or `set_` gave it other memory */
+    int since = written_since(self, cached);
+    if (since != 0) return since < 0 ? -1 : 0;
+    PyObject *dtype = PyObject_GetAttr(tensor, s_dtype);
+    if (dtype == NULL) return -1;
+    int same = dtype == cached->dtype;
+    Py_DECREF(dtype);
+    if (!same) return 0;
+    PyObject *shape = PyObject_GetAttr(tensor, s_shape);
+    if (shape == NULL) return -1;
+    same = PyObject_RichCompareBool(shape, cached->shape, Py_EQ);
+    Py_DECREF(shape);
+    return same;
+}
+
+/* No gaps and no element twice: with the dimensions sorted by stride, each stride is the product of the sizes
+ * before it (a permuted dense tensor, such as attention's head split, fills its block). */
+static int fills_its_block(PyObject *tensor, PyObject *shape) {
+    PyObject *strides = PyObject_CallMethodNoArgs(tensor, s_stride);
+    if (strides == NULL) return -1;
+    Py_ssize_t dims = PyTuple_GET_SIZE(shape);
+    int fills = PyTuple_Check(strides) && PyTuple_GET_SIZE(strides) == dims && dims <= 64;
+    long long size[64], stride[64];
+    for (Py_ssize_t i = 0; fills && i < dims; i++) {
+        size[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i));
+        stride[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(strides, i));
+    }
+    Py_DECREF(strides);
+    if (PyErr_Occurred()) return -1;
+    long long expected = 1;
+    for (Py_ssize_t done = 0; fills && done < dims; done++) { /* selection by stride, smallest first */
+        Py_ssize_t best = -1;
+        for (Py_ssize_t i = 0; i < dims; i++)
+            if (size[i] >= 0 && (best < 0 || stride[i] < stride[best])) best = i;
+        if (size[best] != 1) {
+            fills = stride[best] == expected;
+            expected *= size[best];
+        }
+        size[best] = -1;
+    }
+    return fills;
+}
+
+/* Appends a plain CPU float tensor's summary (as TensorSummarizer's general path writes it) and returns 1;
+ * returns 0, appending nothing, for any other tensor (the caller goes the general way); -1 on error. */
+static int summary_into(Summaries *self, PyObject *tensor, Text *out) {
+    PyTypeObject *type = Py_TYPE(tensor);
+    if (type != self->tensor_type && type != self->parameter_type) return 0; /* subclasses keep values elsewhere */
+    PyObject *version_object = PyObject_GetAttr(tensor, s_version);
+    if (version_object == NULL) return decline_runtime_error(); /* inference mode: no version counter */
+    long long version = PyLong_AsLongLong(version_object);
+    Py_DECREF(version_object);
+    if (version == -1 && PyErr_Occurred()) return -1;
+    PyObject *key = PyLong_FromVoidPtr(tensor);
+    if (key == NULL) return -1;
+    Cached *cached = (Cached *)PyDict_GetItemWithError(self->entries, key);
+    int status = 0;
+    PyObject *prefix = NULL, *dtype = NULL, *shape = NULL, *storage = NULL, *ref = NULL;
+    if (cached != NULL) {
+        int holds = still_holds(self, cached, tensor, version);
+        if (holds < 0) {
+            status = decline_runtime_error();
+            goto done;
+        }
+        if (holds) {
+            prefix = cached->prefix;
+            Py_INCREF(prefix);
+            goto write;
+        }
+    } else if (PyErr_Occurred()) {
+        status = -1;
+        goto done;
+    }
+    dtype = PyObject_GetAttr(tensor, s_dtype);
+    if (dtype == NULL) goto fail;
+    char kind = dtype == self->float32 ? 'f' : dtype == self->float64 ? 'd' : 0;
+    if (kind == 0) goto done;
+    PyObject *flag = PyObject_GetAttr(tensor, s_is_cpu);
+    if (flag == NULL) goto fail;
+    int on_host = flag == Py_True;
+    Py_DECREF(flag);
+    if (!on_host) goto done;
+    shape = PyObject_GetAttr(tensor, s_shape);
+    if (shape == NULL) goto fail;
+    if (!PyTuple_Check(shape) || PyTuple_GET_SIZE(shape) == 0) goto done; /* a 0-d tensor: its value, the general way */
+    Py_ssize_t count = 1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++) {
+        Py_ssize_t size = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+        if (size < 0) {
+            if (PyErr_Occurred()) goto fail;
+            goto done;
+        }
+        count *= size;
+    }
+    if (count == 0) goto done; /* no statistics for an empty tensor: the general way says so */
+    flag = PyObject_CallMethodNoArgs(tensor, s_is_neg);
+    if (flag == NULL) goto fail;
+    int negative = flag == Py_True;
+    Py_DECREF(flag);
+    if (negative) goto done; /* its memory holds the values' negation */
+    flag = PyObject_CallMethodNoArgs(tensor, s_is_contiguous);
+    if (flag == NULL) goto fail;
+    int dense = flag == Py_True;
+    Py_DECREF(flag);
+    if (!dense) {
+        dense = fills_its_block(tensor, shape);
+        if (dense < 0) goto fail;
+        if (!dense) goto done;
+    }
+    unsigned long long data;
+    if (unsigned_of(PyObject_CallMethodNoArgs(tensor, s_data_ptr), &data) < 0) goto fail;
+    double stats[4];
+    if (!self->kernels->float_stats((const void *)(uintptr_t)data, count, kind, stats))
+        goto done; /* an inf or nan: the general way adds the *_except_inf_nan pair */
+    Text summary;
+    text_init(&summary);
+    int failed = TEXT_ADD(&summary, "{\"type\":\"torch.Tensor\",\"dtype\":\"") < 0 ||
+                 (kind == 'f' ? TEXT_ADD(&summary, "torch.float32") : TEXT_ADD(&summary, "torch.float64")) < 0 ||
+                 TEXT_ADD(&summary, "\",\"shape\":[") < 0;
+    for (Py_ssize_t i = 0; !failed && i < PyTuple_GET_SIZE(shape); i++)
+        failed = (i && TEXT_ADD(&summary, ",") < 0) ||
+                 text_ll(&summary, PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i))) < 0;
+    static const char *const labels[4] = {"],\"Max\":", ",\"Min\":", ",\"Mean\":", ",\"Norm\":"};
+    for (int i = 0; !failed && i < 4; i++)
+        failed = text_add(&summary, labels[i], (Py_ssize_t)strlen(labels[i])) < 0 || text_double(&summary, stats[i]) < 0;
+    failed = failed || TEXT_ADD(&summary, ",\"requires_grad\":") < 0;
+    if (!failed) prefix = PyBytes_FromStringAndSize(summary.data, summary.len);
+    text_free(&summary);
+    if (prefix == NULL) goto fail;
+    /* cached where it can be: a tensor with no storage of its own, or refusing weak references, is measured each time */
+    storage = storage_address(tensor);
+    if (storage == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) goto fail;
+        PyErr_Clear();
+        goto write;
+    }
+    ref = PyWeakref_NewRef(tensor, NULL);
+    if (ref == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_TypeError)) goto fail;
+        PyErr_Clear();
+        goto write;
+    }
+    Cached *fresh = PyObject_New(Cached, &CachedType);
+    if (fresh == NULL) goto fail;
+    fresh->writes = PyObject_GetAttr(self->log, s_count);
+    fresh->ref = ref;
+    fresh->version = version;
+    fresh->data = data;
+    fresh->storage = storage;
+    fresh->dtype = dtype;
+    fresh->shape = shape;
+    fresh->prefix = prefix;
+    Py_INCREF(prefix);
+    ref = storage = dtype = shape = NULL; /* now the entry's */
+    if (fresh->writes == NULL || PyDict_SetItem(self->entries, key, (PyObject *)fresh) < 0) {
+        Py_DECREF(fresh);
+        goto fail;
+    }
+    Py_DECREF(fresh);
+write:
+    flag = PyObject_GetAttr(tensor, s_requires_grad);
+    if (flag == NULL) goto fail;
+    status = text_add(out, PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix)) < 0 ||
+                     (flag == Py_True ? TEXT_ADD(out, "true}") : TEXT_ADD(out, "false}")) < 0
+                 ? -1
+                 : 1;
+    Py_DECREF(flag);
+    goto done;
+fail:
+    status = decline_runtime_error();
+done:
+    Py_DECREF(key);
+    Py_XDECREF(prefix);
+    Py_XDECREF(dtype);
+    Py_XDECREF(shape);
+    Py_XDECREF(storage);
+    Py_XDECREF(ref);
+    return status;
+}
+
+static PyObject *summaries_text(Summaries *self, PyObject *tensor) {
+    Text out;
+    text_init(&out);
+    int status = summary_into(self, tensor, &out);
+    PyObject *result = status < 0 ? NULL : status == 0 ? Py_NewRef(Py_None) : text_str(&out);
+    text_free(&out);
+    return result;
+}
+
+static PyObject *summaries_clear(Summaries *self, PyObject *unused) {
+    PyDict_Clear(self->entries);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef summaries_methods[] = {
+    {"text", (PyCFunction)summaries_text, METH_O,
+     "text(tensor) -> the summary's JSON text, or None for a tensor the general way measures (not a plain CPU "
+     "float32/float64 tensor with finite values, a 0-d or empty one, inference mode)."},
+    {"clear", (PyCFunction)summaries_clear, METH_NOARGS, "Forget every cached summary."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject SummariesType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprobe.pytorch.dump._lane.Summaries",
+    .tp_basicsize = sizeof(Summaries),
+    .tp_dealloc = (destructor)summaries_dealloc,
+    .tp_traverse = (traverseproc)summaries_traverse,
+    .tp_clear = (inquiry)summaries_clear_refs,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Summaries(log, tensor_type, parameter_type, float32, float64, kernels): the usual tensors' summaries, "
+              "measured in one pass and cached as JSON text while unchanged.",
+    .tp_init = (initproc)summaries_init,
+    .tp_new = PyType_GenericNew,
+    .tp_methods = summaries_methods,
+};
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Lane                                                                                                         */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    Summaries *summaries; /* NULL: tensors are summarized the general way, one by one */
+    int with_values;      /* entries hold the call's values (every task but structure) */
+    PyObject *log;        /* the write log, or None where nothing is cached */
+    PyTypeObject *tensor_type;
+    PyObject *slow;          /* the Python recorder's handler: the whole call its way */
+    PyObject *state;         /* .busy while this thread is inside a recorded call */
+    PyObject *counts;        /* key -> calls so far this step */
+    PyObject *in_place_keys; /* key -> whether the API writes in place, as classify says */
+    PyObject *classify;      /* classify(key) -> bool */
+    PyObject *grad_enabled, *graph_task_id;
+    PyObject *module_stack; /* mix: the calls open around this one (the last is the parent); None at L1 */
+    PyObject *no_parent;
+    PyObject *stack;          /* stack() -> the call's stack text */
+    PyObject *record;         /* record(name, entry_text, stack_text, parent) */
+    PyObject *encode_value;   /* encode_value(value, suffix) -> JSON text, the general way */
+    PyObject *encode_outputs; /* encode_outputs(output, prefix) -> JSON text of the output list */
+    PyObject *overwritten;    /* overwritten(key, args, kwargs) -> the tensors an in-place call writes */
+    PyObject *report;         /* report(name, exception): logged once per API (raised with strict) */
+} Lane;
+
+#define LANE_OBJECTS(X)                                                                                            \
+    X(log) X(slow) X(state) X(counts) X(in_place_keys) X(classify) X(grad_enabled) X(graph_task_id) X(module_stack) \
+        X(no_parent) X(stack) X(record) X(encode_value) X(encode_outputs) X(overwritten) X(report)
+
+static PyObject *lane_vectorcall(Lane *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames);
+
+static int lane_init(Lane *self, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"summaries", "with_values", "log", "tensor_type", "slow", "state", "counts", "classify",
+                            "grad_enabled", "graph_task_id", "module_stack", "no_parent", "stack", "record",
+                            "encode_value", "encode_outputs", "overwritten", "report", NULL};
+    PyObject *summaries, *tensor_type, *log, *slow, *state, *counts, *classify, *grad_enabled, *graph_task_id,
+        *module_stack, *no_parent, *stack, *record, *encode_value, *encode_outputs, *overwritten, *report;
+    int with_values;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OpOO!OOO!OOOOOOOOOOO", names, &summaries, &with_values, &log,
+                                     &PyType_Type, &tensor_type, &slow, &state, &PyDict_Type, &counts, &classify,
+                                     &grad_enabled, &graph_task_id, &module_stack, &no_parent, &stack, &record,
+                                     &encode_value, &encode_outputs, &overwritten, &report))
+        return -1;
+    if (summaries != Py_None && !PyObject_TypeCheck(summaries, &SummariesType)) {
+        PyErr_SetString(PyExc_TypeError, "summaries must be a Summaries or None");
+        return -1;
+    }
+    if (module_stack != Py_None && !PyList_Check(module_stack)) {
+        PyErr_SetString(PyExc_TypeError, "module_stack must be a list or None");
+        return -1;
+    }
+    self->vectorcall = (vectorcallfunc)lane_vectorcall;
+    self->with_values = with_values;
+    Py_XSETREF(self->summaries, summaries == Py_None ? NULL : (Summaries *)Py_NewRef(summaries));
+    Py_XSETREF(self->tensor_type, (PyTypeObject *)Py_NewRef(tensor_type));
+    PyObject *in_place_keys = PyDict_New();
+    if (in_place_keys == NULL) return -1;
+    Py_XSETREF(self->in_place_keys, in_place_keys);
+#define SET(field) Py_XSETREF(self->field, Py_NewRef(field));
+    SET(log)
+    SET(slow)
+    SET(state)
+    SET(counts)
+    SET(classify)
+    SET(grad_enabled)
+    SET(graph_task_id)
+    SET(module_stack)
+    SET(no_parent)
+    SET(stack)
+    SET(record)
+    SET(encode_value)
+    SET(encode_outputs)
+    SET(overwritten)
+    SET(report)
+#undef SET
+    return 0;
+}
+
+static int lane_traverse(Lane *self, visitproc visit, void *arg) {
+#define VISIT(field) Py_VISIT(self->field);
+    LANE_OBJECTS(VISIT)
+#undef VISIT
+    Py_VISIT(self->summaries);
+    return 0;
+}
+
+static int lane_clear_refs(Lane *self) {
+#define CLEAR(field) Py_CLEAR(self->field);
+    LANE_OBJECTS(CLEAR)
+#undef CLEAR
+    Py_CLEAR(self->summaries);
+    Py_CLEAR(self->tensor_type);
+    return 0;
+}
+
+static void lane_dealloc(Lane *self) {
+    PyObject_GC_UnTrack(self);
+    lane_clear_refs(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Where a value sits in its entry, for the general way's tensor file names: "{name}.input.0", "{name}.output.1.2". */
+typedef struct {
+    PyObject *name;
+    const char *side;
+    PyObject *prefix; /* "{name}.{side}" or a container's suffix; made on first use */
+} Where;
+
+static PyObject *suffix_of(Where *where, PyObject *leaf) {
+    if (where->prefix == NULL) {
+        where->prefix = PyUnicode_FromFormat("%U.%s", where->name, where->side);
+        if (where->prefix == NULL) return NULL;
+    }
+    return PyUnicode_FromFormat("%U.%S", where->prefix, leaf);
+}
+
+/* The general way for one value: the Python encoder's text. */
+static int encode_generally(Lane *self, Text *out, PyObject *value, Where *where, PyObject *leaf) {
+    PyObject *suffix = suffix_of(where, leaf);
+    if (suffix == NULL) return -1;
+    PyObject *text = PyObject_CallFunctionObjArgs(self->encode_value, value, suffix, NULL);
+    Py_DECREF(suffix);
+    if (text == NULL) return -1;
+    int status = PyUnicode_Check(text) ? text_unicode(out, text) : -1;
+    if (status < 0 && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "encode_value must return a str");
+    Py_DECREF(text);
+    return status;
+}
+
+static int encode_value(Lane *self, Text *out, PyObject *value, Where *where, PyObject *leaf);
+
+static int encode_items(Lane *self, Text *out, PyObject *sequence, Where *where) {
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(sequence);
+    PyObject **items = PySequence_Fast_ITEMS(sequence);
+    if (TEXT_ADD(out, "[") < 0) return -1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *leaf = PyLong_FromSsize_t(i);
+        if (leaf == NULL) return -1;
+        int status = (i && TEXT_ADD(out, ",") < 0) ? -1 : encode_value(self, out, items[i], where, leaf);
+        Py_DECREF(leaf);
+        if (status < 0) return -1;
+    }
+    return TEXT_ADD(out, "]");
+}
+
+/* As ValueEncoder.encode (msprobe/core/dump/values.py) for the usual values; anything else the general way. */
+static int encode_value(Lane *self, Text *out, PyObject *value, Where *where, PyObject *leaf) {
+    if (PyObject_TypeCheck(value, self->tensor_type)) {
+        if (self->summaries != NULL) {
+            int done = summary_into(self->summaries, value, out);
+            if (done) return done < 0 ? -1 : 0;
+        }
+        return encode_generally(self, out, value, where, leaf);
+    }
+    if (value == Py_None) return TEXT_ADD(out, "null");
+    if (value == Py_True) return TEXT_ADD(out, "{\"type\":\"bool\",\"value\":true}");
+    if (value == Py_False) return TEXT_ADD(out, "{\"type\":\"bool\",\"value\":false}");
+    if (PyLong_CheckExact(value)) {
+        int overflow;
+        long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (number == -1 && PyErr_Occurred()) return -1;
+        if (overflow) return encode_generally(self, out, value, where, leaf);
+        return TEXT_ADD(out, "{\"type\":\"int\",\"value\":") < 0 || text_ll(out, number) < 0 ? -1 : TEXT_ADD(out, "}");
+    }
+    if (PyFloat_CheckExact(value)) {
+        double number = PyFloat_AS_DOUBLE(value);
+        if (!isfinite(number)) return encode_generally(self, out, value, where, leaf); /* "inf", "nan" as text */
+        return TEXT_ADD(out, "{\"type\":\"float\",\"value\":") < 0 || text_double(out, number) < 0 ? -1
+                                                                                                     : TEXT_ADD(out, "}");
+    }
+    if (PyUnicode_CheckExact(value)) {
+        Py_ssize_t mark = out->len;
+        if (TEXT_ADD(out, "{\"type\":\"str\",\"value\":") < 0) return -1;
+        int done = text_json_string(out, value);
+        if (done < 0) return -1;
+        if (done) return TEXT_ADD(out, "}");
+        out->len = mark;
+        return encode_generally(self, out, value, where, leaf);
+    }
+    if (PyList_CheckExact(value) || PyTuple_CheckExact(value)) { /* torch.Size, a tuple subclass, is described */
+        PyObject *suffix = suffix_of(where, leaf);
+        if (suffix == NULL) return -1;
+        Where inner = {where->name, where->side, suffix};
+        int status = encode_items(self, out, value, &inner);
+        Py_DECREF(suffix);
+        return status;
+    }
+    return encode_generally(self, out, value, where, leaf);
+}
+
+/* As ValueEncoder.encode_outputs: always a list. */
+static int encode_outputs(Lane *self, Text *out, PyObject *output, PyObject *name) {
+    Where where = {name, "output", NULL};
+    int status;
+    if (PyList_CheckExact(output) || PyTuple_CheckExact(output)) {
+        status = encode_items(self, out, output, &where);
+    } else if (PyList_Check(output) || PyTuple_Check(output)) { /* torch.return_types, torch.Size: the general way */
+        where.prefix = PyUnicode_FromFormat("%U.output", name);
+        PyObject *text = where.prefix ? PyObject_CallFunctionObjArgs(self->encode_outputs, output, where.prefix, NULL)
+                                      : NULL;
+        status = text != NULL && PyUnicode_Check(text) ? text_unicode(out, text) : -1;
+        if (status < 0 && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "encode_outputs must return a str");
+        Py_XDECREF(text);
+    } else {
+        PyObject *zero = PyLong_FromLong(0);
+        status = zero == NULL || TEXT_ADD(out, "[") < 0 || encode_value(self, out, output, &where, zero) < 0
+                     ? -1
+                     : TEXT_ADD(out, "]");
+        Py_XDECREF(zero);
+    }
+    Py_XDECREF(where.prefix);
+    return status;
+}
+
+static int encode_inputs(Lane *self, Text *out, PyObject *args, PyObject *kwargs, PyObject *name) {
+    Where where = {name, "input", NULL};
+    int status = TEXT_ADD(out, "{\"input_args\":") < 0 || encode_items(self, out, args, &where) < 0 ||
+                         TEXT_ADD(out, ",\"input_kwargs\":{") < 0
+                     ? -1
+                     : 0;
+    Py_ssize_t position = 0;
+    PyObject *key, *value;
+    int first = 1;
+    while (status == 0 && PyDict_Next(kwargs, &position, &key, &value)) {
+        if (!first && TEXT_ADD(out, ",") < 0) status = -1;
+        first = 0;
+        if (status == 0 && PyUnicode_Check(key)) {
+            int done = text_json_string(out, key);
+            status = done < 0 ? -1 : done ? 0 : (PyErr_SetString(PyExc_ValueError, "keyword not encodable"), -1);
+        } else if (status == 0) {
+            status = -1;
+            PyErr_SetString(PyExc_TypeError, "keyword is not a str");
+        }
+        if (status == 0) status = TEXT_ADD(out, ":") < 0 || encode_value(self, out, value, &where, key) < 0 ? -1 : 0;
+    }
+    Py_XDECREF(where.prefix);
+    return status < 0 || TEXT_ADD(out, "}") < 0 ? -1 : 0;
+}
+
+/* Any tensor needing a gradient among the values, as grad_taps.tensors_requiring_grad looks. */
+static int needs_grad(Lane *self, PyObject *value, int depth) {
+    if (PyObject_TypeCheck(value, self->tensor_type)) {
+        PyObject *flag = PyObject_GetAttr(value, s_requires_grad);
+        if (flag == NULL) return -1;
+        int needs = flag == Py_True;
+        Py_DECREF(flag);
+        return needs;
+    }
+    if (depth > 32) return 0;
+    if (PyDict_Check(value)) {
+        Py_ssize_t position = 0;
+        PyObject *key, *item;
+        while (PyDict_Next(value, &position, &key, &item)) {
+            int needs = needs_grad(self, item, depth + 1);
+            if (needs) return needs;
+        }
+        return 0;
+    }
+    if (PyList_Check(value) || PyTuple_Check(value)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(value);
+        PyObject **items = PySequence_Fast_ITEMS(value);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int needs = needs_grad(self, items[i], depth + 1);
+            if (needs) return needs;
+        }
+    }
+    return 0;
+}
+
+/* Whether the call writes in place: by its name (asked once per key), or out= / inplace=True. */
+static int writes_in_place(Lane *self, PyObject *key, PyObject *kwargs) {
+    if (PyDict_GET_SIZE(kwargs)) {
+        if (PyDict_GetItemWithError(kwargs, s_out) != NULL) return 1;
+        if (PyErr_Occurred()) return -1;
+        if (PyDict_GetItemWithError(kwargs, s_inplace) == Py_True) return 1;
+        if (PyErr_Occurred()) return -1;
+    }
+    PyObject *known = PyDict_GetItemWithError(self->in_place_keys, key);
+    if (known != NULL) return known == Py_True;
+    if (PyErr_Occurred()) return -1;
+    PyObject *answer = PyObject_CallOneArg(self->classify, key);
+    if (answer == NULL) return -1;
+    int in_place = PyObject_IsTrue(answer);
+    if (in_place >= 0 && PyDict_SetItem(self->in_place_keys, key, in_place ? Py_True : Py_False) < 0) in_place = -1;
+    Py_DECREF(answer);
+    return in_place;
+}
+
+static int note_writes_in(Lane *self, PyObject *value) {
+    if (PyObject_TypeCheck(value, self->tensor_type)) return note_write(self->log, value);
+    if (PyList_Check(value) || PyTuple_Check(value)) { /* one level, as grad_taps.output_tensors */
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(value);
+        PyObject **items = PySequence_Fast_ITEMS(value);
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (PyObject_TypeCheck(items[i], self->tensor_type) && note_write(self->log, items[i]) < 0) return -1;
+    }
+    return 0;
+}
+
+/* As the recorder's _overwritten: out=, else the first argument; collectives and torch's private
+ * multi-tensor functions (any of their tensors) are asked of the recorder. */
+static int note_overwritten(Lane *self, PyObject *key, PyObject *args, PyObject *kwargs) {
+    Py_ssize_t n;
+    const char *text = PyUnicode_AsUTF8AndSize(key, &n);
+    if (text == NULL) return -1;
+    if (strncmp(text, "Distributed.", 12) == 0 || strncmp(text, "Torch._", 7) == 0) {
+        PyObject *tensors = PyObject_CallFunctionObjArgs(self->overwritten, key, args, kwargs, NULL);
+        if (tensors == NULL) return -1;
+        int status = note_writes_in(self, tensors);
+        Py_DECREF(tensors);
+        return status;
+    }
+    PyObject *out = PyDict_GET_SIZE(kwargs) ? PyDict_GetItemWithError(kwargs, s_out) : NULL;
+    if (out != NULL) return note_writes_in(self, out);
+    if (PyErr_Occurred()) return -1;
+    return PyTuple_GET_SIZE(args) ? note_writes_in(self, PyTuple_GET_ITEM(args, 0)) : 0;
+}
+
+static int set_busy(Lane *self, PyObject *busy) { return PyObject_SetAttr(self->state, s_busy, busy); }
+
+/* A failure of the tool's own work: reported (logged once per API); -1 when the report raises (strict, or a
+ * device error, which belongs to the training) or the error is no Exception (KeyboardInterrupt). */
+static int report_failure(Lane *self, PyObject *name) {
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyErr_NormalizeException(&type, &value, &traceback);
+    if (traceback != NULL && value != NULL) PyException_SetTraceback(value, traceback);
+    PyObject *result = PyObject_CallFunctionObjArgs(self->report, name, value ? value : Py_None, NULL);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(traceback);
+    if (result == NULL) return -1;
+    Py_DECREF(result);
+    return 0;
+}
+
+/* 1 when the lane takes the call; 0 when the Python recorder must (a backward record, backward running). */
+static int lane_takes(Lane *self, PyObject *args, PyObject *kwargs) {
+    PyObject *task = PyObject_CallNoArgs(self->graph_task_id);
+    if (task == NULL) return -1;
+    long running = PyLong_AsLong(task);
+    Py_DECREF(task);
+    if (running == -1 && PyErr_Occurred()) return -1;
+    if (running != -1) return 0; /* backward runs: the recorder tells recomputation apart */
+    PyObject *enabled = PyObject_CallNoArgs(self->grad_enabled);
+    if (enabled == NULL) return -1;
+    int grad = enabled == Py_True;
+    Py_DECREF(enabled);
+    if (!grad) return 1;
+    int needs = needs_grad(self, args, 0);
+    if (needs == 0 && PyDict_GET_SIZE(kwargs)) needs = needs_grad(self, kwargs, 0);
+    return needs < 0 ? -1 : !needs;
+}
+
+static PyObject *lane_record_call(Lane *self, PyObject *original, PyObject *key, PyObject *args, PyObject *kwargs) {
+    PyObject *name = NULL, *output = NULL;
+    Text entry;
+    text_init(&entry);
+    if (set_busy(self, Py_True) < 0) return NULL;
+    PyObject *done = PyDict_GetItemWithError(self->counts, key);
+    long long index = done != NULL ? PyLong_AsLongLong(done) : 0;
+    PyObject *next = PyErr_Occurred() ? NULL : PyLong_FromLongLong(index + 1);
+    if (next == NULL || PyDict_SetItem(self->counts, key, next) < 0) {
+        Py_XDECREF(next);
+        goto leave;
+    }
+    Py_DECREF(next);
+    name = PyUnicode_FromFormat("%U.%lld.forward", key, index);
+    if (name == NULL) goto leave;
+    int keep = 1;
+    int in_place = writes_in_place(self, key, kwargs);
+    if (in_place < 0) {
+        keep = 0;
+        if (report_failure(self, name) < 0) goto leave;
+    }
+    if (keep && self->with_values && encode_inputs(self, &entry, args, kwargs, name) < 0) {
+        keep = 0;
+        if (report_failure(self, name) < 0) goto leave;
+    }
+    if (in_place > 0 && self->log != Py_None && note_overwritten(self, key, args, kwargs) < 0) {
+        keep = 0; /* after the inputs were measured as they are now, even if that failed */
+        if (report_failure(self, name) < 0) goto leave;
+    }
+    output = PyObject_Call(original, args, PyDict_GET_SIZE(kwargs) ? kwargs : NULL);
+    if (output == NULL || !keep) goto leave;
+    PyObject *stack = NULL, *text = NULL, *result = NULL;
+    int failed = self->with_values ? TEXT_ADD(&entry, ",\"is_recompute\":false,\"output\":") < 0 ||
+                                         encode_outputs(self, &entry, output, name) < 0 || TEXT_ADD(&entry, "}") < 0
+                                   : TEXT_ADD(&entry, "{\"is_recompute\":false}") < 0;
+    if (!failed) stack = PyObject_CallNoArgs(self->stack);
+    if (stack != NULL) text = text_str(&entry);
+    if (text != NULL) {
+        PyObject *parent = self->no_parent;
+        if (self->module_stack != Py_None)
+            parent = PyList_GET_SIZE(self->module_stack) ? PyList_GET_ITEM(self->module_stack,
+                                                                           PyList_GET_SIZE(self->module_stack) - 1)
+                                                         : Py_None;
+        result = PyObject_CallFunctionObjArgs(self->record, name, text, stack, parent, NULL);
+    }
+    Py_XDECREF(stack);
+    Py_XDECREF(text);
+    if (result == NULL && report_failure(self, name) < 0) Py_CLEAR(output);
+    Py_XDECREF(result);
+leave:
+    text_free(&entry);
+    Py_XDECREF(name);
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback); /* the call's own error, if it raised, is what the caller sees */
+    if (set_busy(self, Py_False) < 0) PyErr_Clear();
+    PyErr_Restore(type, value, traceback);
+    return output;
+}
+
+static PyObject *lane_vectorcall(Lane *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != 4 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) || !PyTuple_Check(argv[2]) ||
+        !PyDict_Check(argv[3]) || !PyUnicode_Check(argv[1])) {
+        PyErr_SetString(PyExc_TypeError, "lane(original, key, args: tuple, kwargs: dict)");
+        return NULL;
+    }
+    int takes = lane_takes(self, argv[2], argv[3]);
+    if (takes < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL;
+        PyErr_Clear(); /* whatever it was, the recorder's own path meets it and reports it */
+        takes = 0;
+    }
+    if (!takes) return PyObject_Vectorcall(self->slow, argv, 4, NULL);
+    return lane_record_call(self, argv[0], argv[1], argv[2], argv[3]);
+}
+
+static PyTypeObject LaneType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprobe.pytorch.dump._lane.Lane",
+    .tp_basicsize = sizeof(Lane),
+    .tp_dealloc = (destructor)lane_dealloc,
+    .tp_vectorcall_offset = offsetof(Lane, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_traverse = (traverseproc)lane_traverse,
+    .tp_clear = (inquiry)lane_clear_refs,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "The API wrappers' handler for calls that need no backward record (see the module's comment).",
+    .tp_init = (initproc)lane_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_lane",
+                                    "The PyTorch dump's per-call path in C (see msprobe/pytorch/dump/lane.py).", -1,
+                                    NULL};
+
+PyMODINIT_FUNC PyInit__lane(void) {
+#define INTERN(variable, text) \
+    if ((variable = PyUnicode_InternFromString(text)) == NULL) return NULL;
+    INTERN(s_version, "_version")
+    INTERN(s_data_ptr, "data_ptr")
+    INTERN(s_dtype, "dtype")
+    INTERN(s_shape, "shape")
+    INTERN(s_requires_grad, "requires_grad")
+    INTERN(s_is_cpu, "is_cpu")
+    INTERN(s_is_neg, "is_neg")
+    INTERN(s_is_contiguous, "is_contiguous")
+    INTERN(s_stride, "stride")
+    INTERN(s_untyped_storage, "untyped_storage")
+    INTERN(s_busy, "busy")
+    INTERN(s_count, "count")
+    INTERN(s_written_at, "written_at")
+    INTERN(s_out, "out")
+    INTERN(s_inplace, "inplace")
+#undef INTERN
+    if ((one = PyLong_FromLong(1)) == NULL) return NULL;
+    if (PyType_Ready(&CachedType) < 0 || PyType_Ready(&SummariesType) < 0 || PyType_Ready(&LaneType) < 0) return NULL;
+    PyObject *created = PyModule_Create(&module);
+    if (created == NULL) return NULL;
+    if (PyModule_AddObjectRef(created, "Summaries", (PyObject *)&SummariesType) < 0 ||
+        PyModule_AddObjectRef(created, "Lane", (PyObject *)&LaneType) < 0) {
+        Py_DECREF(created);
+        return NULL;
+    }
+    return created;
+}

@@ -1,0 +1,103 @@
+"""The per-call path in C (``_lane.c``): when it is used, and what it is connected to.
+
+A recorded call that needs no backward record (an optimizer's in-place
+updates, anything under ``torch.no_grad()``) is recorded by the C lane in a
+few microseconds instead of some fifteen in Python. It covers the dumps whose
+entries it can build exactly as the recorder does: levels L1 and mix, tasks
+statistics, tensor and structure, with no ``list``, ``scope`` or
+``data_mode`` filter, no async dump, no online pre-check. Within those it
+encodes the usual values itself and asks the Python encoder for the rest,
+one value at a time; a call that needs a backward record, or one made while
+backward runs, goes to the recorder whole.
+
+The extension is optional: without a C compiler at install time (or with
+``MSPROBE_NO_LANE=1``) every call goes the Python way.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from msprobe.core.dump import float_stats
+from msprobe.core.dump.writer import NO_PARENT, encode_json
+
+try:
+    from msprobe.pytorch.dump import _lane
+except ImportError:  # built without a C compiler
+    _lane = None
+
+if os.environ.get("MSPROBE_NO_LANE", "").strip() not in ("", "0"):
+    _lane = None
+
+if TYPE_CHECKING:
+    from msprobe.pytorch.dump.recorder import TorchDumpRecorder
+
+AVAILABLE = _lane is not None  # tests turn it off to compare the two ways
+
+
+def summaries(log: Any) -> Any:
+    """The C cache of the usual tensors' summaries as JSON text (see ``_lane.c``), or None where it cannot run."""
+    if not (AVAILABLE and float_stats.AVAILABLE):
+        return None
+    from msprobe.core.dump import _kernels
+
+    return _lane.Summaries(log, torch.Tensor, torch.nn.Parameter, torch.float32, torch.float64, _kernels._C_API)
+
+
+def eligible(recorder: TorchDumpRecorder) -> bool:
+    """Whether every entry the lane would write is the one the recorder writes for this run."""
+    config = recorder.session.config
+    collector = recorder.collector
+    modes = collector.modes
+    return (
+        AVAILABLE
+        and recorder.level in ("L1", "mix")
+        and config.task in ("statistics", "tensor", "structure")
+        and collector.overflow is None
+        and not collector.deferred
+        and recorder.sender is None
+        and not collector.names.active
+        and not config.scope
+        and modes.forward
+        and modes.inputs
+        and modes.outputs
+    )
+
+
+def make_lane(
+    recorder: TorchDumpRecorder,
+    slow: Callable[..., Any],
+    classify: Callable[[str], bool],
+    overwritten: Callable[[str, tuple, dict], list],
+    graph_task_id: Callable[[], int],
+) -> Any:
+    """The C handler for ``recorder``'s API wrappers, falling back to ``slow`` (its Python handler); None when
+    the lane cannot write this run's entries."""
+    if not eligible(recorder):
+        return None
+    summarizer, collector = recorder.summarizer, recorder.collector
+    encoder = collector.encoder
+    return _lane.Lane(
+        summaries=summarizer.quick_texts if summarizer.quick_texts is not None else None,
+        with_values=recorder.session.config.task != "structure",
+        log=summarizer.write_log if summarizer.caches else None,
+        tensor_type=torch.Tensor,
+        slow=slow,
+        state=recorder.state,
+        counts=recorder.api_counts,
+        classify=classify,
+        grad_enabled=torch.is_grad_enabled,
+        graph_task_id=graph_task_id,
+        module_stack=recorder.module_stack if recorder.with_construct else None,
+        no_parent=NO_PARENT,
+        stack=recorder.stack,
+        record=collector.add_encoded,
+        encode_value=lambda value, suffix: encode_json(encoder.encode(value, suffix)),
+        encode_outputs=lambda output, prefix: encode_json(encoder.encode_outputs(output, prefix)),
+        overwritten=overwritten,
+        report=collector.report_failure,
+    )

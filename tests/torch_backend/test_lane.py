@@ -1,0 +1,311 @@
+"""The per-call path in C (msprobe/pytorch/dump/_lane.c) writes exactly what the Python recorder writes.
+
+Each test runs the same thing twice, with the lane and without it
+(``lane.AVAILABLE`` off), and compares the files value for value.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from models import train_beside_a_failing_tool, train_mixed_net
+from msprobe.core.dump.collector import DumpCollector
+from msprobe.pytorch import PrecisionDebugger
+from msprobe.pytorch.dump import lane
+
+
+def test_the_lane_is_built():
+    """pip compiled it with msprobe-torch (a missing compiler would leave every call to Python)."""
+    assert lane.AVAILABLE
+
+
+class LaneCount:
+    """How many entries the lane wrote (DumpCollector.add_encoded is its way in)."""
+
+    def __init__(self, monkeypatch):
+        self.entries = 0
+        original = DumpCollector.add_encoded
+
+        def counted(collector, *args):
+            self.entries += 1
+            return original(collector, *args)
+
+        monkeypatch.setattr(DumpCollector, "add_encoded", counted)
+
+
+def read_dump(root: Path) -> dict:
+    """Every file of every step and rank folder: JSON parsed, tensor files loaded."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        if path.suffix == ".json":
+            found[str(path.relative_to(root))] = json.loads(path.read_text())
+        elif path.suffix == ".pt":
+            found[str(path.relative_to(root))] = torch.load(path, weights_only=True)
+    return found
+
+
+def assert_same_dump(left: dict, right: dict) -> None:
+    assert left.keys() == right.keys()
+    for name, value in left.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, right[name]), name
+        elif name.endswith("dump.json"):
+            assert list(value["data"]) == list(right[name]["data"]), name  # the same entries in the same order
+            for entry, fields in value["data"].items():
+                assert fields == right[name]["data"][entry], (name, entry)
+            header = {k: v for k, v in value.items() if k not in ("data", "dump_data_dir")}  # dir: the run's own
+            assert header == {k: v for k, v in right[name].items() if k not in ("data", "dump_data_dir")}
+        else:
+            assert value == right[name], name
+
+
+CONFIGS = {
+    "statistics L1": {"task": "statistics", "level": "L1"},
+    "statistics mix": {"task": "statistics", "level": "mix"},
+    "md5 L1": {"task": "statistics", "level": "L1", "statistics": {"summary_mode": "md5"}},
+    "tensor L1": {"task": "tensor", "level": "L1"},
+    "structure mix": {"task": "structure", "level": "mix"},
+}
+
+
+def _dump_mixed_net(folder: Path, config: dict, monkeypatch, with_lane: bool) -> tuple[dict, int, list]:
+    monkeypatch.setattr(lane, "AVAILABLE", with_lane)
+    count = LaneCount(monkeypatch)
+    folder.mkdir()
+    config_file = folder / "config.json"
+    config_file.write_text(json.dumps({**config, "dump_path": str(folder / "dump")}))
+    _, losses = train_mixed_net(lambda model: PrecisionDebugger(config_path=str(config_file), model=model))
+    monkeypatch.undo()
+    return read_dump(folder / "dump"), count.entries, losses
+
+
+@pytest.mark.parametrize("label", list(CONFIGS))
+def test_the_lane_writes_what_the_python_recorder_writes(tmp_path, monkeypatch, label):
+    # both from one line: the stacks in stack.json end at this test's call
+    runs = [_dump_mixed_net(tmp_path / str(on), CONFIGS[label], monkeypatch, on) for on in (True, False)]
+    (fast, fast_entries, fast_losses), (slow, slow_entries, slow_losses) = runs
+    # the optimizer's in-place updates took the lane: AdamW's eight per parameter, 12 parameters, two steps
+    assert fast_entries >= 8 * 12 * 2 and slow_entries == 0
+    assert_same_dump(fast, slow)
+    assert all(torch.equal(a, b) for a, b in zip(fast_losses, slow_losses))
+    # and they are the entries we expect: the optimizer's, with their values
+    data = fast["step0/rank/dump.json"]["data"]
+    assert "Tensor.addcdiv_.0.forward" in data and "Tensor.lerp_.11.forward" in data
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"level": "L0"},
+        {"statistics": {"list": ["addcdiv"]}},
+        {"statistics": {"scope": ["Tensor.mul_.0.forward", "Tensor.mul_.3.forward"]}},
+        {"statistics": {"data_mode": ["forward", "output"]}},
+        {"async_dump": True},
+        {"task": "overflow_check"},
+    ],
+)
+def test_runs_the_lane_cannot_write_exactly_go_the_python_way(tmp_path, config):
+    (tmp_path / "c.json").write_text(
+        json.dumps({"task": "statistics", "level": "L1", "dump_path": str(tmp_path / "d"), **config})
+    )
+    debugger = PrecisionDebugger(config_path=str(tmp_path / "c.json"), model=torch.nn.Linear(2, 2))
+    debugger.start()
+    try:
+        assert debugger._hooks.lane is None
+    finally:
+        debugger.stop()
+
+
+class Opaque:
+    """A value nothing knows how to encode: the general way names its type."""
+
+
+class Pair(tuple):
+    """A tuple subclass (like torch.return_types and torch.Size): the general way decides."""
+
+
+def _values() -> tuple[tuple, dict]:
+    torch.manual_seed(3)
+    plain = torch.randn(4, 6)
+    with torch.inference_mode():
+        inference = torch.ones(3)
+    sparse = torch.sparse_coo_tensor([[0, 2]], [1.5, -2.0], (4,))
+    args = (
+        plain,
+        plain.t(),  # permuted: fills its block
+        plain[:, 1:3],  # a slice of columns: does not
+        torch._neg_view(plain),
+        torch.tensor(2.5),  # 0-d
+        torch.empty(0, 3),
+        torch.tensor([1.0, float("inf"), -2.0]),
+        torch.tensor([float("nan"), 1.0]),
+        torch.arange(6).reshape(2, 3),
+        plain > 0,
+        plain.double(),
+        plain.half(),
+        torch.nn.Parameter(torch.ones(2, 2)),
+        inference,
+        sparse,
+        None,
+        True,
+        False,
+        7,
+        -(2**70),
+        0.1,
+        1e-05,
+        float("inf"),
+        float("nan"),
+        'text with "quotes", a \\ backslash,\nnew line, tab\t, \x01 and unicode é中',
+        [1, [2.5, plain], (None, "x")],
+        (),
+        [],
+        {"nested": [1, 2], "tensor": plain},
+        slice(1, None, 2),
+        Ellipsis,
+        torch.float16,
+        torch.device("cpu"),
+        torch.Size([2, 3]),
+        Pair((1, plain)),
+        Opaque(),
+    )
+    kwargs = {"alpha": 2, "weight": plain, "name": "é", "flag": None, "inplace": False}
+    return args, kwargs
+
+
+def _record(tmp_path: Path, monkeypatch, with_lane: bool, output) -> dict:
+    """One call of the recorder's API handler, under no_grad, with every kind of value in and out."""
+    monkeypatch.setattr(lane, "AVAILABLE", with_lane)
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path))
+    debugger.start()
+    recorder = debugger._hooks
+    assert (recorder.lane is not None) == with_lane
+    args, kwargs = _values()
+    seen = []
+
+    def original(*call_args, **call_kwargs):
+        seen.append((call_args, call_kwargs))
+        return output
+
+    with torch.no_grad():
+        result = recorder.patcher.handler(original, "Torch.fake", args, kwargs)
+    debugger.stop()
+    debugger.step()
+    monkeypatch.undo()
+    assert result is output and len(seen) == 1  # called once, with the very same values
+    assert len(seen[0][0]) == len(args) and all(a is b for a, b in zip(seen[0][0], args))
+    assert seen[0][1].keys() == kwargs.keys() and all(seen[0][1][k] is v for k, v in kwargs.items())
+    return json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]["Torch.fake.0.forward"]
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        torch.ones(3),
+        (torch.ones(2), None, 3),
+        [torch.zeros(1), 2.5],
+        torch.return_types.max((torch.ones(2), torch.zeros(2, dtype=torch.long))),
+        torch.Size([4]),
+        None,
+        "out",
+    ],
+    ids=["tensor", "tuple", "list", "return_types", "Size", "None", "str"],
+)
+def test_every_kind_of_value_is_encoded_as_the_python_recorder_encodes_it(tmp_path, monkeypatch, output):
+    by_lane, by_python = [_record(tmp_path / str(on), monkeypatch, on, output) for on in (True, False)]
+    assert list(by_lane) == ["input_args", "input_kwargs", "is_recompute", "output"]
+    assert by_lane == by_python
+    assert by_lane["input_args"][24]["value"] == _values()[0][24]  # the text came through whole
+    assert by_lane["input_args"][19] == {"type": "int", "value": -(2**70)}
+
+
+def test_a_call_needing_a_backward_record_goes_the_python_way(tmp_path, monkeypatch):
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path))
+    count = LaneCount(monkeypatch)
+    weight = torch.ones(3, requires_grad=True)
+    debugger.start()
+    out = weight * 2  # needs a backward entry: the recorder's
+    with torch.no_grad():
+        weight.mul_(0.5)  # no gradient to follow: the lane's
+    out.sum().backward()
+    debugger.stop()
+    debugger.step()
+    assert count.entries == 1
+    data = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]
+    assert {"Tensor.__mul__.0.forward", "Tensor.__mul__.0.backward", "Tensor.mul_.0.forward"} <= set(data)
+    # the in-place call's input as it was before the call, its output after
+    assert data["Tensor.mul_.0.forward"]["input_args"][0]["Max"] == 1.0
+    assert data["Tensor.mul_.0.forward"]["output"][0]["Max"] == 0.5
+
+
+def test_the_statistics_cache_sees_the_lane_s_writes(tmp_path):
+    """An in-place call through the lane makes every cached summary of that memory stale, under any alias."""
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path))
+    base = torch.arange(8, dtype=torch.float32)
+    alias = base.view(2, 4)
+    debugger.start()
+    with torch.no_grad():
+        torch.abs(alias)  # alias measured and cached
+        base.view(8)[:2].zero_()  # through a fresh alias the cache never saw; zero_ is only watched
+        torch.abs(alias)
+        base.mul_(2)  # recorded by the lane: alias is stale too
+        torch.abs(alias)
+    debugger.stop()
+    debugger.step()
+    data = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]
+    seen = [data[f"Torch.abs.{i}.forward"]["input_args"][0]["Mean"] for i in range(3)]
+    assert seen == [3.5, 3.375, 6.75]
+
+
+def test_a_failure_inside_the_lane_is_logged_once_and_training_goes_on(tmp_path, monkeypatch, caplog):
+    """The general way's encoder fails for 0-d tensors (AdamW's step count): those entries are lost, reported once
+    per API; every other entry and the training are as without the failure."""
+    from msprobe.core.dump.values import ValueEncoder
+
+    original = ValueEncoder.encode
+
+    def failing(self, value, suffix):
+        if isinstance(value, torch.Tensor) and value.dim() == 0 and not torch.is_grad_enabled():
+            raise ValueError("simulated failure")
+        return original(self, value, suffix)
+
+    monkeypatch.setattr(ValueEncoder, "encode", failing)
+    failures = train_beside_a_failing_tool(tmp_path, caplog)
+    assert any("Tensor.__iadd__" in message for message in failures)
+    data = json.loads((tmp_path / "step1" / "rank" / "dump.json").read_text())["data"]
+    assert "Tensor.addcdiv_.0.forward" in data and not any(name.startswith("Tensor.__iadd__") for name in data)
+    names = collections.Counter(name.split(".")[1] for name in data)
+    assert names["lerp_"] == 12  # every parameter's update but the failing call recorded
+
+
+def test_strict_raises_from_the_lane(tmp_path, monkeypatch):
+    from msprobe.core.dump.values import ValueEncoder
+
+    def failing(self, value, suffix):
+        raise ValueError("simulated failure")
+
+    monkeypatch.setattr(ValueEncoder, "encode", failing)
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path), strict=True)
+    debugger.start()
+    assert debugger._hooks.lane is not None
+    with torch.no_grad(), pytest.raises(ValueError, match="simulated failure"):
+        torch.ones(2).add_(torch.tensor(1.0))  # the 0-d argument goes the general way, which fails
+    debugger.stop()
+    assert torch.ones(2).add_(1).tolist() == [2.0, 2.0]  # nothing of the tool left in the way
+
+
+def test_an_exception_of_the_call_itself_reaches_the_caller_unchanged(tmp_path):
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path))
+    debugger.start()
+    with torch.no_grad(), pytest.raises(RuntimeError, match="size"):
+        torch.ones(2).add_(torch.ones(3))
+    with torch.no_grad():
+        torch.ones(2).add_(1)  # the next call is recorded as usual
+    debugger.stop()
+    debugger.step()
+    data = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]
+    assert list(data) == ["Tensor.add_.1.forward"]  # the call that raised has no entry, but counts
