@@ -1,6 +1,6 @@
 """Step time of workload W with each dump configuration, as a ratio to the untouched step.
 
-    python bench/bench_dump.py [--steps 16] [--out /tmp/msprobe_bench]
+    python bench/bench_dump.py [--steps 16] [--out /tmp/msprobe_bench] [--only "statistics L1,statistics mix"]
 
 All configurations are measured in one run, one thread, after a warm-up;
 each against a plain twin of the workload stepped in turn with it.
@@ -86,17 +86,27 @@ def main() -> None:
         "--steps", type=int, default=16
     )  # medians of 16 alternating pairs: runs here differ by 0.1x at 6
     parser.add_argument("--out", type=Path, default=Path("/tmp/msprobe_bench"))
+    parser.add_argument(
+        "--only", default="", help="comma-separated configurations to run, e.g. 'statistics L1,statistics mix'"
+    )
     args = parser.parse_args()
+    wanted = {label.strip() for label in args.only.split(",") if label.strip()}
+    unknown = wanted - {label for label, _ in CONFIGS}
+    if unknown:
+        parser.error(f"--only: no configuration named {', '.join(sorted(unknown))}")
     torch.set_num_threads(1)
     timings: dict[str, Timing] = {}
     for label, config in CONFIGS:
+        if wanted and label not in wanted and label != "none":
+            continue
         folder = args.out / label.replace(" ", "_")
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         timings[label] = time_config(config, args.steps, folder)
         os.sync()  # the tensor dump's ~1 GB of dirty pages would otherwise be written back during the next runs
     print_ratios(timings, TARGETS)
-    report_tensor_dump(timings["tensor L1"], args.out / "tensor_L1" / "numpy_copy")
+    if "tensor L1" in timings:
+        report_tensor_dump(timings["tensor L1"], args.out / "tensor_L1" / "numpy_copy")
 
 
 if __name__ == "__main__":

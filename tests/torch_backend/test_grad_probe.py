@@ -125,6 +125,7 @@ def test_a_dump_beside_the_probe_records_none_of_the_probe_s_arithmetic(tmp_path
     dump.stop()
     dump.step()
     probe.step()
+    wait_for_writers()  # the step's summary appears once its direction files are written, in the background
     names = json.loads((tmp_path / "d" / "step0" / "rank" / "dump.json").read_text())["data"]
     assert any(name.startswith("Functional.linear.") for name in names)
     for probe_call in ("aminmax", "bucketize", "bincount", "vector_norm", "stack"):

@@ -223,20 +223,31 @@ def test_every_kind_of_value_is_encoded_as_the_python_recorder_encodes_it(tmp_pa
     assert by_lane["input_args"][19] == {"type": "int", "value": -(2**70)}
 
 
-def test_a_call_needing_a_backward_record_goes_the_python_way(tmp_path, monkeypatch):
+def test_a_call_needing_a_backward_record_gets_it_from_the_recorder_s_node_hook(tmp_path, monkeypatch):
+    """The lane writes the forward entry; the backward entry comes from the hook on the output's autograd node."""
     debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path))
     count = LaneCount(monkeypatch)
     weight = torch.ones(3, requires_grad=True)
     debugger.start()
-    out = weight * 2  # needs a backward entry: the recorder's
-    with torch.no_grad():
-        weight.mul_(0.5)  # no gradient to follow: the lane's
-    out.sum().backward()
-    debugger.stop()
+    try:
+        out = weight * 2  # a forward entry and, when backward runs, a backward one
+        with torch.no_grad():
+            weight.mul_(0.5)  # no gradient to follow
+        out.sum().backward()
+    finally:
+        debugger.stop()
     debugger.step()
-    assert count.entries == 1
+    assert count.entries == 4  # every forward entry, backward()'s seed gradient (ones_like) too
     data = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]
-    assert {"Tensor.__mul__.0.forward", "Tensor.__mul__.0.backward", "Tensor.mul_.0.forward"} <= set(data)
+    assert list(data) == [
+        "Tensor.__mul__.0.forward",
+        "Tensor.mul_.0.forward",
+        "Tensor.sum.0.forward",
+        "Torch.ones_like.0.forward",
+        "Tensor.sum.0.backward",
+        "Tensor.__mul__.0.backward",
+    ]
+    assert data["Tensor.__mul__.0.backward"]["output"][0]["Max"] == 2.0  # d(2w)/dw
     # the in-place call's input as it was before the call, its output after
     assert data["Tensor.mul_.0.forward"]["input_args"][0]["Max"] == 1.0
     assert data["Tensor.mul_.0.forward"]["output"][0]["Max"] == 0.5
@@ -262,24 +273,48 @@ def test_the_statistics_cache_sees_the_lane_s_writes(tmp_path):
 
 
 def test_a_failure_inside_the_lane_is_logged_once_and_training_goes_on(tmp_path, monkeypatch, caplog):
-    """The general way's encoder fails for 0-d tensors (AdamW's step count): those entries are lost, reported once
-    per API; every other entry and the training are as without the failure."""
+    """Recording the lerp_ entries fails: those entries are lost, reported once per API; every other entry and
+    the training are as without the failure."""
+    original = DumpCollector.add_encoded
+
+    def failing(collector, name, *args):
+        if name.startswith("Tensor.lerp_"):
+            raise ValueError("simulated failure")
+        return original(collector, name, *args)
+
+    monkeypatch.setattr(DumpCollector, "add_encoded", failing)
+    failures = train_beside_a_failing_tool(tmp_path, caplog)
+    assert any("Tensor.lerp_" in message for message in failures)
+    data = json.loads((tmp_path / "step1" / "rank" / "dump.json").read_text())["data"]
+    names = collections.Counter(name.split(".")[1] for name in data)
+    assert names["lerp_"] == 0 and names["addcdiv_"] == 12 and names["__iadd__"] == 12
+
+
+def test_a_value_that_fails_to_encode_costs_its_entry_not_the_call(tmp_path, monkeypatch, caplog):
     from msprobe.core.dump.values import ValueEncoder
 
     original = ValueEncoder.encode
 
     def failing(self, value, suffix):
-        if isinstance(value, torch.Tensor) and value.dim() == 0 and not torch.is_grad_enabled():
+        if isinstance(value, torch.dtype):
             raise ValueError("simulated failure")
         return original(self, value, suffix)
 
     monkeypatch.setattr(ValueEncoder, "encode", failing)
-    failures = train_beside_a_failing_tool(tmp_path, caplog)
-    assert any("Tensor.__iadd__" in message for message in failures)
-    data = json.loads((tmp_path / "step1" / "rank" / "dump.json").read_text())["data"]
-    assert "Tensor.addcdiv_.0.forward" in data and not any(name.startswith("Tensor.__iadd__") for name in data)
-    names = collections.Counter(name.split(".")[1] for name in data)
-    assert names["lerp_"] == 12  # every parameter's update but the failing call recorded
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path))
+    debugger.start()
+    try:
+        assert debugger._hooks.lane is not None
+        with torch.no_grad():
+            wide = torch.full((2,), 1.0, dtype=torch.float64)  # the dtype goes the general way, which fails
+            torch.ones(2).add_(1)
+    finally:
+        debugger.stop()
+    debugger.step()
+    assert wide.dtype == torch.float64 and wide.tolist() == [1.0, 1.0]
+    assert [r.getMessage() for r in caplog.records if "simulated failure" in r.getMessage()]
+    data = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]
+    assert "Tensor.add_.0.forward" in data and not any(name.startswith("Torch.full.") for name in data)
 
 
 def test_strict_raises_from_the_lane(tmp_path, monkeypatch):
@@ -291,21 +326,25 @@ def test_strict_raises_from_the_lane(tmp_path, monkeypatch):
     monkeypatch.setattr(ValueEncoder, "encode", failing)
     debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path), strict=True)
     debugger.start()
-    assert debugger._hooks.lane is not None
-    with torch.no_grad(), pytest.raises(ValueError, match="simulated failure"):
-        torch.ones(2).add_(torch.tensor(1.0))  # the 0-d argument goes the general way, which fails
-    debugger.stop()
+    try:
+        assert debugger._hooks.lane is not None
+        with torch.no_grad(), pytest.raises(ValueError, match="simulated failure"):
+            torch.full((2,), 1.0, dtype=torch.float64)  # the dtype goes the general way, which fails
+    finally:
+        debugger.stop()
     assert torch.ones(2).add_(1).tolist() == [2.0, 2.0]  # nothing of the tool left in the way
 
 
 def test_an_exception_of_the_call_itself_reaches_the_caller_unchanged(tmp_path):
     debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path))
     debugger.start()
-    with torch.no_grad(), pytest.raises(RuntimeError, match="size"):
-        torch.ones(2).add_(torch.ones(3))
-    with torch.no_grad():
-        torch.ones(2).add_(1)  # the next call is recorded as usual
-    debugger.stop()
+    try:
+        with torch.no_grad(), pytest.raises(RuntimeError, match="size"):
+            torch.ones(2).add_(torch.ones(3))
+        with torch.no_grad():
+            torch.ones(2).add_(1)  # the next call is recorded as usual
+    finally:
+        debugger.stop()
     debugger.step()
     data = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]
     assert list(data) == ["Tensor.add_.1.forward"]  # the call that raised has no entry, but counts

@@ -1,16 +1,17 @@
-/* The PyTorch dump's per-call path in C, for the calls that need no backward record.
+/* The PyTorch dump's per-call path in C.
  *
- * Most of what a training step asks the dump to record are calls with no
- * gradient to follow: an optimizer's in-place updates (AdamW makes eight per
- * parameter), anything under torch.no_grad().  In Python each costs some
- * fifteen microseconds of bookkeeping around a call of two or three; here
- * the same entry is built in a few.  The Python recorder stays the
- * definition: this file handles the usual values (plain CPU float32 and
- * float64 tensors with finite values, None, bools, ints, floats, strings,
- * lists and tuples of them) and hands everything else to it, one value at a
- * time, or the whole call when the call needs a backward record, runs
- * during backward, or could not be handled here.  Tests check that both
- * write the same entries.
+ * Every recorded API call takes this path where the run's entries allow it
+ * (see lane.py): in Python each call cost some fifteen microseconds of
+ * bookkeeping around an optimizer update of two or three; here the same
+ * entry is built in a few.  The Python recorder stays the definition: this
+ * file handles the usual values (plain CPU float32 and float64 tensors with
+ * finite values, None, bools, ints, floats, strings, lists and tuples of
+ * them) and hands everything else to it, one value at a time.  A call that
+ * gets a backward entry is written here too, and its backward record (a hook
+ * on the autograd node that made the output) is made by the recorder
+ * (``watch``).  A call made while backward runs goes to the recorder whole,
+ * which tells a recomputation apart.  Tests check that both ways write the
+ * same entries.
  *
  * Two types:
  *   Summaries - the statistics of plain CPU float tensors, cached as the
@@ -390,7 +391,7 @@ static int summary_into(Summaries *self, PyObject *tensor, Text *out) {
     if (!on_host) goto done;
     shape = PyObject_GetAttr(tensor, s_shape);
     if (shape == NULL) goto fail;
-    if (!PyTuple_Check(shape) || PyTuple_GET_SIZE(shape) == 0) goto done; /* a 0-d tensor: its value, the general way */
+    if (!PyTuple_Check(shape)) goto done;
     Py_ssize_t count = 1;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++) {
         Py_ssize_t size = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
@@ -410,7 +411,7 @@ static int summary_into(Summaries *self, PyObject *tensor, Text *out) {
     if (flag == NULL) goto fail;
     int dense = flag == Py_True;
     Py_DECREF(flag);
-    if (!dense) {
+    if (!dense) { /* a 0-d tensor is always contiguous */
         dense = fills_its_block(tensor, shape);
         if (dense < 0) goto fail;
         if (!dense) goto done;
@@ -418,7 +419,11 @@ static int summary_into(Summaries *self, PyObject *tensor, Text *out) {
     unsigned long long data;
     if (unsigned_of(PyObject_CallMethodNoArgs(tensor, s_data_ptr), &data) < 0) goto fail;
     double stats[4];
-    if (!self->kernels->float_stats((const void *)(uintptr_t)data, count, kind, stats))
+    if (PyTuple_GET_SIZE(shape) == 0) { /* a 0-d tensor (an optimizer's step count): its value, four times */
+        double value = kind == 'f' ? (double)*(const float *)(uintptr_t)data : *(const double *)(uintptr_t)data;
+        if (!isfinite(value)) goto done;
+        stats[0] = stats[1] = stats[2] = stats[3] = value;
+    } else if (!self->kernels->float_stats((const void *)(uintptr_t)data, count, kind, stats))
         goto done; /* an inf or nan: the general way adds the *_except_inf_nan pair */
     Text summary;
     text_init(&summary);
@@ -546,25 +551,27 @@ typedef struct {
     PyObject *encode_outputs; /* encode_outputs(output, prefix) -> JSON text of the output list */
     PyObject *overwritten;    /* overwritten(key, args, kwargs) -> the tensors an in-place call writes */
     PyObject *report;         /* report(name, exception): logged once per API (raised with strict) */
+    PyObject *watch;          /* watch(name, backward_name, parent, grad_inputs, output): the call's backward record */
+    int backward;             /* backward entries are kept (data_mode) */
 } Lane;
 
 #define LANE_OBJECTS(X)                                                                                            \
     X(log) X(slow) X(state) X(counts) X(in_place_keys) X(classify) X(grad_enabled) X(graph_task_id) X(module_stack) \
-        X(no_parent) X(stack) X(record) X(encode_value) X(encode_outputs) X(overwritten) X(report)
+        X(no_parent) X(stack) X(record) X(encode_value) X(encode_outputs) X(overwritten) X(report) X(watch)
 
 static PyObject *lane_vectorcall(Lane *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames);
 
 static int lane_init(Lane *self, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"summaries", "with_values", "log", "tensor_type", "slow", "state", "counts", "classify",
                             "grad_enabled", "graph_task_id", "module_stack", "no_parent", "stack", "record",
-                            "encode_value", "encode_outputs", "overwritten", "report", NULL};
+                            "encode_value", "encode_outputs", "overwritten", "report", "watch", "backward", NULL};
     PyObject *summaries, *tensor_type, *log, *slow, *state, *counts, *classify, *grad_enabled, *graph_task_id,
-        *module_stack, *no_parent, *stack, *record, *encode_value, *encode_outputs, *overwritten, *report;
-    int with_values;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OpOO!OOO!OOOOOOOOOOO", names, &summaries, &with_values, &log,
+        *module_stack, *no_parent, *stack, *record, *encode_value, *encode_outputs, *overwritten, *report, *watch;
+    int with_values, backward;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OpOO!OOO!OOOOOOOOOOOOp", names, &summaries, &with_values, &log,
                                      &PyType_Type, &tensor_type, &slow, &state, &PyDict_Type, &counts, &classify,
                                      &grad_enabled, &graph_task_id, &module_stack, &no_parent, &stack, &record,
-                                     &encode_value, &encode_outputs, &overwritten, &report))
+                                     &encode_value, &encode_outputs, &overwritten, &report, &watch, &backward))
         return -1;
     if (summaries != Py_None && !PyObject_TypeCheck(summaries, &SummariesType)) {
         PyErr_SetString(PyExc_TypeError, "summaries must be a Summaries or None");
@@ -576,6 +583,7 @@ static int lane_init(Lane *self, PyObject *args, PyObject *kwargs) {
     }
     self->vectorcall = (vectorcallfunc)lane_vectorcall;
     self->with_values = with_values;
+    self->backward = backward;
     Py_XSETREF(self->summaries, summaries == Py_None ? NULL : (Summaries *)Py_NewRef(summaries));
     Py_XSETREF(self->tensor_type, (PyTypeObject *)Py_NewRef(tensor_type));
     PyObject *in_place_keys = PyDict_New();
@@ -597,6 +605,7 @@ static int lane_init(Lane *self, PyObject *args, PyObject *kwargs) {
     SET(encode_outputs)
     SET(overwritten)
     SET(report)
+    SET(watch)
 #undef SET
     return 0;
 }
@@ -762,32 +771,34 @@ static int encode_inputs(Lane *self, Text *out, PyObject *args, PyObject *kwargs
     return status < 0 || TEXT_ADD(out, "}") < 0 ? -1 : 0;
 }
 
-/* Any tensor needing a gradient among the values, as grad_taps.tensors_requiring_grad looks. */
-static int needs_grad(Lane *self, PyObject *value, int depth) {
+/* The tensors needing a gradient among the values, each once, in grad_taps.tensors_requiring_grad's order:
+ * ``found`` maps id(tensor) to the tensor. */
+static int collect_grad_inputs(Lane *self, PyObject *value, PyObject *found, int depth) {
     if (PyObject_TypeCheck(value, self->tensor_type)) {
         PyObject *flag = PyObject_GetAttr(value, s_requires_grad);
         if (flag == NULL) return -1;
         int needs = flag == Py_True;
         Py_DECREF(flag);
-        return needs;
+        if (!needs) return 0;
+        PyObject *key = PyLong_FromVoidPtr(value);
+        if (key == NULL) return -1;
+        PyObject *known = PyDict_SetDefault(found, key, value);
+        Py_DECREF(key);
+        return known == NULL ? -1 : 0;
     }
     if (depth > 32) return 0;
     if (PyDict_Check(value)) {
         Py_ssize_t position = 0;
         PyObject *key, *item;
-        while (PyDict_Next(value, &position, &key, &item)) {
-            int needs = needs_grad(self, item, depth + 1);
-            if (needs) return needs;
-        }
+        while (PyDict_Next(value, &position, &key, &item))
+            if (collect_grad_inputs(self, item, found, depth + 1) < 0) return -1;
         return 0;
     }
     if (PyList_Check(value) || PyTuple_Check(value)) {
         Py_ssize_t n = PySequence_Fast_GET_SIZE(value);
         PyObject **items = PySequence_Fast_ITEMS(value);
-        for (Py_ssize_t i = 0; i < n; i++) {
-            int needs = needs_grad(self, items[i], depth + 1);
-            if (needs) return needs;
-        }
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (collect_grad_inputs(self, items[i], found, depth + 1) < 0) return -1;
     }
     return 0;
 }
@@ -860,25 +871,37 @@ static int report_failure(Lane *self, PyObject *name) {
     return 0;
 }
 
-/* 1 when the lane takes the call; 0 when the Python recorder must (a backward record, backward running). */
-static int lane_takes(Lane *self, PyObject *args, PyObject *kwargs) {
+/* 1 when the lane takes the call, 0 when the Python recorder must (backward is running: it tells a
+ * recomputation apart).  ``grad_inputs`` is set to the list of inputs needing a gradient when the call gets a
+ * backward record, else to NULL. */
+static int lane_takes(Lane *self, PyObject *args, PyObject *kwargs, PyObject **grad_inputs) {
+    *grad_inputs = NULL;
     PyObject *task = PyObject_CallNoArgs(self->graph_task_id);
     if (task == NULL) return -1;
     long running = PyLong_AsLong(task);
     Py_DECREF(task);
     if (running == -1 && PyErr_Occurred()) return -1;
-    if (running != -1) return 0; /* backward runs: the recorder tells recomputation apart */
+    if (running != -1) return 0;
+    if (!self->backward) return 1;
     PyObject *enabled = PyObject_CallNoArgs(self->grad_enabled);
     if (enabled == NULL) return -1;
     int grad = enabled == Py_True;
     Py_DECREF(enabled);
     if (!grad) return 1;
-    int needs = needs_grad(self, args, 0);
-    if (needs == 0 && PyDict_GET_SIZE(kwargs)) needs = needs_grad(self, kwargs, 0);
-    return needs < 0 ? -1 : !needs;
+    PyObject *found = PyDict_New();
+    if (found == NULL) return -1;
+    int status = collect_grad_inputs(self, args, found, 0);
+    if (status == 0 && PyDict_GET_SIZE(kwargs)) status = collect_grad_inputs(self, kwargs, found, 0);
+    if (status == 0 && PyDict_GET_SIZE(found)) {
+        *grad_inputs = PyDict_Values(found);
+        if (*grad_inputs == NULL) status = -1;
+    }
+    Py_DECREF(found);
+    return status < 0 ? -1 : 1;
 }
 
-static PyObject *lane_record_call(Lane *self, PyObject *original, PyObject *key, PyObject *args, PyObject *kwargs) {
+static PyObject *lane_record_call(Lane *self, PyObject *original, PyObject *key, PyObject *args, PyObject *kwargs,
+                                  PyObject *grad_inputs) {
     PyObject *name = NULL, *output = NULL;
     Text entry;
     text_init(&entry);
@@ -909,22 +932,28 @@ static PyObject *lane_record_call(Lane *self, PyObject *original, PyObject *key,
     }
     output = PyObject_Call(original, args, PyDict_GET_SIZE(kwargs) ? kwargs : NULL);
     if (output == NULL || !keep) goto leave;
-    PyObject *stack = NULL, *text = NULL, *result = NULL;
+    PyObject *stack = NULL, *text = NULL, *result = NULL, *parent = self->no_parent;
+    if (self->module_stack != Py_None) /* mix: the innermost open module or optimizer step */
+        parent = PyList_GET_SIZE(self->module_stack)
+                     ? PyList_GET_ITEM(self->module_stack, PyList_GET_SIZE(self->module_stack) - 1)
+                     : Py_None;
     int failed = self->with_values ? TEXT_ADD(&entry, ",\"is_recompute\":false,\"output\":") < 0 ||
                                          encode_outputs(self, &entry, output, name) < 0 || TEXT_ADD(&entry, "}") < 0
                                    : TEXT_ADD(&entry, "{\"is_recompute\":false}") < 0;
     if (!failed) stack = PyObject_CallNoArgs(self->stack);
     if (stack != NULL) text = text_str(&entry);
-    if (text != NULL) {
-        PyObject *parent = self->no_parent;
-        if (self->module_stack != Py_None)
-            parent = PyList_GET_SIZE(self->module_stack) ? PyList_GET_ITEM(self->module_stack,
-                                                                           PyList_GET_SIZE(self->module_stack) - 1)
-                                                         : Py_None;
-        result = PyObject_CallFunctionObjArgs(self->record, name, text, stack, parent, NULL);
-    }
+    if (text != NULL) result = PyObject_CallFunctionObjArgs(self->record, name, text, stack, parent, NULL);
     Py_XDECREF(stack);
     Py_XDECREF(text);
+    if (result != NULL && grad_inputs != NULL) { /* its backward entry: the node that made the output is hooked */
+        Py_DECREF(result);
+        PyObject *backward_name = PyUnicode_FromFormat("%U.%lld.backward", key, index);
+        PyObject *node_parent = self->module_stack == Py_None ? Py_None : parent; /* as the recorder's _before */
+        result = backward_name == NULL ? NULL
+                                       : PyObject_CallFunctionObjArgs(self->watch, name, backward_name, node_parent,
+                                                                      grad_inputs, output, NULL);
+        Py_XDECREF(backward_name);
+    }
     if (result == NULL && report_failure(self, name) < 0) Py_CLEAR(output);
     Py_XDECREF(result);
 leave:
@@ -944,14 +973,17 @@ static PyObject *lane_vectorcall(Lane *self, PyObject *const *argv, size_t nargs
         PyErr_SetString(PyExc_TypeError, "lane(original, key, args: tuple, kwargs: dict)");
         return NULL;
     }
-    int takes = lane_takes(self, argv[2], argv[3]);
+    PyObject *grad_inputs;
+    int takes = lane_takes(self, argv[2], argv[3], &grad_inputs);
     if (takes < 0) {
         if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL;
         PyErr_Clear(); /* whatever it was, the recorder's own path meets it and reports it */
         takes = 0;
     }
     if (!takes) return PyObject_Vectorcall(self->slow, argv, 4, NULL);
-    return lane_record_call(self, argv[0], argv[1], argv[2], argv[3]);
+    PyObject *output = lane_record_call(self, argv[0], argv[1], argv[2], argv[3], grad_inputs);
+    Py_XDECREF(grad_inputs);
+    return output;
 }
 
 static PyTypeObject LaneType = {

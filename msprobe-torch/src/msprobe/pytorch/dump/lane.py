@@ -1,14 +1,14 @@
 """The per-call path in C (``_lane.c``): when it is used, and what it is connected to.
 
-A recorded call that needs no backward record (an optimizer's in-place
-updates, anything under ``torch.no_grad()``) is recorded by the C lane in a
-few microseconds instead of some fifteen in Python. It covers the dumps whose
+Each recorded API call costs some fifteen microseconds of bookkeeping in
+Python; the C lane builds the same entry in a few. It covers the dumps whose
 entries it can build exactly as the recorder does: levels L1 and mix, tasks
-statistics, tensor and structure, with no ``list``, ``scope`` or
-``data_mode`` filter, no async dump, no online pre-check. Within those it
-encodes the usual values itself and asks the Python encoder for the rest,
-one value at a time; a call that needs a backward record, or one made while
-backward runs, goes to the recorder whole.
+statistics, tensor and structure, with no ``list``, ``scope`` or filter of
+the forward side in ``data_mode``, no async dump, no online pre-check.
+Within those it encodes the usual values itself and asks the Python encoder
+for the rest, one value at a time; a call's backward record is the
+recorder's (``_watch_backward``), and a call made while backward runs goes
+to the recorder whole.
 
 The extension is optional: without a C compiler at install time (or with
 ``MSPROBE_NO_LANE=1``) every call goes the Python way.
@@ -70,12 +70,11 @@ def eligible(recorder: TorchDumpRecorder) -> bool:
 
 def make_lane(
     recorder: TorchDumpRecorder,
-    slow: Callable[..., Any],
     classify: Callable[[str], bool],
     overwritten: Callable[[str, tuple, dict], list],
     graph_task_id: Callable[[], int],
 ) -> Any:
-    """The C handler for ``recorder``'s API wrappers, falling back to ``slow`` (its Python handler); None when
+    """The C handler for ``recorder``'s API wrappers, falling back to its Python handler where it must; None when
     the lane cannot write this run's entries."""
     if not eligible(recorder):
         return None
@@ -86,7 +85,7 @@ def make_lane(
         with_values=recorder.session.config.task != "structure",
         log=summarizer.write_log if summarizer.caches else None,
         tensor_type=torch.Tensor,
-        slow=slow,
+        slow=recorder._call_api,
         state=recorder.state,
         counts=recorder.api_counts,
         classify=classify,
@@ -100,4 +99,6 @@ def make_lane(
         encode_outputs=lambda output, prefix: encode_json(encoder.encode_outputs(output, prefix)),
         overwritten=overwritten,
         report=collector.report_failure,
+        watch=recorder._watch_backward,
+        backward=collector.modes.backward,
     )

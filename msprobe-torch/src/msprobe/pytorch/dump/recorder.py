@@ -167,7 +167,7 @@ class TorchDumpRecorder:
         self.stack = StackCapture(_TOOL_ROOT)
         self.with_construct = self.level in ("L0", "mix")
         # calls that need no backward record take the per-call path in C, where this run's entries allow it
-        self.lane = make_lane(self, self._call_api, _writes_in_place_by_name, _overwritten, _graph_task_id)
+        self.lane = make_lane(self, _writes_in_place_by_name, _overwritten, _graph_task_id)
         if self.lane is not None:
             self.patcher.handler = self.lane  # before the first install, which builds the wrappers around it
         self.eager = EagerWhileOn([self.patcher, self.write_watch])
@@ -309,6 +309,17 @@ class TorchDumpRecorder:
             return output
         finally:
             state.busy = False
+
+    def _watch_backward(
+        self, name: str, backward_name: str, parent: str | None, grad_inputs: list, output: Any
+    ) -> None:
+        """The lane wrote a call's forward entry: its backward entry comes, as the recorder's own, from the
+        autograd node that made the output (see ``_CallRecord.watch_node``)."""
+        record = _CallRecord(name, backward_name, (), {}, parent)
+        record.grad_inputs = grad_inputs
+        record.keep_backward = True
+        record.recorder = self
+        record.watch_node(output)
 
     def _note_write(self, original: Callable, key: str, args: tuple, kwargs: dict) -> Any:
         try:
