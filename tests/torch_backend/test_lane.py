@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import collections
 import json
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from models import train_beside_a_failing_tool, train_mixed_net
-from msprobe.core.dump.collector import DumpCollector
+from msprobe.core.dump.writer import DumpWriter
 from msprobe.pytorch import PrecisionDebugger
 from msprobe.pytorch.dump import lane
 
@@ -25,17 +26,18 @@ def test_the_lane_is_built():
 
 
 class LaneCount:
-    """How many entries the lane wrote (DumpCollector.add_encoded is its way in)."""
+    """How many entries the lane wrote: DumpWriter.add_journaled called from C, not by the Python path's add_encoded."""
 
     def __init__(self, monkeypatch):
         self.entries = 0
-        original = DumpCollector.add_encoded
+        original = DumpWriter.add_journaled
 
-        def counted(collector, *args):
-            self.entries += 1
-            return original(collector, *args)
+        def counted(writer, *args):
+            if sys._getframe(1).f_code is not DumpWriter.add_encoded.__code__:
+                self.entries += 1
+            return original(writer, *args)
 
-        monkeypatch.setattr(DumpCollector, "add_encoded", counted)
+        monkeypatch.setattr(DumpWriter, "add_journaled", counted)
 
 
 def read_dump(root: Path) -> dict:
@@ -237,7 +239,7 @@ def test_a_call_needing_a_backward_record_gets_it_from_the_recorder_s_node_hook(
     finally:
         debugger.stop()
     debugger.step()
-    assert count.entries == 4  # every forward entry, backward()'s seed gradient (ones_like) too
+    assert count.entries == 6  # every entry: forward (backward()'s seed gradient, ones_like, too) and backward
     data = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]
     assert list(data) == [
         "Tensor.__mul__.0.forward",
@@ -275,14 +277,14 @@ def test_the_statistics_cache_sees_the_lane_s_writes(tmp_path):
 def test_a_failure_inside_the_lane_is_logged_once_and_training_goes_on(tmp_path, monkeypatch, caplog):
     """Recording the lerp_ entries fails: those entries are lost, reported once per API; every other entry and
     the training are as without the failure."""
-    original = DumpCollector.add_encoded
+    original = DumpWriter.add_journaled
 
-    def failing(collector, name, *args):
+    def failing(writer, name, *args):
         if name.startswith("Tensor.lerp_"):
             raise ValueError("simulated failure")
-        return original(collector, name, *args)
+        return original(writer, name, *args)
 
-    monkeypatch.setattr(DumpCollector, "add_encoded", failing)
+    monkeypatch.setattr(DumpWriter, "add_journaled", failing)
     failures = train_beside_a_failing_tool(tmp_path, caplog)
     assert any("Tensor.lerp_" in message for message in failures)
     data = json.loads((tmp_path / "step1" / "rank" / "dump.json").read_text())["data"]

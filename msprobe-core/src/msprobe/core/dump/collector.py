@@ -212,10 +212,6 @@ class DumpCollector:
         self.open_step().add(name, entry, self.deferred, parent=parent)
         return True
 
-    def add_encoded(self, name: str, text: str, stack: Any = None, parent: Any = NO_PARENT) -> None:
-        """A forward entry a backend encoded itself (its per-call path in C), kept as it is."""
-        self.open_step().add_encoded(name, text, stack, parent)
-
     def reserve(self, name: str) -> None:
         if self.overflow is None:
             self.open_step().reserve(name)

@@ -411,17 +411,28 @@ class DumpWriter:
 
     def add_encoded(self, name: str, text: str | None, stack: Any = None, parent: Any = NO_PARENT) -> None:
         """``add`` for an entry whose JSON text is made already (None: its value comes later, see ``settle``)."""
-        encoded_name = self._encoded(name)
+        stack_text = None if stack is None else encode_json(stack)
+        parent_text = None
+        if parent is not NO_PARENT:
+            parent_text = self._encoded(parent) if isinstance(parent, str) else encode_json(parent)
+        self.add_journaled(name, self._encoded(name), text, stack_text, parent_text)
+
+    def add_journaled(
+        self, name: str, name_text: str, text: str | None, stack_text: str | None, parent_text: str | None
+    ) -> None:
+        """Store an entry, its stack and its parent (each None where there is none), all JSON text already, and
+        journal them in one write: the path of every dumped call (the torch backend's C lane calls it directly)."""
+        self._names[name] = name_text
         lines = ""
         if text is not None:
             self.data[name] = text
-            lines = _journal_line("data", encoded_name, text)
-        if stack is not None:
-            text = self.stack[name] = encode_json(stack)
-            lines += _journal_line("stack", encoded_name, text)
-        if parent is not NO_PARENT:
-            text = self.construct[name] = self._encoded(parent) if isinstance(parent, str) else encode_json(parent)
-            lines += _journal_line("construct", encoded_name, text)
+            lines = _journal_line("data", name_text, text)
+        if stack_text is not None:
+            self.stack[name] = stack_text
+            lines += _journal_line("stack", name_text, stack_text)
+        if parent_text is not None:
+            self.construct[name] = parent_text
+            lines += _journal_line("construct", name_text, parent_text)
         self._write_lines(lines)
 
     def settle(self) -> None:

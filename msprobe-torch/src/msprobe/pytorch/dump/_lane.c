@@ -39,7 +39,8 @@ typedef struct {
 
 static PyObject *one; /* the int 1 */
 static PyObject *s_version, *s_data_ptr, *s_dtype, *s_shape, *s_requires_grad, *s_is_cpu, *s_is_neg,
-    *s_is_contiguous, *s_stride, *s_untyped_storage, *s_busy, *s_count, *s_written_at, *s_out, *s_inplace;
+    *s_is_contiguous, *s_stride, *s_untyped_storage, *s_busy, *s_count, *s_written_at, *s_out, *s_inplace, *s_writer,
+    *s_open_step, *s_add_journaled;
 
 /* ------------------------------------------------------------------------------------------------------------ */
 /* A growing UTF-8 buffer for an entry's text.                                                                  */
@@ -546,7 +547,7 @@ typedef struct {
     PyObject *module_stack; /* mix: the calls open around this one (the last is the parent); None at L1 */
     PyObject *no_parent;
     PyObject *stack;          /* stack() -> the call's stack text */
-    PyObject *record;         /* record(name, entry_text, stack_text, parent) */
+    PyObject *collector;      /* the DumpCollector: its step's writer takes each entry (add_journaled) */
     PyObject *encode_value;   /* encode_value(value, suffix) -> JSON text, the general way */
     PyObject *encode_outputs; /* encode_outputs(output, prefix) -> JSON text of the output list */
     PyObject *overwritten;    /* overwritten(key, args, kwargs) -> the tensors an in-place call writes */
@@ -557,20 +558,20 @@ typedef struct {
 
 #define LANE_OBJECTS(X)                                                                                            \
     X(log) X(slow) X(state) X(counts) X(in_place_keys) X(classify) X(grad_enabled) X(graph_task_id) X(module_stack) \
-        X(no_parent) X(stack) X(record) X(encode_value) X(encode_outputs) X(overwritten) X(report) X(watch)
+        X(no_parent) X(stack) X(collector) X(encode_value) X(encode_outputs) X(overwritten) X(report) X(watch)
 
 static PyObject *lane_vectorcall(Lane *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames);
 
 static int lane_init(Lane *self, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"summaries", "with_values", "log", "tensor_type", "slow", "state", "counts", "classify",
-                            "grad_enabled", "graph_task_id", "module_stack", "no_parent", "stack", "record",
+                            "grad_enabled", "graph_task_id", "module_stack", "no_parent", "stack", "collector",
                             "encode_value", "encode_outputs", "overwritten", "report", "watch", "backward", NULL};
     PyObject *summaries, *tensor_type, *log, *slow, *state, *counts, *classify, *grad_enabled, *graph_task_id,
-        *module_stack, *no_parent, *stack, *record, *encode_value, *encode_outputs, *overwritten, *report, *watch;
+        *module_stack, *no_parent, *stack, *collector, *encode_value, *encode_outputs, *overwritten, *report, *watch;
     int with_values, backward;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OpOO!OOO!OOOOOOOOOOOOp", names, &summaries, &with_values, &log,
                                      &PyType_Type, &tensor_type, &slow, &state, &PyDict_Type, &counts, &classify,
-                                     &grad_enabled, &graph_task_id, &module_stack, &no_parent, &stack, &record,
+                                     &grad_enabled, &graph_task_id, &module_stack, &no_parent, &stack, &collector,
                                      &encode_value, &encode_outputs, &overwritten, &report, &watch, &backward))
         return -1;
     if (summaries != Py_None && !PyObject_TypeCheck(summaries, &SummariesType)) {
@@ -600,7 +601,7 @@ static int lane_init(Lane *self, PyObject *args, PyObject *kwargs) {
     SET(module_stack)
     SET(no_parent)
     SET(stack)
-    SET(record)
+    SET(collector)
     SET(encode_value)
     SET(encode_outputs)
     SET(overwritten)
@@ -900,6 +901,43 @@ static int lane_takes(Lane *self, PyObject *args, PyObject *kwargs, PyObject **g
     return status < 0 ? -1 : 1;
 }
 
+/* The entry, with its stack (or NULL) and parent (the no_parent marker at L1: no construct.json record), into the
+ * step's files through DumpWriter.add_journaled; the step's folder is made with its first entry.  -1 on error. */
+static int record_entry(Lane *self, PyObject *name, Text *entry, PyObject *stack, PyObject *parent) {
+    PyObject *writer = PyObject_GetAttr(self->collector, s_writer);
+    if (writer == Py_None) {
+        Py_DECREF(writer);
+        writer = PyObject_CallMethodNoArgs(self->collector, s_open_step);
+    }
+    if (writer == NULL) return -1;
+    Text name_json;
+    text_init(&name_json);
+    PyObject *name_text = NULL, *text = NULL, *parent_text = NULL, *result = NULL;
+    if (text_json_string(&name_json, name) == 1) name_text = text_str(&name_json);
+    text_free(&name_json);
+    if (parent == self->no_parent || parent == Py_None) {
+        parent_text = parent == Py_None ? PyUnicode_FromString("null") : Py_NewRef(Py_None);
+    } else if (PyUnicode_Check(parent)) {
+        Text parent_json;
+        text_init(&parent_json);
+        if (text_json_string(&parent_json, parent) == 1) parent_text = text_str(&parent_json);
+        text_free(&parent_json);
+    }
+    if (name_text == NULL || parent_text == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "an entry's name or parent cannot be written as JSON");
+    } else if ((text = text_str(entry)) != NULL) {
+        PyObject *call[] = {writer, name, name_text, text, stack != NULL ? stack : Py_None, parent_text};
+        result = PyObject_VectorcallMethod(s_add_journaled, call, 6 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    }
+    Py_XDECREF(name_text);
+    Py_XDECREF(text);
+    Py_XDECREF(parent_text);
+    Py_DECREF(writer);
+    if (result == NULL) return -1;
+    Py_DECREF(result);
+    return 0;
+}
+
 static PyObject *lane_record_call(Lane *self, PyObject *original, PyObject *key, PyObject *args, PyObject *kwargs,
                                   PyObject *grad_inputs) {
     PyObject *name = NULL, *output = NULL;
@@ -932,7 +970,7 @@ static PyObject *lane_record_call(Lane *self, PyObject *original, PyObject *key,
     }
     output = PyObject_Call(original, args, PyDict_GET_SIZE(kwargs) ? kwargs : NULL);
     if (output == NULL || !keep) goto leave;
-    PyObject *stack = NULL, *text = NULL, *result = NULL, *parent = self->no_parent;
+    PyObject *stack = NULL, *result = NULL, *parent = self->no_parent;
     if (self->module_stack != Py_None) /* mix: the innermost open module or optimizer step */
         parent = PyList_GET_SIZE(self->module_stack)
                      ? PyList_GET_ITEM(self->module_stack, PyList_GET_SIZE(self->module_stack) - 1)
@@ -941,10 +979,8 @@ static PyObject *lane_record_call(Lane *self, PyObject *original, PyObject *key,
                                          encode_outputs(self, &entry, output, name) < 0 || TEXT_ADD(&entry, "}") < 0
                                    : TEXT_ADD(&entry, "{\"is_recompute\":false}") < 0;
     if (!failed) stack = PyObject_CallNoArgs(self->stack);
-    if (stack != NULL) text = text_str(&entry);
-    if (text != NULL) result = PyObject_CallFunctionObjArgs(self->record, name, text, stack, parent, NULL);
+    if (stack != NULL && record_entry(self, name, &entry, stack, parent) == 0) result = Py_NewRef(Py_None);
     Py_XDECREF(stack);
-    Py_XDECREF(text);
     if (result != NULL && grad_inputs != NULL) { /* its backward entry: the node that made the output is hooked */
         Py_DECREF(result);
         PyObject *backward_name = PyUnicode_FromFormat("%U.%lld.backward", key, index);
@@ -986,6 +1022,41 @@ static PyObject *lane_vectorcall(Lane *self, PyObject *const *argv, size_t nargs
     return output;
 }
 
+/* backward_entry(name, arriving, leaving, parent): a backward entry as DumpCollector.backward writes it, for a
+ * record the recorder's hooks completed: the gradients arriving at the outputs ("input") and those leaving
+ * towards the inputs ("output"), lists. */
+static PyObject *lane_backward_entry(Lane *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyUnicode_Check(args[0]) || !PyList_Check(args[1]) || !PyList_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "backward_entry(name: str, arriving: list, leaving: list, parent)");
+        return NULL;
+    }
+    Text entry;
+    text_init(&entry);
+    int status;
+    if (self->with_values) {
+        Where arriving = {args[0], "input", NULL}, leaving = {args[0], "output", NULL};
+        status = TEXT_ADD(&entry, "{\"input\":") < 0 || encode_items(self, &entry, args[1], &arriving) < 0 ||
+                         TEXT_ADD(&entry, ",\"output\":") < 0 || encode_items(self, &entry, args[2], &leaving) < 0 ||
+                         TEXT_ADD(&entry, "}") < 0
+                     ? -1
+                     : 0;
+        Py_XDECREF(arriving.prefix);
+        Py_XDECREF(leaving.prefix);
+    } else {
+        status = TEXT_ADD(&entry, "{}");
+    }
+    if (status == 0) status = record_entry(self, args[0], &entry, NULL, args[3]);
+    text_free(&entry);
+    if (status < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef lane_methods[] = {
+    {"backward_entry", (PyCFunction)(void (*)(void))lane_backward_entry, METH_FASTCALL,
+     "backward_entry(name, arriving, leaving, parent): write a call's backward entry."},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyTypeObject LaneType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprobe.pytorch.dump._lane.Lane",
     .tp_basicsize = sizeof(Lane),
@@ -995,8 +1066,9 @@ static PyTypeObject LaneType = {
     .tp_traverse = (traverseproc)lane_traverse,
     .tp_clear = (inquiry)lane_clear_refs,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "The API wrappers' handler for calls that need no backward record (see the module's comment).",
+    .tp_doc = "The API wrappers' handler (see the module's comment).",
     .tp_init = (initproc)lane_init,
+    .tp_methods = lane_methods,
     .tp_new = PyType_GenericNew,
 };
 
@@ -1022,6 +1094,9 @@ PyMODINIT_FUNC PyInit__lane(void) {
     INTERN(s_written_at, "written_at")
     INTERN(s_out, "out")
     INTERN(s_inplace, "inplace")
+    INTERN(s_writer, "writer")
+    INTERN(s_open_step, "open_step")
+    INTERN(s_add_journaled, "add_journaled")
 #undef INTERN
     if ((one = PyLong_FromLong(1)) == NULL) return NULL;
     if (PyType_Ready(&CachedType) < 0 || PyType_Ready(&SummariesType) < 0 || PyType_Ready(&LaneType) < 0) return NULL;

@@ -94,7 +94,7 @@ def make_lane(
         module_stack=recorder.module_stack if recorder.with_construct else None,
         no_parent=NO_PARENT,
         stack=recorder.stack,
-        record=collector.add_encoded,
+        collector=collector,
         encode_value=lambda value, suffix: encode_json(encoder.encode(value, suffix)),
         encode_outputs=lambda output, prefix: encode_json(encoder.encode_outputs(output, prefix)),
         overwritten=overwritten,

@@ -393,7 +393,10 @@ class TorchDumpRecorder:
                     return
             outputs = [record.output_grads.get(i) for i in range(record.output_count)]
             parent = collector.backward_numbering.parent(record.parent) if self.with_construct else NO_PARENT
-            collector.backward(record.backward_name, outputs, list(grads_in), parent)
+            if self.lane is not None:  # the same entry, encoded in C
+                self.lane.backward_entry(record.backward_name, outputs, list(grads_in), parent)
+            else:
+                collector.backward(record.backward_name, outputs, list(grads_in), parent)
         except Exception as exc:
             self.collector.report_failure(record.backward_name, exc)
 
