@@ -5,11 +5,19 @@ The formatted, JSON-encoded text is cached per call site: the frames'
 scans a line table. Code objects are keyed by ``id`` (and kept alive by
 the caches, so an id is never reused while cached): hashing a code object
 hashes its bytecode and constants, about a microsecond each time.
-Consecutive calls from one running function (a forward method, an
-optimizer's loop) share everything above it, so the part of the key above
-the innermost user frame is remembered for that frame and not walked again
-while it runs. Source lines come from
-linecache, which reads each file once.
+
+What lies above a call's frame is numbered once per distinct stack, frame by
+frame from the top: a frame's number stands for its (code, instruction) and
+the number of its caller. The frames of the last stack walked are kept with
+their numbers, and the next walk stops at the first of them it meets at the
+same instruction: a frame that is still on the stack and has not moved on
+has the same callers as before (a caller waits at its call while the callee
+runs), so a model's forward, where every API call comes from another
+module's frame deep in the same stack, walks a few frames instead of all of
+them. Generator and coroutine frames are never trusted that way: another
+caller may have resumed them. The kept frames are those of the stack being
+recorded, let go of at the next walk or by ``forget``. Source lines come
+from linecache, which reads each file once.
 """
 
 from __future__ import annotations
@@ -36,12 +44,15 @@ class StackCapture:
         self._cache: dict[tuple, EncodedJSON] = {}
         self._is_tool: dict[int, bool] = {}  # id(code object) -> whether it is the tool's own
         self._codes: list[Any] = []  # every code object keyed by id above, kept alive
-        self._callers: dict[tuple, int] = {}  # the key of the frames above the innermost user frame -> a number
-        self._last: tuple[Any, int] | None = None  # (innermost user frame, number of what is above it)
+        self._numbers: dict[tuple, int] = {}  # (id(code), instruction, number of the callers) -> a number
+        # the last stack walked, outermost first: (frame, its instruction then, the number of it and its callers)
+        self._chain: list[tuple[Any, int, int]] = []
+        self._place: dict[int, int] = {}  # id(frame) -> its index in _chain
 
     def forget(self) -> None:
-        """Let go of the last frame remembered (called when dumping stops, so its locals can be freed)."""
-        self._last = None
+        """Let go of the frames kept (called when dumping stops, so their locals can be freed)."""
+        self._chain.clear()
+        self._place.clear()
 
     def _tool(self, code: Any) -> bool:
         tool = self._is_tool.get(id(code))
@@ -62,23 +73,33 @@ class StackCapture:
             frame = frame.f_back
         if frame is None:
             return self._cached((), None)
-        last = self._last
-        if last is not None and last[0] is frame:  # still running: nothing above it has moved
-            callers = last[1]
-        else:
-            callers = self._callers_number(frame.f_back)
-            self._last = None if frame.f_code.co_flags & _RESUMABLE else (frame, callers)
-        return self._cached((id(frame.f_code), frame.f_lasti, callers), frame)
+        return self._cached((id(frame.f_code), frame.f_lasti, self._number_above(frame.f_back)), frame)
 
-    def _callers_number(self, frame: Any) -> int:
-        key = []
+    def _number_above(self, frame: Any) -> int:
+        """The number of the stack from ``frame`` up (-1 for none), walking only what the last walk did not see."""
+        chain, place = self._chain, self._place
+        walked = []
+        kept, number = 0, -1
         while frame is not None:
-            code = frame.f_code
-            if not self._tool(code):  # which also keeps the code object alive
-                key.append(id(code))
-                key.append(frame.f_lasti)
+            index = place.get(id(frame))
+            if index is not None:
+                held, instruction, held_number = chain[index]
+                if held is frame and instruction == frame.f_lasti and not frame.f_code.co_flags & _RESUMABLE:
+                    kept, number = index + 1, held_number
+                    break
+            walked.append(frame)
             frame = frame.f_back
-        return self._callers.setdefault(tuple(key), len(self._callers))
+        for held, _, _ in chain[kept:]:  # no longer on this stack, or moved on: let go of them
+            place.pop(id(held), None)
+        del chain[kept:]
+        numbers = self._numbers
+        for frame in reversed(walked):  # outermost first
+            code, instruction = frame.f_code, frame.f_lasti
+            if not self._tool(code):  # the tool's own frames add nothing (which also keeps the code object alive)
+                number = numbers.setdefault((id(code), instruction, number), len(numbers))
+            place[id(frame)] = len(chain)
+            chain.append((frame, instruction, number))
+        return number
 
     def _cached(self, key: tuple, frame: Any) -> EncodedJSON:
         cached = self._cache.get(key)

@@ -117,6 +117,10 @@ class RawJSON:
     def __init__(self, text: str):
         self.text = text
 
+    def value(self) -> Any:
+        """The text read back into Python values (for a caller that looks inside an entry)."""
+        return json.loads(self.text)
+
 
 _FRAGMENT = getattr(orjson, "Fragment", None)
 
@@ -131,7 +135,7 @@ def _for_orjson(value: Any) -> Any:
 def _for_json(value: Any) -> Any:
     """The standard encoder's ``default``, which cannot embed text: it is read instead."""
     if isinstance(value, RawJSON):
-        return json.loads(value.text)
+        return value.value()
     return _resolve(value)
 
 
