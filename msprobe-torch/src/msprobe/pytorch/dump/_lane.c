@@ -42,6 +42,27 @@ static PyObject *s_version, *s_data_ptr, *s_dtype, *s_shape, *s_requires_grad, *
     *s_is_contiguous, *s_stride, *s_untyped_storage, *s_busy, *s_count, *s_written_at, *s_out, *s_inplace, *s_writer,
     *s_open_step, *s_add_journaled;
 
+/* What configure() gave: torch's own descriptors of the tensor attributes read per call (each read then skips
+ * the lookup by name, which costs a dict lookup per class in the MRO and one in the tensor's __dict__), and
+ * orjson.dumps, which writes a float's shortest text ten times faster than Python's repr (and as the Python
+ * path writes it).  Unset, attributes are looked up by name and floats written by Python's repr. */
+static PyObject *d_version, *d_dtype, *d_shape, *d_is_cpu, *d_requires_grad; /* getset descriptors */
+static PyObject *d_data_ptr, *d_is_contiguous, *d_is_neg, *d_stride, *d_untyped_storage; /* method descriptors */
+static PyObject *float_dumps;
+
+static PyObject *tensor_attribute(PyObject *descriptor, PyObject *name, PyObject *tensor) {
+    if (descriptor != NULL) return Py_TYPE(descriptor)->tp_descr_get(descriptor, tensor, (PyObject *)Py_TYPE(tensor));
+    return PyObject_GetAttr(tensor, name);
+}
+
+static PyObject *tensor_method(PyObject *descriptor, PyObject *name, PyObject *tensor) {
+    if (descriptor != NULL) return PyObject_Vectorcall(descriptor, &tensor, 1, NULL);
+    return PyObject_CallMethodNoArgs(tensor, name);
+}
+
+#define ATTRIBUTE(tensor, field) tensor_attribute(d_##field, s_##field, (tensor))
+#define METHOD(tensor, field) tensor_method(d_##field, s_##field, (tensor))
+
 /* ------------------------------------------------------------------------------------------------------------ */
 /* A growing UTF-8 buffer for an entry's text.                                                                  */
 
@@ -89,18 +110,64 @@ static int text_add(Text *t, const char *s, Py_ssize_t n) {
 
 static int text_ll(Text *t, long long value) {
     char digits[24];
-    int n = snprintf(digits, sizeof digits, "%lld", value);
-    return text_add(t, digits, n);
+    int start = sizeof digits;
+    unsigned long long rest = value < 0 ? 0 - (unsigned long long)value : (unsigned long long)value;
+    do {
+        digits[--start] = (char)('0' + rest % 10);
+        rest /= 10;
+    } while (rest);
+    if (value < 0) digits[--start] = '-';
+    return text_add(t, digits + start, (Py_ssize_t)sizeof digits - start);
 }
 
-/* A finite double as Python's repr writes it (the shortest text that reads back the same), always with a
- * fraction or exponent so a reader sees a float. */
-static int text_double(Text *t, double value) {
-    char *repr = PyOS_double_to_string(value, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
-    if (repr == NULL) return -1;
-    int status = text_add(t, repr, (Py_ssize_t)strlen(repr));
-    PyMem_Free(repr);
+/* Finite doubles, each after its label, in their shortest text that reads back the same, always with a fraction
+ * or an exponent so a reader sees floats: orjson's text where configure() gave it (as the Python path writes
+ * them), else Python's repr. */
+static int text_doubles(Text *t, const double *values, int count, const char *const *labels) {
+    if (float_dumps == NULL) {
+        for (int i = 0; i < count; i++) {
+            char *repr = PyOS_double_to_string(values[i], 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+            if (repr == NULL) return -1;
+            int status = text_add(t, labels[i], (Py_ssize_t)strlen(labels[i])) < 0 ||
+                                 text_add(t, repr, (Py_ssize_t)strlen(repr)) < 0
+                             ? -1
+                             : 0;
+            PyMem_Free(repr);
+            if (status < 0) return -1;
+        }
+        return 0;
+    }
+    PyObject *numbers = PyTuple_New(count);
+    if (numbers == NULL) return -1;
+    for (int i = 0; i < count; i++) {
+        PyObject *number = PyFloat_FromDouble(values[i]);
+        if (number == NULL) {
+            Py_DECREF(numbers);
+            return -1;
+        }
+        PyTuple_SET_ITEM(numbers, i, number);
+    }
+    PyObject *text = PyObject_CallOneArg(float_dumps, numbers); /* b"[a,b,...]": no comma inside a number */
+    Py_DECREF(numbers);
+    if (text == NULL) return -1;
+    int status = PyBytes_Check(text) ? 0 : -1;
+    const char *cursor = status == 0 ? PyBytes_AS_STRING(text) + 1 : NULL;
+    for (int i = 0; status == 0 && i < count; i++) {
+        const char *end = cursor;
+        while (*end != ',' && *end != ']' && *end != '\0') end++;
+        status = text_add(t, labels[i], (Py_ssize_t)strlen(labels[i])) < 0 || text_add(t, cursor, end - cursor) < 0
+                     ? -1
+                     : 0;
+        cursor = end + 1;
+    }
+    if (status < 0 && !PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "the float writer must return bytes");
+    Py_DECREF(text);
     return status;
+}
+
+static int text_double(Text *t, double value) {
+    static const char *const no_label[1] = {""};
+    return text_doubles(t, &value, 1, no_label);
 }
 
 /* A str as a JSON string; 0 (no error set) for text UTF-8 cannot hold (lone surrogates): the caller declines. */
@@ -166,9 +233,9 @@ static int unsigned_of(PyObject *number, unsigned long long *value) {
 
 /* The address of a tensor's storage: the key of the write log (see WriteLog in tensors.py). */
 static PyObject *storage_address(PyObject *tensor) {
-    PyObject *storage = PyObject_CallMethodNoArgs(tensor, s_untyped_storage);
+    PyObject *storage = METHOD(tensor, untyped_storage);
     if (storage == NULL) return NULL;
-    PyObject *address = PyObject_CallMethodNoArgs(storage, s_data_ptr);
+    PyObject *address = PyObject_CallMethodNoArgs(storage, s_data_ptr); /* the storage's own data_ptr */
     Py_DECREF(storage);
     return address;
 }
@@ -307,16 +374,16 @@ static int written_since(Summaries *self, Cached *cached) {
 static int still_holds(Summaries *self, Cached *cached, PyObject *tensor, long long version) {
     if (PyWeakref_GetObject(cached->ref) != tensor || cached->version != version) return 0;
     unsigned long long data;
-    if (unsigned_of(PyObject_CallMethodNoArgs(tensor, s_data_ptr), &data) < 0) return -1;
+    if (unsigned_of(METHOD(tensor, data_ptr), &data) < 0) return -1;
     if (data != cached->data) return 0; /* `.data` or `set_` gave it other memory */
     int since = written_since(self, cached);
     if (since != 0) return since < 0 ? -1 : 0;
-    PyObject *dtype = PyObject_GetAttr(tensor, s_dtype);
+    PyObject *dtype = ATTRIBUTE(tensor, dtype);
     if (dtype == NULL) return -1;
     int same = dtype == cached->dtype;
     Py_DECREF(dtype);
     if (!same) return 0;
-    PyObject *shape = PyObject_GetAttr(tensor, s_shape);
+    PyObject *shape = ATTRIBUTE(tensor, shape);
     if (shape == NULL) return -1;
     same = PyObject_RichCompareBool(shape, cached->shape, Py_EQ);
     Py_DECREF(shape);
@@ -326,7 +393,7 @@ static int still_holds(Summaries *self, Cached *cached, PyObject *tensor, long l
 /* No gaps and no element twice: with the dimensions sorted by stride, each stride is the product of the sizes
  * before it (a permuted dense tensor, such as attention's head split, fills its block). */
 static int fills_its_block(PyObject *tensor, PyObject *shape) {
-    PyObject *strides = PyObject_CallMethodNoArgs(tensor, s_stride);
+    PyObject *strides = METHOD(tensor, stride);
     if (strides == NULL) return -1;
     Py_ssize_t dims = PyTuple_GET_SIZE(shape);
     int fills = PyTuple_Check(strides) && PyTuple_GET_SIZE(strides) == dims && dims <= 64;
@@ -356,7 +423,7 @@ static int fills_its_block(PyObject *tensor, PyObject *shape) {
 static int summary_into(Summaries *self, PyObject *tensor, Text *out) {
     PyTypeObject *type = Py_TYPE(tensor);
     if (type != self->tensor_type && type != self->parameter_type) return 0; /* subclasses keep values elsewhere */
-    PyObject *version_object = PyObject_GetAttr(tensor, s_version);
+    PyObject *version_object = ATTRIBUTE(tensor, version);
     if (version_object == NULL) return decline_runtime_error(); /* inference mode: no version counter */
     long long version = PyLong_AsLongLong(version_object);
     Py_DECREF(version_object);
@@ -381,16 +448,16 @@ static int summary_into(Summaries *self, PyObject *tensor, Text *out) {
         status = -1;
         goto done;
     }
-    dtype = PyObject_GetAttr(tensor, s_dtype);
+    dtype = ATTRIBUTE(tensor, dtype);
     if (dtype == NULL) goto fail;
     char kind = dtype == self->float32 ? 'f' : dtype == self->float64 ? 'd' : 0;
     if (kind == 0) goto done;
-    PyObject *flag = PyObject_GetAttr(tensor, s_is_cpu);
+    PyObject *flag = ATTRIBUTE(tensor, is_cpu);
     if (flag == NULL) goto fail;
     int on_host = flag == Py_True;
     Py_DECREF(flag);
     if (!on_host) goto done;
-    shape = PyObject_GetAttr(tensor, s_shape);
+    shape = ATTRIBUTE(tensor, shape);
     if (shape == NULL) goto fail;
     if (!PyTuple_Check(shape)) goto done;
     Py_ssize_t count = 1;
@@ -403,12 +470,12 @@ static int summary_into(Summaries *self, PyObject *tensor, Text *out) {
         count *= size;
     }
     if (count == 0) goto done; /* no statistics for an empty tensor: the general way says so */
-    flag = PyObject_CallMethodNoArgs(tensor, s_is_neg);
+    flag = METHOD(tensor, is_neg);
     if (flag == NULL) goto fail;
     int negative = flag == Py_True;
     Py_DECREF(flag);
     if (negative) goto done; /* its memory holds the values' negation */
-    flag = PyObject_CallMethodNoArgs(tensor, s_is_contiguous);
+    flag = METHOD(tensor, is_contiguous);
     if (flag == NULL) goto fail;
     int dense = flag == Py_True;
     Py_DECREF(flag);
@@ -418,7 +485,7 @@ static int summary_into(Summaries *self, PyObject *tensor, Text *out) {
         if (!dense) goto done;
     }
     unsigned long long data;
-    if (unsigned_of(PyObject_CallMethodNoArgs(tensor, s_data_ptr), &data) < 0) goto fail;
+    if (unsigned_of(METHOD(tensor, data_ptr), &data) < 0) goto fail;
     double stats[4];
     if (PyTuple_GET_SIZE(shape) == 0) { /* a 0-d tensor (an optimizer's step count): its value, four times */
         double value = kind == 'f' ? (double)*(const float *)(uintptr_t)data : *(const double *)(uintptr_t)data;
@@ -435,8 +502,7 @@ static int summary_into(Summaries *self, PyObject *tensor, Text *out) {
         failed = (i && TEXT_ADD(&summary, ",") < 0) ||
                  text_ll(&summary, PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i))) < 0;
     static const char *const labels[4] = {"],\"Max\":", ",\"Min\":", ",\"Mean\":", ",\"Norm\":"};
-    for (int i = 0; !failed && i < 4; i++)
-        failed = text_add(&summary, labels[i], (Py_ssize_t)strlen(labels[i])) < 0 || text_double(&summary, stats[i]) < 0;
+    failed = failed || text_doubles(&summary, stats, 4, labels) < 0;
     failed = failed || TEXT_ADD(&summary, ",\"requires_grad\":") < 0;
     if (!failed) prefix = PyBytes_FromStringAndSize(summary.data, summary.len);
     text_free(&summary);
@@ -472,7 +538,7 @@ static int summary_into(Summaries *self, PyObject *tensor, Text *out) {
     }
     Py_DECREF(fresh);
 write:
-    flag = PyObject_GetAttr(tensor, s_requires_grad);
+    flag = ATTRIBUTE(tensor, requires_grad);
     if (flag == NULL) goto fail;
     status = text_add(out, PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix)) < 0 ||
                      (flag == Py_True ? TEXT_ADD(out, "true}") : TEXT_ADD(out, "false}")) < 0
@@ -776,7 +842,7 @@ static int encode_inputs(Lane *self, Text *out, PyObject *args, PyObject *kwargs
  * ``found`` maps id(tensor) to the tensor. */
 static int collect_grad_inputs(Lane *self, PyObject *value, PyObject *found, int depth) {
     if (PyObject_TypeCheck(value, self->tensor_type)) {
-        PyObject *flag = PyObject_GetAttr(value, s_requires_grad);
+        PyObject *flag = ATTRIBUTE(value, requires_grad);
         if (flag == NULL) return -1;
         int needs = flag == Py_True;
         Py_DECREF(flag);
@@ -1072,9 +1138,44 @@ static PyTypeObject LaneType = {
     .tp_new = PyType_GenericNew,
 };
 
+/* configure(descriptors: dict, dumps): see d_version above; a name missing from descriptors is read by name. */
+static PyObject *configure(PyObject *self, PyObject *args) {
+    PyObject *descriptors, *dumps;
+    if (!PyArg_ParseTuple(args, "O!O", &PyDict_Type, &descriptors, &dumps)) return NULL;
+    struct {
+        PyObject **slot;
+        const char *name;
+        int method;
+    } wanted[] = {{&d_version, "_version", 0},         {&d_dtype, "dtype", 0},
+                  {&d_shape, "shape", 0},              {&d_is_cpu, "is_cpu", 0},
+                  {&d_requires_grad, "requires_grad", 0}, {&d_data_ptr, "data_ptr", 1},
+                  {&d_is_contiguous, "is_contiguous", 1}, {&d_is_neg, "is_neg", 1},
+                  {&d_stride, "stride", 1},            {&d_untyped_storage, "untyped_storage", 1}};
+    for (size_t i = 0; i < sizeof wanted / sizeof wanted[0]; i++) {
+        PyObject *descriptor = PyDict_GetItemString(descriptors, wanted[i].name);
+        if (descriptor != NULL && (wanted[i].method ? !PyCallable_Check(descriptor)
+                                                    : Py_TYPE(descriptor)->tp_descr_get == NULL)) {
+            PyErr_Format(PyExc_TypeError, "configure: %s is not a %s", wanted[i].name,
+                         wanted[i].method ? "callable" : "descriptor");
+            return NULL;
+        }
+        Py_XINCREF(descriptor);
+        Py_XSETREF(*wanted[i].slot, descriptor);
+    }
+    Py_XSETREF(float_dumps, dumps == Py_None ? NULL : Py_NewRef(dumps));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"configure", configure, METH_VARARGS,
+     "configure(descriptors, dumps): torch's descriptors of the tensor attributes read per call, by name, and "
+     "orjson.dumps (or None) to write floats."},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_lane",
                                     "The PyTorch dump's per-call path in C (see msprobe/pytorch/dump/lane.py).", -1,
-                                    NULL};
+                                    module_methods};
 
 PyMODINIT_FUNC PyInit__lane(void) {
 #define INTERN(variable, text) \

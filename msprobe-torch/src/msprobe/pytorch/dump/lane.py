@@ -16,10 +16,12 @@ The extension is optional: without a C compiler at install time (or with
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import orjson
 import torch
 
 from msprobe.core.dump import float_stats
@@ -37,6 +39,37 @@ if TYPE_CHECKING:
     from msprobe.pytorch.dump.recorder import TorchDumpRecorder
 
 AVAILABLE = _lane is not None  # tests turn it off to compare the two ways
+
+# the tensor attributes the lane reads per call; it reads them through torch's own descriptors
+_READ_PER_CALL = (
+    "_version",
+    "dtype",
+    "shape",
+    "is_cpu",
+    "requires_grad",
+    "data_ptr",
+    "is_contiguous",
+    "is_neg",
+    "stride",
+    "untyped_storage",
+)
+
+
+def _descriptors() -> dict[str, Any]:
+    """TensorBase's descriptor of each attribute, where torch.Tensor and Parameter use that very one (a class
+    that overrides an attribute, or a torch that moved it, leaves it to be read by name)."""
+    base = torch._C.TensorBase
+    found = {}
+    for name in _READ_PER_CALL:
+        descriptor = base.__dict__.get(name)
+        classes = (torch.Tensor, torch.nn.Parameter)
+        if descriptor is not None and all(inspect.getattr_static(kind, name, None) is descriptor for kind in classes):
+            found[name] = descriptor
+    return found
+
+
+if _lane is not None:
+    _lane.configure(_descriptors(), orjson.dumps)  # orjson writes floats as the Python path does, and fast
 
 
 def summaries(log: Any) -> Any:
