@@ -707,12 +707,13 @@ typedef struct {
     PyObject *prefix; /* "{name}.{side}" or a container's suffix; made on first use */
 } Where;
 
+/* "{prefix}.{leaf}", or the prefix itself where there is no leaf (a value named by its place alone). */
 static PyObject *suffix_of(Where *where, PyObject *leaf) {
     if (where->prefix == NULL) {
         where->prefix = PyUnicode_FromFormat("%U.%s", where->name, where->side);
         if (where->prefix == NULL) return NULL;
     }
-    return PyUnicode_FromFormat("%U.%S", where->prefix, leaf);
+    return leaf == NULL ? Py_NewRef(where->prefix) : PyUnicode_FromFormat("%U.%S", where->prefix, leaf);
 }
 
 /* The general way for one value: the Python encoder's text. */
@@ -1117,9 +1118,108 @@ static PyObject *lane_backward_entry(Lane *self, PyObject *const *args, Py_ssize
     Py_RETURN_NONE;
 }
 
+/* inputs_text(name, args, kwargs) -> '"input_args":[...],"input_kwargs":{...}': a module's inputs as they are
+ * when its forward starts (its forward may change them), for module_entry. */
+static PyObject *lane_inputs_text(Lane *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyUnicode_Check(args[0]) || !PyTuple_Check(args[1]) || !PyDict_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "inputs_text(name: str, args: tuple, kwargs: dict)");
+        return NULL;
+    }
+    Text text;
+    text_init(&text);
+    PyObject *result = NULL;
+    if (!self->with_values || encode_inputs(self, &text, args[1], args[2], args[0]) == 0) {
+        /* without the brace that opens the entry (encode_inputs leaves it open: the entry goes on after it) */
+        result = self->with_values ? PyUnicode_DecodeUTF8(text.data + 1, text.len - 1, NULL) : PyUnicode_FromString("");
+    }
+    text_free(&text);
+    return result;
+}
+
+/* module_entry(name, inputs_text, output, parameters, stack, parent, recompute): a module's forward entry as
+ * DumpCollector.forward writes it: inputs, output, parameters (a dict), is_recompute, in that order. */
+static PyObject *lane_module_entry(Lane *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7 || !PyUnicode_Check(args[0]) || !PyUnicode_Check(args[1]) || !PyDict_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "module_entry(name, inputs_text: str, output, parameters: dict, stack, parent, recompute)");
+        return NULL;
+    }
+    PyObject *name = args[0], *parameters = args[3];
+    int recompute = PyObject_IsTrue(args[6]);
+    if (recompute < 0) return NULL;
+    Text entry;
+    text_init(&entry);
+    int status = TEXT_ADD(&entry, "{") < 0 || text_unicode(&entry, args[1]) < 0 ? -1 : 0;
+    if (status == 0 && self->with_values) {
+        status = TEXT_ADD(&entry, ",\"output\":") < 0 || encode_outputs(self, &entry, args[2], name) < 0 ||
+                         TEXT_ADD(&entry, ",\"parameters\":{") < 0
+                     ? -1
+                     : 0;
+        Where where = {name, "parameters", NULL};
+        Py_ssize_t position = 0;
+        PyObject *key, *value;
+        for (int first = 1; status == 0 && PyDict_Next(parameters, &position, &key, &value); first = 0) {
+            if (!PyUnicode_Check(key) || (!first && TEXT_ADD(&entry, ",") < 0) || text_json_string(&entry, key) != 1 ||
+                TEXT_ADD(&entry, ":") < 0 || encode_value(self, &entry, value, &where, key) < 0)
+                status = -1;
+        }
+        Py_XDECREF(where.prefix);
+        if (status == 0 && TEXT_ADD(&entry, "},") < 0) status = -1;
+    }
+    if (status == 0)
+        status = (recompute ? TEXT_ADD(&entry, "\"is_recompute\":true}") : TEXT_ADD(&entry, "\"is_recompute\":false}")) < 0
+                     ? -1
+                     : 0;
+    if (status == 0) status = record_entry(self, name, &entry, args[4] == Py_None ? NULL : args[4], args[5]);
+    text_free(&entry);
+    if (status < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a parameter's name cannot be written as JSON");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* grads_entry(name, grads): a module's parameters_grad entry as DumpCollector.parameters_grad writes it. */
+static PyObject *lane_grads_entry(Lane *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyDict_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "grads_entry(name: str, grads: dict)");
+        return NULL;
+    }
+    Text entry;
+    text_init(&entry);
+    int status = TEXT_ADD(&entry, "{");
+    if (self->with_values) {
+        Py_ssize_t position = 0;
+        PyObject *key, *value;
+        for (int first = 1; status == 0 && PyDict_Next(args[1], &position, &key, &value); first = 0) {
+            /* each gradient's file is "{name}.{key}", as the Python way names it */
+            Where where = {args[0], "", PyUnicode_Check(key) ? PyUnicode_FromFormat("%U.%U", args[0], key) : NULL};
+            if (where.prefix == NULL || (!first && TEXT_ADD(&entry, ",") < 0) || text_json_string(&entry, key) != 1 ||
+                TEXT_ADD(&entry, ":[") < 0 || encode_value(self, &entry, value, &where, NULL) < 0 ||
+                TEXT_ADD(&entry, "]") < 0)
+                status = -1;
+            Py_XDECREF(where.prefix);
+        }
+    }
+    if (status == 0) status = TEXT_ADD(&entry, "}");
+    if (status == 0) status = record_entry(self, args[0], &entry, NULL, self->no_parent);
+    text_free(&entry);
+    if (status < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a parameter's name cannot be written as JSON");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef lane_methods[] = {
     {"backward_entry", (PyCFunction)(void (*)(void))lane_backward_entry, METH_FASTCALL,
      "backward_entry(name, arriving, leaving, parent): write a call's backward entry."},
+    {"inputs_text", (PyCFunction)(void (*)(void))lane_inputs_text, METH_FASTCALL,
+     "inputs_text(name, args, kwargs): a module's inputs as the JSON its entry starts with."},
+    {"module_entry", (PyCFunction)(void (*)(void))lane_module_entry, METH_FASTCALL,
+     "module_entry(name, inputs_text, output, parameters, stack, parent, recompute): write a module's forward entry."},
+    {"grads_entry", (PyCFunction)(void (*)(void))lane_grads_entry, METH_FASTCALL,
+     "grads_entry(name, grads): write a module's parameters_grad entry."},
     {NULL, NULL, 0, NULL},
 };
 

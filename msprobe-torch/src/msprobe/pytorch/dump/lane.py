@@ -2,7 +2,7 @@
 
 Each recorded API call costs some fifteen microseconds of bookkeeping in
 Python; the C lane builds the same entry in a few. It covers the dumps whose
-entries it can build exactly as the recorder does: levels L1 and mix, tasks
+entries it can build exactly as the recorder does: levels L0, L1 and mix, tasks
 statistics, tensor and structure, with no ``list``, ``scope`` or filter of
 the forward side in ``data_mode``, no async dump, no online pre-check.
 Within those it encodes the usual values itself and asks the Python encoder
@@ -88,7 +88,7 @@ def eligible(recorder: TorchDumpRecorder) -> bool:
     modes = collector.modes
     return (
         AVAILABLE
-        and recorder.level in ("L1", "mix")
+        and recorder.level in ("L0", "L1", "mix")
         and config.task in ("statistics", "tensor", "structure")
         and collector.overflow is None
         and not collector.deferred

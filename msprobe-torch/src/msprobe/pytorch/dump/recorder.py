@@ -348,7 +348,10 @@ class TorchDumpRecorder:
         if module:
             record.enclosing = enclosing
         if keep_forward:
-            record.inputs = collector.encode_inputs(name, args, kwargs, eager=in_place)
+            if module and self.lane is not None:  # a module's entry is written by the lane (module_entry)
+                record.inputs = self.lane.inputs_text(name, args, kwargs)
+            else:
+                record.inputs = collector.encode_inputs(name, args, kwargs, eager=in_place)
         if keep_backward:
             record.grad_inputs = grad_taps.tensors_requiring_grad((args, kwargs) if kwargs else args)
             keep_backward = bool(record.grad_inputs) or module
@@ -502,7 +505,11 @@ class TorchDumpRecorder:
                 leave_module_stack(pushed)
                 if record is None:
                     return
-                if record.keep_forward:
+                if record.keep_forward and self.lane is not None:  # the same entry, encoded in C
+                    self.lane.module_entry(
+                        record.name, record.inputs, output, params, self.stack(), record.parent, _recomputing()
+                    )
+                elif record.keep_forward:
                     self.collector.forward(
                         record.name,
                         record.inputs,
@@ -543,7 +550,10 @@ class TorchDumpRecorder:
             try:
                 if self.collector.keeps(grads_name, "backward"):
                     grads = {key: p.grad for key, p in params.items() if p.grad is not None}
-                    self.collector.parameters_grad(grads_name, grads)
+                    if self.lane is not None:  # the same entry, encoded in C
+                        self.lane.grads_entry(grads_name, grads)
+                    else:
+                        self.collector.parameters_grad(grads_name, grads)
             except Exception as exc:
                 self.collector.report_failure(grads_name, exc)
             finally:
