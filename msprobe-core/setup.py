@@ -1,8 +1,9 @@
 """msprobe-core's build: the version shared by all four packages, and the optional C kernels.
 
 The kernels (one-pass tensor statistics, see src/msprobe/core/dump/_kernels.c)
-are optional: without a C compiler the package installs all the same and
-measures tensors with the frameworks' own kernels.
+and the attribute swapping of src/msprobe/core/_attributes.c are optional:
+without a C compiler the package installs all the same, measures tensors
+with the frameworks' own kernels and swaps attributes in Python.
 """
 
 from pathlib import Path
@@ -19,4 +20,7 @@ KERNELS = Extension(
     extra_compile_args=["-O3", "-ffp-contract=off", "-Wno-psabi"],
 )
 
-setup(version=VERSION, ext_modules=[KERNELS])
+# putting wrappers on a class's attributes and off again, as api_patch.py does in Python without it
+ATTRIBUTES = Extension("msprobe.core._attributes", ["src/msprobe/core/_attributes.c"], optional=True)
+
+setup(version=VERSION, ext_modules=[KERNELS, ATTRIBUTES])

@@ -18,6 +18,11 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
+try:  # the class case's loops in C (the rule is _OwnerPatches' below, which runs where it was not built)
+    from msprobe.core import _attributes
+except ImportError:
+    _attributes = None
+
 # handler(original, key, args, kwargs) -> result ; key is "Prefix.api", e.g. "Functional.relu"
 Handler = Callable[[Callable, str, tuple, dict], Any]
 Targets = Callable[[], Iterable[tuple[Any, str, str]]]
@@ -118,6 +123,9 @@ class _OwnerPatches:
             namespace.update({name: self.wrappers[name] for name in applied})
             self.applied = applied
             return
+        if _attributes is not None:
+            self.applied = _attributes.install(owner, originals, self.wrappers)
+            return
         present = [name for name, original in originals.items() if getattr(owner, name, None) is original]
         applied = {}
         for name in present:
@@ -134,6 +142,9 @@ class _OwnerPatches:
             self.owner.__dict__.update(applied)
             return
         owner, owned = self.owner, self.owned
+        if _attributes is not None:
+            _attributes.remove(owner, applied, owned)
+            return
         for name, original in applied.items():
             if name in owned:
                 setattr(owner, name, original)
