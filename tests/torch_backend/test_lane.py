@@ -114,7 +114,6 @@ def test_the_lane_writes_what_the_python_recorder_writes(tmp_path, monkeypatch, 
         {"statistics": {"scope": ["Tensor.mul_.0.forward", "Tensor.mul_.3.forward"]}},
         {"statistics": {"data_mode": ["forward", "output"]}},
         {"async_dump": True},
-        {"task": "overflow_check"},
     ],
 )
 def test_runs_the_lane_cannot_write_exactly_go_the_python_way(tmp_path, config):
@@ -356,3 +355,56 @@ def test_an_exception_of_the_call_itself_reaches_the_caller_unchanged(tmp_path):
     debugger.step()
     data = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]
     assert list(data) == ["Tensor.add_.1.forward"]  # the call that raised has no entry, but counts
+
+
+def _overflowing_steps(folder: Path, level: str, monkeypatch, with_lane: bool) -> tuple[dict, int]:
+    """Overflows of every kind the overflow check meets: forward and backward, in place, transposed, in float16,
+    bfloat16 and float32; and calls whose inputs already hold inf, which are not overflows."""
+    from msprobe.pytorch.dump.recorder import TorchDumpRecorder
+
+    monkeypatch.setattr(lane, "AVAILABLE", with_lane)
+    python_calls = []  # counted by a profile hook: a wrapper would be a frame in the stacks compared
+    handler = TorchDumpRecorder._call_api.__code__
+    sys.setprofile(lambda frame, event, arg: event == "call" and frame.f_code is handler and python_calls.append(1))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).half()
+    config = {"task": "overflow_check", "level": level, "overflow_check": {"overflow_nums": -1}}
+    debugger = PrecisionDebugger(**_config_args(folder, config), model=model)
+    for _ in range(2):
+        debugger.start()
+        x = torch.full((3, 4), 2.0, dtype=torch.float16, requires_grad=True)
+        y = model(x)
+        z = torch.matmul(y * 300.0, y.t() * 300.0)  # forward overflow in float16
+        (z.clamp(max=1.0) * 60000.0).sum().backward()  # and the float16 sum of nine 60000s
+        root = torch.zeros(3, dtype=torch.float16, requires_grad=True)
+        torch.sqrt(root).sum().backward()  # finite forward; sqrt's gradient at 0 is inf: a backward overflow
+        with torch.no_grad():
+            big = torch.full((2, 3), 3.0e4, dtype=torch.float16)
+            big.t().mul_(10.0)  # in place, transposed: overflows
+            big.add_(1.0)  # its input holds inf now: not an overflow
+            torch.exp(torch.tensor([10.0, 100.0]))  # float32 overflow
+            torch.full((3,), 3.0e38, dtype=torch.bfloat16).mul(10.0)  # bfloat16 overflow
+            torch.arange(4).mul(2)  # integers cannot overflow to inf
+        debugger.stop()
+        debugger.step()
+    sys.setprofile(None)
+    monkeypatch.undo()
+    return read_dump(folder / "dump"), len(python_calls)
+
+
+def _config_args(folder: Path, config: dict) -> dict:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({**config, "dump_path": str(folder / "dump")}))
+    return {"config_path": str(folder / "config.json")}
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_the_overflow_check_through_the_lane_keeps_what_the_python_way_keeps(tmp_path, monkeypatch, level):
+    runs = [_overflowing_steps(tmp_path / str(on), level, monkeypatch, on) for on in (True, False)]
+    (fast, fast_python_calls), (slow, slow_python_calls) = runs
+    assert fast_python_calls == 0 and slow_python_calls > 0  # with the lane, no call took the Python handler
+    assert_same_dump(fast, slow)
+    data = fast["step1/rank/dump.json"]["data"]
+    kept = {"Torch.matmul.0.forward", "Tensor.sum.0.forward", "Tensor.mul_.0.forward", "Torch.exp.0.forward"}
+    assert kept | {"Tensor.mul.0.forward", "Torch.sqrt.0.backward"} == set(data)  # nothing else: inf in, integers
+    assert any(path.endswith(".pt") for path in fast)  # with the overflowing calls' tensors

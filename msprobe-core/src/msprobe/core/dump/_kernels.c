@@ -443,9 +443,12 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels", "msprobe'
 typedef struct {
     int version;
     int (*float_stats)(const void *data, Py_ssize_t n, char kind, double out[4]);
+    /* version 2: 1 when an element is inf or nan, 0 when none is, -1 for a kind it does not know ('f', 'd', 'e'
+     * float16, 'b' bfloat16); needs the interpreter lock, which it lets go while reading a long tensor */
+    int (*any_nonfinite)(const void *data, Py_ssize_t n, char kind);
 } KernelsAPI;
 
-static const KernelsAPI C_API = {1, compute_stats};
+static const KernelsAPI C_API = {2, compute_stats, scan_nonfinite};
 
 PyMODINIT_FUNC PyInit__kernels(void) {
 #ifdef HAVE_AVX2_KERNEL

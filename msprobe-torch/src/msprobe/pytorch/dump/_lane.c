@@ -31,10 +31,11 @@
 #include <stdio.h>
 #include <string.h>
 
-/* msprobe-core's kernel table (see _kernels.c there): version 1 */
+/* msprobe-core's kernel table (see _kernels.c there): the statistics from version 1, the screen from 2 */
 typedef struct {
     int version;
     int (*float_stats)(const void *data, Py_ssize_t n, char kind, double out[4]);
+    int (*any_nonfinite)(const void *data, Py_ssize_t n, char kind);
 } KernelsAPI;
 
 static PyObject *one; /* the int 1 */
@@ -620,26 +621,48 @@ typedef struct {
     PyObject *report;         /* report(name, exception): logged once per API (raised with strict) */
     PyObject *watch;          /* watch(name, backward_name, parent, grad_inputs, output): the call's backward record */
     int backward;             /* backward entries are kept (data_mode) */
+    /* the overflow check: calls are screened here, and only one whose output holds inf or nan goes on to the
+     * recorder, which decides and writes its entry (as DumpCollector.forward) */
+    PyObject *overflow;       /* the OverflowCounter (count, limit), or None: no overflow check */
+    PyObject *overflowed;     /* overflowed(name, inputs_screen, output, args, kwargs, parent) */
+    PyObject *nonfinite;      /* nonfinite(tensor) -> bool: the summarizer's screen, for what is not screened here */
+    PyObject *screen_kinds;   /* dtype -> the kernels' kind ('f', 'd', 'e', 'b') */
+    const KernelsAPI *kernels;
+    PyTypeObject *parameter_type; /* with tensor_type, the plain tensor types screened here */
 } Lane;
 
 #define LANE_OBJECTS(X)                                                                                            \
     X(log) X(slow) X(state) X(counts) X(in_place_keys) X(classify) X(grad_enabled) X(graph_task_id) X(module_stack) \
-        X(no_parent) X(stack) X(collector) X(encode_value) X(encode_outputs) X(overwritten) X(report) X(watch)
+        X(no_parent) X(stack) X(collector) X(encode_value) X(encode_outputs) X(overwritten) X(report) X(watch)     \
+            X(overflow) X(overflowed) X(nonfinite) X(screen_kinds)
 
 static PyObject *lane_vectorcall(Lane *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames);
 
 static int lane_init(Lane *self, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"summaries", "with_values", "log", "tensor_type", "slow", "state", "counts", "classify",
                             "grad_enabled", "graph_task_id", "module_stack", "no_parent", "stack", "collector",
-                            "encode_value", "encode_outputs", "overwritten", "report", "watch", "backward", NULL};
+                            "encode_value", "encode_outputs", "overwritten", "report", "watch", "backward",
+                            "overflow", "overflowed", "nonfinite", "screen_kinds", "kernels", "parameter_type", NULL};
     PyObject *summaries, *tensor_type, *log, *slow, *state, *counts, *classify, *grad_enabled, *graph_task_id,
         *module_stack, *no_parent, *stack, *collector, *encode_value, *encode_outputs, *overwritten, *report, *watch;
+    PyObject *overflow = Py_None, *overflowed = Py_None, *nonfinite = Py_None, *screen_kinds = Py_None,
+             *capsule = Py_None, *parameter_type = Py_None;
     int with_values, backward;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OpOO!OOO!OOOOOOOOOOOOp", names, &summaries, &with_values, &log,
-                                     &PyType_Type, &tensor_type, &slow, &state, &PyDict_Type, &counts, &classify,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OpOO!OOO!OOOOOOOOOOOOp|$OOOOOO", names, &summaries, &with_values,
+                                     &log, &PyType_Type, &tensor_type, &slow, &state, &PyDict_Type, &counts, &classify,
                                      &grad_enabled, &graph_task_id, &module_stack, &no_parent, &stack, &collector,
-                                     &encode_value, &encode_outputs, &overwritten, &report, &watch, &backward))
+                                     &encode_value, &encode_outputs, &overwritten, &report, &watch, &backward,
+                                     &overflow, &overflowed, &nonfinite, &screen_kinds, &capsule, &parameter_type))
         return -1;
+    Py_XSETREF(self->parameter_type, (PyTypeObject *)Py_NewRef(parameter_type == Py_None ? tensor_type : parameter_type));
+    if (overflow != Py_None) { /* the overflow check needs the screen, version 2 of the kernels */
+        self->kernels = PyCapsule_GetPointer(capsule, "msprobe.core.dump._kernels._C_API");
+        if (self->kernels == NULL) return -1;
+        if (self->kernels->version < 2 || !PyDict_Check(screen_kinds)) {
+            PyErr_SetString(PyExc_ValueError, "the overflow check needs msprobe-core's screen (kernels version 2)");
+            return -1;
+        }
+    }
     if (summaries != Py_None && !PyObject_TypeCheck(summaries, &SummariesType)) {
         PyErr_SetString(PyExc_TypeError, "summaries must be a Summaries or None");
         return -1;
@@ -673,6 +696,10 @@ static int lane_init(Lane *self, PyObject *args, PyObject *kwargs) {
     SET(overwritten)
     SET(report)
     SET(watch)
+    SET(overflow)
+    SET(overflowed)
+    SET(nonfinite)
+    SET(screen_kinds)
 #undef SET
     return 0;
 }
@@ -691,6 +718,7 @@ static int lane_clear_refs(Lane *self) {
 #undef CLEAR
     Py_CLEAR(self->summaries);
     Py_CLEAR(self->tensor_type);
+    Py_CLEAR(self->parameter_type);
     return 0;
 }
 
@@ -1005,21 +1033,194 @@ static int record_entry(Lane *self, PyObject *name, Text *entry, PyObject *stack
     return 0;
 }
 
+/* 1 when a plain CPU float tensor holds an inf or nan, 0 when not (or when it is empty), 2 for a tensor to hand to
+ * the summarizer's screen (any other); -1 on error.  As TensorSummarizer.nonfinite's first, quick way. */
+static int screen_tensor(Lane *self, PyObject *tensor) {
+    PyTypeObject *type = Py_TYPE(tensor);
+    if (type != self->tensor_type && type != self->parameter_type) return 2; /* subclasses keep values elsewhere */
+    PyObject *dtype = ATTRIBUTE(tensor, dtype);
+    if (dtype == NULL) return decline_runtime_error() == 0 ? 2 : -1;
+    PyObject *kind_text = PyDict_GetItemWithError(self->screen_kinds, dtype);
+    Py_DECREF(dtype);
+    if (kind_text == NULL) return PyErr_Occurred() ? -1 : 2;
+    Py_ssize_t length;
+    const char *kind = PyUnicode_AsUTF8AndSize(kind_text, &length);
+    if (kind == NULL || length != 1) return -1;
+    PyObject *flag = ATTRIBUTE(tensor, is_cpu), *shape = NULL;
+    int status = 2;
+    if (flag == NULL) return decline_runtime_error() == 0 ? 2 : -1;
+    int on_host = flag == Py_True;
+    Py_DECREF(flag);
+    if (!on_host) return 2;
+    shape = ATTRIBUTE(tensor, shape);
+    if (shape == NULL || !PyTuple_Check(shape)) goto leave;
+    Py_ssize_t count = 1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++) {
+        Py_ssize_t size = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+        if (size < 0) goto leave;
+        count *= size;
+    }
+    if (count == 0) {
+        status = 0; /* nothing to hold an inf or nan */
+        goto leave;
+    }
+    flag = METHOD(tensor, is_neg);
+    if (flag == NULL) goto leave;
+    int negative = flag == Py_True;
+    Py_DECREF(flag);
+    if (negative) goto leave;
+    flag = METHOD(tensor, is_contiguous);
+    if (flag == NULL) goto leave;
+    int dense = flag == Py_True;
+    Py_DECREF(flag);
+    if (!dense && PyTuple_GET_SIZE(shape) > 0 && (dense = fills_its_block(tensor, shape)) <= 0) goto leave;
+    unsigned long long data;
+    if (unsigned_of(METHOD(tensor, data_ptr), &data) < 0) goto leave;
+    int found = self->kernels->any_nonfinite((const void *)(uintptr_t)data, count, kind[0]);
+    status = found < 0 ? 2 : found;
+leave:
+    Py_XDECREF(shape);
+    if (PyErr_Occurred()) status = decline_runtime_error() == 0 ? 2 : -1;
+    return status;
+}
+
+/* As ValueEncoder.any_nonfinite: any tensor (or float) in the value holding inf or nan; -1 on error. */
+static int any_nonfinite(Lane *self, PyObject *value, int depth) {
+    if (PyObject_TypeCheck(value, self->tensor_type)) {
+        int found = screen_tensor(self, value);
+        if (found != 2) return found;
+        PyObject *answer = PyObject_CallOneArg(self->nonfinite, value);
+        if (answer == NULL) return -1;
+        found = PyObject_IsTrue(answer);
+        Py_DECREF(answer);
+        return found;
+    }
+    if (PyFloat_Check(value)) return !isfinite(PyFloat_AS_DOUBLE(value));
+    if (depth > 32) return 0;
+    if (PyList_Check(value) || PyTuple_Check(value)) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(value);
+        PyObject **items = PySequence_Fast_ITEMS(value);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int found = any_nonfinite(self, items[i], depth + 1);
+            if (found) return found;
+        }
+        return 0;
+    }
+    if (PyDict_Check(value)) {
+        Py_ssize_t position = 0;
+        PyObject *key, *item;
+        while (PyDict_Next(value, &position, &key, &item)) {
+            int found = any_nonfinite(self, item, depth + 1);
+            if (found) return found;
+        }
+    }
+    return 0;
+}
+
+/* The call's number this step, counted, and its entry's name "{key}.{index}.forward" (a new reference). */
+static PyObject *count_call(Lane *self, PyObject *key, long long *index) {
+    PyObject *done = PyDict_GetItemWithError(self->counts, key);
+    *index = done != NULL ? PyLong_AsLongLong(done) : 0;
+    PyObject *next = PyErr_Occurred() ? NULL : PyLong_FromLongLong(*index + 1);
+    int status = next == NULL ? -1 : PyDict_SetItem(self->counts, key, next);
+    Py_XDECREF(next);
+    return status < 0 ? NULL : PyUnicode_FromFormat("%U.%lld.forward", key, *index);
+}
+
+/* The entry's parent in construct.json (borrowed): at mix the innermost open module or optimizer step (None at the
+ * top), at L1 the no_parent marker (no record). */
+static PyObject *parent_of(Lane *self) {
+    if (self->module_stack == Py_None) return self->no_parent;
+    Py_ssize_t open = PyList_GET_SIZE(self->module_stack);
+    return open ? PyList_GET_ITEM(self->module_stack, open - 1) : Py_None;
+}
+
+/* The call's backward record, by the recorder (watch): the node that made the output is hooked.  Returns the
+ * callback's result (a new reference) or NULL. */
+static PyObject *watch_backward(Lane *self, PyObject *key, long long index, PyObject *name, PyObject *grad_inputs,
+                                PyObject *output) {
+    PyObject *backward_name = PyUnicode_FromFormat("%U.%lld.backward", key, index);
+    if (backward_name == NULL) return NULL;
+    PyObject *parent = self->module_stack == Py_None ? Py_None : parent_of(self); /* as the recorder's _before */
+    PyObject *result = PyObject_CallFunctionObjArgs(self->watch, name, backward_name, parent, grad_inputs, output, NULL);
+    Py_DECREF(backward_name);
+    return result;
+}
+
+/* The end of every recorded call: not busy any more; the call's own error, if it raised, is what the caller sees. */
+static PyObject *leave_call(Lane *self, PyObject *output) {
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    if (set_busy(self, Py_False) < 0) PyErr_Clear();
+    PyErr_Restore(type, value, traceback);
+    return output;
+}
+
+/* The overflow check's call: inputs screened before an in-place call (which changes them), outputs after; a call
+ * whose outputs hold inf or nan is the recorder's to decide on and write.  No entry otherwise. */
+static PyObject *lane_screen_call(Lane *self, PyObject *original, PyObject *key, PyObject *args, PyObject *kwargs,
+                                  PyObject *grad_inputs) {
+    PyObject *name = NULL, *output = NULL;
+    if (set_busy(self, Py_True) < 0) return NULL;
+    long long index;
+    name = count_call(self, key, &index);
+    if (name == NULL) goto leave;
+    /* OverflowCounter.exhausted: count >= limit, unless limit is -1 */
+    PyObject *count = PyObject_GetAttrString(self->overflow, "count"), *limit = PyObject_GetAttrString(self->overflow, "limit");
+    long long counted = count ? PyLong_AsLongLong(count) : -1, allowed = limit ? PyLong_AsLongLong(limit) : -1;
+    Py_XDECREF(count);
+    Py_XDECREF(limit);
+    if (PyErr_Occurred()) goto leave;
+    int keep = allowed == -1 || counted < allowed;
+    int in_place = writes_in_place(self, key, kwargs), inputs_nonfinite = -1;
+    if (in_place < 0) {
+        keep = 0;
+        if (report_failure(self, name) < 0) goto leave;
+    }
+    if (keep && in_place > 0) {
+        inputs_nonfinite = any_nonfinite(self, args, 0);
+        if (inputs_nonfinite == 0 && PyDict_GET_SIZE(kwargs)) inputs_nonfinite = any_nonfinite(self, kwargs, 0);
+        if (inputs_nonfinite < 0) {
+            keep = 0;
+            if (report_failure(self, name) < 0) goto leave;
+        }
+    }
+    if (in_place > 0 && self->log != Py_None && note_overwritten(self, key, args, kwargs) < 0) {
+        keep = 0;
+        if (report_failure(self, name) < 0) goto leave;
+    }
+    output = PyObject_Call(original, args, PyDict_GET_SIZE(kwargs) ? kwargs : NULL);
+    if (output == NULL || !keep) goto leave;
+    PyObject *parent = parent_of(self);
+    int outputs_nonfinite = any_nonfinite(self, output, 0);
+    PyObject *result = Py_NewRef(Py_None);
+    if (outputs_nonfinite > 0) {
+        Py_DECREF(result);
+        PyObject *screened = inputs_nonfinite < 0 ? Py_None : inputs_nonfinite ? Py_True : Py_False;
+        PyObject *call[] = {name, screened, output, args, kwargs, parent};
+        result = PyObject_Vectorcall(self->overflowed, call, 6, NULL);
+    } else if (outputs_nonfinite < 0) {
+        Py_CLEAR(result);
+    }
+    if (result != NULL && grad_inputs != NULL) { /* its backward is screened too */
+        Py_DECREF(result);
+        result = watch_backward(self, key, index, name, grad_inputs, output);
+    }
+    if (result == NULL && report_failure(self, name) < 0) Py_CLEAR(output);
+    Py_XDECREF(result);
+leave:
+    Py_XDECREF(name);
+    return leave_call(self, output);
+}
+
 static PyObject *lane_record_call(Lane *self, PyObject *original, PyObject *key, PyObject *args, PyObject *kwargs,
                                   PyObject *grad_inputs) {
     PyObject *name = NULL, *output = NULL;
     Text entry;
     text_init(&entry);
     if (set_busy(self, Py_True) < 0) return NULL;
-    PyObject *done = PyDict_GetItemWithError(self->counts, key);
-    long long index = done != NULL ? PyLong_AsLongLong(done) : 0;
-    PyObject *next = PyErr_Occurred() ? NULL : PyLong_FromLongLong(index + 1);
-    if (next == NULL || PyDict_SetItem(self->counts, key, next) < 0) {
-        Py_XDECREF(next);
-        goto leave;
-    }
-    Py_DECREF(next);
-    name = PyUnicode_FromFormat("%U.%lld.forward", key, index);
+    long long index;
+    name = count_call(self, key, &index);
     if (name == NULL) goto leave;
     int keep = 1;
     int in_place = writes_in_place(self, key, kwargs);
@@ -1037,36 +1238,23 @@ static PyObject *lane_record_call(Lane *self, PyObject *original, PyObject *key,
     }
     output = PyObject_Call(original, args, PyDict_GET_SIZE(kwargs) ? kwargs : NULL);
     if (output == NULL || !keep) goto leave;
-    PyObject *stack = NULL, *result = NULL, *parent = self->no_parent;
-    if (self->module_stack != Py_None) /* mix: the innermost open module or optimizer step */
-        parent = PyList_GET_SIZE(self->module_stack)
-                     ? PyList_GET_ITEM(self->module_stack, PyList_GET_SIZE(self->module_stack) - 1)
-                     : Py_None;
+    PyObject *stack = NULL, *result = NULL, *parent = parent_of(self);
     int failed = self->with_values ? TEXT_ADD(&entry, ",\"is_recompute\":false,\"output\":") < 0 ||
                                          encode_outputs(self, &entry, output, name) < 0 || TEXT_ADD(&entry, "}") < 0
                                    : TEXT_ADD(&entry, "{\"is_recompute\":false}") < 0;
     if (!failed) stack = PyObject_CallNoArgs(self->stack);
     if (stack != NULL && record_entry(self, name, &entry, stack, parent) == 0) result = Py_NewRef(Py_None);
     Py_XDECREF(stack);
-    if (result != NULL && grad_inputs != NULL) { /* its backward entry: the node that made the output is hooked */
+    if (result != NULL && grad_inputs != NULL) { /* its backward entry */
         Py_DECREF(result);
-        PyObject *backward_name = PyUnicode_FromFormat("%U.%lld.backward", key, index);
-        PyObject *node_parent = self->module_stack == Py_None ? Py_None : parent; /* as the recorder's _before */
-        result = backward_name == NULL ? NULL
-                                       : PyObject_CallFunctionObjArgs(self->watch, name, backward_name, node_parent,
-                                                                      grad_inputs, output, NULL);
-        Py_XDECREF(backward_name);
+        result = watch_backward(self, key, index, name, grad_inputs, output);
     }
     if (result == NULL && report_failure(self, name) < 0) Py_CLEAR(output);
     Py_XDECREF(result);
 leave:
     text_free(&entry);
     Py_XDECREF(name);
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback); /* the call's own error, if it raised, is what the caller sees */
-    if (set_busy(self, Py_False) < 0) PyErr_Clear();
-    PyErr_Restore(type, value, traceback);
-    return output;
+    return leave_call(self, output);
 }
 
 static PyObject *lane_vectorcall(Lane *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames) {
@@ -1084,7 +1272,9 @@ static PyObject *lane_vectorcall(Lane *self, PyObject *const *argv, size_t nargs
         takes = 0;
     }
     if (!takes) return PyObject_Vectorcall(self->slow, argv, 4, NULL);
-    PyObject *output = lane_record_call(self, argv[0], argv[1], argv[2], argv[3], grad_inputs);
+    PyObject *output = self->overflow != Py_None
+                           ? lane_screen_call(self, argv[0], argv[1], argv[2], argv[3], grad_inputs)
+                           : lane_record_call(self, argv[0], argv[1], argv[2], argv[3], grad_inputs);
     Py_XDECREF(grad_inputs);
     return output;
 }

@@ -3,8 +3,11 @@
 Each recorded API call costs some fifteen microseconds of bookkeeping in
 Python; the C lane builds the same entry in a few. It covers the dumps whose
 entries it can build exactly as the recorder does: levels L0, L1 and mix, tasks
-statistics, tensor and structure, with no ``list``, ``scope`` or filter of
-the forward side in ``data_mode``, no async dump, no online pre-check.
+statistics, tensor, structure and overflow_check, with no ``list``, ``scope``
+or filter of the forward side in ``data_mode``, no async dump, no online
+pre-check (and for the overflow check, no NPU hardware flag). The overflow
+check screens each call there and hands the recorder only a call whose
+output holds inf or nan, which it decides on and writes.
 Within those it encodes the usual values itself and asks the Python encoder
 for the rest, one value at a time; a call's backward record is the
 recorder's (``_watch_backward``), and a call made while backward runs goes
@@ -89,8 +92,9 @@ def eligible(recorder: TorchDumpRecorder) -> bool:
     return (
         AVAILABLE
         and recorder.level in ("L0", "L1", "mix")
-        and config.task in ("statistics", "tensor", "structure")
-        and collector.overflow is None
+        and config.task in ("statistics", "tensor", "structure", "overflow_check")
+        # the overflow check screens in C with the kernels; the NPU's hardware flag is read the Python way
+        and (collector.overflow is None or (float_stats.AVAILABLE and collector.hardware_flag is None))
         and not collector.deferred
         and recorder.sender is None
         and not collector.names.active
@@ -113,6 +117,17 @@ def make_lane(
         return None
     summarizer, collector = recorder.summarizer, recorder.collector
     encoder = collector.encoder
+    screening = {}
+    if collector.overflow is not None:
+        from msprobe.core.dump import _kernels
+
+        screening = {
+            "overflow": collector.overflow,
+            "overflowed": recorder._forward_overflowed,
+            "nonfinite": summarizer.nonfinite,
+            "screen_kinds": {torch.float32: "f", torch.float64: "d", torch.float16: "e", torch.bfloat16: "b"},
+            "kernels": _kernels._C_API,
+        }
     return _lane.Lane(
         summaries=summarizer.quick_texts if summarizer.quick_texts is not None else None,
         with_values=recorder.session.config.task != "structure",
@@ -134,4 +149,6 @@ def make_lane(
         report=collector.report_failure,
         watch=recorder._watch_backward,
         backward=collector.modes.backward,
+        parameter_type=torch.nn.Parameter,
+        **screening,
     )

@@ -21,6 +21,7 @@ import torch
 
 from msprobe.core.api_patch import ApiPatcher as CoreApiPatcher
 from msprobe.core.dump.collector import DumpCollector
+from msprobe.core.dump.overflow import InputScreen
 from msprobe.core.dump.stack import StackCapture
 from msprobe.core.dump.values import ValueEncoder
 from msprobe.core.dump.writer import NO_PARENT
@@ -170,6 +171,8 @@ class TorchDumpRecorder:
         self.lane = make_lane(self, _writes_in_place_by_name, _overwritten, _graph_task_id)
         if self.lane is not None:
             self.patcher.handler = self.lane  # before the first install, which builds the wrappers around it
+        # the lane also writes module, backward and parameter-gradient entries, except for the overflow check
+        self.lane_entries = self.lane if self.lane is not None and self.collector.overflow is None else None
         self.eager = EagerWhileOn([self.patcher, self.write_watch])
         self._told_scripted = False
         self._module_hooks: dict[str, _ModuleHooks] = {}  # by label, see _hook_module
@@ -321,6 +324,16 @@ class TorchDumpRecorder:
         record.recorder = self
         record.watch_node(output)
 
+    def _forward_overflowed(
+        self, name: str, screened: bool | None, output: Any, args: tuple, kwargs: dict, parent: Any
+    ) -> None:
+        """The lane met inf or nan in a call's output: the collector decides whether it overflowed and writes it.
+
+        ``screened``: what the lane found in the inputs of an in-place call before it ran (None: not screened).
+        """
+        inputs = InputScreen(screened) if screened is not None else None
+        self.collector.forward(name, inputs, output, raw_inputs=(args, kwargs), stack=self.stack, parent=parent)
+
     def _note_write(self, original: Callable, key: str, args: tuple, kwargs: dict) -> Any:
         try:
             self.summarizer.overwriting(_overwritten(key, args, kwargs))
@@ -348,8 +361,8 @@ class TorchDumpRecorder:
         if module:
             record.enclosing = enclosing
         if keep_forward:
-            if module and self.lane is not None:  # a module's entry is written by the lane (module_entry)
-                record.inputs = self.lane.inputs_text(name, args, kwargs)
+            if module and self.lane_entries is not None:  # a module's entry is written by the lane (module_entry)
+                record.inputs = self.lane_entries.inputs_text(name, args, kwargs)
             else:
                 record.inputs = collector.encode_inputs(name, args, kwargs, eager=in_place)
         if keep_backward:
@@ -396,8 +409,8 @@ class TorchDumpRecorder:
                     return
             outputs = [record.output_grads.get(i) for i in range(record.output_count)]
             parent = collector.backward_numbering.parent(record.parent) if self.with_construct else NO_PARENT
-            if self.lane is not None:  # the same entry, encoded in C
-                self.lane.backward_entry(record.backward_name, outputs, list(grads_in), parent)
+            if self.lane_entries is not None:  # the same entry, encoded in C
+                self.lane_entries.backward_entry(record.backward_name, outputs, list(grads_in), parent)
             else:
                 collector.backward(record.backward_name, outputs, list(grads_in), parent)
         except Exception as exc:
@@ -505,8 +518,8 @@ class TorchDumpRecorder:
                 leave_module_stack(pushed)
                 if record is None:
                     return
-                if record.keep_forward and self.lane is not None:  # the same entry, encoded in C
-                    self.lane.module_entry(
+                if record.keep_forward and self.lane_entries is not None:  # the same entry, encoded in C
+                    self.lane_entries.module_entry(
                         record.name, record.inputs, output, params, self.stack(), record.parent, _recomputing()
                     )
                 elif record.keep_forward:
@@ -550,8 +563,8 @@ class TorchDumpRecorder:
             try:
                 if self.collector.keeps(grads_name, "backward"):
                     grads = {key: p.grad for key, p in params.items() if p.grad is not None}
-                    if self.lane is not None:  # the same entry, encoded in C
-                        self.lane.grads_entry(grads_name, grads)
+                    if self.lane_entries is not None:  # the same entry, encoded in C
+                        self.lane_entries.grads_entry(grads_name, grads)
                     else:
                         self.collector.parameters_grad(grads_name, grads)
             except Exception as exc:
