@@ -41,7 +41,8 @@ typedef struct {
 static PyObject *one; /* the int 1 */
 static PyObject *s_version, *s_data_ptr, *s_dtype, *s_shape, *s_requires_grad, *s_is_cpu, *s_is_neg,
     *s_is_contiguous, *s_stride, *s_untyped_storage, *s_busy, *s_count, *s_written_at, *s_out, *s_inplace, *s_writer,
-    *s_open_step, *s_add_journaled;
+    *s_open_step, *s_add_journaled, *s_journal, *s_journal_failed, *s_dirty, *s_data, *s_stack, *s_construct,
+    *s_names, *s_write;
 
 /* What configure() gave: torch's own descriptors of the tensor attributes read per call (each read then skips
  * the lookup by name, which costs a dict lookup per class in the MRO and one in the tensor's __dict__), and
@@ -615,6 +616,8 @@ typedef struct {
     PyObject *no_parent;
     PyObject *stack;          /* stack() -> the call's stack text */
     PyObject *collector;      /* the DumpCollector: its step's writer takes each entry (add_journaled) */
+    /* the writer last seen and its tables (data, stack, construct, the names' texts): see journal_entry */
+    PyObject *writer, *tables[4];
     PyObject *encode_value;   /* encode_value(value, suffix) -> JSON text, the general way */
     PyObject *encode_outputs; /* encode_outputs(output, prefix) -> JSON text of the output list */
     PyObject *overwritten;    /* overwritten(key, args, kwargs) -> the tensors an in-place call writes */
@@ -708,6 +711,8 @@ static int lane_traverse(Lane *self, visitproc visit, void *arg) {
 #define VISIT(field) Py_VISIT(self->field);
     LANE_OBJECTS(VISIT)
 #undef VISIT
+    Py_VISIT(self->writer);
+    for (int i = 0; i < 4; i++) Py_VISIT(self->tables[i]);
     Py_VISIT(self->summaries);
     return 0;
 }
@@ -716,6 +721,8 @@ static int lane_clear_refs(Lane *self) {
 #define CLEAR(field) Py_CLEAR(self->field);
     LANE_OBJECTS(CLEAR)
 #undef CLEAR
+    Py_CLEAR(self->writer);
+    for (int i = 0; i < 4; i++) Py_CLEAR(self->tables[i]);
     Py_CLEAR(self->summaries);
     Py_CLEAR(self->tensor_type);
     Py_CLEAR(self->parameter_type);
@@ -996,6 +1003,62 @@ static int lane_takes(Lane *self, PyObject *args, PyObject *kwargs, PyObject **g
     return status < 0 ? -1 : 1;
 }
 
+/* DumpWriter.add_journaled's usual case, here: the step's journal is open and has not failed.  The entry goes into
+ * the writer's tables and its lines (DumpWriter's _journal_line format) to the journal's own write().  Returns 1
+ * when done, 0 when the writer's Python must do it (no journal yet, or a failed one, or any error here: its
+ * add_journaled stores the same again and handles the case), -1 only for an error that is no Exception. */
+static int journal_entry(Lane *self, PyObject *writer, PyObject *name, PyObject *name_text, PyObject *text,
+                         PyObject *stack, PyObject *parent_text) {
+    static PyObject **const table_names[4] = {&s_data, &s_stack, &s_construct, &s_names};
+    if (writer != self->writer) { /* a new step's writer: its tables, once */
+        for (int i = 0; i < 4; i++) {
+            PyObject *table = PyObject_GetAttr(writer, *table_names[i]);
+            if (table == NULL || !PyDict_Check(table)) {
+                Py_XDECREF(table);
+                goto python;
+            }
+            Py_XSETREF(self->tables[i], table);
+        }
+        Py_XSETREF(self->writer, Py_NewRef(writer));
+    }
+    PyObject *journal = PyObject_GetAttr(writer, s_journal), *failed = PyObject_GetAttr(writer, s_journal_failed);
+    int usable = journal != NULL && journal != Py_None && failed == Py_False;
+    Py_XDECREF(failed);
+    if (!usable) {
+        Py_XDECREF(journal);
+        goto python;
+    }
+    Text lines;
+    text_init(&lines);
+    static const char *const kinds[3] = {"[\"data\", ", "[\"stack\", ", "[\"construct\", "};
+    PyObject *values[3] = {text, stack, parent_text == Py_None ? NULL : parent_text};
+    int status = PyDict_SetItem(self->tables[3], name, name_text);
+    for (int i = 0; status == 0 && i < 3; i++) {
+        if (values[i] == NULL) continue;
+        if (PyDict_SetItem(self->tables[i], name, values[i]) < 0 ||
+            text_add(&lines, kinds[i], (Py_ssize_t)strlen(kinds[i])) < 0 || text_unicode(&lines, name_text) < 0 ||
+            TEXT_ADD(&lines, ", ") < 0 || text_unicode(&lines, values[i]) < 0 || TEXT_ADD(&lines, "]\n") < 0)
+            status = -1;
+    }
+    PyObject *bytes = status == 0 ? PyBytes_FromStringAndSize(lines.data, lines.len) : NULL;
+    text_free(&lines);
+    PyObject *result = NULL;
+    if (bytes != NULL && PyObject_SetAttr(writer, s_dirty, Py_True) == 0)
+        result = PyObject_CallMethodOneArg(journal, s_write, bytes);
+    Py_XDECREF(bytes);
+    Py_DECREF(journal);
+    if (result != NULL) {
+        Py_DECREF(result);
+        return 1;
+    }
+python:
+    if (PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+        PyErr_Clear();
+    }
+    return 0;
+}
+
 /* The entry, with its stack (or NULL) and parent (the no_parent marker at L1: no construct.json record), into the
  * step's files through DumpWriter.add_journaled; the step's folder is made with its first entry.  -1 on error. */
 static int record_entry(Lane *self, PyObject *name, Text *entry, PyObject *stack, PyObject *parent) {
@@ -1021,8 +1084,13 @@ static int record_entry(Lane *self, PyObject *name, Text *entry, PyObject *stack
     if (name_text == NULL || parent_text == NULL) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "an entry's name or parent cannot be written as JSON");
     } else if ((text = text_str(entry)) != NULL) {
-        PyObject *call[] = {writer, name, name_text, text, stack != NULL ? stack : Py_None, parent_text};
-        result = PyObject_VectorcallMethod(s_add_journaled, call, 6 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        int done = journal_entry(self, writer, name, name_text, text, stack, parent_text);
+        if (done > 0) {
+            result = Py_NewRef(Py_None);
+        } else if (done == 0) {
+            PyObject *call[] = {writer, name, name_text, text, stack != NULL ? stack : Py_None, parent_text};
+            result = PyObject_VectorcallMethod(s_add_journaled, call, 6 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        }
     }
     Py_XDECREF(name_text);
     Py_XDECREF(text);
@@ -1488,6 +1556,14 @@ PyMODINIT_FUNC PyInit__lane(void) {
     INTERN(s_writer, "writer")
     INTERN(s_open_step, "open_step")
     INTERN(s_add_journaled, "add_journaled")
+    INTERN(s_journal, "_journal")
+    INTERN(s_journal_failed, "_journal_failed")
+    INTERN(s_dirty, "_dirty")
+    INTERN(s_data, "data")
+    INTERN(s_stack, "stack")
+    INTERN(s_construct, "construct")
+    INTERN(s_names, "_names")
+    INTERN(s_write, "write")
 #undef INTERN
     if ((one = PyLong_FromLong(1)) == NULL) return NULL;
     if (PyType_Ready(&CachedType) < 0 || PyType_Ready(&SummariesType) < 0 || PyType_Ready(&LaneType) < 0) return NULL;
