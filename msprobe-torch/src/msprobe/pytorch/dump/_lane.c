@@ -373,8 +373,21 @@ static int written_since(Summaries *self, Cached *cached) {
 }
 
 /* 1 when ``cached`` still describes ``tensor`` at ``version``; 0 when not; -1 on error. */
+/* Whether the weak reference still leads to ``object`` (PyWeakref_GetObject is deprecated from Python 3.13). */
+static int refers_to(PyObject *reference, PyObject *object) {
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *referent;
+    if (PyWeakref_GetRef(reference, &referent) < 0) return -1;
+    Py_XDECREF(referent); /* compared by identity only: object is alive, held by the caller */
+    return referent == object;
+#else
+    return PyWeakref_GetObject(reference) == object;
+#endif
+}
+
 static int still_holds(Summaries *self, Cached *cached, PyObject *tensor, long long version) {
-    if (PyWeakref_GetObject(cached->ref) != tensor || cached->version != version) return 0;
+    int same = refers_to(cached->ref, tensor);
+    if (same <= 0 || cached->version != version) return same < 0 ? -1 : 0;
     unsigned long long data;
     if (unsigned_of(METHOD(tensor, data_ptr), &data) < 0) return -1;
     if (data != cached->data) return 0; /* `.data` or `set_` gave it other memory */
@@ -382,7 +395,7 @@ static int still_holds(Summaries *self, Cached *cached, PyObject *tensor, long l
     if (since != 0) return since < 0 ? -1 : 0;
     PyObject *dtype = ATTRIBUTE(tensor, dtype);
     if (dtype == NULL) return -1;
-    int same = dtype == cached->dtype;
+    same = dtype == cached->dtype;
     Py_DECREF(dtype);
     if (!same) return 0;
     PyObject *shape = ATTRIBUTE(tensor, shape);
