@@ -449,15 +449,17 @@ static int summary_into(Summaries *self, PyObject *tensor, Text *out) {
     int status = 0;
     PyObject *prefix = NULL, *dtype = NULL, *shape = NULL, *storage = NULL, *ref = NULL;
     if (cached != NULL) {
+        Py_INCREF(cached); /* held while torch's and the log's Python run in still_holds */
         int holds = still_holds(self, cached, tensor, version);
+        if (holds > 0) {
+            prefix = Py_NewRef(cached->prefix);
+            Py_DECREF(cached);
+            goto write;
+        }
+        Py_DECREF(cached);
         if (holds < 0) {
             status = decline_runtime_error();
             goto done;
-        }
-        if (holds) {
-            prefix = cached->prefix;
-            Py_INCREF(prefix);
-            goto write;
         }
     } else if (PyErr_Occurred()) {
         status = -1;
@@ -1102,7 +1104,7 @@ static int record_entry(Lane *self, PyObject *name, Text *entry, PyObject *stack
             result = Py_NewRef(Py_None);
         } else if (done == 0) {
             PyObject *call[] = {writer, name, name_text, text, stack != NULL ? stack : Py_None, parent_text};
-            result = PyObject_VectorcallMethod(s_add_journaled, call, 6 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            result = PyObject_VectorcallMethod(s_add_journaled, call, 6, NULL); /* no offset flag: call[-1] is not ours */
         }
     }
     Py_XDECREF(name_text);
