@@ -2,7 +2,6 @@
 
 import json
 import os
-import socket
 
 import pytest
 import torch
@@ -11,11 +10,16 @@ import torch.multiprocessing as mp
 from tables import check_rank_gradients, csv_rows
 
 
-def train_one_rank(rank: int, folder: str, port: int) -> None:
+def join_group(rank: int, folder: str) -> None:
+    """A rendezvous through a file in the test's folder: no port to find free (and lose to another process)."""
+    dist.init_process_group("gloo", init_method=f"file://{folder}/rendezvous", rank=rank, world_size=2)
+
+
+def train_one_rank(rank: int, folder: str) -> None:
     from msprobe.pytorch import TrainerMon
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), MONITOR_OUTPUT_DIR=f"{folder}/out")
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    os.environ.update(MONITOR_OUTPUT_DIR=f"{folder}/out")
+    join_group(rank, folder)
     torch.manual_seed(0)
     plain = torch.nn.Linear(8, 2)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 2))
@@ -39,18 +43,15 @@ def train_one_rank(rank: int, folder: str, port: int) -> None:
 
 def test_unreduced_is_the_local_gradient_and_reduced_the_average(tmp_path):
     (tmp_path / "m.json").write_text(json.dumps({"wg_distribution": True, "ops": ["norm"]}))
-    with socket.socket() as probe:  # a free port for the rendezvous
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    mp.spawn(train_one_rank, args=(str(tmp_path), port), nprocs=2, join=True)
+    mp.spawn(train_one_rank, args=(str(tmp_path),), nprocs=2, join=True)
     check_rank_gradients(tmp_path, "module.weight")
 
 
-def train_with_groups(rank: int, folder: str, port: int, groups: str) -> None:
+def train_with_groups(rank: int, folder: str, groups: str) -> None:
     from msprobe.pytorch import TrainerMon
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), MONITOR_OUTPUT_DIR=f"{folder}/{groups}")
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    os.environ.update(MONITOR_OUTPUT_DIR=f"{folder}/{groups}")
+    join_group(rank, folder)
     torch.manual_seed(0)
     model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 2))
     model.module.weight.tensor_model_parallel = True  # split across tensor-parallel ranks: each keeps its own
@@ -79,10 +80,7 @@ def train_with_groups(rank: int, folder: str, port: int, groups: str) -> None:
 )
 def test_groups_keep_one_copy_of_reduced_gradients(tmp_path, groups, kept):
     (tmp_path / "m.json").write_text(json.dumps({"wg_distribution": True, "ops": ["norm"]}))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    mp.spawn(train_with_groups, args=(str(tmp_path), port, groups), nprocs=2, join=True)
+    mp.spawn(train_with_groups, args=(str(tmp_path), groups), nprocs=2, join=True)
     for rank, names in kept.items():
         (folder,) = list((tmp_path / groups).glob(f"*-rank{rank}"))
         assert {r["name"] for r in csv_rows(folder / "grad_reduced_0-0.csv")} == names
