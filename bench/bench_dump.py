@@ -74,7 +74,8 @@ def time_config(config: dict | None, steps: int, out: Path) -> Timing:
     if config is not None and config["task"] == "tensor":
         tensor_dir = out / "dump" / "step0" / "rank" / "dump_tensor_data"
         yardstick = numpy_twin(plain_step, lambda: _saved_arrays(tensor_dir), out / "numpy_copy")
-    result = time_in_turn(plain_step, dumped_step(debugger, train_step), steps, yardstick)
+    between = os.sync if yardstick is not None else None  # each file-writing step starts with no writeback pending
+    result = time_in_turn(plain_step, dumped_step(debugger, train_step), steps, yardstick, between)
     if debugger is not None:
         debugger.finish()
     return result

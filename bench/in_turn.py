@@ -47,8 +47,13 @@ def time_in_turn(
     tool_step: Callable[[], None],
     steps: int,
     yardstick: Callable[[], None] | None = None,
+    between: Callable[[], None] | None = None,
 ) -> Timing:
-    """Medians over ``steps`` rounds after one warm-up round; the tool's step comes first in the warm-up."""
+    """Medians over ``steps`` rounds after one warm-up round; the tool's step comes first in the warm-up.
+
+    ``between`` runs after every step, outside the timing: ``os.sync`` for the tensor dump and its
+    yardstick, so that neither writes its files while the kernel writes back an earlier step's.
+    """
     variants = [("tool", tool_step), ("plain", plain_step)] + ([("yardstick", yardstick)] if yardstick else [])
     times: dict[str, list[float]] = {name: [] for name, _ in variants}
     for round_number in range(steps + 1):
@@ -58,6 +63,8 @@ def time_in_turn(
             step()
             if round_number:
                 times[name].append(time.perf_counter() - start)
+            if between is not None:
+                between()
     medians = {name: statistics.median(values) for name, values in times.items()}
     ratios = tuple(tool / plain for tool, plain in zip(times["tool"], times["plain"]))
     return Timing(medians["tool"], medians["plain"], medians.get("yardstick"), ratios)
