@@ -77,13 +77,17 @@ CONFIGS = {
 }
 
 
+def _config_args(folder: Path, config: dict) -> dict:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({**config, "dump_path": str(folder / "dump")}))
+    return {"config_path": str(folder / "config.json")}
+
+
 def _dump_mixed_net(folder: Path, config: dict, monkeypatch, with_lane: bool) -> tuple[dict, LaneCount, list]:
     monkeypatch.setattr(lane, "AVAILABLE", with_lane)
     count = LaneCount(monkeypatch)
-    folder.mkdir()
-    config_file = folder / "config.json"
-    config_file.write_text(json.dumps({**config, "dump_path": str(folder / "dump")}))
-    _, losses = train_mixed_net(lambda model: PrecisionDebugger(config_path=str(config_file), model=model))
+    arguments = _config_args(folder, config)
+    _, losses = train_mixed_net(lambda model: PrecisionDebugger(**arguments, model=model))
     monkeypatch.undo()
     return read_dump(folder / "dump"), count, losses
 
@@ -389,12 +393,6 @@ def _overflowing_steps(folder: Path, level: str, monkeypatch, with_lane: bool) -
     sys.setprofile(None)
     monkeypatch.undo()
     return read_dump(folder / "dump"), len(python_calls)
-
-
-def _config_args(folder: Path, config: dict) -> dict:
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps({**config, "dump_path": str(folder / "dump")}))
-    return {"config_path": str(folder / "config.json")}
 
 
 @pytest.mark.parametrize("level", ["L1", "mix"])

@@ -7,12 +7,12 @@ torch: everything that needs torch is imported inside the methods.
 from __future__ import annotations
 
 import importlib.machinery
-import os
 from pathlib import Path
 from typing import Any
 
 from msprobe.core.backend import Backend
 from msprobe.core.hookspecs import hookimpl
+from msprobe.core.switches import switched_off
 
 
 class TorchBackend(Backend):
@@ -44,7 +44,7 @@ class TorchBackend(Backend):
 
 def _lane_state() -> str:
     """Whether the dump's per-call path in C (dump/_lane.c) was built, told without importing torch."""
-    if os.environ.get("MSPROBE_NO_LANE", "").strip() not in ("", "0"):
+    if switched_off("MSPROBE_NO_LANE"):
         return "Python (MSPROBE_NO_LANE is set)"
     folder = Path(__file__).parent / "dump"
     if any((folder / f"_lane{suffix}").is_file() for suffix in importlib.machinery.EXTENSION_SUFFIXES):

@@ -17,15 +17,16 @@ which also gives the ``*_except_inf_nan`` pair).
 
 from __future__ import annotations
 
-import os
 from typing import Any
+
+from msprobe.core.switches import switched_off
 
 try:
     from msprobe.core.dump import _kernels
 except ImportError:  # built without a C compiler: the frameworks' kernels measure instead
     _kernels = None
 
-if os.environ.get("MSPROBE_NO_KERNELS", "").strip() not in ("", "0"):
+if switched_off("MSPROBE_NO_KERNELS"):
     _kernels = None
 
 AVAILABLE = _kernels is not None  # the one switch every caller reads (tests turn it off to compare)

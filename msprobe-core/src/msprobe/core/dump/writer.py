@@ -122,13 +122,10 @@ class RawJSON:
         return json.loads(self.text)
 
 
-_FRAGMENT = getattr(orjson, "Fragment", None)
-
-
 def _for_orjson(value: Any) -> Any:
     """orjson's ``default``: text already encoded is embedded; values measured asynchronously are read back now."""
     if isinstance(value, RawJSON):
-        return _FRAGMENT(value.text)
+        return orjson.Fragment(value.text)  # in orjson since 3.9, the version msprobe-core requires
     return _resolve(value)
 
 
@@ -151,7 +148,7 @@ def encode_json(value: Any) -> str:
     embedded), the standard encoder for what orjson refuses (an integer beyond 64 bits)."""
     if isinstance(value, EncodedJSON):
         return value
-    if orjson is not None and _FRAGMENT is not None:
+    if orjson is not None:
         try:
             return orjson.dumps(value, default=_for_orjson).decode()
         except TypeError:  # e.g. an integer beyond 64 bits: the standard encoder takes any size

@@ -211,6 +211,15 @@ static int text_unicode(Text *t, PyObject *text) {
     return utf8 == NULL ? -1 : text_add(t, utf8, n);
 }
 
+/* ``"key":`` of an object's member, after a comma unless it is the first; -1 with an error set for a key that is
+ * no str or that UTF-8 cannot hold. */
+static int text_member_key(Text *t, PyObject *key, int first) {
+    if ((!first && TEXT_ADD(t, ",") < 0)) return -1;
+    int done = PyUnicode_Check(key) ? text_json_string(t, key) : 0;
+    if (done == 0) PyErr_Format(PyExc_ValueError, "a key JSON cannot hold: %R", key);
+    return done == 1 && TEXT_ADD(t, ":") == 0 ? 0 : -1;
+}
+
 static PyObject *text_str(Text *t) { return PyUnicode_DecodeUTF8(t->data, t->len, NULL); }
 
 /* ------------------------------------------------------------------------------------------------------------ */
@@ -433,6 +442,43 @@ static int fills_its_block(PyObject *tensor, PyObject *shape) {
     return fills;
 }
 
+/* Where a CPU tensor's values fill one block of memory, in any order (tensors.py's _plain_memory): 1 with the
+ * element count and the block's address set, the count 0 for an empty tensor (the address unset then); 0 for a
+ * tensor not on the host, a negative view (its memory holds the values' negation) or one with gaps; -1 on error.
+ * ``shape`` gets the tensor's shape (a new reference) whenever it was read. */
+static int plain_memory(PyObject *tensor, PyObject **shape, Py_ssize_t *count, unsigned long long *data) {
+    *shape = NULL;
+    PyObject *flag = ATTRIBUTE(tensor, is_cpu);
+    if (flag == NULL) return -1;
+    int on_host = flag == Py_True;
+    Py_DECREF(flag);
+    if (!on_host) return 0;
+    *shape = ATTRIBUTE(tensor, shape);
+    if (*shape == NULL) return -1;
+    if (!PyTuple_Check(*shape)) return 0;
+    *count = 1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(*shape); i++) {
+        Py_ssize_t size = PyLong_AsSsize_t(PyTuple_GET_ITEM(*shape, i));
+        if (size < 0) return PyErr_Occurred() ? -1 : 0;
+        *count *= size;
+    }
+    if (*count == 0) return 1;
+    flag = METHOD(tensor, is_neg);
+    if (flag == NULL) return -1;
+    int negative = flag == Py_True;
+    Py_DECREF(flag);
+    if (negative) return 0;
+    flag = METHOD(tensor, is_contiguous);
+    if (flag == NULL) return -1;
+    int dense = flag == Py_True;
+    Py_DECREF(flag);
+    if (!dense) { /* a 0-d tensor is always contiguous */
+        dense = fills_its_block(tensor, *shape);
+        if (dense <= 0) return dense;
+    }
+    return unsigned_of(METHOD(tensor, data_ptr), data) < 0 ? -1 : 1;
+}
+
 /* Appends a plain CPU float tensor's summary (as TensorSummarizer's general path writes it) and returns 1;
  * returns 0, appending nothing, for any other tensor (the caller goes the general way); -1 on error. */
 static int summary_into(Summaries *self, PyObject *tensor, Text *out) {
@@ -447,7 +493,7 @@ static int summary_into(Summaries *self, PyObject *tensor, Text *out) {
     if (key == NULL) return -1;
     Cached *cached = (Cached *)PyDict_GetItemWithError(self->entries, key);
     int status = 0;
-    PyObject *prefix = NULL, *dtype = NULL, *shape = NULL, *storage = NULL, *ref = NULL;
+    PyObject *prefix = NULL, *dtype = NULL, *shape = NULL, *storage = NULL, *ref = NULL, *flag;
     if (cached != NULL) {
         Py_INCREF(cached); /* held while torch's and the log's Python run in still_holds */
         int holds = still_holds(self, cached, tensor, version);
@@ -469,40 +515,11 @@ static int summary_into(Summaries *self, PyObject *tensor, Text *out) {
     if (dtype == NULL) goto fail;
     char kind = dtype == self->float32 ? 'f' : dtype == self->float64 ? 'd' : 0;
     if (kind == 0) goto done;
-    PyObject *flag = ATTRIBUTE(tensor, is_cpu);
-    if (flag == NULL) goto fail;
-    int on_host = flag == Py_True;
-    Py_DECREF(flag);
-    if (!on_host) goto done;
-    shape = ATTRIBUTE(tensor, shape);
-    if (shape == NULL) goto fail;
-    if (!PyTuple_Check(shape)) goto done;
-    Py_ssize_t count = 1;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++) {
-        Py_ssize_t size = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
-        if (size < 0) {
-            if (PyErr_Occurred()) goto fail;
-            goto done;
-        }
-        count *= size;
-    }
-    if (count == 0) goto done; /* no statistics for an empty tensor: the general way says so */
-    flag = METHOD(tensor, is_neg);
-    if (flag == NULL) goto fail;
-    int negative = flag == Py_True;
-    Py_DECREF(flag);
-    if (negative) goto done; /* its memory holds the values' negation */
-    flag = METHOD(tensor, is_contiguous);
-    if (flag == NULL) goto fail;
-    int dense = flag == Py_True;
-    Py_DECREF(flag);
-    if (!dense) { /* a 0-d tensor is always contiguous */
-        dense = fills_its_block(tensor, shape);
-        if (dense < 0) goto fail;
-        if (!dense) goto done;
-    }
+    Py_ssize_t count;
     unsigned long long data;
-    if (unsigned_of(METHOD(tensor, data_ptr), &data) < 0) goto fail;
+    int plain = plain_memory(tensor, &shape, &count, &data);
+    if (plain < 0) goto fail;
+    if (!plain || count == 0) goto done; /* an empty tensor has no statistics: the general way says so */
     double stats[4];
     if (PyTuple_GET_SIZE(shape) == 0) { /* a 0-d tensor (an optimizer's step count): its value, four times */
         double value = kind == 'f' ? (double)*(const float *)(uintptr_t)data : *(const double *)(uintptr_t)data;
@@ -872,19 +889,8 @@ static int encode_inputs(Lane *self, Text *out, PyObject *args, PyObject *kwargs
                      : 0;
     Py_ssize_t position = 0;
     PyObject *key, *value;
-    int first = 1;
-    while (status == 0 && PyDict_Next(kwargs, &position, &key, &value)) {
-        if (!first && TEXT_ADD(out, ",") < 0) status = -1;
-        first = 0;
-        if (status == 0 && PyUnicode_Check(key)) {
-            int done = text_json_string(out, key);
-            status = done < 0 ? -1 : done ? 0 : (PyErr_SetString(PyExc_ValueError, "keyword not encodable"), -1);
-        } else if (status == 0) {
-            status = -1;
-            PyErr_SetString(PyExc_TypeError, "keyword is not a str");
-        }
-        if (status == 0) status = TEXT_ADD(out, ":") < 0 || encode_value(self, out, value, &where, key) < 0 ? -1 : 0;
-    }
+    for (int first = 1; status == 0 && PyDict_Next(kwargs, &position, &key, &value); first = 0)
+        if (text_member_key(out, key, first) < 0 || encode_value(self, out, value, &where, key) < 0) status = -1;
     Py_XDECREF(where.prefix);
     return status < 0 || TEXT_ADD(out, "}") < 0 ? -1 : 0;
 }
@@ -1129,36 +1135,15 @@ static int screen_tensor(Lane *self, PyObject *tensor) {
     Py_ssize_t length;
     const char *kind = PyUnicode_AsUTF8AndSize(kind_text, &length);
     if (kind == NULL || length != 1) return -1;
-    PyObject *flag = ATTRIBUTE(tensor, is_cpu), *shape = NULL;
-    int status = 2;
-    if (flag == NULL) return decline_runtime_error() == 0 ? 2 : -1;
-    int on_host = flag == Py_True;
-    Py_DECREF(flag);
-    if (!on_host) return 2;
-    shape = ATTRIBUTE(tensor, shape);
-    if (shape == NULL || !PyTuple_Check(shape)) goto leave;
-    Py_ssize_t count = 1;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(shape); i++) {
-        Py_ssize_t size = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
-        if (size < 0) goto leave;
-        count *= size;
-    }
+    PyObject *shape;
+    Py_ssize_t count;
+    unsigned long long data;
+    int status = 2, plain = plain_memory(tensor, &shape, &count, &data);
+    if (plain <= 0) goto leave;
     if (count == 0) {
         status = 0; /* nothing to hold an inf or nan */
         goto leave;
     }
-    flag = METHOD(tensor, is_neg);
-    if (flag == NULL) goto leave;
-    int negative = flag == Py_True;
-    Py_DECREF(flag);
-    if (negative) goto leave;
-    flag = METHOD(tensor, is_contiguous);
-    if (flag == NULL) goto leave;
-    int dense = flag == Py_True;
-    Py_DECREF(flag);
-    if (!dense && PyTuple_GET_SIZE(shape) > 0 && (dense = fills_its_block(tensor, shape)) <= 0) goto leave;
-    unsigned long long data;
-    if (unsigned_of(METHOD(tensor, data_ptr), &data) < 0) goto leave;
     int found = self->kernels->any_nonfinite((const void *)(uintptr_t)data, count, kind[0]);
     status = found < 0 ? 2 : found;
 leave:
@@ -1431,11 +1416,9 @@ static PyObject *lane_module_entry(Lane *self, PyObject *const *args, Py_ssize_t
         Where where = {name, "parameters", NULL};
         Py_ssize_t position = 0;
         PyObject *key, *value;
-        for (int first = 1; status == 0 && PyDict_Next(parameters, &position, &key, &value); first = 0) {
-            if (!PyUnicode_Check(key) || (!first && TEXT_ADD(&entry, ",") < 0) || text_json_string(&entry, key) != 1 ||
-                TEXT_ADD(&entry, ":") < 0 || encode_value(self, &entry, value, &where, key) < 0)
+        for (int first = 1; status == 0 && PyDict_Next(parameters, &position, &key, &value); first = 0)
+            if (text_member_key(&entry, key, first) < 0 || encode_value(self, &entry, value, &where, key) < 0)
                 status = -1;
-        }
         Py_XDECREF(where.prefix);
         if (status == 0 && TEXT_ADD(&entry, "},") < 0) status = -1;
     }
@@ -1445,10 +1428,7 @@ static PyObject *lane_module_entry(Lane *self, PyObject *const *args, Py_ssize_t
                      : 0;
     if (status == 0) status = record_entry(self, name, &entry, args[4] == Py_None ? NULL : args[4], args[5]);
     text_free(&entry);
-    if (status < 0) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a parameter's name cannot be written as JSON");
-        return NULL;
-    }
+    if (status < 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -1466,9 +1446,12 @@ static PyObject *lane_grads_entry(Lane *self, PyObject *const *args, Py_ssize_t 
         PyObject *key, *value;
         for (int first = 1; status == 0 && PyDict_Next(args[1], &position, &key, &value); first = 0) {
             /* each gradient's file is "{name}.{key}", as the Python way names it */
-            Where where = {args[0], "", PyUnicode_Check(key) ? PyUnicode_FromFormat("%U.%U", args[0], key) : NULL};
-            if (where.prefix == NULL || (!first && TEXT_ADD(&entry, ",") < 0) || text_json_string(&entry, key) != 1 ||
-                TEXT_ADD(&entry, ":[") < 0 || encode_value(self, &entry, value, &where, NULL) < 0 ||
+            if (text_member_key(&entry, key, first) < 0) {
+                status = -1;
+                break;
+            }
+            Where where = {args[0], "", PyUnicode_FromFormat("%U.%U", args[0], key)};
+            if (where.prefix == NULL || TEXT_ADD(&entry, "[") < 0 || encode_value(self, &entry, value, &where, NULL) < 0 ||
                 TEXT_ADD(&entry, "]") < 0)
                 status = -1;
             Py_XDECREF(where.prefix);
@@ -1477,10 +1460,7 @@ static PyObject *lane_grads_entry(Lane *self, PyObject *const *args, Py_ssize_t 
     if (status == 0) status = TEXT_ADD(&entry, "}");
     if (status == 0) status = record_entry(self, args[0], &entry, NULL, self->no_parent);
     text_free(&entry);
-    if (status < 0) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a parameter's name cannot be written as JSON");
-        return NULL;
-    }
+    if (status < 0) return NULL;
     Py_RETURN_NONE;
 }
 

@@ -20,7 +20,6 @@ The extension is optional: without a C compiler at install time (or with
 from __future__ import annotations
 
 import inspect
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -29,13 +28,14 @@ import torch
 
 from msprobe.core.dump import float_stats
 from msprobe.core.dump.writer import NO_PARENT, encode_json
+from msprobe.core.switches import switched_off
 
 try:
     from msprobe.pytorch.dump import _lane
 except ImportError:  # built without a C compiler
     _lane = None
 
-if os.environ.get("MSPROBE_NO_LANE", "").strip() not in ("", "0"):
+if switched_off("MSPROBE_NO_LANE"):
     _lane = None
 
 if TYPE_CHECKING:
@@ -120,16 +120,17 @@ def make_lane(
     screening = {}
     if collector.overflow is not None:
         from msprobe.core.dump import _kernels
+        from msprobe.pytorch.dump.tensors import SCREEN_KINDS
 
         screening = {
             "overflow": collector.overflow,
             "overflowed": recorder._forward_overflowed,
             "nonfinite": summarizer.nonfinite,
-            "screen_kinds": {torch.float32: "f", torch.float64: "d", torch.float16: "e", torch.bfloat16: "b"},
+            "screen_kinds": SCREEN_KINDS,
             "kernels": _kernels._C_API,
         }
     return _lane.Lane(
-        summaries=summarizer.quick_texts if summarizer.quick_texts is not None else None,
+        summaries=summarizer.quick_texts,
         with_values=recorder.session.config.task != "structure",
         log=summarizer.write_log if summarizer.caches else None,
         tensor_type=torch.Tensor,

@@ -39,7 +39,7 @@ from msprobe.pytorch.dump.pt_file import PtWriter, host_bytes
 _MEASURED_AS_IS = (torch.float32, torch.float64)
 _KERNEL_KINDS = {torch.float32: float_stats.FLOAT32, torch.float64: float_stats.FLOAT64}
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)  # no subclass that keeps its values elsewhere
-_SCREEN_KINDS = {**_KERNEL_KINDS, torch.float16: float_stats.FLOAT16, torch.bfloat16: float_stats.BFLOAT16}
+SCREEN_KINDS = {**_KERNEL_KINDS, torch.float16: float_stats.FLOAT16, torch.bfloat16: float_stats.BFLOAT16}
 
 
 _DTYPE_NAMES = {value: str(value) for value in vars(torch).values() if isinstance(value, torch.dtype)}
@@ -209,7 +209,7 @@ def _measure_range(tensor: torch.Tensor) -> dict[str, Any]:
 
 def _kernel_screen(data: torch.Tensor) -> bool | None:
     """Whether a CPU tensor holds an inf or nan, from its exponent bits read in C; None where they cannot be read."""
-    kind = _SCREEN_KINDS.get(data.dtype)
+    kind = SCREEN_KINDS.get(data.dtype)
     if kind is None or not float_stats.AVAILABLE or not data.is_cpu:
         return None
     address = _plain_memory(data)
