@@ -21,7 +21,16 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from in_turn import Timing, dumped_step, numpy_twin, print_ratios, report_tensor_dump, time_in_turn
+from in_turn import (
+    Timing,
+    add_only_option,
+    chosen,
+    dumped_step,
+    numpy_twin,
+    print_ratios,
+    report_tensor_dump,
+    time_in_turn,
+)
 from workload import make_workload
 
 from msprobe.pytorch import PrecisionDebugger
@@ -87,19 +96,12 @@ def main() -> None:
         "--steps", type=int, default=16
     )  # medians of 16 alternating pairs: runs here differ by 0.1x at 6
     parser.add_argument("--out", type=Path, default=Path("/tmp/msprobe_bench"))
-    parser.add_argument(
-        "--only", default="", help="comma-separated configurations to run, e.g. 'statistics L1,statistics mix'"
-    )
+    add_only_option(parser)
     args = parser.parse_args()
-    wanted = {label.strip() for label in args.only.split(",") if label.strip()}
-    unknown = wanted - {label for label, _ in CONFIGS}
-    if unknown:
-        parser.error(f"--only: no configuration named {', '.join(sorted(unknown))}")
+    configs = chosen(parser, args.only, CONFIGS)
     torch.set_num_threads(1)
     timings: dict[str, Timing] = {}
-    for label, config in CONFIGS:
-        if wanted and label not in wanted and label != "none":
-            continue
+    for label, config in configs:
         folder = args.out / label.replace(" ", "_")
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)

@@ -1,6 +1,6 @@
 """Workload W in MindSpore (PyNative, CPU): step time with each dump configuration, as a ratio.
 
-    python bench/bench_dump_mindspore.py [--steps 16]
+    python bench/bench_dump_mindspore.py [--steps 16] [--only "statistics L1"] [--blocking]
 
 A 4-layer transformer LM (vocab 512, width 128, 4 heads, sequence 64,
 batch 8, AdamW) built from kernels CPU MindSpore 2.10 registers, on one
@@ -28,7 +28,16 @@ from mindspore import Tensor, mint, nn, ops
 from msprobe.mindspore import PrecisionDebugger
 
 sys.path.insert(0, str(Path(__file__).parent))
-from in_turn import Timing, dumped_step, numpy_twin, print_ratios, report_tensor_dump, time_in_turn
+from in_turn import (
+    Timing,
+    add_only_option,
+    chosen,
+    dumped_step,
+    numpy_twin,
+    print_ratios,
+    report_tensor_dump,
+    time_in_turn,
+)
 
 VOCAB, WIDTH, HEADS, LAYERS, SEQUENCE, BATCH = 512, 128, 4, 4, 64, 8
 
@@ -104,13 +113,22 @@ TARGETS = {"statistics L1": 1.5, "statistics mix": 1.7, "md5 L1": 2.0, "overflow
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=16)
+    add_only_option(parser)
+    parser.add_argument(
+        "--blocking",
+        action="store_true",
+        help="run operations synchronously (ms.runtime.launch_blocking()), not in MindSpore's asynchronous pipeline",
+    )
     args = parser.parse_args()
+    configs = chosen(parser, args.only, CONFIGS)
     ms.set_context(mode=ms.PYNATIVE_MODE)
     ms.set_device("CPU")
     ms.device_context.cpu.op_tuning.threads_num(1)  # workload W runs on one thread (MindSpore's default: 25)
+    if args.blocking:
+        ms.runtime.launch_blocking()
     folder = Path(tempfile.mkdtemp(prefix="msprobe_ms_bench_"))
     timings: dict[str, Timing] = {}
-    for label, config in CONFIGS:
+    for label, config in configs:
         model, train_step = make_workload()
         _plain_model, plain_step = make_workload()  # stepped in turn with the dumped one: drifts hit both
         debugger = yardstick = None
@@ -126,7 +144,8 @@ def main() -> None:
         timings[label] = time_in_turn(plain_step, dumped_step(debugger, train_step), args.steps, yardstick, between)
         os.sync()  # the tensor dump's dirty pages would otherwise be written back during the next runs
     print_ratios(timings, TARGETS)
-    report_tensor_dump(timings["tensor L1"], folder / "numpy_copy")
+    if "tensor L1" in timings:
+        report_tensor_dump(timings["tensor L1"], folder / "numpy_copy")
     shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -6,6 +6,7 @@ speed out of the ratio; the first round is a warm-up.
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import shutil
 import statistics
@@ -130,3 +131,18 @@ def print_ratios(timings: dict[str, Timing], targets: dict[str, float]) -> None:
             f"{label:<18} {timing.tool * 1000:>10.1f} {timing.plain * 1000:>10.1f} {ratio:>7.3f}x "
             f"{f'{low:.2f}-{high:.2f}x':>15}  {verdict}"
         )
+
+
+def add_only_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--only", default="", help="comma-separated configurations to run, e.g. 'statistics L1,statistics mix'"
+    )
+
+
+def chosen(parser: argparse.ArgumentParser, only: str, configs: Sequence[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """The configurations ``--only`` names, with the untouched one ("none") always first; all when it names none."""
+    wanted = {label.strip() for label in only.split(",") if label.strip()}
+    unknown = wanted - {label for label, _ in configs}
+    if unknown:
+        parser.error(f"--only: no configuration named {', '.join(sorted(unknown))}")
+    return [(label, config) for label, config in configs if not wanted or label in wanted or label == "none"]
