@@ -2,8 +2,8 @@
 
 Forward entries come from the core patcher around the reference's API list
 and from cell forward hooks. Backward entries: an API's arriving gradients
-come from ``Tensor.register_hook`` on its outputs and its own input
-gradients from an ``ops.HookBackward`` identity placed on each floating
+come from ``Tensor.register_hook`` on its outputs (attached when backward
+starts) and its own input gradients from an ``ops.HookBackward`` identity placed on each floating
 tensor input (never in in-place calls, and on Parameters only in calls that
 cannot write, so optimizer assignments are untouched); a cell's the same
 way, from its forward hooks.
@@ -71,20 +71,63 @@ def api_targets() -> list[tuple[Any, str, str]]:
     return targets
 
 
+def _find_class(*places: tuple[str, str]) -> Any:
+    """A MindSpore class whose module moved between releases, or None."""
+    for module_name, class_name in places:
+        try:
+            found = getattr(importlib.import_module(module_name), class_name, None)
+        except ImportError:
+            continue
+        if found is not None:
+            return found
+    return None
+
+
 def _jit_executor() -> Any:
-    """MindSpore's class that runs jit-compiled functions and cells (its module moved between releases)."""
-    for module_name, class_name in (
+    """MindSpore's class that runs jit-compiled functions and cells."""
+    return _find_class(
         ("mindspore.graph.api", "_JitExecutor"),
         ("mindspore.common.api", "_JitExecutor"),
         ("mindspore.common.api", "_MindsporeFunctionExecutor"),
-    ):
-        try:
-            executor = getattr(importlib.import_module(module_name), class_name, None)
-        except ImportError:
-            continue
-        if executor is not None:
-            return executor
-    return None
+    )
+
+
+class _BackwardStart:
+    """Runs ``before`` each time PyNative's backward is about to run (its executor's ``grad``).
+
+    Every ``ms.grad``, ``value_and_grad``, ``GradOperation`` and
+    ``TrainOneStepCell`` goes through ``_PyNativeExecutor.grad``; while the
+    watch is on, that method is wrapped.
+    """
+
+    def __init__(self, before: Callable[[], None]):
+        self.before = before
+        self.executor = _find_class(
+            ("mindspore.graph.api", "_PyNativeExecutor"), ("mindspore.common.api", "_PyNativeExecutor")
+        )
+        self.original: Callable | None = None
+
+    @property
+    def on(self) -> bool:
+        return self.original is not None
+
+    def install(self) -> None:
+        if self.executor is None or self.original is not None or not callable(getattr(self.executor, "grad", None)):
+            return
+        original = self.original = self.executor.grad
+        before = self.before
+
+        @functools.wraps(original)
+        def grad(executor: Any, *args: Any, **kwargs: Any) -> Any:
+            before()
+            return original(executor, *args, **kwargs)
+
+        self.executor.grad = grad
+
+    def remove(self) -> None:
+        if self.original is not None:
+            self.executor.grad = self.original
+            self.original = None
 
 
 class _JitHook:
@@ -239,6 +282,7 @@ class _Backward:
         self.recorder.write_backward(self, arriving, leaving)
 
 
+_MOST_UNHOOKED = 4096  # outputs waiting for backward to start before their hooks are attached all the same
 _HOOK_PRIMITIVES = {"CellBackwardHook"}  # what MindSpore puts in a cell for its backward hooks: not the model's
 
 
@@ -296,6 +340,9 @@ class MindSporeDumpRecorder:
         self._stack = StackCapture(_TOOL_ROOT)
         self.with_construct = self.level in ("L0", "mix")
         self.jit = _JitHook(self)
+        # outputs whose gradient hooks wait until backward starts (see _hook_outputs)
+        self.backward_start = _BackwardStart(self.hook_waiting_outputs)
+        self._unhooked: list[tuple[_Backward, int, Any]] = []
         self._swapped: list[tuple[dict, str, Any]] = []
         self._hooked: dict[int, _HookedPrimitive] = {}  # (where the cell keeps it, attribute, original primitive)
 
@@ -312,8 +359,11 @@ class MindSporeDumpRecorder:
                 self._hook_primitives()
         if self.level in ("L0", "mix"):
             self._hook_cells()
+        self.backward_start.install()
 
     def remove(self) -> None:
+        self.hook_waiting_outputs()  # a backward after stop() still gives the entries of calls made before it
+        self.backward_start.remove()
         self.patcher.remove()
         self.write_watch.remove()
         self._stack.forget()
@@ -334,6 +384,7 @@ class MindSporeDumpRecorder:
             if not record.written and (record.arriving or record.leaving):
                 record.write()  # gradients that reached only part of the inputs
         self.pending.clear()
+        self._unhooked.clear()  # outputs of a forward that had no backward this step
         self._guard(self.collector.close_step)
         self.summarizer.clear()
         self.api_counts.clear()
@@ -484,14 +535,32 @@ class MindSporeDumpRecorder:
         self.pending.append(record)
         return tuple(hooked), kwargs, record
 
-    @staticmethod
-    def _hook_outputs(record: _Backward, output: Any) -> None:
+    def _hook_outputs(self, record: _Backward, output: Any) -> None:
+        """Hooks for the gradients arriving at a call's outputs, attached when backward starts.
+
+        ``Tensor.register_hook`` waits for the call's op to be run by
+        PyNative's queue, which keeps the queue from running ahead of
+        Python; attached together just before backward, the hooks cost one
+        such wait. Where backward's start cannot be watched (another
+        MindSpore release), and once many outputs wait (a long forward with
+        no backward), they are attached at once.
+        """
         outputs = list(output) if isinstance(output, (tuple, list)) else [output]
         record.outputs = len(outputs)
         for index, tensor in enumerate(outputs):
             if _gradable(tensor):
-                tensor.register_hook(record.on_output(index))
                 record.hooked_outputs += 1
+                self._unhooked.append((record, index, tensor))
+        if not self.backward_start.on or len(self._unhooked) >= _MOST_UNHOOKED:
+            self.hook_waiting_outputs()
+
+    def hook_waiting_outputs(self) -> None:
+        waiting, self._unhooked = self._unhooked, []
+        for record, index, tensor in waiting:
+            try:
+                tensor.register_hook(record.on_output(index))
+            except Exception as exc:
+                self.collector.report_failure(record.name, exc)
 
     def write_backward(self, record: _Backward, arriving: list, leaving: list) -> None:
         collector = self.collector
