@@ -1,4 +1,4 @@
-"""Views (transposes, narrows, broadcasts) are read where they lie on CPU MindSpore, without a contiguous copy."""
+"""CPU MindSpore tensors, views (transposes, narrows, broadcasts) included, are read where they lie, without a copy."""
 
 import gc
 import json
@@ -101,3 +101,28 @@ def test_a_dump_of_views_saves_and_measures_their_values(tmp_path):
         assert np.array_equal(saved, expected), name
         assert entry["Max"] == float(expected.max()) and entry["Min"] == float(expected.min()), name
         assert entry["Norm"] == pytest.approx(float(np.linalg.norm(expected)), rel=1e-6), name
+
+
+def test_contiguous_tensors_are_read_in_place_too(monkeypatch):
+    tensors = [
+        _base(),
+        _base()[1],
+        Tensor(np.arange(4)),
+        Tensor(2.5, ms.float32),
+        Tensor(np.array([True, False])),
+        ms.Parameter(Tensor(np.ones((2, 3), np.float32)), name="weight"),
+    ]
+    expected = [tensor.asnumpy().copy() for tensor in tensors]
+    monkeypatch.setattr(ms.Tensor, "asnumpy", _refuse)
+    for tensor, values in zip(tensors, expected):
+        host = to_numpy(tensor)
+        assert host.dtype == values.dtype and np.array_equal(host, values)
+
+
+def test_a_tensor_not_yet_initialized_is_read_through_mindspore():
+    from mindspore.common.initializer import Normal
+
+    tensor = Tensor(shape=(3, 2), dtype=ms.float32, init=Normal())  # no memory until its data is asked for
+    assert tensor.has_init
+    host = to_numpy(tensor)
+    assert host.shape == (3, 2) and np.array_equal(host, tensor.asnumpy()) and host.std() > 0
