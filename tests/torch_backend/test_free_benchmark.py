@@ -168,6 +168,37 @@ def test_unknown_perturbation_is_a_clear_error(tmp_path):
         d.start()
 
 
+def test_config_validate_checks_pert_mode_against_the_installed_plugins(tmp_path):
+    from click.testing import CliRunner
+
+    from msprobe.cli.main import cli
+
+    def config_file(name, **extra):
+        section = {"pert_mode": name}
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps({"task": "free_benchmark", "dump_path": "d", "free_benchmark": section, **extra}))
+        return str(path)
+
+    twist, noise = config_file("twist"), config_file("add_noise")
+    result = CliRunner().invoke(cli, ["config", "validate", twist, noise])
+    assert result.exit_code == 1
+    assert f"invalid: {twist}: field free_benchmark.pert_mode: 'twist'" in result.output
+    assert "add_noise" in result.output.split("available: ")[1]  # the message lists what is there
+    assert f"valid: {noise}" in result.output and "Traceback" not in result.output
+
+    class Twist:
+        @hookimpl
+        def msprobe_free_benchmark_perturbations(self):
+            return [Perturbation("twist", lambda t: t.flip(0), None, "reverses the values")]
+
+    registry = get_registry()
+    registry.manager.register(Twist(), name="twist")
+    try:
+        assert CliRunner().invoke(cli, ["config", "validate", twist]).exit_code == 0
+    finally:
+        registry.manager.unregister(name="twist")
+
+
 def test_calls_inside_vmap_are_checked_over_the_whole_batch(tmp_path, fake_npu, caplog):
     d = debugger(tmp_path)
     x = torch.tensor([[0.3, 1.7, -2.2], [0.1, -0.6, 2.9]], dtype=torch.float16)

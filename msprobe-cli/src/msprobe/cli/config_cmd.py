@@ -113,9 +113,46 @@ def validate_command(files: tuple[Path, ...]) -> None:
             failures += 1
             click.echo(f"invalid: {exc}", err=True)
             continue
+        problem = _unavailable_perturbation(config)
+        if problem:
+            failures += 1
+            click.echo(f"invalid: {file}: {problem}", err=True)
+            continue
         click.echo(f"valid: {file} (task {config.task}, level {config.level}, dump_path {config.dump_path})")
     if failures:
         raise SystemExit(1)
+
+
+def _unavailable_perturbation(config: DebuggerConfig) -> str | None:
+    """A free_benchmark.pert_mode no installed plugin provides (plugins add their own, so only they can say).
+
+    With no backend installed there is nothing to check against; ``start()``
+    checks again where the training runs.
+    """
+    if config.task != "free_benchmark":
+        return None
+    from msprobe.core.plugins import get_registry
+
+    registry = get_registry()
+    backends = sorted(
+        name
+        for name, backend in registry.backends().items()
+        if config.framework is None or backend.matches(config.framework)
+    )
+    if not backends:
+        return None
+    mode = config.free_benchmark.pert_mode
+    known: set[str] = set()
+    for backend in backends:
+        available = registry.perturbations(backend)
+        if mode in available:
+            return None
+        known.update(available)
+    where = " or ".join(backends)
+    return (
+        f"field free_benchmark.pert_mode: '{mode}' is not provided by any installed plugin for {where}"
+        f" (available: {', '.join(sorted(known))})"
+    )
 
 
 COMMANDS = [config_group]
