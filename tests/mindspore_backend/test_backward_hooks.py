@@ -152,3 +152,25 @@ def _recorder_of(debugger):
     hooks = debugger._hooks
     assert isinstance(hooks, recorder.MindSporeDumpRecorder)
     return hooks
+
+
+def test_a_hook_that_cannot_be_attached_is_logged_and_backward_runs(tmp_path, monkeypatch, caplog):
+    def refuse(tensor, hook):
+        raise RuntimeError("simulated register_hook failure")
+
+    ms.set_seed(0)
+    net = Net()
+    grad_fn = ms.value_and_grad(lambda x, y: ((net(x) - y) ** 2).mean(), None, net.trainable_params())
+    x, y = _batch(np.random.default_rng(1))
+    expected_loss, expected_grads = grad_fn(x, y)
+    debugger = _debugger(tmp_path, "d", "L1", net)
+    monkeypatch.setattr(ms.Tensor, "register_hook", refuse)
+    debugger.start()
+    loss, grads = grad_fn(x, y)
+    debugger.stop()
+    debugger.step()
+    assert float(loss.asnumpy()) == float(expected_loss.asnumpy())
+    assert all(np.array_equal(a.asnumpy(), b.asnumpy()) for a, b in zip(grads, expected_grads))
+    assert "simulated register_hook failure" in caplog.text
+    assert caplog.text.count("Mint.tanh") <= 1  # once per API
+    assert "Mint.tanh.0.forward" in _data(tmp_path, "d")

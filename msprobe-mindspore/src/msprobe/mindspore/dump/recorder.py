@@ -3,8 +3,8 @@
 Forward entries come from the core patcher around the reference's API list
 and from cell forward hooks. Backward entries: an API's arriving gradients
 come from ``Tensor.register_hook`` on its outputs (attached when backward
-starts) and its own input gradients from an ``ops.HookBackward`` identity placed on each floating
-tensor input (never in in-place calls, and on Parameters only in calls that
+starts) and its own input gradients from an ``ops.HookBackward`` identity
+placed on each floating tensor input (never in in-place calls, and on Parameters only in calls that
 cannot write, so optimizer assignments are untouched); a cell's the same
 way, from its forward hooks.
 MindSpore's own cell backward hooks are not used: they make a cell's outputs
@@ -555,11 +555,12 @@ class MindSporeDumpRecorder:
             self.hook_waiting_outputs()
 
     def hook_waiting_outputs(self) -> None:
+        """Runs in the user's call to backward: a failure is reported as any hook's is."""
         waiting, self._unhooked = self._unhooked, []
         for record, index, tensor in waiting:
             try:
                 tensor.register_hook(record.on_output(index))
-            except Exception as exc:
+            except Exception as exc:  # logged once per API (raised with strict, or for a device error)
                 self.collector.report_failure(record.name, exc)
 
     def write_backward(self, record: _Backward, arriving: list, leaving: list) -> None:

@@ -42,7 +42,11 @@ _FLOATING = (ms.float16, ms.float32, ms.float64, ms.bfloat16)
 
 
 def to_numpy(tensor: ms.Tensor, dtype: Any = None) -> np.ndarray:
-    """Host copy; bfloat16 (which numpy lacks) widens to float32. ``dtype``: the tensor's, when known."""
+    """The tensor's values for numpy; bfloat16 (which numpy lacks) widens to float32.
+
+    On CPU MindSpore the array is the tensor's own memory, read-only, as
+    ``asnumpy`` shares it too. ``dtype``: the tensor's, when known.
+    """
     dtype = tensor.dtype if dtype is None else dtype
     if dtype == ms.bfloat16:
         tensor = tensor.astype(ms.float32)
@@ -72,7 +76,7 @@ _NUMPY_TYPES = {
 
 
 class _HostMemory:
-    """A view's elements where they lie in host memory, for numpy; holds the tensor so the memory outlives the array."""
+    """A tensor's elements where they lie in host memory, for numpy; holds the tensor while the array lives."""
 
     __slots__ = ("__array_interface__", "tensor")
 
