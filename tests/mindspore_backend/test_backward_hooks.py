@@ -69,7 +69,7 @@ def _model_train(tmp_path, name, level):
 
 
 def _attach_at_once(monkeypatch):
-    monkeypatch.setattr(recorder._BackwardStart, "install", lambda self: None)
+    monkeypatch.setattr(recorder, "_pynative_executor", lambda: None)
 
 
 @pytest.mark.parametrize("level", ["L0", "L1", "mix"])
@@ -135,7 +135,7 @@ def test_many_waiting_outputs_are_attached_without_waiting_for_backward(tmp_path
 
 
 def test_backward_is_watched_only_while_dumping(tmp_path):
-    executor = recorder._BackwardStart(lambda: None).executor
+    executor = recorder._pynative_executor()
     assert executor is not None  # this MindSpore has the class the watch wraps
     plain = executor.grad
     ms.set_seed(0)

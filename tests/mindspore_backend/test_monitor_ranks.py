@@ -64,5 +64,5 @@ def _run_ranks(tmp_path):
             for other in processes[1:]:  # the workers would wait for a scheduler that is not there
                 other.kill()
                 other.communicate()
-            return processes, outputs
+            break
     return processes, outputs

@@ -207,6 +207,11 @@ class ApiPatcher:
             group.install()
         self._installed = True
 
+    @property
+    def active(self) -> bool:
+        """Installed, with something found to wrap."""
+        return self._installed and bool(self._owners)
+
     def remove(self) -> None:
         if not self._installed:
             return

@@ -92,42 +92,15 @@ def _jit_executor() -> Any:
     )
 
 
-class _BackwardStart:
-    """Runs ``before`` each time PyNative's backward is about to run (its executor's ``grad``).
+def _pynative_executor() -> Any:
+    """MindSpore's PyNative executor class, whose ``grad`` every ``ms.grad``, ``value_and_grad``,
+    ``GradOperation``, ``vjp`` and ``TrainOneStepCell`` goes through to run backward."""
+    return _find_class(("mindspore.graph.api", "_PyNativeExecutor"), ("mindspore.common.api", "_PyNativeExecutor"))
 
-    Every ``ms.grad``, ``value_and_grad``, ``GradOperation`` and
-    ``TrainOneStepCell`` goes through ``_PyNativeExecutor.grad``; while the
-    watch is on, that method is wrapped.
-    """
 
-    def __init__(self, before: Callable[[], None]):
-        self.before = before
-        self.executor = _find_class(
-            ("mindspore.graph.api", "_PyNativeExecutor"), ("mindspore.common.api", "_PyNativeExecutor")
-        )
-        self.original: Callable | None = None
-
-    @property
-    def on(self) -> bool:
-        return self.original is not None
-
-    def install(self) -> None:
-        if self.executor is None or self.original is not None or not callable(getattr(self.executor, "grad", None)):
-            return
-        original = self.original = self.executor.grad
-        before = self.before
-
-        @functools.wraps(original)
-        def grad(executor: Any, *args: Any, **kwargs: Any) -> Any:
-            before()
-            return original(executor, *args, **kwargs)
-
-        self.executor.grad = grad
-
-    def remove(self) -> None:
-        if self.original is not None:
-            self.executor.grad = self.original
-            self.original = None
+def _backward_start() -> list[tuple[Any, str, str]]:
+    executor = _pynative_executor()
+    return [(executor, "grad", "PyNative.grad")] if callable(getattr(executor, "grad", None)) else []
 
 
 class _JitHook:
@@ -341,7 +314,7 @@ class MindSporeDumpRecorder:
         self.with_construct = self.level in ("L0", "mix")
         self.jit = _JitHook(self)
         # outputs whose gradient hooks wait until backward starts (see _hook_outputs)
-        self.backward_start = _BackwardStart(self.hook_waiting_outputs)
+        self.backward_start = ApiPatcher(self._before_backward, _backward_start)
         self._unhooked: list[tuple[_Backward, int, Any]] = []
         self._swapped: list[tuple[dict, str, Any]] = []
         self._hooked: dict[int, _HookedPrimitive] = {}  # (where the cell keeps it, attribute, original primitive)
@@ -551,8 +524,12 @@ class MindSporeDumpRecorder:
             if _gradable(tensor):
                 record.hooked_outputs += 1
                 self._unhooked.append((record, index, tensor))
-        if not self.backward_start.on or len(self._unhooked) >= _MOST_UNHOOKED:
+        if not self.backward_start.active or len(self._unhooked) >= _MOST_UNHOOKED:
             self.hook_waiting_outputs()
+
+    def _before_backward(self, original: Callable, key: str, args: tuple, kwargs: dict) -> Any:
+        self.hook_waiting_outputs()
+        return original(*args, **kwargs)
 
     def hook_waiting_outputs(self) -> None:
         """Runs in the user's call to backward: a failure is reported as any hook's is."""

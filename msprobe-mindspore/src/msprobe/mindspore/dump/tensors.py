@@ -73,6 +73,7 @@ _NUMPY_TYPES = {
     ms.complex64: "<c8",
     ms.complex128: "<c16",
 }
+_ITEMSIZES = {typestr: np.dtype(typestr).itemsize for typestr in _NUMPY_TYPES.values()}
 
 
 class _HostMemory:
@@ -82,7 +83,7 @@ class _HostMemory:
 
     def __init__(self, tensor: ms.Tensor, typestr: str, strides: list[int]):
         self.tensor = tensor
-        itemsize = np.dtype(typestr).itemsize
+        itemsize = _ITEMSIZES[typestr]
         self.__array_interface__ = {
             "version": 3,
             "data": (tensor.data_ptr(), True),  # read-only; data_ptr waits for the op that writes the tensor
@@ -347,10 +348,9 @@ class TensorSummarizer:
         if not (_on_host() and tensor.ndim > 0):
             return any(is_nonfinite(value) for value in measure(tensor, dtype).values())
         host = np.ascontiguousarray(to_numpy(tensor, dtype))  # a view is copied here, not by MindSpore
-        if host.flags.c_contiguous:
-            found = float_stats.any_nonfinite_of(host)  # the exponent bits, looked at in C
-            if found is not None:
-                return found
+        found = float_stats.any_nonfinite_of(host)  # the exponent bits, looked at in C
+        if found is not None:
+            return found
         if math.isfinite(float(host.sum())):
             return False
         return not bool(np.isfinite(host).all())

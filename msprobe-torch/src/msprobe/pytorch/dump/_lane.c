@@ -42,7 +42,7 @@ static PyObject *one; /* the int 1 */
 static PyObject *s_version, *s_data_ptr, *s_dtype, *s_shape, *s_requires_grad, *s_is_cpu, *s_is_neg,
     *s_is_contiguous, *s_stride, *s_untyped_storage, *s_busy, *s_count, *s_written_at, *s_out, *s_inplace, *s_writer,
     *s_open_step, *s_add_journaled, *s_journal, *s_journal_failed, *s_dirty, *s_data, *s_stack, *s_construct,
-    *s_names, *s_write;
+    *s_names, *s_write, *s_limit;
 
 /* What configure() gave: torch's own descriptors of the tensor attributes read per call (each read then skips
  * the lookup by name, which costs a dict lookup per class in the MRO and one in the tensor's __dict__), and
@@ -1234,7 +1234,7 @@ static PyObject *lane_screen_call(Lane *self, PyObject *original, PyObject *key,
     name = count_call(self, key, &index);
     if (name == NULL) goto leave;
     /* OverflowCounter.exhausted: count >= limit, unless limit is -1 */
-    PyObject *count = PyObject_GetAttrString(self->overflow, "count"), *limit = PyObject_GetAttrString(self->overflow, "limit");
+    PyObject *count = PyObject_GetAttr(self->overflow, s_count), *limit = PyObject_GetAttr(self->overflow, s_limit);
     long long counted = count ? PyLong_AsLongLong(count) : -1, allowed = limit ? PyLong_AsLongLong(limit) : -1;
     Py_XDECREF(count);
     Py_XDECREF(limit);
@@ -1559,6 +1559,7 @@ PyMODINIT_FUNC PyInit__lane(void) {
     INTERN(s_construct, "construct")
     INTERN(s_names, "_names")
     INTERN(s_write, "write")
+    INTERN(s_limit, "limit")
 #undef INTERN
     if ((one = PyLong_FromLong(1)) == NULL) return NULL;
     if (PyType_Ready(&CachedType) < 0 || PyType_Ready(&SummariesType) < 0 || PyType_Ready(&LaneType) < 0) return NULL;
