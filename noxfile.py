@@ -11,13 +11,14 @@ import shutil
 
 import nox
 
-nox.options.sessions = ["lint", "core", "torch", "mindspore", "mindspore_torch", "packaging"]
+nox.options.sessions = ["lint", "core", "torch", "mindspore", "mindspore_torch", "packaging", "conformance"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
 TORCH = "torch==2.13.0"
 MINDSPORE = "mindspore==2.10.0"
 TEST_DEPS = ["pytest", "hatchling"]
+REFERENCE = ["mindstudio-probe==1.2.2", "service_identity"]  # the reference tool, the conformance oracle
 CORE = ["-e", "./msprobe-core[plots,tensorboard]", "-e", "./msprobe-cli"]
 
 
@@ -67,6 +68,27 @@ def mindspore_torch(session: nox.Session) -> None:
     session.install("numpy<2", MINDSPORE, TORCH)
     session.install(*TEST_DEPS, "numpy<2", *CORE, "-e", "./msprobe-mindspore", "-e", "./msprobe-torch")
     session.run("pytest", "tests/mindspore_torch", "tests/mindspore_backend/test_run_ut.py", *session.posargs)
+
+
+@nox.session
+def conformance(session: nox.Session) -> None:
+    """Our dumps of a zoo of real models against the reference tool's, made in the same run.
+
+    The reference (mindstudio-probe 1.2.2) shares the ``msprobe`` import name, so it gets a virtual
+    environment of its own beside this session's; the tests run it as a subprocess.
+    """
+    session.install(TORCH)
+    session.install(*TEST_DEPS, *CORE, "-e", "./msprobe-torch[huggingface]")
+    reference = os.path.join(os.path.dirname(session.virtualenv.location), "conformance_reference")
+    python = os.path.join(reference, "bin", "python")
+    if not os.path.exists(os.path.join(reference, "installed")):
+        session.run("python", "-m", "venv", "--clear", reference)
+        pip = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        session.run(*pip, TORCH, external=True)
+        session.run(*pip, *REFERENCE, "transformers", external=True)
+        with open(os.path.join(reference, "installed"), "w") as marker:
+            marker.write("\n".join([TORCH, *REFERENCE]))
+    session.run("pytest", "tests/conformance", *session.posargs, env={"MSPROBE_REFERENCE_PYTHON": python})
 
 
 @nox.session

@@ -1,11 +1,20 @@
+import json
+import math
+
 import numpy as np
 import pytest
 
 from msprobe.core.dump.numbers import float32_mean, json_number
+from msprobe.core.dump.writer import encode_json
 
 
-def test_nonfinite_numbers_become_the_references_strings():
-    assert [json_number(v) for v in (float("inf"), float("-inf"), float("nan"))] == ["inf", "-inf", "nan"]
+def test_nonfinite_numbers_are_written_as_pythons_json_tokens():
+    # what the reference writes (Python's json.dump) and what its readers accept; text such as "-inf" they refuse
+    values = [float("inf"), float("-inf"), float("nan"), 1.5]
+    expected = json.dumps({"Max": values})
+    assert encode_json({"Max": [json_number(v) for v in values]}) == expected.replace(" ", "")
+    assert json.dumps([json_number(v) for v in values]) == json.dumps(values)
+    assert math.isnan(json.loads(encode_json(json_number(float("nan")))))
     assert json_number(1.5) == 1.5 and json_number(3) == 3 and json_number(None) is None
 
 

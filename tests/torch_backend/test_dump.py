@@ -224,8 +224,9 @@ def test_special_statistics(tmp_path):
     assert (first_input(2)["Max"], first_input(2)["Min"], first_input(2)["Mean"]) == (1.0, -3.0, -1.0)
     assert first_input(3)["Max"] == 5.0 and first_input(3)["Min"] == 0.0
     special = first_input(4)
-    assert special["Max"] == "nan" and special["Max_except_inf_nan"] == 1.0 and special["Min_except_inf_nan"] == -2.0
-    assert "Max" not in first_input(5) and first_input(5)["shape"] == [0, 3]
+    assert math.isnan(special["Max"]) and special["Max_except_inf_nan"] == 1.0 and special["Min_except_inf_nan"] == -2.0
+    assert [first_input(5)[k] for k in ("Max", "Min", "Mean", "Norm")] == [None] * 4  # as the reference
+    assert first_input(5)["shape"] == [0, 3]
     assert first_input(6)["Mean"] == 0.5  # float64 measured in float64: (1/3 + 2/3) / 2
 
 
@@ -591,7 +592,9 @@ def test_meta_tensors_are_described_without_data(tmp_path, caplog):
         debugger.step()
     assert not caplog.records
     (output,) = load(tmp_path).data["Torch.relu.0.forward"]["output"]
-    assert output == {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2, 3], "requires_grad": False}
+    nulls = {"Max": None, "Min": None, "Mean": None, "Norm": None}  # the reference's entry for a tensor with no values
+    described = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2, 3]}
+    assert output == {**described, **nulls, "requires_grad": False}
 
 
 def test_async_dump_writes_the_same_statistics(tmp_path):
@@ -1129,4 +1132,23 @@ def test_the_overflow_check_inside_vmap_names_the_api_that_overflowed(tmp_path, 
     dump = load(tmp_path)
     assert set(dump.data) == {"Torch.exp.0.forward"}  # the multiplication only passed the inf on
     [output] = dump.data["Torch.exp.0.forward"]["output"]
-    assert output["shape"] == [2, 1] and output["Max"] == "inf"
+    assert output["shape"] == [2, 1] and output["Max"] == math.inf
+
+
+def test_calls_that_write_in_place_or_hand_their_input_back_get_a_backward_entry(tmp_path):
+    """relu_ replaces its input's autograd node, dropout with p=0 returns its input: both have a backward."""
+    weight = torch.tensor([1.0, 1.0], requires_grad=True)
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path))
+    debugger.start()
+    hidden = weight * torch.tensor([-1.0, 2.0])
+    out = torch.nn.functional.dropout(torch.relu_(hidden), p=0.0, training=True)
+    (out * 3).sum().backward()
+    debugger.stop()
+    debugger.step()
+    data = load(tmp_path).data
+    relu, dropout = data["Torch.relu_.0.backward"], data["Functional.dropout.0.backward"]
+    # hand-derived: d(3*sum)/d(out) = 3 everywhere; relu passes it where its input was positive
+    assert (dropout["input"][0]["Max"], dropout["input"][0]["Min"]) == (3.0, 3.0)
+    assert (dropout["output"][0]["Max"], dropout["output"][0]["Min"]) == (3.0, 3.0)
+    assert (relu["output"][0]["Max"], relu["output"][0]["Min"], relu["output"][0]["Mean"]) == (3.0, 0.0, 1.5)
+    assert list(data).index("Functional.dropout.0.backward") < list(data).index("Torch.relu_.0.backward")

@@ -25,6 +25,7 @@ NAMESPACES = {
     "functional": ("Functional", "torch.nn.functional"),
     "tensor": ("Tensor", "torch.Tensor"),
     "torch": ("Torch", "torch"),
+    "_VF": ("VF", "torch._VF"),  # the recurrent kernels nn.LSTM calls
     "distributed": ("Distributed", "torch.distributed"),
     "torch_npu": ("NPU", "torch_npu"),
 }

@@ -23,6 +23,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from msprobe.core.dump.numbers import NonFinite
 from msprobe.core.errors import DataFileError
 
 try:  # about twenty times faster than json for the dump's entries; the standard encoder stands in without it
@@ -126,6 +127,8 @@ def _for_orjson(value: Any) -> Any:
     """orjson's ``default``: text already encoded is embedded; values measured asynchronously are read back now."""
     if isinstance(value, RawJSON):
         return orjson.Fragment(value.text)  # in orjson since 3.9, the version msprobe-core requires
+    if isinstance(value, NonFinite):
+        return orjson.Fragment(value.json_token)
     return _resolve(value)
 
 

@@ -7,7 +7,7 @@ min, mean, and the norm as the square root of a sum of squares), stacked and
 read back in one transfer. Same
 semantics as the PyTorch side: bool Max=any/Min=all, 0-d values four
 times, integers measured as float32, float64 in float64, inf/nan add the
-*_except_inf_nan pair, empty tensors have no statistics.
+*_except_inf_nan pair, empty tensors record the four keys as null.
 
 A dump's summarizer may reuse the statistics (and CRC) of a tensor it
 measured before, as the PyTorch side does: one call's output is the next
@@ -35,7 +35,7 @@ from msprobe.core.dump import float_stats
 from msprobe.core.dump.checksum import crc32_hex as checksum_hex
 from msprobe.core.dump.file_pool import FilePool
 from msprobe.core.dump.npy_file import write_npy
-from msprobe.core.dump.numbers import float32_mean, json_number
+from msprobe.core.dump.numbers import float32_mean, json_number, no_statistics
 from msprobe.core.dump.overflow import is_nonfinite
 
 _FLOATING = (ms.float16, ms.float32, ms.float64, ms.bfloat16)
@@ -366,6 +366,10 @@ class TensorSummarizer:
                 summary.update(self._cached("stats", tensor, dtype, measure))
                 if self.with_crc:
                     summary["md5"] = self._cached("crc", tensor, dtype, crc32_hex)
+        elif self.with_stats:
+            summary.update(no_statistics())
+            if self.with_crc:
+                summary["md5"] = crc32_hex(tensor, dtype)
         if self.save_files and self.tensor_dir is not None:
             file_name = f"{data_stem}.npy"
             if lazy:

@@ -654,7 +654,8 @@ typedef struct {
     PyObject *encode_outputs; /* encode_outputs(output, prefix) -> JSON text of the output list */
     PyObject *overwritten;    /* overwritten(key, args, kwargs) -> the tensors an in-place call writes */
     PyObject *report;         /* report(name, exception): logged once per API (raised with strict) */
-    PyObject *watch;          /* watch(name, backward_name, parent, grad_inputs, output): the call's backward record */
+    PyObject *watch;          /* watch(name, backward_name, parent, grad_inputs, output, nodes_before): its backward */
+    PyObject *nodes_of;       /* nodes_of(tensors) -> their autograd nodes, taken before an in-place call replaces them */
     int backward;             /* backward entries are kept (data_mode) */
     /* the overflow check: calls are screened here, and only one whose output holds inf or nan goes on to the
      * recorder, which decides and writes its entry (as DumpCollector.forward) */
@@ -669,7 +670,7 @@ typedef struct {
 #define LANE_OBJECTS(X)                                                                                            \
     X(log) X(slow) X(state) X(counts) X(in_place_keys) X(classify) X(grad_enabled) X(graph_task_id) X(module_stack) \
         X(no_parent) X(stack) X(collector) X(encode_value) X(encode_outputs) X(overwritten) X(report) X(watch)     \
-            X(overflow) X(overflowed) X(nonfinite) X(screen_kinds)
+            X(overflow) X(overflowed) X(nonfinite) X(screen_kinds) X(nodes_of)
 
 static PyObject *lane_vectorcall(Lane *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames);
 
@@ -677,17 +678,19 @@ static int lane_init(Lane *self, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"summaries", "with_values", "log", "tensor_type", "slow", "state", "counts", "classify",
                             "grad_enabled", "graph_task_id", "module_stack", "no_parent", "stack", "collector",
                             "encode_value", "encode_outputs", "overwritten", "report", "watch", "backward",
-                            "overflow", "overflowed", "nonfinite", "screen_kinds", "kernels", "parameter_type", NULL};
+                            "overflow", "overflowed", "nonfinite", "screen_kinds", "kernels", "parameter_type",
+                            "nodes_of", NULL};
     PyObject *summaries, *tensor_type, *log, *slow, *state, *counts, *classify, *grad_enabled, *graph_task_id,
         *module_stack, *no_parent, *stack, *collector, *encode_value, *encode_outputs, *overwritten, *report, *watch;
     PyObject *overflow = Py_None, *overflowed = Py_None, *nonfinite = Py_None, *screen_kinds = Py_None,
-             *capsule = Py_None, *parameter_type = Py_None;
+             *capsule = Py_None, *parameter_type = Py_None, *nodes_of = Py_None;
     int with_values, backward;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OpOO!OOO!OOOOOOOOOOOOp|$OOOOOO", names, &summaries, &with_values,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OpOO!OOO!OOOOOOOOOOOOp|$OOOOOOO", names, &summaries, &with_values,
                                      &log, &PyType_Type, &tensor_type, &slow, &state, &PyDict_Type, &counts, &classify,
                                      &grad_enabled, &graph_task_id, &module_stack, &no_parent, &stack, &collector,
                                      &encode_value, &encode_outputs, &overwritten, &report, &watch, &backward,
-                                     &overflow, &overflowed, &nonfinite, &screen_kinds, &capsule, &parameter_type))
+                                     &overflow, &overflowed, &nonfinite, &screen_kinds, &capsule, &parameter_type,
+                                     &nodes_of))
         return -1;
     Py_XSETREF(self->parameter_type, (PyTypeObject *)Py_NewRef(parameter_type == Py_None ? tensor_type : parameter_type));
     if (overflow != Py_None) { /* the overflow check needs the screen, version 2 of the kernels */
@@ -735,6 +738,7 @@ static int lane_init(Lane *self, PyObject *args, PyObject *kwargs) {
     SET(overflowed)
     SET(nonfinite)
     SET(screen_kinds)
+    SET(nodes_of)
 #undef SET
     return 0;
 }
@@ -1206,11 +1210,12 @@ static PyObject *parent_of(Lane *self) {
 /* The call's backward record, by the recorder (watch): the node that made the output is hooked.  Returns the
  * callback's result (a new reference) or NULL. */
 static PyObject *watch_backward(Lane *self, PyObject *key, long long index, PyObject *name, PyObject *grad_inputs,
-                                PyObject *output) {
+                                PyObject *output, PyObject *nodes_before) {
     PyObject *backward_name = PyUnicode_FromFormat("%U.%lld.backward", key, index);
     if (backward_name == NULL) return NULL;
     PyObject *parent = self->module_stack == Py_None ? Py_None : parent_of(self); /* as the recorder's _before */
-    PyObject *result = PyObject_CallFunctionObjArgs(self->watch, name, backward_name, parent, grad_inputs, output, NULL);
+    PyObject *result = PyObject_CallFunctionObjArgs(self->watch, name, backward_name, parent, grad_inputs, output,
+                                                    nodes_before ? nodes_before : Py_None, NULL);
     Py_DECREF(backward_name);
     return result;
 }
@@ -1228,7 +1233,7 @@ static PyObject *leave_call(Lane *self, PyObject *output) {
  * whose outputs hold inf or nan is the recorder's to decide on and write.  No entry otherwise. */
 static PyObject *lane_screen_call(Lane *self, PyObject *original, PyObject *key, PyObject *args, PyObject *kwargs,
                                   PyObject *grad_inputs) {
-    PyObject *name = NULL, *output = NULL;
+    PyObject *name = NULL, *output = NULL, *nodes_before = NULL;
     if (set_busy(self, Py_True) < 0) return NULL;
     long long index;
     name = count_call(self, key, &index);
@@ -1257,6 +1262,13 @@ static PyObject *lane_screen_call(Lane *self, PyObject *original, PyObject *key,
         keep = 0;
         if (report_failure(self, name) < 0) goto leave;
     }
+    if (keep && in_place > 0 && grad_inputs != NULL && self->nodes_of != Py_None) {
+        nodes_before = PyObject_CallOneArg(self->nodes_of, grad_inputs); /* the call replaces them */
+        if (nodes_before == NULL) {
+            keep = 0;
+            if (report_failure(self, name) < 0) goto leave;
+        }
+    }
     output = PyObject_Call(original, args, PyDict_GET_SIZE(kwargs) ? kwargs : NULL);
     if (output == NULL || !keep) goto leave;
     PyObject *parent = parent_of(self);
@@ -1272,18 +1284,19 @@ static PyObject *lane_screen_call(Lane *self, PyObject *original, PyObject *key,
     }
     if (result != NULL && grad_inputs != NULL) { /* its backward is screened too */
         Py_DECREF(result);
-        result = watch_backward(self, key, index, name, grad_inputs, output);
+        result = watch_backward(self, key, index, name, grad_inputs, output, nodes_before);
     }
     if (result == NULL && report_failure(self, name) < 0) Py_CLEAR(output);
     Py_XDECREF(result);
 leave:
+    Py_XDECREF(nodes_before);
     Py_XDECREF(name);
     return leave_call(self, output);
 }
 
 static PyObject *lane_record_call(Lane *self, PyObject *original, PyObject *key, PyObject *args, PyObject *kwargs,
                                   PyObject *grad_inputs) {
-    PyObject *name = NULL, *output = NULL;
+    PyObject *name = NULL, *output = NULL, *nodes_before = NULL;
     Text entry;
     text_init(&entry);
     if (set_busy(self, Py_True) < 0) return NULL;
@@ -1304,6 +1317,13 @@ static PyObject *lane_record_call(Lane *self, PyObject *original, PyObject *key,
         keep = 0; /* after the inputs were measured as they are now, even if that failed */
         if (report_failure(self, name) < 0) goto leave;
     }
+    if (keep && in_place > 0 && grad_inputs != NULL && self->nodes_of != Py_None) {
+        nodes_before = PyObject_CallOneArg(self->nodes_of, grad_inputs); /* the call replaces them */
+        if (nodes_before == NULL) {
+            keep = 0;
+            if (report_failure(self, name) < 0) goto leave;
+        }
+    }
     output = PyObject_Call(original, args, PyDict_GET_SIZE(kwargs) ? kwargs : NULL);
     if (output == NULL || !keep) goto leave;
     PyObject *stack = NULL, *result = NULL, *parent = parent_of(self);
@@ -1315,12 +1335,13 @@ static PyObject *lane_record_call(Lane *self, PyObject *original, PyObject *key,
     Py_XDECREF(stack);
     if (result != NULL && grad_inputs != NULL) { /* its backward entry */
         Py_DECREF(result);
-        result = watch_backward(self, key, index, name, grad_inputs, output);
+        result = watch_backward(self, key, index, name, grad_inputs, output, nodes_before);
     }
     if (result == NULL && report_failure(self, name) < 0) Py_CLEAR(output);
     Py_XDECREF(result);
 leave:
     text_free(&entry);
+    Py_XDECREF(nodes_before);
     Py_XDECREF(name);
     return leave_call(self, output);
 }

@@ -49,17 +49,28 @@ def output_tensors(output: Any) -> list[torch.Tensor | None]:
     return []
 
 
-def output_node(output: Any, inputs_before: set[int]) -> Any:
-    """The autograd node that produced ``output`` in this call, or None.
+def nodes_of(tensors: list[torch.Tensor]) -> tuple[Any, ...]:
+    """The autograd nodes the tensors hang from now: taken before an in-place call, which replaces them."""
+    return tuple(t.grad_fn for t in tensors if t.grad_fn is not None)
 
-    A node that already belonged to an input before the call (an API that
-    returned its input unchanged) is not this call's.
+
+def output_node(output: Any, nodes_before: tuple[Any, ...]) -> tuple[Any, torch.Tensor | None]:
+    """The autograd node that produced ``output`` in this call, or else the output handed back as it came in.
+
+    A node that already belonged to an input before the call is not this
+    call's: the call returned that input unchanged (dropout with p=0,
+    ``.to`` of the dtype it has). Its output tensor is returned instead
+    (with None for the node) so the caller can hook the gradient arriving
+    at it, which is what the reference, wrapping the output in a node of
+    its own, reports for such a call.
     """
     for tensor in output_tensors(output):
         if tensor is not None and tensor.grad_fn is not None:
             node = tensor.grad_fn
-            return None if id(node) in inputs_before else node
-    return None
+            if any(node is earlier for earlier in nodes_before):
+                return None, tensor
+            return node, None
+    return None, None
 
 
 _NEXT_SEQUENCE_NR = getattr(torch._C._autograd, "_get_sequence_nr", None)
@@ -73,8 +84,16 @@ def next_node_number() -> int:
     return _NEXT_SEQUENCE_NR() if _NEXT_SEQUENCE_NR is not None else 0
 
 
+def anchors(inputs: list[torch.Tensor]) -> list[tuple[bool, Any, int]]:
+    """Where each input hangs in the graph before a call: an in-place call (``nn.ReLU(inplace=True)``) moves it."""
+    return [(t.requires_grad, t.grad_fn, t.output_nr) for t in inputs]
+
+
 def input_uses(
-    inputs: list[torch.Tensor], outputs: list[torch.Tensor | None], first_node: int
+    inputs: list[torch.Tensor],
+    outputs: list[torch.Tensor | None],
+    first_node: int,
+    before: list[tuple[bool, Any, int]] | None = None,
 ) -> list[tuple[Any, list[tuple[int, int]]]]:
     """The nodes made since ``first_node`` that consume ``inputs``, each with its (edge, input index) pairs.
 
@@ -83,20 +102,20 @@ def input_uses(
     would see its whole gradient, residual paths included. The search walks
     back from the outputs and stays among the nodes the call made (sequence
     numbers from ``first_node`` up), so it never wanders into the rest of
-    the graph.
+    the graph. ``before``: the inputs' :func:`anchors` taken before the call.
     """
     by_node: dict[tuple[int, int], int] = {}
     leaves: dict[int, int] = {}
     alive: list[Any] = []  # keeps the ids below meaningful
-    for index, tensor in enumerate(inputs):
-        if not tensor.requires_grad:
+    for index, (requires_grad, node, output_nr) in enumerate(before if before is not None else anchors(inputs)):
+        if not requires_grad:
             continue
-        node = tensor.grad_fn
+        tensor = inputs[index]
         if node is None:
             leaves[id(tensor)] = index
         else:
             alive.append(node)
-            by_node[(id(node), tensor.output_nr)] = index
+            by_node[(id(node), output_nr)] = index
     if not by_node and not leaves:
         return []
     bounded, last_node = _NEXT_SEQUENCE_NR is not None, next_node_number()

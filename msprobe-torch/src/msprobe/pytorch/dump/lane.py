@@ -29,6 +29,7 @@ import torch
 from msprobe.core.dump import float_stats
 from msprobe.core.dump.writer import NO_PARENT, encode_json
 from msprobe.core.switches import switched_off
+from msprobe.pytorch.dump import grad_taps
 
 try:
     from msprobe.pytorch.dump import _lane
@@ -149,6 +150,7 @@ def make_lane(
         overwritten=overwritten,
         report=collector.report_failure,
         watch=recorder._watch_backward,
+        nodes_of=grad_taps.nodes_of,
         backward=collector.modes.backward,
         parameter_type=torch.nn.Parameter,
         **screening,

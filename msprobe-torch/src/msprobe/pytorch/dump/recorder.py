@@ -314,12 +314,20 @@ class TorchDumpRecorder:
             state.busy = False
 
     def _watch_backward(
-        self, name: str, backward_name: str, parent: str | None, grad_inputs: list, output: Any
+        self,
+        name: str,
+        backward_name: str,
+        parent: str | None,
+        grad_inputs: list,
+        output: Any,
+        nodes_before: tuple | None = None,
     ) -> None:
         """The lane wrote a call's forward entry: its backward entry comes, as the recorder's own, from the
-        autograd node that made the output (see ``_CallRecord.watch_node``)."""
+        autograd node that made the output (see ``_CallRecord.watch_node``). ``nodes_before``: the inputs'
+        nodes as they were before an in-place call replaced them (None: the call did not write in place)."""
         record = _CallRecord(name, backward_name, (), {}, parent)
         record.grad_inputs = grad_inputs
+        record.nodes_before = nodes_before
         record.keep_backward = True
         record.recorder = self
         record.watch_node(output)
@@ -368,6 +376,8 @@ class TorchDumpRecorder:
         if keep_backward:
             record.grad_inputs = grad_taps.tensors_requiring_grad((args, kwargs) if kwargs else args)
             keep_backward = bool(record.grad_inputs) or module
+            if in_place and not module:  # the call is about to replace the inputs' nodes
+                record.nodes_before = grad_taps.nodes_of(record.grad_inputs)
         record.keep_backward = keep_backward
         record.recorder = self
         return record
@@ -486,6 +496,8 @@ class TorchDumpRecorder:
                 if record is not None:
                     record.parent = parent
                     record.first_node = grad_taps.next_node_number()
+                    if record.keep_backward:  # before the call: an in-place module moves its input in the graph
+                        record.input_anchors = grad_taps.anchors([a for a in args if isinstance(a, torch.Tensor)])
                 self.module_stack.append(name)
                 pushed = name
             except Exception as exc:
@@ -596,6 +608,7 @@ class _CallRecord:
         "enclosing",
         "first_node",
         "grad_inputs",
+        "input_anchors",
         "input_grads",
         "input_slots",
         "inputs",
@@ -604,6 +617,7 @@ class _CallRecord:
         "keep_forward",
         "kwargs",
         "name",
+        "nodes_before",
         "output_count",
         "output_grads",
         "parent",
@@ -620,6 +634,8 @@ class _CallRecord:
         self.enclosing: tuple[str, ...] | None = None  # modules only: the calls around this one
         self.inputs: dict[str, Any] = {}
         self.grad_inputs: list[torch.Tensor] = []
+        self.nodes_before: tuple | None = None
+        self.input_anchors: list | None = None
         self.output_grads: dict[int, torch.Tensor] = {}
         self.input_grads: dict[int, torch.Tensor] = {}
         self.input_slots = 0
@@ -632,12 +648,17 @@ class _CallRecord:
         self.wrote = False
 
     def watch_node(self, output: Any) -> None:
-        """APIs: hook the node that made the output (see grad_taps)."""
-        before = {id(t.grad_fn) for t in self.grad_inputs if t.grad_fn is not None}
-        node = grad_taps.output_node(output, before)
+        """APIs: hook the node that made the output, or the output itself when the call handed an input back
+        (see grad_taps.output_node)."""
+        before = self.nodes_before
+        if before is None:  # the call wrote nothing in place: the inputs' nodes are those they had before it
+            before = grad_taps.nodes_of(self.grad_inputs)
+        node, handed_back = grad_taps.output_node(output, before)
         if node is not None:
             node.register_hook(self._node_hook)
-        self.args, self.kwargs, self.grad_inputs = (), {}, []
+        elif handed_back is not None:
+            handed_back.register_hook(self._handed_back_hook)
+        self.args, self.kwargs, self.grad_inputs, self.nodes_before = (), {}, [], None
 
     def watch_outputs(self, tensors: list[torch.Tensor | None]) -> None:
         """Modules: the gradient arriving at each output tensor (``grad_taps.output_tensors`` of the output)."""
@@ -659,7 +680,8 @@ class _CallRecord:
         """
         slots = [arg for arg in args if isinstance(arg, torch.Tensor)]
         self.input_slots = len(slots)
-        uses = grad_taps.input_uses(slots, outputs, self.first_node)
+        uses = grad_taps.input_uses(slots, outputs, self.first_node, self.input_anchors)
+        self.input_anchors = None
         self.inputs_pending = len(uses)
         for node, edges in uses:
             node.register_hook(self._use_hook(edges))
@@ -687,6 +709,12 @@ class _CallRecord:
                 self.on_input_grads((None,) * self.input_slots)
 
         return hook
+
+    def _handed_back_hook(self, grad: torch.Tensor) -> None:
+        """An input handed back unchanged: the gradient arriving at it goes in and comes out as it is."""
+        self.output_count = 1
+        self.output_grads = {0: grad}
+        self.on_input_grads((grad,))
 
     def _node_hook(self, grad_inputs: tuple, grad_outputs: tuple) -> None:
         self.output_count = len(grad_outputs)

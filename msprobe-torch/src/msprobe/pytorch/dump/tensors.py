@@ -2,7 +2,7 @@
 
 Statistics follow the reference's semantics (bool: Max=any, Min=all;
 0-d: the value four times; integers measured as float32; complex on
-magnitudes; inf/nan adds the *_except_inf_nan pair; empty: no statistics)
+magnitudes; an inf or nan extreme adds its *_except_inf_nan key; empty: the four keys, null)
 except that float64 is measured in float64, not float32. One host sync per
 tensor on a device: the four reductions are stacked and read together (on
 the CPU they are read one by one, which is cheaper), and a tensor
@@ -29,7 +29,7 @@ from msprobe.core.dump import float_stats
 from msprobe.core.dump.checksum import crc32
 from msprobe.core.dump.checksum import crc32_hex as checksum_hex
 from msprobe.core.dump.file_pool import FilePool
-from msprobe.core.dump.numbers import float32_mean, json_number
+from msprobe.core.dump.numbers import float32_mean, json_number, no_statistics
 from msprobe.core.dump.overflow import is_nonfinite
 from msprobe.core.dump.writer import RawJSON
 from msprobe.pytorch import func_transforms
@@ -42,6 +42,7 @@ _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)  # no subclass that keeps its 
 SCREEN_KINDS = {**_KERNEL_KINDS, torch.float16: float_stats.FLOAT16, torch.bfloat16: float_stats.BFLOAT16}
 
 
+EXCEPT_INF_NAN = ("Max_except_inf_nan", "Min_except_inf_nan")
 _DTYPE_NAMES = {value: str(value) for value in vars(torch).values() if isinstance(value, torch.dtype)}
 
 
@@ -81,14 +82,24 @@ def _measure(tensor: torch.Tensor) -> dict[str, Any]:
     stats: dict[str, Any] = {"Max": maximum, "Min": minimum, "Mean": mean, "Norm": norm}
     if _finite(maximum + minimum + mean + norm):  # the usual case: one check for all four
         return stats
-    if not all(map(_finite, (maximum, minimum, mean, norm))):
-        finite = data[torch.isfinite(data)]
-        if finite.numel():
-            low, high = torch.aminmax(finite)
-            stats["Max_except_inf_nan"], stats["Min_except_inf_nan"] = high.item(), low.item()
-        else:
-            stats["Max_except_inf_nan"] = stats["Min_except_inf_nan"] = None
+    if not (_finite(maximum) and _finite(minimum)):
+        stats.update(_extremes_except_inf_nan(data, maximum, minimum))
     return {key: json_number(value) for key, value in stats.items()}
+
+
+def _extremes_except_inf_nan(data: torch.Tensor, maximum: float, minimum: float) -> dict[str, float]:
+    """As the reference: for an extreme that is inf or nan, the extreme of the finite values, else of those
+    that are not nan (only infs left), else nan (all nan). A finite extreme gets no second key."""
+    finite = data[torch.isfinite(data)]
+    if not finite.numel():
+        finite = data[~torch.isnan(data)]
+    low, high = torch.aminmax(finite) if finite.numel() else (torch.tensor(math.nan),) * 2
+    extremes = {}
+    if not _finite(maximum):
+        extremes["Max_except_inf_nan"] = high.item()
+    if not _finite(minimum):
+        extremes["Min_except_inf_nan"] = low.item()
+    return extremes
 
 
 def kernel_stats(data: torch.Tensor) -> dict[str, Any] | None:
@@ -420,9 +431,10 @@ class TensorSummarizer:
             "shape": list(tensor.shape),
         }
         has_data = not tensor.is_meta  # a meta tensor holds no data
-        if self.with_stats and has_data and tensor.numel():
-            summary.update(self._statistics(tensor))
+        if self.with_stats:
+            summary.update(self._statistics(tensor) if has_data and tensor.numel() else no_statistics())
         summary["requires_grad"] = tensor.requires_grad
+        _except_keys_last(summary)
         if self.with_crc and self.with_stats and has_data:
             summary["md5"] = self._cached("crc", tensor, crc32_hex)
         if self.online is not None or self.save_files:
@@ -470,10 +482,18 @@ class TensorSummarizer:
         if self.with_stats:
             summary.update(_unusual_statistics(data))
         summary["requires_grad"] = tensor.requires_grad
+        _except_keys_last(summary)
         if self.with_crc and self.with_stats:
             summary["md5"] = crc32_hex(crc_source) if crc_source is not None else sparse_crc32_hex(data)
         self._attach_data(summary, stored, data_stem, has_data=True)
         return summary
+
+
+def _except_keys_last(summary: dict[str, Any]) -> None:
+    """The reference writes the *_except_inf_nan keys after requires_grad."""
+    for key in EXCEPT_INF_NAN:
+        if key in summary:
+            summary[key] = summary.pop(key)
 
 
 def _is_unusual(tensor: torch.Tensor) -> bool:
@@ -512,7 +532,7 @@ def padded_shape(tensor: torch.Tensor) -> list[int]:
 def _unusual_statistics(tensor: torch.Tensor) -> dict[str, Any]:
     """Statistics of a nested, sparse or quantized tensor, measured afresh each time (rare)."""
     if not tensor.numel():
-        return {}
+        return no_statistics()
     if tensor.is_nested:
         return _measure(nested_values(tensor))
     if tensor.is_quantized:
@@ -591,8 +611,8 @@ def describe_object(value: Any) -> dict[str, Any] | None:
     """Torch objects that are not tensors, as the reference writes them."""
     if isinstance(value, torch.dtype):
         return {"type": "torch.dtype", "value": str(value)}
-    if isinstance(value, torch.device):
-        return {"type": "torch.device", "value": str(value)}
+    if isinstance(value, torch.device):  # "cpu:None" for a device without an index, as the reference
+        return {"type": "torch.device", "value": f"{value.type}:{value.index}"}
     if isinstance(value, torch.Size):
         return {"type": "torch.Size", "value": list(value)}
     if isinstance(value, torch.memory_format):

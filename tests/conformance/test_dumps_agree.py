@@ -1,0 +1,93 @@
+"""Our dumps of the zoo against the reference tool's (mindstudio-probe 1.2.2), made during the test.
+
+The reference runs in an environment of its own (the `conformance` nox
+session builds it and names its Python in MSPROBE_REFERENCE_PYTHON): the two
+tools share the ``msprobe`` import name. Both run the same script
+(``dump_zoo.py``) on the same model, seed and data; agreement.py says what
+must be equal and which documented differences are allowed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from agreement import read_step, step_differences
+from zoo import ZOO
+
+DRIVER = Path(__file__).resolve().parent / "dump_zoo.py"
+# (task, level) runs per model: every architecture at L1, the costlier ones where their features show
+RUNS = [(model, "statistics", "L1") for model in ZOO] + [
+    ("cnn", "statistics", "mix"),
+    ("cnn", "md5", "L1"),
+    ("moe", "md5", "L1"),
+    ("llama", "md5", "L1"),
+    ("cnn", "tensor", "L1"),
+]
+
+
+def _reference_python() -> str:
+    python = os.environ.get("MSPROBE_REFERENCE_PYTHON")
+    if not python:
+        pytest.fail("MSPROBE_REFERENCE_PYTHON is not set: run these tests through `nox -s conformance`")
+    return python
+
+
+@pytest.fixture(scope="session")
+def dumps(tmp_path_factory):
+    """Both tools' dump roots for a (model, task, level), each run once, the two side by side."""
+    made: dict[tuple, tuple[Path, Path]] = {}
+
+    def dump(model: str, task: str, level: str) -> tuple[Path, Path]:
+        key = (model, task, level)
+        if key not in made:
+            folder = tmp_path_factory.mktemp(f"{model}-{task}-{level}")
+            runs = {}
+            for tool, python in (("reference", _reference_python()), ("ours", sys.executable)):
+                log = (folder / f"{tool}.log").open("w")
+                command = [python, str(DRIVER), model, task, level, str(folder / tool)]
+                runs[tool] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log)
+            for tool, (process, log) in runs.items():
+                code = process.wait(timeout=600)
+                log.close()
+                assert code == 0, f"{tool} failed on {key}:\n{(folder / f'{tool}.log').read_text()[-3000:]}"
+            made[key] = (folder / "ours" / "dump", folder / "reference" / "dump")
+        return made[key]
+
+    return dump
+
+
+@pytest.mark.parametrize(("model", "task", "level"), RUNS, ids=["-".join(run) for run in RUNS])
+def test_our_dump_agrees_with_the_reference(dumps, model, task, level):
+    ours, reference = dumps(model, task, level)
+    for step in (0, 1):
+        problems = step_differences(read_step(ours, step), read_step(reference, step))
+        assert not problems, f"step{step}:\n" + "\n".join(problems[:40])
+
+
+def test_md5_values_are_the_references(dumps):
+    """md5 mode: the CRC-32 of every argument equal (the agreement check compares them too; this proves there
+    were some to compare)."""
+
+    def crcs(root: Path) -> list[str]:
+        data = read_step(root, 0)["dump"]["data"]
+        return [arg["md5"] for entry in data.values() for arg in entry.get("input_args", []) if "md5" in (arg or {})]
+
+    ours, reference = dumps("cnn", "md5", "L1")
+    assert len(crcs(reference)) > 10 and crcs(ours) == crcs(reference)
+
+
+def test_tensor_files_hold_the_references_values(dumps):
+    import torch
+
+    ours, reference = dumps("cnn", "tensor", "L1")
+    theirs = reference / "step0" / "rank" / "dump_tensor_data"
+    mine = ours / "step0" / "rank" / "dump_tensor_data"
+    names = sorted(path.name for path in theirs.glob("*.pt"))
+    assert names and names == sorted(path.name for path in mine.glob("*.pt"))
+    for name in names:
+        expected = torch.load(theirs / name, weights_only=True)
+        assert torch.equal(torch.load(mine / name, weights_only=True), expected), name
