@@ -1,4 +1,43 @@
+"""The conformance session's shared pieces: both tools' dumps of a zoo model, made once per session."""
+
+import os
+import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # zoo and agreement, also read by dump_zoo.py
+
+DRIVER = Path(__file__).resolve().parent / "dump_zoo.py"
+
+
+def reference_python() -> str:
+    python = os.environ.get("MSPROBE_REFERENCE_PYTHON")
+    if not python:
+        pytest.fail("MSPROBE_REFERENCE_PYTHON is not set: run these tests through `nox -s conformance`")
+    return python
+
+
+@pytest.fixture(scope="session")
+def dumps(tmp_path_factory):
+    """Both tools' dump roots for a (model, task, level), each run once, the two side by side."""
+    made: dict[tuple, tuple[Path, Path]] = {}
+
+    def dump(model: str, task: str, level: str) -> tuple[Path, Path]:
+        key = (model, task, level)
+        if key not in made:
+            folder = tmp_path_factory.mktemp(f"{model}-{task}-{level}")
+            runs = {}
+            for tool, python in (("reference", reference_python()), ("ours", sys.executable)):
+                log = (folder / f"{tool}.log").open("w")
+                command = [python, str(DRIVER), model, task, level, str(folder / tool)]
+                runs[tool] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log)
+            for tool, (process, log) in runs.items():
+                code = process.wait(timeout=600)
+                log.close()
+                assert code == 0, f"{tool} failed on {key}:\n{(folder / f'{tool}.log').read_text()[-3000:]}"
+            made[key] = (folder / "ours" / "dump", folder / "reference" / "dump")
+        return made[key]
+
+    return dump

@@ -9,16 +9,12 @@ must be equal and which documented differences are allowed.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from agreement import read_step, step_differences
 from zoo import ZOO
 
-DRIVER = Path(__file__).resolve().parent / "dump_zoo.py"
 # (task, level) runs per model: every architecture at L1, the costlier ones where their features show
 RUNS = [(model, "statistics", "L1") for model in ZOO] + [
     ("cnn", "statistics", "mix"),
@@ -27,37 +23,6 @@ RUNS = [(model, "statistics", "L1") for model in ZOO] + [
     ("llama", "md5", "L1"),
     ("cnn", "tensor", "L1"),
 ]
-
-
-def _reference_python() -> str:
-    python = os.environ.get("MSPROBE_REFERENCE_PYTHON")
-    if not python:
-        pytest.fail("MSPROBE_REFERENCE_PYTHON is not set: run these tests through `nox -s conformance`")
-    return python
-
-
-@pytest.fixture(scope="session")
-def dumps(tmp_path_factory):
-    """Both tools' dump roots for a (model, task, level), each run once, the two side by side."""
-    made: dict[tuple, tuple[Path, Path]] = {}
-
-    def dump(model: str, task: str, level: str) -> tuple[Path, Path]:
-        key = (model, task, level)
-        if key not in made:
-            folder = tmp_path_factory.mktemp(f"{model}-{task}-{level}")
-            runs = {}
-            for tool, python in (("reference", _reference_python()), ("ours", sys.executable)):
-                log = (folder / f"{tool}.log").open("w")
-                command = [python, str(DRIVER), model, task, level, str(folder / tool)]
-                runs[tool] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log)
-            for tool, (process, log) in runs.items():
-                code = process.wait(timeout=600)
-                log.close()
-                assert code == 0, f"{tool} failed on {key}:\n{(folder / f'{tool}.log').read_text()[-3000:]}"
-            made[key] = (folder / "ours" / "dump", folder / "reference" / "dump")
-        return made[key]
-
-    return dump
 
 
 @pytest.mark.parametrize(("model", "task", "level"), RUNS, ids=["-".join(run) for run in RUNS])

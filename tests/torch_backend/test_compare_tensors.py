@@ -77,7 +77,7 @@ def test_fixture_steps_metrics_against_numpy(tmp_path):
 def test_metric_special_cases():
     assert tensor_metrics(np.ones(3), np.ones(4)).message.startswith("Shape of NPU and bench")
     assert "0-d" in tensor_metrics(np.array(1.0), np.array(1.5)).message
-    assert tensor_metrics(np.array([np.inf, 1.0]), np.array([1.0, 1.0])).message.startswith("The Position of inf")
+    assert tensor_metrics(np.array([np.inf, 1.0]), np.array([1.0, 1.0])).message.startswith("The position of inf")
     same = tensor_metrics(np.array([np.nan, 2.0]), np.array([np.nan, 2.0]))
     assert same.cosine == 1.0 and same.max_abs_err == 0.0
     assert "empty" in tensor_metrics(np.zeros(0), np.zeros(0)).message

@@ -10,6 +10,7 @@ are appended with N/A on the NPU side, so nothing is dropped silently.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections import defaultdict
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from msprobe.core.compare.metrics import NA, accuracy_reached, tensor_metrics
+from msprobe.core.compare.metrics import NA, UNSUPPORTED, TensorMetrics, accuracy_reached, tensor_metrics
 from msprobe.core.compare.rows import Row, dump_rows
 from msprobe.core.dump.reader import Dump
 
@@ -66,6 +67,9 @@ MD5_COLUMNS = [*BASE_COLUMNS, "NPU MD5", "BENCH MD5", "Result"]
 STACK_COLUMN = "NPU_Stack_Info"
 DATA_NAME_COLUMN = "Data_name"
 
+NAN_TEXT = "Nan"  # the reference's text for a difference that is nan
+WARNING_TEXT = "Need double check api accuracy."
+NO_BENCH = "No bench data matched."
 _COUNT = re.compile(r"^(?P<head>(?:[^.]+\.)+?[^.]+)\.(?P<count>\d+)\.(?P<dir>forward|backward)$")
 _MODULE_COUNT = re.compile(r"^(?P<head>Module\..+\.(?:forward|backward))\.(?P<count>\d+)$")
 
@@ -82,7 +86,7 @@ class CompareResult:
 def detect_mode(npu_rows: list[Row], bench_rows: list[Row], npu: Dump, bench: Dump) -> str:
     if npu.task == "tensor" and bench.task == "tensor":
         return "tensor"
-    if any(r.md5 for r in npu_rows) and any(r.md5 for r in bench_rows):
+    if any(r.md5 and r.shown_dtype == "" for r in npu_rows) and any(r.md5 and r.shown_dtype == "" for r in bench_rows):
         return "md5"
     return "statistics"
 
@@ -127,28 +131,97 @@ def match_rows(
     pairs: list[tuple[Row | None, Row | None]] = []
     for key, row in _keyed(npu_rows, fuzzy, mapping):
         pairs.append((row, bench_by_key.pop(key, None)))
+    bench_calls: dict[str, list[Row]] = defaultdict(list)
+    for row in bench_rows:
+        bench_calls[row.entry].append(row)
+    pairs, unpaired = _calls_of_one_structure(pairs, bench_calls)
     pairs.extend((None, bench_by_key[key]) for key in bench_order if key in bench_by_key)
+    pairs.extend((None, row) for row in unpaired)
     return pairs
 
 
+# the reference matches a call only when its inputs, outputs and parameters have the same dtypes and shapes
+_LIKE_DTYPES = {frozenset(("float16", "float32")), frozenset(("float16", "bfloat16"))}
+
+
+def _dtype_key(dtype: Any) -> str:
+    """torch.float32, mindspore's Float32 and float32 alike: a MindSpore dump matches its PyTorch twin."""
+    text = str(dtype)
+    for prefix in ("torch.", "mindspore."):
+        text = text.removeprefix(prefix)
+    return text.lower()
+
+
+def _structure(rows: list[Row]) -> list[tuple[str, Any, Any]]:
+    return [(row.role, _shown_dtype(row), str(row.shape)) for row in rows]
+
+
+def _shown_dtype(row: Row) -> Any:
+    return row.dtype if row.shown_dtype == "" else row.shown_dtype
+
+
+def _same_structure(npu: list[Row], bench: list[Row]) -> bool:
+    if len(npu) != len(bench):
+        return False
+    for (role, npu_dtype, npu_shape), (other_role, bench_dtype, bench_shape) in zip(_structure(npu), _structure(bench)):
+        if role != other_role or npu_shape != bench_shape:
+            return False
+        npu_key, bench_key = _dtype_key(npu_dtype), _dtype_key(bench_dtype)
+        if npu_key != bench_key and frozenset((npu_key, bench_key)) not in _LIKE_DTYPES:
+            return False
+    return True
+
+
+def _calls_of_one_structure(
+    pairs: list[tuple[Row | None, Row | None]], bench_calls: dict[str, list[Row]]
+) -> tuple[list[tuple[Row | None, Row | None]], list[Row]]:
+    """Unpair the calls whose two sides differ in structure (a row more or less, another dtype or shape): each
+    side's rows then stand alone, as the reference lists them, instead of comparing values of unlike tensors.
+    Returns the pairs and the bench rows so set free."""
+    result: list[tuple[Row | None, Row | None]] = []
+    unpaired: list[Row] = []
+    start = 0
+    while start < len(pairs):
+        entry = pairs[start][0].entry if pairs[start][0] is not None else None
+        end = start + 1
+        while end < len(pairs) and entry is not None and pairs[end][0] is not None and pairs[end][0].entry == entry:
+            end += 1
+        group = pairs[start:end]
+        bench_entry = next((b.entry for _, b in group if b is not None), None)
+        if bench_entry is not None:
+            npu = [n for n, _ in group if n is not None]
+            bench = bench_calls.get(bench_entry, [])
+            if not _same_structure(npu, bench):
+                result.extend((n, None) for n, _ in group)
+                unpaired.extend(b for _, b in group if b is not None)
+                start = end
+                continue
+        result.extend(group)
+        start = end
+    return result, unpaired
+
+
 def _stats_matrix(rows: list[Row | None]) -> np.ndarray:
+    """The four statistics as floats, NaN where a value is no number (a bool, text, None) or absent."""
     matrix = np.full((len(rows), 4), np.nan)
     for index, row in enumerate(rows):
         if row is not None:
-            matrix[index] = [np.nan if v is None else float(v) for v in row.stats]
+            matrix[index] = [_as_number(v) for v in row.stats]
     return matrix
 
 
-def _percent(diff: np.ndarray, bench: np.ndarray) -> list[Any]:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        relative = np.abs(diff / bench) * 100
-    return [NA if not np.isfinite(value) else f"{value}%" for value in relative]
+def _as_number(value: Any) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return np.nan
 
 
 def _base_columns(pairs: list[tuple[Row | None, Row | None]]) -> dict[str, list]:
     def pick(row: Row | None, attribute: str) -> Any:
         if row is None:
             return NA
+        if attribute == "dtype" and row.shown_dtype != "":
+            return str(row.shown_dtype)  # a plain value: its Python type, "None" for a None
         value = getattr(row, attribute)
         return str(value) if attribute == "shape" else value
 
@@ -162,37 +235,62 @@ def _base_columns(pairs: list[tuple[Row | None, Row | None]]) -> dict[str, list]
     }
 
 
-def _values(matrix: np.ndarray) -> list[list[Any]]:
-    return [[NA if np.isnan(v) else float(v) for v in column] for column in matrix.T]
+def _shown(value: Any) -> Any:
+    """A statistic as the table shows it: numbers as numbers, anything else (a bool, text) as it is."""
+    return "None" if value is None else value
+
+
+def _statistic_cells(npu_value: Any, bench_value: Any) -> tuple[Any, Any, bool]:
+    """(difference, relative error, warning) of one statistic, by the reference's rule: both must be numbers;
+    warn when they differ by more than half of the larger."""
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (npu_value, bench_value)):
+        return NA, NA, False
+    diff = npu_value - bench_value
+    if math.isnan(diff):
+        return NAN_TEXT, NAN_TEXT, False
+    relative = f"{abs((diff / bench_value) * 100)}%" if bench_value != 0 else NA
+    magnitude = abs(diff) / (max(abs(npu_value), abs(bench_value)) + 1e-10)
+    return diff, relative, magnitude > 0.5
 
 
 def statistics_table(pairs: list[tuple[Row | None, Row | None]]) -> pd.DataFrame:
-    npu = _stats_matrix([n for n, _ in pairs])
-    bench = _stats_matrix([b for _, b in pairs])
-    diff = npu - bench
     columns = _base_columns(pairs)
-    for label, index in (("Max diff", 0), ("Min diff", 1), ("Mean diff", 2), ("L2norm diff", 3)):
-        columns[label] = [NA if np.isnan(v) else float(v) for v in diff[:, index]]
-    for label, index in (("MaxRelativeErr", 0), ("MinRelativeErr", 1), ("MeanRelativeErr", 2), ("NormRelativeErr", 3)):
-        columns[label] = _percent(diff[:, index], bench[:, index])
-    for label, values in zip(STAT_VALUE_COLUMNS, _values(npu) + _values(bench)):
-        columns[label] = values
-    with np.errstate(divide="ignore", invalid="ignore"):
-        relative = np.abs(diff / bench)
-    warn = np.nanmax(np.where(np.isfinite(relative), relative, np.nan), axis=1, initial=0) > 0.5
-    unmatched = [n is None or b is None for n, b in pairs]
-    columns["Result"] = [NA if u else ("Warning" if w else "") for u, w in zip(unmatched, warn)]
-    columns["Err_message"] = ["" if u or not w else "Need double check api accuracy." for u, w in zip(unmatched, warn)]
+    diffs: list[list[Any]] = [[] for _ in range(4)]
+    relatives: list[list[Any]] = [[] for _ in range(4)]
+    values: list[list[Any]] = [[] for _ in range(8)]
+    results, messages = [], []
+    for npu_row, bench_row in pairs:
+        npu_stats = npu_row.stats if npu_row is not None else (NA,) * 4
+        bench_stats = bench_row.stats if bench_row is not None else (NA,) * 4
+        warn = False
+        for index in range(4):
+            if npu_row is None or bench_row is None:
+                diff = relative = NA
+            else:
+                diff, relative, off = _statistic_cells(npu_stats[index], bench_stats[index])
+                warn = warn or off
+            diffs[index].append(diff)
+            relatives[index].append(relative)
+            values[index].append(_shown(npu_stats[index]))
+            values[4 + index].append(_shown(bench_stats[index]))
+        unmatched = npu_row is None or bench_row is None
+        results.append(NA if unmatched else ("Warning" if warn else ""))
+        messages.append(NO_BENCH if bench_row is None else WARNING_TEXT if warn else "")
+    for label, column in zip(STATISTICS_METRICS, diffs + relatives):
+        columns[label] = column
+    for label, column in zip(STAT_VALUE_COLUMNS, values):
+        columns[label] = column
+    columns["Result"] = results
+    columns["Err_message"] = messages
     return pd.DataFrame(columns, columns=STATISTICS_COLUMNS)
 
 
 def md5_table(pairs: list[tuple[Row | None, Row | None]]) -> pd.DataFrame:
     columns = _base_columns(pairs)
-    columns["NPU MD5"] = [n.md5 if n and n.md5 else NA for n, _ in pairs]
-    columns["BENCH MD5"] = [b.md5 if b and b.md5 else NA for _, b in pairs]
-    columns["Result"] = [
-        NA if n is None or b is None or not n.md5 or not b.md5 else ("Pass" if n.md5 == b.md5 else "Different")
-        for n, b in pairs
+    columns["NPU MD5"] = [(n.md5 or "None") if n else NA for n, _ in pairs]
+    columns["BENCH MD5"] = [(b.md5 or "None") if b else NA for _, b in pairs]
+    columns["Result"] = [  # the reference's spelling: "pass", "Different"
+        NA if n is None or b is None else ("pass" if n.md5 == b.md5 else "Different") for n, b in pairs
     ]
     return pd.DataFrame(columns, columns=MD5_COLUMNS)
 
@@ -209,25 +307,12 @@ def tensor_table(
     accuracy = []
     messages = []
     for npu_row, bench_row in pairs:
-        message_prefix = ""
-        actual = expected = None
-        if npu_row is not None and npu_row.data_name:
-            actual = load(npu, npu_row)
-            if actual is None:
-                message_prefix = f"Dump file: {npu_row.data_name} not found."
-        if bench_row is not None and bench_row.data_name:
-            expected = load(bench, bench_row)
         if npu_row is None or bench_row is None:
             metric_rows.append((NA, NA, NA, NA, NA))
             accuracy.append(NA)
-            messages.append("" if npu_row is None else "No bench data matched.")
+            messages.append("" if npu_row is None else NO_BENCH)
             continue
-        if actual is None and npu_row.data_name is None:  # a scalar: statistics carry its value
-            actual = np.array(npu_row.stats[0]) if npu_row.stats[0] is not None else None
-            expected = np.array(bench_row.stats[0]) if bench_row.stats[0] is not None else None
-        metrics = tensor_metrics(actual, expected)
-        if npu_row.dtype != bench_row.dtype and not metrics.message:
-            metrics.message = "Dtype of NPU and bench Tensor do not match."
+        metrics = _pair_metrics(npu_row, bench_row, npu, bench, load)
         metric_rows.append(
             (
                 metrics.cosine,
@@ -237,8 +322,8 @@ def tensor_table(
                 metrics.five_thousandths,
             )
         )
-        accuracy.append(accuracy_reached(metrics) if not message_prefix else "None")
-        messages.append(" ".join(part for part in (message_prefix, metrics.message) if part))
+        accuracy.append(accuracy_reached(metrics))
+        messages.append(metrics.message)
     for index, label in enumerate(TENSOR_METRICS):
         columns[label] = [row[index] for row in metric_rows]
     for label in STAT_VALUE_COLUMNS:
@@ -246,8 +331,23 @@ def tensor_table(
     columns["Accuracy Reached or Not"] = accuracy
     columns["Err_message"] = messages
     table = pd.DataFrame(columns, columns=TENSOR_COLUMNS)
-    table[DATA_NAME_COLUMN] = [n.data_name if n is not None and n.data_name else NA for n, _ in pairs]
+    table[DATA_NAME_COLUMN] = [(n.data_name or "-1") if n is not None else NA for n, _ in pairs]
     return table
+
+
+def _pair_metrics(npu_row: Row, bench_row: Row, npu: Dump, bench: Dump, load: TensorLoader) -> TensorMetrics:
+    """A matched pair's metrics; what has no file to read gets the reference's "unsupported" and its words."""
+    if not npu_row.data_name:  # a value with no file (a scalar, a None)
+        return TensorMetrics(*(UNSUPPORTED,) * 5, NO_BENCH)  # the reference's words, though the value was matched
+    if not bench_row.data_name:
+        return TensorMetrics(*(UNSUPPORTED,) * 5, "Bench does not have data file.")
+    actual = load(npu, npu_row)
+    if actual is None:
+        return TensorMetrics(*(UNSUPPORTED,) * 5, f"Dump file: {npu_row.data_name} not found.")
+    expected = load(bench, bench_row)
+    if expected is None:
+        return TensorMetrics(*(UNSUPPORTED,) * 5, f"Dump file: {bench_row.data_name} not found.")
+    return tensor_metrics(actual, expected)
 
 
 def compare_dumps(
@@ -259,7 +359,7 @@ def compare_dumps(
     mapping: Callable[[str], str] | None = None,
     extra_metrics: tuple = (),
 ) -> CompareResult:
-    npu_rows, bench_rows = dump_rows(npu), dump_rows(bench)
+    npu_rows, bench_rows = dump_rows(npu, every_value=True), dump_rows(bench, every_value=True)
     pairs = match_rows(npu_rows, bench_rows, fuzzy=fuzzy, mapping=mapping)
     mode = detect_mode(npu_rows, bench_rows, npu, bench)
     if mode == "tensor" and load is not None:
@@ -275,7 +375,17 @@ def compare_dumps(
         table[STACK_COLUMN] = [_stack_text(npu, n) for n, _ in pairs]
     from msprobe.core.compare.highlight import highlight_rows
 
-    return CompareResult(mode, table, highlight_rows(mode, table, pairs), npu, bench)
+    highlights = highlight_rows(mode, table, pairs)
+    if highlights.messages:
+        table["Err_message"] = _with_messages(table["Err_message"].tolist(), highlights.messages)
+    return CompareResult(mode, table, highlights.marks, npu, bench)
+
+
+def _with_messages(current: list[str], messages: dict[int, list[str]]) -> list[str]:
+    """The highlighting rules' messages after what the row already says, a line each, as the reference."""
+    for index, found in messages.items():
+        current[index] = "\n".join([current[index], *found] if current[index] else found)
+    return current
 
 
 def _extra_metric(metric: Any, pairs: list, npu: Dump, bench: Dump, load: TensorLoader) -> list[Any]:

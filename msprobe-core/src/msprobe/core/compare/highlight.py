@@ -1,12 +1,18 @@
-"""Red and yellow rows: the reference's rules for suspicious outputs.
+"""Red and yellow rows, and their messages in Err_message: the reference's rules, as it applies them.
 
-An API's outputs are judged against its own inputs, so a row is marked
-where the error *appears*, not everywhere it has spread to.
+Any row whose NPU max or min is inf or nan, or whose max difference passes
+1e10, is red. An API's outputs are then judged against each of its own
+inputs, so a row is marked where the error *appears*, not everywhere it has
+spread to; a message is added once per input that triggers it, as the
+reference adds it.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -21,57 +27,128 @@ def _numbers(column: pd.Series) -> np.ndarray:
     return pd.to_numeric(column, errors="coerce").to_numpy(dtype=np.float64)
 
 
-def _lowest(values: np.ndarray) -> float:
-    finite = values[~np.isnan(values)]
-    return float(finite.min()) if finite.size else float("nan")
+def _numeric(value: Any) -> bool:
+    """A number the rules may use: bools count, as in the reference; inf and nan do not (it writes them as text)."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and math.isfinite(value)
 
 
-def _highest(values: np.ndarray) -> float:
-    finite = values[~np.isnan(values)]
-    return float(finite.max()) if finite.size else 0.0
+# the reference's messages, word for word: users search for them
+OVERFLOW = "maximum or minimum is nan, -inf, or inf"
+HUGE_ERROR = "maximum absolute error exceeds 1e+10"
+ORDER_OF_MAGNITUDE = (
+    "maximum absolute error of both input/parameters and output exceed 1, "
+    "with the output larger by an order of magnitude"
+)
+RELATIVE_RED = "maximum relative error exceeds 0.5"
+RELATIVE_YELLOW = "The output's maximum relative error exceeds 0.1, while the input/parameters's is below 0.01"
+THOUSANDTH_RED = "The input/parameters's one thousandth err ratio exceeds 0.9, while the output's is below 0.6"
+THOUSANDTH_YELLOW = (
+    "The output's one thousandth err ratio decreases by more than 0.1 compared to the input/parameters's"
+)
+COSINE_YELLOW = "The output's cosine decreases by more than 0.1 compared to the input/parameters's"
+FLOAT64_EPS = float(np.finfo(float).eps)
 
 
-def highlight_rows(mode: str, table: pd.DataFrame, pairs: list[tuple[Row | None, Row | None]]) -> dict[int, str]:
+@dataclass
+class Highlights:
+    """Row index -> "red" | "yellow", and each marked row's messages in the order the rules found them."""
+
+    marks: dict[int, str]
+    messages: dict[int, list[str]]
+
+
+def _batches(pairs: list[tuple[Row | None, Row | None]]) -> Iterator[tuple[list[int], list[int]]]:
+    """Each call's rows as the reference splits them: its first row and every input or parameter row up to
+    the last of them count as inputs, the output rows after that as outputs. (A module's parameters follow its
+    outputs, so its outputs are then judged as inputs, as the reference does.)"""
+    index = 0
+    while index < len(pairs):
+        entry = _entry(pairs[index])
+        start, inputs_end, outputs_end = index, index + 1, index + 1
+        index += 1
+        while index < len(pairs) and _entry(pairs[index]) == entry:
+            role = _role(pairs[index])
+            if role in ("input", "parameters"):
+                inputs_end, outputs_end = inputs_end + 1, outputs_end + 1
+            elif role == "output":
+                outputs_end += 1
+            index += 1
+        yield list(range(start, inputs_end)), list(range(inputs_end, outputs_end))
+
+
+def _entry(pair: tuple[Row | None, Row | None]) -> str:
+    row = pair[0] if pair[0] is not None else pair[1]
+    return row.entry if row is not None else ""
+
+
+def _role(pair: tuple[Row | None, Row | None]) -> str:
+    row = pair[0] if pair[0] is not None else pair[1]
+    return row.role if row is not None else ""
+
+
+def highlight_rows(mode: str, table: pd.DataFrame, pairs: list[tuple[Row | None, Row | None]]) -> Highlights:
+    """The reference's rules: inf/nan and huge errors on any row; an output against each input of its call."""
     if mode == "md5" or table.empty:
-        return {}
-    groups: dict[str, dict[str, list[int]]] = defaultdict(lambda: {"in": [], "out": []})
-    for index, (npu_row, bench_row) in enumerate(pairs):
-        if npu_row is None or bench_row is None:
-            continue
-        side = "out" if npu_row.role == "output" else "in"
-        groups[npu_row.entry][side].append(index)
-    marks: dict[int, str] = {}
-    npu_max = _numbers(table["NPU max"])
-    npu_min = _numbers(table["NPU min"])
-    bench_max = _numbers(table["Bench max"])
-    max_diff = np.abs(npu_max - bench_max)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        max_relative = max_diff / np.maximum(0.01, np.abs(bench_max))
-    thousandth = _numbers(table["One Thousandth Err Ratio"]) if mode == "tensor" else None
-    cosine = _numbers(table["Cosine"]) if mode == "tensor" else None
-    red = np.isinf(npu_max) | np.isinf(npu_min) | (np.nan_to_num(max_diff, nan=0.0) > 1e10)
-    for index in np.flatnonzero(red):
-        marks[int(index)] = RED
-    for members in groups.values():
-        inputs, outputs = members["in"], members["out"]
-        in_rel = _highest(max_relative[inputs]) if inputs else 0.0
-        in_diff = _highest(max_diff[inputs]) if inputs else 0.0
-        for index in outputs:
-            if index in marks:
+        return Highlights({}, {})
+    diff_column = "MaxAbsErr" if mode == "tensor" else "Max diff"
+    npu_max, npu_min = table["NPU max"].tolist(), table["NPU min"].tolist()
+    bench_max, max_diff = table["Bench max"].tolist(), table[diff_column].tolist()
+    thousandth = table["One Thousandth Err Ratio"].tolist() if mode == "tensor" else None
+    cosine = table["Cosine"].tolist() if mode == "tensor" else None
+    red: dict[int, list[str]] = {}
+    yellow: dict[int, list[str]] = {}
+
+    def numeric_trio(index: int) -> bool:
+        return _numeric(npu_max[index]) and _numeric(bench_max[index]) and _numeric(max_diff[index])
+
+    for index in range(len(pairs)):
+        if _nonfinite(npu_max[index]) or _nonfinite(npu_min[index]):
+            red.setdefault(index, []).append(OVERFLOW)
+        elif _numeric(max_diff[index]) and abs(max_diff[index]) > 1e10:
+            red.setdefault(index, []).append(HUGE_ERROR)
+    for inputs, outputs in _batches(pairs):
+        for out in outputs:
+            if not numeric_trio(out):  # the reference's "already red" test never matches: it goes on too
                 continue
-            if mode == "statistics" and max_relative[index] > 0.5:
-                marks[index] = RED
-            elif mode == "tensor" and inputs and _lowest(thousandth[inputs]) > 0.9 and thousandth[index] < 0.6:
-                marks[index] = RED
-            elif max_relative[index] > 0.1 and in_rel < 0.01:
-                marks[index] = YELLOW
-            elif inputs and in_diff > 1 and max_diff[index] > 1 and max_diff[index] > 10 * in_diff:
-                marks[index] = YELLOW
-            elif mode == "tensor" and inputs and _lowest(thousandth[inputs]) - thousandth[index] > 0.1:
-                marks[index] = YELLOW
-            elif mode == "tensor" and inputs and _lowest(cosine[inputs]) - cosine[index] > 0.1:
-                marks[index] = YELLOW
-    return marks
+            for inp in inputs:
+                if not numeric_trio(inp):
+                    continue
+                _order_of_magnitude(max_diff[inp], max_diff[out], out, yellow)
+                if mode == "statistics":
+                    in_rel = abs(max_diff[inp] / max(FLOAT64_EPS, bench_max[inp]))
+                    out_rel = abs(max_diff[out] / max(FLOAT64_EPS, bench_max[out]))
+                    if out_rel > 0.5:
+                        red.setdefault(out, []).append(RELATIVE_RED)
+                    elif out_rel > 0.1 and in_rel < 0.01:
+                        yellow.setdefault(out, []).append(RELATIVE_YELLOW)
+                    continue
+                if _numeric(thousandth[inp]) and _numeric(thousandth[out]):
+                    if thousandth[inp] > 0.9 and thousandth[out] < 0.6:
+                        red.setdefault(out, []).append(THOUSANDTH_RED)
+                    elif thousandth[inp] - thousandth[out] > 0.1:
+                        yellow.setdefault(out, []).append(THOUSANDTH_YELLOW)
+                if _numeric(cosine[inp]) and _numeric(cosine[out]) and cosine[inp] - cosine[out] > 0.1:
+                    yellow.setdefault(out, []).append(COSINE_YELLOW)
+    marks = {index: RED for index in red}
+    marks.update({index: YELLOW for index in yellow if index not in red})
+    messages = {index: list(found) for index, found in red.items()}
+    for index, found in yellow.items():
+        if index not in red:
+            messages[index] = list(found)
+    return Highlights(marks, messages)
+
+
+def _nonfinite(value: Any) -> bool:
+    return isinstance(value, (float, np.floating)) and not math.isfinite(value)
+
+
+def _order_of_magnitude(in_diff: float, out_diff: float, out: int, yellow: dict[int, list[str]]) -> None:
+    if abs(in_diff) > abs(out_diff):
+        return
+    in_order = 0 if abs(in_diff) < 1 else math.log10(abs(in_diff))
+    out_order = 0 if abs(out_diff) < 1 else math.log10(abs(out_diff))
+    if out_order - in_order >= 1:
+        yellow.setdefault(out, []).append(ORDER_OF_MAGNITUDE)
 
 
 SCALED_TOLERANCE = 0.01

@@ -36,7 +36,10 @@ def write_csv(table: pd.DataFrame, path: Path) -> Path:
 
 
 def write_xlsx(table: pd.DataFrame, highlight: dict[int, str], path: Path) -> Path | None:
-    """Stream the table with XlsxWriter (constant memory), colouring suspicious rows."""
+    """Stream the table with XlsxWriter (constant memory), colouring suspicious rows.
+
+    inf and nan go in as the text "inf\t", "-inf\t", "nan\t", as the reference writes them (a cell cannot
+    hold them as numbers)."""
     if len(table) > XLSX_ROW_LIMIT:
         return None  # Excel cannot hold it; the CSV has everything
     import math
@@ -44,14 +47,14 @@ def write_xlsx(table: pd.DataFrame, highlight: dict[int, str], path: Path) -> Pa
     import xlsxwriter
 
     temporary = path.with_name(f".{path.name}.tmp.xlsx")
-    workbook = xlsxwriter.Workbook(str(temporary), {"constant_memory": True, "nan_inf_to_errors": True})
+    workbook = xlsxwriter.Workbook(str(temporary), {"constant_memory": True})
     try:
         sheet = workbook.add_worksheet("Sheet")
         bold = workbook.add_format({"bold": True})
         fills = {color: workbook.add_format({"bg_color": "#" + argb[2:]}) for color, argb in FILLS.items()}
         sheet.write_row(0, 0, list(table.columns), bold)
         for index, row in enumerate(table.itertuples(index=False, name=None)):
-            cells = [None if isinstance(v, float) and math.isnan(v) else v for v in row]
+            cells = [f"{v}\t" if isinstance(v, float) and not math.isfinite(v) else v for v in row]
             sheet.write_row(index + 1, 0, cells, fills.get(highlight.get(index, ""), None))
     finally:
         workbook.close()

@@ -2,12 +2,15 @@
 
 Row names follow the reference: ``{entry}.input.0``, ``{entry}.output.0``,
 ``{entry}.input.alpha`` for keyword arguments, ``{entry}.parameters.weight``
-and ``{module}.parameters_grad.weight``. Scalars (int/float/bool) get rows
-too; strings, None and other objects do not.
+and ``{module}.parameters_grad.weight``. The graph takes rows for tensors
+and scalars (int/float/bool); the compare table (``every_value``) takes one
+for every value the reference lists: None, strings, slices, sizes and other
+objects too, shown as the reference shows them.
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +30,7 @@ class Row:
     md5: str | None
     data_name: str | None
     role: str  # "input", "output", "parameters" ... (drives highlighting)
+    shown_dtype: str | None = ""  # the compare table's dtype text where it is not ``dtype`` (plain values)
 
 
 def _number(value: Any) -> Any:
@@ -38,16 +42,25 @@ def _number(value: Any) -> Any:
     return value
 
 
-def _leaves(value: Any, name: str) -> Iterator[tuple[str, dict]]:
+def _leaves(value: Any, name: str, every_value: bool = False, depth: int = 0) -> Iterator[tuple[str, dict | None]]:
+    """The values under ``value`` with their row names; ``every_value``: as the reference's compare parses them
+    (any dict with a text ``type`` is a value, and a None stands for one)."""
+    if depth > 64:  # a dump nested this deep is malformed; its deeper values get no rows
+        return
     if isinstance(value, dict):
-        if "type" in value and ("dtype" in value or "value" in value):
+        if every_value and isinstance(value.get("type"), str):
+            yield name, value
+            return
+        if not every_value and "type" in value and ("dtype" in value or "value" in value):
             yield name, value
             return
         for key, item in value.items():
-            yield from _leaves(item, f"{name}.{key}")
+            yield from _leaves(item, f"{name}.{key}", every_value, depth + 1)
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            yield from _leaves(item, f"{name}.{index}")
+            yield from _leaves(item, f"{name}.{index}", every_value, depth + 1)
+    elif value is None and every_value:
+        yield name, None
 
 
 def _row(name: str, entry: str, leaf: dict, role: str) -> Row | None:
@@ -71,6 +84,44 @@ def _row(name: str, entry: str, leaf: dict, role: str) -> Row | None:
     return None
 
 
+def _plain_row(name: str, entry: str, leaf: dict | None, role: str) -> Row:
+    """A value that is not a tensor, as the reference's compare lists it: its Python type as the dtype, the
+    value itself four times as the statistics, the CRC-32 of its text as the md5."""
+    if leaf is None:
+        return Row(name, entry, "None", None, (None,) * 4, None, None, role, shown_dtype=None)
+    kind, value = leaf.get("type"), leaf.get("value")
+    stats: tuple = (None,) * 4
+    if kind == "torch.Size":
+        shown, shape = kind, str(value)
+    elif kind == "slice":
+        shown, shape = kind, str(_slice_shape(value))
+    elif kind in ("ellipsis", "torch.ProcessGroup"):
+        shown, shape = kind, "[]"
+        stats = (value if kind == "ellipsis" else str(leaf.get("group_ranks")),) * 4
+    else:
+        shown, shape = f"<class '{_python_type(value)}'>", "[]"
+        stats = (value,) * 4
+    md5 = leaf.get("md5") or f"{zlib.crc32(_python_text(value).encode()):08x}"
+    return Row(name, entry, str(kind), shape, stats, md5, leaf.get("data_name"), role, shown_dtype=shown)
+
+
+def _slice_shape(value: Any) -> tuple[int, ...]:
+    """numpy's shape of the slice's [start, stop, step] list, as the reference reports it."""
+    return (len(value),) if isinstance(value, list) else ()
+
+
+_JSON_TYPES = {bool: "bool", int: "int", float: "float", str: "str", type(None): "NoneType", list: "list", dict: "dict"}
+
+
+def _python_type(value: Any) -> str:
+    return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def _python_text(value: Any) -> str:
+    """str() of the value as Python shows it (True, None, 2.0), whose CRC the reference takes."""
+    return "" if value is None else str(value)
+
+
 SECTIONS = (
     ("input_args", "input"),
     ("input_kwargs", "input"),
@@ -78,27 +129,34 @@ SECTIONS = (
     ("output", "output"),
     ("parameters", "parameters"),
 )
+# the compare table lists a module's parameters between its inputs and outputs, as the reference does
+TABLE_SECTIONS = (*SECTIONS[:3], SECTIONS[4], SECTIONS[3])
 
 
-def dump_rows(dump: Dump) -> list[Row]:
+def dump_rows(dump: Dump, every_value: bool = False) -> list[Row]:
+    """One row per value in call order; ``every_value``: also the values that are not tensors or scalars."""
     rows: list[Row] = []
+
+    def add(name: str, entry: str, leaf: dict | None, role: str) -> None:
+        row = _row(name, entry, leaf, role) if leaf is not None and (not every_value or "dtype" in leaf) else None
+        if row is None and every_value:
+            row = _plain_row(name, entry, leaf, role)
+        if row is not None:
+            rows.append(row)
+
     for entry, content in dump.data.items():
         if not isinstance(content, dict):
             continue
         if entry.endswith(".parameters_grad"):
-            for leaf_name, leaf in _leaves(content, entry):
-                row = _row(_strip_single_index(leaf_name), entry, leaf, "parameters_grad")
-                if row is not None:
-                    rows.append(row)
+            for leaf_name, leaf in _leaves(content, entry, every_value):
+                add(_strip_single_index(leaf_name), entry, leaf, "parameters_grad")
             continue
-        for section, role in SECTIONS:
+        for section, role in TABLE_SECTIONS if every_value else SECTIONS:
             if section not in content:
                 continue
             label = "input" if section.startswith("input") else section
-            for leaf_name, leaf in _leaves(content[section], f"{entry}.{label}"):
-                row = _row(leaf_name, entry, leaf, role)
-                if row is not None:
-                    rows.append(row)
+            for leaf_name, leaf in _leaves(content[section], f"{entry}.{label}", every_value):
+                add(leaf_name, entry, leaf, role)
     return rows
 
 
