@@ -1152,3 +1152,31 @@ def test_calls_that_write_in_place_or_hand_their_input_back_get_a_backward_entry
     assert (dropout["output"][0]["Max"], dropout["output"][0]["Min"]) == (3.0, 3.0)
     assert (relu["output"][0]["Max"], relu["output"][0]["Min"], relu["output"][0]["Mean"]) == (3.0, 0.0, 1.5)
     assert list(data).index("Functional.dropout.0.backward") < list(data).index("Torch.relu_.0.backward")
+
+
+def test_parameter_gradients_only_for_modules_whose_forward_ran(tmp_path):
+    """nn.MultiheadAttention uses out_proj's weight without calling out_proj: no entry, as the reference."""
+    model = torch.nn.Sequential(torch.nn.MultiheadAttention(8, 2, batch_first=True))
+    debugger = PrecisionDebugger(task="statistics", level="L0", dump_path=str(tmp_path), model=model)
+    debugger.start()
+    x = torch.randn(2, 3, 8)
+    model[0](x, x, x)[0].sum().backward()
+    debugger.stop()
+    debugger.step()
+    names = list(load(tmp_path).data)
+    assert model[0].out_proj.weight.grad is not None  # its weight did get a gradient
+    assert "Module.0.MultiheadAttention.parameters_grad" in names
+    assert not any(".out_proj." in name for name in names)
+
+
+def test_a_module_handing_its_input_back_passes_the_gradient_through(tmp_path):
+    """nn.Dropout(p=0) returns its input: its backward entry's input gradient is the output's (hand-derived: 2)."""
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Dropout(0.0))
+    debugger = PrecisionDebugger(task="statistics", level="L0", dump_path=str(tmp_path), model=model)
+    debugger.start()
+    (model(torch.ones(2, 3)) * 2).sum().backward()
+    debugger.stop()
+    debugger.step()
+    entry = load(tmp_path).data["Module.1.Dropout.backward.0"]
+    for side in ("input", "output"):  # the gradient arriving, and the one passed on to the Linear
+        assert (entry[side][0]["Max"], entry[side][0]["Min"]) == (2.0, 2.0), side

@@ -216,6 +216,11 @@ class DumpCollector:
         if self.overflow is None:
             self.open_step().reserve(name)
 
+    def reserved(self, name: str) -> bool:
+        """Whether this step holds a place for ``name``: a module's parameter gradients are written only when
+        its forward ran in the step (as the reference), not for a module whose weights its parent uses."""
+        return name in self.open_step().data
+
     def parameters_grad(self, name: str, grads: dict[str, Any]) -> None:
         if self.overflow is not None:
             return  # parameter gradients are no call's output: nothing overflows "in" them

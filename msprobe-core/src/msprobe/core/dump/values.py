@@ -2,13 +2,16 @@
 
 Tensors are handed to the framework's summarizer; everything else is
 described here, once for both frameworks: ints, floats, bools, strings,
-slices, ellipsis, None and nested lists/tuples/dicts.
+slices, ellipsis, None and nested lists/tuples/dicts; namedtuples and
+dataclasses as dicts of their fields. An object neither the core nor the
+framework knows is written as null, as the reference writes it.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import is_dataclass
 from typing import Any
 
 from msprobe.core.dump.numbers import json_number
@@ -45,7 +48,12 @@ class ValueEncoder:
             described = self.describe(value)  # e.g. torch.Size is a tuple
             if described is not None:
                 return described
+            if isinstance(value, tuple) and hasattr(value, "_fields"):  # a namedtuple: its fields by name
+                return self._fields(zip(value._fields, value), suffix)
             return [self.encode(item, f"{suffix}.{index}") for index, item in enumerate(value)]
+        if is_dataclass(value) and not isinstance(value, type):
+            # every field, set or not (a HuggingFace ModelOutput is one, and a dict of its set fields)
+            return self._fields(((field, getattr(value, field)) for field in value.__dataclass_fields__), suffix)
         if isinstance(value, dict):
             return {str(key): self.encode(item, f"{suffix}.{key}") for key, item in value.items()}
         if isinstance(value, slice):
@@ -55,10 +63,10 @@ class ValueEncoder:
             }
         if value is Ellipsis:
             return {"type": "ellipsis", "value": "..."}
-        described = self.describe(value)
-        if described is not None:
-            return described
-        return {"type": f"{type(value).__module__}.{type(value).__qualname__}"}
+        return self.describe(value)  # None for an object neither side knows, as the reference writes it
+
+    def _fields(self, fields: Any, suffix: str) -> dict:
+        return {str(key): self.encode(item, f"{suffix}.{key}") for key, item in fields}
 
     def _plain(self, value: Any) -> Any:
         if value is None or isinstance(value, (bool, int, float, str)):

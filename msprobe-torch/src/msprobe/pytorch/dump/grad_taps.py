@@ -84,13 +84,16 @@ def next_node_number() -> int:
     return _NEXT_SEQUENCE_NR() if _NEXT_SEQUENCE_NR is not None else 0
 
 
-def anchors(inputs: list[torch.Tensor]) -> list[tuple[bool, Any, int]]:
-    """Where each input hangs in the graph before a call: an in-place call (``nn.ReLU(inplace=True)``) moves it."""
-    return [(t.requires_grad, t.grad_fn, t.output_nr) for t in inputs]
+def anchors(inputs: list[Any]) -> list[tuple[bool, Any, int]]:
+    """Where each input hangs in the graph before a call: an in-place call (``nn.ReLU(inplace=True)``) moves it.
+    A value that is no tensor hangs nowhere."""
+    return [
+        (t.requires_grad, t.grad_fn, t.output_nr) if isinstance(t, torch.Tensor) else (False, None, 0) for t in inputs
+    ]
 
 
 def input_uses(
-    inputs: list[torch.Tensor],
+    inputs: list[Any],
     outputs: list[torch.Tensor | None],
     first_node: int,
     before: list[tuple[bool, Any, int]] | None = None,

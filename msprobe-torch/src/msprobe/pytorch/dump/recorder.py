@@ -497,7 +497,7 @@ class TorchDumpRecorder:
                     record.parent = parent
                     record.first_node = grad_taps.next_node_number()
                     if record.keep_backward:  # before the call: an in-place module moves its input in the graph
-                        record.input_anchors = grad_taps.anchors([a for a in args if isinstance(a, torch.Tensor)])
+                        record.input_anchors = grad_taps.anchors(list(args))
                 self.module_stack.append(name)
                 pushed = name
             except Exception as exc:
@@ -573,7 +573,7 @@ class TorchDumpRecorder:
             busy = self.state.busy
             self.state.busy = True
             try:
-                if self.collector.keeps(grads_name, "backward"):
+                if self.collector.keeps(grads_name, "backward") and self.collector.reserved(grads_name):
                     grads = {key: p.grad for key, p in params.items() if p.grad is not None}
                     if self.lane_entries is not None:  # the same entry, encoded in C
                         self.lane_entries.grads_entry(grads_name, grads)
@@ -608,6 +608,7 @@ class _CallRecord:
         "enclosing",
         "first_node",
         "grad_inputs",
+        "handed_back",
         "input_anchors",
         "input_grads",
         "input_slots",
@@ -636,6 +637,7 @@ class _CallRecord:
         self.grad_inputs: list[torch.Tensor] = []
         self.nodes_before: tuple | None = None
         self.input_anchors: list | None = None
+        self.handed_back: dict[int, int] | None = None
         self.output_grads: dict[int, torch.Tensor] = {}
         self.input_grads: dict[int, torch.Tensor] = {}
         self.input_slots = 0
@@ -669,7 +671,8 @@ class _CallRecord:
         self.args, self.kwargs = (), {}
 
     def watch_inputs(self, args: tuple, outputs: list[torch.Tensor | None]) -> None:
-        """Modules: one slot per tensor argument (null where no gradient flows), as the reference writes.
+        """Modules: one slot per positional argument (null where no gradient flows, and for a value that is no
+        tensor), as the reference writes: torch's full backward hooks report one gradient per argument.
 
         A slot holds what the module's own use of that input sends back, not
         the input's whole gradient (a residual connection adds its own): the
@@ -678,9 +681,18 @@ class _CallRecord:
         that uses no input needing a gradient is written when its output
         gradients arrive.
         """
-        slots = [arg for arg in args if isinstance(arg, torch.Tensor)]
+        slots = list(args)
         self.input_slots = len(slots)
-        uses = grad_taps.input_uses(slots, outputs, self.first_node, self.input_anchors)
+        before = self.input_anchors if self.input_anchors is not None else grad_taps.anchors(slots)
+        # an input handed back as an output unchanged (nn.Dropout with p=0, nn.Identity; not an in-place module,
+        # which gives it a new node): its gradient passes straight through
+        self.handed_back = {
+            out: slot
+            for slot, t in enumerate(slots)
+            for out, o in enumerate(outputs)
+            if o is t and o.grad_fn is before[slot][1]
+        }
+        uses = grad_taps.input_uses(slots, outputs, self.first_node, before)
         self.input_anchors = None
         self.inputs_pending = len(uses)
         for node, edges in uses:
@@ -705,8 +717,12 @@ class _CallRecord:
             if not self.output_grads and self.recorder is not None:  # its backward starts: it takes its number now
                 self.recorder.collector.backward_numbering.start(self.name)
             self.output_grads[index] = grad
+            slot = self.handed_back.get(index) if self.handed_back else None
+            if slot is not None:
+                earlier = self.input_grads.get(slot)
+                self.input_grads[slot] = grad if earlier is None else grad_taps.add(earlier, grad)
             if self.inputs_pending == 0 and len(self.output_grads) == expected:
-                self.on_input_grads((None,) * self.input_slots)
+                self.on_input_grads(tuple(self.input_grads.get(i) for i in range(self.input_slots)))
 
         return hook
 
