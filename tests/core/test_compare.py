@@ -150,3 +150,34 @@ def test_cli_verdict_line_and_exit_code(tmp_path):
     assert result.exit_code == 0 and "PASS: " in result.output
     result = run_compare_json(spec, tmp_path / "out2", compare_only=True)
     assert result[0].advice is None and not list((tmp_path / "out2").glob("advisor_*"))
+
+
+def test_nothing_matched_is_no_data_with_exit_2(tmp_path):
+    """An empty side compares nothing: the verdict says so and the command fails (it used to say PASS)."""
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"task": "statistics", "level": "L1", "data": {}}))
+    config = tmp_path / "compare.json"
+    config.write_text(json.dumps({"npu_path": str(json_of(0)), "bench_path": str(empty)}))
+    result = CliRunner().invoke(cli, ["compare", "-i", str(config), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert "NO DATA: 0 values compared" in result.output
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (lambda entry: entry.update(input_args=None), "entry 'Functional.conv2d.0.forward', field 'input_args'"),
+        (lambda entry: entry["output"][0].update(shape="abc"), "field 'shape'"),
+        (lambda entry: entry["output"][0].update(Max=[1]), "field 'Max'"),
+    ],
+)
+def test_a_dump_that_breaks_the_schema_is_an_error_naming_file_entry_and_field(tmp_path, change, expected):
+    data = json.loads(json_of(0).read_text())
+    change(data["data"]["Functional.conv2d.0.forward"])
+    broken = tmp_path / "dump.json"
+    broken.write_text(json.dumps(data))
+    config = tmp_path / "compare.json"
+    config.write_text(json.dumps({"npu_path": str(broken), "bench_path": str(json_of(0))}))
+    result = CliRunner().invoke(cli, ["compare", "-i", str(config), "-o", str(tmp_path / "out")])
+    assert result.exit_code != 0 and str(broken) in result.output and expected in result.output, result.output
+    assert "Traceback" not in result.output and not list((tmp_path / "out").glob("compare_result_*"))

@@ -140,3 +140,23 @@ def test_missing_file_is_named(tmp_path):
 def test_bad_keyword_override_names_the_arguments():
     with pytest.raises(ConfigError, match="PrecisionDebugger arguments: level:"):
         load_config(None, level="L9")
+
+
+def test_a_range_of_any_length_is_kept_as_an_interval(tmp_path):
+    """"0-99999999999" used to be expanded into a list (MemoryError); now two numbers answer for it."""
+    import tracemalloc
+
+    tracemalloc.start()
+    config = load_config(write(tmp_path, {"dump_path": "./a", "step": ["0-99999999999", 5], "rank": ["2-3"]}))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 5_000_000  # bytes: a list of the steps would take terabytes
+    assert 99_999_999_999 in config.step and 100_000_000_000 not in config.step and len(config.step) == 10**11
+    assert 3 in config.rank and 4 not in config.rank and 1 not in config.rank
+    assert config.model_dump()["step"] == ["0-99999999999"]  # merged, written back as a range
+
+
+def test_a_bad_name_regex_is_refused_when_the_config_is_read(tmp_path):
+    path = write(tmp_path, {"dump_path": "./a", "statistics": {"list": ["name-regex(conv[)"]}})
+    with pytest.raises(ConfigError, match=r"statistics\.list.*not a valid regular expression"):
+        load_config(path)

@@ -71,8 +71,9 @@ def compare_command(
         click.echo(summary.line())
     files = [str(f) for s in summaries for f in s.files]
     click.echo(f"results: {', '.join(files)}")
-    if any(s.verdict != "PASS" for s in summaries):
-        raise SystemExit(1)
+    code = max((s.exit_code for s in summaries), default=2)  # NO DATA (2) outranks SUSPICIOUS (1)
+    if code:
+        raise SystemExit(code)
 
 
 @click.command("merge_result")

@@ -9,8 +9,11 @@ A bad file never starts anything: :func:`load_config` raises one
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
+import re
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,10 +22,12 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    field_serializer,
     field_validator,
     model_validator,
 )
 
+from msprobe.core.dump.filters import REGEX_PREFIX
 from msprobe.core.errors import ConfigError
 
 TASKS = (
@@ -43,28 +48,89 @@ Level = Literal["L0", "L1", "mix", "L2", "debug"]
 DataMode = Literal["all", "forward", "backward", "input", "output"]
 
 
-def parse_id_list(values: Any) -> list[int]:
-    """Expand ``[0, "4-6"]`` into ``[0, 4, 5, 6]``: the reference's rank/step syntax."""
+class IdSet:
+    """Ranks or steps as sorted, merged intervals: "0-99999999999" costs two numbers, not a list of them.
+
+    Answers ``in``, ``bool``, ``len`` and iteration like the list it stands for, and compares equal to it.
+    """
+
+    __slots__ = ("_ends", "_starts")
+
+    def __init__(self, intervals: Iterable[tuple[int, int]] = ()):
+        merged: list[list[int]] = []
+        for start, end in sorted(intervals):
+            if merged and start <= merged[-1][1] + 1:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        self._starts = [start for start, _ in merged]
+        self._ends = [end for _, end in merged]
+
+    def __contains__(self, value: object) -> bool:
+        if not isinstance(value, int):
+            return False
+        index = bisect.bisect_right(self._starts, value) - 1
+        return index >= 0 and value <= self._ends[index]
+
+    def __bool__(self) -> bool:
+        return bool(self._starts)
+
+    def __len__(self) -> int:
+        return sum(end - start + 1 for start, end in self.intervals)
+
+    def __iter__(self) -> Iterator[int]:
+        for start, end in self.intervals:
+            yield from range(start, end + 1)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, IdSet):
+            return self.intervals == other.intervals
+        if isinstance(other, (list, tuple)):
+            return len(self) == len(other) and list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # mutable-looking: compared by value
+
+    def __repr__(self) -> str:
+        return f"IdSet({self.as_config()!r})"
+
+    @property
+    def intervals(self) -> list[tuple[int, int]]:
+        return list(zip(self._starts, self._ends))
+
+    def as_config(self) -> list[int | str]:
+        """The config file's spelling: single ids as ints, runs as "a-b"."""
+        return [start if start == end else f"{start}-{end}" for start, end in self.intervals]
+
+    def as_text(self, separator: str = "|") -> str:
+        """ "0|4-6", the form MindSpore's kernel dump takes for its iterations."""
+        return separator.join(str(item) for item in self.as_config())
+
+
+def parse_id_list(values: Any) -> IdSet:
+    """``[0, "4-6"]``, the reference's rank/step syntax, as the set {0, 4, 5, 6}, kept as intervals."""
+    if isinstance(values, IdSet):
+        return values
     if values is None:
-        return []
+        return IdSet()
     if isinstance(values, (int, str)) and not isinstance(values, bool):
         values = [values]
     if not isinstance(values, (list, tuple)):
         raise ValueError("must be a list of non-negative integers or 'a-b' ranges")
-    ids: set[int] = set()
+    intervals: list[tuple[int, int]] = []
     for item in values:
         if isinstance(item, bool):
             raise ValueError(f"{item!r} is not an integer")
         if isinstance(item, int):
             if item < 0:
                 raise ValueError(f"{item} is negative")
-            ids.add(item)
+            intervals.append((item, item))
             continue
         if not isinstance(item, str):
             raise ValueError(f"{item!r} is neither an integer nor an 'a-b' range")
         text = item.strip()
         if text.isdigit():
-            ids.add(int(text))
+            intervals.append((int(text), int(text)))
             continue
         parts = text.split("-")
         if len(parts) != 2 or not parts[0].strip().isdigit() or not parts[1].strip().isdigit():
@@ -72,12 +138,12 @@ def parse_id_list(values: Any) -> list[int]:
         start, end = int(parts[0]), int(parts[1])
         if start > end:
             raise ValueError(f"bad range {item!r}: start is greater than end")
-        ids.update(range(start, end + 1))
-    return sorted(ids)
+        intervals.append((start, end))
+    return IdSet(intervals)
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, arbitrary_types_allowed=True)
 
 
 def _as_list(value: Any) -> Any:
@@ -102,6 +168,18 @@ class _ScopedSection(_Section):
     )
 
     _check_data_mode_str = field_validator("data_mode", mode="before")(_as_list)
+
+    @field_validator("api_list")
+    @classmethod
+    def _patterns_compile(cls, items: list[str]) -> list[str]:
+        """A bad name-regex is refused here, not found only when the first API is filtered."""
+        for item in items:
+            if item.startswith(REGEX_PREFIX) and item.endswith(")"):
+                try:
+                    re.compile(item[len(REGEX_PREFIX) : -1])
+                except re.error as exc:
+                    raise ValueError(f"{item!r} is not a valid regular expression: {exc}") from None
+        return items
 
     @field_validator("scope")
     @classmethod
@@ -253,8 +331,8 @@ class DebuggerConfig(_Section):
     dump_path: str | None = Field(
         default=None, description="Folder the results are written to (not needed by the online run_ut receiver)."
     )
-    rank: list[int] = Field(default_factory=list, description="Ranks to dump, ints or 'a-b' ranges; empty: all.")
-    step: list[int] = Field(default_factory=list, description="Steps to dump, ints or 'a-b' ranges; empty: all.")
+    rank: IdSet = Field(default_factory=IdSet, description="Ranks to dump, ints or 'a-b' ranges; empty: all.")
+    step: IdSet = Field(default_factory=IdSet, description="Steps to dump, ints or 'a-b' ranges; empty: all.")
     level: Level = Field(default="L1", description="L0 modules, L1 APIs, mix both, L2 kernels, debug for save().")
     enable_dataloader: bool = Field(
         default=False, description="PyTorch: stop by itself after the last step (deprecated)."
@@ -276,6 +354,10 @@ class DebuggerConfig(_Section):
     grad_probe: GradProbeSection = Field(default_factory=GradProbeSection)
 
     _expand_ids = field_validator("rank", "step", mode="before")(classmethod(lambda cls, v: parse_id_list(v)))
+
+    @field_serializer("rank", "step")
+    def _ids_as_written(self, ids: IdSet) -> list[int | str]:
+        return ids.as_config()
 
     @field_validator("dump_path")
     @classmethod

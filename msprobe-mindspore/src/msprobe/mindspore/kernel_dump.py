@@ -39,7 +39,7 @@ def dump_settings(config: Any, device_target: str) -> dict[str, Any]:
         "dump_mode": 1 if kernels else 0,
         "path": str(Path(config.dump_path).resolve()),
         "net_name": "Net",
-        "iteration": "|".join(str(step) for step in config.step) if config.step else "all",
+        "iteration": config.step.as_text() if config.step else "all",  # "0|4-6": ranges stay ranges
         "saved_data": "statistic" if statistics else "tensor",
         "input_output": _INPUT_OUTPUT[directions.pop()] if len(directions) == 1 else 0,
         "kernels": kernels,

@@ -50,15 +50,23 @@ class CompareSummary:
 
     @property
     def verdict(self) -> str:
+        """NO DATA when no value of one side found a partner (an empty side included): nothing was compared."""
+        if self.rows == self.unmatched:
+            return "NO DATA"
         if self.suspicious == 0:
             return "PASS"
         return "SUSPICIOUS"
 
+    @property
+    def exit_code(self) -> int:
+        return {"PASS": 0, "SUSPICIOUS": 1}.get(self.verdict, 2)
+
     def line(self) -> str:
         where = f"rank {self.rank}: " if self.rank else ""
         node = f"; first suspicious node: {self.advice.node}" if self.advice and self.advice.node else ""
+        compared = self.rows - self.unmatched
         return (
-            f"{where}{self.verdict}: {self.rows} values compared in {self.mode} mode, {self.suspicious} suspicious, "
+            f"{where}{self.verdict}: {compared} values compared in {self.mode} mode, {self.suspicious} suspicious, "
             f"{self.unmatched} unmatched{node}"
         )
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from msprobe.core.dump.reader import Dump
+from msprobe.core.errors import DataFileError
 
 STAT_KEYS = ("Max", "Min", "Mean", "Norm")
 
@@ -133,11 +134,39 @@ SECTIONS = (
 TABLE_SECTIONS = (*SECTIONS[:3], SECTIONS[4], SECTIONS[3])
 
 
+_SECTION_TYPES = {"input_args": list, "input_kwargs": dict, "input": list, "output": list, "parameters": dict}
+_STAT_TYPES = (int, float, str, type(None))  # bool is an int; "inf"/"nan" text in older dumps
+
+
+def _check_section(dump: Dump, entry: str, section: str, value: Any) -> None:
+    expected = _SECTION_TYPES[section]
+    if not isinstance(value, expected):
+        found = "null" if value is None else type(value).__name__
+        message = f"entry '{entry}', field '{section}': expected a {expected.__name__}, found {found}"
+        raise DataFileError(dump.path, message)
+
+
+def _check_tensor(dump: Dump, name: str, leaf: dict) -> None:
+    """A tensor summary the table can be built from: a list of sizes, numbers (or null) as statistics."""
+    shape = leaf.get("shape")
+    if shape is not None and not (isinstance(shape, list) and all(type(n) is int and n >= 0 for n in shape)):
+        raise DataFileError(dump.path, f"value '{name}', field 'shape': expected a list of sizes, found {shape!r}")
+    for key in STAT_KEYS:
+        if not isinstance(leaf.get(key), _STAT_TYPES):
+            raise DataFileError(dump.path, f"value '{name}', field '{key}': expected a number, found {leaf[key]!r}")
+
+
 def dump_rows(dump: Dump, every_value: bool = False) -> list[Row]:
-    """One row per value in call order; ``every_value``: also the values that are not tensors or scalars."""
+    """One row per value in call order; ``every_value``: also the values that are not tensors or scalars.
+
+    A value that breaks the dump.json schema (a section of the wrong kind, a shape that is no list of sizes,
+    a statistic that is no number) is an error naming the file, the entry or value, and the field.
+    """
     rows: list[Row] = []
 
     def add(name: str, entry: str, leaf: dict | None, role: str) -> None:
+        if leaf is not None and "dtype" in leaf:
+            _check_tensor(dump, name, leaf)
         row = _row(name, entry, leaf, role) if leaf is not None and (not every_value or "dtype" in leaf) else None
         if row is None and every_value:
             row = _plain_row(name, entry, leaf, role)
@@ -154,6 +183,7 @@ def dump_rows(dump: Dump, every_value: bool = False) -> list[Row]:
         for section, role in TABLE_SECTIONS if every_value else SECTIONS:
             if section not in content:
                 continue
+            _check_section(dump, entry, section, content[section])
             label = "input" if section.startswith("input") else section
             for leaf_name, leaf in _leaves(content[section], f"{entry}.{label}", every_value):
                 add(leaf_name, entry, leaf, role)
