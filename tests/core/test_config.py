@@ -143,7 +143,7 @@ def test_bad_keyword_override_names_the_arguments():
 
 
 def test_a_range_of_any_length_is_kept_as_an_interval(tmp_path):
-    """"0-99999999999" used to be expanded into a list (MemoryError); now two numbers answer for it."""
+    """ "0-99999999999" used to be expanded into a list (MemoryError); now two numbers answer for it."""
     import tracemalloc
 
     tracemalloc.start()

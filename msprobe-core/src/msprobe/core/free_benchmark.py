@@ -9,7 +9,6 @@ the largest relative difference, decides against a per-dtype threshold
 
 from __future__ import annotations
 
-import csv
 import logging
 import os
 from collections import defaultdict
@@ -19,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from msprobe.core import spreadsheet
 from msprobe.core.dump import float_stats
 from msprobe.core.dump.writer import make_dir
 
@@ -152,7 +152,7 @@ class FreeBenchmarkJudge:
         new = not self.path.exists()
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
         with os.fdopen(os.open(self.path, flags, 0o640), "a", newline="", encoding="utf-8") as handle:
-            writer = csv.writer(handle)
+            writer = spreadsheet.writer(handle)
             if new:
                 writer.writerow(CSV_COLUMNS)
             writer.writerow(row)

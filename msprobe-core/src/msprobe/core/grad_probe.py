@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from msprobe.core import spreadsheet
 from msprobe.core.dump import float_stats
 from msprobe.core.dump.file_pool import FilePool
 from msprobe.core.dump.npy_file import write_npy
@@ -155,8 +156,8 @@ class GradSummaryWriter:
         temporary = folder / f".grad_summary_{step}.csv.tmp"
         directions = []
         with open_new_file(temporary) as handle:
-            writer = csv.writer(handle)
-            writer.writerow(columns)
+            writer = spreadsheet.writer(handle)
+            writer.write_header(columns)
             for record in records:
                 writer.writerow(self._row(record))
                 if direction_dir is not None and record.signs is not None:
@@ -310,7 +311,7 @@ class GradComparator:
 def _write_similarities(result: RankComparison, folder: Path) -> None:
     path = folder / "similarities.csv"
     with open_new_file(path.with_name(".similarities.csv.tmp")) as handle:
-        writer = csv.writer(handle)
+        writer = spreadsheet.writer(handle)
         writer.writerow(["step", *result.similarities, "summary"])
         for position, step in enumerate(result.steps):
             writer.writerow(

@@ -9,7 +9,6 @@ and applies the anomaly rules.
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
 import math
@@ -23,6 +22,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from msprobe.core import spreadsheet
 from msprobe.core.config import config_error_from_validation, read_config_file
 from msprobe.core.dump.writer import make_dir
 from msprobe.core.errors import ConfigError, MsprobeError, UsageError
@@ -178,7 +178,7 @@ def _write_csv_files(files: list[tuple[Path, list[str], list[list[Any]]]]) -> No
     for path, header, rows in files:
         partial = path.with_name(f".{path.name}.partial")
         with open(partial, "w", newline="", encoding="utf-8") as handle:
-            writer = csv.writer(handle)
+            writer = spreadsheet.writer(handle)
             writer.writerow(header)
             writer.writerows(rows)
         os.chmod(partial, 0o640)

@@ -14,7 +14,6 @@ processes so the training is not held up by it.
 
 from __future__ import annotations
 
-import csv
 import functools
 import importlib.resources
 import logging
@@ -28,6 +27,7 @@ import torch
 import yaml
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from msprobe.core import spreadsheet
 from msprobe.core.dump.writer import make_dir
 from msprobe.core.errors import UsageError
 from msprobe.core.processes import worker_pool
@@ -161,7 +161,7 @@ class PtdbgDispatch(TorchDispatchMode):
         self._pool: ProcessPoolExecutor | None = None
         self._pending: list[tuple[Future, str, list, list]] = []
         with open(self.csv_path, "w", newline="", encoding="utf-8") as handle:
-            csv.writer(handle).writerow(COLUMNS)
+            spreadsheet.writer(handle).writerow(COLUMNS)
 
     # -- context ------------------------------------------------------------------------
     def __enter__(self) -> PtdbgDispatch:
@@ -244,7 +244,7 @@ class PtdbgDispatch(TorchDispatchMode):
             self.failed += 1
             logger.warning("PtdbgDispatch: %s Failed", label)
         with open(self.csv_path, "a", newline="", encoding="utf-8") as handle:
-            csv.writer(handle).writerows(rows)
+            spreadsheet.writer(handle).writerows(rows)
         op = label.rsplit(".", 1)[0]
         if (
             self.dump_mode == "all"

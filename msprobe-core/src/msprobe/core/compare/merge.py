@@ -17,6 +17,7 @@ from msprobe.core.compare.mapping import _read_yaml
 from msprobe.core.compare.report import timestamp
 from msprobe.core.dump.writer import make_dir
 from msprobe.core.errors import DataFileError
+from msprobe.core.spreadsheet import safe_table
 
 _RANK_FILE = re.compile(r"^compare_result_rank(?P<rank>\d+)_\d+\.(?P<suffix>xlsx|csv)$")
 STATISTICS_INDEX = STATISTICS_METRICS
@@ -75,7 +76,7 @@ def merge_results(input_dir: str | Path, output_dir: str | Path, config_path: st
                 columns[f"rank{rank}"] = chosen.set_index("NPU Name")[index]
             merged = pd.DataFrame(columns)
             merged.index.name = "NPU Name"
-            merged.reset_index().to_excel(writer, sheet_name=index[:31], index=False)
+            safe_table(merged.reset_index()).to_excel(writer, sheet_name=index[:31], index=False)
     temporary.replace(output)
     return output
 

@@ -14,6 +14,7 @@ import pandas as pd
 
 from msprobe.core.compare.engine import CompareResult
 from msprobe.core.dump.writer import make_dir
+from msprobe.core.spreadsheet import safe_table
 
 XLSX_ROW_LIMIT = 1_048_575
 FILLS = {"red": "FFFF0000", "yellow": "FFFFFF00"}
@@ -31,7 +32,7 @@ def _replace(temporary: Path, final: Path) -> Path:
 
 def write_csv(table: pd.DataFrame, path: Path) -> Path:
     temporary = path.with_name(f".{path.name}.tmp")
-    table.to_csv(temporary, index=False)
+    safe_table(table).to_csv(temporary, index=False)
     return _replace(temporary, path)
 
 
@@ -47,7 +48,8 @@ def write_xlsx(table: pd.DataFrame, highlight: dict[int, str], path: Path) -> Pa
     import xlsxwriter
 
     temporary = path.with_name(f".{path.name}.tmp.xlsx")
-    workbook = xlsxwriter.Workbook(str(temporary), {"constant_memory": True})
+    # text that looks like a formula (an API name from someone's dump.json) stays text
+    workbook = xlsxwriter.Workbook(str(temporary), {"constant_memory": True, "strings_to_formulas": False})
     try:
         sheet = workbook.add_worksheet("Sheet")
         bold = workbook.add_format({"bold": True})

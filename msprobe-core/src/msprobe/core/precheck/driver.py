@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from msprobe.core import spreadsheet
 from msprobe.core.dump.reader import read_dump
 from msprobe.core.precheck.metrics import DETAIL_COLUMNS, RESULT_COLUMNS, SKIP
 from msprobe.core.precheck.results import ResultFiles
@@ -185,7 +186,7 @@ def _reorder(files: ResultFiles, order: list[str]) -> None:
         )  # stable: keeps each API's order
         temporary = path.with_name(f".{path.name}.tmp")
         with open(temporary, "w", encoding="utf-8-sig", newline="") as handle:
-            writer = csv.writer(handle)
+            writer = spreadsheet.writer(handle)
             writer.writerow(columns)
             writer.writerows(rows)
         temporary.replace(path)

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from msprobe.core import spreadsheet
 from msprobe.core.dump.writer import make_dir
 from msprobe.core.errors import DataFileError
 from msprobe.core.precheck.metrics import DETAIL_COLUMNS, ERROR, NA, PASS, RESULT_COLUMNS, WARNING, overall
@@ -160,7 +161,7 @@ def api_precision_compare(npu_csv: str | Path, gpu_csv: str | Path, output_dir: 
     per_api: dict[str, dict[str, list[str]]] = {}
     messages: dict[str, list[str]] = {}
     with open(details_path, "w", encoding="utf-8-sig", newline="") as handle:
-        writer = csv.writer(handle)
+        writer = spreadsheet.writer(handle)
         writer.writerow(COMPARE_DETAIL_COLUMNS)
         for name, npu_row in npu.items():
             gpu_row = gpu.get(name)
@@ -185,7 +186,7 @@ def api_precision_compare(npu_csv: str | Path, gpu_csv: str | Path, output_dir: 
                 messages.setdefault(api, []).append(f"{name}: {', '.join(judged.failed)}")
     errors = 0
     with open(result_path, "w", encoding="utf-8-sig", newline="") as handle:
-        writer = csv.writer(handle)
+        writer = spreadsheet.writer(handle)
         writer.writerow(RESULT_COLUMNS)
         for api, statuses in per_api.items():
             forward, backward = overall(statuses["forward"]), overall(statuses["backward"])

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from msprobe.core import spreadsheet
 from msprobe.core.dump.writer import make_dir
 from msprobe.core.errors import DataFileError
 from msprobe.core.precheck.metrics import DETAIL_COLUMNS, RESULT_COLUMNS, Detail
@@ -62,7 +63,7 @@ class ResultFiles:
             self.details = Path(output_dir) / f"{DETAILS_PREFIX}{stamp}.csv"
             for path, columns in ((self.result, RESULT_COLUMNS), (self.details, DETAIL_COLUMNS)):
                 with _open_append(path) as handle:
-                    csv.writer(handle).writerow(columns)
+                    spreadsheet.writer(handle).writerow(columns)
             self.done: set[str] = set()
 
     def _recover(self) -> set[str]:
@@ -73,7 +74,7 @@ class ResultFiles:
         if len(kept) != len(details):  # an API was cut between its details and its result
             temporary = self.details.with_name(f".{self.details.name}.tmp")
             with open(temporary, "w", newline="", encoding="utf-8-sig") as handle:
-                writer = csv.writer(handle)
+                writer = spreadsheet.writer(handle)
                 writer.writerow(DETAIL_COLUMNS)
                 writer.writerows(kept)
             temporary.replace(self.details)
@@ -81,9 +82,9 @@ class ResultFiles:
 
     def write_api(self, api_name: str, forward: str, backward: str, message: str, details: Iterable[Detail]) -> None:
         with _open_append(self.details) as handle:
-            csv.writer(handle).writerows(detail.row() for detail in details)
+            spreadsheet.writer(handle).writerows(detail.row() for detail in details)
         with _open_append(self.result) as handle:
-            csv.writer(handle).writerow([api_name, forward, backward, message])
+            spreadsheet.writer(handle).writerow([api_name, forward, backward, message])
         self.done.add(api_name)
 
 
