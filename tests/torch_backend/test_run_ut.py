@@ -257,3 +257,21 @@ def test_api_precision_compare_flags_the_worse_device(dumps, tmp_path, monkeypat
     assert relu["比对算法"] == "二进制一致法" and relu["二进制一致错误率判定结果"] == "pass"
     bad = CliRunner().invoke(cli, ["api_precision_compare", "-npu", str(dumps["tensor"]), "-gpu", str(gpu)])
     assert bad.exit_code == 1 and "not an accuracy_checking_details file" in bad.output
+
+
+def test_a_data_name_outside_the_dump_is_never_read(tmp_path):
+    """The API is skipped with a message naming the file name; /etc/passwd is not opened as a tensor."""
+    import shutil
+
+    from paths import REFERENCE_DUMPS
+
+    shutil.copytree(REFERENCE_DUMPS / "pytorch" / "tensor_L1" / "step0" / "rank", tmp_path / "dump")
+    path = tmp_path / "dump" / "dump.json"
+    data = json.loads(path.read_text())
+    data["data"]["Functional.relu.0.forward"]["input_args"][0]["data_name"] = "../../../etc/passwd"
+    path.write_text(json.dumps(data))
+    result = CliRunner().invoke(cli, ["-f", "pytorch", "run_ut", "-api_info", str(path), "-o", str(tmp_path / "out")])
+    assert "Traceback" not in result.output, result.output
+    rows = list(csv.reader(next((tmp_path / "out").glob("accuracy_checking_result_*.csv")).open()))
+    [relu] = [row for row in rows if row[0] == "Functional.relu.0.forward"]
+    assert relu[1] == "SKIP" and "'../../../etc/passwd' is not a file name inside the dump folder" in relu[-1]

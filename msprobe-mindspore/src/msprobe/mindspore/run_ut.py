@@ -86,6 +86,7 @@ def torch_twin(key: str) -> Callable | None:
 
 class InputBuilder:
     def __init__(self, dump: Dump, seed_name: str):
+        self.dump = dump
         self.folder = dump.tensor_dir()
         self.rng = seeded_rng(seed_name)
 
@@ -94,8 +95,8 @@ class InputBuilder:
 
     def array(self, summary: dict) -> np.ndarray:
         name = summary.get("data_name")
-        if name and self.folder is not None and (self.folder / name).exists():
-            return np.load(self.folder / name, allow_pickle=False)
+        if name and self.folder is not None and (path := self.dump.tensor_file(name)) is not None:
+            return np.load(path, allow_pickle=False)
         dtype = _NUMPY_DTYPES.get(summary.get("dtype", ""))
         if dtype is None:
             raise Unsupported(f"cannot generate a {summary.get('dtype')} tensor")

@@ -109,8 +109,8 @@ class InputBuilder:
         if name and name in self.arrays:  # online pre-check: the tensor came over the wire
             tensor = torch.from_numpy(np.array(self.arrays[name]))
             tensor = tensor.to(dtype) if dtype is not None and tensor.dtype != dtype else tensor
-        elif name and self.folder is not None and (self.folder / name).exists():
-            tensor = torch.load(self.folder / name, map_location="cpu", weights_only=True)
+        elif name and self.folder is not None and (path := self.dump.tensor_file(name)) is not None:
+            tensor = torch.load(path, map_location="cpu", weights_only=True)
         else:
             tensor = self.generate(summary)
         return tensor.requires_grad_(bool(summary.get("requires_grad"))) if tensor.is_floating_point() else tensor

@@ -417,15 +417,14 @@ def tensor_loader(readers: dict[str, Callable[[Path], np.ndarray]]) -> TensorLoa
     cache: dict[Path, np.ndarray | None] = {}
 
     def load(dump: Dump, row: Row) -> np.ndarray | None:
-        folder = dump.tensor_dir()
-        if folder is None or not row.data_name:
+        path = dump.tensor_file(row.data_name, row.entry)
+        if path is None:
             return None
-        path = folder / row.data_name
         if path in cache:
             return cache[path]
         reader = readers.get(path.suffix)
         value = None
-        if reader is not None and path.exists():
+        if reader is not None:
             try:
                 value = reader(path)
             except Exception as exc:

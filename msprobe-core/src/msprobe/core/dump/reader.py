@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,6 +53,33 @@ class Dump:
             if recorded.is_dir():
                 return recorded
         return None
+
+    def tensor_file(self, data_name: str | None, entry: str = "") -> Path | None:
+        """The file a value's ``data_name`` names, or None when it names none or the file is not there.
+
+        The name comes from a file someone else wrote: it must be a plain file
+        name inside the dump's tensor folder, and what is there a regular file
+        (no link, no FIFO that would hang the reader). Anything else is an
+        error naming the dump, the entry and the name.
+        """
+        if not data_name or data_name == "-1":
+            return None
+        where = f"entry '{entry}': " if entry else ""
+        if Path(data_name).name != data_name or data_name in (".", ".."):
+            raise DataFileError(self.path, f"{where}data_name {data_name!r} is not a file name inside the dump folder")
+        folder = self.tensor_dir()
+        if folder is None:
+            return None
+        path = folder / data_name
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise DataFileError(path, f"{where}cannot be read ({exc.strerror})") from None
+        if not stat.S_ISREG(mode):
+            raise DataFileError(path, f"{where}data_name {data_name!r} is not a regular file")
+        return path
 
 
 def _load_json(path: Path, what: str) -> Any:
