@@ -2,6 +2,7 @@
 
 import csv
 import json
+import math
 import os
 import subprocess
 import sys
@@ -217,9 +218,18 @@ def test_run_overflow_check_tells_normal_from_abnormal(tmp_path):
             "requires_grad": False,
         }
 
-    data = {  # 300 * 300 * 4 overflows float16 on any device; 1 + 1 overflows nowhere
-        "Torch.matmul.0.forward": {"input_args": [tensor("a.pt", 300.0), tensor("b.pt", 300.0)], "input_kwargs": {}},
-        "Torch.add.0.forward": {"input_args": [tensor("c.pt", 1.0), tensor("d.pt", 1.0)], "input_kwargs": {}},
+    overflowed = [{"type": "torch.Tensor", "dtype": "torch.float16", "shape": [4, 4], "Max": math.inf, "Min": 0.0}]
+    data = {  # 300 * 300 * 4 overflows float16 on any device; 1 + 1 overflows nowhere (the device said it did)
+        "Torch.matmul.0.forward": {
+            "input_args": [tensor("a.pt", 300.0), tensor("b.pt", 300.0)],
+            "input_kwargs": {},
+            "output": overflowed,
+        },
+        "Torch.add.0.forward": {
+            "input_args": [tensor("c.pt", 1.0), tensor("d.pt", 1.0)],
+            "input_kwargs": {},
+            "output": overflowed,
+        },
     }
     header = {"task": "overflow_check", "level": "L1", "framework": "pytorch", "dump_data_dir": None}
     (tmp_path / "dump.json").write_text(json.dumps({**header, "data": data}))
@@ -275,3 +285,11 @@ def test_a_data_name_outside_the_dump_is_never_read(tmp_path):
     rows = list(csv.reader(next((tmp_path / "out").glob("accuracy_checking_result_*.csv")).open()))
     [relu] = [row for row in rows if row[0] == "Functional.relu.0.forward"]
     assert relu[1] == "SKIP" and "'../../../etc/passwd' is not a file name inside the dump folder" in relu[-1]
+
+
+def test_run_overflow_check_on_a_dump_without_overflow_says_so_and_fails(tmp_path):
+    """A statistics dump of a healthy run: nothing overflowed, so nothing is called an overflow (exit non-zero)."""
+    dump = REFERENCE_DUMPS / "pytorch" / "tensor_L1" / "step0" / "rank" / "dump.json"
+    result = CliRunner().invoke(cli, ["-f", "pytorch", "run_overflow_check", "-api_info", str(dump)])
+    assert result.exit_code != 0 and "overflow is" not in result.output
+    assert "no API overflowed in this dump" in result.output

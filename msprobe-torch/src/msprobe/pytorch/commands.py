@@ -45,7 +45,7 @@ def run_overflow_check_command(api_info: Path, jit_compile: bool, device: str | 
 
     verdicts = rerun_overflows(read_dump(api_info))
     if not verdicts:
-        raise MsprobeError(f"{api_info}: no forward API entries to re-run")
+        raise MsprobeError(f"{api_info}: no API overflowed in this dump (no forward output holds inf or nan)")
     for name, verdict in verdicts:
         click.echo(f"The {name} overflow is {verdict}.")
 

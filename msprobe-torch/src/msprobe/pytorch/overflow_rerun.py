@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import torch
 
+from msprobe.core.dump.overflow import has_nonfinite
 from msprobe.core.dump.reader import Dump
 from msprobe.pytorch.run_ut import InputBuilder, Unsupported, _prepare, resolve
 from msprobe.pytorch.tensor_io import tensors_in
 
 
 def rerun_overflows(dump: Dump) -> list[tuple[str, str]]:
+    """A verdict for each forward API whose dumped output holds inf or nan; none when nothing overflowed."""
     verdicts = []
     for name, entry in dump.data.items():
         if not name.endswith(".forward") or name.startswith("Module."):
+            continue
+        if not has_nonfinite(entry.get("output")):  # a statistics or tensor dump holds every API, most fine
             continue
         try:
             builder = InputBuilder(dump, name)
