@@ -1180,3 +1180,35 @@ def test_a_module_handing_its_input_back_passes_the_gradient_through(tmp_path):
     entry = load(tmp_path).data["Module.1.Dropout.backward.0"]
     for side in ("input", "output"):  # the gradient arriving, and the one passed on to the Linear
         assert (entry[side][0]["Max"], entry[side][0]["Min"]) == (2.0, 2.0), side
+
+
+def test_a_step_whose_files_cannot_be_written_never_lends_its_folder_to_the_next(tmp_path, monkeypatch, caplog):
+    """A full disk at step 0's end: step 1's entries and files go to step 1's folder, and the log says what of
+    step 0 was lost, with its step, rank and path."""
+    import errno
+
+    from msprobe.core.dump import writer as writer_module
+
+    real_close = writer_module.DumpWriter.close
+
+    def full_disk_on_step0(self):
+        if "step0" in str(self.folder):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_close(self)
+
+    monkeypatch.setattr(writer_module.DumpWriter, "close", full_disk_on_step0)
+    debugger = PrecisionDebugger(task="tensor", level="L1", dump_path=str(tmp_path))
+    for step in range(2):
+        debugger.start()
+        torch.relu(torch.full((2,), float(step + 1)))
+        debugger.stop()
+        with caplog.at_level(logging.WARNING, logger="msprobe"):
+            debugger.step()
+    step0 = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]  # flushed before the end
+    assert "Torch.relu.1.forward" not in step0 and step0["Torch.relu.0.forward"]["output"][0]["Max"] == 1.0
+    step1 = load(tmp_path, 1)
+    assert step1.data["Torch.relu.0.forward"]["output"][0]["Max"] == 2.0  # step 1's value, in step 1's folder
+    assert (tmp_path / "step1" / "rank" / "dump_tensor_data" / "Torch.relu.0.forward.output.0.pt").exists()
+    assert not (tmp_path / "step0" / "rank" / "dump_tensor_data" / "Torch.relu.1.forward.output.0.pt").exists()
+    message = caplog.text
+    assert "step 0, rank -" in message and str(tmp_path / "step0" / "rank") in message and "No space left" in message

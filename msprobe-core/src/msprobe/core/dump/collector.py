@@ -17,7 +17,8 @@ from msprobe.core.dump.backward_names import BackwardNumbering
 from msprobe.core.dump.filters import DataModeFilter, NameFilter, ScopeFilter
 from msprobe.core.dump.overflow import InputScreen, OverflowCounter
 from msprobe.core.dump.values import ValueEncoder
-from msprobe.core.dump.writer import NO_PARENT, DumpWriter
+from msprobe.core.dump.writer import JOURNAL_NAME, NO_PARENT, DumpWriter
+from msprobe.core.errors import DataFileError
 from msprobe.core.session import TaskSession
 
 logger = logging.getLogger(__name__)
@@ -82,11 +83,25 @@ class DumpCollector:
             self.writer.flush()
 
     def close_step(self) -> None:
-        if self.writer is not None:
-            self._settle_values()
-            self.writer.close()
-            self.writer = None
+        """Write the step's files. The writer is let go first, whatever happens: a step whose files cannot be
+        written (a full disk) must never lend its folder and journal to the next step's entries."""
+        writer, self.writer = self.writer, None
         self.backward_numbering.reset()
+        if writer is None:
+            return
+        self._set_tensor_dir(None)  # the next step's tensor files go to its own folder, made when it opens
+        try:
+            self._settle_values()
+            writer.close()
+        except Exception as exc:
+            folder = getattr(writer, "folder", self.session.dump_dir)
+            lost = len(getattr(writer, "data", ()))
+            raise DataFileError(
+                folder,
+                f"step {self.session.step}, rank {self.session.rank if self.session.rank is not None else '-'}: "
+                f"dump.json, stack.json and construct.json could not be written ({exc}); the step's {lost} "
+                f"entries are kept only in {folder / JOURNAL_NAME}, as far as it could be written",
+            ) from exc
 
     def _settle_values(self) -> None:
         if self.settle_values is not None:
