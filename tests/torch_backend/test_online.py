@@ -26,8 +26,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_receiver(tmp_path, name, port=None, tls_path="", nfs_path=None):
+def start_receiver(tmp_path, name, port=None, tls_path="", nfs_path=None, extra=None):
     section = {"is_online": True, "host": "127.0.0.1", "port": port, "rank_list": [0], "tls_path": tls_path}
+    section.update(extra or {})
     if nfs_path:
         section.update({"nfs_path": str(nfs_path), "port": None})
     config = tmp_path / f"{name}.json"
@@ -59,8 +60,9 @@ def start_receiver(tmp_path, name, port=None, tls_path="", nfs_path=None):
     return process
 
 
-def train_online(tmp_path, port=None, tls_path="", nfs_path=None, steps=1):
+def train_online(tmp_path, port=None, tls_path="", nfs_path=None, steps=1, extra=None):
     section = {"online_run_ut": True, "host": "127.0.0.1", "port": port, "tls_path": tls_path}
+    section.update(extra or {})
     if nfs_path:
         section.update({"nfs_path": str(nfs_path), "port": None})
     config = tmp_path / "send.json"
@@ -247,3 +249,34 @@ def test_shared_directory_mode(tmp_path, offline):
     assert receiver.wait(timeout=120) == 0, receiver.stderr.read()[-2000:]
     assert sender.dropped == 0 and not list(shared.glob("*.tmp"))
     assert results(tmp_path / "recv") == offline
+
+
+def test_sigterm_stops_the_shared_folder_receiver_within_seconds_even_with_a_fifo(tmp_path):
+    import os
+    import signal
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.mkfifo(shared / "x_000000001.msprobe")  # used to block the receiver's read for good
+    process = start_receiver(tmp_path, "fifo", nfs_path=shared)
+    deadline = time.time() + 60
+    while not (shared / "rejected" / "x_000000001.msprobe").exists() and time.time() < deadline:
+        time.sleep(0.1)
+    assert (shared / "rejected" / "x_000000001.msprobe").exists()  # moved aside, not read
+    started = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=30)
+    assert time.monotonic() - started < 5
+    assert "Traceback" not in process.stderr.read()
+
+
+def test_a_token_receiver_serves_a_sender_with_the_token(tmp_path, offline):
+    """The token goes in the HELLO frame; the results are those of a receiver without one."""
+    token = tmp_path / "token"
+    token.write_text("0123456789abcdef\n")
+    port = free_port()
+    process = start_receiver(tmp_path, "tok", port=port, extra={"auth_token_path": str(token)})
+    train_online(tmp_path, port=port, extra={"auth_token_path": str(token)})
+    _stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr
+    assert results(tmp_path / "tok") == offline

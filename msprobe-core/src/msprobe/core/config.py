@@ -228,6 +228,10 @@ class TensorSection(_ScopedSection):
     tls_path: str | None = Field(
         default=None, description="Online pre-check: folder with client.key and client.crt; '' for plain TCP."
     )
+    auth_token_path: str | None = Field(
+        default=None,
+        description="Online pre-check: a file holding the shared token the receiver expects (not in the reference).",
+    )
     online_run_ut_recompute: bool = Field(
         default=False, description="Online pre-check: the model uses recomputation (skip backward checks)."
     )
@@ -252,6 +256,22 @@ class RunUtSection(_Section):
     rank_list: list[int] = Field(default_factory=lambda: [0], description="Ranks whose APIs are checked online.")
     tls_path: str | None = Field(
         default=None, description="Online pre-check: folder with server.key and server.crt; '' for plain TCP."
+    )
+    # the receiver's protection (not in the reference's config): see docs/security.md
+    auth_token_path: str | None = Field(
+        default=None, description="Online pre-check: a file holding the token every sender must present."
+    )
+    allow_plain_remote: bool = Field(
+        default=False,
+        description="Online pre-check: listen beyond this machine over plain TCP with no token (anyone may send).",
+    )
+    max_connections: int = Field(default=64, gt=0, description="Online pre-check: connections open at once.")
+    max_frame_mb: int = Field(default=256, gt=0, description="Online pre-check: largest frame (one API) in MiB.")
+    idle_timeout: float = Field(
+        default=120.0, gt=0, description="Online pre-check: seconds a connection may wait mid-frame or between frames."
+    )
+    max_waiting_forwards: int = Field(
+        default=4096, gt=0, description="Online pre-check: forwards kept waiting for their backward (oldest dropped)."
     )
 
 

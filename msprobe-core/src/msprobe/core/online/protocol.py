@@ -15,9 +15,12 @@ import io
 import json
 import struct
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from msprobe.core.errors import DataFileError
 
 MAGIC = b"MSPB"
 VERSION = 1
@@ -39,12 +42,28 @@ class ApiMessage:
     arrays: dict[str, np.ndarray] = field(default_factory=dict)  # data_name -> tensor
 
 
+def read_token(path: str | Path | None) -> str | None:
+    """The shared token from its file (the token itself never sits in the config)."""
+    if not path:
+        return None
+    file = Path(path)
+    try:
+        token = file.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataFileError(file, f"cannot read the token file ({exc})") from None
+    if not token:
+        raise DataFileError(file, "the token file is empty")
+    return token
+
+
 def frame(kind: int, payload: bytes) -> bytes:
     return PREFIX.pack(MAGIC, VERSION, kind, len(payload)) + payload
 
 
 def parse_prefix(prefix: bytes, max_frame: int) -> tuple[int, int]:
-    magic, version, kind, length = PREFIX.unpack(prefix)
+    if len(prefix) < PREFIX.size:
+        raise ProtocolError(f"{len(prefix)} bytes: shorter than a frame header ({PREFIX.size})")
+    magic, version, kind, length = PREFIX.unpack(prefix[: PREFIX.size])
     if magic != MAGIC or version != VERSION or kind not in KINDS:
         raise ProtocolError("not an msprobe online frame")
     if length > max_frame:
@@ -82,11 +101,42 @@ def decode_api(payload: bytes) -> ApiMessage:
             offset += length
         if offset != len(payload):
             raise ProtocolError("API frame has trailing bytes")
-        return ApiMessage(int(header["rank"]), int(header["step"]), dict(header["entries"]), arrays)
+        rank, step, entries = header["rank"], header["step"], header["entries"]
+        if type(rank) is not int or type(step) is not int or rank < 0 or step < 0 or not isinstance(entries, dict):
+            raise ProtocolError("API frame: rank and step must be non-negative integers, entries an object")
+        return ApiMessage(rank, step, entries, arrays)
     except ProtocolError:
         raise
     except Exception as exc:  # malformed JSON, truncated blobs, a pickled array...
         raise ProtocolError(f"malformed API frame ({type(exc).__name__}: {exc})") from None
+
+
+_COUNTS = ("sent", "dropped", "rank")
+_MAX_NAME = 128
+
+
+def decode_hello(payload: bytes) -> tuple[str | None, str | None]:
+    """(sender name, token) of a HELLO frame; each a short string when present."""
+    value = decode_json(payload)
+    sender, token = value.get("sender"), value.get("token")
+    for field_name, text in (("sender", sender), ("token", token)):
+        if text is not None and (not isinstance(text, str) or len(text) > _MAX_NAME * 8):
+            raise ProtocolError(f"HELLO frame: '{field_name}' must be a short string")
+    if sender is not None and (len(sender) > _MAX_NAME or not sender.isprintable()):
+        raise ProtocolError("HELLO frame: 'sender' must be a short printable name")
+    return sender, token
+
+
+def decode_done(payload: bytes) -> dict[str, int]:
+    """The counts of a DONE frame, each a non-negative integer (a missing one is 0)."""
+    value = decode_json(payload)
+    counts = {}
+    for key in _COUNTS:
+        number = value.get(key, 0)
+        if type(number) is not int or not 0 <= number < 2**63:
+            raise ProtocolError(f"DONE frame: '{key}' must be a non-negative integer, not {number!r}")
+        counts[key] = number
+    return counts
 
 
 def decode_json(payload: bytes) -> dict:

@@ -13,17 +13,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
+import ipaddress
 import json
 import logging
 import os
 import signal
 import ssl
+import stat
+import time
+from collections import defaultdict
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from msprobe.core.dump.reader import Dump
+from msprobe.core.errors import UsageError
 from msprobe.core.online import protocol
 from msprobe.core.precheck.driver import _load, select
 from msprobe.core.precheck.results import ResultFiles
@@ -65,6 +71,58 @@ def server_ssl_context(tls_path: str) -> ssl.SSLContext:
     return context
 
 
+@dataclass
+class Limits:
+    """What one receiver grants: all configurable (run_ut section), defaults safe for a shared cluster."""
+
+    max_connections: int = 64
+    max_frame: int = 256 << 20
+    idle_timeout: float = 120.0  # seconds a connection may wait between frames or mid-frame
+    max_waiting_forwards: int = 4096
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve anywhere
+
+
+class _RateLimitedLog:
+    """The first few warnings of a kind, then one in a thousand: a flood of bad peers cannot flood the log."""
+
+    def __init__(self, first: int = 20, every: int = 1000):
+        self.first, self.every = first, every
+        self.counts: dict[str, int] = defaultdict(int)
+
+    def note(self, kind: str, message: str, *args: Any) -> None:
+        self.counts[kind] += 1
+        count = self.counts[kind]
+        if count <= self.first or count % self.every == 0:
+            suffix = f" ({count} so far)" if count > self.first else ""
+            logger.warning(message + suffix, *args)
+
+
+class _AcceptErrorFilter(logging.Filter):
+    """asyncio logs each failed accept (out of file descriptors) with a traceback: keep one a minute."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last = 0.0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "accept" not in record.getMessage():
+            return True
+        now = time.monotonic()
+        if now - self.last < 60:
+            return False
+        self.last = now
+        record.exc_info = None
+        return True
+
+
 class Receiver:
     def __init__(
         self,
@@ -75,14 +133,26 @@ class Receiver:
         black_list: list[str] | None = None,
         recompute: bool = False,
         workers: int = 2,
-        max_frame: int = protocol.DEFAULT_MAX_FRAME,
+        max_frame: int | None = None,
+        token: str | None = None,
+        limits: Limits | None = None,
+        allow_plain_remote: bool = False,
     ):
+        self.limits = limits or Limits()
+        if max_frame is not None:
+            self.limits.max_frame = max_frame
+        self.token = token
+        self.allow_plain_remote = allow_plain_remote
+        self.log = _RateLimitedLog()
+        self.refused_connections = 0
+        self.evicted_forwards = 0
+        self.interrupted = False
         self.files = ResultFiles(Path(output_dir))
         self.runner_path = runner_path
         self.rank_list = set(rank_list or [])
         self.white_list, self.black_list = white_list or [], black_list or []
         self.recompute = recompute
-        self.max_frame = max_frame
+        self.max_frame = self.limits.max_frame
         self.pool = worker_pool(workers)
         self.pending: dict[tuple[int, str], Pending] = {}
         self.futures: list[Future] = []
@@ -110,11 +180,19 @@ class Receiver:
                     self._submit(item, name)
                 else:
                     self.pending[key] = item
+                    self._evict_oldest()
             elif name.endswith(".backward") and key in self.pending:
                 item = self.pending.pop(key)
                 item.entries[name] = entry
                 item.arrays.update(message.arrays)
                 self._submit(item, f"{base}.forward")
+
+    def _evict_oldest(self) -> None:
+        """Forwards waiting for a backward are bounded: past the limit the oldest are dropped and counted."""
+        while len(self.pending) > self.limits.max_waiting_forwards:
+            self.pending.pop(next(iter(self.pending)))
+            self.evicted_forwards += 1
+            self.log.note("evict", "online run_ut: a forward waited too long for its backward and was dropped")
 
     def _flush_older(self, rank: int, step: int) -> None:
         """Forwards of a finished step will get no backward any more: check them alone."""
@@ -142,11 +220,10 @@ class Receiver:
         self.checked += 1
 
     def on_done(self, sender: str, stats: dict) -> None:
+        """``stats``: a DONE frame's counts, already checked (protocol.decode_done)."""
         record = self.senders.setdefault(sender, SenderStats())
         record.done = True
-        record.sent = int(stats.get("sent", 0))
-        record.dropped = int(stats.get("dropped", 0))
-        record.rank = int(stats.get("rank", 0))
+        record.sent, record.dropped, record.rank = stats["sent"], stats["dropped"], stats["rank"]
         if record.dropped:
             logger.warning("online run_ut: sender %s (rank %d) dropped %d APIs", sender, record.rank, record.dropped)
         self._maybe_stop()
@@ -158,28 +235,46 @@ class Receiver:
     # -- TCP / TLS -----------------------------------------------------------------------------
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
+        if self.open_connections >= self.limits.max_connections:
+            self.refused_connections += 1
+            self.log.note(
+                "connections", "online run_ut: %s refused: %d connections are open", peer, self.open_connections
+            )
+            writer.close()
+            return
         self.open_connections += 1
         sender = f"{peer}"
+        authenticated = self.token is None  # mutual TLS or a loopback-only listener; else the HELLO's token
         try:
             while True:
                 try:
-                    prefix = await reader.readexactly(protocol.PREFIX.size)
-                except asyncio.IncompleteReadError:
+                    prefix = await self._read(reader, protocol.PREFIX.size)
+                except asyncio.IncompleteReadError as exc:
+                    if exc.partial:
+                        raise
                     break  # the sender went away between frames
                 kind, length = protocol.parse_prefix(prefix, self.max_frame)
-                payload = await reader.readexactly(length)
+                payload = await self._read(reader, length)
                 if kind == protocol.HELLO:
-                    sender = str(protocol.decode_json(payload).get("sender", sender))
+                    name, token = protocol.decode_hello(payload)
+                    if self.token is not None and (token is None or not hmac.compare_digest(token, self.token)):
+                        raise protocol.ProtocolError("wrong or missing token")
+                    authenticated = True
+                    sender = name or sender
                     self.senders.setdefault(sender, SenderStats()).connections += 1
+                elif not authenticated:
+                    raise protocol.ProtocolError("a frame before the HELLO that names this receiver's token")
                 elif kind == protocol.API:
                     self.on_api(protocol.decode_api(payload))
                 elif kind == protocol.DONE:
-                    self.on_done(sender, protocol.decode_json(payload))
+                    self.on_done(sender, protocol.decode_done(payload))
         except protocol.ProtocolError as exc:
             self.rejected_frames += 1
-            logger.warning("online run_ut: %s sent a bad frame (%s); connection closed", peer, exc)
-        except (asyncio.IncompleteReadError, ConnectionError) as exc:
-            logger.warning("online run_ut: %s disconnected mid-frame (%s)", peer, type(exc).__name__)
+            self.log.note("frame", "online run_ut: %s sent a bad frame (%s); connection closed", peer, exc)
+        except asyncio.TimeoutError:
+            self.log.note("idle", "online run_ut: %s was idle too long; connection closed", peer)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
+            self.log.note("cut", "online run_ut: %s disconnected mid-frame (%s)", peer, type(exc).__name__)
         finally:
             self.open_connections -= 1
             writer.close()
@@ -187,24 +282,46 @@ class Receiver:
                 await writer.wait_closed()
             self._maybe_stop()
 
+    async def _read(self, reader: asyncio.StreamReader, size: int) -> bytes:
+        """Exactly ``size`` bytes, or a timeout: a half-sent frame never holds a connection open for good."""
+        return await asyncio.wait_for(reader.readexactly(size), self.limits.idle_timeout)
+
+    def check_exposure(self, host: str, tls_path: str | None) -> None:
+        """Plain TCP with no token is for this machine only, unless the config says otherwise."""
+        if not tls_path and self.token is None and not is_loopback(host) and not self.allow_plain_remote:
+            raise UsageError(
+                f"online run_ut would listen on {host} over plain TCP with no token: anyone who can reach it "
+                "could add results or end the run. Set run_ut.tls_path (mutual TLS) or run_ut.auth_token_path, "
+                "or run_ut.allow_plain_remote: true to accept that"
+            )
+
     async def serve_tcp(self, host: str, port: int, tls_path: str | None) -> None:
+        self.check_exposure(host, tls_path)
         context = server_ssl_context(tls_path) if tls_path else None
         server = await asyncio.start_server(self.handle, host, port, ssl=context)
-        logger.warning("online run_ut: listening on %s:%d (%s)", host, port, "TLS" if context else "plain TCP")
+        how = "TLS" if context else "plain TCP"
+        logger.warning("online run_ut: listening on %s:%d (%s%s)", host, port, how, ", token" if self.token else "")
         async with server:
             await self.stopped.wait()
 
     # -- shared directory ----------------------------------------------------------------------
     async def serve_directory(self, folder: str | Path, poll_seconds: float = 0.05) -> None:
-        """Frames written by senders as NAME.msprobe (renamed into place when complete)."""
+        """Frames written by senders as NAME.msprobe (renamed into place when complete).
+
+        A file that is no frame (short, corrupt, too large) or no regular file
+        (a FIFO would block the reader) goes to ``rejected/`` with one log line,
+        so a restart does not meet it again.
+        """
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         while not self.stopped.is_set():
             for path in sorted(folder.glob("*.msprobe")):
+                if self.stopped.is_set():
+                    break
                 sender = path.name.split("_", 1)[0]
                 try:
-                    data = path.read_bytes()
-                    kind, length = protocol.parse_prefix(data[: protocol.PREFIX.size], self.max_frame)
+                    data = self._read_frame_file(path)
+                    kind, length = protocol.parse_prefix(data, self.max_frame)
                     payload = data[protocol.PREFIX.size :]
                     if len(payload) != length:
                         raise protocol.ProtocolError("file is cut short")
@@ -212,12 +329,40 @@ class Receiver:
                     if kind == protocol.API:
                         self.on_api(protocol.decode_api(payload))
                     elif kind == protocol.DONE:
-                        self.on_done(sender, protocol.decode_json(payload))
+                        self.on_done(sender, protocol.decode_done(payload))
                 except protocol.ProtocolError as exc:
                     self.rejected_frames += 1
-                    logger.warning("online run_ut: %s is not a valid frame (%s); skipped", path.name, exc)
+                    self._reject(folder, path, str(exc))
+                    continue
                 path.unlink(missing_ok=True)
             await asyncio.sleep(poll_seconds)
+
+    def _read_frame_file(self, path: Path) -> bytes:
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            raise protocol.ProtocolError("vanished") from None
+        if not stat.S_ISREG(info.st_mode):
+            raise protocol.ProtocolError("not a regular file")
+        if info.st_size > self.max_frame + protocol.PREFIX.size:
+            raise protocol.ProtocolError(f"{info.st_size} bytes is over the frame limit of {self.max_frame}")
+        try:
+            with open(path, "rb") as handle:  # lstat said regular: opening cannot block
+                return handle.read(self.max_frame + protocol.PREFIX.size + 1)
+        except OSError as exc:
+            raise protocol.ProtocolError(f"cannot be read ({exc.strerror})") from None
+
+    def _reject(self, folder: Path, path: Path, reason: str) -> None:
+        rejected = folder / "rejected"
+        try:
+            rejected.mkdir(mode=0o750, exist_ok=True)
+            os.replace(path, rejected / path.name)
+            where = f"moved to {rejected}"
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            where = f"removed ({exc.strerror} when moving it)"
+        self.log.note("file", "online run_ut: %s is not a valid frame (%s); %s", path.name, reason, where)
 
     # -- running ------------------------------------------------------------------------------
     def run(
@@ -227,26 +372,41 @@ class Receiver:
             loop = asyncio.get_running_loop()
             for number in (signal.SIGTERM, signal.SIGINT):
                 with contextlib.suppress(NotImplementedError, RuntimeError):
-                    loop.add_signal_handler(number, self.stopped.set)
+                    loop.add_signal_handler(number, self._interrupt)
             if nfs_path:
                 await self.serve_directory(nfs_path)
             else:
                 await self.serve_tcp(host or "127.0.0.1", int(port or 0), tls_path)
 
+        if not nfs_path:
+            self.check_exposure(host or "127.0.0.1", tls_path)  # before anything starts
+        accept_filter = _AcceptErrorFilter()
+        logging.getLogger("asyncio").addFilter(accept_filter)
         try:
             asyncio.run(main())
         finally:
-            self.flush_all()
-            for future in list(self.futures):
-                with contextlib.suppress(Exception):
-                    future.result()
-            self.pool.shutdown()
+            logging.getLogger("asyncio").removeFilter(accept_filter)
+            if self.interrupted:  # stopped by a signal: within seconds, leaving queued checks undone
+                self.pool.shutdown(wait=True, cancel_futures=True)
+            else:
+                self.flush_all()
+                for future in list(self.futures):
+                    with contextlib.suppress(Exception):
+                        future.result()
+                self.pool.shutdown()
         return self.write_summary()
+
+    def _interrupt(self) -> None:
+        self.interrupted = True
+        self.stopped.set()
 
     def write_summary(self) -> dict:
         summary = {
             "checked": self.checked,
             "rejected_frames": self.rejected_frames,
+            "refused_connections": self.refused_connections,
+            "evicted_forwards": self.evicted_forwards,
+            "interrupted": self.interrupted,
             "senders": {name: vars(stats) for name, stats in self.senders.items()},
             "dropped": sum(s.dropped for s in self.senders.values()),
         }

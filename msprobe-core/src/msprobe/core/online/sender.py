@@ -51,8 +51,10 @@ class OnlineSender:
         queue_size: int = 64,
         block_seconds: float = 0.5,
         connect_timeout: float = 2.0,
+        token: str | None = None,
     ):
         self.rank = rank
+        self.token = token  # presented in the HELLO frame to a receiver that expects one
         self.host, self.port = host or "127.0.0.1", port
         self.tls_path = tls_path or None
         self.nfs_path = Path(nfs_path) if nfs_path else None
@@ -120,7 +122,8 @@ class OnlineSender:
             _reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(self.host, self.port, ssl=context), self.connect_timeout
             )
-            writer.write(protocol.encode_json(protocol.HELLO, self._stats()))
+            hello = self._stats() if self.token is None else {**self._stats(), "token": self.token}
+            writer.write(protocol.encode_json(protocol.HELLO, hello))
             await writer.drain()
         except (OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
             logger.debug("online pre-check: cannot reach %s:%s (%s)", self.host, self.port, exc)

@@ -80,12 +80,25 @@ def run_ut_commands(runner: str, saver: str, devices: Callable[[str | None], lis
 
     def receive(config: Path, output: Path) -> None:
         from msprobe.core.config import load_config
-        from msprobe.core.online.receiver import Receiver
+        from msprobe.core.online.protocol import read_token
+        from msprobe.core.online.receiver import Limits, Receiver
 
         section = load_config(config).run_ut
         if not section.nfs_path and not section.port:
             raise click.UsageError(f"{config}: run_ut needs port (or nfs_path) for online pre-check")
-        receiver = Receiver(output, runner, section.rank_list, section.white_list, section.black_list)
+        limits = Limits(
+            section.max_connections, section.max_frame_mb << 20, section.idle_timeout, section.max_waiting_forwards
+        )
+        receiver = Receiver(
+            output,
+            runner,
+            section.rank_list,
+            section.white_list,
+            section.black_list,
+            token=read_token(section.auth_token_path),
+            limits=limits,
+            allow_plain_remote=section.allow_plain_remote,
+        )
         click.echo(f"online run_ut: results go to {receiver.files.result}")
         summary = receiver.run(section.host, section.port, section.tls_path, section.nfs_path or None)
         click.echo(

@@ -244,6 +244,7 @@ class TorchDumpRecorder:
 
     def _go_online(self, config: Any) -> None:
         """Online pre-check: entries and their tensors go to the receiver instead of the disk."""
+        from msprobe.core.online.protocol import read_token
         from msprobe.core.online.sender import OnlineSender
         from msprobe.core.online.writer import OnlineWriter
 
@@ -256,6 +257,7 @@ class TorchDumpRecorder:
             nfs_path=section.nfs_path or None,
             queue_size=section.online_queue_size,
             block_seconds=section.online_block_seconds,
+            token=read_token(section.auth_token_path),
         )
         self.summarizer.online = {}
         sender, summarizer, session = self.sender, self.summarizer, self.session

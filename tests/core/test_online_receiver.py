@@ -1,0 +1,162 @@
+"""The online receiver under hostile peers: who may send, what a bad frame does, and its limits.
+
+Connections are driven through in-memory streams (the receiver's own handler), and checks are recorded
+instead of run, so these tests need no framework and no network.
+"""
+
+import asyncio
+import json
+import os
+
+import numpy as np
+import pytest
+
+from msprobe.core.errors import UsageError
+from msprobe.core.online import protocol
+from msprobe.core.online.receiver import Limits, Receiver
+
+
+class _Writer:
+    def __init__(self):
+        self.closed = False
+
+    def get_extra_info(self, name):
+        return ("203.0.113.9", 40000)
+
+    def close(self):
+        self.closed = True
+
+    async def wait_closed(self):
+        return None
+
+
+@pytest.fixture
+def receiver(tmp_path):
+    made = []
+
+    def make(**options):
+        created = Receiver(tmp_path / f"out{len(made)}", "unused:runner", rank_list=[0], workers=1, **options)
+        created.checked_names = []
+        created._submit = lambda item, name: created.checked_names.append(name)
+        made.append(created)
+        return created
+
+    yield make
+    for created in made:
+        created.pool.shutdown(cancel_futures=True)
+
+
+def _api(name="Torch.add.0.forward", rank=0, step=0):
+    entry = {"input_args": [], "input_kwargs": {}, "output": []}
+    return protocol.encode_api(protocol.ApiMessage(rank, step, {name: entry}, {"x.npy": np.ones(2)}))
+
+
+def _drive(receiver, *frames, eof=True):
+    async def run():
+        reader = asyncio.StreamReader()
+        reader.feed_data(b"".join(frames))
+        if eof:
+            reader.feed_eof()
+        writer = _Writer()
+        await receiver.handle(reader, writer)
+        return writer
+
+    return asyncio.run(run())
+
+
+HELLO = protocol.encode_json(protocol.HELLO, {"sender": "rank0-a"})
+DONE = protocol.encode_json(protocol.DONE, {"sender": "rank0-a", "rank": 0, "sent": 1, "dropped": 0})
+
+
+def test_without_a_token_a_loopback_sender_is_trusted(receiver):
+    plain = receiver()
+    _drive(plain, HELLO, _api(), DONE)
+    assert plain.checked_names == ["Torch.add.0.forward"] and plain.stopped.is_set()
+
+
+def test_with_a_token_nobody_else_adds_rows_or_ends_the_run(receiver):
+    guarded = receiver(token="s3cret")
+    _drive(guarded, _api(), DONE)  # no HELLO at all
+    _drive(guarded, protocol.encode_json(protocol.HELLO, {"sender": "x", "token": "guess"}), _api(), DONE)
+    assert guarded.checked_names == [] and not guarded.stopped.is_set() and guarded.rejected_frames == 2
+    hello = protocol.encode_json(protocol.HELLO, {"sender": "rank0-a", "token": "s3cret"})
+    _drive(guarded, hello, _api(), DONE)
+    assert guarded.checked_names == ["Torch.add.0.forward"] and guarded.stopped.is_set()
+
+
+@pytest.mark.parametrize("sent", ["x", -1, 1.5, None, [1]])
+def test_a_done_frame_with_bad_counts_is_refused_without_a_traceback_or_a_stop(receiver, caplog, sent):
+    plain = receiver()
+    writer = _drive(plain, HELLO, protocol.encode_json(protocol.DONE, {"sent": sent}))
+    assert writer.closed and plain.rejected_frames == 1 and not plain.stopped.is_set()
+    assert "Traceback" not in caplog.text and "bad frame" in caplog.text
+
+
+def test_plain_tcp_beyond_this_machine_needs_tls_a_token_or_an_explicit_yes(receiver):
+    with pytest.raises(UsageError, match="plain TCP with no token"):
+        receiver().check_exposure("0.0.0.0", None)
+    receiver().check_exposure("127.0.0.1", None)
+    receiver().check_exposure("::1", None)
+    receiver(token="t").check_exposure("0.0.0.0", None)
+    receiver(allow_plain_remote=True).check_exposure("0.0.0.0", None)
+    receiver().check_exposure("0.0.0.0", "/some/tls/folder")
+
+
+def test_forwards_waiting_for_a_backward_are_bounded(receiver):
+    bounded = receiver(limits=Limits(max_waiting_forwards=3))
+    entry = {"input_args": [{"type": "torch.Tensor", "dtype": "torch.float32", "requires_grad": True}]}
+    for index in range(10):
+        message = protocol.ApiMessage(0, 0, {f"Torch.mul.{index}.forward": entry})
+        bounded.on_api(message)
+    assert len(bounded.pending) == 3 and bounded.evicted_forwards == 7
+    assert [key[1] for key in bounded.pending] == ["Torch.mul.7", "Torch.mul.8", "Torch.mul.9"]
+
+
+def test_a_half_frame_times_out(receiver):
+    slow = receiver(limits=Limits(idle_timeout=0.2))
+    writer = _drive(slow, HELLO, _api()[:20], eof=False)  # then nothing: the handler must give up by itself
+    assert writer.closed and slow.open_connections == 0
+
+
+def test_connections_past_the_limit_are_refused(receiver):
+    full = receiver(limits=Limits(max_connections=2))
+    full.open_connections = 2
+    writer = _drive(full, HELLO, _api())
+    assert writer.closed and full.refused_connections == 1 and full.checked_names == []
+
+
+def test_oversized_frames_are_refused_before_they_are_read(receiver):
+    small = receiver(limits=Limits(max_frame=1000))
+    _drive(small, HELLO, protocol.PREFIX.pack(protocol.MAGIC, protocol.VERSION, protocol.API, 10**12))
+    assert small.rejected_frames == 1 and small.checked_names == []
+
+
+def test_shared_folder_files_that_are_no_frames_go_to_rejected(receiver, tmp_path):
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    (folder / "a_000000001.msprobe").write_bytes(b"")
+    (folder / "b_000000001.msprobe").write_bytes(b"MSPB\x01")
+    (folder / "c_000000001.msprobe").write_bytes(protocol.PREFIX.pack(protocol.MAGIC, 1, protocol.API, 99) + b"x")
+    os.mkfifo(folder / "d_000000001.msprobe")
+    (folder / "s_000000001.msprobe").write_bytes(_api())
+    (folder / "s_000000002.msprobe").write_bytes(DONE)  # one sender: its DONE ends the run
+    shared = receiver()
+
+    async def run():
+        await asyncio.wait_for(shared.serve_directory(folder, poll_seconds=0.01), timeout=10)
+
+    asyncio.run(run())
+    rejected = sorted(path.name for path in (folder / "rejected").iterdir())
+    assert rejected == [f"{letter}_000000001.msprobe" for letter in "abcd"]
+    assert shared.checked_names == ["Torch.add.0.forward"] and shared.rejected_frames == 4
+    assert not list(folder.glob("*.msprobe"))
+
+
+def test_the_summary_counts_what_was_refused(receiver):
+    counted = receiver(limits=Limits(max_connections=1))
+    counted.open_connections = 1
+    _drive(counted, HELLO)
+    summary = counted.write_summary()
+    saved = json.loads(next(counted.files.result.parent.glob("online_summary_*.json")).read_text())
+    assert summary["refused_connections"] == saved["refused_connections"] == 1
+    assert {"evicted_forwards", "rejected_frames", "interrupted"} <= set(saved)
