@@ -335,3 +335,14 @@ def test_an_api_group_whose_apis_all_changed_pairs_with_the_group_in_its_place(t
     assert matches["Apis_Between_Modules.0"] == "Apis_Between_Modules.0"
     assert "Functional.relu.0.forward" not in matches
     assert matches["Apis_Between_Modules.1"] == "Apis_Between_Modules.1"
+
+
+def test_the_graph_is_never_written_through_a_symlinked_output_folder(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "out").symlink_to(elsewhere)
+    npu = REFERENCE_DUMPS / "pytorch" / "statistics_mix" / "step0" / "rank"
+    spec = write_compare_json(tmp_path, npu)
+    result = CliRunner().invoke(cli, ["graph", "-i", str(spec), "-o", str(tmp_path / "out")])
+    assert result.exit_code != 0 and "symbolic link" in result.output and "Traceback" not in result.output
+    assert not list(elsewhere.iterdir())

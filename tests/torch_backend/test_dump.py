@@ -1212,3 +1212,19 @@ def test_a_step_whose_files_cannot_be_written_never_lends_its_folder_to_the_next
     assert not (tmp_path / "step0" / "rank" / "dump_tensor_data" / "Torch.relu.1.forward.output.0.pt").exists()
     message = caplog.text
     assert "step 0, rank -" in message and str(tmp_path / "step0" / "rank") in message and "No space left" in message
+
+
+def test_a_step_folder_planted_as_a_symlink_is_not_written_through(tmp_path, caplog):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "dump").mkdir()
+    (tmp_path / "dump" / "step1").symlink_to(elsewhere)
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path / "dump"))
+    for _ in range(2):
+        debugger.start()
+        torch.relu(torch.ones(2))
+        debugger.stop()
+        debugger.step()
+    assert (tmp_path / "dump" / "step0" / "rank" / "dump.json").exists()
+    assert not list(elsewhere.iterdir())  # step 1 was not written into the link's target
+    assert "symbolic link" in caplog.text

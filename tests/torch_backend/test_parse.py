@@ -86,3 +86,16 @@ def test_interactive_shell():
 def test_npy_needs_no_framework(tmp_path, suffix):
     np.save(tmp_path / f"x{suffix}", np.array([1.0, 2.0]))
     assert "[Max: 2]" in run("pt", "-n", tmp_path / f"x{suffix}").output
+
+
+def test_outputs_are_never_written_through_a_symlink(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    (tmp_path / "link.npy").symlink_to(victim)
+    assert run("convert", "-i", RELU_OUT, "-o", tmp_path / "link.npy").exit_code == 0
+    assert victim.read_text() == "keep me"  # the link was replaced by the new file, not written through
+    assert not (tmp_path / "link.npy").is_symlink() and (tmp_path / "link.npy").stat().st_mode & 0o777 == 0o640
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "linked_folder").symlink_to(tmp_path / "elsewhere")
+    result = run("convert", "-i", RELU_OUT, "-o", tmp_path / "linked_folder" / "x.npy")
+    assert result.exit_code != 0 and "symbolic link" in result.output and not list((tmp_path / "elsewhere").iterdir())

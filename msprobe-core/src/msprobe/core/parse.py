@@ -15,6 +15,7 @@ import numpy as np
 
 from msprobe.core.compare.metrics import tensor_metrics
 from msprobe.core.dump.reader import read_dump
+from msprobe.core.dump.writer import write_new_file
 from msprobe.core.errors import DataFileError, MsprobeError
 from msprobe.core.tensor_files import load_npy, save_npy
 
@@ -94,8 +95,7 @@ def summarize(array: np.ndarray) -> Summary:
 
 def save_text(array: np.ndarray, path: str | Path) -> Path:
     target = Path(f"{path}.txt")
-    np.savetxt(target, np.asarray(array).reshape(-1), fmt="%.10g")
-    return target
+    return write_new_file(target, lambda handle: np.savetxt(handle, np.asarray(array).reshape(-1), fmt="%.10g"))
 
 
 @dataclass

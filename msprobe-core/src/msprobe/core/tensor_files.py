@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from msprobe.core.dump.writer import write_new_file
 from msprobe.core.errors import DataFileError
 
 
@@ -21,4 +22,6 @@ def load_npy(path: str | Path) -> np.ndarray:
 
 
 def save_npy(array: Any, path: str | Path) -> None:
-    np.save(path, np.asarray(array), allow_pickle=False)
+    file = Path(path)
+    file = file if file.suffix == ".npy" else file.with_name(file.name + ".npy")  # as np.save names it
+    write_new_file(file, lambda handle: np.save(handle, np.asarray(array), allow_pickle=False))

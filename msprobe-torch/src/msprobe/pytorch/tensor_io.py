@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from msprobe.core.dump.writer import write_new_file
 from msprobe.core.errors import DataFileError
 from msprobe.core.trees import leaves, map_leaves
 
@@ -39,7 +40,7 @@ def load_pt(path: str | Path) -> np.ndarray:
 
 def save_pt(array: Any, path: str | Path) -> None:
     tensor = array if isinstance(array, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(array))
-    torch.save(tensor.detach().cpu().clone(), path)
+    write_new_file(Path(path), lambda handle: torch.save(tensor.detach().cpu().clone(), handle))
 
 
 def is_tensor(value: Any) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from msprobe.core.dump.backward_names import BackwardNumbering
@@ -68,6 +69,10 @@ class DumpCollector:
                 "framework": self.session.framework,
                 "dump_data_dir": str(tensor_dir) if tensor_dir else None,
             }
+            from msprobe.core.dump.writer import refuse_links_below
+
+            if self.session.config.dump_path:  # no link planted below dump_path may take the step elsewhere
+                refuse_links_below(Path(self.session.config.dump_path), folder)
             self.writer = self.writer_factory(folder, header)
             if tensor_dir is not None:
                 from msprobe.core.dump.writer import make_dir

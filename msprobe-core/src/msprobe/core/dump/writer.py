@@ -20,8 +20,9 @@ import logging
 import mmap
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from msprobe.core.dump.numbers import NonFinite
 from msprobe.core.errors import DataFileError
@@ -38,9 +39,12 @@ FILE_MODE = 0o640
 DIR_MODE = 0o750
 
 
-def make_dir(path: Path) -> Path:
-    """Create ``path`` (0o750) refusing symlinked components the tool would write through."""
+def make_dir(path: Path, root: Path | None = None) -> Path:
+    """Create ``path`` (0o750) refusing symlinked components the tool would write through: ``path`` itself, and
+    with ``root`` every folder between root and path (a planted ``dump_path/step3`` link to elsewhere)."""
     path = Path(path)
+    if root is not None:
+        refuse_links_below(Path(root), path)
     if path.is_symlink():
         raise DataFileError(path, "is a symbolic link; refusing to write through it")
     try:
@@ -50,6 +54,15 @@ def make_dir(path: Path) -> Path:
     except OSError as exc:
         raise DataFileError(path, f"cannot be created ({exc.strerror})") from None
     return path
+
+
+def refuse_links_below(root: Path, path: Path) -> None:
+    """No folder between ``root`` and ``path`` (both included, root excluded) may be a symbolic link."""
+    for part in reversed(path.relative_to(root).parents):
+        if part != Path(".") and (root / part).is_symlink():
+            raise DataFileError(root / part, "is a symbolic link; refusing to write through it")
+    if path.is_symlink():
+        raise DataFileError(path, "is a symbolic link; refusing to write through it")
 
 
 def open_descriptor(path: Path, flags: int) -> int:
@@ -65,6 +78,23 @@ def open_new_file(path: Path, mode: str = "w", buffering: int = -1) -> Any:
     flags = os.O_WRONLY | (os.O_APPEND if "a" in mode else os.O_TRUNC)
     fd = open_descriptor(path, flags)
     return os.fdopen(fd, mode, buffering=buffering, encoding=None if "b" in mode else "utf-8")
+
+
+def write_new_file(path: Path, write: Callable[[BinaryIO], Any]) -> Path:
+    """A new file at ``path`` (0o640), written by ``write(handle)`` into a temporary beside it and renamed into
+    place: nothing goes through a symlink at the path or its folder, and a failed write leaves nothing."""
+    path = Path(path)
+    make_dir(path.parent)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open_new_file(temporary, "wb") as handle:
+            write(handle)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    return path
 
 
 def _writev(fd: int, views: list[memoryview]) -> int:

@@ -8,12 +8,12 @@ legend, the metric tooltips and the task.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from msprobe.core.compare.metrics import NA
 from msprobe.core.compare.rows import Row
+from msprobe.core.dump.writer import write_new_file
 from msprobe.core.graph.compare import GraphComparison, _format, colors
 from msprobe.core.graph.model import Graph, Node
 
@@ -107,12 +107,10 @@ def compare_vis(npu: Graph, bench: Graph, comparison: GraphComparison, overflow_
 
 
 def write_atomically(path: Path, text: str) -> Path:
-    """Write next to the target and rename, so a crash never leaves a half file that looks complete."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
-    return path
+    """Write next to the target and rename, so a crash never leaves a half file that looks complete (and
+    nothing is written through a symlink, see write_new_file)."""
+    data = text.encode("utf-8")
+    return write_new_file(Path(path), lambda handle: handle.write(data))
 
 
 def write_vis(path: Path, content: dict[str, Any]) -> Path:
