@@ -144,3 +144,23 @@ def test_deferred_entries_reach_the_journal_when_settled_with_the_values_they_ho
     assert recovered.data == {"Mint.abs.0.forward": {"output": [{"Max": 3.0}]}}
     writer.close()
     assert list(read_dump(tmp_path).data) == ["Mint.abs.0.forward", "Mint.neg.0.forward"]
+
+
+def test_a_damaged_journal_is_replayed_past_the_damage_and_says_what_was_lost(tmp_path, caplog):
+    writer = DumpWriter(tmp_path, {"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": None})
+    for index in range(3):
+        writer.add(f"Torch.add.{index}.forward", {"output": []})
+    journal = tmp_path / JOURNAL_NAME
+    lines = journal.read_bytes().rstrip(b"\0").splitlines(keepends=True)
+    damaged = [line if b"Torch.add.1" not in line else b'["data", "Torch.add.1.forw\xff\n' for line in lines]
+    journal.write_bytes(b"".join(damaged) + b'["data", "Torch.add.9.forward", {"out')  # killed mid-line
+    dump = read_dump(tmp_path)
+    assert list(dump.data) == ["Torch.add.0.forward", "Torch.add.2.forward"]  # the line after the damage too
+    assert "2 entries recovered; 2 journal lines could not be read and are lost" in caplog.text
+
+
+def test_a_killed_writers_journal_reports_no_loss(tmp_path, caplog):
+    writer = DumpWriter(tmp_path, {"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": None})
+    writer.add("Torch.add.0.forward", {"output": []})
+    assert list(read_dump(tmp_path).data) == ["Torch.add.0.forward"]
+    assert "could not be read" not in caplog.text

@@ -1228,3 +1228,15 @@ def test_a_step_folder_planted_as_a_symlink_is_not_written_through(tmp_path, cap
     assert (tmp_path / "dump" / "step0" / "rank" / "dump.json").exists()
     assert not list(elsewhere.iterdir())  # step 1 was not written into the link's target
     assert "symbolic link" in caplog.text
+
+
+def test_folders_are_0750_and_files_0640_all_the_way_down(tmp_path):
+    debugger = PrecisionDebugger(task="tensor", level="L1", dump_path=str(tmp_path / "a" / "b"))
+    debugger.start()
+    torch.relu(torch.ones(2))
+    debugger.stop()
+    debugger.step()
+    for folder in ("a", "a/b", "a/b/step0", "a/b/step0/rank", "a/b/step0/rank/dump_tensor_data"):
+        assert (tmp_path / folder).stat().st_mode & 0o777 == 0o750, folder  # parents used to get 0755
+    for file in (tmp_path / "a/b/step0/rank").rglob("*.*"):
+        assert file.stat().st_mode & 0o777 == 0o640, file

@@ -99,3 +99,9 @@ def test_outputs_are_never_written_through_a_symlink(tmp_path):
     (tmp_path / "linked_folder").symlink_to(tmp_path / "elsewhere")
     result = run("convert", "-i", RELU_OUT, "-o", tmp_path / "linked_folder" / "x.npy")
     assert result.exit_code != 0 and "symbolic link" in result.output and not list((tmp_path / "elsewhere").iterdir())
+
+
+def test_pt_names_bfloat16_and_shows_nan(tmp_path):
+    torch.save(torch.tensor([1.0, float("nan")], dtype=torch.bfloat16), tmp_path / "bf.pt")
+    result = run("pt", "-n", tmp_path / "bf.pt")
+    assert result.exit_code == 0 and "[Dtype: bfloat16]" in result.output and "[Max: nan]" in result.output

@@ -27,7 +27,7 @@ def _table(title: str, rows: list[tuple[int, float, float, float]]) -> list[str]
 
 def _pt(name: Path, save_text: bool) -> None:
     array = parse.load_tensor(name)
-    click.echo(parse.summarize(array).line())
+    click.echo(parse.summarize(array, getattr(array, "source_dtype", None)).line())  # bfloat16, not float32
     click.echo(f"Path: {name}")
     if save_text:
         click.echo(f"TextFile: {parse.save_text(array, name)}")
@@ -137,6 +137,10 @@ class ParseShell(cmd.Cmd):
             click.echo(f"Error: {exc.format_message()}")
         except (SystemExit, click.exceptions.Abort):
             pass
+        except ValueError as exc:  # shlex: an unclosed quote
+            click.echo(f"Error: cannot read that line ({exc})")
+        except Exception as exc:  # the shell outlives any one bad line
+            click.echo(f"Error: internal error {type(exc).__name__}: {exc}")
 
     def do_pt(self, line: str) -> None:
         """pt -n FILE [-s]: statistics of a tensor file."""

@@ -475,6 +475,8 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 
         try:
             data = yaml.safe_load(text)
+        except RecursionError:
+            raise ConfigError("nested too deeply to be a config", path=file) from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -484,6 +486,8 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}", path=file) from None
+        except RecursionError:
+            raise ConfigError("nested too deeply to be a config", path=file) from None
     if data is None:
         raise ConfigError("file is empty", path=file)
     if not isinstance(data, dict):

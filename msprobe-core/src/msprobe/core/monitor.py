@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from msprobe.core import spreadsheet
 from msprobe.core.config import config_error_from_validation, read_config_file
-from msprobe.core.dump.writer import make_dir
+from msprobe.core.dump.writer import make_dir, open_new_file
 from msprobe.core.errors import ConfigError, MsprobeError, UsageError
 
 logger = logging.getLogger(__name__)
@@ -177,7 +177,7 @@ def _write_csv_files(files: list[tuple[Path, list[str], list[list[Any]]]]) -> No
     """Each file written beside its name and renamed: a reader never sees half a file."""
     for path, header, rows in files:
         partial = path.with_name(f".{path.name}.partial")
-        with open(partial, "w", newline="", encoding="utf-8") as handle:
+        with open_new_file(partial, newline="") as handle:
             writer = spreadsheet.writer(handle)
             writer.writerow(header)
             writer.writerows(rows)
@@ -293,7 +293,7 @@ class MonitorOutput:
             logger.warning(
                 "monitor: first anomaly at step %d on rank %d: %s %s: %s", step, self.rank, kind, name, reason
             )
-        with open(self.anomalies, "a", encoding="utf-8") as handle:
+        with open_new_file(self.anomalies, "a") as handle:
             handle.write(
                 json.dumps({"step": step, "rank": self.rank, "kind": kind, "name": name, "reason": reason}) + "\n"
             )

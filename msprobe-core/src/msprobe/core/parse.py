@@ -53,9 +53,10 @@ def load_tensor(path: str | Path) -> np.ndarray:
     file = Path(path)
     if not file.is_file():
         raise DataFileError(file, "tensor file not found")
-    if file.suffix == ".npy":
-        return load_npy(file)
-    return np.asarray(_backend_for(file.suffix).load_tensor(file))
+    array = load_npy(file) if file.suffix == ".npy" else np.asanyarray(_backend_for(file.suffix).load_tensor(file))
+    if array.dtype.kind not in "biufc":
+        raise DataFileError(file, f"holds {array.dtype} values, not numbers")
+    return array
 
 
 def save_tensor(array: np.ndarray, path: str | Path) -> None:
@@ -84,13 +85,15 @@ class Summary:
         )
 
 
-def summarize(array: np.ndarray) -> Summary:
+def summarize(array: np.ndarray, dtype: str | None = None) -> Summary:
+    """Max, Min and Mean of all the values: a nan among them shows as nan (it used to be skipped, hiding it).
+    ``dtype``: the file's own dtype where the array was widened to be read (bfloat16 to float32)."""
+    shown = dtype or str(array.dtype)
     if array.size == 0:
-        return Summary(array.shape, str(array.dtype), None, None, None)
+        return Summary(array.shape, shown, None, None, None)
     data = np.abs(array) if np.iscomplexobj(array) else array.astype(np.float64)
-    return Summary(
-        array.shape, str(array.dtype), float(np.nanmax(data)), float(np.nanmin(data)), float(np.nanmean(data))
-    )
+    with np.errstate(invalid="ignore", over="ignore"):
+        return Summary(array.shape, shown, float(np.max(data)), float(np.min(data)), float(np.mean(data)))
 
 
 def save_text(array: np.ndarray, path: str | Path) -> Path:

@@ -28,7 +28,7 @@ import yaml
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from msprobe.core import spreadsheet
-from msprobe.core.dump.writer import make_dir
+from msprobe.core.dump.writer import make_dir, open_new_file
 from msprobe.core.errors import UsageError
 from msprobe.core.processes import worker_pool
 from msprobe.pytorch.tensor_io import map_tensors, tensor_to_numpy, tensors_in
@@ -160,7 +160,7 @@ class PtdbgDispatch(TorchDispatchMode):
         self.checked = 0
         self._pool: ProcessPoolExecutor | None = None
         self._pending: list[tuple[Future, str, list, list]] = []
-        with open(self.csv_path, "w", newline="", encoding="utf-8") as handle:
+        with open_new_file(self.csv_path, newline="") as handle:
             spreadsheet.writer(handle).writerow(COLUMNS)
 
     # -- context ------------------------------------------------------------------------
@@ -243,7 +243,7 @@ class PtdbgDispatch(TorchDispatchMode):
         if failed:
             self.failed += 1
             logger.warning("PtdbgDispatch: %s Failed", label)
-        with open(self.csv_path, "a", newline="", encoding="utf-8") as handle:
+        with open_new_file(self.csv_path, "a", newline="") as handle:
             spreadsheet.writer(handle).writerows(rows)
         op = label.rsplit(".", 1)[0]
         if (

@@ -23,7 +23,15 @@ def tensor_to_numpy(tensor: torch.Tensor) -> np.ndarray:
     try:
         return tensor.numpy()
     except TypeError:
-        return tensor.float().numpy()
+        widened = tensor.float().numpy().view(Widened)
+        widened.source_dtype = str(tensor.dtype).removeprefix("torch.")
+        return widened
+
+
+class Widened(np.ndarray):
+    """A tensor numpy cannot hold (bfloat16, float8) read as float32, remembering what it was."""
+
+    source_dtype: str = ""
 
 
 def load_pt(path: str | Path) -> np.ndarray:

@@ -80,6 +80,12 @@ def read_compare_json(path: str | Path, model: type[BaseModel] = CompareInput) -
         raise DataFileError(file, "compare.json not found") from None
     except json.JSONDecodeError as exc:
         raise DataFileError(file, f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except UnicodeDecodeError:
+        raise DataFileError(file, "is not UTF-8 text") from None
+    except RecursionError:
+        raise DataFileError(file, "nested too deeply to be a compare.json") from None
+    except OSError as exc:  # a folder given for the file, no permission...
+        raise DataFileError(file, f"cannot be read ({exc.strerror})") from None
     if not isinstance(raw, dict):
         raise DataFileError(file, "top level must be an object")
     try:

@@ -135,7 +135,8 @@ TABLE_SECTIONS = (*SECTIONS[:3], SECTIONS[4], SECTIONS[3])
 
 
 _SECTION_TYPES = {"input_args": list, "input_kwargs": dict, "input": list, "output": list, "parameters": dict}
-_STAT_TYPES = (int, float, str, type(None))  # bool is an int; "inf"/"nan" text in older dumps
+_STAT_TYPES = (int, float, str, type(None))
+_FLOAT_MAX = 1.7976931348623157e308  # bool is an int; "inf"/"nan" text in older dumps
 
 
 def _check_section(dump: Dump, entry: str, section: str, value: Any) -> None:
@@ -152,8 +153,10 @@ def _check_tensor(dump: Dump, name: str, leaf: dict) -> None:
     if shape is not None and not (isinstance(shape, list) and all(type(n) is int and n >= 0 for n in shape)):
         raise DataFileError(dump.path, f"value '{name}', field 'shape': expected a list of sizes, found {shape!r}")
     for key in STAT_KEYS:
-        if not isinstance(leaf.get(key), _STAT_TYPES):
-            raise DataFileError(dump.path, f"value '{name}', field '{key}': expected a number, found {leaf[key]!r}")
+        value = leaf.get(key)
+        if not isinstance(value, _STAT_TYPES) or (type(value) is int and abs(value) > _FLOAT_MAX):
+            shown = repr(value) if len(repr(value)) < 40 else repr(value)[:40] + "..."
+            raise DataFileError(dump.path, f"value '{name}', field '{key}': expected a number, found {shown}")
 
 
 def dump_rows(dump: Dump, every_value: bool = False) -> list[Row]:

@@ -92,24 +92,38 @@ def _load_json(path: Path, what: str) -> Any:
         raise DataFileError(path, f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise DataFileError(path, f"cannot be read ({exc})") from None
+    except RecursionError:
+        raise DataFileError(path, f"{what} is nested too deeply") from None
 
 
 def _replay_journal(journal: Path) -> tuple[dict, dict, dict, dict]:
+    """The entries a journal holds. A line that cannot be read (the last one of a killed process is often
+    cut short; a damaged disk may spoil others) is skipped and counted, and the count is reported."""
     data: dict[str, Any] = {}
     stack: dict[str, Any] = {}
     construct: dict[str, Any] = {}
     header: dict[str, Any] = {}
     targets = {"data": data, "stack": stack, "construct": construct}
+    unreadable = 0
     with open(journal, encoding="utf-8", errors="replace") as handle:
         for line in handle:
+            if not line.strip("\0 \t\r\n"):  # a live or killed writer's journal ends in reserved zero bytes
+                continue
             try:
                 kind, name, value = json.loads(line)
-            except (ValueError, TypeError):
-                break  # the last line of a killed process may be cut short
+            except (ValueError, TypeError, RecursionError):
+                unreadable += 1
+                continue
             if kind == "header" and isinstance(value, dict):
                 header = value
-            elif kind in targets:
+            elif kind in targets and isinstance(name, str):
                 targets[kind][name] = value
+            else:
+                unreadable += 1
+    if unreadable:
+        logger.warning(
+            "%s: %d entries recovered; %d journal lines could not be read and are lost", journal, len(data), unreadable
+        )
     return header, data, stack, construct
 
 

@@ -48,7 +48,9 @@ def make_dir(path: Path, root: Path | None = None) -> Path:
     if path.is_symlink():
         raise DataFileError(path, "is a symbolic link; refusing to write through it")
     try:
-        path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        missing = [folder for folder in (path, *path.parents) if not folder.exists()]
+        for folder in reversed(missing):  # each made 0o750: mkdir(parents=True) gives the parents 0o777 & ~umask
+            folder.mkdir(mode=DIR_MODE, exist_ok=True)
     except FileExistsError:
         raise DataFileError(path, "cannot be created: a file of that name is in the way") from None
     except OSError as exc:
@@ -73,11 +75,15 @@ def open_descriptor(path: Path, flags: int) -> int:
         raise DataFileError(path, f"cannot be written ({exc.strerror})") from None
 
 
-def open_new_file(path: Path, mode: str = "w", buffering: int = -1) -> Any:
+def open_new_file(
+    path: Path, mode: str = "w", buffering: int = -1, encoding: str = "utf-8", newline: str | None = None
+) -> Any:
     """Open for writing with 0o640, never following a symlink at ``path``."""
     flags = os.O_WRONLY | (os.O_APPEND if "a" in mode else os.O_TRUNC)
     fd = open_descriptor(path, flags)
-    return os.fdopen(fd, mode, buffering=buffering, encoding=None if "b" in mode else "utf-8")
+    if "b" in mode:
+        return os.fdopen(fd, mode, buffering=buffering)
+    return os.fdopen(fd, mode, buffering=buffering, encoding=encoding, newline=newline)
 
 
 def write_new_file(path: Path, write: Callable[[BinaryIO], Any]) -> Path:

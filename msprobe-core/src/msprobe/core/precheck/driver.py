@@ -21,6 +21,7 @@ from typing import Any
 
 from msprobe.core import spreadsheet
 from msprobe.core.dump.reader import read_dump
+from msprobe.core.dump.writer import open_new_file
 from msprobe.core.precheck.metrics import DETAIL_COLUMNS, RESULT_COLUMNS, SKIP
 from msprobe.core.precheck.results import ResultFiles
 from msprobe.core.processes import worker_pool
@@ -185,7 +186,7 @@ def _reorder(files: ResultFiles, order: list[str]) -> None:
             key=lambda row, owner=owner: position.get(owner(row[0]), len(position))
         )  # stable: keeps each API's order
         temporary = path.with_name(f".{path.name}.tmp")
-        with open(temporary, "w", encoding="utf-8-sig", newline="") as handle:
+        with open_new_file(temporary, encoding="utf-8-sig", newline="") as handle:
             writer = spreadsheet.writer(handle)
             writer.writerow(columns)
             writer.writerows(rows)

@@ -1,0 +1,77 @@
+"""Bad input anywhere gets one line naming the file, never "internal error" or a traceback."""
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from msprobe.cli.main import cli
+from paths import REFERENCE_DUMPS
+
+DUMP = REFERENCE_DUMPS / "pytorch" / "statistics_L1" / "step0" / "rank" / "dump.json"
+
+
+def _compare(tmp_path, npu=DUMP, config=None):
+    if config is None:
+        config = tmp_path / "compare.json"
+        config.write_text(json.dumps({"npu_path": str(npu), "bench_path": str(DUMP)}))
+    return CliRunner().invoke(cli, ["compare", "-i", str(config), "-o", str(tmp_path / "out")])
+
+
+def _one_clear_line(result, *expected):
+    assert result.exit_code != 0, result.output
+    assert "internal error" not in result.output and "Traceback" not in result.output, result.output
+    for text in expected:
+        assert text in result.output, result.output
+
+
+def test_a_compare_json_that_is_not_utf8(tmp_path):
+    config = tmp_path / "compare.json"
+    config.write_bytes(b'\xff\xfe{"npu_path": 1}')
+    _one_clear_line(_compare(tmp_path, config=config), str(config), "not UTF-8")
+
+
+def test_a_folder_given_for_a_file(tmp_path):
+    _one_clear_line(_compare(tmp_path, config=tmp_path), str(tmp_path), "cannot be read")
+
+
+def test_json_nested_a_hundred_thousand_deep(tmp_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    _one_clear_line(_compare(tmp_path, npu=deep), str(deep), "nested too deeply")
+    config = tmp_path / "config.json"
+    config.write_text("[" * 100_000 + "]" * 100_000)
+    result = CliRunner().invoke(cli, ["config", "validate", str(config)])
+    _one_clear_line(result, "config.json", "nested too deeply")
+
+
+def test_a_statistic_beyond_float_range(tmp_path):
+    data = json.loads(DUMP.read_text())
+    data["data"]["Functional.relu.0.forward"]["output"][0]["Max"] = 10**400
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps(data))
+    _one_clear_line(_compare(tmp_path, npu=big), str(big), "field 'Max': expected a number")
+
+
+def test_a_npy_of_strings(tmp_path):
+    np.save(tmp_path / "s.npy", np.array(["a", "b"]))
+    result = CliRunner().invoke(cli, ["parse", "pt", "-n", str(tmp_path / "s.npy")])
+    _one_clear_line(result, "s.npy", "not numbers")
+
+
+def test_the_parse_shell_survives_bad_lines(tmp_path):
+    np.save(tmp_path / "s.npy", np.array(["a", "b"]))
+    np.save(tmp_path / "n.npy", np.array([1.0, np.nan], dtype=np.float32))
+    lines = f'pt -n "unclosed\npt -n {tmp_path / "s.npy"}\nnonsense\npt -n {tmp_path / "n.npy"}\nexit\n'
+    result = CliRunner().invoke(cli, ["parse"], input=lines)
+    assert result.exit_code == 0 and "Traceback" not in result.output
+    assert "No closing quotation" in result.output and "not numbers" in result.output
+    assert "[Max: nan]" in result.output  # the last line still ran, and a nan is not hidden
+
+
+@pytest.mark.parametrize("values", [[1.0, np.nan, 3.0], [np.inf, 1.0]])
+def test_parse_pt_shows_nonfinite_values(tmp_path, values):
+    np.save(tmp_path / "v.npy", np.array(values, dtype=np.float32))
+    result = CliRunner().invoke(cli, ["parse", "pt", "-n", str(tmp_path / "v.npy")])
+    assert result.exit_code == 0 and ("nan" in result.output or "inf" in result.output), result.output
