@@ -164,3 +164,53 @@ def test_a_killed_writers_journal_reports_no_loss(tmp_path, caplog):
     writer.add("Torch.add.0.forward", {"output": []})
     assert list(read_dump(tmp_path).data) == ["Torch.add.0.forward"]
     assert "could not be read" not in caplog.text
+
+
+def _killed_step(folder):
+    """A step whose process died before dump.json: only its journal is there."""
+    writer = DumpWriter(folder, {"task": "statistics", "level": "mix", "framework": "pytorch", "dump_data_dir": None})
+    writer.add("Module.fc.Linear.forward.0", {"output": []}, stack=["File a.py, line 1"], parent=None)
+    entry = {"input_args": [{"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2], "Max": 1.0}]}
+    writer.add("Functional.relu.0.forward", entry, stack=["File a.py, line 2"], parent="Module.fc.Linear.forward.0")
+    return writer
+
+
+def test_recover_turns_a_killed_steps_journal_into_ordinary_files(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from msprobe.cli.main import cli
+
+    folder = tmp_path / "step0" / "rank0"
+    folder.mkdir(parents=True)
+    _killed_step(folder)
+    result = CliRunner().invoke(cli, ["recover", str(tmp_path / "step0")])
+    assert result.exit_code == 0 and "2 entries recovered" in result.output, result.output
+    assert not (folder / JOURNAL_NAME).exists()
+    dump = json.loads((folder / "dump.json").read_text())
+    assert dump["task"] == "statistics" and list(dump["data"]) == [
+        "Module.fc.Linear.forward.0",
+        "Functional.relu.0.forward",
+    ]
+    assert (
+        json.loads((folder / "construct.json").read_text())["Functional.relu.0.forward"] == "Module.fc.Linear.forward.0"
+    )
+    again = CliRunner().invoke(cli, ["recover", str(tmp_path / "step0")])
+    assert again.exit_code != 0 and "holds no journal" in again.output
+
+
+def test_graph_reads_a_killed_step(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from msprobe.cli.main import cli
+
+    folder = tmp_path / "rank"
+    folder.mkdir()
+    _killed_step(folder)
+    (tmp_path / "compare.json").write_text(json.dumps({"npu_path": str(folder)}))
+    result = CliRunner().invoke(cli, ["graph", "-i", str(tmp_path / "compare.json"), "-o", str(tmp_path / "g")])
+    assert result.exit_code == 0, result.output
+    assert list((tmp_path / "g").glob("*.vis"))

@@ -28,7 +28,7 @@ COMMAND_ALIASES = {
 }
 
 
-BUILTIN_MODULES = ("plugins_cmd", "config_cmd", "compare_cmd", "parse_cmd", "monitor_cmd", "graph_cmd")
+BUILTIN_MODULES = ("plugins_cmd", "config_cmd", "compare_cmd", "parse_cmd", "monitor_cmd", "graph_cmd", "recover_cmd")
 
 
 def _builtin_commands() -> dict[str, click.Command]:

@@ -174,3 +174,27 @@ def _optional(path: Path) -> dict:
     if not isinstance(value, dict):
         raise DataFileError(path, f"expected a JSON object (name -> value), found {type(value).__name__}")
     return value
+
+
+def journal_folders(root: Path) -> list[Path]:
+    """The folders under ``root`` (itself included) that hold a journal and no dump.json: killed steps."""
+    root = Path(root)
+    found = [folder.parent for folder in sorted(root.rglob(JOURNAL_NAME))] if root.is_dir() else []
+    return [folder for folder in found if not (folder / "dump.json").exists()]
+
+
+def recover(folder: Path) -> int:
+    """Turn a killed step's journal into ordinary dump.json, stack.json and construct.json; returns the number
+    of entries. The journal is removed only once the three files are written."""
+    from msprobe.core.dump.writer import write_json_atomic
+
+    folder = Path(folder)
+    dump = read_dump(folder)
+    if not dump.recovered:
+        raise DataFileError(folder, "has a dump.json already: nothing to recover")
+    header = {"task": dump.task, "level": dump.level, "framework": dump.framework, "dump_data_dir": dump.dump_data_dir}
+    write_json_atomic(folder / "dump.json", {**header, "data": dump.data})
+    write_json_atomic(folder / "stack.json", dump.stack)
+    write_json_atomic(folder / "construct.json", dump.construct)
+    (folder / JOURNAL_NAME).unlink(missing_ok=True)
+    return len(dump.data)

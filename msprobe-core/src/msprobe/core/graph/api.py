@@ -22,6 +22,7 @@ from msprobe.core.compare.engine import tensor_loader
 from msprobe.core.compare.mapping import NameMapper, read_layer_mapping
 from msprobe.core.compare.report import timestamp
 from msprobe.core.dump.reader import read_dump
+from msprobe.core.dump.writer import JOURNAL_NAME
 from msprobe.core.errors import DataFileError
 from msprobe.core.graph.compare import compare_graphs, is_suspect
 from msprobe.core.graph.html import write_build_page, write_compare_page
@@ -87,7 +88,7 @@ def _dump_folders(root: Path, field_name: str) -> dict[tuple[str, ...], Path]:
     """(step, rank) labels -> dump folder, from one of the three layouts."""
     if not root.is_dir():
         raise DataFileError(root, f"{field_name} is not a folder")
-    if (root / "dump.json").exists():
+    if (root / "dump.json").exists() or (root / JOURNAL_NAME).exists():  # a killed step: its journal is read
         return {(): root}
     steps = _numbered(root, "step")
     if steps:
