@@ -17,7 +17,7 @@ nox.options.error_on_missing_interpreters = True
 
 TORCH = "torch==2.13.0"
 MINDSPORE = "mindspore==2.10.0"
-TEST_DEPS = ["pytest", "hatchling"]
+TEST_DEPS = ["pytest", "hatchling", "hypothesis"]  # hypothesis: the fuzz tests of every parser (core)
 REFERENCE = ["mindstudio-probe==1.2.2", "service_identity"]  # the reference tool, the conformance oracle
 CORE = ["-e", "./msprobe-core[plots,tensorboard]", "-e", "./msprobe-cli"]
 

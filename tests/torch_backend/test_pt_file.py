@@ -83,3 +83,30 @@ def test_a_size_one_dimension_keeps_its_own_stride(tmp_path):
         writer.save(tensor, tmp_path / f"{index}.pt")
         loaded = torch.load(tmp_path / f"{index}.pt", weights_only=True)
         assert loaded.stride() == tensor.stride() and torch.equal(loaded, tensor)
+
+
+def test_fuzzed_pt_files_give_only_our_error(tmp_path):
+    """Random and truncated .pt bytes (and a real file cut anywhere): DataFileError or a tensor, nothing else."""
+    import io
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from msprobe.core.errors import MsprobeError
+    from msprobe.pytorch.tensor_io import load_pt
+
+    buffer = io.BytesIO()
+    torch.save(torch.arange(6.0).reshape(2, 3), buffer)
+    real = buffer.getvalue()
+
+    @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(data=st.binary(max_size=120) | st.integers(0, len(real)).map(lambda cut: real[:cut]))
+    def check(data):
+        path = tmp_path / "x.pt"
+        path.write_bytes(data)
+        try:
+            load_pt(path)
+        except MsprobeError:
+            pass
+
+    check()
