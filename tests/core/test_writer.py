@@ -214,3 +214,35 @@ def test_graph_reads_a_killed_step(tmp_path):
     result = CliRunner().invoke(cli, ["graph", "-i", str(tmp_path / "compare.json"), "-o", str(tmp_path / "g")])
     assert result.exit_code == 0, result.output
     assert list((tmp_path / "g").glob("*.vis"))
+
+
+def test_a_write_that_fails_leaves_no_temporary_behind(tmp_path, monkeypatch):
+    import errno
+
+    import pytest
+
+    from msprobe.core.dump import writer as writer_module
+
+    writer = DumpWriter(tmp_path, {"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": None})
+    writer.add("Torch.add.0.forward", {"output": []})
+    real_open = writer_module.open_new_file
+
+    class FullDisk:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(
+        writer_module, "open_new_file", lambda path, mode="w", **kw: FullDisk(real_open(path, mode, **kw))
+    )
+    with pytest.raises(OSError):
+        writer.close()
+    assert not [path.name for path in tmp_path.iterdir() if path.name.endswith(".tmp")]

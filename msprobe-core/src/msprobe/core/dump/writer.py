@@ -51,6 +51,8 @@ def make_dir(path: Path, root: Path | None = None) -> Path:
         missing = [folder for folder in (path, *path.parents) if not folder.exists()]
         for folder in reversed(missing):  # each made 0o750: mkdir(parents=True) gives the parents 0o777 & ~umask
             folder.mkdir(mode=DIR_MODE, exist_ok=True)
+        if not path.is_dir():
+            raise FileExistsError(path)
     except FileExistsError:
         raise DataFileError(path, "cannot be created: a file of that name is in the way") from None
     except OSError as exc:
@@ -132,11 +134,9 @@ def write_parts(path: Path, parts: list[Any]) -> None:
 
 
 def write_json_atomic(path: Path, data: Any, indent: int | None = 1) -> None:
-    """Write to a temporary file and rename, so a reader never sees half a file."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    with open_new_file(temporary) as handle:
-        json.dump(data, handle, indent=indent, ensure_ascii=False)
-    os.replace(temporary, path)
+    """Write to a temporary file and rename, so a reader never sees half a file (nor a leftover temporary)."""
+    text = json.dumps(data, indent=indent, ensure_ascii=False).encode()
+    write_new_file(Path(path), lambda handle: handle.write(text))
 
 
 NO_PARENT = object()  # DumpWriter.add: no construct.json record (None is one: a root)
@@ -216,10 +216,8 @@ def _write_object(
     if key is not None:
         pieces.append("\n }" if entries else "}")
     pieces.append("\n}\n")
-    temporary = path.with_name(f".{path.name}.tmp")
-    with open_new_file(temporary, "wb") as handle:
-        handle.write("".join(pieces).encode())
-    os.replace(temporary, path)
+    text = "".join(pieces).encode()
+    write_new_file(path, lambda handle: handle.write(text))  # a failed write (full disk) leaves no temporary
 
 
 class _MappedJournal:
