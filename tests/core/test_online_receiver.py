@@ -7,6 +7,7 @@ instead of run, so these tests need no framework and no network.
 import asyncio
 import json
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -145,7 +146,14 @@ def test_shared_folder_files_that_are_no_frames_go_to_rejected(receiver, tmp_pat
     async def run():
         await asyncio.wait_for(shared.serve_directory(folder, poll_seconds=0.01), timeout=10)
 
-    asyncio.run(run())
+    worker = threading.Thread(target=lambda: asyncio.run(run()), daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    if worker.is_alive():  # a blocking read of the FIFO: unblock it so the test ends, then fail
+        for fifo in folder.rglob("d_000000001.msprobe"):
+            with open(fifo, "wb"):
+                pass
+        pytest.fail("the receiver blocked on a FIFO")
     rejected = sorted(path.name for path in (folder / "rejected").iterdir())
     assert rejected == [f"{letter}_000000001.msprobe" for letter in "abcd"]
     assert shared.checked_names == ["Torch.add.0.forward"] and shared.rejected_frames == 4
