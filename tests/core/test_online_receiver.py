@@ -168,3 +168,18 @@ def test_the_summary_counts_what_was_refused(receiver):
     saved = json.loads(next(counted.files.result.parent.glob("online_summary_*.json")).read_text())
     assert summary["refused_connections"] == saved["refused_connections"] == 1
     assert {"evicted_forwards", "rejected_frames", "interrupted"} <= set(saved)
+
+
+def test_accept_errors_at_fd_exhaustion_are_logged_once_a_minute():
+    import logging
+
+    from msprobe.core.online.receiver import _AcceptErrorFilter
+
+    accept_filter = _AcceptErrorFilter()
+
+    def record(message):
+        return logging.LogRecord("asyncio", logging.ERROR, __file__, 1, message, (), None)
+
+    flood = [accept_filter.filter(record("socket.accept() out of system resource")) for _ in range(1000)]
+    assert flood.count(True) == 1  # a thousand failed accepts, one line
+    assert accept_filter.filter(record("something else went wrong"))  # other asyncio errors pass
