@@ -1,10 +1,11 @@
 """The model hierarchy of one dump: modules as nodes, the APIs they called as leaves.
 
-construct.json gives each entry's parent (``null`` for top level). Top-level
-APIs that ran between two modules are grouped into ``Apis_Between_Modules.N``
-nodes, as the reference does, so the root lists the model's blocks in call
-order. A dump with an empty construct.json (level L1) still gives a graph:
-every API hangs under those groups.
+construct.json gives each entry's parent (``null`` for top level). Two or more
+top-level APIs that ran between two modules are grouped into
+``Apis_Between_Modules.N`` nodes, as the reference does (a single one hangs
+from the root), so the root lists the model's blocks in call order. A dump
+with an empty construct.json (level L1) still gives a graph: every API hangs
+under those groups.
 """
 
 from __future__ import annotations
@@ -182,11 +183,33 @@ def build_graph(dump: Dump, complete_stack: bool = False) -> Graph:
             nodes[parent_id] = Node(parent_id, MODULE, upnode=ROOT)
             nodes[ROOT].subnodes.append(parent_id)
         nodes[parent_id].subnodes.append(name)
+    _dissolve_single_api_groups(nodes)
     _restore_root_order(nodes, order)
     _attach_rows(nodes, dump)
     graph = Graph(dump, nodes)
     graph.micro_steps = _number_micro_steps(graph)
     return graph
+
+
+def _dissolve_single_api_groups(nodes: dict[str, Node]) -> None:
+    """As the reference: an API alone between two modules hangs from the root itself; only runs of two or more
+    become ``Apis_Between_Modules.N`` nodes, numbered in call order."""
+    groups = [node for node in nodes.values() if node.node_type == API_GROUP]
+    root = nodes[ROOT]
+    number = 0
+    for group in groups:
+        del nodes[group.id]
+        if len(group.subnodes) == 1:
+            child = group.subnodes[0]
+            nodes[child].upnode = ROOT
+            root.subnodes[root.subnodes.index(group.id)] = child
+            continue
+        old_id, group.id = group.id, f"{BETWEEN_MODULES}.{number}"
+        number += 1
+        nodes[group.id] = group
+        root.subnodes[root.subnodes.index(old_id)] = group.id
+        for child in group.subnodes:
+            nodes[child].upnode = group.id
 
 
 def _restore_root_order(nodes: dict[str, Node], order: list[str]) -> None:
