@@ -24,14 +24,14 @@ def dumps(tmp_path_factory):
     """Both tools' dump roots for a (model, task, level), each run once, the two side by side."""
     made: dict[tuple, tuple[Path, Path]] = {}
 
-    def dump(model: str, task: str, level: str) -> tuple[Path, Path]:
-        key = (model, task, level)
+    def dump(model: str, task: str, level: str, *extra: str) -> tuple[Path, Path]:
+        key = (model, task, level, *extra)
         if key not in made:
-            folder = tmp_path_factory.mktemp(f"{model}-{task}-{level}")
+            folder = tmp_path_factory.mktemp("-".join(part.strip("-") for part in key))
             runs = {}
             for tool, python in (("reference", reference_python()), ("ours", sys.executable)):
                 log = (folder / f"{tool}.log").open("w")
-                command = [python, str(DRIVER), model, task, level, str(folder / tool)]
+                command = [python, str(DRIVER), model, task, level, str(folder / tool), *extra]
                 runs[tool] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log)
             for tool, (process, log) in runs.items():
                 code = process.wait(timeout=600)

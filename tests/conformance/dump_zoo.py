@@ -3,9 +3,9 @@
 The same script runs under our environment and under the reference tool's
 (mindstudio-probe 1.2.2): both answer to ``from msprobe.pytorch import
 PrecisionDebugger``. Usage: ``python dump_zoo.py MODEL TASK LEVEL OUT [--float16]``.
-``--float16`` runs the forward under float16 autocast-free casts (the
-overflow check's case): the model's parameters are float16 and so is every
-activation.
+``--float16`` makes the model and its inputs float16 and scales the first
+layer up, so its outputs pass float16's range from finite inputs (the
+overflow check's case).
 """
 
 from __future__ import annotations
@@ -39,8 +39,10 @@ def main(model_name: str, task: str, level: str, out: str, float16: bool = False
     torch.manual_seed(1234)
     torch.set_num_threads(1)
     model, batch, loss_of = ZOO[model_name]()
-    if float16:
+    if float16:  # the first layer's weights scaled up: its outputs pass float16's range while its inputs do not
         model = model.half()
+        with torch.no_grad():
+            next(model.parameters()).mul_(50)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, eps=1e-4 if float16 else 1e-8)
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
