@@ -280,3 +280,21 @@ def test_a_token_receiver_serves_a_sender_with_the_token(tmp_path, offline):
     _stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 0, stderr
     assert results(tmp_path / "tok") == offline
+
+
+def test_sigterm_stops_the_tcp_receiver_within_seconds_with_a_peer_stalled_mid_frame(tmp_path):
+    import signal
+
+    from msprobe.core.online import protocol
+
+    port = free_port()
+    process = start_receiver(tmp_path, "stalled", port=port)
+    with socket.create_connection(("127.0.0.1", port)) as peer:
+        peer.sendall(protocol.PREFIX.pack(protocol.MAGIC, protocol.VERSION, protocol.API, 1 << 20) + b"half")
+        time.sleep(0.5)
+        started = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+        assert time.monotonic() - started < 5
+    summary = json.loads(next((tmp_path / "stalled").glob("online_summary_*.json")).read_text())
+    assert summary["interrupted"] is True

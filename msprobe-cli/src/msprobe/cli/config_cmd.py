@@ -10,6 +10,7 @@ import click
 from pydantic import BaseModel
 
 from msprobe.core.config import TASKS, DebuggerConfig, load_config
+from msprobe.core.dump.writer import write_new_file
 
 # Sections worth writing for each task; the others keep their defaults.
 _TASK_SECTIONS = {
@@ -94,7 +95,8 @@ def init_command(framework: str | None, task: str, dump_path: str, output: Path,
         text = commented_yaml(data)
     else:
         text = json.dumps(data, indent=4) + "\n"
-    output.write_text(text, encoding="utf-8")
+    data = text.encode("utf-8")
+    write_new_file(output, lambda handle: handle.write(data))
     load_config(output)  # what we write must validate
     click.echo(f"wrote {output} (task {task})")
 

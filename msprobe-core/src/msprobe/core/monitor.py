@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from msprobe.core import spreadsheet
 from msprobe.core.config import config_error_from_validation, read_config_file
-from msprobe.core.dump.writer import make_dir, open_new_file
+from msprobe.core.dump.writer import make_dir, open_new_file, write_new_file
 from msprobe.core.errors import ConfigError, MsprobeError, UsageError
 
 logger = logging.getLogger(__name__)
@@ -341,9 +341,8 @@ class DynamicSwitch:
     def switch_off(self) -> None:
         raw = read_config_file(self.path)
         raw["dynamic_on"] = False
-        temporary = self.path.with_name(f".{self.path.name}.tmp")
-        temporary.write_text(json.dumps(raw, indent=4))
-        temporary.replace(self.path)
+        text = json.dumps(raw, indent=4).encode()
+        write_new_file(self.path, lambda handle: handle.write(text))
         self.seen_mtime = self.path.stat().st_mtime
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from msprobe.core.compare.engine import CompareResult
-from msprobe.core.dump.writer import make_dir
+from msprobe.core.dump.writer import make_dir, write_new_file
 from msprobe.core.spreadsheet import safe_table
 
 XLSX_ROW_LIMIT = 1_048_575
@@ -74,6 +74,5 @@ def write_result(result: CompareResult, output_dir: Path, stamp: str, prefix: st
 
 
 def write_text(path: Path, text: str) -> Path:
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    return _replace(temporary, path)
+    data = text.encode("utf-8")
+    return write_new_file(path, lambda handle: handle.write(data))

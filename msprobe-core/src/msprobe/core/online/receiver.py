@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import hmac
 import ipaddress
-import json
 import logging
 import os
 import signal
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from msprobe.core.dump.reader import Dump
+from msprobe.core.dump.writer import write_json_atomic
 from msprobe.core.errors import UsageError
 from msprobe.core.online import protocol
 from msprobe.core.precheck.driver import _load, select
@@ -412,8 +412,7 @@ class Receiver:
         }
         stamp = self.files.result.stem.rsplit("_", 1)[-1]
         path = self.files.result.parent / f"online_summary_{stamp}.json"
-        path.write_text(json.dumps(summary, indent=1))
-        os.chmod(path, 0o640)
+        write_json_atomic(path, summary)
         return summary
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import queue
 import ssl
 import threading
@@ -23,6 +22,7 @@ import time
 import uuid
 from pathlib import Path
 
+from msprobe.core.dump.writer import write_new_file
 from msprobe.core.online import protocol
 
 logger = logging.getLogger(__name__)
@@ -112,9 +112,7 @@ class OnlineSender:
     def _write_file(self, data: bytes) -> None:
         self._sequence += 1
         final = self.nfs_path / f"{self.name}_{self._sequence:09d}.msprobe"
-        temporary = final.with_suffix(".tmp")
-        temporary.write_bytes(data)
-        os.replace(temporary, final)
+        write_new_file(final, lambda handle: handle.write(data))  # renamed into place: never read half-written
 
     async def _connect(self) -> asyncio.StreamWriter | None:
         context = client_ssl_context(self.tls_path) if self.tls_path else None
