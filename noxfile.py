@@ -19,6 +19,7 @@ TORCH = "torch==2.13.0"
 MINDSPORE = "mindspore==2.10.0"
 TEST_DEPS = ["pytest", "hatchling", "hypothesis"]  # hypothesis: the fuzz tests of every parser (core)
 REFERENCE = ["mindstudio-probe==1.2.2", "service_identity"]  # the reference tool, the conformance oracle
+REFERENCE_26 = ["mindstudio-probe==26.2.0", "service_identity"]  # its newest release: we read its dumps, it ours
 CORE = ["-e", "./msprobe-core[plots,tensorboard]", "-e", "./msprobe-cli"]
 
 
@@ -79,16 +80,27 @@ def conformance(session: nox.Session) -> None:
     """
     session.install(TORCH)
     session.install(*TEST_DEPS, *CORE, "-e", "./msprobe-torch[huggingface]")
-    reference = os.path.join(os.path.dirname(session.virtualenv.location), "conformance_reference")
-    python = os.path.join(reference, "bin", "python")
-    if not os.path.exists(os.path.join(reference, "installed")):
-        session.run("python", "-m", "venv", "--clear", reference)
+    pythons = {
+        "MSPROBE_REFERENCE_PYTHON": _reference_env(session, "conformance_reference", REFERENCE),
+        "MSPROBE_REFERENCE26_PYTHON": _reference_env(session, "conformance_reference26", REFERENCE_26),
+    }
+    session.run("pytest", "tests/conformance", *session.posargs, env=pythons)
+
+
+def _reference_env(session: nox.Session, name: str, packages: list[str]) -> str:
+    """A virtual environment of its own beside the session's, made once: its Python."""
+    folder = os.path.join(os.path.dirname(session.virtualenv.location), name)
+    python = os.path.join(folder, "bin", "python")
+    marker = os.path.join(folder, "installed")
+    wanted = "\n".join([TORCH, *packages])
+    if not os.path.exists(marker) or open(marker).read() != wanted:
+        session.run("python", "-m", "venv", "--clear", folder)
         pip = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
         session.run(*pip, TORCH, external=True)
-        session.run(*pip, *REFERENCE, "transformers", external=True)
-        with open(os.path.join(reference, "installed"), "w") as marker:
-            marker.write("\n".join([TORCH, *REFERENCE]))
-    session.run("pytest", "tests/conformance", *session.posargs, env={"MSPROBE_REFERENCE_PYTHON": python})
+        session.run(*pip, *packages, "transformers", external=True)
+        with open(marker, "w") as handle:
+            handle.write(wanted)
+    return python
 
 
 @nox.session

@@ -10,6 +10,7 @@ overflow check's case).
 
 from __future__ import annotations
 
+import inspect
 import json
 import sys
 from pathlib import Path
@@ -48,12 +49,16 @@ def main(model_name: str, task: str, level: str, out: str, float16: bool = False
     out_dir.mkdir(parents=True, exist_ok=True)
     config_path = out_dir / "config.json"
     config_path.write_text(json.dumps(_config(task, level, out_dir / "dump")))
-    debugger = PrecisionDebugger(config_path=str(config_path), model=model)
+    takes_model = "model" in inspect.signature(PrecisionDebugger.__init__).parameters  # 26.x: start(model) only
+    debugger = PrecisionDebugger(config_path=str(config_path), **({"model": model} if takes_model else {}))
     for step in range(2):
         inputs = batch(step)
         if float16 and isinstance(inputs, tuple) and inputs[0].is_floating_point():
             inputs = (inputs[0].half() * 1000, inputs[1])
-        debugger.start()
+        if takes_model:
+            debugger.start()
+        else:
+            debugger.start(model=model)
         loss = loss_of(model, inputs)
         loss.backward()
         optimizer.step()

@@ -41,11 +41,13 @@ def _step(root: Path, step: int) -> Path:
     return root / f"step{step}" / "rank" / "dump.json"
 
 
-def _run_compare(msprobe: list[str], npu: Path, bench: Path, out: Path) -> pd.DataFrame:
+def _run_compare(msprobe: list[str], npu: Path, bench: Path, out: Path, stack: bool = True) -> pd.DataFrame:
     out.mkdir(parents=True)
     config = out / "compare.json"
-    stack = npu.with_name("stack.json")
-    config.write_text(json.dumps({"npu_path": str(npu), "bench_path": str(bench), "stack_path": str(stack)}))
+    spec = {"npu_path": str(npu), "bench_path": str(bench)}
+    if stack:  # 1.2.2 reads only its own stack.json format
+        spec["stack_path"] = str(npu.with_name("stack.json"))
+    config.write_text(json.dumps(spec))
     command = [*msprobe, "-f", "pytorch", "compare", "-i", str(config), "-o", str(out)]
     run = subprocess.run(command, capture_output=True, text=True, timeout=600)
     results = sorted(out.glob("compare_result_*.xlsx"))

@@ -181,3 +181,20 @@ def test_a_dump_that_breaks_the_schema_is_an_error_naming_file_entry_and_field(t
     result = CliRunner().invoke(cli, ["compare", "-i", str(config), "-o", str(tmp_path / "out")])
     assert result.exit_code != 0 and str(broken) in result.output and expected in result.output, result.output
     assert "Traceback" not in result.output and not list((tmp_path / "out").glob("compare_result_*"))
+
+
+def test_a_26x_dump_folder_is_read_proc_folder_and_grouped_stacks_included(tmp_path):
+    """mindstudio-probe 26.x writes proc{pid} where there is no rank, and groups names sharing a stack."""
+    for side, step in (("npu", "step0"), ("bench", "step1")):
+        source = REFERENCE_DUMPS / "pytorch" / "statistics_L1" / step / "rank"
+        folder = tmp_path / side / f"proc{1000 if side == 'npu' else 2000}"
+        shutil.copytree(source, folder)
+        stacks = json.loads((folder / "stack.json").read_text())
+        grouped = {str(i): [[name], frames] for i, (name, frames) in enumerate(stacks.items())}
+        (folder / "stack.json").write_text(json.dumps(grouped))
+    dump = read_dump(tmp_path / "npu" / "proc1000")
+    original = REFERENCE_DUMPS / "pytorch" / "statistics_L1" / "step0" / "rank" / "stack.json"
+    name = "Functional.conv2d.0.forward"
+    assert dump.stack[name] == json.loads(original.read_text())[name]
+    [summary] = compare_distributed(tmp_path / "npu", tmp_path / "bench", tmp_path / "out")
+    assert summary.unmatched == 0 and summary.rows > 50

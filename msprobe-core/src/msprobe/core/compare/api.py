@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -199,11 +200,18 @@ def compare(
 
 
 def _rank_folders(step_dir: Path) -> dict[str, Path]:
+    """rank, rank0, rank1... and the ``proc{pid}`` folder mindstudio-probe 26.x writes when there is no rank.
+
+    A pid differs from run to run, so a lone proc folder is filed under the name ``rank``: two such runs pair.
+    """
     if not step_dir.is_dir():
         raise DataFileError(step_dir, "not a folder")
     folders = {p.name: p for p in sorted(step_dir.iterdir()) if p.is_dir() and p.name.startswith("rank")}
+    processes = [p for p in sorted(step_dir.iterdir()) if p.is_dir() and re.fullmatch(r"proc\d+", p.name)]
+    if not folders and len(processes) == 1:
+        folders = {"rank": processes[0]}
     if not folders:
-        raise DataFileError(step_dir, "holds no rank folders (rank, rank0, rank1, ...)")
+        raise DataFileError(step_dir, "holds no rank folders (rank, rank0, rank1, ..., or one proc{pid})")
     return folders
 
 

@@ -153,7 +153,7 @@ def read_dump(path: str | Path) -> Dump:
     for name, entry in raw["data"].items():
         if not isinstance(entry, dict):
             raise DataFileError(dump_json, f"entry '{name}' is not an object")
-    stack = _optional(folder / "stack.json")
+    stack = _stacks_by_name(_optional(folder / "stack.json"))
     construct = _optional(folder / "construct.json")
     return Dump(
         path=dump_json,
@@ -165,6 +165,18 @@ def read_dump(path: str | Path) -> Dump:
         stack=stack,
         construct=construct,
     )
+
+
+def _stacks_by_name(stack: dict) -> dict:
+    """stack.json as name -> frames. mindstudio-probe 26.x groups the names that share a stack:
+    ``{"0": [[name, ...], [frame, ...]], ...}``; that form is opened out."""
+    grouped = stack and all(
+        isinstance(value, list) and len(value) == 2 and isinstance(value[0], list) and isinstance(value[1], list)
+        for value in stack.values()
+    )
+    if not grouped:
+        return stack
+    return {str(name): frames for names, frames in stack.values() for name in names}
 
 
 def _optional(path: Path) -> dict:

@@ -32,7 +32,7 @@ from msprobe.core.graph.vis import build_vis, compare_vis, write_vis
 
 logger = logging.getLogger(__name__)
 
-_NUMBERED = re.compile(r"^(rank|step)(\d*)$")
+_NUMBERED = re.compile(r"^(rank|step|proc)(\d*)$")  # proc{pid}: mindstudio-probe 26.x with no rank
 
 
 class GraphInput(BaseModel):
@@ -94,7 +94,7 @@ def _dump_folders(root: Path, field_name: str) -> dict[tuple[str, ...], Path]:
     if steps:
         folders = {}
         for step, step_dir in steps.items():
-            for rank, rank_dir in _numbered(step_dir, "rank").items():
+            for rank, rank_dir in (_numbered(step_dir, "rank") or _numbered(step_dir, "proc")).items():
                 folders[(step, rank)] = rank_dir
         if folders:
             return folders
