@@ -1135,8 +1135,12 @@ def test_the_overflow_check_inside_vmap_names_the_api_that_overflowed(tmp_path, 
     assert output["shape"] == [2, 1] and output["Max"] == math.inf
 
 
-def test_calls_that_write_in_place_or_hand_their_input_back_get_a_backward_entry(tmp_path):
+@pytest.mark.parametrize("with_lane", [True, False], ids=["C-path", "Python-path"])
+def test_calls_that_write_in_place_or_hand_their_input_back_get_a_backward_entry(tmp_path, monkeypatch, with_lane):
     """relu_ replaces its input's autograd node, dropout with p=0 returns its input: both have a backward."""
+    from msprobe.pytorch.dump import lane
+
+    monkeypatch.setattr(lane, "AVAILABLE", with_lane and lane.AVAILABLE)
     weight = torch.tensor([1.0, 1.0], requires_grad=True)
     debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path))
     debugger.start()
