@@ -12,11 +12,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # zoo and agreement, a
 DRIVER = Path(__file__).resolve().parent / "dump_zoo.py"
 
 
-def reference_python() -> str:
-    python = os.environ.get("MSPROBE_REFERENCE_PYTHON")
+def environment_python(variable: str) -> str:
+    """The Python of a reference tool's environment, which the conformance nox session names in ``variable``."""
+    python = os.environ.get(variable)
     if not python:
-        pytest.fail("MSPROBE_REFERENCE_PYTHON is not set: run these tests through `nox -s conformance`")
+        pytest.fail(f"{variable} is not set: run these tests through `nox -s conformance`")
     return python
+
+
+def reference_python() -> str:
+    return environment_python("MSPROBE_REFERENCE_PYTHON")
 
 
 @pytest.fixture(scope="session")

@@ -6,22 +6,18 @@ adds Requires_grad columns to its compare table. Its compare takes the two step 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import DRIVER, reference_python
+from conftest import DRIVER, environment_python, reference_python
 from test_compares_agree import _run_compare, _same_cell
 
 
 def _python26() -> str:
-    python = os.environ.get("MSPROBE_REFERENCE26_PYTHON")
-    if not python:
-        pytest.fail("MSPROBE_REFERENCE26_PYTHON is not set: run these tests through `nox -s conformance`")
-    return python
+    return environment_python("MSPROBE_REFERENCE26_PYTHON")
 
 
 @pytest.fixture(scope="module")
