@@ -101,3 +101,94 @@ def test_non_backend_return_value_is_an_error_not_a_crash():
     registry = PluginRegistry(load_entry_points=False, extra_plugins=[("liar", Liar())])
     assert registry.backends() == {}
     assert "not a Backend" in registry.infos["liar"].errors[0]
+
+
+class NotAList:
+    @hookimpl
+    def msprobe_compare_metrics(self):
+        return CompareMetric("Single", lambda a, b: 2.0)  # should have been [CompareMetric(...)]
+
+
+class WrongItem:
+    @hookimpl
+    def msprobe_compare_metrics(self):
+        return ["not a metric", CompareMetric("Kept", lambda a, b: 3.0)]
+
+
+def test_a_malformed_result_is_that_plugins_error_and_the_others_keep_their_metrics():
+    registry = PluginRegistry(
+        load_entry_points=False,
+        extra_plugins=[("good", MetricPlugin()), ("single", NotAList()), ("mixed", WrongItem())],
+    )
+    assert sorted(metric.name for metric in registry.compare_metrics()) == ["Kept", "Ones"]
+    infos = {info.name: info for info in registry.plugin_infos()}
+    assert "returned CompareMetric, not a list" in infos["single"].errors[0]
+    assert "an item is str, not CompareMetric" in infos["mixed"].errors[0]
+    assert not infos["good"].errors
+
+
+def test_plugins_lists_framework_specific_perturbations():
+    from msprobe.core.backend import Perturbation
+
+    class Perturbations:
+        @hookimpl
+        def msprobe_free_benchmark_perturbations(self):
+            return [Perturbation("double", lambda *args, **kwargs: None, framework="fakefw")]
+
+    registry = PluginRegistry(load_entry_points=False, extra_plugins=[("pert", Perturbations())])
+    infos = {info.name: info for info in registry.plugin_infos()}
+    assert infos["pert"].perturbations == ["double"]  # was dropped: the listing asked for framework None
+    assert "double" not in registry.perturbations(framework="otherfw")
+
+
+def test_disabled_backends_are_said_to_be_disabled_and_unknown_names_warned(monkeypatch):
+    from click.testing import CliRunner
+
+    from msprobe.cli.main import cli
+    from msprobe.core import plugins
+
+    fake_entry_points(monkeypatch, ("fakefw", "tests.nothing:plugin"))
+    monkeypatch.setenv("MSPROBE_DISABLE_PLUGINS", "fakefw,no-such-plugin")
+    plugins.reset_registry()
+    try:
+        result = CliRunner().invoke(cli, ["plugins"])
+    finally:
+        plugins.reset_registry()
+    assert "No backend is enabled (fakefw disabled by MSPROBE_DISABLE_PLUGINS)" in result.output, result.output
+    assert "No backend is installed" not in result.output
+    assert "'no-such-plugin', which matches no installed plugin" in result.output
+
+
+def test_a_failing_metric_warns_once_not_once_per_row(tmp_path, caplog):
+    import json
+
+    import numpy as np
+
+    from msprobe.core.compare.engine import compare_dumps, tensor_loader
+    from msprobe.core.dump.reader import read_dump
+    from msprobe.core.tensor_files import load_npy
+
+    folder = tmp_path / "d"
+    (folder / "dump_tensor_data").mkdir(parents=True)
+    data = {}
+    for index in range(5):
+        name = f"Mint.abs.{index}.forward"
+        np.save(folder / "dump_tensor_data" / f"{name}.output.0.npy", np.ones(3, dtype=np.float32))
+        summary = {"type": "mindspore.Tensor", "dtype": "Float32", "shape": [3], "Max": 1.0}
+        data[name] = {
+            "input_args": [],
+            "input_kwargs": {},
+            "output": [{**summary, "data_name": f"{name}.output.0.npy"}],
+        }
+    (folder / "dump.json").write_text(
+        json.dumps({"task": "tensor", "level": "L1", "framework": "mindspore", "data": data})
+    )
+    dump = read_dump(folder)
+
+    def broken(actual, expected):
+        raise ValueError("nope")
+
+    metric = CompareMetric("Broken", broken)
+    result = compare_dumps(dump, dump, load=tensor_loader({".npy": load_npy}), extra_metrics=(metric,))
+    assert list(result.table["Broken"]) == ["N/A"] * 5
+    assert caplog.text.count("compare metric Broken failed") == 1

@@ -14,8 +14,13 @@ def plugins_command() -> None:
     infos = registry.plugin_infos()
     registry.cli_commands()
     backends = registry.backends()
-    if not backends:
+    disabled = [info.name for info in infos if info.disabled]
+    if not backends and disabled:
+        click.echo(f"No backend is enabled ({', '.join(disabled)} disabled by MSPROBE_DISABLE_PLUGINS).")
+    elif not backends:
         click.echo("No backend is installed: pip install msprobe-torch (PyTorch) or msprobe-mindspore (MindSpore).")
+    for name in registry.unknown_disabled_names():
+        click.echo(f"warning: MSPROBE_DISABLE_PLUGINS names '{name}', which matches no installed plugin")
     for info in infos:
         label = "built-in" if info.builtin else f"{info.distribution or '?'} {info.version}".strip()
         kind = "backend" if info.backend is not None else "plugin"

@@ -180,39 +180,59 @@ class PluginRegistry:
         installed = ", ".join(sorted(self.backends())) or "none"
         raise BackendError(f"unknown framework '{name}' (installed backends: {installed})")
 
+    def _listed(self, hook_name: str, kind: type | None = None, check: Any = None) -> list[tuple[str, Any]]:
+        """(plugin, item) for each item of each plugin's list. A result that is no list, or an item of the wrong
+        kind, is that plugin's failure, reported by name; the other plugins' items are kept."""
+        found = []
+        for plugin_name, items in self.call_each(hook_name):
+            if not isinstance(items, (list, tuple)):
+                error = TypeError(f"returned {type(items).__name__}, not a list")
+                self._record_failure(plugin_name, hook_name, error)
+                continue
+            for item in items:
+                if (kind is not None and not isinstance(item, kind)) or (check is not None and not check(item)):
+                    expected = kind.__name__ if kind is not None else "a command"
+                    error = TypeError(f"an item is {type(item).__name__}, not {expected}")
+                    self._record_failure(plugin_name, hook_name, error)
+                    continue
+                found.append((plugin_name, item))
+        return found
+
     def compare_metrics(self) -> list[CompareMetric]:
         metrics: list[CompareMetric] = []
-        for plugin_name, items in self.call_each("msprobe_compare_metrics"):
-            for item in items or ():
-                if isinstance(item, CompareMetric):
-                    metrics.append(item)
-                    _note(self._info(plugin_name).metrics, item.name)
+        for plugin_name, item in self._listed("msprobe_compare_metrics", CompareMetric):
+            metrics.append(item)
+            _note(self._info(plugin_name).metrics, item.name)
         return metrics
 
-    def perturbations(self, framework: str | None = None) -> dict[str, Perturbation]:
+    def perturbations(self, framework: str | None = None, every_framework: bool = False) -> dict[str, Perturbation]:
+        """Perturbations usable on ``framework`` (those for any framework included); ``every_framework``: all of
+        them, as ``msprobe plugins`` lists them."""
         found: dict[str, Perturbation] = {}
-        for plugin_name, items in self.call_each("msprobe_free_benchmark_perturbations"):
-            for item in items or ():
-                if isinstance(item, Perturbation) and item.framework in (None, framework):
-                    found.setdefault(item.name, item)
-                    _note(self._info(plugin_name).perturbations, item.name)
+        for plugin_name, item in self._listed("msprobe_free_benchmark_perturbations", Perturbation):
+            if every_framework or item.framework in (None, framework):
+                found.setdefault(item.name, item)
+                _note(self._info(plugin_name).perturbations, item.name)
         return found
 
     def cli_commands(self) -> list[tuple[str, str | None, Any]]:
         """(plugin name, framework it belongs to or None, click command) for every contributed command."""
         commands = []
-        for plugin_name, items in self.call_each("msprobe_cli_commands"):
+        for plugin_name, command in self._listed("msprobe_cli_commands", check=lambda c: getattr(c, "name", None)):
             info = self._info(plugin_name)
             framework = info.backend.name if info.backend is not None else None
-            for command in items or ():
-                if getattr(command, "name", None):
-                    commands.append((plugin_name, framework, command))
-                    _note(info.commands, command.name)
+            commands.append((plugin_name, framework, command))
+            _note(info.commands, command.name)
         return commands
+
+    def unknown_disabled_names(self) -> list[str]:
+        """Names in MSPROBE_DISABLE_PLUGINS that match no plugin (a typo disables nothing)."""
+        known = {name.lower() for name in self.infos}
+        return sorted(name for name in self._disabled if name not in known)
 
     def plugin_infos(self) -> list[PluginInfo]:
         self.compare_metrics()
-        self.perturbations()
+        self.perturbations(every_framework=True)  # the built-in ones are framework-specific
         return sorted(self.infos.values(), key=lambda info: (info.builtin, info.name))
 
 

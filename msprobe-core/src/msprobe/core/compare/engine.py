@@ -390,6 +390,7 @@ def _with_messages(current: list[str], messages: dict[int, list[str]]) -> list[s
 
 def _extra_metric(metric: Any, pairs: list, npu: Dump, bench: Dump, load: TensorLoader) -> list[Any]:
     values = []
+    failed = 0
     for npu_row, bench_row in pairs:
         if npu_row is None or bench_row is None or not npu_row.data_name or not bench_row.data_name:
             values.append(NA)
@@ -397,8 +398,13 @@ def _extra_metric(metric: Any, pairs: list, npu: Dump, bench: Dump, load: Tensor
         actual, expected = load(npu, npu_row), load(bench, bench_row)
         try:
             values.append(NA if actual is None or expected is None else metric.function(actual, expected))
-        except Exception as exc:  # a plugin metric must not stop the compare
-            logger.warning("compare metric %s failed on %s: %s", metric.name, npu_row.name, exc)
+        except Exception as exc:  # a plugin metric must not stop the compare; said once, not once per row
+            if not failed:
+                logger.warning(
+                    "compare metric %s failed (first on %s) and shows N/A where it fails: %s", metric.name,
+                    npu_row.name, exc,
+                )  # fmt: skip
+            failed += 1
             values.append(NA)
     return values
 
