@@ -192,3 +192,76 @@ def test_a_failing_metric_warns_once_not_once_per_row(tmp_path, caplog):
     result = compare_dumps(dump, dump, load=tensor_loader({".npy": load_npy}), extra_metrics=(metric,))
     assert list(result.table["Broken"]) == ["N/A"] * 5
     assert caplog.text.count("compare metric Broken failed") == 1
+
+
+class Misspelt:
+    @hookimpl
+    def msprobe_compare_metric(self):  # one letter short of the hook's name
+        return [CompareMetric("Never", lambda a, b: 0.0)]
+
+
+def test_a_misspelt_hook_name_is_reported_by_plugin():
+    registry = PluginRegistry(load_entry_points=False, extra_plugins=[("typo", Misspelt())])
+    infos = {info.name: info for info in registry.plugin_infos()}
+    assert any("'msprobe_compare_metric' is no msprobe hook" in error for error in infos["typo"].errors)
+
+
+def _cli_with(monkeypatch, *plugins):
+    import click
+
+    from msprobe.cli import main as cli_main
+
+    registry = PluginRegistry(load_entry_points=False, extra_plugins=list(plugins))
+    monkeypatch.setattr(cli_main, "get_registry", lambda: registry)
+    monkeypatch.setattr(cli_main, "_WARNED", set())
+    return cli_main.cli, click
+
+
+def _commands_plugin(*commands):
+    class Commands:
+        @hookimpl
+        def msprobe_cli_commands(self):
+            return list(commands)
+
+    return Commands()
+
+
+def test_command_collisions_are_warned_and_the_built_in_wins(monkeypatch):
+    import click
+    from click.testing import CliRunner
+
+    @click.command("compare")
+    def fake_compare():
+        click.echo("the plugin's compare ran")
+
+    @click.command("hello")
+    def hello_a():
+        click.echo("hello from a")
+
+    @click.command("hello")
+    def hello_b():
+        click.echo("hello from b")
+
+    cli, _ = _cli_with(
+        monkeypatch, ("shadow", _commands_plugin(fake_compare)), ("a", _commands_plugin(hello_a)),
+        ("b", _commands_plugin(hello_b)),
+    )  # fmt: skip
+    result = CliRunner().invoke(cli, ["compare", "--help"])
+    assert "plugin 'shadow' adds a command 'compare', which the built-in one hides" in result.stderr
+    result = CliRunner().invoke(cli, ["hello"])
+    assert result.stdout.strip() in ("hello from a", "hello from b")
+    assert "each add a command 'hello'" in result.stderr
+
+
+def test_a_plugin_command_that_raises_is_blamed_on_the_plugin(monkeypatch):
+    import click
+    from click.testing import CliRunner
+
+    @click.command("explode")
+    def explode():
+        raise RuntimeError("kaboom")
+
+    cli, _ = _cli_with(monkeypatch, ("fireworks", _commands_plugin(explode)))
+    result = CliRunner().invoke(cli, ["explode"])
+    assert result.exit_code == 1
+    assert "plugin 'fireworks' failed: RuntimeError: kaboom" in result.output and "internal error" not in result.output

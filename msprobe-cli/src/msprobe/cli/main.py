@@ -54,13 +54,23 @@ class MsprobeGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         name = COMMAND_ALIASES.get(cmd_name, cmd_name)
         builtins = _builtin_commands()
+        offered = [(plugin, owner, command) for plugin, owner, command in get_registry().cli_commands()]
+        offered = [entry for entry in offered if entry[2].name == name]
         if name in builtins:
+            for plugin, owner, _command in offered:
+                if owner is None:  # a backend's commands are its own (-f); a plain plugin's cannot replace ours
+                    _warn_once(f"plugin '{plugin}' adds a command '{name}', which the built-in one hides")
             return builtins[name]
-        framework = ctx.ensure_object(dict).get("framework")
-        candidates = [(owner, command) for _p, owner, command in get_registry().cli_commands() if command.name == name]
-        shared = [command for owner, command in candidates if owner is None]
+        ctx.ensure_object(dict)["plugin"] = None
+        framework = ctx.obj.get("framework")
+        candidates = [(owner, command) for _plugin, owner, command in offered]
+        shared = [(plugin, command) for plugin, owner, command in offered if owner is None]
         if shared:
-            return shared[0]
+            if len(shared) > 1:
+                names = ", ".join(plugin for plugin, _ in shared)
+                _warn_once(f"plugins {names} each add a command '{name}': {shared[0][0]}'s is used")
+            ctx.obj["plugin"] = shared[0][0]
+            return shared[0][1]
         if framework is not None:
             for owner, command in candidates:
                 if owner == framework:
@@ -82,6 +92,23 @@ class MsprobeGroup(click.Group):
             return super().invoke(ctx)
         except MsprobeError as exc:
             raise click.ClickException(str(exc)) from None
+        except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort, SystemExit):
+            raise
+        except Exception as exc:
+            plugin = (ctx.obj or {}).get("plugin")
+            if plugin is None or os.environ.get("MSPROBE_DEBUG"):
+                raise
+            # a third party's command failed: say whose, not "internal error" of msprobe
+            raise click.ClickException(f"plugin '{plugin}' failed: {exc.__class__.__name__}: {exc}") from None
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        click.echo(f"warning: {message}", err=True)
 
 
 def _choose_framework(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:

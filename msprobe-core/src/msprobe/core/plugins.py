@@ -68,6 +68,7 @@ class PluginRegistry:
             self._load_entry_points()
         for name, plugin in extra_plugins:
             self._register(name, plugin)
+        self._report_unknown_hooks()
         self._collect_backends()
 
     # -- discovery ----------------------------------------------------------------
@@ -104,6 +105,19 @@ class PluginRegistry:
         except Exception as exc:  # e.g. a hookimpl whose signature matches no hookspec
             info.errors.append(f"import: {exc.__class__.__name__}: {exc}")
             logger.warning("msprobe plugin %r could not be registered: %s", name, exc)
+
+    def _report_unknown_hooks(self) -> None:
+        """A hook implementation whose name matches no hookspec (``msprobe_compare_metric``) is never called:
+        say so by plugin, as pluggy's check_pending would, instead of accepting it silently."""
+        for hook_name, caller in vars(self.manager.hook).items():
+            if not hook_name.startswith("msprobe_") or caller.has_spec():
+                continue
+            for impl in caller.get_hookimpls():
+                message = f"hook: '{hook_name}' is no msprobe hook (misspelt?), so it is never called"
+                info = self._info(impl.plugin_name)
+                if message not in info.errors:
+                    info.errors.append(message)
+                    logger.warning("msprobe plugin %r: %s", impl.plugin_name, message)
 
     # -- calling hooks safely ---------------------------------------------------------
     def call_each(self, hook_name: str, **kwargs: Any) -> list[tuple[str, Any]]:
