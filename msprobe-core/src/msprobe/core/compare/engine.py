@@ -220,8 +220,8 @@ def _base_columns(pairs: list[tuple[Row | None, Row | None]]) -> dict[str, list]
     def pick(row: Row | None, attribute: str) -> Any:
         if row is None:
             return NA
-        if attribute == "dtype" and row.shown_dtype != "":
-            return str(row.shown_dtype)  # a plain value: its Python type, "None" for a None
+        if attribute == "dtype":
+            return str(_shown_dtype(row))  # a plain value: its Python type, "None" for a None
         value = getattr(row, attribute)
         return str(value) if attribute == "shape" else value
 

@@ -18,7 +18,7 @@ from msprobe.core.dump.backward_names import BackwardNumbering
 from msprobe.core.dump.filters import DataModeFilter, NameFilter, ScopeFilter
 from msprobe.core.dump.overflow import InputScreen, OverflowCounter
 from msprobe.core.dump.values import ValueEncoder
-from msprobe.core.dump.writer import JOURNAL_NAME, NO_PARENT, DumpWriter
+from msprobe.core.dump.writer import JOURNAL_NAME, NO_PARENT, DumpWriter, refuse_links_below
 from msprobe.core.errors import DataFileError
 from msprobe.core.session import TaskSession
 
@@ -69,8 +69,6 @@ class DumpCollector:
                 "framework": self.session.framework,
                 "dump_data_dir": str(tensor_dir) if tensor_dir else None,
             }
-            from msprobe.core.dump.writer import refuse_links_below
-
             if self.session.config.dump_path:  # no link planted below dump_path may take the step elsewhere
                 refuse_links_below(Path(self.session.config.dump_path), folder)
             self.writer = self.writer_factory(folder, header)

@@ -431,10 +431,13 @@ class TensorSummarizer:
             "shape": list(tensor.shape),
         }
         has_data = not tensor.is_meta  # a meta tensor holds no data
+        stats: dict[str, Any] = {}
         if self.with_stats:
-            summary.update(self._statistics(tensor) if has_data and tensor.numel() else no_statistics())
+            stats = self._statistics(tensor) if has_data and tensor.numel() else no_statistics()
+            summary.update(stats)
         summary["requires_grad"] = tensor.requires_grad
-        _except_keys_last(summary)
+        if len(stats) > 4:  # only an inf or nan adds the *_except_inf_nan keys: the usual tensor pays nothing
+            _except_keys_last(summary)
         if self.with_crc and self.with_stats and has_data:
             summary["md5"] = self._cached("crc", tensor, crc32_hex)
         if self.online is not None or self.save_files:
