@@ -57,6 +57,7 @@ def test_a_plugin_that_raises_is_recorded_and_the_others_keep_working():
     registry = PluginRegistry(
         load_entry_points=False,
         extra_plugins=[("good", BackendPlugin()), ("metrics", MetricPlugin()), ("bad", RaisingPlugin())],
+        default_plugins=(),
     )
     assert list(registry.backends()) == ["fakefw"]
     assert [metric.name for metric in registry.compare_metrics()] == ["Ones"]
@@ -119,6 +120,7 @@ def test_a_malformed_result_is_that_plugins_error_and_the_others_keep_their_metr
     registry = PluginRegistry(
         load_entry_points=False,
         extra_plugins=[("good", MetricPlugin()), ("single", NotAList()), ("mixed", WrongItem())],
+        default_plugins=(),
     )
     assert sorted(metric.name for metric in registry.compare_metrics()) == ["Kept", "Ones"]
     infos = {info.name: info for info in registry.plugin_infos()}
@@ -156,7 +158,7 @@ def test_disabled_backends_are_said_to_be_disabled_and_unknown_names_warned(monk
         plugins.reset_registry()
     assert "No backend is enabled (fakefw disabled by MSPROBE_DISABLE_PLUGINS)" in result.output, result.output
     assert "No backend is installed" not in result.output
-    assert "'no-such-plugin', which matches no installed plugin" in result.output
+    assert "msprobe: warning: MSPROBE_DISABLE_PLUGINS names 'no-such-plugin', which matches no plugin" in result.stderr
 
 
 def test_a_failing_metric_warns_once_not_once_per_row(tmp_path, caplog):
@@ -247,10 +249,14 @@ def test_command_collisions_are_warned_and_the_built_in_wins(monkeypatch):
         ("b", _commands_plugin(hello_b)),
     )  # fmt: skip
     result = CliRunner().invoke(cli, ["compare", "--help"])
-    assert "plugin 'shadow' adds a command 'compare', which the built-in one hides" in result.stderr
-    result = CliRunner().invoke(cli, ["hello"])
-    assert result.stdout.strip() in ("hello from a", "hello from b")
-    assert "each add a command 'hello'" in result.stderr
+    assert "msprobe: warning: plugin 'shadow' adds a command 'compare', which the built-in 'compare' hides" in (
+        result.stderr
+    )
+    assert "Compare two dumps" in result.stdout or "Usage: cli compare" in result.stdout  # the built-in's help
+    assert "each add a command 'hello'" in result.stderr  # said on the first command, whichever it is
+    again = CliRunner().invoke(cli, ["hello"])
+    assert again.stdout.strip() in ("hello from a", "hello from b")
+    assert again.stderr == ""  # once per run, not once per resolution
 
 
 def test_a_plugin_command_that_raises_is_blamed_on_the_plugin(monkeypatch):
@@ -265,3 +271,261 @@ def test_a_plugin_command_that_raises_is_blamed_on_the_plugin(monkeypatch):
     result = CliRunner().invoke(cli, ["explode"])
     assert result.exit_code == 1
     assert "plugin 'fireworks' failed: RuntimeError: kaboom" in result.output and "internal error" not in result.output
+
+
+# -- hooks go through pluggy: ordering, wrappers, first result -------------------------------------------
+
+
+def _metric_plugin(name, **opts):
+    class Plugin:
+        @hookimpl(**opts)
+        def msprobe_compare_metrics(self):
+            return [CompareMetric(name, lambda a, b: 0.0)]
+
+    return Plugin()
+
+
+def _names(registry):
+    return [m.name for m in registry.compare_metrics()]
+
+
+def test_tryfirst_and_trylast_order_the_answers_as_pluggy_documents():
+    # pluggy calls the newest registration first; tryfirst/trylast override that order
+    registry = PluginRegistry(
+        load_entry_points=False,
+        default_plugins=(),
+        extra_plugins=[("early", _metric_plugin("Early", tryfirst=True)), ("plain", _metric_plugin("Plain")),
+                       ("late", _metric_plugin("Late", trylast=True))],
+    )  # fmt: skip
+    assert _names(registry) == ["Early", "Plain", "Late"]
+
+
+def test_a_wrapper_sees_and_changes_the_other_plugins_answers():
+    class Renamer:
+        @hookimpl(wrapper=True)
+        def msprobe_compare_metrics(self):
+            answers = yield
+            return [[CompareMetric(m.name.upper(), m.function) for m in answer] for answer in answers]
+
+    registry = PluginRegistry(
+        load_entry_points=False, default_plugins=(),
+        extra_plugins=[("metrics", _metric_plugin("ones")), ("renamer", Renamer())],
+    )  # fmt: skip
+    assert _names(registry) == ["ONES"]
+
+
+def test_a_wrapper_that_raises_is_reported_and_the_answers_survive():
+    class Broken:
+        @hookimpl(wrapper=True)
+        def msprobe_compare_metrics(self):
+            raise RuntimeError("before yield")
+            yield  # pragma: no cover
+
+    class BrokenAfter:
+        @hookimpl(wrapper=True)
+        def msprobe_compare_metrics(self):
+            yield
+            raise RuntimeError("after yield")
+
+    registry = PluginRegistry(
+        load_entry_points=False, default_plugins=(),
+        extra_plugins=[("metrics", _metric_plugin("Ones")), ("broken", Broken()), ("after", BrokenAfter())],
+    )  # fmt: skip
+    assert _names(registry) == ["Ones"]
+    assert any("before yield" in e for e in registry.infos["broken"].errors)
+    assert any("after yield" in e for e in registry.infos["after"].errors)
+
+
+def test_first_result_hooks_stop_at_the_first_answer_and_skip_a_failing_plugin():
+    class Hooks:
+        def install(self):
+            pass
+
+        def remove(self):
+            pass
+
+    answered = Hooks()
+
+    class Raises:
+        @hookimpl(tryfirst=True)
+        def msprobe_task_hooks(self, session):
+            raise RuntimeError("cannot")
+
+    class WrongKind:
+        @hookimpl
+        def msprobe_task_hooks(self, session):
+            return "hooks"  # no install()/remove()
+
+    class Answers:
+        @hookimpl(trylast=True)
+        def msprobe_task_hooks(self, session):
+            return answered
+
+    registry = PluginRegistry(
+        load_entry_points=False, default_plugins=(),
+        extra_plugins=[("answers", Answers()), ("wrong", WrongKind()), ("raises", Raises())],
+    )  # fmt: skip
+    assert registry.call_first("msprobe_task_hooks", session=None) is answered
+    assert "cannot" in registry.failures("msprobe_task_hooks")[0]
+    assert any("not an object with install() and remove()" in e for e in registry.infos["wrong"].errors)
+
+
+def test_trace_logs_each_hook_call_with_plugin_arguments_and_time(monkeypatch, capsys):
+    import json
+
+    from msprobe.core import plugins
+
+    monkeypatch.setenv("MSPROBE_TRACE_PLUGINS", "1")
+    monkeypatch.setattr(plugins.trace_logger, "handlers", [])
+    registry = PluginRegistry(load_entry_points=False, default_plugins=(), extra_plugins=[("m", _metric_plugin("X"))])
+    registry.compare_metrics()
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("msprobe trace: ")]
+    records = [json.loads(line[len("msprobe trace: ") :]) for line in lines]
+    calls = [r for r in records if r["hook"] == "msprobe_compare_metrics"]
+    assert calls and calls[0]["plugin"] == "m" and calls[0]["ms"] >= 0 and "X" in calls[0]["result"]
+
+
+def test_two_metrics_for_one_column_keep_the_first_and_report_the_second():
+    registry = PluginRegistry(load_entry_points=False, extra_plugins=[("dup", _metric_plugin("Cosine"))])
+    assert _names(registry).count("Cosine") == 1
+    assert any("tensor-mode column that exists already" in e for e in registry.infos["dup"].errors)
+
+
+def test_built_in_features_are_plugins_listed_as_built_in():
+    registry = PluginRegistry(load_entry_points=False)
+    infos = {info.name: info for info in registry.plugin_infos()}
+    assert infos["builtin-metrics"].builtin and "Cosine" in infos["builtin-metrics"].metrics
+    assert "L2norm diff" in infos["builtin-metrics"].metrics
+    assert infos["builtin-tasks"].tasks == [
+        "statistics", "tensor", "structure", "overflow_check", "free_benchmark", "grad_probe", "run_ut",
+    ]  # fmt: skip
+    assert "compare" in infos["builtin-commands"].commands
+
+
+def test_verbose_logs_discovery(monkeypatch):
+    from click.testing import CliRunner
+
+    from msprobe.cli.main import cli
+    from msprobe.core import plugins
+
+    plugins.reset_registry()
+    try:
+        result = CliRunner().invoke(cli, ["--verbose", "plugins"])
+    finally:
+        plugins.reset_registry()
+        import logging
+
+        logging.getLogger("msprobe").setLevel(logging.WARNING)
+    assert "msprobe: plugin 'builtin-metrics' (built-in) registered: msprobe_compare_metrics" in result.stderr
+
+
+# -- tasks from plugins --------------------------------------------------------------------------------
+
+
+def test_a_plugin_task_is_accepted_by_the_config_with_its_own_section(monkeypatch, tmp_path):
+    import json
+
+    from pydantic import BaseModel
+
+    from msprobe.core import plugins
+    from msprobe.core.backend import Task
+    from msprobe.core.config import load_config
+    from msprobe.core.errors import ConfigError
+
+    class HeatmapSection(BaseModel):
+        bins: int = 10
+
+    class HeatmapPlugin:
+        @hookimpl
+        def msprobe_tasks(self):
+            return [Task("heatmap", "activation heat maps", section=HeatmapSection)]
+
+    registry = PluginRegistry(load_entry_points=False, extra_plugins=[("heatmap", HeatmapPlugin())])
+    monkeypatch.setattr(plugins, "_registry", registry)
+    config_file = tmp_path / "config.json"
+    config_file.write_text(json.dumps({"task": "heatmap", "dump_path": "out", "heatmap": {"bins": 32}}))
+    config = load_config(config_file)
+    assert config.task == "heatmap" and config.section.bins == 32
+
+    config_file.write_text(json.dumps({"task": "heatmap", "dump_path": "out", "heatmap": {"bins": "many"}}))
+    with pytest.raises(ConfigError, match=r"config.json: heatmap.bins: Input should be a valid integer"):
+        load_config(config_file)
+
+    config_file.write_text(json.dumps({"task": "heatmaps", "dump_path": "out"}))
+    with pytest.raises(ConfigError, match=r"task: unknown task 'heatmaps' \(known: statistics, .*heatmap\)"):
+        load_config(config_file)
+
+
+def test_msprobe_config_validate_knows_the_plugin_tasks(monkeypatch, tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from msprobe.cli.main import cli
+    from msprobe.core import plugins
+    from msprobe.core.backend import Task
+
+    class Plugin:
+        @hookimpl
+        def msprobe_tasks(self):
+            return [Task("heatmap")]
+
+    config_file = tmp_path / "config.json"
+    config_file.write_text(json.dumps({"task": "heatmap", "dump_path": "out"}))
+    before = CliRunner().invoke(cli, ["config", "validate", str(config_file)])
+    assert before.exit_code == 1 and "unknown task 'heatmap'" in before.stderr
+    monkeypatch.setattr(plugins, "_registry", PluginRegistry(load_entry_points=False, extra_plugins=[("p", Plugin())]))
+    after = CliRunner().invoke(cli, ["config", "validate", str(config_file)])
+    assert after.exit_code == 0 and "(task heatmap," in after.stdout
+
+
+def test_a_task_naming_no_task_hook_is_that_plugins_error():
+    from msprobe.core.backend import Task
+
+    class Plugin:
+        @hookimpl
+        def msprobe_tasks(self):
+            return [Task("odd", hook="msprobe_compare_metrics"), Task("statistics")]
+
+    registry = PluginRegistry(load_entry_points=False, extra_plugins=[("odd", Plugin())])
+    tasks = registry.tasks()
+    assert "odd" not in tasks and tasks["statistics"].hook == "msprobe_dump_hooks"  # the built-in keeps its name
+    errors = registry.infos["odd"].errors
+    assert any("returns no task hooks" in e for e in errors) and any("'statistics' exists already" in e for e in errors)
+
+
+# -- statistics-mode metrics ------------------------------------------------------------------------------
+
+
+def test_metrics_serve_the_modes_they_declare(tmp_path):
+    import json
+
+    from msprobe.core.backend import Statistics
+    from msprobe.core.compare.engine import compare_dumps
+    from msprobe.core.dump.reader import read_dump
+
+    def write(folder, maximum):
+        folder.mkdir()
+        entry = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2], "Max": maximum, "Min": 0.0,
+                 "Mean": 1.0, "Norm": 2.0, "requires_grad": False}  # fmt: skip
+        data = {"Torch.abs.0.forward": {"input_args": [entry], "input_kwargs": {}, "output": [entry]}}
+        (folder / "dump.json").write_text(json.dumps({"task": "statistics", "level": "L1", "data": data}))
+        return read_dump(folder)
+
+    def max_ratio(npu, bench):
+        assert isinstance(npu, Statistics)
+        return npu.max / bench.max
+
+    ratio = CompareMetric("MaxRatio", max_ratio, modes=("statistics",))
+    tensor_only = CompareMetric("TensorOnly", lambda a, b: 1.0)
+    result = compare_dumps(write(tmp_path / "a", 3.0), write(tmp_path / "b", 2.0), extra_metrics=(ratio, tensor_only))
+    assert result.mode == "statistics"
+    assert list(result.table["MaxRatio"]) == [1.5, 1.5]  # 3.0 / 2.0, by hand
+    assert "TensorOnly" not in result.table.columns
+    assert list(result.table.columns[-1:]) == ["MaxRatio"]  # after the reference's columns
+    assert list(result.table["Max diff"]) == [1.0, 1.0]
+
+
+def test_a_metric_with_an_unknown_mode_is_refused_when_made():
+    with pytest.raises(ValueError, match="modes must be a tuple of tensor, statistics"):
+        CompareMetric("Bad", lambda a, b: 0.0, modes="statistics")

@@ -124,7 +124,7 @@ def test_a_third_party_perturbation_is_used(tmp_path, monkeypatch, fake_npu):
             return [Perturbation("shift_by_one", lambda t: t + 1, None, "moves every value by one")]
 
     registry = get_registry()
-    registry.manager.register(Shift(), name="shift")
+    registry.register(Shift(), name="shift")
     assert "shift_by_one" in registry.perturbations(framework="pytorch")
     d = debugger(tmp_path, pert_mode="shift_by_one", list=["relu"])
     d.start()
@@ -145,7 +145,7 @@ def test_a_failing_perturbation_is_logged_or_raised_with_strict(tmp_path, caplog
             return [Perturbation("always_fails", broken, None, "raises")]
 
     registry = get_registry()
-    registry.manager.register(Broken(), name="always_fails")
+    registry.register(Broken(), name="always_fails")
     try:
         d = debugger(tmp_path, strict=strict, pert_mode="always_fails", list=["relu"])
         d.start()
@@ -159,7 +159,7 @@ def test_a_failing_perturbation_is_logged_or_raised_with_strict(tmp_path, caplog
         finally:
             d.stop()
     finally:
-        registry.manager.unregister(name="always_fails")
+        registry.unregister("always_fails")
 
 
 def test_unknown_perturbation_is_a_clear_error(tmp_path):
@@ -192,11 +192,11 @@ def test_config_validate_checks_pert_mode_against_the_installed_plugins(tmp_path
             return [Perturbation("twist", lambda t: t.flip(0), None, "reverses the values")]
 
     registry = get_registry()
-    registry.manager.register(Twist(), name="twist")
+    registry.register(Twist(), name="twist")
     try:
         assert CliRunner().invoke(cli, ["config", "validate", twist]).exit_code == 0
     finally:
-        registry.manager.unregister(name="twist")
+        registry.unregister("twist")
 
 
 def test_calls_inside_vmap_are_checked_over_the_whole_batch(tmp_path, fake_npu, caplog):
@@ -250,3 +250,31 @@ def test_the_encoder_s_padding_free_path_runs_unharmed(tmp_path, caplog, mode):
     checker.step()
     assert torch.equal(torch.nan_to_num(out), torch.nan_to_num(expected))
     assert "msprobe" not in caplog.text
+
+
+@pytest.mark.parametrize("declares_fix", [True, False])
+def test_a_plugin_perturbation_may_fix_only_if_it_declares_so(tmp_path, fake_npu, declares_fix):
+    def exact(tensor):  # float64, as a plugin's "better" computation would be
+        return tensor.to(torch.float64)
+
+    class Exact:
+        @hookimpl
+        def msprobe_free_benchmark_perturbations(self):
+            return [Perturbation("exact", exact, "pytorch", "float64", fix=declares_fix)]
+
+    registry = get_registry()
+    registry.register(Exact(), name="exact")
+    try:
+        d = debugger(tmp_path, pert_mode="exact", handler_type="fix")
+        x = torch.tensor([0.3, 1.7, -2.2], dtype=torch.float16)
+        if not declares_fix:
+            with pytest.raises(UsageError, match="'fix' needs a perturbation that declares fix=True; 'exact' does not"):
+                d.start()
+            return
+        d.start()
+        out = fake_npu.npu_rotary_mul(x, x, x)
+        d.stop()
+        assert not torch.allclose(fragile(x, x, x), x, rtol=1e-3)  # float16 loses x in (x + 4096) - 4096
+        assert out.dtype == torch.float16 and torch.allclose(out, x, rtol=1e-3)  # the float64 run kept it
+    finally:
+        registry.unregister("exact")

@@ -148,6 +148,11 @@ def _unavailable_perturbation(config: DebuggerConfig) -> str | None:
     for backend in backends:
         available = registry.perturbations(backend)
         if mode in available:
+            if config.free_benchmark.handler_type == "fix" and not available[mode].fix:
+                return (
+                    f"field free_benchmark.handler_type: 'fix' needs a perturbation that declares fix=True, "
+                    f"and '{mode}' does not"
+                )
             return None
         known.update(available)
     where = " or ".join(backends)

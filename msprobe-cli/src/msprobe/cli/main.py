@@ -8,11 +8,10 @@ is used; several make ``-f`` necessary.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import sys
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
 
@@ -28,62 +27,71 @@ COMMAND_ALIASES = {
 }
 
 
-BUILTIN_MODULES = ("plugins_cmd", "config_cmd", "compare_cmd", "parse_cmd", "monitor_cmd", "graph_cmd", "recover_cmd")
+class _Offer(NamedTuple):
+    plugin: str
+    framework: str | None  # the backend the command belongs to (``-f``), None for everyone's
+    command: click.Command
 
 
-def _builtin_commands() -> dict[str, click.Command]:
-    """The CLI's own commands: each module lists its commands in COMMANDS."""
-    commands: dict[str, click.Command] = {}
-    for module in BUILTIN_MODULES:
-        for command in importlib.import_module(f"msprobe.cli.{module}").COMMANDS:
-            commands[command.name] = command
-    return commands
+def _offers() -> tuple[dict[str, click.Command], dict[str, list[_Offer]]]:
+    """The built-in commands by name, and what the other plugins offer by name. A plugin's command named
+    like a built-in one is hidden by it, and two plugins offering one name leave the first's in use; each
+    such collision is warned about once, naming both commands."""
+    registry = get_registry()
+    builtins: dict[str, click.Command] = {}
+    offered: dict[str, list[_Offer]] = {}
+    for plugin, framework, command in registry.cli_commands():
+        if registry.is_builtin(plugin):
+            builtins.setdefault(command.name, command)
+        else:
+            offered.setdefault(command.name, []).append(_Offer(plugin, framework, command))
+    for name, offers in offered.items():
+        for offer in offers:
+            if name in builtins:
+                _warn_once(f"plugin '{offer.plugin}' adds a command '{name}', which the built-in '{name}' hides")
+        shared = [offer.plugin for offer in offers if offer.framework is None]
+        if len(shared) > 1:
+            _warn_once(f"plugins {', '.join(shared)} each add a command '{name}': {shared[0]}'s is used")
+    return builtins, offered
 
 
 class MsprobeGroup(click.Group):
     """Resolves subcommands from the built-ins and the plugins, honouring ``-f``."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        names = set(_builtin_commands())
+        builtins, offered = _offers()
         framework = ctx.ensure_object(dict).get("framework")
-        for _plugin, owner, command in get_registry().cli_commands():
-            if owner is None or framework is None or owner == framework:
-                names.add(command.name)
+        names = set(builtins)
+        for name, offers in offered.items():
+            if any(o.framework is None or framework is None or o.framework == framework for o in offers):
+                names.add(name)
         return sorted(names)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         name = COMMAND_ALIASES.get(cmd_name, cmd_name)
-        builtins = _builtin_commands()
-        offered = [(plugin, owner, command) for plugin, owner, command in get_registry().cli_commands()]
-        offered = [entry for entry in offered if entry[2].name == name]
+        builtins, offered = _offers()
         if name in builtins:
-            for plugin, owner, _command in offered:
-                if owner is None:  # a backend's commands are its own (-f); a plain plugin's cannot replace ours
-                    _warn_once(f"plugin '{plugin}' adds a command '{name}', which the built-in one hides")
             return builtins[name]
+        offers = offered.get(name, [])
         ctx.ensure_object(dict)["plugin"] = None
         framework = ctx.obj.get("framework")
-        candidates = [(owner, command) for _plugin, owner, command in offered]
-        shared = [(plugin, command) for plugin, owner, command in offered if owner is None]
+        shared = [offer for offer in offers if offer.framework is None]
         if shared:
-            if len(shared) > 1:
-                names = ", ".join(plugin for plugin, _ in shared)
-                _warn_once(f"plugins {names} each add a command '{name}': {shared[0][0]}'s is used")
-            ctx.obj["plugin"] = shared[0][0]
-            return shared[0][1]
+            ctx.obj["plugin"] = shared[0].plugin
+            return shared[0].command
         if framework is not None:
-            for owner, command in candidates:
-                if owner == framework:
-                    return command
-            if candidates:
-                owners = ", ".join(sorted({owner for owner, _ in candidates}))
+            for offer in offers:
+                if offer.framework == framework:
+                    return offer.command
+            if offers:
+                owners = ", ".join(sorted({str(o.framework) for o in offers}))
                 raise click.UsageError(f"'{name}' is not a {framework} command (it is offered for: {owners})")
             return None
-        if len(candidates) == 1:
-            ctx.obj["framework"] = candidates[0][0]
-            return candidates[0][1]
-        if len(candidates) > 1:
-            owners = ", ".join(sorted({owner for owner, _ in candidates}))
+        if len(offers) == 1:
+            ctx.obj["framework"] = offers[0].framework
+            return offers[0].command
+        if len(offers) > 1:
+            owners = ", ".join(sorted({str(o.framework) for o in offers}))
             raise click.UsageError(f"'{name}' exists for several frameworks ({owners}): choose one with -f")
         return None
 
@@ -103,16 +111,58 @@ class MsprobeGroup(click.Group):
 
 
 _WARNED: set[str] = set()
+logger = logging.getLogger("msprobe.cli")
 
 
 def _warn_once(message: str) -> None:
     if message not in _WARNED:
         _WARNED.add(message)
-        click.echo(f"warning: {message}", err=True)
+        logger.warning(message)
+
+
+class _Stderr(logging.StreamHandler):
+    """Writes to the sys.stderr of the moment (click's test runner swaps it)."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
+class _Prefixed(logging.Formatter):
+    """Every message of the command line with one prefix: ``msprobe: warning: ...``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = record.getMessage()
+        if text.startswith("msprobe: "):  # library messages that carry the prefix already
+            text = text[len("msprobe: ") :]
+        level = {logging.WARNING: "warning: ", logging.ERROR: "error: ", logging.CRITICAL: "error: "}
+        return f"msprobe: {level.get(record.levelno, '')}{text}"
+
+
+def _show_logging(verbose: bool | None = None) -> None:
+    """One handler on the ``msprobe`` logger, installed before plugin discovery can say anything."""
+    root = logging.getLogger("msprobe")
+    if not any(isinstance(handler, _Stderr) for handler in root.handlers):
+        handler = _Stderr()
+        handler.setFormatter(_Prefixed())
+        root.addHandler(handler)
+        root.setLevel(logging.WARNING)
+    if verbose is not None:
+        root.setLevel(logging.DEBUG if verbose else logging.WARNING)
+
+
+def _choose_verbosity(_ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+    _show_logging(value)
+    return value
 
 
 def _choose_framework(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     ctx.ensure_object(dict)
+    _show_logging()
     if value is None:
         ctx.obj["framework"] = None
         return None
@@ -127,6 +177,14 @@ def _choose_framework(ctx: click.Context, _param: click.Parameter, value: str | 
 
 @click.group(cls=MsprobeGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
+    "--verbose",
+    is_flag=True,
+    is_eager=True,
+    expose_value=False,
+    callback=_choose_verbosity,
+    help="Show debug logging, plugin discovery included.",
+)
+@click.option(
     "-f",
     "--framework",
     callback=_choose_framework,
@@ -136,14 +194,12 @@ def _choose_framework(ctx: click.Context, _param: click.Parameter, value: str | 
     help="Framework whose commands to use; needed only when several backends offer the same command.",
 )
 @click.version_option(__version__, "--version", "-v", prog_name="msprobe", message="%(prog)s %(version)s")
-@click.option("--verbose", is_flag=True, help="Show debug logging.")
-def cli(verbose: bool) -> None:
+def cli() -> None:
     """msprobe: precision debugging for PyTorch and MindSpore training.
 
     Dump a run, compare two runs, re-run APIs in high precision, find
     overflows. `msprobe plugins` shows which backends are installed.
     """
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="msprobe: %(message)s")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -12,7 +12,6 @@ def plugins_command() -> None:
     """List installed backends and plugins, their versions and what they add."""
     registry = get_registry()
     infos = registry.plugin_infos()
-    registry.cli_commands()
     backends = registry.backends()
     disabled = [info.name for info in infos if info.disabled]
     if not backends and disabled:
@@ -20,11 +19,11 @@ def plugins_command() -> None:
     elif not backends:
         click.echo("No backend is installed: pip install msprobe-torch (PyTorch) or msprobe-mindspore (MindSpore).")
     for name in registry.unknown_disabled_names():
-        click.echo(f"warning: MSPROBE_DISABLE_PLUGINS names '{name}', which matches no installed plugin")
+        click.echo(f"msprobe: warning: MSPROBE_DISABLE_PLUGINS names '{name}', which matches no plugin", err=True)
     for info in infos:
         label = "built-in" if info.builtin else f"{info.distribution or '?'} {info.version}".strip()
         kind = "backend" if info.backend is not None else "plugin"
-        click.echo(f"{info.name} ({kind}, {label})")
+        click.echo(f"{info.name} ({kind}, {label}{', disabled' if info.disabled else ''})")
         if info.disabled:
             click.echo("    status: disabled by MSPROBE_DISABLE_PLUGINS")
             continue
@@ -35,13 +34,18 @@ def plugins_command() -> None:
             ("commands", info.commands),
             ("compare metrics", info.metrics),
             ("perturbations", info.perturbations),
+            ("tasks", info.tasks),
         ):
             if items:
-                click.echo(f"    {title}: {', '.join(sorted(set(items)))}")
+                click.echo(f"    {title}: {', '.join(items)}")
         for error in info.errors:
             click.echo(f"    error: {error}")
     broken = sum(1 for info in infos if info.errors)
-    click.echo(f"{len(backends)} backend(s), {len(infos)} plugin(s), {broken} with errors")
+    builtin = sum(1 for info in infos if info.builtin)
+    click.echo(
+        f"{len(backends)} backend(s), {len(infos) - builtin} installed plugin(s) and {builtin} built-in, "
+        f"{broken} with errors"
+    )
     click.echo(f"statistics kernels: {_kernels_line()}")
 
 

@@ -10,9 +10,9 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 
 class TaskHooks(Protocol):
@@ -91,24 +91,77 @@ class Backend:
         return wanted == self.name or wanted in self.aliases
 
 
+COMPARE_MODES = ("tensor", "statistics")
+
+
+class Statistics(NamedTuple):
+    """One tensor's summary as a statistics-mode metric receives it.
+
+    Each value is a number when the dump holds one, otherwise what the dump holds (``None``, a bool, text).
+    """
+
+    max: Any
+    min: Any
+    mean: Any
+    norm: Any
+
+
 @dataclass(frozen=True)
 class CompareMetric:
-    """An extra compare column: ``function(actual, expected) -> float`` on numpy arrays."""
+    """One column of the compare result.
+
+    ``function(actual, expected)`` returns the cell of one matched pair. In ``tensor`` mode it receives the two
+    tensors as numpy arrays; in ``statistics`` mode two :class:`Statistics`. ``modes`` says which compare modes
+    the metric serves: a compare in another mode leaves it out. ``N/A`` is shown where a side is missing or
+    the function raises.
+    """
 
     name: str
-    function: Callable[[Any, Any], float]
+    function: Callable[[Any, Any], Any]
     description: str = ""
+    modes: tuple[str, ...] = ("tensor",)
+
+    def __post_init__(self) -> None:
+        unknown = [mode for mode in self.modes if mode not in COMPARE_MODES]
+        if isinstance(self.modes, str) or unknown:
+            raise ValueError(f"CompareMetric {self.name!r}: modes must be a tuple of {', '.join(COMPARE_MODES)}")
+
+    def serves(self, mode: str) -> bool:
+        return mode in self.modes
 
 
 @dataclass(frozen=True)
 class Perturbation:
-    """A free-benchmark ``pert_mode``: ``function(tensor) -> perturbed tensor``."""
+    """A free-benchmark ``pert_mode``.
+
+    ``function(tensor)`` returns the perturbed copy of one floating-point input tensor (the framework's own
+    tensor type); it is called for every such input of a checked API and must not change its argument.
+    ``framework`` names the backend whose tensors it takes, or ``None`` for any. ``fix`` declares that the
+    perturbed run is a better answer than the plain one (higher precision, another device), so that
+    ``handler_type: "fix"`` may hand its output to the training; a perturbation that only adds noise must
+    leave it ``False``.
+    """
 
     name: str
     function: Callable[[Any], Any]
     framework: str | None = None
     description: str = ""
-    options: dict[str, Any] = field(default_factory=dict)
+    fix: bool = False
+
+
+@dataclass(frozen=True)
+class Task:
+    """A name the config's ``task`` field accepts.
+
+    ``hook`` is the hook that supplies the task's :class:`TaskHooks` (plugin tasks use
+    ``msprobe_task_hooks``). ``section`` is an optional pydantic model for a config section named after the
+    task; the validated section reaches the hooks as ``session.config.section``.
+    """
+
+    name: str
+    description: str = ""
+    hook: str = "msprobe_task_hooks"
+    section: Any = None
 
 
 # The official backends, so an error can say which package to install.

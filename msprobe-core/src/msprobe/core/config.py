@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import json
+import logging
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -30,6 +31,8 @@ from pydantic import (
 from msprobe.core.dump.filters import REGEX_PREFIX
 from msprobe.core.errors import ConfigError
 
+logger = logging.getLogger(__name__)
+
 TASKS = (
     "statistics",
     "tensor",
@@ -43,7 +46,6 @@ LEVELS = ("L0", "L1", "mix", "L2", "debug")
 DATA_MODES = ("all", "forward", "backward", "input", "output")
 PERTURBATIONS = ("improve_precision", "add_noise", "bit_noise", "no_change", "change_value", "to_cpu")
 
-Task = Literal["statistics", "tensor", "structure", "overflow_check", "free_benchmark", "run_ut", "grad_probe"]
 Level = Literal["L0", "L1", "mix", "L2", "debug"]
 DataMode = Literal["all", "forward", "backward", "input", "output"]
 
@@ -316,7 +318,8 @@ class FreeBenchmarkSection(_Section):
         if self.fuzz_device == "cpu" and self.pert_mode != "to_cpu":
             raise ValueError("fuzz_device 'cpu' needs pert_mode 'to_cpu'")
         if self.handler_type == "fix":
-            if self.pert_mode not in ("improve_precision", "to_cpu"):
+            if self.pert_mode in PERTURBATIONS and self.pert_mode not in ("improve_precision", "to_cpu"):
+                # a plugin's perturbation says itself whether it can fix: checked when the run starts
                 raise ValueError("handler_type 'fix' works only with pert_mode 'improve_precision' or 'to_cpu'")
             if self.fuzz_stage != "forward":
                 raise ValueError("handler_type 'fix' works only with fuzz_stage 'forward'")
@@ -347,7 +350,9 @@ class GradProbeSection(_Section):
 class DebuggerConfig(_Section):
     """The whole config file."""
 
-    task: Task = Field(default="statistics", description="What to do: " + ", ".join(TASKS) + ".")
+    task: str = Field(
+        default="statistics", description="What to do: " + ", ".join(TASKS) + ", or a task an installed plugin adds."
+    )
     dump_path: str | None = Field(
         default=None, description="Folder the results are written to (not needed by the online run_ut receiver)."
     )
@@ -373,11 +378,46 @@ class DebuggerConfig(_Section):
     free_benchmark: FreeBenchmarkSection = Field(default_factory=FreeBenchmarkSection)
     grad_probe: GradProbeSection = Field(default_factory=GradProbeSection)
 
+    plugin_sections: dict[str, Any] = Field(
+        default_factory=dict, exclude=True, description="Sections of plugin tasks, validated by their models."
+    )
+
     _expand_ids = field_validator("rank", "step", mode="before")(classmethod(lambda cls, v: parse_id_list(v)))
 
     @field_serializer("rank", "step")
     def _ids_as_written(self, ids: IdSet) -> list[int | str]:
         return ids.as_config()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plugin_task_sections(cls, raw: Any) -> Any:
+        """A section named after a plugin task is that plugin's: set it aside for its model to check."""
+        if not isinstance(raw, dict):
+            return raw
+        plugin_tasks = {name: task for name, task in known_tasks().items() if name not in TASKS}
+        sections = {key: raw[key] for key in raw if key in plugin_tasks}
+        if not sections:
+            return raw
+        raw = {key: value for key, value in raw.items() if key not in sections}
+        checked = {}
+        for name, value in sections.items():
+            model = plugin_tasks[name].section
+            try:
+                checked[name] = model.model_validate(value) if model is not None else value
+            except ValidationError as exc:
+                problems = "; ".join(
+                    f"{name}.{_field_path(tuple(error.get('loc', ())))}: {_message(error)}" for error in exc.errors()
+                )
+                raise ValueError(problems) from None
+        return {**raw, "plugin_sections": checked}
+
+    @field_validator("task")
+    @classmethod
+    def _known_task(cls, value: str) -> str:
+        known = known_tasks()
+        if value not in known:
+            raise ValueError(f"unknown task '{value}' (known: {', '.join(known)})")
+        return value
 
     @field_validator("dump_path")
     @classmethod
@@ -398,8 +438,10 @@ class DebuggerConfig(_Section):
 
     @property
     def section(self) -> BaseModel | None:
-        """The section of the chosen task (None for 'structure')."""
-        return getattr(self, self.task, None)
+        """The section of the chosen task (None for 'structure' and for a plugin task without one)."""
+        if self.task in self.plugin_sections:
+            return self.plugin_sections[self.task]
+        return getattr(self, self.task, None) if self.task in TASKS else None
 
     @property
     def summary_mode(self) -> str:
@@ -420,6 +462,18 @@ class DebuggerConfig(_Section):
 
 
 DEFAULT_DUMP_PATH = "./dump_path"
+
+
+def known_tasks() -> dict[str, Any]:
+    """The task names a config may ask for: the built-in ones and those of installed plugins."""
+    from msprobe.core.plugins import get_registry
+
+    try:
+        tasks = get_registry().tasks()
+    except Exception as exc:  # validation must still work for the built-in tasks
+        logger.debug("no plugin tasks: %s", exc)
+        tasks = {}
+    return {**dict.fromkeys(TASKS), **tasks}
 
 
 def _field_path(loc: tuple[Any, ...]) -> str:

@@ -21,6 +21,7 @@ import numpy as np
 from msprobe.core import spreadsheet
 from msprobe.core.dump import float_stats
 from msprobe.core.dump.writer import make_dir
+from msprobe.core.errors import UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -385,3 +386,20 @@ class FreeBenchmarkCalls:
         if base not in self._warned:
             self._warned.add(base)
             logger.warning("msprobe free benchmark: %s: %s; it is skipped", name, reason)
+
+
+def chosen_perturbation(section: Any, perturbations: dict[str, Any], framework: str) -> Any:
+    """The perturbation ``pert_mode`` names, if one is installed for ``framework`` and, for ``handler_type``
+    ``fix``, declares that it can fix."""
+    mode = section.pert_mode
+    if mode not in perturbations:
+        known = ", ".join(sorted(perturbations))
+        raise UsageError(f"free_benchmark.pert_mode '{mode}' is not available for {framework} ({known})")
+    chosen = perturbations[mode]
+    if section.handler_type == "fix" and not chosen.fix:
+        able = ", ".join(sorted(name for name, p in perturbations.items() if p.fix)) or "none"
+        raise UsageError(
+            f"free_benchmark.handler_type 'fix' needs a perturbation that declares fix=True; "
+            f"'{mode}' does not (those that do: {able})"
+        )
+    return chosen

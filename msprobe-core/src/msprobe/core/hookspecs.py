@@ -7,12 +7,16 @@ decorated with :data:`hookimpl`. It is found through the entry-point group
     [project.entry-points."msprobe.plugins"]
     myplugin = "my_package.msprobe_plugin"
 
-The PyTorch and MindSpore backends are plugins of exactly this kind; so are
-the core's own compare metrics and free-benchmark perturbations. Every hook
-is optional. Hooks that return lists are called on every plugin and the lists
-are joined; hooks marked *first result* stop at the first plugin that answers.
-A plugin that raises in a hook is reported by name (``msprobe plugins``) and
-skipped; it never stops the other plugins.
+Built-in features are plugins of exactly this kind: the PyTorch and
+MindSpore backends, the core's compare metrics (``builtin-metrics``), its
+task names (``builtin-tasks``) and the CLI's commands (``builtin-commands``).
+Every hook is optional. Hooks are called through pluggy: the newest plugin
+first, ``tryfirst``/``trylast`` and ``wrapper=True`` as pluggy documents.
+Hooks that return lists are called on every plugin and the answers are
+joined; hooks marked *first result* stop at the first plugin that answers
+something other than ``None``. A plugin that raises in a hook, or returns the
+wrong kind of result, is reported by name (``msprobe plugins``) and skipped;
+it never stops the other plugins.
 
 The core owns the lifecycle of a run (config, step and rank selection,
 start/stop/step, writing files). Task hooks receive a
@@ -28,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from msprobe.core.backend import Backend, CompareMetric, Perturbation, TaskHooks
+    from msprobe.core.backend import Backend, CompareMetric, Perturbation, Task, TaskHooks
     from msprobe.core.session import TaskSession
 
 PROJECT_NAME = "msprobe"
@@ -73,10 +77,15 @@ def msprobe_cli_commands() -> list[Any]:
 
 @hookspec
 def msprobe_compare_metrics() -> list[CompareMetric]:
-    """Return extra metrics the compare engine computes for every tensor pair.
+    """Return metrics the compare engine computes for every matched pair.
 
-    Each :class:`~msprobe.core.backend.CompareMetric` becomes one more column
-    of the compare result, after the reference's own columns.
+    Called once per compare. Each :class:`~msprobe.core.backend.CompareMetric`
+    becomes one column of the result in the compare modes it lists in
+    ``modes`` (``tensor``, ``statistics``): a tensor-mode metric receives the
+    two tensors as numpy arrays, a statistics-mode one two
+    :class:`~msprobe.core.backend.Statistics`. The reference's own columns
+    come first, registered by the built-in plugin ``builtin-metrics``; a
+    plugin's columns follow them.
     """
 
 
@@ -84,10 +93,24 @@ def msprobe_compare_metrics() -> list[CompareMetric]:
 def msprobe_free_benchmark_perturbations() -> list[Perturbation]:
     """Return input perturbations for the free benchmark (``pert_mode``).
 
-    The built-in ones (``improve_precision``, ``add_noise``, ``bit_noise``,
+    Called when a free-benchmark run starts and by ``msprobe plugins``. The
+    built-in ones (``improve_precision``, ``add_noise``, ``bit_noise``,
     ``no_change``, ``change_value``, ``to_cpu``) are registered through this
-    same hook. A :class:`~msprobe.core.backend.Perturbation` names the
-    framework it works on, or ``None`` for any framework.
+    same hook by the backends. A :class:`~msprobe.core.backend.Perturbation`
+    names the framework it works on, or ``None`` for any framework, and says
+    with ``fix`` whether ``handler_type: "fix"`` may use it.
+    """
+
+
+@hookspec
+def msprobe_tasks() -> list[Task]:
+    """Return task names the config's ``task`` field accepts.
+
+    Called when a config is validated (``PrecisionDebugger``, ``msprobe
+    config validate``) and by ``msprobe plugins``. The built-in tasks come
+    from the plugin ``builtin-tasks``. A plugin that adds a task answers
+    ``msprobe_task_hooks`` for it; a :class:`~msprobe.core.backend.Task` may
+    carry a pydantic model for a config section named after the task.
     """
 
 
@@ -126,19 +149,20 @@ def msprobe_accuracy_check_hooks(session: TaskSession) -> TaskHooks | None:
 
 @hookspec(firstresult=True)
 def msprobe_task_hooks(session: TaskSession) -> TaskHooks | None:
-    """Return hooks for a task no built-in hook serves: the way a third party adds a task.
+    """Return hooks for a task no dedicated hook serves: the way a third party adds a task.
 
-    Called for any task after the dedicated hook above (if any) answered
-    ``None``; ``session.task`` says which task was asked for.
+    Called for a task named by ``msprobe_tasks`` whose ``hook`` is this one,
+    and for any task after its dedicated hook above answered ``None``;
+    ``session.config.task`` says which task was asked for.
     """
 
 
-TASK_HOOKS = {
-    "statistics": "msprobe_dump_hooks",
-    "tensor": "msprobe_dump_hooks",
-    "structure": "msprobe_dump_hooks",
-    "overflow_check": "msprobe_overflow_check_hooks",
-    "free_benchmark": "msprobe_free_benchmark_hooks",
-    "grad_probe": "msprobe_grad_probe_hooks",
-    "run_ut": "msprobe_accuracy_check_hooks",
-}
+# The hooks that return a task's TaskHooks; each is *first result*.
+TASK_HOOK_NAMES = (
+    "msprobe_dump_hooks",
+    "msprobe_overflow_check_hooks",
+    "msprobe_free_benchmark_hooks",
+    "msprobe_grad_probe_hooks",
+    "msprobe_accuracy_check_hooks",
+    "msprobe_task_hooks",
+)

@@ -1,17 +1,25 @@
 """Plugin discovery and fault-tolerant hook calls.
 
-Plugins come from the entry-point group ``msprobe.plugins`` plus the core's
-own built-in plugins. A plugin that fails to import, or raises inside a hook,
-is recorded with its name and skipped, so one broken package never takes the
-others down. ``MSPROBE_DISABLE_PLUGINS=name,...`` switches plugins off.
+Plugins come from the core's default plugins (:data:`DEFAULT_PLUGINS`) plus
+the entry-point group ``msprobe.plugins``. Hooks are called through pluggy,
+so ``tryfirst``, ``trylast``, ``wrapper=True`` and *first result* behave as
+pluggy documents. Each implementation runs inside a guard: a plugin that
+raises, or returns the wrong kind of result, is recorded by name and skipped,
+so one broken package never takes the others down.
+
+``MSPROBE_DISABLE_PLUGINS=name,...`` switches plugins off;
+``MSPROBE_TRACE_PLUGINS=1`` logs every hook call with plugin, arguments and time.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import os
-from collections.abc import Iterable
+import sys
+import time
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
@@ -19,13 +27,22 @@ from typing import Any
 import pluggy
 
 from msprobe.core import hookspecs
-from msprobe.core.backend import KNOWN_BACKENDS, Backend, CompareMetric, Perturbation, canonical_framework
+from msprobe.core.backend import KNOWN_BACKENDS, Backend, CompareMetric, Perturbation, Task, canonical_framework
 from msprobe.core.errors import BackendError, MsprobeError
 
 logger = logging.getLogger(__name__)
+trace_logger = logging.getLogger("msprobe.plugins.trace")
 
 DISABLE_ENV = "MSPROBE_DISABLE_PLUGINS"
-BUILTIN_PLUGINS: tuple[str, ...] = ()  # core modules registered as plugins before any entry point
+TRACE_ENV = "MSPROBE_TRACE_PLUGINS"
+
+# The built-in plugins, registered before any entry point, as pytest's default_plugins: (name, module).
+# A module of a package that is not installed (msprobe-cli) is skipped.
+DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
+    ("builtin-tasks", "msprobe.core.tasks"),
+    ("builtin-metrics", "msprobe.core.compare.builtin_metrics"),
+    ("builtin-commands", "msprobe.cli.commands"),
+)
 
 
 @dataclass
@@ -42,6 +59,7 @@ class PluginInfo:
     commands: list[str] = field(default_factory=list)
     metrics: list[str] = field(default_factory=list)
     perturbations: list[str] = field(default_factory=list)
+    tasks: list[str] = field(default_factory=list)
 
     @property
     def loaded(self) -> bool:
@@ -53,17 +71,48 @@ def disabled_plugin_names(environ: dict[str, str] | None = None) -> set[str]:
     return {part.strip().lower() for part in raw.split(",") if part.strip()}
 
 
+def _is_command(item: Any) -> bool:
+    return bool(getattr(item, "name", None)) and callable(getattr(item, "main", None))
+
+
+def _is_task_hooks(value: Any) -> bool:
+    return callable(getattr(value, "install", None)) and callable(getattr(value, "remove", None))
+
+
+# What each hook must return, checked inside the guard of every implementation:
+# (kind of a single result or of each list item, its name in messages, whether the result is a list).
+_RESULT_RULES: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
+    "msprobe_register_backend": (lambda v: isinstance(v, Backend), "a Backend", False),
+    "msprobe_cli_commands": (_is_command, "a click command", True),
+    "msprobe_compare_metrics": (lambda v: isinstance(v, CompareMetric), "CompareMetric", True),
+    "msprobe_free_benchmark_perturbations": (lambda v: isinstance(v, Perturbation), "Perturbation", True),
+    "msprobe_tasks": (lambda v: isinstance(v, Task), "Task", True),
+    **{name: (_is_task_hooks, "an object with install() and remove()", False) for name in hookspecs.TASK_HOOK_NAMES},
+}
+
+
 class PluginRegistry:
     """The plugin manager plus a record of what each plugin gave and what failed."""
 
-    def __init__(self, load_entry_points: bool = True, extra_plugins: Iterable[tuple[str, Any]] = ()):
+    def __init__(
+        self,
+        load_entry_points: bool = True,
+        extra_plugins: Iterable[tuple[str, Any]] = (),
+        default_plugins: Iterable[tuple[str, str]] = DEFAULT_PLUGINS,
+    ):
         self.manager = pluggy.PluginManager(hookspecs.PROJECT_NAME)
         self.manager.add_hookspecs(hookspecs)
         self.infos: dict[str, PluginInfo] = {}
         self._failures: dict[str, list[str]] = {}  # hook name -> "plugin: error", once each
+        self._origins: dict[int, tuple[str, Any]] = {}  # id(item) -> (plugin, item) of every list item returned
         self._disabled = disabled_plugin_names()
-        for module_name in BUILTIN_PLUGINS:
-            self._register(module_name.rsplit(".", 1)[-1], importlib.import_module(module_name), builtin=True)
+        self._tracing = bool(os.environ.get(TRACE_ENV))
+        if self._tracing:
+            _show_trace()
+        for name, module_name in default_plugins:
+            module = _import_optional(module_name)
+            if module is not None:
+                self._register(name, module, builtin=True)
         if load_entry_points:
             self._load_entry_points()
         for name, plugin in extra_plugins:
@@ -85,14 +134,24 @@ class PluginRegistry:
             self.infos[info.name] = info
             if info.name.lower() in self._disabled:
                 info.disabled = True
+                logger.debug("plugin %r (%s) is disabled by %s", info.name, entry_point.value, DISABLE_ENV)
                 continue
             try:
                 plugin = entry_point.load()
             except Exception as exc:
                 info.errors.append(f"import: {exc.__class__.__name__}: {exc}")
-                logger.warning("msprobe plugin %r failed to load and is skipped: %s", info.name, exc)
+                logger.warning("plugin %r failed to load and is skipped: %s", info.name, exc)
                 continue
             self._register(info.name, plugin, info=info)
+
+    def register(self, plugin: Any, name: str) -> None:
+        """Add a plugin at run time (tests, a notebook), guarded like a discovered one."""
+        self._register(name, plugin)
+        self._report_unknown_hooks()
+
+    def unregister(self, name: str) -> None:
+        self.manager.unregister(name=name)
+        self.infos.pop(name, None)
 
     def _register(self, name: str, plugin: Any, builtin: bool = False, info: PluginInfo | None = None) -> None:
         if info is None:
@@ -104,46 +163,153 @@ class PluginRegistry:
             self.manager.register(plugin, name=name)
         except Exception as exc:  # e.g. a hookimpl whose signature matches no hookspec
             info.errors.append(f"import: {exc.__class__.__name__}: {exc}")
-            logger.warning("msprobe plugin %r could not be registered: %s", name, exc)
+            logger.warning("plugin %r could not be registered: %s", name, exc)
+            return
+        hooks = []
+        for caller in self.manager.get_hookcallers(plugin) or ():
+            for impl in caller.get_hookimpls():
+                if impl.plugin is plugin and not hasattr(impl.function, "__msprobe_guarded__"):
+                    impl.function = self._guard(impl, caller.name)
+                    hooks.append(caller.name)
+        origin = "built-in" if builtin else f"{info.distribution or '?'} {info.version}".strip()
+        logger.debug("plugin %r (%s) registered: %s", name, origin, ", ".join(sorted(hooks)) or "no hooks")
 
     def _report_unknown_hooks(self) -> None:
-        """A hook implementation whose name matches no hookspec (``msprobe_compare_metric``) is never called:
-        say so by plugin, as pluggy's check_pending would, instead of accepting it silently."""
+        """What pluggy's check_pending finds (an implementation named after no hook, such as the misspelt
+        ``msprobe_compare_metric``), reported by plugin instead of raised, since that hook is never called."""
+        try:
+            self.manager.check_pending()
+            return
+        except pluggy.PluginValidationError:
+            pass
         for hook_name, caller in vars(self.manager.hook).items():
-            if not hook_name.startswith("msprobe_") or caller.has_spec():
+            if hook_name.startswith("_") or caller.has_spec():
                 continue
             for impl in caller.get_hookimpls():
+                if impl.optionalhook:
+                    continue
                 message = f"hook: '{hook_name}' is no msprobe hook (misspelt?), so it is never called"
                 info = self._info(impl.plugin_name)
                 if message not in info.errors:
                     info.errors.append(message)
-                    logger.warning("msprobe plugin %r: %s", impl.plugin_name, message)
+                    logger.warning("plugin %r: %s", impl.plugin_name, message)
 
-    # -- calling hooks safely ---------------------------------------------------------
-    def call_each(self, hook_name: str, **kwargs: Any) -> list[tuple[str, Any]]:
-        """Call a hook on every plugin, newest first, skipping (and recording) failures.
+    # -- the guard around every implementation -----------------------------------------
+    def _guard(self, impl: pluggy.HookImpl, hook_name: str) -> Callable[..., Any]:
+        """``impl.function`` wrapped so that it cannot fail the hook call: an exception (other than a
+        :class:`MsprobeError`, which is the user's to see) or a result of the wrong kind becomes that
+        plugin's recorded failure, and pluggy goes on to the next implementation."""
+        function, plugin, argnames = impl.function, impl.plugin_name, impl.argnames
+        if impl.hookwrapper:  # old-style wrappers see pluggy's Result; left as pluggy runs them
+            return function
+        if impl.wrapper:
+            return self._guard_wrapper(function, plugin, hook_name)
 
-        A :class:`~msprobe.core.errors.MsprobeError` is the user's problem, not the plugin's:
-        it propagates with its message.
-        """
-        hook = getattr(self.manager.hook, hook_name)
-        results = []
-        for impl in reversed(hook.get_hookimpls()):
+        def guarded(*args: Any) -> Any:
+            started = time.perf_counter()
             try:
-                value = impl.function(**{arg: kwargs[arg] for arg in impl.argnames})
+                value = function(*args)
             except MsprobeError:
                 raise
             except Exception as exc:
-                self._record_failure(impl.plugin_name, hook_name, exc)
-                continue
-            if value is not None:
-                results.append((impl.plugin_name, value))
-        return results
+                self._record_failure(plugin, hook_name, exc)
+                value = None
+            else:
+                value = self._checked(plugin, hook_name, value)
+            if self._tracing:
+                _trace(hook_name, plugin, dict(zip(argnames, args)), started, value)
+            return value
+
+        guarded.__msprobe_guarded__ = True  # type: ignore[attr-defined]
+        return guarded
+
+    def _guard_wrapper(self, function: Callable[..., Any], plugin: str, hook_name: str) -> Callable[..., Any]:
+        """A ``wrapper=True`` implementation, guarded before and after its ``yield``; an exception of the inner
+        calls is still thrown into it, as pluggy does."""
+
+        def guarded(*args: Any) -> Generator[None, Any, Any]:
+            generator = function(*args)
+            try:
+                next(generator)
+            except MsprobeError:
+                raise
+            except Exception as exc:  # failed before yielding (StopIteration: never yielded)
+                self._record_failure(plugin, hook_name, exc if not isinstance(exc, StopIteration) else
+                                     TypeError("a wrapper must yield once"))  # fmt: skip
+                return (yield)
+            try:
+                result = yield
+            except BaseException as inner:
+                try:
+                    generator.throw(inner)
+                except StopIteration as stop:
+                    return stop.value
+                raise  # pragma: no cover - a wrapper that yields twice
+            try:
+                generator.send(result)
+            except StopIteration as stop:
+                return stop.value
+            except MsprobeError:
+                raise
+            except Exception as exc:
+                self._record_failure(plugin, hook_name, exc)
+                return result
+            generator.close()
+            self._record_failure(plugin, hook_name, TypeError("a wrapper must yield only once"))
+            return result
+
+        guarded.__msprobe_guarded__ = True  # type: ignore[attr-defined]
+        return guarded
+
+    def _checked(self, plugin: str, hook_name: str, value: Any) -> Any:
+        """The value if it is of the kind the hook asks for; the wrong items of a list are dropped, each a
+        failure of the plugin; list items are remembered with their plugin (``msprobe plugins``)."""
+        rule = _RESULT_RULES.get(hook_name)
+        if value is None or rule is None:
+            return value
+        is_kind, kind, listed = rule
+        if not listed:
+            if is_kind(value):
+                self._origins[id(value)] = (plugin, value)
+                return value
+            self._record_failure(plugin, hook_name, TypeError(f"returned {type(value).__name__}, not {kind}"))
+            return None
+        if not isinstance(value, (list, tuple)):
+            self._record_failure(plugin, hook_name, TypeError(f"returned {type(value).__name__}, not a list"))
+            return None
+        kept = []
+        for item in value:
+            if is_kind(item):
+                self._origins[id(item)] = (plugin, item)
+                kept.append(item)
+            else:
+                self._record_failure(plugin, hook_name, TypeError(f"an item is {type(item).__name__}, not {kind}"))
+        return kept
+
+    # -- calling hooks ------------------------------------------------------------------
+    def call(self, hook_name: str, **kwargs: Any) -> Any:
+        """Call a hook through pluggy: a list of the answers, or the first answer for a *first result* hook.
+
+        A :class:`~msprobe.core.errors.MsprobeError` is the user's problem, not the plugin's: it propagates
+        with its message. Anything else escaping the guards (an old-style hookwrapper) is recorded.
+        """
+        hook = getattr(self.manager.hook, hook_name)
+        try:
+            return hook(**kwargs)
+        except MsprobeError:
+            raise
+        except Exception as exc:
+            self._record_failure("a hookwrapper", hook_name, exc)
+            return None if hook.spec and hook.spec.opts.get("firstresult") else []
 
     def call_first(self, hook_name: str, **kwargs: Any) -> Any:
-        for _name, value in self.call_each(hook_name, **kwargs):
-            return value
-        return None
+        """The first answer of a *first result* hook (``None`` if nobody answered)."""
+        return self.call(hook_name, **kwargs)
+
+    def origin(self, item: Any) -> str:
+        """The plugin that returned ``item``."""
+        plugin, kept = self._origins.get(id(item), ("?", None))
+        return plugin if kept is item else "?"
 
     def failures(self, hook_name: str) -> list[str]:
         """``plugin: error`` for each plugin that raised in ``hook_name`` (once each)."""
@@ -159,19 +325,12 @@ class PluginRegistry:
         if message not in info.errors:
             info.errors.append(message)
             self._failures.setdefault(hook_name, []).append(f"{plugin_name}: {error}")
-            logger.warning("msprobe plugin %r raised in %s and is skipped there: %s", plugin_name, hook_name, exc)
+            logger.warning("plugin %r failed in %s and is skipped there: %s", plugin_name, hook_name, error)
 
     # -- what the plugins give ---------------------------------------------------
     def _collect_backends(self) -> None:
-        for plugin_name, backend in self.call_each("msprobe_register_backend"):
-            if not isinstance(backend, Backend):
-                self._record_failure(
-                    plugin_name,
-                    "msprobe_register_backend",
-                    TypeError(f"returned {type(backend).__name__}, not a Backend"),
-                )
-                continue
-            self.infos[plugin_name].backend = backend
+        for backend in self.call("msprobe_register_backend"):
+            self._info(self.origin(backend)).backend = backend
 
     def backends(self) -> dict[str, Backend]:
         return {info.backend.name: info.backend for info in self.infos.values() if info.backend is not None}
@@ -190,69 +349,137 @@ class PluginRegistry:
         canonical = canonical_framework(name)
         if canonical is not None:
             package = KNOWN_BACKENDS[canonical][0]
+            if any(info.disabled and info.name.lower() == canonical for info in self.infos.values()):
+                raise BackendError(f"framework '{canonical}' is disabled by {DISABLE_ENV}")
             raise BackendError(f"framework '{canonical}' is not installed: pip install {package}")
         installed = ", ".join(sorted(self.backends())) or "none"
         raise BackendError(f"unknown framework '{name}' (installed backends: {installed})")
 
-    def _listed(self, hook_name: str, kind: type | None = None, check: Any = None) -> list[tuple[str, Any]]:
-        """(plugin, item) for each item of each plugin's list. A result that is no list, or an item of the wrong
-        kind, is that plugin's failure, reported by name; the other plugins' items are kept."""
+    def _listed(self, hook_name: str) -> list[tuple[str, Any]]:
+        """(plugin, item) for every item of every answer of a list hook, in pluggy's call order (newest
+        plugin first). The guards have checked each answer already; an item a hookwrapper added is checked
+        here."""
+        is_kind, kind, _listed = _RESULT_RULES[hook_name]
         found = []
-        for plugin_name, items in self.call_each(hook_name):
-            if not isinstance(items, (list, tuple)):
-                error = TypeError(f"returned {type(items).__name__}, not a list")
-                self._record_failure(plugin_name, hook_name, error)
-                continue
-            for item in items:
-                if (kind is not None and not isinstance(item, kind)) or (check is not None and not check(item)):
-                    expected = kind.__name__ if kind is not None else "a command"
-                    error = TypeError(f"an item is {type(item).__name__}, not {expected}")
-                    self._record_failure(plugin_name, hook_name, error)
-                    continue
-                found.append((plugin_name, item))
+        for answer in self.call(hook_name) or ():
+            for item in answer if isinstance(answer, (list, tuple)) else ():
+                if is_kind(item):
+                    found.append((self.origin(item), item))
+                else:
+                    self._record_failure("a hookwrapper", hook_name, TypeError(f"an item is not {kind}"))
         return found
 
-    def compare_metrics(self) -> list[CompareMetric]:
+    def compare_metrics(self, mode: str | None = None) -> list[CompareMetric]:
+        """Every metric (``mode``: those serving that compare mode), built-in ones first."""
+        found = self._listed("msprobe_compare_metrics")
+        found.sort(key=lambda pair: not self._info(pair[0]).builtin)
         metrics: list[CompareMetric] = []
-        for plugin_name, item in self._listed("msprobe_compare_metrics", CompareMetric):
-            metrics.append(item)
+        columns: set[tuple[str, str]] = set()  # (name, mode): a column is one metric's, the first plugin's
+        for plugin_name, item in found:
+            taken = [m for m in item.modes if (item.name, m) in columns]
+            if taken:
+                error = ValueError(f"metric '{item.name}' names a {taken[0]}-mode column that exists already")
+                self._record_failure(plugin_name, "msprobe_compare_metrics", error)
+                continue
+            columns.update((item.name, m) for m in item.modes)
             _note(self._info(plugin_name).metrics, item.name)
+            if mode is None or item.serves(mode):
+                metrics.append(item)
         return metrics
 
     def perturbations(self, framework: str | None = None, every_framework: bool = False) -> dict[str, Perturbation]:
         """Perturbations usable on ``framework`` (those for any framework included); ``every_framework``: all of
         them, as ``msprobe plugins`` lists them."""
         found: dict[str, Perturbation] = {}
-        for plugin_name, item in self._listed("msprobe_free_benchmark_perturbations", Perturbation):
+        for plugin_name, item in self._listed("msprobe_free_benchmark_perturbations"):
             if every_framework or item.framework in (None, framework):
                 found.setdefault(item.name, item)
                 _note(self._info(plugin_name).perturbations, item.name)
         return found
 
+    def tasks(self) -> dict[str, Task]:
+        """Every task name the config accepts, built-in ones first; the first plugin to name a task keeps it."""
+        found = self._listed("msprobe_tasks")
+        found.sort(key=lambda pair: not self._info(pair[0]).builtin)
+        tasks: dict[str, Task] = {}
+        for plugin_name, item in found:
+            if item.hook not in hookspecs.TASK_HOOK_NAMES:
+                error = ValueError(f"task '{item.name}' names hook '{item.hook}', which returns no task hooks")
+                self._record_failure(plugin_name, "msprobe_tasks", error)
+                continue
+            if item.name in tasks:
+                if tasks[item.name] is not item:
+                    self._record_failure(plugin_name, "msprobe_tasks", ValueError(f"task '{item.name}' exists already"))
+                continue
+            tasks[item.name] = item
+            _note(self._info(plugin_name).tasks, item.name)
+        return tasks
+
     def cli_commands(self) -> list[tuple[str, str | None, Any]]:
         """(plugin name, framework it belongs to or None, click command) for every contributed command."""
         commands = []
-        for plugin_name, command in self._listed("msprobe_cli_commands", check=lambda c: getattr(c, "name", None)):
+        for plugin_name, command in self._listed("msprobe_cli_commands"):
             info = self._info(plugin_name)
             framework = info.backend.name if info.backend is not None else None
             commands.append((plugin_name, framework, command))
             _note(info.commands, command.name)
         return commands
 
+    def is_builtin(self, plugin_name: str) -> bool:
+        return self._info(plugin_name).builtin
+
     def unknown_disabled_names(self) -> list[str]:
         """Names in MSPROBE_DISABLE_PLUGINS that match no plugin (a typo disables nothing)."""
-        known = {name.lower() for name in self.infos}
+        known = {name.lower() for name, info in self.infos.items() if not info.builtin}
         return sorted(name for name in self._disabled if name not in known)
 
     def plugin_infos(self) -> list[PluginInfo]:
         self.compare_metrics()
         self.perturbations(every_framework=True)  # the built-in ones are framework-specific
+        self.tasks()
+        self.cli_commands()
         return sorted(self.infos.values(), key=lambda info: (info.builtin, info.name))
 
 
 def _note(names: list[str], name: str) -> None:
     if name not in names:
         names.append(name)
+
+
+def _import_optional(module_name: str) -> Any:
+    """A default plugin's module, or None when its package is not installed."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            return None
+        raise
+
+
+def _show_trace() -> None:
+    """MSPROBE_TRACE_PLUGINS: the trace goes to stderr whatever the logging setup, as one JSON line per call."""
+    trace_logger.setLevel(logging.INFO)
+    if not trace_logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("msprobe trace: %(message)s"))
+        trace_logger.addHandler(handler)
+        trace_logger.propagate = False
+
+
+def _trace(hook_name: str, plugin: str, kwargs: dict[str, Any], started: float, value: Any) -> None:
+    record = {
+        "hook": hook_name,
+        "plugin": plugin,
+        "kwargs": {key: _short_repr(value) for key, value in kwargs.items()},
+        "ms": round((time.perf_counter() - started) * 1000, 3),
+        "result": _short_repr(value),
+    }
+    trace_logger.info(json.dumps(record))
+
+
+def _short_repr(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 _registry: PluginRegistry | None = None

@@ -17,7 +17,6 @@ from typing import Any
 
 from msprobe.core.config import DebuggerConfig, load_config
 from msprobe.core.errors import BackendError, ConfigError, DataFileError, UsageError
-from msprobe.core.hookspecs import TASK_HOOKS
 
 logger = logging.getLogger(__name__)
 
@@ -248,9 +247,10 @@ class BaseDebugger:
         from msprobe.core.plugins import get_registry
 
         registry = get_registry()
-        hook_name = TASK_HOOKS.get(self.config.task)
-        hooks = registry.call_first(hook_name, session=self.session) if hook_name else None
-        if hooks is None:
+        task = registry.tasks().get(self.config.task)
+        hook_name = task.hook if task is not None else "msprobe_task_hooks"
+        hooks = registry.call_first(hook_name, session=self.session)
+        if hooks is None and hook_name != "msprobe_task_hooks":
             hooks = registry.call_first("msprobe_task_hooks", session=self.session)
         if hooks is None:
             failed = [

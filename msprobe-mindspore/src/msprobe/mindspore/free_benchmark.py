@@ -17,8 +17,7 @@ import numpy as np
 import mindspore as ms
 from msprobe.core.api_patch import ApiPatcher
 from msprobe.core.backend import Perturbation
-from msprobe.core.errors import UsageError
-from msprobe.core.free_benchmark import FreeBenchmarkCalls
+from msprobe.core.free_benchmark import FreeBenchmarkCalls, chosen_perturbation
 from msprobe.core.session import TaskSession
 from msprobe.mindspore.dump.recorder import api_targets
 from msprobe.mindspore.dump.tensors import to_numpy
@@ -61,7 +60,11 @@ def change_value(tensor: ms.Tensor) -> ms.Tensor:
 
 BUILT_IN = [
     Perturbation(
-        "improve_precision", improve_precision, "mindspore", "float16/bfloat16 to float32, float32 to float64"
+        "improve_precision",
+        improve_precision,
+        "mindspore",
+        "float16/bfloat16 to float32, float32 to float64",
+        fix=True,
     ),
     Perturbation("add_noise", add_noise, "mindspore", "add a relative noise below the dtype's resolution"),
     Perturbation("bit_noise", bit_noise, "mindspore", "flip the last mantissa bit"),
@@ -156,8 +159,4 @@ class FreeBenchmarkHooks(FreeBenchmarkCalls):
 
 
 def make_hooks(session: TaskSession, perturbations: dict[str, Perturbation]) -> FreeBenchmarkHooks:
-    mode = session.config.free_benchmark.pert_mode
-    if mode not in perturbations:
-        known = ", ".join(sorted(perturbations))
-        raise UsageError(f"free_benchmark.pert_mode '{mode}' is not available for mindspore ({known})")
-    return FreeBenchmarkHooks(session, perturbations[mode])
+    return FreeBenchmarkHooks(session, chosen_perturbation(session.config.free_benchmark, perturbations, "mindspore"))

@@ -18,8 +18,7 @@ import numpy as np
 import torch
 
 from msprobe.core.backend import Perturbation
-from msprobe.core.errors import UsageError
-from msprobe.core.free_benchmark import FreeBenchmarkCalls
+from msprobe.core.free_benchmark import FreeBenchmarkCalls, chosen_perturbation
 from msprobe.core.session import TaskSession
 from msprobe.core.trees import map_leaves
 from msprobe.pytorch import func_transforms
@@ -79,12 +78,14 @@ def to_cpu(tensor: torch.Tensor) -> torch.Tensor:
 
 
 BUILT_IN = [
-    Perturbation("improve_precision", improve_precision, "pytorch", "float16/bfloat16 to float32, float32 to float64"),
+    Perturbation(
+        "improve_precision", improve_precision, "pytorch", "float16/bfloat16 to float32, float32 to float64", fix=True
+    ),
     Perturbation("add_noise", add_noise, "pytorch", "add a relative noise below the dtype's resolution"),
     Perturbation("bit_noise", bit_noise, "pytorch", "flip the last mantissa bit"),
     Perturbation("no_change", no_change, "pytorch", "run again on a copy"),
     Perturbation("change_value", change_value, "pytorch", "swap the first and last elements"),
-    Perturbation("to_cpu", to_cpu, "pytorch", "run on the CPU"),
+    Perturbation("to_cpu", to_cpu, "pytorch", "run on the CPU", fix=True),
 ]
 
 
@@ -201,8 +202,4 @@ class FreeBenchmarkHooks(FreeBenchmarkCalls):
 
 
 def make_hooks(session: TaskSession, perturbations: dict[str, Perturbation]) -> FreeBenchmarkHooks:
-    mode = session.config.free_benchmark.pert_mode
-    if mode not in perturbations:
-        known = ", ".join(sorted(perturbations))
-        raise UsageError(f"free_benchmark.pert_mode '{mode}' is not provided by any installed plugin ({known})")
-    return FreeBenchmarkHooks(session, perturbations[mode])
+    return FreeBenchmarkHooks(session, chosen_perturbation(session.config.free_benchmark, perturbations, "pytorch"))

@@ -109,8 +109,9 @@ def tensor_readers() -> dict[str, Any]:
     return readers
 
 
-def _extra_metrics() -> tuple:
-    """The plugins' metrics; each plugin is isolated by the registry, so one broken plugin drops only its own."""
+def registered_metrics() -> tuple:
+    """Every metric column, built-in and plugins'; each plugin is isolated by the registry, so one broken
+    plugin drops only its own."""
     from msprobe.core.plugins import get_registry
 
     return tuple(get_registry().compare_metrics())
@@ -152,7 +153,7 @@ def compare_pair(
         stack=stack_mode,
         load=tensor_loader(readers),
         mapping=mapper if mapper.active else None,
-        extra_metrics=_extra_metrics(),
+        metrics=registered_metrics(),
     )
     stamp = stamp or timestamp()
     files = write_result(result, Path(output_dir), stamp, prefix)

@@ -10,10 +10,9 @@ are appended with N/A on the NPU side, so nothing is dropped silently.
 from __future__ import annotations
 
 import logging
-import math
 import re
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from msprobe.core.compare.metrics import NA, UNSUPPORTED, TensorMetrics, accuracy_reached, tensor_metrics
+from msprobe.core.backend import Statistics
+from msprobe.core.compare.metrics import (
+    NA,
+    UNSUPPORTED,
+    TensorMetrics,
+    accuracy_reached,
+    pair_metrics,
+    statistic_cells,
+)
 from msprobe.core.compare.rows import Row, dump_rows
 from msprobe.core.dump.reader import Dump
 
@@ -67,7 +74,6 @@ MD5_COLUMNS = [*BASE_COLUMNS, "NPU MD5", "BENCH MD5", "Result"]
 STACK_COLUMN = "NPU_Stack_Info"
 DATA_NAME_COLUMN = "Data_name"
 
-NAN_TEXT = "Nan"  # the reference's text for a difference that is nan
 WARNING_TEXT = "Need double check api accuracy."
 NO_BENCH = "No bench data matched."
 _COUNT = re.compile(r"^(?P<head>(?:[^.]+\.)+?[^.]+)\.(?P<count>\d+)\.(?P<dir>forward|backward)$")
@@ -240,49 +246,67 @@ def _shown(value: Any) -> Any:
     return "None" if value is None else value
 
 
-def _statistic_cells(npu_value: Any, bench_value: Any) -> tuple[Any, Any, bool]:
-    """(difference, relative error, warning) of one statistic, by the reference's rule: both must be numbers;
-    warn when they differ by more than half of the larger."""
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (npu_value, bench_value)):
-        return NA, NA, False
-    diff = npu_value - bench_value
-    if math.isnan(diff):
-        return NAN_TEXT, NAN_TEXT, False
-    relative = f"{abs((diff / bench_value) * 100)}%" if bench_value != 0 else NA
-    magnitude = abs(diff) / (max(abs(npu_value), abs(bench_value)) + 1e-10)
-    return diff, relative, magnitude > 0.5
-
-
-def statistics_table(pairs: list[tuple[Row | None, Row | None]]) -> pd.DataFrame:
+def statistics_table(pairs: list[tuple[Row | None, Row | None]], metrics: Sequence[Any] = ()) -> pd.DataFrame:
+    """The reference's statistics-mode table; its metric columns, and any a plugin adds, come from ``metrics``
+    (the built-in ones by default)."""
+    metrics = [m for m in (metrics or default_metrics()) if m.serves("statistics")]
     columns = _base_columns(pairs)
-    diffs: list[list[Any]] = [[] for _ in range(4)]
-    relatives: list[list[Any]] = [[] for _ in range(4)]
+    cells: dict[str, list[Any]] = {metric.name: [] for metric in metrics}
+    cell = {metric.name: _MetricColumn(metric) for metric in metrics}
     values: list[list[Any]] = [[] for _ in range(8)]
     results, messages = [], []
     for npu_row, bench_row in pairs:
+        unmatched = npu_row is None or bench_row is None
         npu_stats = npu_row.stats if npu_row is not None else (NA,) * 4
         bench_stats = bench_row.stats if bench_row is not None else (NA,) * 4
-        warn = False
         for index in range(4):
-            if npu_row is None or bench_row is None:
-                diff = relative = NA
-            else:
-                diff, relative, off = _statistic_cells(npu_stats[index], bench_stats[index])
-                warn = warn or off
-            diffs[index].append(diff)
-            relatives[index].append(relative)
             values[index].append(_shown(npu_stats[index]))
             values[4 + index].append(_shown(bench_stats[index]))
-        unmatched = npu_row is None or bench_row is None
+        warn = not unmatched and any(statistic_cells(n, b)[2] for n, b in zip(npu_stats, bench_stats))
+        for metric in metrics:
+            value = NA if unmatched else cell[metric.name](Statistics(*npu_stats), Statistics(*bench_stats), npu_row)
+            cells[metric.name].append(value)
         results.append(NA if unmatched else ("Warning" if warn else ""))
         messages.append(NO_BENCH if bench_row is None else WARNING_TEXT if warn else "")
-    for label, column in zip(STATISTICS_METRICS, diffs + relatives):
-        columns[label] = column
+    columns.update({label: [NA] * len(pairs) for label in STATISTICS_METRICS})
+    columns.update(cells)
     for label, column in zip(STAT_VALUE_COLUMNS, values):
         columns[label] = column
     columns["Result"] = results
     columns["Err_message"] = messages
-    return pd.DataFrame(columns, columns=STATISTICS_COLUMNS)
+    return pd.DataFrame(columns, columns=_with_plugin_columns(STATISTICS_COLUMNS, metrics))
+
+
+def default_metrics() -> tuple[Any, ...]:
+    """The built-in plugin's metrics, for a compare run without the plugin registry (tests, the library)."""
+    from msprobe.core.compare.builtin_metrics import BUILTIN_METRICS
+
+    return BUILTIN_METRICS
+
+
+def _with_plugin_columns(reference_columns: list[str], metrics: Sequence[Any]) -> list[str]:
+    """The reference's columns in its order, then the columns of metrics it does not have."""
+    return [*reference_columns, *(m.name for m in metrics if m.name not in reference_columns)]
+
+
+class _MetricColumn:
+    """One metric's cells: a metric that raises shows N/A there, with one warning per compare, not per row."""
+
+    def __init__(self, metric: Any):
+        self.metric = metric
+        self.failed = 0
+
+    def __call__(self, actual: Any, expected: Any, row: Row | None) -> Any:
+        try:
+            return self.metric.function(actual, expected)
+        except Exception as exc:
+            if not self.failed:
+                logger.warning(
+                    "compare metric %s failed (first on %s) and shows N/A where it fails: %s",
+                    self.metric.name, row.name if row is not None else "?", exc,
+                )  # fmt: skip
+            self.failed += 1
+            return NA
 
 
 def md5_table(pairs: list[tuple[Row | None, Row | None]]) -> pd.DataFrame:
@@ -299,55 +323,70 @@ TensorLoader = Callable[[Dump, Row], np.ndarray | None]
 
 
 def tensor_table(
-    pairs: list[tuple[Row | None, Row | None]], npu: Dump, bench: Dump, load: TensorLoader
+    pairs: list[tuple[Row | None, Row | None]],
+    npu: Dump,
+    bench: Dump,
+    load: TensorLoader,
+    metrics: Sequence[Any] = (),
 ) -> pd.DataFrame:
+    """The reference's tensor-mode table; its metric columns, and any a plugin adds, come from ``metrics``
+    (the built-in ones by default). Each tensor file is read once per pair, whatever the number of metrics."""
+    metrics = [m for m in (metrics or default_metrics()) if m.serves("tensor")]
     columns = _base_columns(pairs)
     stats = statistics_table(pairs)
-    metric_rows = []
+    cells: dict[str, list[Any]] = {metric.name: [] for metric in metrics}
+    cell = {metric.name: _MetricColumn(metric) for metric in metrics}
     accuracy = []
     messages = []
     for npu_row, bench_row in pairs:
         if npu_row is None or bench_row is None:
-            metric_rows.append((NA, NA, NA, NA, NA))
+            for metric in metrics:
+                cells[metric.name].append(NA)
             accuracy.append(NA)
             messages.append("" if npu_row is None else NO_BENCH)
             continue
-        metrics = _pair_metrics(npu_row, bench_row, npu, bench, load)
-        metric_rows.append(
-            (
-                metrics.cosine,
-                metrics.max_abs_err,
-                metrics.max_relative_err,
-                metrics.one_thousandth,
-                metrics.five_thousandths,
-            )
-        )
-        accuracy.append(accuracy_reached(metrics))
-        messages.append(metrics.message)
-    for index, label in enumerate(TENSOR_METRICS):
-        columns[label] = [row[index] for row in metric_rows]
+        arrays, unreadable = _pair_arrays(npu_row, bench_row, npu, bench, load)
+        if arrays is None:  # the reference's "unsupported" in its columns, with its words; N/A in a plugin's
+            for metric in metrics:
+                cells[metric.name].append(UNSUPPORTED if metric.name in TENSOR_METRICS else NA)
+            accuracy.append(accuracy_reached(unreadable))
+            messages.append(unreadable.message)
+            continue
+        for metric in metrics:
+            cells[metric.name].append(cell[metric.name](*arrays, npu_row))
+        verdict = pair_metrics(*arrays)
+        accuracy.append(accuracy_reached(verdict))
+        messages.append(verdict.message)
+    pair_metrics.forget()
+    columns.update({label: [NA] * len(pairs) for label in TENSOR_METRICS})
+    columns.update(cells)
     for label in STAT_VALUE_COLUMNS:
         columns[label] = stats[label].tolist()
     columns["Accuracy Reached or Not"] = accuracy
     columns["Err_message"] = messages
-    table = pd.DataFrame(columns, columns=TENSOR_COLUMNS)
-    table[DATA_NAME_COLUMN] = [(n.data_name or "-1") if n is not None else NA for n, _ in pairs]
+    table = pd.DataFrame(columns, columns=_with_plugin_columns(TENSOR_COLUMNS, metrics))
+    table.insert(
+        len(TENSOR_COLUMNS), DATA_NAME_COLUMN, [(n.data_name or "-1") if n is not None else NA for n, _ in pairs]
+    )
     return table
 
 
-def _pair_metrics(npu_row: Row, bench_row: Row, npu: Dump, bench: Dump, load: TensorLoader) -> TensorMetrics:
-    """A matched pair's metrics; what has no file to read gets the reference's "unsupported" and its words."""
+def _pair_arrays(
+    npu_row: Row, bench_row: Row, npu: Dump, bench: Dump, load: TensorLoader
+) -> tuple[tuple[np.ndarray, np.ndarray] | None, TensorMetrics]:
+    """A matched pair's two tensors; what has no file to read gets the reference's "unsupported" and its words."""
+    unsupported = (UNSUPPORTED,) * 5
     if not npu_row.data_name:  # a value with no file (a scalar, a None)
-        return TensorMetrics(*(UNSUPPORTED,) * 5, NO_BENCH)  # the reference's words, though the value was matched
+        return None, TensorMetrics(*unsupported, NO_BENCH)  # the reference's words, though the value was matched
     if not bench_row.data_name:
-        return TensorMetrics(*(UNSUPPORTED,) * 5, "Bench does not have data file.")
+        return None, TensorMetrics(*unsupported, "Bench does not have data file.")
     actual = load(npu, npu_row)
     if actual is None:
-        return TensorMetrics(*(UNSUPPORTED,) * 5, f"Dump file: {npu_row.data_name} not found.")
+        return None, TensorMetrics(*unsupported, f"Dump file: {npu_row.data_name} not found.")
     expected = load(bench, bench_row)
     if expected is None:
-        return TensorMetrics(*(UNSUPPORTED,) * 5, f"Dump file: {bench_row.data_name} not found.")
-    return tensor_metrics(actual, expected)
+        return None, TensorMetrics(*unsupported, f"Dump file: {bench_row.data_name} not found.")
+    return (actual, expected), TensorMetrics()
 
 
 def compare_dumps(
@@ -357,20 +396,22 @@ def compare_dumps(
     stack: bool = False,
     load: TensorLoader | None = None,
     mapping: Callable[[str], str] | None = None,
-    extra_metrics: tuple = (),
+    extra_metrics: Sequence[Any] = (),
+    metrics: Sequence[Any] | None = None,
 ) -> CompareResult:
+    """``metrics``: every metric column (the plugin registry's); ``None``: the built-in ones, plus
+    ``extra_metrics``."""
     npu_rows, bench_rows = dump_rows(npu, every_value=True), dump_rows(bench, every_value=True)
     pairs = match_rows(npu_rows, bench_rows, fuzzy=fuzzy, mapping=mapping)
     mode = detect_mode(npu_rows, bench_rows, npu, bench)
+    chosen = [*(default_metrics() if metrics is None else metrics), *extra_metrics]
     if mode == "tensor" and load is not None:
-        table = tensor_table(pairs, npu, bench, load)
-        for metric in extra_metrics:
-            table[metric.name] = _extra_metric(metric, pairs, npu, bench, load)
+        table = tensor_table(pairs, npu, bench, load, chosen)
     elif mode == "md5":
         table = md5_table(pairs)
     else:
         mode = "statistics"
-        table = statistics_table(pairs)
+        table = statistics_table(pairs, chosen)
     if stack:
         table[STACK_COLUMN] = [_stack_text(npu, n) for n, _ in pairs]
     from msprobe.core.compare.highlight import highlight_rows
@@ -386,27 +427,6 @@ def _with_messages(current: list[str], messages: dict[int, list[str]]) -> list[s
     for index, found in messages.items():
         current[index] = "\n".join([current[index], *found] if current[index] else found)
     return current
-
-
-def _extra_metric(metric: Any, pairs: list, npu: Dump, bench: Dump, load: TensorLoader) -> list[Any]:
-    values = []
-    failed = 0
-    for npu_row, bench_row in pairs:
-        if npu_row is None or bench_row is None or not npu_row.data_name or not bench_row.data_name:
-            values.append(NA)
-            continue
-        actual, expected = load(npu, npu_row), load(bench, bench_row)
-        try:
-            values.append(NA if actual is None or expected is None else metric.function(actual, expected))
-        except Exception as exc:  # a plugin metric must not stop the compare; said once, not once per row
-            if not failed:
-                logger.warning(
-                    "compare metric %s failed (first on %s) and shows N/A where it fails: %s", metric.name,
-                    npu_row.name, exc,
-                )  # fmt: skip
-            failed += 1
-            values.append(NA)
-    return values
 
 
 def _stack_text(dump: Dump, row: Row | None) -> str:

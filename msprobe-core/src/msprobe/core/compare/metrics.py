@@ -11,7 +11,10 @@ no cosine or err ratios.
 
 from __future__ import annotations
 
+import math
+import threading
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -155,3 +158,36 @@ def accuracy_reached(metrics: TensorMetrics) -> str:
     if cosine < 0.9 or max_abs > 1:
         return "No"
     return "Yes"
+
+
+def statistic_cells(npu_value: Any, bench_value: Any) -> tuple[Any, Any, bool]:
+    """(difference, relative error, warning) of one statistic, by the reference's rule: both must be numbers;
+    warn when they differ by more than half of the larger."""
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (npu_value, bench_value)):
+        return NA, NA, False
+    diff = npu_value - bench_value
+    if math.isnan(diff):
+        return NAN, NAN, False
+    relative = f"{abs((diff / bench_value) * 100)}%" if bench_value != 0 else NA
+    magnitude = abs(diff) / (max(abs(npu_value), abs(bench_value)) + 1e-10)
+    return diff, relative, magnitude > 0.5
+
+
+class _LastPair(threading.local):
+    """The metrics of the pair seen last, per thread: the five reference columns are five metrics, computed
+    once per pair."""
+
+    key: tuple[Any, Any] | None = None
+    metrics = TensorMetrics()
+
+    def __call__(self, actual: np.ndarray, expected: np.ndarray) -> TensorMetrics:
+        if self.key is None or self.key[0] is not actual or self.key[1] is not expected:
+            self.metrics = tensor_metrics(actual, expected)
+            self.key = (actual, expected)  # held, so the identities cannot be reused by other arrays
+        return self.metrics
+
+    def forget(self) -> None:
+        self.key = None
+
+
+pair_metrics = _LastPair()

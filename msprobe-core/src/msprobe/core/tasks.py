@@ -1,0 +1,27 @@
+"""The built-in plugin ``builtin-tasks``: the task names of the reference's config.json.
+
+Each names the hook that supplies its framework side; a backend answers those
+hooks. A third-party task is declared the same way, through ``msprobe_tasks``.
+"""
+
+from __future__ import annotations
+
+from msprobe.core.backend import Task
+from msprobe.core.hookspecs import hookimpl
+
+BUILTIN_TASKS = (
+    Task("statistics", "statistics of every API/module input and output", "msprobe_dump_hooks"),
+    Task("tensor", "statistics plus the tensors themselves", "msprobe_dump_hooks"),
+    Task("structure", "the call structure only, without values", "msprobe_dump_hooks"),
+    Task("overflow_check", "the APIs whose outputs overflow", "msprobe_overflow_check_hooks"),
+    Task(
+        "free_benchmark", "perturb inputs and compare outputs, without a benchmark run", "msprobe_free_benchmark_hooks"
+    ),
+    Task("grad_probe", "gradient statistics per parameter and step", "msprobe_grad_probe_hooks"),
+    Task("run_ut", "online accuracy check of APIs against a CPU re-run", "msprobe_accuracy_check_hooks"),
+)
+
+
+@hookimpl
+def msprobe_tasks() -> list[Task]:
+    return list(BUILTIN_TASKS)
