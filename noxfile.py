@@ -105,9 +105,9 @@ def _reference_env(session: nox.Session, name: str, packages: list[str]) -> str:
 
 @nox.session
 def packaging(session: nox.Session) -> None:
-    """Each distribution installs alone into a fresh virtual environment."""
+    """Each distribution installs alone into a fresh virtual environment; so do the plugin tutorial's plugins."""
     session.install(*TEST_DEPS, *CORE)
-    session.run("pytest", "tests/packaging", *session.posargs)
+    session.run("pytest", "tests/packaging", *session.posargs, env={"MSPROBE_TORCH_REQUIREMENT": TORCH})
 
 
 @nox.session

@@ -121,9 +121,10 @@ def msprobe_tasks() -> list[Task]:
 def msprobe_dump_hooks(session: TaskSession) -> TaskHooks | None:
     """Return the hooks that collect data for tasks statistics, tensor and structure.
 
-    Called when a ``PrecisionDebugger`` starts on ``session.framework``;
-    answer ``None`` for a framework you do not drive. The returned hooks hand
-    every collected entry to ``session`` (which selects, measures and writes).
+    Called when a ``PrecisionDebugger`` starts its first selected step on
+    ``session.framework``; answer ``None`` for a framework you do not drive.
+    The backends' hooks feed a core ``DumpCollector`` built over ``session``,
+    which selects, measures and writes.
     """
 
 
