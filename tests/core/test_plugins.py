@@ -529,3 +529,57 @@ def test_metrics_serve_the_modes_they_declare(tmp_path):
 def test_a_metric_with_an_unknown_mode_is_refused_when_made():
     with pytest.raises(ValueError, match="modes must be a tuple of tensor, statistics"):
         CompareMetric("Bad", lambda a, b: 0.0, modes="statistics")
+
+
+def test_a_broken_metric_plugin_leaves_the_good_plugins_columns_in_the_compare(monkeypatch, tmp_path, caplog):
+    import json
+
+    from msprobe.core import plugins
+    from msprobe.core.compare.api import compare_pair
+
+    def failing(actual, expected):
+        raise ZeroDivisionError("no")
+
+    class Failing:
+        @hookimpl
+        def msprobe_compare_metrics(self):
+            return [CompareMetric("Fails", failing, modes=("statistics",))]
+
+    class Good:
+        @hookimpl
+        def msprobe_compare_metrics(self):
+            return [CompareMetric("Twice", lambda npu, bench: 2 * npu.max, modes=("statistics",))]
+
+    registry = PluginRegistry(
+        load_entry_points=False,
+        extra_plugins=[("good", Good()), ("single", NotAList()), ("fails", Failing()), ("bad", RaisingPlugin())],
+    )
+    monkeypatch.setattr(plugins, "_registry", registry)
+    entry = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [1], "Max": 3.0, "Min": 3.0, "Mean": 3.0,
+             "Norm": 3.0}  # fmt: skip
+    dump = tmp_path / "dump.json"
+    data = {"Torch.abs.0.forward": {"input_args": [entry], "input_kwargs": {}, "output": [entry]}}
+    dump.write_text(json.dumps({"task": "statistics", "level": "L1", "data": data}))
+    _summary, result = compare_pair(dump, dump, tmp_path / "out")
+    assert list(result.table["Twice"]) == [6.0, 6.0]
+    assert list(result.table["Fails"]) == ["N/A", "N/A"]
+    assert (
+        caplog.text.count("compare metric Fails of plugin 'fails' failed (first on Torch.abs.0.forward.input.0)") == 1
+    )
+
+
+def test_discovery_warnings_print_once_with_one_prefix(monkeypatch):
+    from click.testing import CliRunner
+
+    from msprobe.cli.main import cli
+    from msprobe.core import plugins
+
+    fake_entry_points(monkeypatch, ("broken", "no_such_module_for_msprobe_tests"))
+    plugins.reset_registry()
+    try:
+        result = CliRunner().invoke(cli, ["config", "--help"])
+    finally:
+        plugins.reset_registry()
+    lines = [line for line in result.stderr.splitlines() if "broken" in line]
+    expected = "msprobe: warning: plugin 'broken' failed to load and is skipped: No module named 'no_such_module_"
+    assert len(lines) == 1 and lines[0].startswith(expected)

@@ -289,6 +289,14 @@ def _with_plugin_columns(reference_columns: list[str], metrics: Sequence[Any]) -
     return [*reference_columns, *(m.name for m in metrics if m.name not in reference_columns)]
 
 
+def _plugin_of(metric: Any) -> str:
+    """ " of plugin 'NAME'" when the plugin registry knows which plugin gave the metric."""
+    from msprobe.core.plugins import get_registry
+
+    plugin = get_registry().origin(metric)
+    return f" of plugin '{plugin}'" if plugin != "?" else ""
+
+
 class _MetricColumn:
     """One metric's cells: a metric that raises shows N/A there, with one warning per compare, not per row."""
 
@@ -302,8 +310,8 @@ class _MetricColumn:
         except Exception as exc:
             if not self.failed:
                 logger.warning(
-                    "compare metric %s failed (first on %s) and shows N/A where it fails: %s",
-                    self.metric.name, row.name if row is not None else "?", exc,
+                    "compare metric %s%s failed (first on %s) and shows N/A where it fails: %s",
+                    self.metric.name, _plugin_of(self.metric), row.name if row is not None else "?", exc,
                 )  # fmt: skip
             self.failed += 1
             return NA
