@@ -77,6 +77,10 @@ def _close(ours: Any, theirs: Any, scale: float) -> bool:
 # the order gradients are summed in: its gradients, and so its second step, differ from an untouched run's
 # (ours are the untouched run's) in the last bits of float32
 PERTURBED = 1e-4
+# ... and a gradient that is zero in exact arithmetic (an attention key's bias: softmax ignores a shift shared by
+# all keys) is float32 cancellation noise, around 1e-12, in either run; AdamW turns that noise into updates of
+# about 1e-7. A tensor whose values all lie below this bound is such noise in both runs, and is not compared
+CANCELLATION_NOISE = 1e-6
 
 
 def tensor_differences(ours: dict, theirs: dict, where: str, perturbed: bool = False) -> list[str]:
@@ -96,7 +100,9 @@ def tensor_differences(ours: dict, theirs: dict, where: str, perturbed: bool = F
         mine, reference = ours[key], theirs[key]
         if perturbed and key in (*STATISTICS, "Max_except_inf_nan", "Min_except_inf_nan"):
             scale = max(magnitude, abs(mine) if _number(mine) else 0.0)
-            if not _close(mine, reference, scale * PERTURBED / SUM_ROUNDING):
+            noise = magnitude < CANCELLATION_NOISE and _number(mine) and abs(mine) < CANCELLATION_NOISE
+            overflowed = key == "Norm" and _norm_overflowed_in_float32(mine, reference)
+            if not (noise or overflowed or _close(mine, reference, scale * PERTURBED / SUM_ROUNDING)):
                 problems.append(f"{where}.{key}: {mine!r} != reference {reference!r} (beyond the hooks' rounding)")
         elif key in ("Mean", "Norm"):
             scale = magnitude if key == "Mean" else abs(reference) if isinstance(reference, (int, float)) else 0.0
@@ -143,9 +149,11 @@ def step_differences(ours: dict[str, Any], theirs: dict[str, Any], perturbed: bo
     if set(our_names) != set(reference_names) or in_order(our_names) != in_order(reference_names):
         missing = [n for n in reference_names if n not in our_names]
         extra = [n for n in our_names if n not in reference_names]
-        problems.append(
-            f"entry names: missing {missing[:10]}, extra {extra[:10]}, order same: {not missing and not extra}"
+        first = next(
+            (i for i, (a, b) in enumerate(zip(in_order(our_names), in_order(reference_names))) if a != b), None
         )
+        order = "same" if first is None else f"differs from {in_order(reference_names)[first]!r} on"
+        problems.append(f"entry names: missing {missing[:10]}, extra {extra[:10]}, order {order}")
     for name in reference_names:
         if name not in ours["dump"]["data"]:
             continue
@@ -158,8 +166,6 @@ def step_differences(ours: dict[str, Any], theirs: dict[str, Any], perturbed: bo
         problems += found
     reference_construct = {k: v for k, v in theirs["construct"].items() if k not in skipped}
     for name, parent in ours["construct"].items():
-        if reference_construct.get(name, "") is None and _backward_under_gradless_module(parent, ours):
-            reference_construct[name] = parent
         if parent is None and reference_construct.get(name) == "":  # a call before the first module opened
             reference_construct[name] = parent
     if set(ours["construct"]) != set(reference_construct):
@@ -186,13 +192,3 @@ def _in_place_module(name: str, theirs: dict) -> bool:
 
 def _without_inputs(entry: dict) -> dict:
     return {key: value for key, value in entry.items() if key != "input_args"}
-
-
-def _backward_under_gradless_module(parent: Any, ours: dict) -> bool:
-    """The reference files a backward call at the root when the module around it takes no input needing a
-    gradient (its backward hook never opens the module); ours files it under the module."""
-    if not isinstance(parent, str) or ".backward." not in parent:
-        return False
-    forward = ours["dump"]["data"].get(parent.replace(".backward.", ".forward."), {})
-    tensors = [a for a in forward.get("input_args") or [] if isinstance(a, dict) and "requires_grad" in a]
-    return not any(t["requires_grad"] for t in tensors)

@@ -29,6 +29,12 @@ class BackwardNumbering:
     def __init__(self) -> None:
         self._counts: dict[str, int] = defaultdict(int)
         self._started: dict[str, str] = {}  # forward name of a module call -> its backward name
+        # PyTorch's construct.json follows the order the module backward hooks run in: a module's backward
+        # opens when its output gradients arrive and closes when it is written; its parent is the backward
+        # open at that moment, which is not always its forward parent's (a module that takes no positional
+        # tensor opens and closes at once, so the calls inside it get the enclosing one).
+        self._open: list[str] = []
+        self._opened_under: dict[str, str | None] = {}
 
     def start(self, forward_name: str) -> str:
         """The backward name of a module call whose backward starts now (the same name if it already has one)."""
@@ -50,6 +56,29 @@ class BackwardNumbering:
             return None
         return self._started.get(forward_name) or forward_index_name(forward_name)
 
+    def open(self, forward_name: str) -> str:
+        """A module call's backward starts: numbered, and the innermost open backward until it closes."""
+        name = self.start(forward_name)
+        if name not in self._opened_under:
+            self._opened_under[name] = self._open[-1] if self._open else None
+            self._open.append(name)
+        return name
+
+    def close(self, backward_name: str) -> None:
+        """A module call's backward was written: it closes."""
+        if backward_name in self._opened_under and backward_name in self._open:
+            self._open.remove(backward_name)
+
+    def opened_under(self, backward_name: str) -> str | None:
+        """construct.json's parent of a module backward entry: what was open when it opened."""
+        return self._opened_under.get(backward_name)
+
+    def innermost(self) -> str | None:
+        """construct.json's parent of an API backward entry made now."""
+        return self._open[-1] if self._open else None
+
     def reset(self) -> None:
         self._counts.clear()
         self._started.clear()
+        self._open.clear()
+        self._opened_under.clear()

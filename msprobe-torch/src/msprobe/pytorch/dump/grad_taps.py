@@ -147,7 +147,143 @@ def input_uses(
     return uses
 
 
+def outputs_used_inside(outputs: list[torch.Tensor | None], first_node: int) -> set[int]:
+    """Indices of the outputs that the call itself also consumed (attention weights that a HuggingFace
+    attention module returns after multiplying them with the values).
+
+    The gradient of such an output has two parts, the call's own use and what comes back from outside;
+    the reference's module hooks report only the second. Found by walking the call's own nodes (sequence
+    numbers from ``first_node`` up) back from the outputs, looking for edges that point at an output.
+    """
+    stack = [t.grad_fn for t in outputs if t is not None and t.grad_fn is not None]
+    alive = list(stack)  # keeps the ids below meaningful
+    targets = {
+        (id(t.grad_fn), t.output_nr): index
+        for index, t in enumerate(outputs)
+        if t is not None and t.grad_fn is not None
+    }
+    if len(targets) < 2 or _NEXT_SEQUENCE_NR is None:
+        # an inner use found from the outputs feeds another output: one output cannot have one (and without
+        # sequence numbers the call's nodes cannot be told from the rest of the graph)
+        return set()
+    last_node = next_node_number()
+    seen: set[int] = set()
+    used: set[int] = set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen or not first_node <= node._sequence_nr() < last_node:
+            continue
+        seen.add(id(node))
+        for target, output_nr in node.next_functions:
+            if target is None:
+                continue
+            index = targets.get((id(target), output_nr))
+            if index is not None:
+                used.add(index)
+            stack.append(target)
+            alive.append(target)
+    return used
+
+
+class _OutputTap(torch.autograd.Function):
+    """The identity, applied to a module's outputs as torch's full backward hooks apply it: uses of the
+    outputs after the module returned go through this node, so its gradients are what comes from outside."""
+
+    @staticmethod
+    def forward(ctx: Any, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ctx.set_materialize_grads(False)
+        return tensors
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor | None, ...]:
+        return grads
+
+
+def needs_tap(outputs: list[torch.Tensor | None], first_node: int) -> bool:
+    """Whether hooks on the outputs themselves would report what the reference does not: an output the call
+    also used itself (see :func:`outputs_used_inside`), or an output that is a view, whose node a later
+    in-place update (``h += x``) takes out of the graph with its hook."""
+    if any(t is not None and t.requires_grad and t._is_view() for t in outputs):
+        return True
+    return bool(outputs_used_inside(outputs, first_node))
+
+
+def tap_outputs(output: Any, outputs: list[torch.Tensor | None]) -> tuple[Any, Any, list[int]]:
+    """``output`` with its tensors that need a gradient passed through one :class:`_OutputTap` node and
+    cloned, as the reference's module hooks pass them: the new output, the node (to hook), and for each of
+    the node's gradients the output index it belongs to. The clones are what the caller gets: not views, so
+    it may update them in place, and what it does with them reaches the node alone."""
+    indices = [i for i, t in enumerate(outputs) if t is not None and t.requires_grad]
+    tapped = _OutputTap.apply(*(outputs[i] for i in indices))
+    plain_clone = getattr(torch.Tensor.clone, "__msprobe_original__", torch.Tensor.clone)
+    replaced = {index: plain_clone(t) for index, t in zip(indices, tapped)}
+    if isinstance(output, torch.Tensor):
+        new_output: Any = replaced[0]
+    else:
+        items = [replaced.get(i, item) for i, item in enumerate(output)]
+        new_output = type(output)(items) if not hasattr(output, "_fields") else type(output)(*items)
+    return new_output, tapped[0].grad_fn, indices
+
+
+_WATCHERS = "_msprobe_gradient_watchers"
+
+
+_watch_count = 0  # watchers registered so far: a call's watchers come between its start and its end
+
+
+def watch_number() -> int:
+    """The number the next watcher gets: taken when a call starts, it tells its inner calls' watchers."""
+    return _watch_count
+
+
+def on_gradient(tensor: torch.Tensor, watcher: Any) -> None:
+    """Call ``watcher(grad)`` when the gradient of ``tensor`` arrives; the last watcher added runs first.
+
+    Calls that return the same tensor (a module and its last submodule, a module and the p=0 dropout after
+    it) see its gradient in the order the reference's per-call nodes run: the call that returned it last,
+    the outermost, first. One tensor hook per tensor calls them all, in that order.
+
+    A watcher may return ``(finish, since)``: ``finish`` runs once the watchers numbered ``since`` or later
+    (the calls inside it) have run, before the others. A call that hands its input back closes so, as the
+    reference's node for its input runs after those of the calls inside it.
+    """
+    global _watch_count
+    number, _watch_count = _watch_count, _watch_count + 1
+    # a hook belongs to the node the tensor hangs from now: after an in-place call the same object needs another
+    node, watched = tensor.grad_fn, getattr(tensor, _WATCHERS, None)
+    watchers = watched[1] if watched is not None and watched[0] is node else None
+    if watchers is None:
+        watchers = []
+        try:
+            setattr(tensor, _WATCHERS, (node, watchers))
+        except (AttributeError, TypeError, RuntimeError):  # a tensor that takes no attributes: a hook of its own
+            pass
+        tensor.register_hook(_dispatcher(watchers))
+    watchers.append((number, watcher))
+
+
+def _dispatcher(watchers: list[tuple[int, Any]]) -> Any:
+    def dispatch(grad: torch.Tensor) -> None:
+        waiting: list[tuple[Any, int]] = []  # (finish, since), innermost last
+        for number, call in reversed(watchers):
+            while waiting and number < waiting[-1][1]:
+                waiting.pop()[0]()
+            later = call(grad)
+            if later is not None:
+                waiting.append(later)
+        while waiting:
+            waiting.pop()[0]()
+
+    return dispatch
+
+
 def add(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
     """Two gradient contributions summed as autograd sums them, with torch's own add, not the dump's wrapper."""
     plain_add = getattr(torch.add, "__msprobe_original__", torch.add)
     return plain_add(first, second)
+
+
+def zeros(shape: torch.Size, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Zeros made by torch's own function, not the dump's wrapper (this runs inside a backward hook)."""
+    plain_zeros = getattr(torch.zeros, "__msprobe_original__", torch.zeros)
+    return plain_zeros(shape, dtype=dtype, device=device)

@@ -414,19 +414,28 @@ class TorchDumpRecorder:
 
     def _write_backward(self, record: _CallRecord, grads_in: tuple) -> None:
         collector = self.collector
+        closing = None
         try:
-            if record.enclosing is not None:  # a module call
-                record.backward_name = collector.backward_numbering.start(record.name)
+            numbering = collector.backward_numbering
+            if record.enclosing is not None:  # a module call: it closes once written
+                record.backward_name = numbering.open(record.name)
+                closing = record.backward_name
                 if not collector.selects(record.backward_name, record.enclosing):
                     return
+                parent = numbering.opened_under(record.backward_name)
+            else:
+                parent = numbering.innermost()
+            parent = parent if self.with_construct else NO_PARENT
             outputs = [record.output_grads.get(i) for i in range(record.output_count)]
-            parent = collector.backward_numbering.parent(record.parent) if self.with_construct else NO_PARENT
             if self.lane_entries is not None:  # the same entry, encoded in C
                 self.lane_entries.backward_entry(record.backward_name, outputs, list(grads_in), parent)
             else:
                 collector.backward(record.backward_name, outputs, list(grads_in), parent)
         except Exception as exc:
             self.collector.report_failure(record.backward_name, exc)
+        finally:
+            if closing is not None:
+                collector.backward_numbering.close(closing)
 
     # -- L0: modules ---------------------------------------------------------------------------
     def _hook_modules(self) -> None:
@@ -482,9 +491,9 @@ class TorchDumpRecorder:
             if pushed is not None and self.module_stack and self.module_stack[-1] == pushed:
                 self.module_stack.pop()
 
-        def pre_hook(mod: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        def pre_hook(mod: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
             if self.state.busy:
-                return
+                return None
             self.state.busy = True
             record = pushed = None
             try:
@@ -498,6 +507,7 @@ class TorchDumpRecorder:
                 if record is not None:
                     record.parent = parent
                     record.first_node = grad_taps.next_node_number()
+                    record.first_watch = grad_taps.watch_number()
                     if record.keep_backward:  # before the call: an in-place module moves its input in the graph
                         record.input_anchors = grad_taps.anchors(list(args))
                 self.module_stack.append(name)
@@ -507,6 +517,7 @@ class TorchDumpRecorder:
             finally:
                 pending.append([record, pushed])
                 self.state.busy = False
+            return None
 
         def close_hook(mod: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
             """Runs after forward_hook, and alone when the forward raised (a caught out-of-memory, say).
@@ -521,17 +532,18 @@ class TorchDumpRecorder:
             if record is not None:
                 self.collector.leave(record.name)
 
-        def forward_hook(mod: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        def forward_hook(mod: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
             if self.state.busy or not pending:
-                return
+                return None
             call = pending[-1]
             record, pushed = call
             call[:] = [None, None]  # closed here: nothing left for close_hook to undo
+            replaced = None  # the output to hand on instead of the module's, when its outputs were tapped
             self.state.busy = True
             try:
                 leave_module_stack(pushed)
                 if record is None:
-                    return
+                    return None
                 if record.keep_forward and self.lane_entries is not None:  # the same entry, encoded in C
                     self.lane_entries.module_entry(
                         record.name, record.inputs, output, params, self.stack(), record.parent, _recomputing()
@@ -553,12 +565,19 @@ class TorchDumpRecorder:
                 if record.keep_backward:
                     outputs = grad_taps.output_tensors(output)
                     record.watch_inputs(args, outputs)
-                    record.watch_outputs(outputs)
+                    if not record.handed_back and grad_taps.needs_tap(outputs, record.first_node):
+                        # only a node after the module tells the outside's share of an output's gradient
+                        output, node, indices = grad_taps.tap_outputs(output, outputs)
+                        record.watch_tap(node, indices, len(outputs))
+                        replaced = output
+                    else:
+                        record.watch_outputs(outputs)
                 self.collector.leave(record.name)
             except Exception as exc:
                 self.collector.report_failure(record.name if record else label, exc)
             finally:
                 self.state.busy = False
+            return replaced
 
         return _ModuleHooks(
             weakref.ref(module),
@@ -609,6 +628,7 @@ class _CallRecord:
         "backward_name",
         "enclosing",
         "first_node",
+        "first_watch",
         "grad_inputs",
         "handed_back",
         "input_anchors",
@@ -625,6 +645,7 @@ class _CallRecord:
         "output_grads",
         "parent",
         "recorder",
+        "silent_slots",
         "wrote",
     )
 
@@ -643,8 +664,10 @@ class _CallRecord:
         self.output_grads: dict[int, torch.Tensor] = {}
         self.input_grads: dict[int, torch.Tensor] = {}
         self.input_slots = 0
+        self.silent_slots: dict[int, tuple] | None = None
         self.inputs_pending = 0
         self.first_node = 0
+        self.first_watch = 0
         self.output_count = 0
         self.keep_forward = False
         self.keep_backward = False
@@ -661,7 +684,7 @@ class _CallRecord:
         if node is not None:
             node.register_hook(self._node_hook)
         elif handed_back is not None:
-            handed_back.register_hook(self._handed_back_hook)
+            grad_taps.on_gradient(handed_back, self._handed_back_hook)
         self.args, self.kwargs, self.grad_inputs, self.nodes_before = (), {}, [], None
 
     def watch_outputs(self, tensors: list[torch.Tensor | None]) -> None:
@@ -669,7 +692,22 @@ class _CallRecord:
         self.output_count = len(tensors)
         watched = [(index, t) for index, t in enumerate(tensors) if t is not None and t.requires_grad]
         for index, tensor in watched:
-            tensor.register_hook(self._output_hook(index, len(watched)))
+            grad_taps.on_gradient(tensor, self._output_hook(index, len(watched)))
+        self.args, self.kwargs = (), {}
+
+    def watch_tap(self, node: Any, indices: list[int], count: int) -> None:
+        """Modules whose outputs went through a tap node (grad_taps.tap_outputs): the node's gradients are the
+        outputs' gradients from outside, None for an output nobody used, all arriving at once."""
+        self.output_count = count
+
+        def hook(grad_inputs: tuple, grad_outputs: tuple) -> None:
+            if self.recorder is not None:  # its backward starts: it takes its number now
+                self.recorder.collector.backward_numbering.open(self.name)
+            self.output_grads = {indices[j]: g for j, g in enumerate(grad_outputs) if g is not None}
+            if self.inputs_pending == 0:
+                self.on_input_grads(self._module_input_grads())
+
+        node.register_hook(hook)
         self.args, self.kwargs = (), {}
 
     def watch_inputs(self, args: tuple, outputs: list[torch.Tensor | None]) -> None:
@@ -692,9 +730,15 @@ class _CallRecord:
             out: slot
             for slot, t in enumerate(slots)
             for out, o in enumerate(outputs)
-            if o is t and o.grad_fn is before[slot][1]
+            if o is t and isinstance(o, torch.Tensor) and o.grad_fn is before[slot][1]
         }
         uses = grad_taps.input_uses(slots, outputs, self.first_node, before)
+        # torch's full backward hooks hand every positional tensor a gradient once one of them needs it: zeros
+        # where none flows (a mask, an unused input)
+        if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in slots):
+            self.silent_slots = {
+                i: (t.shape, t.dtype, t.device) for i, t in enumerate(slots) if isinstance(t, torch.Tensor)
+            }
         self.input_anchors = None
         self.inputs_pending = len(uses)
         for node, edges in uses:
@@ -710,23 +754,34 @@ class _CallRecord:
                     self.input_grads[slot] = grad if earlier is None else grad_taps.add(earlier, grad)
             self.inputs_pending -= 1
             if self.inputs_pending == 0:
-                self.on_input_grads(tuple(self.input_grads.get(i) for i in range(self.input_slots)))
+                self.on_input_grads(self._module_input_grads())
 
         return hook
 
     def _output_hook(self, index: int, expected: int) -> Callable:
-        def hook(grad: torch.Tensor) -> None:
+        def hook(grad: torch.Tensor) -> tuple[Callable[[], None], int] | None:
             if not self.output_grads and self.recorder is not None:  # its backward starts: it takes its number now
-                self.recorder.collector.backward_numbering.start(self.name)
+                self.recorder.collector.backward_numbering.open(self.name)
             self.output_grads[index] = grad
             slot = self.handed_back.get(index) if self.handed_back else None
             if slot is not None:
                 earlier = self.input_grads.get(slot)
                 self.input_grads[slot] = grad if earlier is None else grad_taps.add(earlier, grad)
             if self.inputs_pending == 0 and len(self.output_grads) == expected:
-                self.on_input_grads(tuple(self.input_grads.get(i) for i in range(self.input_slots)))
+                if slot is not None:  # written after the calls inside it that handed the same tensor back
+                    return (lambda: self.on_input_grads(self._module_input_grads())), self.first_watch
+                self.on_input_grads(self._module_input_grads())
+            return None
 
         return hook
+
+    def _module_input_grads(self) -> tuple:
+        grads = [self.input_grads.get(i) for i in range(self.input_slots)]
+        if self.silent_slots:
+            for slot, (shape, dtype, device) in self.silent_slots.items():
+                if grads[slot] is None:
+                    grads[slot] = grad_taps.zeros(shape, dtype, device)
+        return tuple(grads)
 
     def _handed_back_hook(self, grad: torch.Tensor) -> None:
         """An input handed back unchanged: the gradient arriving at it goes in and comes out as it is."""
