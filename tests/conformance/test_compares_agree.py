@@ -31,8 +31,12 @@ PAIRS = [
     ("llama", "statistics", "L1"),
     ("moe", "statistics", "L1"),
     ("cnn", "statistics", "mix"),
+    ("llama", "statistics", "mix"),
+    ("vit", "statistics", "L0"),
     ("cnn", "md5", "L1"),
+    ("llama", "md5", "mix"),
     ("cnn", "tensor", "L1"),
+    ("moe", "tensor", "L0"),
 ]
 SIDES = ("reference", "ours", "ours-vs-reference")
 
@@ -59,6 +63,19 @@ def _written_in_another_order(name: str) -> bool:
     """A handed-back call's backward, which the two tools write at different places (docs/differences.md): the
     reference pairs calls in the order it meets them and leaves such an entry unmatched; ours pairs it by name."""
     return name.startswith(HANDED_BACK) and ".backward." in name
+
+
+def _paired_though_different(ours: pd.Series, theirs: pd.Series) -> bool:
+    """md5 mode, docs/differences.md: the reference pairs an entry with no inputs (parameters_grad) only when
+    its CRC-32 values are equal, so gradients that differ are left unmatched; ours pairs them by name and says
+    "Different"."""
+    return (
+        "MD5" in " ".join(map(str, theirs.index))
+        and ".parameters_grad." in str(theirs.iloc[0])
+        and theirs["Bench Name"] == "N/A"
+        and ours["Bench Name"] == theirs.iloc[0]
+        and ours["Result"] == "Different"
+    )
 
 
 def _same_cell(ours: object, theirs: object) -> bool:
@@ -93,6 +110,7 @@ def test_our_compare_table_is_the_references(dumps, tmp_path, model, task, level
         f"row {index} {theirs.iloc[index, 0]} {column}: ours {ours.iloc[index][column]!r}, reference {value!r}"
         for index in range(len(theirs))
         if not (side == "ours-vs-reference" and _written_in_another_order(theirs.iloc[index, 0]))
+        and not _paired_though_different(ours.iloc[index], theirs.iloc[index])
         for column, value in theirs.iloc[index].items()
         if not _same_cell(ours.iloc[index][column], value)
     ]

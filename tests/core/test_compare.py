@@ -198,3 +198,38 @@ def test_a_26x_dump_folder_is_read_proc_folder_and_grouped_stacks_included(tmp_p
     assert dump.stack[name] == json.loads(original.read_text())[name]
     [summary] = compare_distributed(tmp_path / "npu", tmp_path / "bench", tmp_path / "out")
     assert summary.unmatched == 0 and summary.rows > 50
+
+
+def test_tensor_mode_an_npu_value_without_partner_shows_the_references_cells(tmp_path):
+    """The reference 1.2.2 writes "unsupported" in the five metric columns, "None" for the verdict and -1 for the
+    file of an NPU value with no bench partner (seen in its own tables of a mixture of experts, whose experts are
+    called a different number of times per step)."""
+    import numpy as np
+
+    from msprobe.core.compare.engine import tensor_loader
+    from msprobe.core.tensor_files import load_npy
+
+    def write(folder, names):
+        (folder / "dump_tensor_data").mkdir(parents=True)
+        data = {}
+        for name in names:
+            np.save(folder / "dump_tensor_data" / f"{name}.output.0.npy", np.arange(3, dtype=np.float32))
+            summary = {"type": "mindspore.Tensor", "dtype": "Float32", "shape": [3], "Max": 2.0, "Min": 0.0,
+                       "Mean": 1.0, "Norm": 2.236068, "data_name": f"{name}.output.0.npy"}  # fmt: skip
+            data[name] = {"input_args": [], "input_kwargs": {}, "output": [summary]}
+        (folder / "dump.json").write_text(json.dumps({"task": "tensor", "level": "L1", "framework": "mindspore",
+                                                      "data": data}))  # fmt: skip
+        return read_dump(folder)
+
+    npu = write(tmp_path / "npu", ["Mint.abs.0.forward", "Mint.abs.1.forward"])
+    bench = write(tmp_path / "bench", ["Mint.abs.0.forward"])
+    table = compare_dumps(npu, bench, load=tensor_loader({".npy": load_npy})).table
+    alone = table[table["NPU Name"] == "Mint.abs.1.forward.output.0"].iloc[0]
+    assert [alone[c] for c in ("Cosine", "MaxAbsErr", "MaxRelativeErr")] == ["unsupported"] * 3
+    assert (alone["Accuracy Reached or Not"], alone["Err_message"], alone["Data_name"]) == (
+        "None",
+        "No bench data matched.",
+        "-1",
+    )
+    paired = table[table["NPU Name"] == "Mint.abs.0.forward.output.0"].iloc[0]
+    assert paired["Cosine"] == 1.0 and paired["Data_name"] == "Mint.abs.0.forward.output.0.npy"

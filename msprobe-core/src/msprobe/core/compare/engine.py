@@ -347,11 +347,17 @@ def tensor_table(
     accuracy = []
     messages = []
     for npu_row, bench_row in pairs:
-        if npu_row is None or bench_row is None:
+        if npu_row is None:  # a bench value no NPU value matched (listed by ours alone)
             for metric in metrics:
                 cells[metric.name].append(NA)
             accuracy.append(NA)
-            messages.append("" if npu_row is None else NO_BENCH)
+            messages.append("")
+            continue
+        if bench_row is None:  # the reference's cells for an NPU value with no partner
+            for metric in metrics:
+                cells[metric.name].append(UNSUPPORTED if metric.name in TENSOR_METRICS else NA)
+            accuracy.append(accuracy_reached(TensorMetrics(*(UNSUPPORTED,) * 5)))
+            messages.append(NO_BENCH)
             continue
         arrays, unreadable = _pair_arrays(npu_row, bench_row, npu, bench, load)
         if arrays is None:  # the reference's "unsupported" in its columns, with its words; N/A in a plugin's
@@ -373,9 +379,9 @@ def tensor_table(
     columns["Accuracy Reached or Not"] = accuracy
     columns["Err_message"] = messages
     table = pd.DataFrame(columns, columns=_with_plugin_columns(TENSOR_COLUMNS, metrics))
-    table.insert(
-        len(TENSOR_COLUMNS), DATA_NAME_COLUMN, [(n.data_name or "-1") if n is not None else NA for n, _ in pairs]
-    )
+    # the reference names no file for a value with no partner: nothing was compared with it
+    data_names = [NA if n is None else (n.data_name or "-1") if b is not None else "-1" for n, b in pairs]
+    table.insert(len(TENSOR_COLUMNS), DATA_NAME_COLUMN, data_names)
     return table
 
 
