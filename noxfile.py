@@ -11,7 +11,7 @@ import shutil
 
 import nox
 
-nox.options.sessions = ["lint", "core", "torch", "mindspore", "mindspore_torch", "packaging", "conformance"]
+nox.options.sessions = ["lint", "docs", "core", "torch", "mindspore", "mindspore_torch", "packaging", "conformance"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
@@ -28,6 +28,13 @@ def lint(session: nox.Session) -> None:
     session.install("ruff==0.17.6")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation site from docs/ (MkDocs, Material); --strict: a broken link or anchor fails."""
+    session.install("mkdocs==1.6.1", "mkdocs-material==9.8.2", "mkdocstrings[python]==1.0.8")
+    session.run("mkdocs", "build", "--strict", "--site-dir", "site", env={"NO_MKDOCS_2_WARNING": "1"})
 
 
 @nox.session
