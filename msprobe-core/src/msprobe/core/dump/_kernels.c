@@ -1,7 +1,7 @@
 /* One pass over a tensor's memory for the dump's statistics and the overflow screen.
  *
  * Framework kernels take Max, Min, Mean and Norm in three or four passes,
- * each with its own dispatch (about 5 us a call on a CPU); on the short
+ * each with its own dispatch; on the short
  * tensors of a training step the dispatch costs more than the arithmetic.
  * Here the four come from one read of the memory, with the sums kept in
  * double: Mean and Norm of float32 data are then the correctly rounded

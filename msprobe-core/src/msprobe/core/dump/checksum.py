@@ -2,7 +2,7 @@
 
 The reference tool calls it md5 but computes ``zlib.crc32``; the same
 polynomial is kept so checksums from either tool compare equal. zlib-ng's
-CRC-32 (vectorised, about ten times faster on large tensors) gives the same
+CRC-32 (vectorised, much faster on large tensors) gives the same
 values; the standard library's stands in when it is not installed.
 """
 

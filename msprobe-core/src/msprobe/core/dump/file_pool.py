@@ -1,8 +1,7 @@
 """Tensor files written on a few threads at once.
 
 A tensor dump writes hundreds of files per step, and creating a file costs
-more kernel time than copying its data (0.15 to 0.5 ms per file on the
-machines we measured). That work runs without Python's GIL, so a few
+more kernel time than copying its data. That work runs without Python's GIL, so a few
 threads overlap it with each other and with whatever the dump computes in
 the meantime (statistics). ``wait()`` returns once every file is written,
 so a dump that waits before journaling its entries never lists a file that

@@ -4,7 +4,7 @@ The formatted, JSON-encoded text is cached per call site: the frames'
 (code object, last instruction) pairs, cheap to read where ``f_lineno``
 scans a line table. Code objects are keyed by ``id`` (and kept alive by
 the caches, so an id is never reused while cached): hashing a code object
-hashes its bytecode and constants, about a microsecond each time.
+hashes its bytecode and constants, too slow for every call.
 
 What lies above a call's frame is numbered once per distinct stack, frame by
 frame from the top: a frame's number stands for its (code, instruction) and

@@ -27,7 +27,7 @@ from typing import Any, BinaryIO
 from msprobe.core.dump.numbers import NonFinite
 from msprobe.core.errors import DataFileError
 
-try:  # about twenty times faster than json for the dump's entries; the standard encoder stands in without it
+try:  # much faster than json for the dump's entries; the standard encoder stands in without it
     import orjson
 except ImportError:  # pragma: no cover - a dependency of msprobe-core
     orjson = None
@@ -275,9 +275,9 @@ class _MappedJournal:
     def retire(self, spare_path: Path) -> None:
         """Park the file under ``spare_path``, emptied, keeping its pages mapped for the next step.
 
-        A page written for the first time costs a fault (about 4 us on ext4),
-        and closing and unlinking a file of written pages costs more: reusing
-        the same pages saves about a millisecond per megabyte of entries.
+        A page written for the first time costs a page fault, and closing and
+        unlinking a file of written pages costs more: reusing the same pages
+        saves both for every megabyte of entries.
         Renamed before it is emptied, so the finished step's folder never holds
         a journal cut short.
         """

@@ -97,10 +97,9 @@ def _host_view(tensor: ms.Tensor, dtype: Any) -> np.ndarray | None:
     """A CPU tensor's elements read where they lie, through its strides, or None where numpy cannot.
 
     ``asnumpy`` makes a non-contiguous tensor (a transpose, a narrow)
-    contiguous first with a MindSpore op, about 0.6 ms in PyNative on the
-    CPU for a 256 KB view; and for any tensor it goes through the buffer
-    protocol, whose format numpy parses in Python (20 us a read in W's step,
-    against 5 us this way).
+    contiguous first with a MindSpore op, costly in PyNative; and for any
+    tensor it goes through the buffer protocol, whose format numpy parses in
+    Python on every read.
     """
     typestr = _NUMPY_TYPES.get(dtype)
     strides = tensor.stride()

@@ -1,9 +1,9 @@
 /* The PyTorch dump's per-call path in C.
  *
  * Every recorded API call takes this path where the run's entries allow it
- * (see lane.py): in Python each call cost some fifteen microseconds of
- * bookkeeping around an optimizer update of two or three; here the same
- * entry is built in a few.  The Python recorder stays the definition: this
+ * (see lane.py): in Python the bookkeeping of each call cost several times
+ * an optimizer update's own work; here the same entry is built for a
+ * fraction of that.  The Python recorder stays the definition: this
  * file handles the usual values (plain CPU float32 and float64 tensors with
  * finite values, None, bools, ints, floats, strings, lists and tuples of
  * them) and hands everything else to it, one value at a time.  A call that
@@ -46,7 +46,7 @@ static PyObject *s_version, *s_data_ptr, *s_dtype, *s_shape, *s_requires_grad, *
 
 /* What configure() gave: torch's own descriptors of the tensor attributes read per call (each read then skips
  * the lookup by name, which costs a dict lookup per class in the MRO and one in the tensor's __dict__), and
- * orjson.dumps, which writes a float's shortest text ten times faster than Python's repr (and as the Python
+ * orjson.dumps, which writes a float's shortest text much faster than Python's repr (and as the Python
  * path writes it).  Unset, attributes are looked up by name and floats written by Python's repr. */
 static PyObject *d_version, *d_dtype, *d_shape, *d_is_cpu, *d_requires_grad; /* getset descriptors */
 static PyObject *d_data_ptr, *d_is_contiguous, *d_is_neg, *d_stride, *d_untyped_storage; /* method descriptors */

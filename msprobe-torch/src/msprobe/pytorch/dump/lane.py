@@ -1,7 +1,7 @@
 """The per-call path in C (``_lane.c``): when it is used, and what it is connected to.
 
-Each recorded API call costs some fifteen microseconds of bookkeeping in
-Python; the C lane builds the same entry in a few. It covers the dumps whose
+The bookkeeping of each recorded API call costs more in Python than many
+calls themselves; the C lane builds the same entry for a fraction of it. It covers the dumps whose
 entries it can build exactly as the recorder does: levels L0, L1 and mix, tasks
 statistics, tensor, structure and overflow_check, with no ``list``, ``scope``
 or filter of the forward side in ``data_mode``, no async dump, no online

@@ -1,10 +1,10 @@
 """``.pt`` tensor files as torch.save writes them, without torch.save's cost per file.
 
 A tensor dump writes thousands of small files per step, and torch.save
-spends about 60 us on each before a byte reaches the disk (a pickler class
-made per call, the C++ zip writer and its own CRC-32). The archive itself is
-simple: torch's fixed records (taken once from torch.save, so they follow
-the installed torch), the tensor's pickle (made by torch's own reduce with
+spends more on each than the write itself (a pickler class made per call,
+the C++ zip writer and its own CRC-32). The archive itself is simple:
+torch's fixed records (taken once from torch.save, so they follow the
+installed torch), the tensor's pickle (made by torch's own reduce with
 torch's persistent ids, the same bytes as torch.save's; cached by dtype,
 shape and strides) and the tensor's bytes, read in place. ``torch.load`` reads the
 result like any other ``.pt`` file, with ``weights_only`` or ``mmap``.
