@@ -6,7 +6,7 @@ from tables import tensorboard_scalars
 
 from msprobe.cli.main import cli
 from msprobe.core.errors import DataFileError, UsageError
-from msprobe.core.monitor_tensorboard import csv2tensorboard_by_step
+from msprobe.core.monitor.tensorboard import csv2tensorboard_by_step
 
 
 def make_runs(root):

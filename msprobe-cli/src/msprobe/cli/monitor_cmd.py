@@ -41,7 +41,7 @@ def csv2tb_command(
     output_dirpath: Path | None,
 ) -> None:
     """Convert monitor CSV files to TensorBoard event files, one folder per run and rank."""
-    from msprobe.core.monitor_tensorboard import csv2tensorboard_by_step
+    from msprobe.core.monitor.tensorboard import csv2tensorboard_by_step
 
     output = csv2tensorboard_by_step(
         monitor_path, time_start, time_end, process_num, list(data_types) or None, output_dirpath

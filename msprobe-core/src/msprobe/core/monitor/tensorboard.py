@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from msprobe.core.errors import DataFileError, UsageError
-from msprobe.core.monitor import RUN_FOLDER_TIME
+from msprobe.core.monitor.config import RUN_FOLDER_TIME
 
 logger = logging.getLogger(__name__)
 
