@@ -468,3 +468,42 @@ def test_a_journal_that_fails_mid_step_is_reported_once_and_the_step_files_are_w
     data = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]
     assert list(data) == [f"Tensor.mul_.{i}.forward" for i in range(5)]
     assert data["Tensor.mul_.4.forward"]["output"][0]["Max"] == 0.5**5
+
+
+def test_every_attribute_the_lane_reads_exists_on_the_recorder_s_objects(tmp_path):
+    """_lane.INTERFACE names the recorder state the C code reads by name; a rename on the Python side must show
+    here (an overflow check, so that the overflow tracker is among the owners)."""
+    from msprobe.pytorch.dump import _lane
+
+    assert _lane.INTERFACE_VERSION == lane.INTERFACE_VERSION
+    config = {"task": "overflow_check", "dump_path": str(tmp_path), "level": "L1"}
+    debugger = PrecisionDebugger(**config)
+    debugger.start()
+    torch.relu(torch.ones(2))
+    recorder = debugger._hooks
+    collector = recorder.collector
+    owners = {
+        "state": recorder.state,
+        "log": recorder.summarizer.write_log,
+        "overflow": collector.overflow,
+        "collector": collector,
+        "writer": collector.open_step(),
+    }
+    assert all(owner is not None for owner in owners.values())
+    assert lane.interface_problems(owners) == []
+    debugger.stop()
+    debugger.step()
+
+
+def test_a_renamed_attribute_turns_the_lane_off_with_one_message(tmp_path, monkeypatch, caplog):
+    from msprobe.pytorch.dump import _lane
+
+    monkeypatch.setattr(_lane, "INTERFACE", {**_lane.INTERFACE, "collector": ("writer", "renamed_meanwhile")})
+    monkeypatch.setattr(lane, "_told_interface", False)
+    count = LaneCount(monkeypatch)
+    with caplog.at_level(logging.WARNING):
+        train_mixed_net(lambda model: PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path)))
+    assert caplog.text.count("the per-call path in C is off: it reads") == 1
+    assert "renamed_meanwhile" in caplog.text
+    assert count.python_entries > 100  # every entry went the Python way
+    assert (tmp_path / "step1" / "rank" / "dump.json").exists()

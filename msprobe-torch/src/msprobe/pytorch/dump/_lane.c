@@ -38,6 +38,8 @@ typedef struct {
     int (*any_nonfinite)(const void *data, Py_ssize_t n, char kind);
 } KernelsAPI;
 
+#define LANE_INTERFACE_VERSION 1 /* see INTERFACE in PyInit__lane */
+
 static PyObject *one; /* the int 1 */
 static PyObject *s_version, *s_data_ptr, *s_dtype, *s_shape, *s_requires_grad, *s_is_cpu, *s_is_neg,
     *s_is_contiguous, *s_stride, *s_untyped_storage, *s_busy, *s_count, *s_written_at, *s_out, *s_inplace, *s_writer,
@@ -1586,10 +1588,21 @@ PyMODINIT_FUNC PyInit__lane(void) {
     if (PyType_Ready(&CachedType) < 0 || PyType_Ready(&SummariesType) < 0 || PyType_Ready(&LaneType) < 0) return NULL;
     PyObject *created = PyModule_Create(&module);
     if (created == NULL) return NULL;
-    if (PyModule_AddObjectRef(created, "Summaries", (PyObject *)&SummariesType) < 0 ||
-        PyModule_AddObjectRef(created, "Lane", (PyObject *)&LaneType) < 0) {
+    /* The recorder's state this file reads and writes by attribute name, by owner: lane.py checks the objects
+     * against it before the lane is used, so a rename on the Python side turns the lane off with a message
+     * instead of changing what it does.  Bump INTERFACE_VERSION with any change here. */
+    PyObject *interface = Py_BuildValue(
+        "{s:(s),s:(ss),s:(ss),s:(ss),s:(ssssssss)}", "state", "busy", "log", "count", "written_at", "overflow",
+        "count", "limit", "collector", "writer", "open_step", "writer", "_journal", "_journal_failed", "_dirty",
+        "data", "stack", "construct", "_names", "add_journaled");
+    if (interface == NULL || PyModule_AddObjectRef(created, "Summaries", (PyObject *)&SummariesType) < 0 ||
+        PyModule_AddObjectRef(created, "Lane", (PyObject *)&LaneType) < 0 ||
+        PyModule_AddIntConstant(created, "INTERFACE_VERSION", LANE_INTERFACE_VERSION) < 0 ||
+        PyModule_AddObjectRef(created, "INTERFACE", interface) < 0) {
+        Py_XDECREF(interface);
         Py_DECREF(created);
         return NULL;
     }
+    Py_DECREF(interface);
     return created;
 }

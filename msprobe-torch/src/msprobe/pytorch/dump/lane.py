@@ -20,6 +20,7 @@ The extension is optional: without a C compiler at install time (or with
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +37,21 @@ try:
 except ImportError:  # built without a C compiler
     _lane = None
 
+logger = logging.getLogger(__name__)
+
+# The _lane.c this module is written for: it reads and writes the recorder's state by attribute name
+# (_lane.INTERFACE lists them by owner), so both sides change together and bump this number.
+INTERFACE_VERSION = 1
+
 if switched_off("MSPROBE_NO_LANE"):
+    _lane = None
+elif _lane is not None and getattr(_lane, "INTERFACE_VERSION", None) != INTERFACE_VERSION:
+    logger.warning(
+        "msprobe-torch's compiled per-call path was built for interface %s, this Python code needs %s "
+        "(reinstall msprobe-torch); calls are recorded in Python",
+        getattr(_lane, "INTERFACE_VERSION", "?"),
+        INTERFACE_VERSION,
+    )
     _lane = None
 
 if TYPE_CHECKING:
@@ -106,6 +121,19 @@ def eligible(recorder: TorchDumpRecorder) -> bool:
     )
 
 
+def interface_problems(owners: dict[str, Any]) -> list[str]:
+    """The attributes ``_lane.INTERFACE`` reads that ``owners`` (by the interface's owner names) lack."""
+    problems = []
+    for owner, names in _lane.INTERFACE.items():
+        target = owners.get(owner)
+        if target is not None:
+            problems += [f"{owner} ({type(target).__name__}).{name}" for name in names if not hasattr(target, name)]
+    return problems
+
+
+_told_interface = False
+
+
 def make_lane(
     recorder: TorchDumpRecorder,
     classify: Callable[[str], bool],
@@ -117,6 +145,20 @@ def make_lane(
     if not eligible(recorder):
         return None
     summarizer, collector = recorder.summarizer, recorder.collector
+    owners = {
+        "state": recorder.state,
+        "log": summarizer.write_log if summarizer.caches else None,
+        "overflow": collector.overflow,
+        "collector": collector,
+        "writer": collector.writer,
+    }
+    missing = interface_problems(owners)
+    if missing:
+        global _told_interface
+        if not _told_interface:
+            _told_interface = True
+            logger.warning("msprobe: the per-call path in C is off: it reads %s, which no longer exist", missing)
+        return None
     encoder = collector.encoder
     screening = {}
     if collector.overflow is not None:
