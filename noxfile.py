@@ -6,12 +6,24 @@ torch is pinned so pip takes the CPU wheel instead of several GB of CUDA package
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
+import subprocess
 
 import nox
 
-nox.options.sessions = ["lint", "docs", "core", "torch", "mindspore", "mindspore_torch", "packaging", "conformance"]
+nox.options.sessions = [
+    "lint",
+    "docs",
+    "core",
+    "core_lowest_python",
+    "torch",
+    "mindspore",
+    "mindspore_torch",
+    "packaging",
+    "conformance",
+]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
@@ -40,8 +52,28 @@ def docs(session: nox.Session) -> None:
 @nox.session
 def core(session: nox.Session) -> None:
     """msprobe-core and msprobe-cli with no framework installed (tb-graph-ascend: the reference's graph viewer)."""
+    _core_tests(session)
+
+
+def _core_tests(session: nox.Session) -> None:
     session.install(*TEST_DEPS, "tb-graph-ascend", *CORE)
     session.run("pytest", "tests/core", "tests/cli", *session.posargs)
+
+
+def _python(version: str) -> str:
+    """An interpreter of ``version`` that runs: on PATH, or one pyenv installed but does not put on PATH."""
+    pattern = os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")
+    for candidate in (shutil.which(f"python{version}"), *sorted(glob.glob(pattern))):
+        if candidate and subprocess.run([candidate, "--version"], capture_output=True).returncode == 0:
+            return candidate
+    return version  # nox then says it is missing
+
+
+@nox.session(python=_python("3.10"))
+def core_lowest_python(session: nox.Session) -> None:
+    """The lowest Python the packages claim (requires-python >= 3.10): core and CLI, no framework (torch's CPU
+    wheel on this machine is for 3.11 only, and pip would fetch a CUDA build instead)."""
+    _core_tests(session)
 
 
 def _ensure_chromium(session: nox.Session) -> None:

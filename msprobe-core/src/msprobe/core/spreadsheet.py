@@ -5,7 +5,9 @@ wrote: a cell such as ``=HYPERLINK(...)`` or ``=cmd|' /C calc'!A0`` would
 run when the CSV is opened. Text that starts with ``=``, ``+``, ``-``,
 ``@``, a tab or a carriage return gets a leading ``'`` (what spreadsheet
 applications take as "text follows"), unless it reads as a number
-(``-0.5``, ``-inf``), which stays as it is; numbers stay numbers.
+(``-0.5``, ``-inf``), which stays as it is; numbers stay numbers. A NUL
+character, which Python 3.10's csv module cannot write and spreadsheets
+drop, is written as the text ``\\x00``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,11 @@ def _reads_as_number(text: str) -> bool:
 
 
 def safe_cell(value: Any) -> Any:
-    if isinstance(value, str) and value.startswith(_TRIGGERS) and not _reads_as_number(value):
+    if not isinstance(value, str):
+        return value
+    if "\x00" in value:
+        value = value.replace("\x00", "\\x00")
+    if value.startswith(_TRIGGERS) and not _reads_as_number(value):
         return "'" + value
     return value
 
