@@ -1244,3 +1244,19 @@ def test_folders_are_0750_and_files_0640_all_the_way_down(tmp_path):
         assert (tmp_path / folder).stat().st_mode & 0o777 == 0o750, folder  # parents used to get 0755
     for file in (tmp_path / "a/b/step0/rank").rglob("*.*"):
         assert file.stat().st_mode & 0o777 == 0o640, file
+
+
+@pytest.mark.parametrize(("task", "level", "extra"), [
+    ("statistics", "mix", {}),
+    ("tensor", "L1", {}),
+    ("statistics", "L0", {"statistics": {"summary_mode": "md5"}}),
+])  # fmt: skip
+def test_our_dump_files_fit_the_published_models(tmp_path, task, level, extra):
+    from msprobe.core.dump.schema import ConstructFile, DumpFile, StackFile
+
+    path = dump_mixed(tmp_path, task, level, **extra)
+    folder = path / "step0" / "rank"
+    dump = DumpFile.model_validate(json.loads((folder / "dump.json").read_text()))
+    assert dump.task == task and dump.data
+    StackFile.model_validate(json.loads((folder / "stack.json").read_text()))
+    ConstructFile.model_validate(json.loads((folder / "construct.json").read_text()))
