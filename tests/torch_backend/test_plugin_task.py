@@ -56,3 +56,40 @@ def test_a_plugin_perturbation_for_any_framework_runs_on_torch(tmp_path, example
     report = tmp_path / "dump" / "free_benchmark.csv"
     rows = list(csv.DictReader(report.open())) if report.exists() else []
     assert {row["api_name"] for row in rows} == {"Torch.mul.0.forward"}  # only the near-overflow input mattered
+
+
+@pytest.mark.parametrize("failing", ["install", "remove", "end_step"])
+def test_a_plugin_task_whose_hooks_raise_is_logged_once_and_training_goes_on(tmp_path, caplog, failing):
+    from msprobe.core.backend import Task
+    from msprobe.core.hookspecs import hookimpl
+
+    class Hooks:
+        def install(self):
+            if failing == "install":
+                raise RuntimeError("cannot install")
+
+        def remove(self):
+            if failing == "remove":
+                raise RuntimeError("cannot remove")
+
+        def end_step(self):
+            if failing == "end_step":
+                raise RuntimeError("cannot end the step")
+
+    class Plugin:
+        @hookimpl
+        def msprobe_tasks(self):
+            return [Task("fragile")]
+
+        @hookimpl
+        def msprobe_task_hooks(self, session):
+            return Hooks() if session.config.task == "fragile" else None
+
+    registry = get_registry()
+    registry.register(Plugin(), name="fragile")
+    try:
+        (tmp_path / "config.json").write_text(json.dumps({"task": "fragile", "dump_path": str(tmp_path / "d")}))
+        run_steps(tmp_path / "config.json", 3)  # raises nothing
+    finally:
+        registry.unregister("fragile")
+    assert caplog.text.count(f"the hooks of task 'fragile' failed in {failing}()") == 1

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from msprobe.core.config import DebuggerConfig, load_config
-from msprobe.core.errors import BackendError, ConfigError, DataFileError, UsageError
+from msprobe.core.errors import BackendError, ConfigError, DataFileError, MsprobeError, UsageError
 
 logger = logging.getLogger(__name__)
 
@@ -184,6 +184,11 @@ class BaseDebugger:
                 raise
             logger.error("msprobe: step %d is not dumped: %s", self.current_step, exc)
             return
+        except Exception as exc:  # a plugin's task hooks: the training goes on without them this step
+            if not self._plugin_task or isinstance(exc, MsprobeError):
+                raise
+            self._hooks_failed("install", exc)
+            return
         self._running = True
 
     def stop(self) -> None:
@@ -192,16 +197,47 @@ class BaseDebugger:
         if self.config.task == "grad_probe":
             return  # the monitor stays on for the whole training
         if self._running:
-            self._hooks.remove()
             self._running = False
+            self._call_hooks("remove")
 
     def step(self) -> None:
         if self._running:
             self.stop()
-        flush = getattr(self._hooks, "end_step", None)
-        if flush is not None:
-            flush()
+        self._call_hooks("end_step")
         self.current_step += 1
+
+    def _call_hooks(self, method: str) -> None:
+        """``remove``, ``end_step`` or ``close`` of the task's hooks (the last two optional). What a plugin
+        task's hooks raise is logged, once per method, and the training goes on (``strict``: raised)."""
+        call = getattr(self._hooks, method, None)
+        if call is None:
+            return
+        if not self._plugin_task:  # the built-in tasks' hooks decide themselves what reaches the training
+            call()
+            return
+        try:
+            call()
+        except MsprobeError:
+            raise
+        except Exception as exc:
+            self._hooks_failed(method, exc)
+
+    @property
+    def _plugin_task(self) -> bool:
+        from msprobe.core.config import TASKS
+
+        return self.config.task not in TASKS
+
+    def _hooks_failed(self, method: str, exc: Exception) -> None:
+        if self.config.strict:
+            raise exc
+        told = self.__dict__.setdefault("_told_hooks", set())
+        if method not in told:
+            told.add(method)
+            logger.error(
+                "msprobe: the hooks of task '%s' failed in %s() and the training goes on without them there: "
+                "%s: %s", self.config.task, method, exc.__class__.__name__, exc,
+            )  # fmt: skip
 
     @_OnCurrentDebugger
     def save(self, variable: Any, name: str, save_backward: bool = True) -> None:
@@ -230,18 +266,14 @@ class BaseDebugger:
             self._saver.close()
         if self._running:
             self.stop()
-        close = getattr(self._hooks, "close", None)
-        if close is not None:
-            close()
-        flush = getattr(self._hooks, "end_step", None)
-        if flush is not None:
-            flush()
+        self._call_hooks("close")
+        self._call_hooks("end_step")
 
     def forward_backward_dump_end(self) -> None:
         """Stop collecting for this step while leaving the step counter alone."""
         if self._running:
-            self._hooks.remove()
             self._running = False
+            self._call_hooks("remove")
 
     def _make_hooks(self) -> Any:
         from msprobe.core.plugins import get_registry
