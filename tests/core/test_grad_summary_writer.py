@@ -29,14 +29,14 @@ def test_direction_files_are_all_there_once_settled(tmp_path):
 
 
 def test_a_failing_file_is_reported_and_the_others_are_written(tmp_path, monkeypatch, caplog):
-    real = grad_probe.write_npy
+    real = grad_probe.collect.write_npy
 
     def flaky(path, array):
         if path.name == "layer3.weight.npy":
             raise OSError(28, "No space left on device")
         real(path, array)
 
-    monkeypatch.setattr(grad_probe, "write_npy", flaky)
+    monkeypatch.setattr(grad_probe.collect, "write_npy", flaky)
     writer = GradSummaryWriter(tmp_path, "L1", [])
     with caplog.at_level(logging.WARNING):
         writer.write_step(7, 0, _records(6))
@@ -51,7 +51,7 @@ def test_a_summary_appears_only_once_its_direction_files_are_written(tmp_path, m
     """A process killed while a step's files are written leaves no summary that claims the step complete."""
     import threading
 
-    real = grad_probe.write_npy
+    real = grad_probe.collect.write_npy
     release = threading.Event()
 
     def slow(path, array):
@@ -59,7 +59,7 @@ def test_a_summary_appears_only_once_its_direction_files_are_written(tmp_path, m
             release.wait(10)
         real(path, array)
 
-    monkeypatch.setattr(grad_probe, "write_npy", slow)
+    monkeypatch.setattr(grad_probe.collect, "write_npy", slow)
     writer = GradSummaryWriter(tmp_path, "L1", [])
     writer.write_step(4, 0, _records(5))
     summary = tmp_path / "rank0" / "grad_summary_4.csv"
