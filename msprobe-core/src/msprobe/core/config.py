@@ -392,8 +392,8 @@ class DebuggerConfig(_Section):
     @classmethod
     def _plugin_task_sections(cls, raw: Any) -> Any:
         """A section named after a plugin task is that plugin's: set it aside for its model to check."""
-        if not isinstance(raw, dict):
-            return raw
+        if not isinstance(raw, dict) or all(key in cls.model_fields for key in raw):
+            return raw  # no key a plugin could own: no need to discover the plugins
         plugin_tasks = {name: task for name, task in known_tasks().items() if name not in TASKS}
         sections = {key: raw[key] for key in raw if key in plugin_tasks}
         if not sections:
@@ -414,6 +414,8 @@ class DebuggerConfig(_Section):
     @field_validator("task")
     @classmethod
     def _known_task(cls, value: str) -> str:
+        if value in TASKS:  # a built-in task needs no plugin discovery
+            return value
         known = known_tasks()
         if value not in known:
             raise ValueError(f"unknown task '{value}' (known: {', '.join(known)})")

@@ -253,28 +253,39 @@ def statistics_table(pairs: list[tuple[Row | None, Row | None]], metrics: Sequen
     columns = _base_columns(pairs)
     cells: dict[str, list[Any]] = {metric.name: [] for metric in metrics}
     cell = {metric.name: _MetricColumn(metric) for metric in metrics}
-    values: list[list[Any]] = [[] for _ in range(8)]
     results, messages = [], []
     for npu_row, bench_row in pairs:
         unmatched = npu_row is None or bench_row is None
         npu_stats = npu_row.stats if npu_row is not None else (NA,) * 4
         bench_stats = bench_row.stats if bench_row is not None else (NA,) * 4
-        for index in range(4):
-            values[index].append(_shown(npu_stats[index]))
-            values[4 + index].append(_shown(bench_stats[index]))
         warn = not unmatched and any(statistic_cells(n, b)[2] for n, b in zip(npu_stats, bench_stats))
-        for metric in metrics:
-            value = NA if unmatched else cell[metric.name](Statistics(*npu_stats), Statistics(*bench_stats), npu_row)
-            cells[metric.name].append(value)
+        if unmatched:
+            for metric in metrics:
+                cells[metric.name].append(NA)
+        else:  # the two summaries once per row, whatever the number of metrics
+            npu_summary, bench_summary = Statistics(*npu_stats), Statistics(*bench_stats)
+            for metric in metrics:
+                cells[metric.name].append(cell[metric.name](npu_summary, bench_summary, npu_row))
         results.append(NA if unmatched else ("Warning" if warn else ""))
         messages.append(NO_BENCH if bench_row is None else WARNING_TEXT if warn else "")
     columns.update({label: [NA] * len(pairs) for label in STATISTICS_METRICS})
     columns.update(cells)
-    for label, column in zip(STAT_VALUE_COLUMNS, values):
-        columns[label] = column
+    columns.update(_stat_values(pairs))
     columns["Result"] = results
     columns["Err_message"] = messages
     return pd.DataFrame(columns, columns=_with_plugin_columns(STATISTICS_COLUMNS, metrics))
+
+
+def _stat_values(pairs: list[tuple[Row | None, Row | None]]) -> dict[str, list[Any]]:
+    """The eight columns of both sides' statistics as the table shows them, N/A for a missing side."""
+    values: list[list[Any]] = [[] for _ in range(8)]
+    for npu_row, bench_row in pairs:
+        npu_stats = npu_row.stats if npu_row is not None else (NA,) * 4
+        bench_stats = bench_row.stats if bench_row is not None else (NA,) * 4
+        for index in range(4):
+            values[index].append(_shown(npu_stats[index]))
+            values[4 + index].append(_shown(bench_stats[index]))
+    return dict(zip(STAT_VALUE_COLUMNS, values))
 
 
 def default_metrics() -> tuple[Any, ...]:
@@ -341,7 +352,6 @@ def tensor_table(
     (the built-in ones by default). Each tensor file is read once per pair, whatever the number of metrics."""
     metrics = [m for m in (metrics or default_metrics()) if m.serves("tensor")]
     columns = _base_columns(pairs)
-    stats = statistics_table(pairs)
     cells: dict[str, list[Any]] = {metric.name: [] for metric in metrics}
     cell = {metric.name: _MetricColumn(metric) for metric in metrics}
     accuracy = []
@@ -374,8 +384,7 @@ def tensor_table(
     pair_metrics.forget()
     columns.update({label: [NA] * len(pairs) for label in TENSOR_METRICS})
     columns.update(cells)
-    for label in STAT_VALUE_COLUMNS:
-        columns[label] = stats[label].tolist()
+    columns.update(_stat_values(pairs))
     columns["Accuracy Reached or Not"] = accuracy
     columns["Err_message"] = messages
     table = pd.DataFrame(columns, columns=_with_plugin_columns(TENSOR_COLUMNS, metrics))
