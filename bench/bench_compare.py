@@ -5,7 +5,7 @@
 Prints wall times of `msprobe compare` as a user runs it (start-up included)
 for W in statistics and tensor mode, and time and peak memory for the
 synthetic dump at several sizes, to show they grow linearly.
-Target (SPEC section 6): W statistics compare <= 1 s wall including start-up.
+Target: W statistics compare <= 1 s wall including start-up (docs/performance.md).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 
 All configurations are measured in one run, one thread, after a warm-up;
 each against a plain twin of the workload stepped in turn with it.
-Targets (SPEC section 6 and issue 6): statistics L1 <= 1.5x, mix <= 1.7x,
+Targets (docs/performance.md): statistics L1 <= 1.5x, mix <= 1.7x,
 md5 <= 2x, tensor L1 within 1.5x of writing the same bytes with numpy.save,
 overflow_check L1 <= 1.3x, grad_probe L1 <= 1.2x, free benchmark
 (improve_precision, forward, all APIs) <= 5x.
