@@ -367,7 +367,7 @@ def _overflowing_steps(folder: Path, level: str, monkeypatch, with_lane: bool) -
 
     monkeypatch.setattr(lane, "AVAILABLE", with_lane)
     python_calls = []  # counted by a profile hook: a wrapper would be a frame in the stacks compared
-    handler = TorchDumpRecorder._call_api.__code__
+    handler = TorchDumpRecorder.call_api.__code__
     sys.setprofile(lambda frame, event, arg: event == "call" and frame.f_code is handler and python_calls.append(1))
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).half()

@@ -59,6 +59,14 @@ def _measure_with_torch(
     return record
 
 
+def _applied_gradient(parameter: torch.Tensor) -> torch.Tensor | None:
+    """The gradient the optimizer is about to apply: ``.grad``, or Megatron-style ``main_grad`` where the
+    training moved it there and left ``.grad`` empty."""
+    if parameter.grad is not None:
+        return parameter.grad
+    return getattr(parameter, "main_grad", None)
+
+
 class GradProbe(GradProbeHooks):
     """TaskHooks for task grad_probe: installed by monitor(), runs for the whole training."""
 
@@ -96,11 +104,12 @@ class GradProbe(GradProbeHooks):
             records = []
             with unrecorded():  # a dump running beside the probe does not record the probe's arithmetic
                 for name, parameter in self.parameters:
-                    if parameter.grad is None:
+                    grad = _applied_gradient(parameter)
+                    if grad is None:
                         continue
-                    if bounds is not None and bounds.device != parameter.grad.device:
-                        bounds = self.bounds = self.bounds.to(parameter.grad.device)
-                    records.append(measure(name, parameter.grad, self.level, bounds))
+                    if bounds is not None and bounds.device != grad.device:
+                        bounds = self.bounds = self.bounds.to(grad.device)
+                    records.append(measure(name, grad, self.level, bounds))
             self.writer.write_step(step, rank, records)
         except Exception as exc:  # never break training
             if self.session.config.strict:

@@ -20,7 +20,6 @@ import functools
 import importlib
 import importlib.resources
 import os
-from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,10 +30,8 @@ import mindspore as ms
 from mindspore import ops
 from mindspore.ops import Primitive
 from msprobe.core.api_patch import ApiPatcher, resolve_attribute
-from msprobe.core.dump.collector import DumpCollector
-from msprobe.core.dump.stack import StackCapture
+from msprobe.core.dump.recorder import DumpRecorder, ModuleHooks, WriteRule, each_model, module_label
 from msprobe.core.dump.values import ValueEncoder
-from msprobe.core.dump.writer import NO_PARENT
 from msprobe.core.session import TaskSession
 from msprobe.mindspore.dump.tensors import TensorSummarizer, describe_object
 
@@ -135,7 +132,7 @@ class _JitHook:
                 with recorder.original_primitives():  # the graph compiler needs the real primitives
                     return original(executor, *head, *inner, **named)
 
-            return recorder._call_api(run, f"Jit.{label}", args, kwargs)
+            return recorder.call_api(run, f"Jit.{label}", args, kwargs)
 
         self.executor.__call__ = call
 
@@ -166,22 +163,15 @@ def _inplace(key: str) -> bool:
     return api.endswith("_") or api.startswith("__i") or "assign" in api or api in ("__setitem__", "scatter_update")
 
 
-_WRITES_BY_KEY: dict[str, bool] = {}
 _WRITING_WORDS = ("assign", "scatter", "inplace", "update")
 
 
-def _may_write(key: str, kwargs: dict) -> bool:
-    """Calls after which no cached statistic can be trusted: in-place APIs and primitives, jit graphs, collectives."""
-    if kwargs and ("out" in kwargs or kwargs.get("inplace") is True):
-        return True
-    writes = _WRITES_BY_KEY.get(key)
-    if writes is None:
-        writes = _WRITES_BY_KEY[key] = (
-            _inplace(key)
-            or key.startswith(("Jit.", "Distributed."))
-            or any(word in key.lower() for word in _WRITING_WORDS)
-        )
-    return writes
+def _writes_by_name(key: str) -> bool:
+    """In-place APIs and primitives, jit graphs, collectives: after them no cached statistic can be trusted."""
+    return _inplace(key) or key.startswith(("Jit.", "Distributed.")) or any(w in key.lower() for w in _WRITING_WORDS)
+
+
+WRITES_IN_PLACE = WriteRule(_writes_by_name)
 
 
 _NO_DATA_WRITTEN = {"requires_grad_"}
@@ -204,7 +194,7 @@ def _undumped_writers(level: str) -> list[tuple[Any, str, str]]:
         if name not in listed and name not in _NO_DATA_WRITTEN and callable(getattr(ms.Tensor, name, None))
     ]
     if level == "L0":
-        targets += [target for target in api_targets() if _may_write(target[2], {})]
+        targets += [target for target in api_targets() if WRITES_IN_PLACE.by_name(target[2])]
     return targets
 
 
@@ -275,7 +265,7 @@ class _HookedPrimitive:
         recorder = self._recorder
         if recorder.state.busy:
             return self._primitive(*args, **kwargs)
-        return recorder._call_api(self._primitive, self._key, args, kwargs)
+        return recorder.call_api(self._primitive, self._key, args, kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._primitive, name)
@@ -284,84 +274,72 @@ class _HookedPrimitive:
         return f"msprobe-hooked {self._primitive!r}"
 
 
-class MindSporeDumpRecorder:
+class _ApiCall:
+    """One API call being recorded: what its forward entry needs once it returns."""
+
+    __slots__ = ("args", "backward", "inputs", "keep_forward", "kwargs", "name")
+
+    def __init__(self, name: str, keep_forward: bool):
+        self.name, self.keep_forward = name, keep_forward
+        self.inputs: Any = {}
+        self.backward: _Backward | None = None
+        self.args: tuple = ()
+        self.kwargs: dict = {}
+
+
+class MindSporeDumpRecorder(DumpRecorder):
     """TaskHooks for tasks statistics, tensor, structure and overflow_check on MindSpore."""
 
     def __init__(self, session: TaskSession):
-        self.session = session
         config = session.config
-        self.level = config.level
         # lazy reads, except for ``strict``, which raises the tool's errors from the call that met them
-        self.summarizer = TensorSummarizer(config.task, config.summary_mode, caching=True, lazy=not config.strict)
-        encoder = ValueEncoder(ms.Tensor, self.summarizer, describe_object)
-        self.collector = DumpCollector(session, encoder, self.summarizer.set_tensor_dir, self.summarizer.set_saving)
-        if self.summarizer.lazy:
-            self.collector.deferred = self.summarizer.lazy_values  # entries are journaled once their tensors are read
+        summarizer = TensorSummarizer(config.task, config.summary_mode, caching=True, lazy=not config.strict)
+        encoder = ValueEncoder(ms.Tensor, summarizer, describe_object)
+        super().__init__(session, summarizer, encoder, _TOOL_ROOT, WRITES_IN_PLACE, summarizer.caching)
+        if summarizer.lazy:
+            self.collector.deferred = summarizer.lazy_values  # entries are journaled once their tensors are read
             self.collector.settle_values = self._settle
-            self.summarizer.on_settled = self.collector.entries_settled
-            self.summarizer.when_full = self._settle
-        self._late_decisions = self.summarizer.lazy and not self.summarizer.lazy_values
-        self.patcher = ApiPatcher(self._call_api, api_targets)
-        self.state = self.patcher.state
+            summarizer.on_settled = self.collector.entries_settled
+            summarizer.when_full = self._settle
+        self._late_decisions = summarizer.lazy and not summarizer.lazy_values
+        self.patcher = ApiPatcher(self.call_api, api_targets)
         # writes without an entry still empty the statistics cache
-        self.write_watch = ApiPatcher(self._note_write, lambda: _undumped_writers(self.level))
-        self.api_counts: dict[str, int] = defaultdict(int)
-        self.cell_counts: dict[str, int] = defaultdict(int)
-        self.cell_stack: list[str] = []
+        self.write_watch = ApiPatcher(self.note_write, lambda: _undumped_writers(self.level))
         self.pending: list[_Backward] = []
-        self.handles: list[Any] = []
-        self._stack = StackCapture(_TOOL_ROOT)
-        self.with_construct = self.level in ("L0", "mix")
         self.jit = _JitHook(self)
         # outputs whose gradient hooks wait until backward starts (see _hook_outputs)
         self.backward_start = ApiPatcher(self._before_backward, _backward_start)
         self._unhooked: list[tuple[_Backward, int, Any]] = []
-        self._swapped: list[tuple[dict, str, Any]] = []
-        self._hooked: dict[int, _HookedPrimitive] = {}  # (where the cell keeps it, attribute, original primitive)
+        self._swapped: list[tuple[dict, str, Any]] = []  # (where the cell keeps it, attribute, original primitive)
+        self._hooked: dict[int, _HookedPrimitive] = {}
 
-    # -- TaskHooks ------------------------------------------------------------------
-    def install(self) -> None:
-        self.summarizer.clear()  # what happened while the dump was off went unseen
-        self.collector.open_step()
-        if self.summarizer.caching and self.level in ("L0", "L1", "mix"):
-            self.write_watch.install()
-        if self.level in ("L1", "mix"):
-            self.patcher.install()
-            self.jit.install()
-            if self.session.model is not None:
-                self._hook_primitives()
-        if self.level in ("L0", "mix"):
-            self._hook_cells()
+    # -- the step ---------------------------------------------------------------------
+    def hook_apis(self) -> None:
+        self.jit.install()
+        if self.session.model is not None:
+            self._hook_primitives()
+
+    def started(self) -> None:
         self.backward_start.install()
 
-    def remove(self) -> None:
+    def stopping(self) -> None:
         self.hook_waiting_outputs()  # a backward after stop() still gives the entries of calls made before it
         self.backward_start.remove()
-        self.patcher.remove()
-        self.write_watch.remove()
-        self._stack.forget()
         self.jit.remove()
         for primitives, attribute, original in self._swapped:
             primitives[attribute] = original
         self._swapped.clear()
         self._hooked.clear()
-        for handle in self.handles:
-            handle.remove()
-        self.handles.clear()
-        self.cell_stack.clear()
-        self._guard(self.collector.flush_step)
+
+    def stopped(self) -> None:
         self.summarizer.close()
 
-    def end_step(self) -> None:
+    def finish_step(self) -> None:
         for record in self.pending:
             if not record.written and (record.arriving or record.leaving):
                 record.write()  # gradients that reached only part of the inputs
         self.pending.clear()
         self._unhooked.clear()  # outputs of a forward that had no backward this step
-        self._guard(self.collector.close_step)
-        self.summarizer.clear()
-        self.api_counts.clear()
-        self.cell_counts.clear()
 
     def _record(self, name: str, add: Callable[..., Any], /, *args: Any, holding: Any = (), **kwargs: Any) -> None:
         """``add(*args, **kwargs)`` an entry (with its stack), now or, for a lazy overflow check, at the next settle.
@@ -375,7 +353,7 @@ class MindSporeDumpRecorder:
             add(*args, **kwargs)
             return
         if "stack" in kwargs:
-            stack = self._stack()
+            stack = self.stack()
             kwargs["stack"] = lambda: stack
 
         def decide() -> None:
@@ -397,85 +375,62 @@ class MindSporeDumpRecorder:
             output,
             parameters=parameters,
             raw_inputs=raw_inputs,
-            stack=self._stack,
+            stack=self.stack,
             parent=parent,
             holding=output,
         )
 
     def _settle(self) -> None:
         """Read the tensors waiting (see TensorSummarizer.lazy): before a write, and before entries are written."""
-        busy = self.state.busy
-        self.state.busy = True  # the reads call MindSpore (astype for bfloat16): no entries of their own
-        try:
-            self.summarizer.settle()
-        except Exception as exc:
-            self.collector.report_failure("dump values", exc)
-        finally:
-            self.state.busy = busy
-
-    def _guard(self, action: Callable[[], None]) -> None:
-        try:
-            action()
-        except Exception as exc:
-            self.collector.report_failure("dump files", exc)
+        with self.tool_running():  # the reads call MindSpore (astype for bfloat16): no entries of their own
+            try:
+                self.summarizer.settle()
+            except Exception as exc:
+                self.collector.report_failure("dump values", exc)
 
     # -- L1 ----------------------------------------------------------------------------
-    def _call_api(self, original: Callable, key: str, args: tuple, kwargs: dict) -> Any:
-        state = self.state
-        state.busy = True
+    def open_call(
+        self, name: str, backward_name: str, key: str, args: tuple, kwargs: dict, writes: bool
+    ) -> tuple[_ApiCall | None, tuple, dict]:
+        collector = self.collector
+        collector.enter(name)
+        enclosing = tuple(self.module_stack)
+        keep_forward = collector.keeps(name, "forward", enclosing)
+        keep_backward = collector.keeps(backward_name, "backward", enclosing) and not _inplace(key)
+        if not keep_forward and not keep_backward:
+            collector.leave(name)
+            return None, args, kwargs
+        call = _ApiCall(name, keep_forward)
+        if keep_forward:
+            call.inputs = collector.encode_inputs(name, args, kwargs, eager=writes)
+        if keep_backward:
+            parent = self.innermost_module()
+            args, kwargs, call.backward = self._hook_inputs(backward_name, args, kwargs, parent, parameters=not writes)
+        call.args, call.kwargs = args, kwargs
+        return call, args, kwargs
+
+    def before_write(self, key: str, args: tuple, kwargs: dict) -> None:
+        if self.summarizer.lazy:  # tensors waiting to be read are read as they are before the write
+            self._settle()
+
+    def run(self, original: Callable, args: tuple, kwargs: dict, call: Any, writes: bool) -> Any:
         try:
-            index = self.api_counts[key]
-            self.api_counts[key] = index + 1
-            name = f"{key}.{index}.forward"
-            backward_name = f"{key}.{index}.backward"
-            record = None
-            keep_forward = keep_backward = False
-            writes = _may_write(key, kwargs)
-            inputs: dict[str, Any] = {}
-            try:
-                self.collector.enter(name)
-                enclosing = tuple(self.cell_stack)
-                keep_forward = self.collector.keeps(name, "forward", enclosing)
-                keep_backward = self.collector.keeps(backward_name, "backward", enclosing) and not _inplace(key)
-                if keep_forward:
-                    inputs = self.collector.encode_inputs(name, args, kwargs, eager=writes)
-                if keep_backward:
-                    parent = self.cell_stack[-1] if self.cell_stack else None
-                    args, kwargs, record = self._hook_inputs(backward_name, args, kwargs, parent, parameters=not writes)
-            except Exception as exc:
-                self.collector.report_failure(name, exc)
-            if writes and self.summarizer.lazy:  # tensors waiting to be read are read as they are before it
-                self._settle()
-            try:
-                output = original(*args, **kwargs)
-                if keep_forward or record is not None:
-                    _surface_errors(output)
-            except BaseException:
-                self.collector.leave(name)  # the call never returned: no entry, and a scope it ends still ends
-                raise
-            finally:
-                if writes:
-                    self.summarizer.clear()
-            try:
-                if keep_forward:
-                    parent = (self.cell_stack[-1] if self.cell_stack else None) if self.with_construct else NO_PARENT
-                    self._record_forward(name, inputs, output, (args, kwargs), parent)
-                if record is not None:
-                    self._hook_outputs(record, output)
-                self.collector.leave(name)
-            except Exception as exc:
-                self.collector.report_failure(name, exc)
+            output = original(*args, **kwargs)
+            if call is not None:
+                _surface_errors(output)
             return output
         finally:
-            state.busy = False
+            if writes:
+                self.summarizer.clear()
 
-    def _note_write(self, original: Callable, key: str, args: tuple, kwargs: dict) -> Any:
-        if self.summarizer.lazy:
-            self._settle()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            self.summarizer.clear()
+    def close_call(self, call: _ApiCall, output: Any) -> Any:
+        if call.keep_forward:
+            parent = self.construct_parent(self.innermost_module())
+            self._record_forward(call.name, call.inputs, output, (call.args, call.kwargs), parent)
+        if call.backward is not None:
+            self._hook_outputs(call.backward, output)
+        self.collector.leave(call.name)
+        return output
 
     def _hook_inputs(
         self,
@@ -542,20 +497,17 @@ class MindSporeDumpRecorder:
 
     def write_backward(self, record: _Backward, arriving: list, leaving: list) -> None:
         collector = self.collector
-        busy = self.state.busy
-        self.state.busy = True
         name = record.name
-        try:
-            if record.cell is not None:
-                name = collector.backward_numbering.start(record.cell[0])
-                if not collector.selects(name, record.cell[1]):
-                    return
-            parent = collector.backward_numbering.parent(record.parent) if self.with_construct else NO_PARENT
-            self._record(name, collector.backward, name, arriving, leaving, parent, holding=leaving)
-        except Exception as exc:
-            collector.report_failure(name, exc)
-        finally:
-            self.state.busy = busy
+        with self.tool_running():
+            try:
+                if record.cell is not None:
+                    name = collector.backward_numbering.start(record.cell[0])
+                    if not collector.selects(name, record.cell[1]):
+                        return
+                parent = self.construct_parent(collector.backward_numbering.parent(record.parent))
+                self._record(name, collector.backward, name, arriving, leaving, parent, holding=leaving)
+            except Exception as exc:
+                collector.report_failure(name, exc)
 
     @contextlib.contextmanager
     def original_primitives(self) -> Iterator[None]:
@@ -591,11 +543,8 @@ class MindSporeDumpRecorder:
                             self._swapped.append((table, attribute, primitive))
 
     # -- L0 ---------------------------------------------------------------------------
-    def _hook_cells(self) -> None:
-        model = self.session.model
-        models = list(model) if isinstance(model, (list, tuple)) else [model]
-        for index, root in enumerate(models):
-            prefix = f"{index}." if len(models) > 1 else ""
+    def hook_modules(self) -> None:
+        for prefix, root in each_model(self.session.model):
             cells = list(root.cells_and_names())
             compiled = _inside_jit(root)
             for cell_name, cell in cells:
@@ -603,94 +552,82 @@ class MindSporeDumpRecorder:
                     continue  # the whole network is not an entry
                 if id(cell) in compiled:
                     continue  # runs inside a jit graph: no Python hook can run there
-                label = f"Cell.{prefix}{cell_name or type(cell).__name__}.{type(cell).__name__}"
-                self._hook_cell(cell, label)
+                label = module_label("Cell", prefix, cell_name, cell)
+                try:
+                    self._hook_cell(cell, label)
+                except Exception as exc:  # this cell goes undumped; the others and the training go on
+                    self.collector.report_failure(label, exc)
 
     def _hook_cell(self, cell: Any, label: str) -> None:
-        params = {name.split(".")[-1]: p for name, p in cell.parameters_and_names() if "." not in name}
-        grads_name = f"{label}.parameters_grad"
-        grads: dict[str, Any] = {}
-        opened: list[tuple[str, _Backward | None]] = []  # this cell's calls still running, innermost last
+        hooks = self.module_hooks(cell, label)
+        hooks.params.clear()
+        hooks.params.update((name.split(".")[-1], p) for name, p in cell.parameters_and_names() if "." not in name)
+        if hooks.adapters is None:
+            hooks.adapters = _cell_adapters(hooks)
+        pre, forward, close = hooks.adapters
+        self.handles.append(cell.register_forward_pre_hook(pre))
+        self.handles.append(cell.register_forward_hook(forward))
+        self.handles.append(cell.register_forward_hook(close, always_call=True))
+        for param_name, param in hooks.params.items():
+            if param.requires_grad:
+                self.handles.append(param.register_hook(self._grad_hook(hooks.grads_name, param_name, hooks.grads)))
 
-        def pre_hook(_cell: Any, args: tuple) -> tuple | None:
-            if self.state.busy:
-                return None
-            index = self.cell_counts[label]
-            self.cell_counts[label] = index + 1
-            name = f"{label}.forward.{index}"
-            enclosing = tuple(self.cell_stack)
-            self.cell_stack.append(name)
-            self.collector.enter(name)
-            record = None
-            backward_name = f"{label}.backward.{index}"
-            # the list filter looks at the backward name once it is known, when the cell's backward starts
-            if self.collector.keeps(backward_name, "backward", enclosing, by_name=False):
-                self.state.busy = True
-                try:
-                    parent = enclosing[-1] if enclosing else None
-                    args, _kwargs, record = self._hook_inputs(
-                        backward_name, args, {}, parent, parameters=False, always=True
-                    )
-                    record.cell = (name, enclosing)
-                except Exception as exc:
-                    self.collector.report_failure(name, exc)
-                finally:
-                    self.state.busy = False
-            opened.append((name, record))
-            return args if record is not None else None
+    def open_module_call(
+        self, name: str, backward_name: str, label: str, enclosing: tuple[str, ...], args: tuple, kwargs: dict
+    ) -> tuple[_ApiCall, tuple | None]:
+        self.collector.enter(name)
+        call = _ApiCall(name, keep_forward=False)  # the forward side is decided when the cell returns
+        # the list filter looks at the backward name once it is known, when the cell's backward starts
+        if not self.collector.keeps(backward_name, "backward", enclosing, by_name=False):
+            return call, None
+        try:
+            parent = enclosing[-1] if enclosing else None
+            args, _kwargs, record = self._hook_inputs(backward_name, args, {}, parent, parameters=False, always=True)
+            record.cell = (name, enclosing)
+            call.backward = record
+        except Exception as exc:  # no backward entry; the forward one is still written
+            self.collector.report_failure(name, exc)
+            return call, None
+        return call, args
 
-        def close_hook(_cell: Any, args: tuple, output: Any) -> None:
-            """Runs after forward_hook, and alone when construct raised: then the call is closed without an entry."""
-            if self.state.busy or not opened:
-                return
-            name, _record = opened.pop()
-            if self.cell_stack and self.cell_stack[-1] == name:  # forward_hook did not run
-                self.cell_stack.pop()
-                self.collector.leave(name)
+    def close_module_call(self, call: _ApiCall, hooks: ModuleHooks, args: tuple, kwargs: dict, output: Any) -> None:
+        if call.backward is not None:
+            self._hook_outputs(call.backward, output)
+        if self.collector.keeps(call.name, "forward", tuple(self.module_stack)):
+            inputs = self.collector.encode_inputs(call.name, args, {}, eager=False)  # the cell has run
+            parent = self.innermost_module()
+            self._record_forward(call.name, inputs, output, (args, {}), parent, parameters=hooks.params)
+            if hooks.params and self.collector.keeps(hooks.grads_name, "backward"):
+                self.collector.reserve(hooks.grads_name)
 
-        def forward_hook(_cell: Any, args: tuple, output: Any) -> None:
-            if self.state.busy or not self.cell_stack:
-                return
-            _surface_errors(output)  # the cell's own error, raised from its call (close_hook then tidies up)
-            self.state.busy = True
-            name = self.cell_stack.pop()
-            try:
-                record = opened[-1][1] if opened else None
-                if record is not None:
-                    self._hook_outputs(record, output)
-                if self.collector.keeps(name, "forward", tuple(self.cell_stack)):
-                    inputs = self.collector.encode_inputs(name, args, {}, eager=False)  # the cell has run
-                    parent = self.cell_stack[-1] if self.cell_stack else None
-                    self._record_forward(name, inputs, output, (args, {}), parent, parameters=params)
-                    if params and self.collector.keeps(grads_name, "backward"):
-                        self.collector.reserve(grads_name)
-                self.collector.leave(name)
-            except Exception as exc:
-                self.collector.report_failure(name, exc)
-            finally:
-                self.state.busy = False
-
-        def grad_hook(param_name: str) -> Callable:
-            def hook(grad: Any) -> None:
-                grads[param_name] = grad
-                if self.collector.keeps(grads_name, "backward"):
-                    busy = self.state.busy
-                    self.state.busy = True
+    def _grad_hook(self, grads_name: str, param_name: str, grads: dict[str, Any]) -> Callable:
+        def hook(grad: Any) -> None:
+            grads[param_name] = grad
+            if self.collector.keeps(grads_name, "backward"):
+                with self.tool_running():
                     try:
                         self.collector.parameters_grad(grads_name, dict(grads))
                     except Exception as exc:
                         self.collector.report_failure(grads_name, exc)
-                    finally:
-                        self.state.busy = busy
 
-            return hook
+        return hook
 
-        self.handles.append(cell.register_forward_pre_hook(pre_hook))
-        self.handles.append(cell.register_forward_hook(forward_hook))
-        self.handles.append(cell.register_forward_hook(close_hook, always_call=True))
-        for param_name, param in params.items():
-            if param.requires_grad:
-                self.handles.append(param.register_hook(grad_hook(param_name)))
+
+def _cell_adapters(hooks: ModuleHooks) -> tuple[Callable, Callable, Callable]:
+    """A cell's forward pre-, forward and close hooks in MindSpore's signatures."""
+
+    def pre(_cell: Any, args: tuple) -> tuple | None:
+        return hooks.pre(args, {})
+
+    def forward(_cell: Any, args: tuple, output: Any) -> None:
+        if not hooks.recorder.state.busy and hooks.pending:
+            _surface_errors(output)  # the cell's own error, raised from its call (close then tidies up)
+        hooks.forward(args, {}, output)
+
+    def close(_cell: Any, args: tuple, output: Any) -> None:
+        hooks.close()
+
+    return pre, forward, close
 
 
 def _surface_errors(output: Any) -> None:

@@ -177,7 +177,7 @@ def make_lane(
         with_values=recorder.session.config.task != "structure",
         log=summarizer.write_log if summarizer.caches else None,
         tensor_type=torch.Tensor,
-        slow=recorder._call_api,
+        slow=recorder.call_api,
         state=recorder.state,
         counts=recorder.api_counts,
         classify=classify,

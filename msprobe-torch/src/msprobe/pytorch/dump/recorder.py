@@ -11,8 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import weakref
-from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -20,11 +18,9 @@ from typing import Any, NamedTuple
 import torch
 
 from msprobe.core.api_patch import ApiPatcher as CoreApiPatcher
-from msprobe.core.dump.collector import DumpCollector
 from msprobe.core.dump.overflow import InputScreen
-from msprobe.core.dump.stack import StackCapture
+from msprobe.core.dump.recorder import DumpRecorder, ModuleHooks, WriteRule, each_model, in_place_by_name, module_label
 from msprobe.core.dump.values import ValueEncoder
-from msprobe.core.dump.writer import NO_PARENT
 from msprobe.core.session import TaskSession
 from msprobe.pytorch.api_patch import ApiPatcher, api_targets, unlisted_in_place_targets
 from msprobe.pytorch.compiled import EagerWhileOn, compile_escape, untraced
@@ -38,7 +34,6 @@ logger = logging.getLogger(__name__)
 _TOOL_ROOT = str(Path(__file__).resolve().parents[2])
 
 
-_IN_PLACE_BY_KEY: dict[str, bool] = {}
 _DEVICE_ERRORS = tuple(error for error in (getattr(torch, "AcceleratorError", None),) if error is not None)
 _graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: -1)
 _CHECKPOINT_FILE = os.path.join("torch", "utils", "checkpoint.py")
@@ -73,27 +68,14 @@ def _recomputing() -> bool:
     return False
 
 
-def _writes_in_place(key: str, kwargs: dict) -> bool:
-    """Calls that overwrite an input (add_, x[i] = y, out=, inplace=True): measure inputs before them.
-
-    ``key`` is the API's name without its count ("Tensor.add_") or a module's label.
-    """
-    if kwargs and ("out" in kwargs or kwargs.get("inplace") is True):
-        return True
-    in_place = _IN_PLACE_BY_KEY.get(key)
-    if in_place is None:
-        api = key.rsplit(".", 1)[-1]
-        in_place = _IN_PLACE_BY_KEY[key] = (
-            key.startswith(("Module.", "Distributed."))  # a module may do anything; collectives write their tensors
-            or (api.endswith("_") and not api.endswith("__"))
-            or api.startswith("__i")
-            or api == "__setitem__"
-        )
-    return in_place
+def _in_place_by_name(key: str) -> bool:
+    """``key`` is the API's name without its count ("Tensor.add_") or a module's label."""
+    # a module may do anything; collectives write their tensors
+    return key.startswith(("Module.", "Distributed.")) or in_place_by_name(key)
 
 
-def _writes_in_place_by_name(key: str) -> bool:
-    return _writes_in_place(key, {})
+# calls that overwrite an input (add_, x[i] = y, out=, inplace=True): their inputs are measured before them
+WRITES_IN_PLACE = WriteRule(_in_place_by_name)
 
 
 def _overwritten(key: str, args: tuple, kwargs: dict) -> list[Any]:
@@ -113,7 +95,7 @@ def _undumped_writers(level: str) -> list[tuple[Any, str, str]]:
     """APIs that write tensors but get no entry at this level: at L0, the listed in-place ones too."""
     targets = unlisted_in_place_targets()
     if level == "L0":
-        targets += [target for target in api_targets() if _writes_in_place(target[2], {})]
+        targets += [target for target in api_targets() if WRITES_IN_PLACE.by_name(target[2])]
     return targets
 
 
@@ -141,55 +123,51 @@ def npu_overflow_flag() -> Callable[[], bool | None] | None:
     return flag
 
 
-class TorchDumpRecorder:
+class TorchDumpRecorder(DumpRecorder):
     """TaskHooks for tasks statistics, tensor and structure on PyTorch."""
 
     def __init__(self, session: TaskSession):
-        self.session = session
         config = session.config
-        self.level = config.level
-        self.summarizer = TensorSummarizer(config.task, config.summary_mode, deferred=config.async_dump)
-        encoder = ValueEncoder(torch.Tensor, self.summarizer, describe_object)
-        self.collector = DumpCollector(session, encoder, self.summarizer.set_tensor_dir, self.summarizer.set_saving)
+        summarizer = TensorSummarizer(config.task, config.summary_mode, deferred=config.async_dump)
+        encoder = ValueEncoder(torch.Tensor, summarizer, describe_object)
+        super().__init__(session, summarizer, encoder, _TOOL_ROOT, WRITES_IN_PLACE, summarizer.caches)
         self.collector.hardware_flag = npu_overflow_flag()
         self.collector.device_errors = _DEVICE_ERRORS
         self.sender = None
         if config.task == "tensor" and config.tensor.online_run_ut:
             self._go_online(config)
-        self.patcher = ApiPatcher(self._call_api)
-        self.state = self.patcher.state
+        self.patcher = ApiPatcher(self.call_api)
         # in-place calls that are not dumped still tell the statistics cache what they wrote
-        self.write_watch = CoreApiPatcher(self._note_write, lambda: _undumped_writers(self.level), compile_escape())
-        self.api_counts: dict[str, int] = defaultdict(int)
-        self.module_counts: dict[str, int] = defaultdict(int)
-        self.module_stack: list[str] = []
-        self.handles: list[Any] = []
+        self.write_watch = CoreApiPatcher(self.note_write, lambda: _undumped_writers(self.level), compile_escape())
         self._optimizer_frame: Any = None  # mix: the running optimizer.step()'s frame, while its node is open
-        self.stack = StackCapture(_TOOL_ROOT)
-        self.with_construct = self.level in ("L0", "mix")
         # calls that need no backward record take the per-call path in C, where this run's entries allow it
-        self.lane = make_lane(self, _writes_in_place_by_name, _overwritten, _graph_task_id)
+        self.lane = make_lane(self, WRITES_IN_PLACE.by_name, _overwritten, _graph_task_id)
         if self.lane is not None:
             self.patcher.handler = self.lane  # before the first install, which builds the wrappers around it
         # the lane also writes module, backward and parameter-gradient entries, except for the overflow check
         self.lane_entries = self.lane if self.lane is not None and self.collector.overflow is None else None
         self.eager = EagerWhileOn([self.patcher, self.write_watch])
         self._told_scripted = False
-        self._module_hooks: dict[str, _ModuleHooks] = {}  # by label, see _hook_module
 
-    # -- TaskHooks ------------------------------------------------------------------
-    def install(self) -> None:
-        self.summarizer.clear()  # what happened while the dump was off went unseen: measure afresh
-        self.collector.open_step()
+    # -- the step ---------------------------------------------------------------------
+    def starting(self) -> None:
         self.eager.on()
-        if self.level in ("L1", "mix"):
-            self.patcher.install()
-        if self.summarizer.caches and self.level in ("L0", "L1", "mix"):
-            self.write_watch.install()
-        if self.level in ("L0", "mix"):
-            self._hook_modules()
+
+    def started(self) -> None:
         if self.level == "mix":
             self._hook_optimizers()
+
+    def stopping(self) -> None:
+        self.eager.off()
+        self._optimizer_frame = None
+
+    def flush_values(self) -> None:
+        self.summarizer.write_pending()
+
+    def close(self) -> None:
+        super().close()
+        if self.sender is not None:
+            self.sender.close()
 
     def _hook_optimizers(self) -> None:
         """Group what optimizer.step() calls under an 'optimizer' node of construct.json."""
@@ -229,19 +207,6 @@ class TorchDumpRecorder:
         if "optimizer" in self.module_stack:
             del self.module_stack[self.module_stack.index("optimizer") :]
 
-    def remove(self) -> None:
-        self.eager.off()
-        self._optimizer_frame = None
-        self.patcher.remove()
-        self.write_watch.remove()
-        self.stack.forget()
-        for handle in self.handles:
-            handle.remove()
-        self.handles.clear()
-        self.module_stack.clear()
-        self._guard(self.summarizer.write_pending, "tensor files")
-        self._guard(self.collector.flush_step, "dump files")
-
     def _go_online(self, config: Any) -> None:
         """Online pre-check: entries and their tensors go to the receiver instead of the disk."""
         from msprobe.core.online.protocol import read_token
@@ -263,57 +228,31 @@ class TorchDumpRecorder:
         sender, summarizer, session = self.sender, self.summarizer, self.session
         self.collector.writer_factory = lambda folder, header: OnlineWriter(sender, summarizer.online, session)
 
-    def close(self) -> None:
-        self.summarizer.close()
-        if self.sender is not None:
-            self.sender.close()
-
-    def end_step(self) -> None:
-        self._guard(self.summarizer.write_pending, "tensor files")
-        self._guard(self.collector.close_step, "dump files")
-        self.api_counts.clear()
-        self.module_counts.clear()
-        self.summarizer.clear()
-
-    def _guard(self, action: Callable[[], None], what: str) -> None:
-        try:
-            action()
-        except Exception as exc:
-            self.collector.report_failure(what, exc)
-
     # -- L1: framework APIs ------------------------------------------------------------
-    def _call_api(self, original: Callable, key: str, args: tuple, kwargs: dict) -> Any:
-        state = self.state
-        state.busy = True
-        try:
-            index = self.api_counts[key]
-            self.api_counts[key] = index + 1
-            name = f"{key}.{index}.forward"
-            record = None
-            try:
-                in_place = _writes_in_place(key, kwargs)
-                try:
-                    record = self._before(name, f"{key}.{index}.backward", args, kwargs, in_place)
-                finally:  # after the inputs were measured as they are now, even if that failed
-                    if in_place and self.summarizer.caches:
-                        self.summarizer.overwriting(_overwritten(key, args, kwargs))
-            except Exception as exc:
-                self.collector.report_failure(name, exc)
-                record = None
-            try:
-                output = original(*args, **kwargs)
-            except BaseException:
-                if record is not None:  # the call never returned: it gets no entry, and a scope it ends still ends
-                    self.collector.leave(name)
-                raise
-            if record is not None:
-                try:
-                    output = self._after(record, output)
-                except Exception as exc:
-                    self.collector.report_failure(name, exc)
-            return output
-        finally:
-            state.busy = False
+    def open_call(
+        self, name: str, backward_name: str, key: str, args: tuple, kwargs: dict, writes: bool
+    ) -> tuple[_CallRecord | None, tuple, dict]:
+        return self._before(name, backward_name, args, kwargs, writes), args, kwargs
+
+    def before_write(self, key: str, args: tuple, kwargs: dict) -> None:
+        if self.summarizer.caches:
+            self.summarizer.overwriting(_overwritten(key, args, kwargs))
+
+    def close_call(self, call: _CallRecord, output: Any) -> Any:
+        if call.keep_forward:
+            self.collector.forward(
+                call.name,
+                call.inputs,
+                output,
+                raw_inputs=(call.args, call.kwargs),
+                stack=self.stack,
+                parent=self.construct_parent(call.parent),
+                recompute=_recomputing(),
+            )
+        if call.keep_backward:
+            call.watch_node(output)
+        self.collector.leave(call.name)
+        return output
 
     def _watch_backward(
         self,
@@ -344,13 +283,6 @@ class TorchDumpRecorder:
         inputs = InputScreen(screened) if screened is not None else None
         self.collector.forward(name, inputs, output, raw_inputs=(args, kwargs), stack=self.stack, parent=parent)
 
-    def _note_write(self, original: Callable, key: str, args: tuple, kwargs: dict) -> Any:
-        try:
-            self.summarizer.overwriting(_overwritten(key, args, kwargs))
-        except Exception as exc:
-            self.collector.report_failure(key, exc)
-        return original(*args, **kwargs)
-
     def _before(
         self, name: str, backward_name: str, args: tuple, kwargs: dict, in_place: bool = True
     ) -> _CallRecord | None:
@@ -366,7 +298,7 @@ class TorchDumpRecorder:
         if not keep_forward and not keep_backward:
             collector.leave(name)
             return None
-        record = _CallRecord(name, backward_name, args, kwargs, self.module_stack[-1] if self.module_stack else None)
+        record = _CallRecord(name, backward_name, args, kwargs, self.innermost_module())
         record.keep_forward = keep_forward
         if module:
             record.enclosing = enclosing
@@ -384,33 +316,10 @@ class TorchDumpRecorder:
         record.recorder = self
         return record
 
-    def _after(self, record: _CallRecord, output: Any) -> Any:
-        collector = self.collector
-        name = record.name
-        if record.keep_forward:
-            collector.forward(
-                name,
-                record.inputs,
-                output,
-                raw_inputs=(record.args, record.kwargs),
-                stack=self.stack,
-                parent=record.parent if self.with_construct else NO_PARENT,
-                recompute=_recomputing(),
-            )
-        if record.keep_backward:
-            record.watch_node(output)
-        collector.leave(name)
-        return output
-
     # -- backward records ---------------------------------------------------------------
     def write_backward(self, record: _CallRecord, grads_in: tuple) -> None:
-        if self.state.busy:
-            return self._write_backward(record, grads_in)
-        self.state.busy = True
-        try:
-            return self._write_backward(record, grads_in)
-        finally:
-            self.state.busy = False
+        with self.tool_running():
+            self._write_backward(record, grads_in)
 
     def _write_backward(self, record: _CallRecord, grads_in: tuple) -> None:
         collector = self.collector
@@ -425,7 +334,7 @@ class TorchDumpRecorder:
                 parent = numbering.opened_under(record.backward_name)
             else:
                 parent = numbering.innermost()
-            parent = parent if self.with_construct else NO_PARENT
+            parent = self.construct_parent(parent)
             outputs = [record.output_grads.get(i) for i in range(record.output_count)]
             if self.lane_entries is not None:  # the same entry, encoded in C
                 self.lane_entries.backward_entry(record.backward_name, outputs, list(grads_in), parent)
@@ -438,21 +347,16 @@ class TorchDumpRecorder:
                 collector.backward_numbering.close(closing)
 
     # -- L0: modules ---------------------------------------------------------------------------
-    def _hook_modules(self) -> None:
-        model = self.session.model
-        models = list(model) if isinstance(model, (list, tuple)) else [model]
+    def hook_modules(self) -> None:
         scripted: list[str] = []
-        for index, root in enumerate(models):
-            prefix = f"{index}." if len(models) > 1 else ""
+        for prefix, root in each_model(self.session.model):
             children, left_out = hookable_modules(root)
             scripted += [f"{prefix}{name}" for name in left_out]
             whole_model = len(children) + len(left_out) > 1
             for module_name, module in children:
                 if module_name == "" and whole_model:
                     continue  # the whole model is not an entry, as in the reference
-                label = f"Module.{prefix}{module_name or type(module).__name__}.{type(module).__name__}"
-                if module_name == "":
-                    label = f"Module.{prefix}{type(module).__name__}.{type(module).__name__}"
+                label = module_label("Module", prefix, module_name, module)
                 try:
                     self._hook_module(module, label)
                 except Exception as exc:  # this module goes undumped; the others and the training go on
@@ -462,158 +366,114 @@ class TorchDumpRecorder:
             warn_unhooked(scripted, "dumped")
 
     def _hook_module(self, module: torch.nn.Module, label: str) -> None:
-        """Forward via module hooks; backward via tensor hooks, which never alter the graph.
-
-        The hook functions are made once per module and put on again at each
-        start(): made afresh, a model's few thousand closures per step kept
-        Python's garbage collector busy (full collections of the whole process).
-        """
-        hooks = self._module_hooks.get(label)
-        if hooks is None or hooks.module() is not module:
-            hooks = self._module_hooks[label] = self._make_module_hooks(module, label)
-        hooks.pending.clear()  # a call left open by an exception of the last step
+        """Forward via module hooks; backward via tensor hooks, which never alter the graph."""
+        hooks = self.module_hooks(module, label)
+        if hooks.adapters is None:
+            hooks.adapters = _ModuleAdapters(
+                untraced(lambda mod, args, kwargs: hooks.pre(args, kwargs)),
+                untraced(lambda mod, args, kwargs, output: hooks.forward(args, kwargs, output)),
+                untraced(lambda mod, args, kwargs, output: hooks.close()),
+                self._param_grad_hook(hooks),
+            )
+        adapters = hooks.adapters
         hooks.params.clear()
         hooks.params.update(module.named_parameters(recurse=False))
-        self.handles.append(module.register_forward_pre_hook(hooks.pre, with_kwargs=True))
-        self.handles.append(module.register_forward_hook(hooks.forward, with_kwargs=True))
-        self.handles.append(module.register_forward_hook(hooks.close, with_kwargs=True, always_call=True))
+        self.handles.append(module.register_forward_pre_hook(adapters.pre, with_kwargs=True))
+        self.handles.append(module.register_forward_hook(adapters.forward, with_kwargs=True))
+        self.handles.append(module.register_forward_hook(adapters.close, with_kwargs=True, always_call=True))
         for param in hooks.params.values():
             if param.requires_grad:
-                self.handles.append(param.register_post_accumulate_grad_hook(hooks.grad))
+                self.handles.append(param.register_post_accumulate_grad_hook(adapters.grad))
 
-    def _make_module_hooks(self, module: torch.nn.Module, label: str) -> _ModuleHooks:
-        # per call still open, innermost last: [its record, the name it put on the module stack]
-        pending: list[list[Any]] = []
-        grads_name = f"{label}.parameters_grad"
-        params: dict[str, torch.nn.Parameter] = {}
+    def open_module_call(
+        self, name: str, backward_name: str, label: str, enclosing: tuple[str, ...], args: tuple, kwargs: dict
+    ) -> tuple[_CallRecord | None, None]:
+        if self._optimizer_frame is not None:
+            self._close_raised_optimizer()
+        parent = self.innermost_module()
+        record = self._before(name, backward_name, args, kwargs)
+        if record is not None:
+            record.parent = parent
+            record.first_node = grad_taps.next_node_number()
+            record.first_watch = grad_taps.watch_number()
+            if record.keep_backward:  # before the call: an in-place module moves its input in the graph
+                record.input_anchors = grad_taps.anchors(list(args))
+        return record, None
 
-        def leave_module_stack(pushed: str | None) -> None:
-            if pushed is not None and self.module_stack and self.module_stack[-1] == pushed:
-                self.module_stack.pop()
+    def close_module_call(self, call: _CallRecord, hooks: ModuleHooks, args: tuple, kwargs: dict, output: Any) -> Any:
+        params = hooks.params
+        replaced = None  # the output to hand on instead of the module's, when its outputs were tapped
+        if call.keep_forward and self.lane_entries is not None:  # the same entry, encoded in C
+            self.lane_entries.module_entry(
+                call.name, call.inputs, output, params, self.stack(), call.parent, _recomputing()
+            )
+        elif call.keep_forward:
+            self.collector.forward(
+                call.name,
+                call.inputs,
+                output,
+                parameters=params,
+                raw_inputs=(args, kwargs),
+                stack=self.stack,
+                parent=call.parent,
+                recompute=_recomputing(),
+            )
+        if params and torch.is_grad_enabled() and any(p.requires_grad for p in params.values()):
+            if self.collector.keeps(hooks.grads_name, "backward"):
+                self.collector.reserve(hooks.grads_name)
+        if call.keep_backward:
+            outputs = grad_taps.output_tensors(output)
+            call.watch_inputs(args, outputs)
+            if not call.handed_back and grad_taps.needs_tap(outputs, call.first_node):
+                # only a node after the module tells the outside's share of an output's gradient
+                output, node, indices = grad_taps.tap_outputs(output, outputs)
+                call.watch_tap(node, indices, len(outputs))
+                replaced = output
+            else:
+                call.watch_outputs(outputs)
+        return replaced
 
-        def pre_hook(mod: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
-            if self.state.busy:
-                return None
-            self.state.busy = True
-            record = pushed = None
-            try:
-                index = self.module_counts[label]
-                self.module_counts[label] = index + 1
-                name = f"{label}.forward.{index}"
-                if self._optimizer_frame is not None:
-                    self._close_raised_optimizer()
-                parent = self.module_stack[-1] if self.module_stack else None
-                record = self._before(name, f"{label}.backward.{index}", args, kwargs)
-                if record is not None:
-                    record.parent = parent
-                    record.first_node = grad_taps.next_node_number()
-                    record.first_watch = grad_taps.watch_number()
-                    if record.keep_backward:  # before the call: an in-place module moves its input in the graph
-                        record.input_anchors = grad_taps.anchors(list(args))
-                self.module_stack.append(name)
-                pushed = name
-            except Exception as exc:
-                self.collector.report_failure(label, exc)
-            finally:
-                pending.append([record, pushed])
-                self.state.busy = False
-            return None
+    def _param_grad_hook(self, hooks: ModuleHooks) -> Callable:
+        """``parameters_grad``: rewritten as each parameter's gradient arrives, so the last one holds them all.
 
-        def close_hook(mod: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
-            """Runs after forward_hook, and alone when the forward raised (a caught out-of-memory, say).
+        A gradient is kept as it arrives: Megatron-style training moves
+        ``.grad`` into ``main_grad`` and empties it before the module's other
+        parameters are done. A parameter whose gradient went straight into
+        ``main_grad`` (Megatron's ``grad_added_to_main_grad``) is read there.
+        """
+        grads_name, params, seen = hooks.grads_name, hooks.params, hooks.grads
 
-            Then the call gets no entry, and what pre_hook opened is closed, or
-            every later entry of the step would be filed under this call.
-            """
-            if self.state.busy or not pending:
-                return
-            record, pushed = pending.pop()  # both None when forward_hook closed the call
-            leave_module_stack(pushed)
-            if record is not None:
-                self.collector.leave(record.name)
-
-        def forward_hook(mod: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
-            if self.state.busy or not pending:
-                return None
-            call = pending[-1]
-            record, pushed = call
-            call[:] = [None, None]  # closed here: nothing left for close_hook to undo
-            replaced = None  # the output to hand on instead of the module's, when its outputs were tapped
-            self.state.busy = True
-            try:
-                leave_module_stack(pushed)
-                if record is None:
-                    return None
-                if record.keep_forward and self.lane_entries is not None:  # the same entry, encoded in C
-                    self.lane_entries.module_entry(
-                        record.name, record.inputs, output, params, self.stack(), record.parent, _recomputing()
-                    )
-                elif record.keep_forward:
-                    self.collector.forward(
-                        record.name,
-                        record.inputs,
-                        output,
-                        parameters=params,
-                        raw_inputs=(args, kwargs),
-                        stack=self.stack,
-                        parent=record.parent,
-                        recompute=_recomputing(),
-                    )
-                if params and torch.is_grad_enabled() and any(p.requires_grad for p in params.values()):
-                    if self.collector.keeps(grads_name, "backward"):
-                        self.collector.reserve(grads_name)
-                if record.keep_backward:
-                    outputs = grad_taps.output_tensors(output)
-                    record.watch_inputs(args, outputs)
-                    if not record.handed_back and grad_taps.needs_tap(outputs, record.first_node):
-                        # only a node after the module tells the outside's share of an output's gradient
-                        output, node, indices = grad_taps.tap_outputs(output, outputs)
-                        record.watch_tap(node, indices, len(outputs))
-                        replaced = output
-                    else:
-                        record.watch_outputs(outputs)
-                self.collector.leave(record.name)
-            except Exception as exc:
-                self.collector.report_failure(record.name if record else label, exc)
-            finally:
-                self.state.busy = False
-            return replaced
-
-        return _ModuleHooks(
-            weakref.ref(module),
-            pending,
-            params,
-            untraced(pre_hook),
-            untraced(forward_hook),
-            untraced(close_hook),
-            self._param_grad_hook(grads_name, params),
-        )
-
-    def _param_grad_hook(self, grads_name: str, params: dict[str, torch.nn.Parameter]) -> Callable:
-        def hook(_param: torch.Tensor) -> None:
-            busy = self.state.busy
-            self.state.busy = True
-            try:
-                if self.collector.keeps(grads_name, "backward") and self.collector.reserved(grads_name):
-                    grads = {key: p.grad for key, p in params.items() if p.grad is not None}
-                    if self.lane_entries is not None:  # the same entry, encoded in C
-                        self.lane_entries.grads_entry(grads_name, grads)
-                    else:
-                        self.collector.parameters_grad(grads_name, grads)
-            except Exception as exc:
-                self.collector.report_failure(grads_name, exc)
-            finally:
-                self.state.busy = busy
+        def hook(param: torch.Tensor) -> None:
+            with self.tool_running():
+                try:
+                    for key, candidate in params.items():
+                        if candidate is param:
+                            seen[key] = _gradient_of(param)
+                    if self.collector.keeps(grads_name, "backward") and self.collector.reserved(grads_name):
+                        grads = {}
+                        for key, p in params.items():
+                            grad = _gradient_of(p) if p.grad is not None else seen.get(key)
+                            if grad is not None:
+                                grads[key] = grad
+                        if self.lane_entries is not None:  # the same entry, encoded in C
+                            self.lane_entries.grads_entry(grads_name, grads)
+                        else:
+                            self.collector.parameters_grad(grads_name, grads)
+                except Exception as exc:
+                    self.collector.report_failure(grads_name, exc)
 
         return hook
 
 
-class _ModuleHooks(NamedTuple):
-    """One module's hook functions, made once and put on at every start()."""
+def _gradient_of(param: torch.Tensor) -> torch.Tensor | None:
+    if getattr(param, "grad_added_to_main_grad", False) and getattr(param, "main_grad", None) is not None:
+        return param.main_grad
+    return param.grad
 
-    module: weakref.ref
-    pending: list[list[Any]]
-    params: dict[str, torch.nn.Parameter]
+
+class _ModuleAdapters(NamedTuple):
+    """One module's hook functions in torch's signatures, made once and put on at every start()."""
+
     pre: Callable
     forward: Callable
     close: Callable
