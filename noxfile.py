@@ -95,6 +95,15 @@ def torch(session: nox.Session) -> None:
 
 
 @nox.session
+def screenshots(session: nox.Session) -> None:
+    """The graph-page pictures of docs/img, taken afresh by the browser tests (not a CI session: it rewrites them)."""
+    _ensure_chromium(session)
+    session.install(TORCH)
+    session.install(*TEST_DEPS, "playwright", *CORE, "-e", "./msprobe-torch")
+    session.run("pytest", "tests/torch_backend/test_graph_browser.py", env={"MSPROBE_TEST_ARTIFACTS": "docs/img"})
+
+
+@nox.session
 def mindspore(session: nox.Session) -> None:
     session.install("numpy<2", MINDSPORE)
     session.install(*TEST_DEPS, "numpy<2", *CORE, "-e", "./msprobe-mindspore")

@@ -3,7 +3,8 @@
 Two runs of the same model with the same seed differ in one place: the
 debug run's ``blocks.1.ffn.up`` weight is scaled by 1.5. The comparison page
 must lead from the root straight to that layer's linear API.
-Screenshots land in ``test-artifacts/`` (or ``$MSPROBE_TEST_ARTIFACTS``).
+Screenshots land in ``test-artifacts/`` (or ``$MSPROBE_TEST_ARTIFACTS``); ``nox -s screenshots``
+writes them to docs/img, where the docs show them.
 """
 
 import json
@@ -134,9 +135,11 @@ def open_page(browser, path: Path):
 
 
 def screenshot(page, name: str) -> None:
+    """docs/img publishes these very pictures (``nox -s screenshots`` takes them again)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / name))
     assert (ARTIFACTS / name).stat().st_size > 10_000
+    assert (REPO_ROOT / "docs" / "img" / name).is_file(), f"docs/img lacks {name}: run nox -s screenshots"
 
 
 def test_first_suspect_is_the_injected_layer(runs):
