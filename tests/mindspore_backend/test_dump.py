@@ -650,3 +650,16 @@ def test_a_tensor_file_that_cannot_be_written_is_reported_and_the_others_are_wri
         np.testing.assert_allclose(np.load(dump.tensor_dir() / output["data_name"]), expected, rtol=1e-6)
     [abs_input] = dump.data["Mint.abs.0.forward"]["input_args"]
     np.testing.assert_array_equal(np.load(dump.tensor_dir() / abs_input["data_name"]), x.asnumpy())
+
+
+def test_26x_fields_extra_info_and_proc_folder(tmp_path):
+    """extra_info false: dump.json alone, with the entries of a full dump; folder_without_rank 'proc': proc{pid}."""
+    import os
+
+    train(tmp_path / "full", "mix", "statistics", steps=1)
+    train(tmp_path / "bare", "mix", "statistics", steps=1, extra_info=False, folder_without_rank="proc")
+    bare = tmp_path / "bare" / "step0" / f"proc{os.getpid()}"
+    assert sorted(p.name for p in bare.iterdir() if not p.name.startswith(".")) == ["dump.json"]
+    full = tmp_path / "full" / "step0" / "rank"
+    assert (full / "stack.json").exists() and (full / "construct.json").exists()
+    assert read_dump(bare / "dump.json").data == read_dump(full / "dump.json").data

@@ -24,17 +24,33 @@ _TASK_SECTIONS = {
 }
 
 
-def starter_config(task: str, framework: str | None, dump_path: str) -> dict[str, Any]:
-    """A complete config for one task, in the reference's key order."""
+_COMMON_KEYS = ("task", "dump_path", "rank", "step", "level", "async_dump")
+_COMMON_KEYS_26X = (*_COMMON_KEYS, "extra_info", "precision", "risk_level")
+
+
+def starter_config(task: str, framework: str | None, dump_path: str, spelling: str = "1.2.2") -> dict[str, Any]:
+    """A complete config for one task, in the reference's key order; ``spelling`` "26" writes 26.x's fields
+    and names (task ``acc_check`` for ``run_ut``)."""
     data = DebuggerConfig(
         task=task, dump_path=dump_path, framework=framework, level="mix" if task == "structure" else "L1"
     )
     full = data.model_dump(by_alias=True)
-    result = {key: full[key] for key in ("task", "dump_path", "rank", "step", "level", "async_dump")}
+    if spelling == "26":
+        full["risk_level"] = "FOCUS"  # 26.x's default, written out
+    keys = _COMMON_KEYS_26X if spelling == "26" else _COMMON_KEYS
+    result = {key: full[key] for key in keys}
     if framework:
         result["framework"] = framework
     for section in _TASK_SECTIONS[task]:
         result[section] = {k: v for k, v in full[section].items() if v is not None}
+    if spelling == "26":
+        if task == "statistics":
+            result["statistics"]["tensor_list"] = []
+        if task == "run_ut":
+            result["task"] = "acc_check"
+            result["acc_check"] = result.pop("run_ut")
+    elif task == "statistics":
+        result["statistics"].pop("tensor_list", None)
     return result
 
 
@@ -54,7 +70,8 @@ def commented_yaml(data: dict[str, Any]) -> str:
     lines = ["# msprobe config (the reference's config.json schema, as YAML)."]
     for key, value in data.items():
         if isinstance(value, dict):
-            section_model = type(getattr(DebuggerConfig(dump_path="x"), key))
+            section = "run_ut" if key == "acc_check" else key  # 26.x's name of the same section
+            section_model = type(getattr(DebuggerConfig(dump_path="x"), section))
             lines.append(f"{key}:")
             for sub_key, sub_value in value.items():
                 comment = _describe(section_model, sub_key)
@@ -85,12 +102,21 @@ def config_group() -> None:
     show_default=True,
     help="File to write: .yaml/.yml gets a comment on every field, .json is plain JSON.",
 )
+@click.option(
+    "--format",
+    "spelling",
+    type=click.Choice(["1.2.2", "26"]),
+    default="1.2.2",
+    show_default=True,
+    help="Whose config to write: mindstudio-probe 1.2.2's fields, or 26.x's (extra_info, precision, risk_level, "
+    "task acc_check).",
+)
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
-def init_command(framework: str | None, task: str, dump_path: str, output: Path, force: bool) -> None:
+def init_command(framework: str | None, task: str, dump_path: str, output: Path, spelling: str, force: bool) -> None:
     """Write a valid config for TASK with every field at its default."""
     if output.exists() and not force:
         raise click.ClickException(f"{output} exists; pass --force to overwrite it")
-    data = starter_config(task, framework, dump_path)
+    data = starter_config(task, framework, dump_path, spelling)
     if output.suffix.lower() in (".yaml", ".yml"):
         text = commented_yaml(data)
     else:

@@ -22,6 +22,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_serializer,
     field_validator,
@@ -43,6 +44,9 @@ TASKS = (
     "grad_probe",
 )
 LEVELS = ("L0", "L1", "mix", "L2", "debug")
+RISK_LEVELS = ("ALL", "CORE", "FOCUS")
+# fields only mindstudio-probe 26.x knows: a config holding one is read the 26.x way (see DebuggerConfig.follows_26x)
+FIELDS_26X = ("extra_info", "precision", "risk_level", "dump_enable")
 DATA_MODES = ("all", "forward", "backward", "input", "output")
 PERTURBATIONS = ("improve_precision", "add_noise", "bit_noise", "no_change", "change_value", "to_cpu")
 
@@ -205,6 +209,18 @@ class StatisticsSection(_ScopedSection):
         default="statistics",
         description="'statistics' (Max/Min/Mean/Norm) or 'md5' (adds a CRC-32 of each tensor).",
     )
+    tensor_list: list[str] = Field(
+        default_factory=list,
+        description="26.x: APIs whose real tensors a statistics dump also saves; msprobe accepts only [] so far.",
+    )
+
+    @field_validator("tensor_list")
+    @classmethod
+    def _no_tensor_list_yet(cls, items: list[str]) -> list[str]:
+        if items:
+            raise ValueError("msprobe does not save real tensors inside a statistics dump yet; use task 'tensor' "
+                             "with 'list' for those APIs, or leave tensor_list empty")  # fmt: skip
+        return items
 
     @field_validator("summary_mode")
     @classmethod
@@ -351,7 +367,9 @@ class DebuggerConfig(_Section):
     """The whole config file."""
 
     task: str = Field(
-        default="statistics", description="What to do: " + ", ".join(TASKS) + ", or a task an installed plugin adds."
+        default="statistics",
+        description="What to do: " + ", ".join(TASKS) + " ('acc_check' is 26.x's name for run_ut), "
+        "or a task an installed plugin adds.",
     )
     dump_path: str | None = Field(
         default=None, description="Folder the results are written to (not needed by the online run_ut receiver)."
@@ -363,6 +381,30 @@ class DebuggerConfig(_Section):
         default=False, description="PyTorch: stop by itself after the last step (deprecated)."
     )
     async_dump: bool = Field(default=False, description="Gather on the device and write at step end.")
+    extra_info: bool = Field(
+        default=True, description="26.x: write stack.json and construct.json; false: dump.json alone."
+    )
+    precision: Literal["high", "low"] = Field(
+        default="low",
+        description="26.x: 'high' computes device statistics in float32, 'low' in the tensor's dtype; "
+        "msprobe always accumulates in float32 or wider, so both give the same values (see docs/config.md).",
+    )
+    risk_level: Literal["ALL", "CORE", "FOCUS"] | None = Field(
+        default=None,
+        description="26.x, PyTorch L1/mix without scope or list: 'ALL' APIs, 'CORE' (matrix products, "
+        "convolutions, norms, embeddings, attention, fused optimizers, collectives, NPU ops) or 'FOCUS' "
+        "(all but shape, dtype and creation APIs). Unset: 'ALL' in a 1.2.2-style config, 'FOCUS' in a 26.x one.",
+    )
+    dump_enable: bool | None = Field(
+        default=None,
+        description="26.x: set it, and start() re-reads the config file whenever it changed: false pauses "
+        "the dump, true resumes it, and other edited fields take effect too.",
+    )
+    folder_without_rank: Literal["rank", "proc"] = Field(
+        default="rank",
+        description="Folder of a process with no rank: 'rank' (as 1.2.2 writes) or 'proc' for proc{pid} "
+        "(as 26.x writes; not in the reference's config).",
+    )
     strict: bool = Field(
         default=False,
         description="Raise an error that happens inside the tool instead of logging it once and going on "
@@ -383,6 +425,24 @@ class DebuggerConfig(_Section):
     )
 
     _expand_ids = field_validator("rank", "step", mode="before")(classmethod(lambda cls, v: parse_id_list(v)))
+    _written_for_26x: bool = PrivateAttr(default=False)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _spelling_26x(cls, raw: Any, handler: Any) -> DebuggerConfig:
+        """26.x's task 'acc_check' and its section are 1.2.2's 'run_ut'; a 26.x-only field marks the config."""
+        if not isinstance(raw, dict):
+            return handler(raw)
+        written_for_26x = raw.get("task") == "acc_check" or "acc_check" in raw or any(f in raw for f in FIELDS_26X)
+        if raw.get("task") == "acc_check" or "acc_check" in raw:
+            if "acc_check" in raw and "run_ut" in raw:
+                raise ValueError("acc_check: give either 'acc_check' (26.x) or 'run_ut' (1.2.2), not both")
+            raw = {("run_ut" if key == "acc_check" else key): value for key, value in raw.items()}
+            if raw.get("task") == "acc_check":
+                raw["task"] = "run_ut"
+        config = handler(raw)
+        config._written_for_26x = written_for_26x
+        return config
 
     @field_serializer("rank", "step")
     def _ids_as_written(self, ids: IdSet) -> list[int | str]:
@@ -436,7 +496,24 @@ class DebuggerConfig(_Section):
             raise ValueError("async_dump: with task 'tensor' it needs tensor.list to name what to dump")
         if self.task == "free_benchmark" and self.level != "L1":
             raise ValueError("level: task 'free_benchmark' works only at level 'L1'")
+        if self.async_dump and self._written_for_26x:  # 26.x's rules; 1.2.2 ignored the switch elsewhere
+            if self.task not in ("statistics", "tensor"):
+                raise ValueError(f"async_dump: works only with task 'statistics' or 'tensor', not '{self.task}'")
+            if self.level == "L2":
+                raise ValueError("async_dump: does not work at level 'L2'")
         return self
+
+    @property
+    def follows_26x(self) -> bool:
+        """Written for mindstudio-probe 26.x: it holds a field only 26.x knows, or task/section 'acc_check'."""
+        return self._written_for_26x
+
+    @property
+    def effective_risk_level(self) -> str:
+        """``risk_level`` as set, else 26.x's default (FOCUS) for a 26.x config and ALL for a 1.2.2 one."""
+        if self.risk_level is not None:
+            return self.risk_level
+        return "FOCUS" if self.follows_26x else "ALL"
 
     @property
     def section(self) -> BaseModel | None:

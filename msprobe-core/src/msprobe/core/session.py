@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
 import weakref
 from pathlib import Path
 from typing import Any
@@ -55,9 +56,13 @@ class TaskSession:
 
     @property
     def dump_dir(self) -> Path:
-        """``dump_path/step{N}/rank{R}``, ``rank`` alone when not distributed (the reference layout)."""
+        """``dump_path/step{N}/rank{R}``; with no rank ``rank`` (1.2.2's layout) or ``proc{pid}`` (26.x's)."""
         rank = self.rank
-        return Path(self.config.dump_path) / f"step{self.step}" / ("rank" if rank is None else f"rank{rank}")
+        if rank is not None:
+            folder = f"rank{rank}"
+        else:
+            folder = f"proc{os.getpid()}" if self.config.folder_without_rank == "proc" else "rank"
+        return Path(self.config.dump_path) / f"step{self.step}" / folder
 
 
 class _OnCurrentDebugger:
@@ -93,8 +98,10 @@ class BaseDebugger:
         step: list[Any] | None = None,
         strict: bool | None = None,
     ):
-        self.config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step, strict=strict)
+        self._overrides = {"task": task, "dump_path": dump_path, "level": level, "step": step, "strict": strict}
+        self.config = load_config(config_path, **self._overrides)
         self.config_path = config_path
+        self._config_seen = _file_state(config_path) if self.config.dump_enable is not None else None
         self._make_dump_path()
         self.model = self._checked_model(model) if model is not None else None
         self.current_step = 0
@@ -156,7 +163,38 @@ class BaseDebugger:
         return not self.config.rank or (rank or 0) in self.config.rank
 
     # -- lifecycle ----------------------------------------------------------------------
+    def _reread_config(self) -> None:
+        """``dump_enable`` (26.x): the config file is read again whenever it changed since it was last read.
+
+        A file that no longer validates is reported once and the last good
+        config stays. A change to anything but ``dump_enable`` takes effect
+        with new hooks, made at the next start that dumps.
+        """
+        seen = _file_state(self.config_path)
+        if seen == self._config_seen:
+            return
+        self._config_seen = seen
+        try:
+            config = load_config(self.config_path, **self._overrides)
+        except ConfigError as exc:
+            logger.warning("msprobe: the edited config is not used, the last good one stays: %s", exc)
+            return
+        if config.dump_enable is None:  # the switch was taken out: the file is no longer watched
+            self._config_seen = None
+        if config.model_dump(exclude={"dump_enable"}) != self.config.model_dump(exclude={"dump_enable"}):
+            if self._hooks is not None:  # what the old hooks hold is written first, as finish() does
+                self._call_hooks("close")
+                self._call_hooks("end_step")
+                self._hooks = None
+            self.config = config
+            self._make_dump_path()
+            logger.info("msprobe: config %s changed; its new settings apply from this start()", self.config_path)
+        else:
+            self.config = config
+
     def start(self, model: Any = None) -> None:
+        if self._config_seen is not None and not self._running:
+            self._reread_config()
         if model is not None:
             self.model = self._checked_model(model)
         if self.config.level in MODEL_LEVELS and self.model is None and self.config.task != "grad_probe":
@@ -173,7 +211,7 @@ class BaseDebugger:
         self._start_called = True
         if self._running or self.config.level == "debug" or self.config.task == "grad_probe":
             return  # save() and monitor() need no start/stop
-        if not (self.step_selected() and self.rank_selected()):
+        if not (self.step_selected() and self.rank_selected()) or self.config.dump_enable is False:
             return
         if self._hooks is None:
             self._hooks = self._make_hooks()
@@ -295,6 +333,17 @@ class BaseDebugger:
             )
             raise BackendError(f"task '{self.config.task}' is not available for {self.framework}: {reason}")
         return hooks
+
+
+def _file_state(path: str | None) -> tuple[int, int] | None:
+    """What tells an edited file: its modification time and size (None: no file to watch)."""
+    if path is None:
+        return None
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return (0, -1)
+    return (stat.st_mtime_ns, stat.st_size)
 
 
 def _finish_at_exit(reference: weakref.ref[BaseDebugger]) -> None:

@@ -52,7 +52,11 @@ class DumpCollector:
         self.hardware_flag: Callable[[], bool | None] | None = None
         # the device's own errors (an asynchronous kernel failure met at the tool's first sync) are the training's
         self.device_errors: tuple[type[BaseException], ...] = ()
-        self.writer_factory: Callable[[Any, dict], Any] = DumpWriter  # online pre-check sends instead
+        extra_info = config.extra_info
+        # online pre-check sends instead
+        self.writer_factory: Callable[[Any, dict], Any] = lambda folder, header: DumpWriter(
+            folder, header, extra_info=extra_info
+        )
         self._failed_names: set[str] = set()
         self.backward_numbering = BackwardNumbering()
         # values measured late (a backend's lazy statistics) are taken by this before any entry is encoded

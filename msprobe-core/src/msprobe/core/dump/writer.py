@@ -383,10 +383,18 @@ def _journal_line(kind: str, encoded_name: str, text: str) -> str:
 class DumpWriter:
     """The files of one ``step{N}/rank{R}`` folder."""
 
-    def __init__(self, folder: Path, header: dict[str, Any], journal: bool = True, file_name: str = "dump.json"):
+    def __init__(
+        self,
+        folder: Path,
+        header: dict[str, Any],
+        journal: bool = True,
+        file_name: str = "dump.json",
+        extra_info: bool = True,
+    ):
         self.folder = make_dir(folder)
         self.header = header
         self.file_name = file_name
+        self.extra_info = extra_info  # False (26.x's extra_info): no stack.json and construct.json
         self.data: dict[str, Any] = {}
         self.stack: dict[str, str] = {}
         self.construct: dict[str, str] = {}
@@ -465,10 +473,10 @@ class DumpWriter:
         if text is not None:
             self.data[name] = text
             lines = _journal_line("data", name_text, text)
-        if stack_text is not None:
+        if stack_text is not None and self.extra_info:
             self.stack[name] = stack_text
             lines += _journal_line("stack", name_text, stack_text)
-        if parent_text is not None:
+        if parent_text is not None and self.extra_info:
             self.construct[name] = parent_text
             lines += _journal_line("construct", name_text, parent_text)
         self._write_lines(lines)
@@ -483,6 +491,8 @@ class DumpWriter:
                 self._log("data", name, text)
 
     def set_parent(self, name: str, parent: str | None) -> None:
+        if not self.extra_info:
+            return
         text = self.construct[name] = encode_json(parent)
         self._log("construct", name, text)
 
@@ -497,7 +507,7 @@ class DumpWriter:
                 self._log("data", name, text)
         data = {name: text for name, text in self.data.items() if text is not None}
         _write_object(self.folder / self.file_name, self.header, data, "data", self._names)
-        if self.file_name == "dump.json":
+        if self.file_name == "dump.json" and self.extra_info:
             _write_object(self.folder / "stack.json", {}, self.stack, None, self._names)
             _write_object(self.folder / "construct.json", {}, self.construct, None, self._names)
         self._dirty = False

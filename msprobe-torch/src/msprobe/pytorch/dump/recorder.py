@@ -26,6 +26,7 @@ from msprobe.pytorch.api_patch import ApiPatcher, api_targets, unlisted_in_place
 from msprobe.pytorch.compiled import EagerWhileOn, compile_escape, untraced
 from msprobe.pytorch.dump import grad_taps
 from msprobe.pytorch.dump.lane import make_lane
+from msprobe.pytorch.dump.risk import api_selection
 from msprobe.pytorch.dump.tensors import TensorSummarizer, describe_object
 from msprobe.pytorch.modules import hookable_modules, warn_unhooked
 
@@ -91,11 +92,14 @@ def _overwritten(key: str, args: tuple, kwargs: dict) -> list[Any]:
     return _tensors_in(args[0]) if args else []
 
 
-def _undumped_writers(level: str) -> list[tuple[Any, str, str]]:
-    """APIs that write tensors but get no entry at this level: at L0, the listed in-place ones too."""
+def _undumped_writers(level: str, selected: Callable[[str], bool] | None) -> list[tuple[Any, str, str]]:
+    """APIs that write tensors but get no entry: the unlisted in-place ones; at L0 the listed ones too, and
+    those ``risk_level`` leaves out."""
     targets = unlisted_in_place_targets()
     if level == "L0":
         targets += [target for target in api_targets() if WRITES_IN_PLACE.by_name(target[2])]
+    elif selected is not None:
+        targets += [t for t in api_targets() if WRITES_IN_PLACE.by_name(t[2]) and not selected(t[2])]
     return targets
 
 
@@ -136,9 +140,12 @@ class TorchDumpRecorder(DumpRecorder):
         self.sender = None
         if config.task == "tensor" and config.tensor.online_run_ut:
             self._go_online(config)
-        self.patcher = ApiPatcher(self.call_api)
+        selected = api_selection(config)  # risk_level: the APIs left out are not wrapped
+        self.patcher = ApiPatcher(self.call_api, selected)
         # in-place calls that are not dumped still tell the statistics cache what they wrote
-        self.write_watch = CoreApiPatcher(self.note_write, lambda: _undumped_writers(self.level), compile_escape())
+        self.write_watch = CoreApiPatcher(
+            self.note_write, lambda: _undumped_writers(self.level, selected), compile_escape()
+        )
         self._optimizer_frame: Any = None  # mix: the running optimizer.step()'s frame, while its node is open
         # calls that need no backward record take the per-call path in C, where this run's entries allow it
         self.lane = make_lane(self, WRITES_IN_PLACE.by_name, _overwritten, _graph_task_id)
