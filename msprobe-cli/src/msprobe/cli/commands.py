@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "monitor_cmd",
     "graph_cmd",
     "recover_cmd",
+    "check_cmd",
 )
 
 

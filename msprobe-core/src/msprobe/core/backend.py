@@ -79,6 +79,19 @@ class Backend:
         """Write a numpy array as this framework's tensor file."""
         raise NotImplementedError(f"{self.name} cannot write tensor files")
 
+    def load_checkpoint(self, path: str | Path) -> dict[str, Any] | None:
+        """A checkpoint in this framework's own format as numpy arrays by name; None: not a format it reads.
+
+        ``msprobe checkpoint_compare`` asks each installed backend in turn
+        (safetensors it reads itself). Read nothing that executes code.
+        """
+        return None
+
+    def config_check_probe(self) -> Any:
+        """What ``config_check``'s collection inside a training script needs of this framework
+        (a :class:`msprobe.core.config_check.ConfigCheckProbe`)."""
+        raise NotImplementedError(f"{self.name} has no config_check collection")
+
     def seed_all(self, seed: int = 1234, mode: bool = False, rm_dropout: bool = True) -> None:
         raise NotImplementedError(f"{self.name} has no seed_all")
 

@@ -27,6 +27,16 @@ class MindSporeBackend(Backend):
     def save_tensor(self, array: Any, path: str | Path) -> None:
         save_npy(array, path)
 
+    def load_checkpoint(self, path: str | Path) -> Any:
+        from msprobe.mindspore.checkpoint import load_checkpoint
+
+        return load_checkpoint(path)
+
+    def config_check_probe(self) -> Any:
+        from msprobe.mindspore.config_check import MindSporeConfigCheckProbe
+
+        return MindSporeConfigCheckProbe()
+
     def seed_all(self, seed: int = 1234, mode: bool = False, rm_dropout: bool = True) -> None:
         from msprobe.mindspore.seed import seed_all
 

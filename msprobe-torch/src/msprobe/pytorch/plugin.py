@@ -33,6 +33,16 @@ class TorchBackend(Backend):
 
         save_pt(array, path)
 
+    def load_checkpoint(self, path: str | Path) -> Any:
+        from msprobe.pytorch.checkpoint import load_checkpoint
+
+        return load_checkpoint(path)
+
+    def config_check_probe(self) -> Any:
+        from msprobe.pytorch.config_check import TorchConfigCheckProbe
+
+        return TorchConfigCheckProbe()
+
     def seed_all(self, seed: int = 1234, mode: bool = False, rm_dropout: bool = True) -> None:
         from msprobe.pytorch.seed import seed_all
 
