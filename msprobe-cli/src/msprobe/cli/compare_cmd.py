@@ -43,6 +43,13 @@ from msprobe.cli.options import fuzzy_match_option, input_path_option, layer_map
     help="Cross-framework cell/module matching; FILE maps cell_name.Class to module_name.Class.",
 )
 @layer_mapping_option("YAML: MindSpore layer names -> PyTorch.")
+@click.option(
+    "--first-divergence",
+    "first_divergence",
+    is_flag=True,
+    help="Also name where the runs first part ways: the first divergent entry, and the innermost module whose "
+    "inputs agree and outputs differ (first_divergence_*.json).",
+)
 def compare_command(
     input_path: Path,
     output_path: Path,
@@ -53,6 +60,7 @@ def compare_command(
     api_mapping: str | None,
     cell_mapping: str | None,
     layer_mapping: str | None,
+    first_divergence: bool,
 ) -> None:
     """Compare two dumps (statistics, tensor or md5 mode, picked from the dumps)."""
     from msprobe.core.compare.api import run_compare_json
@@ -70,6 +78,12 @@ def compare_command(
             click.echo(summary.advice.text())
         click.echo(summary.line())
     files = [str(f) for s in summaries for f in s.files]
+    if first_divergence:
+        from msprobe.core.graph.divergence import locate_pairs
+
+        for label, divergence, written in locate_pairs(input_path, output_path, fuzzy_match):
+            click.echo(f"{label}{divergence.line()}")
+            files.append(str(written))
     click.echo(f"results: {', '.join(files)}")
     code = max((s.exit_code for s in summaries), default=2)  # NO DATA (2) outranks SUSPICIOUS (1)
     if code:

@@ -25,6 +25,7 @@ from msprobe.core.dump.reader import read_dump
 from msprobe.core.dump.writer import JOURNAL_NAME
 from msprobe.core.errors import DataFileError
 from msprobe.core.graph.compare import compare_graphs, is_suspect
+from msprobe.core.graph.divergence import locate
 from msprobe.core.graph.html import write_build_page, write_compare_page
 from msprobe.core.graph.model import API, Graph, build_graph
 from msprobe.core.graph.overflow import mark_overflow
@@ -186,7 +187,7 @@ def compare_one(
         len(npu.nodes),
         matched=len(comparison.matches),
         suspect=suspect,
-        first_suspect=_first_suspect(npu, comparison.mode),
+        first_suspect=locate(npu, comparison).api or _first_suspect(npu, comparison.mode),
         overflow=marked,
         files=[vis, page],
     )

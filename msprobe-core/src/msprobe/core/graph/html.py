@@ -19,7 +19,14 @@ from msprobe.core.graph.vis import row_fields, write_atomically
 OVERFLOW_COLORS = {"critical": "#FF704D", "high": "#FFC62E", "medium": "#FFEDBE"}
 
 
-def _side(graph: Graph, label: str, comparison: GraphComparison | None, metrics: dict | None) -> dict[str, Any]:
+def _side(
+    graph: Graph,
+    label: str,
+    comparison: GraphComparison | None,
+    metrics: dict | None,
+    located: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """``located``: node id -> "module" or "api", the first divergence (see graph.divergence)."""
     ordered = graph.preorder()
     index = {node.id: position for position, node in enumerate(ordered)}
     framework = graph.dump.framework
@@ -49,6 +56,8 @@ def _side(graph: Graph, label: str, comparison: GraphComparison | None, metrics:
                 entry.setdefault("k", band(comparison.mode, score))
                 if is_suspect(comparison.mode, score):
                     entry["z"] = 1
+        if located and node.id in located:
+            entry["d"] = located[node.id]
         nodes.append(entry)
     return {"label": label, "nodes": nodes}
 
@@ -102,8 +111,14 @@ def write_compare_page(
         f"{comparison.mode} compare: {len(npu.nodes)} nodes, {matched} matched, "
         f"{len(npu.nodes) - matched} unmatched on the debug side"
     )
+    from msprobe.core.graph.divergence import locate
+
+    divergence = locate(npu, comparison)
+    located = {name: kind for kind, name in (("module", divergence.module), ("api", divergence.api)) if name}
+    if divergence.api:
+        info += f"; first divergence: {divergence.module or divergence.api}"
     sides = [
-        _side(npu, "Debug side", comparison, comparison.metrics),
+        _side(npu, "Debug side", comparison, comparison.metrics, located),
         _side(bench, "Bench side", comparison, None),
     ]
     return write_atomically(path, page(title, info, sides, _legend(comparison, overflow)))
