@@ -663,3 +663,24 @@ def test_26x_fields_extra_info_and_proc_folder(tmp_path):
     full = tmp_path / "full" / "step0" / "rank"
     assert (full / "stack.json").exists() and (full / "construct.json").exists()
     assert read_dump(bare / "dump.json").data == read_dump(full / "dump.json").data
+
+
+def test_flight_recorder_writes_the_window_at_the_first_nan(tmp_path):
+    """log(|dense(x)| * 0) at step 4 makes -inf from finite inputs: steps 2 to 4 are written, and only then."""
+    net = nn.Dense(4, 4)
+    config = {"task": "flight_recorder", "level": "L1", "dump_path": str(tmp_path / "dump"),
+              "flight_recorder": {"window": 3}}  # fmt: skip
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    debugger = PrecisionDebugger(config_path=str(tmp_path / "c.json"), model=net)
+    for step in range(6):
+        debugger.start()
+        scale = 0.0 if step == 4 else 1.0 / (step + 1)
+        ops.log(ops.abs(net(Tensor(np.ones((2, 4), np.float32)))) * scale).sum()
+        debugger.stop()
+        debugger.step()
+        if step < 4:
+            assert not (tmp_path / "dump").exists() or not any((tmp_path / "dump").iterdir())
+    assert sorted(p.name for p in (tmp_path / "dump").iterdir() if p.is_dir()) == ["step2", "step3", "step4"]
+    report = json.loads((tmp_path / "dump" / "flight_recorder_report.json").read_text())
+    assert report["first_nonfinite"]["api"] == "Functional.log.0.forward" and report["last_finite_step"] == 3
+    assert (tmp_path / "dump" / "step4" / "rank" / "dump_tensor_data").is_dir()

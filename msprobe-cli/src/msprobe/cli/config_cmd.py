@@ -21,6 +21,7 @@ _TASK_SECTIONS = {
     "free_benchmark": ("free_benchmark",),
     "run_ut": ("run_ut",),
     "grad_probe": ("grad_probe",),
+    "flight_recorder": ("flight_recorder",),
 }
 
 

@@ -39,6 +39,7 @@ TASKS = (
     "tensor",
     "structure",
     "overflow_check",
+    "flight_recorder",
     "free_benchmark",
     "run_ut",
     "grad_probe",
@@ -344,6 +345,34 @@ class FreeBenchmarkSection(_Section):
         return self
 
 
+FLIGHT_TRIGGERS = ("nonfinite", "loss_spike", "flush")
+
+
+class FlightRecorderSection(_Section):
+    window: int = Field(default=5, ge=1, le=1000, description="Steps kept in memory and written when triggered.")
+    triggers: list[Literal["nonfinite", "loss_spike", "flush"]] = Field(
+        default_factory=lambda: list(FLIGHT_TRIGGERS),
+        description="What writes the window: 'nonfinite' (the first call that makes an inf or nan from finite inputs), "
+        "'loss_spike' (a loss given to step(loss=...) breaking the monitor's anomaly rule), 'flush' (flush()).",
+    )
+    save_tensors: bool = Field(
+        default=True, description="Save the inputs of the first call that produced an inf or nan (.pt/.npy)."
+    )
+    loss_threshold: float = Field(
+        default=0.5, gt=0, description="Loss spike: relative distance from the running mean of the loss."
+    )
+    scope: list[str] = Field(default_factory=list, description="As in statistics: a range to record.")
+    api_list: list[str] = Field(default_factory=list, alias="list", description="As in statistics: what to record.")
+    data_mode: list[DataMode] = Field(default_factory=lambda: ["all"], description="As in statistics.")
+
+    @field_validator("triggers")
+    @classmethod
+    def _some_trigger(cls, triggers: list[str]) -> list[str]:
+        if not triggers:
+            raise ValueError(f"must name at least one of {', '.join(FLIGHT_TRIGGERS)}")
+        return triggers
+
+
 class GradProbeSection(_Section):
     grad_level: Literal["L0", "L1", "L2"] = Field(
         default="L1", description="L0: stats+MD5; L1: stats+direction; L2: plus distribution."
@@ -419,6 +448,7 @@ class DebuggerConfig(_Section):
     overflow_check: OverflowCheckSection = Field(default_factory=OverflowCheckSection)
     free_benchmark: FreeBenchmarkSection = Field(default_factory=FreeBenchmarkSection)
     grad_probe: GradProbeSection = Field(default_factory=GradProbeSection)
+    flight_recorder: FlightRecorderSection = Field(default_factory=FlightRecorderSection)
 
     plugin_sections: dict[str, Any] = Field(
         default_factory=dict, exclude=True, description="Sections of plugin tasks, validated by their models."
@@ -496,6 +526,10 @@ class DebuggerConfig(_Section):
             raise ValueError("async_dump: with task 'tensor' it needs tensor.list to name what to dump")
         if self.task == "free_benchmark" and self.level != "L1":
             raise ValueError("level: task 'free_benchmark' works only at level 'L1'")
+        if self.task == "flight_recorder" and self.level not in ("L1", "mix"):
+            raise ValueError("level: task 'flight_recorder' records at level 'L1' or 'mix'")
+        if self.task == "flight_recorder" and self.async_dump:
+            raise ValueError("async_dump: the flight recorder keeps its steps in memory already")
         if self.async_dump and self._written_for_26x:  # 26.x's rules; 1.2.2 ignored the switch elsewhere
             if self.task not in ("statistics", "tensor"):
                 raise ValueError(f"async_dump: works only with task 'statistics' or 'tensor', not '{self.task}'")

@@ -238,23 +238,31 @@ class BaseDebugger:
             self._running = False
             self._call_hooks("remove")
 
-    def step(self) -> None:
+    def step(self, loss: Any = None) -> None:
+        """End the step. ``loss``: this step's loss, for the flight recorder's loss-spike trigger."""
         if self._running:
             self.stop()
+        if loss is not None:
+            self._call_hooks("observe_loss", loss)
         self._call_hooks("end_step")
         self.current_step += 1
 
-    def _call_hooks(self, method: str) -> None:
-        """``remove``, ``end_step`` or ``close`` of the task's hooks (the last two optional). What a plugin
-        task's hooks raise is logged, once per method, and the training goes on (``strict``: raised)."""
+    def flush(self) -> None:
+        """Flight recorder: write the steps in its window now (other tasks: nothing to do)."""
+        self._call_hooks("flush")
+
+    def _call_hooks(self, method: str, *args: Any) -> None:
+        """``remove``, ``end_step``, ``close``, ``observe_loss`` or ``flush`` of the task's hooks (all but the
+        first optional). What a plugin task's hooks raise is logged, once per method, and the training goes on
+        (``strict``: raised)."""
         call = getattr(self._hooks, method, None)
         if call is None:
             return
         if not self._plugin_task:  # the built-in tasks' hooks decide themselves what reaches the training
-            call()
+            call(*args)
             return
         try:
-            call()
+            call(*args)
         except MsprobeError:
             raise
         except Exception as exc:

@@ -15,6 +15,11 @@ BUILTIN_TASKS = (
     Task("structure", "the call structure only, without values", "msprobe_dump_hooks"),
     Task("overflow_check", "the APIs whose outputs overflow", "msprobe_overflow_check_hooks"),
     Task(
+        "flight_recorder",
+        "the last steps' statistics in memory, written when an inf/nan, a loss spike or flush() comes",
+        "msprobe_dump_hooks",
+    ),
+    Task(
         "free_benchmark", "perturb inputs and compare outputs, without a benchmark run", "msprobe_free_benchmark_hooks"
     ),
     Task("grad_probe", "gradient statistics per parameter and step", "msprobe_grad_probe_hooks"),

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from msprobe.core.dump.backward_names import BackwardNumbering
 from msprobe.core.dump.filters import DataModeFilter, NameFilter, ScopeFilter
-from msprobe.core.dump.overflow import InputScreen, OverflowCounter
+from msprobe.core.dump.overflow import InputScreen, OverflowCounter, has_nonfinite
 from msprobe.core.dump.values import ValueEncoder
 from msprobe.core.dump.writer import JOURNAL_NAME, NO_PARENT, DumpWriter, refuse_links_below
 from msprobe.core.errors import DataFileError
@@ -25,6 +26,34 @@ from msprobe.core.session import TaskSession
 logger = logging.getLogger(__name__)
 
 _UNCHANGED = contextlib.nullcontext()
+
+
+def _plain_nonfinite(value: Any) -> bool:
+    """An inf or nan given as a plain number (``masked_fill(mask, -inf)``, ``full(..., -inf)``)."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, (list, tuple)):
+        return any(_plain_nonfinite(item) for item in value)
+    if isinstance(value, dict):
+        return any(_plain_nonfinite(item) for item in value.values())
+    return False
+
+
+def _produced_nonfinite(entry: dict[str, Any], raw_inputs: tuple[tuple, dict] | None) -> bool:
+    """A call that made an inf or nan: its outputs hold one, its inputs (tensors as measured before the call,
+    numbers, a module's parameters) hold none. Infinities a model makes on purpose (a -inf attention mask)
+    come from numbers or flow on from inputs, and are not counted."""
+    if not has_nonfinite(entry.get("output")):
+        return False
+    given = [entry.get(key) for key in ("input_args", "input_kwargs", "parameters")]
+    if any(has_nonfinite(part) for part in given if part is not None):
+        return False
+    return not (raw_inputs is not None and _plain_nonfinite(raw_inputs))
+
+
+def dump_task(task: str) -> str:
+    """The dump task whose entries a task writes: the flight recorder's steps are statistics dumps."""
+    return "statistics" if task == "flight_recorder" else task
 
 
 class DumpCollector:
@@ -42,7 +71,7 @@ class DumpCollector:
         self._set_tensor_dir = tensor_dir_hook
         self._saving_files = saving_files
         config = session.config
-        self.task = config.task
+        self.task = dump_task(config.task)
         self.names = NameFilter(config.api_list)
         self.modes = DataModeFilter(config.data_mode)
         self.scope = ScopeFilter(config.scope)
@@ -57,6 +86,12 @@ class DumpCollector:
         self.writer_factory: Callable[[Any, dict], Any] = lambda folder, header: DumpWriter(
             folder, header, extra_info=extra_info
         )
+        self.flight: Any = None  # the NaN flight recorder's window and triggers (task flight_recorder)
+        if config.task == "flight_recorder":
+            from msprobe.core.dump.flight import FlightRecorder
+
+            self.flight = FlightRecorder(session)
+            self.writer_factory = self.flight.writer
         self._failed_names: set[str] = set()
         self.backward_numbering = BackwardNumbering()
         # values measured late (a backend's lazy statistics) are taken by this before any entry is encoded
@@ -100,6 +135,8 @@ class DumpCollector:
         try:
             self._settle_values()
             writer.close()
+            if self.flight is not None:
+                self.flight.step_closed(writer)
         except Exception as exc:
             folder = getattr(writer, "folder", self.session.dump_dir)
             lost = len(getattr(writer, "data", ()))
@@ -197,7 +234,16 @@ class DumpCollector:
         else:
             with self._files():  # the tensors of an overflow are kept
                 entry = self._forward_entry(name, inputs, output, parameters, recompute)
-        self.open_step().add(name, entry, self.deferred, stack() if stack is not None else None, parent)
+        writer = self.open_step()
+        stack_value = stack() if stack is not None else None
+        if self.flight is not None and self.flight.wants_nonfinite() and _produced_nonfinite(entry, raw_inputs):
+            if self.flight.save_tensors and raw_inputs is not None:  # the inputs of the first call that made one
+                with self._saving_tensors_of(writer):
+                    entry.update(self._encode_inputs(name, *raw_inputs))
+            writer.add(name, entry, self.deferred, stack_value, parent)
+            self.flight.nonfinite(name, stack_value, parent)
+            return True
+        writer.add(name, entry, self.deferred, stack_value, parent)
         return True
 
     def _forward_entry(
@@ -232,6 +278,9 @@ class DumpCollector:
                 leaving = self.encoder.encode_outputs(grad_of_inputs, f"{name}.output") if self.modes.outputs else []
             entry = {"input": arriving, "output": leaving}
         self.open_step().add(name, entry, self.deferred, parent=parent)
+        if self.flight is not None and self.flight.wants_nonfinite() and entry:
+            if has_nonfinite(entry["output"]) and not has_nonfinite(entry["input"]):  # leaving from arriving
+                self.flight.nonfinite(name, None, parent)
         return True
 
     def reserve(self, name: str) -> None:
@@ -253,6 +302,20 @@ class DumpCollector:
 
     def parent(self, name: str, parent: str | None) -> None:
         self.open_step().set_parent(name, parent)
+
+    @contextlib.contextmanager
+    def _saving_tensors_of(self, writer: Any) -> Iterator[None]:
+        """Tensor files into this step's dump_tensor_data, for a task that keeps none otherwise."""
+        from msprobe.core.dump.writer import make_dir
+
+        folder = make_dir(writer.folder / "dump_tensor_data")
+        writer.header["dump_data_dir"] = str(folder)
+        self._set_tensor_dir(folder)
+        try:
+            with self._saving():
+                yield
+        finally:
+            self._set_tensor_dir(None)
 
     def _hardware(self) -> bool | None:
         return self.hardware_flag() if self.hardware_flag is not None else None

@@ -32,7 +32,8 @@ def has_nonfinite(encoded: Any) -> bool:
         return any(has_nonfinite(item) for item in encoded.values())
     if isinstance(encoded, list):
         return any(has_nonfinite(item) for item in encoded)
-    return False
+    value = getattr(encoded, "value", None)  # a summary a backend handed over as JSON text already (RawJSON)
+    return has_nonfinite(value()) if callable(value) else False
 
 
 class InputScreen:

@@ -149,6 +149,18 @@ class DumpRecorder:
     def close(self) -> None:
         self.summarizer.close()
 
+    def observe_loss(self, loss: Any) -> None:
+        """The flight recorder's loss-spike trigger (``debugger.step(loss=...)``); other tasks ignore it."""
+        flight = self.collector.flight
+        if flight is not None:
+            self.guard(lambda: flight.observe_loss(float(loss)), "flight recorder")
+
+    def flush(self) -> None:
+        """The flight recorder's ``debugger.flush()``: write the window now."""
+        flight = self.collector.flight
+        if flight is not None:
+            self.guard(flight.flush, "flight recorder")
+
     def guard(self, action: Callable[[], None], what: str) -> None:
         """Run tool work outside any call: a failure is reported under ``what``, never raised into training."""
         try:

@@ -390,8 +390,9 @@ class DumpWriter:
         journal: bool = True,
         file_name: str = "dump.json",
         extra_info: bool = True,
+        create: bool = True,
     ):
-        self.folder = make_dir(folder)
+        self.folder = make_dir(folder) if create else Path(folder)  # not created: the caller makes it later
         self.header = header
         self.file_name = file_name
         self.extra_info = extra_info  # False (26.x's extra_info): no stack.json and construct.json

@@ -30,6 +30,7 @@ import mindspore as ms
 from mindspore import ops
 from mindspore.ops import Primitive
 from msprobe.core.api_patch import ApiPatcher, resolve_attribute
+from msprobe.core.dump.collector import dump_task
 from msprobe.core.dump.recorder import DumpRecorder, ModuleHooks, WriteRule, each_model, module_label
 from msprobe.core.dump.values import ValueEncoder
 from msprobe.core.session import TaskSession
@@ -292,8 +293,10 @@ class MindSporeDumpRecorder(DumpRecorder):
 
     def __init__(self, session: TaskSession):
         config = session.config
-        # lazy reads, except for ``strict``, which raises the tool's errors from the call that met them
-        summarizer = TensorSummarizer(config.task, config.summary_mode, caching=True, lazy=not config.strict)
+        # lazy reads, except for ``strict``, which raises the tool's errors from the call that met them, and for
+        # the flight recorder, which looks at each call's values as it is recorded
+        lazy = not config.strict and config.task != "flight_recorder"
+        summarizer = TensorSummarizer(dump_task(config.task), config.summary_mode, caching=True, lazy=lazy)
         encoder = ValueEncoder(ms.Tensor, summarizer, describe_object)
         super().__init__(session, summarizer, encoder, _TOOL_ROOT, WRITES_IN_PLACE, summarizer.caching)
         if summarizer.lazy:

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import torch
 
 from msprobe.core.api_patch import ApiPatcher as CoreApiPatcher
+from msprobe.core.dump.collector import dump_task
 from msprobe.core.dump.overflow import InputScreen
 from msprobe.core.dump.recorder import DumpRecorder, ModuleHooks, WriteRule, each_model, in_place_by_name, module_label
 from msprobe.core.dump.values import ValueEncoder
@@ -132,7 +133,7 @@ class TorchDumpRecorder(DumpRecorder):
 
     def __init__(self, session: TaskSession):
         config = session.config
-        summarizer = TensorSummarizer(config.task, config.summary_mode, deferred=config.async_dump)
+        summarizer = TensorSummarizer(dump_task(config.task), config.summary_mode, deferred=config.async_dump)
         encoder = ValueEncoder(torch.Tensor, summarizer, describe_object)
         super().__init__(session, summarizer, encoder, _TOOL_ROOT, WRITES_IN_PLACE, summarizer.caches)
         self.collector.hardware_flag = npu_overflow_flag()

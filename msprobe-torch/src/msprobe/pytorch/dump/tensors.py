@@ -417,7 +417,7 @@ class TensorSummarizer:
 
     def __call__(self, tensor: torch.Tensor, data_stem: str) -> Any:
         """The tensor's entry in dump.json: a dict, or for the usual tensors its JSON text (``RawJSON``)."""
-        if self.quick_texts is not None and self.online is None:
+        if self.quick_texts is not None and self.online is None and not self.save_files:
             text = self.quick_texts.text(tensor)
             if text is not None:
                 return RawJSON(text)
