@@ -46,6 +46,7 @@ TASKS = (
 )
 LEVELS = ("L0", "L1", "mix", "L2", "debug")
 RISK_LEVELS = ("ALL", "CORE", "FOCUS")
+SUMMARY_MODES = ("statistics", "md5", "xor")
 # fields only mindstudio-probe 26.x knows: a config holding one is read the 26.x way (see DebuggerConfig.follows_26x)
 FIELDS_26X = ("extra_info", "precision", "risk_level", "dump_enable")
 DATA_MODES = ("all", "forward", "backward", "input", "output")
@@ -208,7 +209,8 @@ class _ScopedSection(_Section):
 class StatisticsSection(_ScopedSection):
     summary_mode: str | list[str] = Field(
         default="statistics",
-        description="'statistics' (Max/Min/Mean/Norm) or 'md5' (adds a CRC-32 of each tensor).",
+        description="'statistics' (Max/Min/Mean/Norm), 'md5' (adds a CRC-32 of each tensor) or 'xor' "
+        "(26.x, PyTorch: an XOR checksum as md5, without the statistics).",
     )
     tensor_list: list[str] = Field(
         default_factory=list,
@@ -227,8 +229,8 @@ class StatisticsSection(_ScopedSection):
     @classmethod
     def _known_mode(cls, mode: str | list[str]) -> str | list[str]:
         if isinstance(mode, str):
-            if mode not in ("statistics", "md5"):
-                raise ValueError(f"must be 'statistics' or 'md5', got {mode!r}")
+            if mode not in SUMMARY_MODES:
+                raise ValueError(f"must be 'statistics', 'md5' or 'xor', got {mode!r}")
             return mode
         unknown = [item for item in mode if item not in ("max", "min", "mean", "l2norm")]
         if unknown or not mode:
@@ -240,6 +242,34 @@ class TensorSection(_ScopedSection):
     file_format: Literal["npy", "bin"] = Field(
         default="npy", description="MindSpore graph-mode L2 only: 'npy' or 'bin'."
     )
+    summary_mode: Literal["statistics", "md5", "xor"] | None = Field(
+        default=None, description="26.x: as statistics.summary_mode, for this task (unset: statistics' own)."
+    )
+    bench_path: str | None = Field(
+        default=None,
+        description="26.x, PyTorch: an earlier md5 dump of the same script; each API's checksums are compared "
+        "with it as the run goes, and tensors are written only for the first diff_nums that differ.",
+    )
+    diff_nums: int = Field(
+        default=1, description="With bench_path: how many differing APIs get their tensors; -1: all."
+    )
+
+    @field_validator("diff_nums")
+    @classmethod
+    def _positive_or_all(cls, value: int) -> int:
+        if value == 0 or value < -1:
+            raise ValueError("must be a positive integer or -1")
+        return value
+
+    @model_validator(mode="after")
+    def _bench_needs_checksums(self) -> TensorSection:
+        if self.bench_path is not None:
+            if not self.bench_path.strip():
+                raise ValueError("bench_path: must not be empty")
+            if self.summary_mode not in ("md5", "xor"):
+                raise ValueError("bench_path: needs summary_mode 'md5' (or 'xor') in this section")
+        return self
+
     online_run_ut: bool = Field(default=False, description="Stream tensors to an online run_ut host.")
     nfs_path: str | None = Field(default=None, description="Online pre-check: shared directory.")
     host: str | None = Field(default=None, description="Online pre-check: receiver address.")
@@ -558,8 +588,14 @@ class DebuggerConfig(_Section):
 
     @property
     def summary_mode(self) -> str:
-        mode = self.statistics.summary_mode
+        own = getattr(self.section, "summary_mode", None) if self.task == "tensor" else None
+        mode = own or self.statistics.summary_mode
         return mode if isinstance(mode, str) else "statistics"
+
+    @property
+    def live_diff(self) -> bool:
+        """Task tensor with a bench_path: the md5 diff against an earlier run, as the run goes."""
+        return self.task == "tensor" and self.tensor.bench_path is not None
 
     @property
     def scope(self) -> list[str]:

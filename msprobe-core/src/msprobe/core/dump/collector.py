@@ -86,6 +86,13 @@ class DumpCollector:
         self.writer_factory: Callable[[Any, dict], Any] = lambda folder, header: DumpWriter(
             folder, header, extra_info=extra_info
         )
+        self.live: Any = None  # the live md5 diff against bench_path (task tensor)
+        if config.live_diff:
+            from msprobe.core.dump.live_diff import LiveDiff
+
+            self.live = LiveDiff(session)
+            if saving_files is not None:
+                saving_files(False)  # tensor files only for the calls that differ
         self.flight: Any = None  # the NaN flight recorder's window and triggers (task flight_recorder)
         if config.task == "flight_recorder":
             from msprobe.core.dump.flight import FlightRecorder
@@ -110,6 +117,8 @@ class DumpCollector:
             }
             if self.session.config.dump_path:  # no link planted below dump_path may take the step elsewhere
                 refuse_links_below(Path(self.session.config.dump_path), folder)
+            if self.live is not None:  # the bench's step, read before anything of this one is written
+                self.live.open_step()
             self.writer = self.writer_factory(folder, header)
             if tensor_dir is not None:
                 from msprobe.core.dump.writer import make_dir
@@ -134,6 +143,8 @@ class DumpCollector:
         self._set_tensor_dir(None)  # the next step's tensor files go to its own folder, made when it opens
         try:
             self._settle_values()
+            if self.live is not None:
+                self.live.write_report(writer.folder)
             writer.close()
             if self.flight is not None:
                 self.flight.step_closed(writer)
@@ -236,6 +247,12 @@ class DumpCollector:
                 entry = self._forward_entry(name, inputs, output, parameters, recompute)
         writer = self.open_step()
         stack_value = stack() if stack is not None else None
+        if self.live is not None and self.live.check(name, entry) == "divergent":
+            self.live.divergence(name, stack_value, parent)
+            if self.live.wants_tensors() and raw_inputs is not None:  # this call's tensors are written
+                with self._saving():
+                    entry.update(self._encode_inputs(name, *raw_inputs))
+                    entry["output"] = self.encoder.encode_outputs(output, f"{name}.output")
         if self.flight is not None and self.flight.wants_nonfinite() and _produced_nonfinite(entry, raw_inputs):
             if self.flight.save_tensors and raw_inputs is not None:  # the inputs of the first call that made one
                 with self._saving_tensors_of(writer):
@@ -277,6 +294,12 @@ class DumpCollector:
                 arriving = self.encoder.encode_outputs(grad_of_outputs, f"{name}.input") if self.modes.inputs else []
                 leaving = self.encoder.encode_outputs(grad_of_inputs, f"{name}.output") if self.modes.outputs else []
             entry = {"input": arriving, "output": leaving}
+            if self.live is not None and self.live.check(name, entry) == "divergent":
+                self.live.divergence(name, None, parent)
+                if self.live.wants_tensors():
+                    with self._saving():
+                        entry = {"input": self.encoder.encode_outputs(grad_of_outputs, f"{name}.input"),
+                                 "output": self.encoder.encode_outputs(grad_of_inputs, f"{name}.output")}  # fmt: skip
         self.open_step().add(name, entry, self.deferred, parent=parent)
         if self.flight is not None and self.flight.wants_nonfinite() and entry:
             if has_nonfinite(entry["output"]) and not has_nonfinite(entry["input"]):  # leaving from arriving

@@ -27,7 +27,7 @@ def is_nonfinite(value: Any) -> bool:
 def has_nonfinite(encoded: Any) -> bool:
     """Whether any tensor summary in an encoded value holds inf or nan."""
     if isinstance(encoded, dict):
-        if "dtype" in encoded:
+        if "dtype" in encoded and isinstance(encoded.get("type"), str):  # a summary, not kwargs with a dtype=
             return any(is_nonfinite(encoded.get(key)) for key in STAT_KEYS)
         return any(has_nonfinite(item) for item in encoded.values())
     if isinstance(encoded, list):

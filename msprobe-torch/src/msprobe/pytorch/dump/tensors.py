@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from msprobe.core.dump import float_stats
-from msprobe.core.dump.checksum import crc32
+from msprobe.core.dump.checksum import crc32, xor_hex
 from msprobe.core.dump.checksum import crc32_hex as checksum_hex
 from msprobe.core.dump.file_pool import FilePool
 from msprobe.core.dump.numbers import float32_mean, json_number, no_statistics
@@ -241,6 +241,18 @@ def _finite(value: float) -> bool:
     return math.isfinite(value)
 
 
+def _host_contiguous(tensor: torch.Tensor) -> torch.Tensor:
+    data = tensor.detach()
+    if not data.is_cpu:
+        data = data.cpu()
+    return data if data.is_contiguous() else data.contiguous()
+
+
+def xor_checksum_hex(tensor: torch.Tensor) -> str:
+    """``summary_mode: "xor"``: see msprobe.core.dump.checksum.xor_hex."""
+    return xor_hex(host_bytes(_host_contiguous(tensor)))
+
+
 def crc32_hex(tensor: torch.Tensor) -> str:
     """CRC-32 of the tensor's bytes (the reference calls it md5), as 8 hex digits; the bytes are read in place."""
     data = tensor.detach()
@@ -303,7 +315,8 @@ class TensorSummarizer:
         self._pool: FilePool | None = None  # async mode's file threads
         self._closed = False
         self._files = PtWriter()
-        self.with_stats = task in ("statistics", "tensor", "overflow_check")
+        self.with_xor = summary_mode == "xor"  # 26.x: an XOR checksum as md5, and no statistics
+        self.with_stats = task in ("statistics", "tensor", "overflow_check") and not self.with_xor
         self.with_crc = summary_mode == "md5"
         self.save_files = task == "tensor"
         self.online: dict[str, Any] | None = None  # data_name -> array, when streaming to a receiver
@@ -311,10 +324,10 @@ class TensorSummarizer:
         # (id, kind) -> (weak reference, version, data address, storage address, write count when measured, value)
         self._cache: dict[tuple[int, str], tuple[Any, int, int, int, int, Any]] = {}
         self.write_log = WriteLog()
-        self.caches = self.with_stats or self.with_crc
+        self.caches = self.with_stats or self.with_crc or self.with_xor
         # the usual entry, statistics of a plain CPU float tensor, measured and cached as JSON text in C (_lane.c):
         # the bulk of a dump; everything else, and any doubt, goes the general way below, which writes the same
-        quick = task == "statistics" and not self.with_crc and not deferred
+        quick = task == "statistics" and not self.with_crc and not self.with_xor and not deferred
         self.quick_texts = lane.summaries(self.write_log) if quick else None
 
     def set_tensor_dir(self, folder: Path | None) -> None:
@@ -440,6 +453,8 @@ class TensorSummarizer:
             _except_keys_last(summary)
         if self.with_crc and self.with_stats and has_data:
             summary["md5"] = self._cached("crc", tensor, crc32_hex)
+        elif self.with_xor and has_data:
+            summary["md5"] = self._cached("xor", tensor, xor_checksum_hex)
         if self.online is not None or self.save_files:
             self._attach_data(summary, tensor, data_stem, has_data)
         return summary
@@ -488,6 +503,8 @@ class TensorSummarizer:
         _except_keys_last(summary)
         if self.with_crc and self.with_stats:
             summary["md5"] = crc32_hex(crc_source) if crc_source is not None else sparse_crc32_hex(data)
+        elif self.with_xor:
+            summary["md5"] = xor_checksum_hex(crc_source if crc_source is not None else stored.to_dense())
         self._attach_data(summary, stored, data_stem, has_data=True)
         return summary
 

@@ -1,0 +1,227 @@
+"""The live md5 diff (mindstudio-probe 26.x's ``bench_path`` and ``diff_nums``, task ``tensor``).
+
+Each call's checksums (``summary_mode`` md5 or xor) are compared, as the
+run goes, with those of an earlier dump of the same script; tensor files are
+written only for the first ``diff_nums`` calls whose values differ, so a
+deterministic-problem hunt costs an md5 dump plus the tensors that matter.
+
+Calls pair as the compare pairs them: by name first, when the bench's call
+of that name has tensors of the same shapes; otherwise (a call
+counted differently because of an extra or missing call) with the bench's
+first unpaired call of the same API and direction whose tensors have the
+same dtypes and shapes. A call with no partner is an
+extra call, a bench call never paired a missing one: both are reported and
+neither is counted as a difference. ``diff_report.json`` in the step's
+folder names the first divergent call with its step, rank, module and
+stack; one log line says it too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from msprobe.core.dump.writer import write_json_atomic
+from msprobe.core.errors import DataFileError
+
+logger = logging.getLogger(__name__)
+
+REPORT_NAME = "diff_report.json"
+_COUNT = re.compile(r"^(?P<api>.+)\.\d+\.(?P<direction>forward|backward)$")
+_MODULE_COUNT = re.compile(r"^(?P<api>.+)\.(?P<direction>forward|backward)\.\d+$")
+_MOST_LISTED = 1000  # names listed per category in the report
+
+
+def _is_leaf(value: dict) -> bool:
+    """A value's summary (a tensor's, or a plain value's), not a dict of arguments: its "type" is a name.
+    A kwargs dict may well hold an argument called dtype or type."""
+    return isinstance(value.get("type"), str)
+
+
+def checksums(entry: Any) -> list[Any]:
+    """The md5 of every tensor of an entry, in order (None for a value that is no tensor)."""
+    found: list[Any] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            if _is_leaf(value):
+                found.append(value.get("md5"))
+                return
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+        elif hasattr(value, "value") and callable(value.value):  # a summary handed over as JSON text
+            walk(value.value())
+
+    if isinstance(entry, dict):
+        for key in ("input_args", "input_kwargs", "input", "output", "parameters"):
+            if key in entry:
+                walk(entry[key])
+    return found
+
+
+def structure(entry: Any) -> list[Any]:
+    """Dtypes and shapes of an entry's tensors: what the fuzzy pairing looks at."""
+    found: list[Any] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            if _is_leaf(value):
+                if "shape" in value:  # a tensor
+                    found.append((value.get("dtype"), tuple(value.get("shape") or ())))
+                return
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+        elif hasattr(value, "value") and callable(value.value):
+            walk(value.value())
+
+    if isinstance(entry, dict):
+        for key in ("input_args", "input_kwargs", "input", "output"):
+            if key in entry:
+                walk(entry[key])
+    return found
+
+
+def _shapes(found: list[Any]) -> list[Any]:
+    return [shape for _dtype, shape in found]
+
+
+def _kind(name: str) -> str:
+    """The API and direction of an entry name, without its count: the fuzzy pairing's key."""
+    match = _COUNT.match(name) or _MODULE_COUNT.match(name)
+    return f"{match['api']}.{match['direction']}" if match else name
+
+
+class LiveDiff:
+    """Pairs one step's calls with the bench's and keeps the report."""
+
+    def __init__(self, session: Any):
+        self.session = session
+        section = session.config.tensor
+        self.bench_root = Path(section.bench_path)
+        self.limit = section.diff_nums
+        self.bench: dict[str, Any] = {}
+        self.by_kind: dict[str, list[str]] = defaultdict(list)
+        self.paired: set[str] = set()
+        self.divergent: list[str] = []
+        self.extra: list[str] = []
+        self.first: dict[str, Any] | None = None
+        self.written = 0  # divergent calls whose tensors were written
+        self.bench_folder: Path | None = None
+        self._structures: dict[str, list[Any]] = {}
+
+    # -- a step ----------------------------------------------------------------------
+    def open_step(self) -> None:
+        from msprobe.core.dump.reader import read_dump
+
+        self.bench, self.paired, self.divergent, self.extra, self.first = {}, set(), [], [], None
+        self.by_kind = defaultdict(list)
+        self._structures = {}
+        self.written = 0
+        self.bench_folder = self._bench_folder()
+        dump = read_dump(self.bench_folder)
+        self.bench = dict(dump.data)
+        for name in self.bench:
+            self.by_kind[_kind(name)].append(name)
+
+    def _bench_folder(self) -> Path:
+        """The bench step folder matching this one: ``bench_path/step{N}/rank{R}``, or bench_path itself when
+        it holds a dump.json (one step given for every step)."""
+        root = self.bench_root
+        if (root / "dump.json").is_file():
+            return root
+        if root.is_file() and root.name == "dump.json":
+            return root.parent
+        step = root / f"step{self.session.step}"
+        if not step.is_dir():
+            raise DataFileError(root, f"tensor.bench_path holds no step{self.session.step} folder and no dump.json")
+        rank = self.session.rank
+        wanted = f"rank{rank}" if rank is not None else "rank"
+        if (step / wanted / "dump.json").is_file():
+            return step / wanted
+        folders = [p for p in step.iterdir() if p.is_dir() and (p / "dump.json").is_file()]
+        if rank is None and len(folders) == 1:  # 26.x's proc{pid} folder
+            return folders[0]
+        raise DataFileError(step, f"tensor.bench_path holds no {wanted} folder with a dump.json")
+
+    # -- a call -------------------------------------------------------------------------
+    def check(self, name: str, entry: Any) -> str:
+        """'same', 'divergent' or 'extra' (no partner in the bench)."""
+        partner = self._partner(name, entry)
+        if partner is None:
+            self.extra.append(name)
+            return "extra"
+        self.paired.add(partner)
+        if checksums(entry) == checksums(self.bench[partner]):
+            return "same"
+        self.divergent.append(name)
+        return "divergent"
+
+    def _partner(self, name: str, entry: Any) -> str | None:
+        shape = structure(entry)
+        if name in self.bench and name not in self.paired and _shapes(self._structure(name)) == _shapes(shape):
+            return name  # the same name and shapes: a dtype that differs is a difference to report
+        for candidate in self.by_kind.get(_kind(name), ()):
+            if candidate not in self.paired and self._structure(candidate) == shape:
+                return candidate
+        return None
+
+    def _structure(self, name: str) -> list[Any]:
+        found = self._structures.get(name)
+        if found is None:
+            found = self._structures[name] = structure(self.bench[name])
+        return found
+
+    def wants_tensors(self) -> bool:
+        """Whether the divergent call just checked gets its tensors written (the first ``diff_nums``)."""
+        if self.limit != -1 and self.written >= self.limit:
+            return False
+        self.written += 1
+        return True
+
+    def divergence(self, name: str, stack: Any, parent: Any) -> None:
+        if self.first is not None:
+            return
+        self.first = {
+            "api": name,
+            "step": self.session.step,
+            "rank": self.session.rank,
+            "module": parent if isinstance(parent, str) else None,
+            "stack": _frames(stack),
+        }
+        logger.warning("msprobe: first divergence from %s at step %d: %s", self.bench_folder, self.session.step, name)
+
+    def write_report(self, folder: Path) -> None:
+        missing = [name for name in self.bench if name not in self.paired]
+        report = {
+            "bench": str(self.bench_folder),
+            "first_divergence": self.first,
+            "divergent": self.divergent[:_MOST_LISTED],
+            "divergent_count": len(self.divergent),
+            "extra": self.extra[:_MOST_LISTED],
+            "extra_count": len(self.extra),
+            "missing": missing[:_MOST_LISTED],
+            "missing_count": len(missing),
+        }
+        write_json_atomic(folder / REPORT_NAME, report, indent=2)
+
+
+def _frames(stack: Any) -> list[str]:
+    if stack is None:
+        return []
+    if isinstance(stack, list):
+        return stack
+    try:
+        frames = json.loads(str(stack))
+    except ValueError:
+        return []
+    return frames if isinstance(frames, list) else []

@@ -1,0 +1,121 @@
+"""The live md5 diff: ``tensor.bench_path`` and ``diff_nums`` (mindstudio-probe 26.x).
+
+The golden run is an md5 dump of a small script. The debug run changes one
+reduction: ``torch.sum`` accumulates in float64 and is cast back, so
+``Torch.sum.0.forward`` differs (its output dtype and bits) while every call
+before it is bit for bit the same; everything after it differs because its
+inputs do. Expected names are derived from that script by hand.
+"""
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from msprobe.core.errors import ConfigError
+from msprobe.pytorch import PrecisionDebugger
+
+FIRST = "Torch.sum.0.forward"
+SECOND = "Tensor.__mul__.0.forward"
+
+
+def _run(tmp_path, name, variant, bench=None, diff_nums=1, summary_mode="md5"):
+    torch.manual_seed(0)
+    fc1, fc2 = torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)
+    config = {"task": "tensor" if bench else "statistics", "level": "L1", "dump_path": str(tmp_path / name)}
+    if bench:
+        config["tensor"] = {"summary_mode": summary_mode, "bench_path": str(bench), "diff_nums": diff_nums}
+    else:
+        config["statistics"] = {"summary_mode": summary_mode}
+    (tmp_path / f"{name}.json").write_text(json.dumps(config))
+    debugger = PrecisionDebugger(config_path=str(tmp_path / f"{name}.json"))
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(1))
+    debugger.start()
+    if variant == "extra":
+        F.relu(torch.ones(3))  # a call the golden run does not make; the next relu's count shifts
+    h = F.relu(fc1(x))
+    if variant == "changed":
+        s = torch.sum(h, dim=-1, keepdim=True, dtype=torch.float64).float()
+    else:
+        s = torch.sum(h, dim=-1, keepdim=True)
+    fc2(h * s).square().mean().backward()
+    debugger.stop()
+    debugger.step()
+    return tmp_path / name / "step0" / "rank"
+
+
+def _files(folder):
+    return sorted(p.name for p in (folder / "dump_tensor_data").iterdir())
+
+
+@pytest.fixture
+def golden(tmp_path):
+    _run(tmp_path, "golden", "same")
+    return tmp_path / "golden"
+
+
+def test_the_first_divergent_api_is_named_and_only_its_tensors_are_written(tmp_path, golden):
+    run = _run(tmp_path, "debug", "changed", golden)
+    report = json.loads((run / "diff_report.json").read_text())
+    first = report["first_divergence"]
+    assert (first["api"], first["step"], first["rank"]) == (FIRST, 0, None)
+    assert any("torch.sum" in frame for frame in first["stack"])
+    assert report["divergent"][:2] == [FIRST, SECOND]  # nothing before it differs
+    assert _files(run) == [f"{FIRST}.input.0.pt", f"{FIRST}.output.0.pt"]
+    entry = json.loads((run / "dump.json").read_text())["data"][FIRST]
+    assert entry["output"][0]["data_name"] == f"{FIRST}.output.0.pt" and "md5" in entry["output"][0]
+    assert (
+        "data_name" not in json.loads((run / "dump.json").read_text())["data"]["Functional.relu.0.forward"]["output"][0]
+    )
+
+
+def test_diff_nums_writes_the_tensors_of_that_many(tmp_path, golden):
+    run = _run(tmp_path, "debug", "changed", golden, diff_nums=2)
+    names = {name.split(".input")[0].split(".output")[0] for name in _files(run)}
+    assert names == {FIRST, SECOND}
+    every = _run(tmp_path, "all", "changed", golden, diff_nums=-1)
+    report = json.loads((every / "diff_report.json").read_text())
+    written = {name.split(".input")[0].split(".output")[0] for name in _files(every)}
+    assert written == set(report["divergent"]) and report["divergent_count"] >= 5
+
+
+def test_the_same_script_has_no_divergence_and_writes_no_tensor(tmp_path, golden):
+    run = _run(tmp_path, "debug", "same", golden)
+    report = json.loads((run / "diff_report.json").read_text())
+    assert report["first_divergence"] is None and report["divergent"] == [] and _files(run) == []
+    assert report["extra"] == [] and report["missing"] == []
+
+
+def test_an_extra_call_is_reported_not_misaligned(tmp_path, golden):
+    run = _run(tmp_path, "debug", "extra", golden)
+    report = json.loads((run / "diff_report.json").read_text())
+    assert report["extra"] == ["Functional.relu.0.forward"]  # ones(3): no bench call of that shape
+    assert report["first_divergence"] is None  # relu.1 pairs with the golden run's relu.0, and agrees
+    assert _files(run) == []
+
+
+def test_xor_checksums_work_as_md5_does(tmp_path):
+    _run(tmp_path, "golden", "same", summary_mode="xor")
+    entry = json.loads((tmp_path / "golden" / "step0" / "rank" / "dump.json").read_text())["data"][
+        "Functional.relu.0.forward"
+    ]
+    assert len(entry["output"][0]["md5"]) == 16 and "Max" not in entry["output"][0]
+    run = _run(tmp_path, "debug", "changed", tmp_path / "golden", summary_mode="xor")
+    assert json.loads((run / "diff_report.json").read_text())["first_divergence"]["api"] == FIRST
+
+
+def test_xor_is_the_xor_of_the_64_bit_words():
+    from msprobe.pytorch.dump.tensors import xor_checksum_hex
+
+    words = torch.tensor([0x0102030405060708, 0x1111111111111111, 0x00000000000000FF], dtype=torch.int64)
+    assert xor_checksum_hex(words) == f"{0x0102030405060708 ^ 0x1111111111111111 ^ 0xFF:016x}"
+    three = torch.tensor([1, 2, 3], dtype=torch.int8)  # one word, zero-padded: 0x030201 little-endian
+    assert xor_checksum_hex(three) == f"{0x030201:016x}"
+
+
+def test_bench_path_needs_checksums(tmp_path):
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"task": "tensor", "dump_path": str(tmp_path), "tensor": {"bench_path": "x"}}))
+    with pytest.raises(ConfigError, match="bench_path: needs summary_mode 'md5'"):
+        PrecisionDebugger(config_path=str(config))
