@@ -154,6 +154,13 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, arbitrary_types_allowed=True)
 
 
+def _positive_or_all(value: int) -> int:
+    """A count where -1 means no limit."""
+    if value == 0 or value < -1:
+        raise ValueError("must be a positive integer or -1")
+    return value
+
+
 def _as_list(value: Any) -> Any:
     return [value] if isinstance(value, str) else value
 
@@ -254,12 +261,7 @@ class TensorSection(_ScopedSection):
         default=1, description="With bench_path: how many differing APIs get their tensors; -1: all."
     )
 
-    @field_validator("diff_nums")
-    @classmethod
-    def _positive_or_all(cls, value: int) -> int:
-        if value == 0 or value < -1:
-            raise ValueError("must be a positive integer or -1")
-        return value
+    _diff_nums = field_validator("diff_nums")(classmethod(lambda cls, value: _positive_or_all(value)))
 
     @model_validator(mode="after")
     def _bench_needs_checksums(self) -> TensorSection:
@@ -330,12 +332,7 @@ class OverflowCheckSection(_Section):
         default="all", description="MindSpore only: 'all', 'aicore' or 'atomic'."
     )
 
-    @field_validator("overflow_nums")
-    @classmethod
-    def _positive_or_minus_one(cls, value: int) -> int:
-        if value == 0 or value < -1:
-            raise ValueError("must be a positive integer or -1")
-        return value
+    _overflow_nums = field_validator("overflow_nums")(classmethod(lambda cls, value: _positive_or_all(value)))
 
 
 class FreeBenchmarkSection(_Section):

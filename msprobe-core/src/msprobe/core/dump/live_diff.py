@@ -22,6 +22,7 @@ import json
 import logging
 import re
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,53 +43,37 @@ def _is_leaf(value: dict) -> bool:
     return isinstance(value.get("type"), str)
 
 
-def checksums(entry: Any) -> list[Any]:
-    """The md5 of every tensor of an entry, in order (None for a value that is no tensor)."""
-    found: list[Any] = []
+def _leaves(entry: Any, sections: tuple[str, ...]) -> Iterator[dict]:
+    """Each value summary of an entry's sections, in order (summaries handed over as JSON text included)."""
 
-    def walk(value: Any) -> None:
+    def walk(value: Any) -> Iterator[dict]:
         if isinstance(value, dict):
             if _is_leaf(value):
-                found.append(value.get("md5"))
+                yield value
                 return
             for item in value.values():
-                walk(item)
+                yield from walk(item)
         elif isinstance(value, list):
             for item in value:
-                walk(item)
-        elif hasattr(value, "value") and callable(value.value):  # a summary handed over as JSON text
-            walk(value.value())
+                yield from walk(item)
+        elif hasattr(value, "value") and callable(value.value):
+            yield from walk(value.value())
 
     if isinstance(entry, dict):
-        for key in ("input_args", "input_kwargs", "input", "output", "parameters"):
+        for key in sections:
             if key in entry:
-                walk(entry[key])
-    return found
+                yield from walk(entry[key])
+
+
+def checksums(entry: Any) -> list[Any]:
+    """The md5 of every value of an entry, in order (None for a value that is no tensor)."""
+    return [leaf.get("md5") for leaf in _leaves(entry, ("input_args", "input_kwargs", "input", "output", "parameters"))]
 
 
 def structure(entry: Any) -> list[Any]:
     """Dtypes and shapes of an entry's tensors: what the fuzzy pairing looks at."""
-    found: list[Any] = []
-
-    def walk(value: Any) -> None:
-        if isinstance(value, dict):
-            if _is_leaf(value):
-                if "shape" in value:  # a tensor
-                    found.append((value.get("dtype"), tuple(value.get("shape") or ())))
-                return
-            for item in value.values():
-                walk(item)
-        elif isinstance(value, list):
-            for item in value:
-                walk(item)
-        elif hasattr(value, "value") and callable(value.value):
-            walk(value.value())
-
-    if isinstance(entry, dict):
-        for key in ("input_args", "input_kwargs", "input", "output"):
-            if key in entry:
-                walk(entry[key])
-    return found
+    leaves = _leaves(entry, ("input_args", "input_kwargs", "input", "output"))
+    return [(leaf.get("dtype"), tuple(leaf.get("shape") or ())) for leaf in leaves if "shape" in leaf]
 
 
 def _shapes(found: list[Any]) -> list[Any]:
