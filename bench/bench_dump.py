@@ -1,6 +1,7 @@
 """Step time of workload W with each dump configuration, as a ratio to the untouched step.
 
     python bench/bench_dump.py [--steps 16] [--out /tmp/msprobe_bench] [--only "statistics L1,statistics mix"]
+    python bench/bench_dump.py --device cuda      # W and the large transformer on one GPU (npu: Ascend)
 
 All configurations are measured in one run, one thread, after a warm-up;
 each against a plain twin of the workload stepped in turn with it.
@@ -58,21 +59,24 @@ TARGETS = {
     "free_benchmark": 5.0,
 }  # flight_recorder L1: at most statistics L1's ratio in the same run
 FLIGHT_MEMORY: dict[str, int] = {}  # what the flight recorder's window held at the end of its run
+HOST_READS: dict[str, str] = {}  # the device path's reads back to the host in the last step, by configuration
+PEAK_MEMORY: dict[str, str] = {}  # peak device memory, by configuration (devices only)
 
 
 def _saved_arrays(tensor_dir: Path) -> list:
     return [torch.load(path, weights_only=True).numpy() for path in sorted(tensor_dir.glob("*.pt"))]
 
 
-def time_config(config: dict | None, steps: int, out: Path) -> Timing:
+def time_config(config: dict | None, steps: int, out: Path, device: str = "cpu", size: str = "W") -> Timing:
     """Median step time with this configuration and of a plain twin, one step of each in turn.
 
     Alternating keeps drifts in machine speed out of the ratio. The tensor
     task also times its yardstick in turn: a plain step plus numpy.save of
     the arrays the dump wrote.
     """
-    model, train_step = make_workload()
-    _plain_model, plain_step = make_workload()
+    model, train_step = make_workload(device=device, size=size)
+    _plain_model, plain_step = make_workload(device=device, size=size)
+    _reset_peak(device)
     debugger = None
     if config is not None:
         import json
@@ -89,12 +93,45 @@ def time_config(config: dict | None, steps: int, out: Path) -> Timing:
         yardstick = numpy_twin(plain_step, lambda: _saved_arrays(tensor_dir), out / "numpy_copy")
     between = os.sync if yardstick is not None else None  # each file-writing step starts with no writeback pending
     result = time_in_turn(plain_step, dumped_step(debugger, train_step), steps, yardstick, between)
+    label = out.name
+    reads = getattr(getattr(debugger, "_hooks", None), "host_reads", None)
+    HOST_READS[label] = "-" if reads is None else str(reads)
+    peak = _peak(device)
+    if peak is not None:
+        PEAK_MEMORY[label] = f"{peak / 2**20:.0f} MiB"
     if debugger is not None and config["task"] == "flight_recorder":
         flight = debugger._hooks.collector.flight
         FLIGHT_MEMORY.update(window=flight.window.maxlen + 1, bytes=flight.memory())
     if debugger is not None:
         debugger.finish()
     return result
+
+
+def _reset_peak(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+    elif device.startswith("npu"):
+        torch.npu.reset_peak_memory_stats()
+
+
+def _peak(device: str) -> int | None:
+    if device.startswith("cuda"):
+        return torch.cuda.max_memory_allocated()
+    if device.startswith("npu"):
+        return torch.npu.max_memory_allocated()
+    return None
+
+
+def _device(name: str) -> str:
+    """The device to run on; torch_npu is imported only when asked for."""
+    if name.startswith("npu"):
+        import torch_npu  # noqa: F401 - registers torch.npu
+
+        if not torch.npu.is_available():
+            raise SystemExit("--device npu: no Ascend device is available")
+    elif name.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: no CUDA device is available")
+    return name
 
 
 def report_flight_memory(out: Path, timings: dict[str, Timing]) -> None:
@@ -120,25 +157,45 @@ def main() -> None:
         "--steps", type=int, default=16
     )  # medians of 16 alternating pairs: runs here differ by 0.1x at 6
     parser.add_argument("--out", type=Path, default=Path("/tmp/msprobe_bench"))
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda or npu")
+    parser.add_argument(
+        "--sizes", default=None, help="workloads, comma-separated: W, large (default: W on cpu, both on a device)"
+    )
     add_only_option(parser)
     args = parser.parse_args()
     configs = chosen(parser, args.only, CONFIGS)
-    torch.set_num_threads(1)
+    device = _device(args.device)
+    sizes = (args.sizes or ("W" if device == "cpu" else "W,large")).split(",")
+    if device == "cpu":
+        torch.set_num_threads(1)
+    for size in sizes:
+        if len(sizes) > 1 or device != "cpu":
+            print(f"workload {size} on {device}")
+        run_configs(configs, args.steps, args.out / size if len(sizes) > 1 else args.out, device, size)
+
+
+def run_configs(configs: list, steps: int, out: Path, device: str, size: str) -> None:
     timings: dict[str, Timing] = {}
+    HOST_READS.clear()
+    PEAK_MEMORY.clear()
     for label, config in configs:
-        folder = args.out / label.replace(" ", "_")
+        folder = out / label.replace(" ", "_")
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-        timings[label] = time_config(config, args.steps, folder)
+        timings[label] = time_config(config, steps, folder, device, size)
+        HOST_READS[label] = HOST_READS.pop(folder.name, "-")
+        if folder.name in PEAK_MEMORY:
+            PEAK_MEMORY[label] = PEAK_MEMORY.pop(folder.name)
         os.sync()  # the tensor dump's ~1 GB of dirty pages would otherwise be written back during the next runs
     targets = dict(TARGETS)
     if "statistics L1" in timings:
         targets["flight_recorder L1"] = round(timings["statistics L1"].ratio, 3)
-    print_ratios(timings, targets)
+    columns = {"host reads/step": HOST_READS, "peak device mem": PEAK_MEMORY}  # "-" on the CPU
+    print_ratios(timings, targets, columns)
     if FLIGHT_MEMORY:
-        report_flight_memory(args.out, timings)
+        report_flight_memory(out, timings)
     if "tensor L1" in timings:
-        report_tensor_dump(timings["tensor L1"], args.out / "tensor_L1" / "numpy_copy")
+        report_tensor_dump(timings["tensor L1"], out / "tensor_L1" / "numpy_copy")
 
 
 if __name__ == "__main__":

@@ -119,17 +119,25 @@ def report_tensor_dump(timing: Timing, scratch: Path) -> None:
     shutil.rmtree(scratch, ignore_errors=True)
 
 
-def print_ratios(timings: dict[str, Timing], targets: dict[str, float]) -> None:
-    """Median step times, and the median of the rounds' ratios with its middle half (the verdict's basis)."""
-    print(f"{'configuration':<18} {'step (ms)':>10} {'plain (ms)':>10} {'ratio':>8} {'middle half':>15}  target")
+def print_ratios(
+    timings: dict[str, Timing], targets: dict[str, float], columns: dict[str, dict[str, str]] | None = None
+) -> None:
+    """Median step times, and the median of the rounds' ratios with its middle half (the verdict's basis).
+
+    ``columns``: more columns, by heading, each a value per configuration (host reads/step, say).
+    """
+    columns = columns or {}
+    extra = "".join(f" {heading:>16}" for heading in columns)
+    print(f"{'configuration':<18} {'step (ms)':>10} {'plain (ms)':>10} {'ratio':>8} {'middle half':>15}{extra}  target")
     for label, timing in timings.items():
         ratio = timing.ratio
         low, high = timing.spread()
         target = targets.get(label)
         verdict = "" if target is None else f"<= {target}x  {'met' if ratio <= target else 'NOT met'}"
+        cells = "".join(f" {values.get(label, '-'):>16}" for values in columns.values())
         print(
             f"{label:<18} {timing.tool * 1000:>10.1f} {timing.plain * 1000:>10.1f} {ratio:>7.3f}x "
-            f"{f'{low:.2f}-{high:.2f}x':>15}  {verdict}"
+            f"{f'{low:.2f}-{high:.2f}x':>15}{cells}  {verdict}"
         )
 
 

@@ -1,6 +1,7 @@
-"""Workload W of the spec: a 4-layer transformer LM trained on CPU with one thread.
+"""Workload W: a 4-layer transformer LM trained on CPU with one thread, and a larger one for devices.
 
-vocab 512, width 128, 4 heads, sequence 64, batch 8, AdamW.
+W: vocab 512, width 128, 4 heads, sequence 64, batch 8, AdamW.
+large: vocab 32000, width 1024, 16 heads, 12 layers, sequence 512, batch 8 (about a second a step on one GPU).
 """
 
 from __future__ import annotations
@@ -10,16 +11,20 @@ import torch.nn.functional as F
 from torch import nn
 
 VOCAB, WIDTH, HEADS, LAYERS, SEQUENCE, BATCH = 512, 128, 4, 4, 64, 8
+SIZES = {
+    "W": (VOCAB, WIDTH, HEADS, LAYERS, SEQUENCE, BATCH),
+    "large": (32000, 1024, 16, 12, 512, 8),
+}
 
 
 class Layer(nn.Module):
-    def __init__(self):
+    def __init__(self, width: int = WIDTH, heads: int = HEADS):
         super().__init__()
-        self.norm1 = nn.LayerNorm(WIDTH)
-        self.attn = nn.MultiheadAttention(WIDTH, HEADS, batch_first=True)
-        self.norm2 = nn.LayerNorm(WIDTH)
-        self.fc1 = nn.Linear(WIDTH, 4 * WIDTH)
-        self.fc2 = nn.Linear(4 * WIDTH, WIDTH)
+        self.norm1 = nn.LayerNorm(width)
+        self.attn = nn.MultiheadAttention(width, heads, batch_first=True)
+        self.norm2 = nn.LayerNorm(width)
+        self.fc1 = nn.Linear(width, 4 * width)
+        self.fc2 = nn.Linear(4 * width, width)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         h = self.norm1(x)
@@ -28,36 +33,48 @@ class Layer(nn.Module):
 
 
 class LanguageModel(nn.Module):
-    def __init__(self):
+    def __init__(self, size: str = "W"):
         super().__init__()
-        self.embed = nn.Embedding(VOCAB, WIDTH)
-        self.position = nn.Embedding(SEQUENCE, WIDTH)
-        self.layers = nn.ModuleList(Layer() for _ in range(LAYERS))
-        self.norm = nn.LayerNorm(WIDTH)
-        self.head = nn.Linear(WIDTH, VOCAB)
+        vocab, width, heads, layers, sequence, _batch = SIZES[size]
+        self.embed = nn.Embedding(vocab, width)
+        self.position = nn.Embedding(sequence, width)
+        self.layers = nn.ModuleList(Layer(width, heads) for _ in range(layers))
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(tokens.shape[1])
+        device = tokens.device
+        positions = torch.arange(tokens.shape[1], device=device)
         x = self.embed(tokens) + self.position(positions)
-        mask = torch.triu(torch.full((tokens.shape[1], tokens.shape[1]), float("-inf")), diagonal=1)
+        mask = torch.triu(torch.full((tokens.shape[1], tokens.shape[1]), float("-inf"), device=device), diagonal=1)
         for layer in self.layers:
             x = layer(x, mask)
         return self.head(self.norm(x))
 
 
-def make_workload(seed: int = 0):
+def synchronize(device: str) -> None:
+    """Wait for the device, so a step's time is the step's (the CPU needs no wait)."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    elif device.startswith("npu"):
+        torch.npu.synchronize()
+
+
+def make_workload(seed: int = 0, device: str = "cpu", size: str = "W"):
     torch.manual_seed(seed)
-    model = LanguageModel()
+    vocab, _width, _heads, _layers, sequence, batch = SIZES[size]
+    model = LanguageModel(size).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     generator = torch.Generator().manual_seed(seed)
-    tokens = torch.randint(0, VOCAB, (BATCH, SEQUENCE + 1), generator=generator)
+    tokens = torch.randint(0, vocab, (batch, sequence + 1), generator=generator).to(device)
 
     def train_step() -> None:
         logits = model(tokens[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
+        loss = F.cross_entropy(logits.reshape(-1, vocab), tokens[:, 1:].reshape(-1))
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
+        synchronize(device)
 
     train_step.optimizer = optimizer  # for tools that attach to it (the monitor)
     return model, train_step

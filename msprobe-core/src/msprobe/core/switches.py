@@ -1,7 +1,9 @@
 """Environment switches that turn one of msprobe's C accelerators off, to compare or to rule one out.
 
 ``MSPROBE_NO_KERNELS`` (the one-pass statistics) and ``MSPROBE_NO_LANE`` (the
-PyTorch dump's per-call path); see docs/installation.md.
+PyTorch dump's per-call path); see docs/installation.md. And one that turns
+a path on where it would not run: ``MSPROBE_FORCE_DEVICE_PATH`` (CPU tensors
+measured the way device tensors are, so CI exercises that path).
 """
 
 from __future__ import annotations
@@ -12,3 +14,14 @@ import os
 def switched_off(variable: str) -> bool:
     """Whether ``variable`` is set to anything but nothing or ``0`` (``MSPROBE_NO_KERNELS=1``, say)."""
     return os.environ.get(variable, "").strip() not in ("", "0")
+
+
+def switched_on(variable: str) -> bool:
+    """The same test, for a switch that turns something on (``MSPROBE_FORCE_DEVICE_PATH=1``)."""
+    return switched_off(variable)
+
+
+def number(variable: str, default: int, least: int = 1) -> int:
+    """A whole number from the environment (``MSPROBE_STATS_BATCH=512``); the default for anything else."""
+    text = os.environ.get(variable, "").strip()
+    return max(least, int(text)) if text.isdigit() else default

@@ -103,6 +103,8 @@ class DumpCollector:
         self.backward_numbering = BackwardNumbering()
         # values measured late (a backend's lazy statistics) are taken by this before any entry is encoded
         self.settle_values: Callable[[], None] | None = None
+        # whether values are still being measured (a device batch): an entry made now is encoded when they are
+        self.values_pending: Callable[[], bool] | None = None
 
     # -- step folders ------------------------------------------------------------
     def open_step(self) -> DumpWriter:
@@ -257,10 +259,10 @@ class DumpCollector:
             if self.flight.save_tensors and raw_inputs is not None:  # the inputs of the first call that made one
                 with self._saving_tensors_of(writer):
                     entry.update(self._encode_inputs(name, *raw_inputs))
-            writer.add(name, entry, self.deferred, stack_value, parent)
+            writer.add(name, entry, self._deferred(), stack_value, parent)
             self.flight.nonfinite(name, stack_value, parent)
             return True
-        writer.add(name, entry, self.deferred, stack_value, parent)
+        writer.add(name, entry, self._deferred(), stack_value, parent)
         return True
 
     def _forward_entry(
@@ -300,7 +302,7 @@ class DumpCollector:
                     with self._saving():
                         entry = {"input": self.encoder.encode_outputs(grad_of_outputs, f"{name}.input"),
                                  "output": self.encoder.encode_outputs(grad_of_inputs, f"{name}.output")}  # fmt: skip
-        self.open_step().add(name, entry, self.deferred, parent=parent)
+        self.open_step().add(name, entry, self._deferred(), parent=parent)
         if self.flight is not None and self.flight.wants_nonfinite() and entry:
             if has_nonfinite(entry["output"]) and not has_nonfinite(entry["input"]):  # leaving from arriving
                 self.flight.nonfinite(name, None, parent)
@@ -321,7 +323,7 @@ class DumpCollector:
         entry = {}
         if self.task != "structure":
             entry = {key: [self.encoder.encode(value, f"{name}.{key}")] for key, value in grads.items()}
-        self.open_step().add(name, entry, self.deferred)
+        self.open_step().add(name, entry, self._deferred())
 
     def parent(self, name: str, parent: str | None) -> None:
         self.open_step().set_parent(name, parent)
@@ -339,6 +341,9 @@ class DumpCollector:
                 yield
         finally:
             self._set_tensor_dir(None)
+
+    def _deferred(self) -> bool:
+        return self.deferred or (self.values_pending is not None and self.values_pending())
 
     def _hardware(self) -> bool | None:
         return self.hardware_flag() if self.hardware_flag is not None else None

@@ -32,6 +32,7 @@ from msprobe.core.errors import DataFileError
 logger = logging.getLogger(__name__)
 
 REPORT_NAME = "diff_report.json"
+ENTRY_SECTIONS = ("input_args", "input_kwargs", "input", "output", "parameters")
 _COUNT = re.compile(r"^(?P<api>.+)\.\d+\.(?P<direction>forward|backward)$")
 _MODULE_COUNT = re.compile(r"^(?P<api>.+)\.(?P<direction>forward|backward)\.\d+$")
 _MOST_LISTED = 1000  # names listed per category in the report
@@ -43,7 +44,7 @@ def _is_leaf(value: dict) -> bool:
     return isinstance(value.get("type"), str)
 
 
-def _leaves(entry: Any, sections: tuple[str, ...]) -> Iterator[dict]:
+def value_summaries(entry: Any, sections: tuple[str, ...] = ENTRY_SECTIONS) -> Iterator[dict]:
     """Each value summary of an entry's sections, in order (summaries handed over as JSON text included)."""
 
     def walk(value: Any) -> Iterator[dict]:
@@ -67,12 +68,12 @@ def _leaves(entry: Any, sections: tuple[str, ...]) -> Iterator[dict]:
 
 def checksums(entry: Any) -> list[Any]:
     """The md5 of every value of an entry, in order (None for a value that is no tensor)."""
-    return [leaf.get("md5") for leaf in _leaves(entry, ("input_args", "input_kwargs", "input", "output", "parameters"))]
+    return [leaf.get("md5") for leaf in value_summaries(entry)]
 
 
 def structure(entry: Any) -> list[Any]:
     """Dtypes and shapes of an entry's tensors: what the fuzzy pairing looks at."""
-    leaves = _leaves(entry, ("input_args", "input_kwargs", "input", "output"))
+    leaves = value_summaries(entry, ENTRY_SECTIONS[:-1])
     return [(leaf.get("dtype"), tuple(leaf.get("shape") or ())) for leaf in leaves if "shape" in leaf]
 
 

@@ -138,6 +138,12 @@ class TorchDumpRecorder(DumpRecorder):
         super().__init__(session, summarizer, encoder, _TOOL_ROOT, WRITES_IN_PLACE, summarizer.caches)
         self.collector.hardware_flag = npu_overflow_flag()
         self.collector.device_errors = _DEVICE_ERRORS
+        self.host_reads = 0  # the device path's reads back to the host in the last step (see DeviceBatch)
+        batch = summarizer.batch
+        if batch is not None:  # device statistics are read back in batches; entries wait for theirs
+            batch.on_read = self.collector.entries_settled
+            self.collector.settle_values = batch.read_back
+            self.collector.values_pending = lambda: bool(batch.pending)
         self.sender = None
         if config.task == "tensor" and config.tensor.online_run_ut:
             self._go_online(config)
@@ -171,6 +177,13 @@ class TorchDumpRecorder(DumpRecorder):
 
     def flush_values(self) -> None:
         self.summarizer.write_pending()
+
+    def finish_step(self) -> None:
+        batch = self.summarizer.batch
+        if batch is not None:
+            self.guard(batch.read_back, "dump values")
+            self.host_reads = batch.take_reads()
+            logger.debug("msprobe: %d host reads in step %d", self.host_reads, self.session.step)
 
     def close(self) -> None:
         super().close()
@@ -429,6 +442,8 @@ class TorchDumpRecorder(DumpRecorder):
         if params and torch.is_grad_enabled() and any(p.requires_grad for p in params.values()):
             if self.collector.keeps(hooks.grads_name, "backward"):
                 self.collector.reserve(hooks.grads_name)
+        if not self.module_stack and self.summarizer.batch is not None:  # a top-level module's call ended
+            self.summarizer.batch.read_back()
         if call.keep_backward:
             outputs = grad_taps.output_tensors(output)
             call.watch_inputs(args, outputs)

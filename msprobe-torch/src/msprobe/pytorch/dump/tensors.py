@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +33,7 @@ from msprobe.core.dump.file_pool import FilePool
 from msprobe.core.dump.numbers import float32_mean, json_number, no_statistics
 from msprobe.core.dump.overflow import is_nonfinite
 from msprobe.core.dump.writer import RawJSON
+from msprobe.core.switches import number, switched_on
 from msprobe.pytorch import func_transforms
 from msprobe.pytorch.dump import lane
 from msprobe.pytorch.dump.pt_file import PtWriter, host_bytes
@@ -195,6 +197,141 @@ def _measure_deferred(tensor: torch.Tensor) -> dict[str, Any]:
     return {key: DeferredStat(stats, index) for index, key in enumerate(("Max", "Min", "Mean", "Norm"))}
 
 
+FORCE_DEVICE_PATH = switched_on("MSPROBE_FORCE_DEVICE_PATH")  # CPU tensors measured as device tensors are
+STATS_BATCH = number("MSPROBE_STATS_BATCH", 256)  # device tensors whose statistics are read back together
+
+
+class BatchedStats:
+    """One device tensor's four statistics, waiting in a :class:`DeviceBatch` (or read back already)."""
+
+    __slots__ = ("batch", "data", "extremes", "holders", "tensor", "values")
+
+    def __init__(self, batch: DeviceBatch, tensor: torch.Tensor, data: torch.Tensor):
+        self.batch, self.tensor, self.data = batch, tensor, data
+        self.values: list | None = None
+        self.holders: list[dict[str, Any]] = []  # the summaries showing them: they get *_except_inf_nan keys
+        self.extremes: dict[str, Any] = {}
+
+    def value(self, index: int) -> Any:
+        if self.values is None:
+            self.batch.read_back()  # the whole batch, never one tensor
+        return self.values[index]
+
+    def fill(self, row: list[float]) -> None:
+        self.values = [json_number(v) for v in row]
+        maximum, minimum = row[0], row[1]
+        if not (_finite(maximum) and _finite(minimum)):  # rare: the finite extremes are read for this one alone
+            extremes = _extremes_except_inf_nan(self.data, maximum, minimum)
+            self.extremes = extremes = {key: json_number(value) for key, value in extremes.items()}
+            self.batch.reads += 1
+            for holder in self.holders:
+                later = {key: holder.pop(key) for key in ("md5", "data_name") if key in holder}
+                holder.update(extremes)  # after requires_grad, before md5, as the direct path writes them
+                holder.update(later)
+        self.tensor = self.data = None
+        self.holders = []
+
+
+class BatchedStat:
+    __slots__ = ("index", "stats")
+
+    def __init__(self, stats: BatchedStats, index: int):
+        self.stats, self.index = stats, index
+
+    def resolve(self) -> Any:
+        return self.stats.value(self.index)
+
+
+class DeviceBatch:
+    """Statistics of device tensors computed on the device and read back together, not one host sync each.
+
+    Each tensor's Max, Min, Mean and Norm are stacked on its device as it is
+    measured; the batch is read back in one transfer per device when it
+    holds ``limit`` tensors, when a top-level module's call ends, at step end,
+    and whenever a value is needed before that (the overflow check's look at
+    outputs, say). Only a tensor whose extremes are inf or nan costs one more
+    read, for its ``*_except_inf_nan`` pair. ``reads`` counts the host reads.
+    """
+
+    def __init__(self, limit: int = STATS_BATCH):
+        self.limit = limit
+        self.pending: list[BatchedStats] = []
+        self.reads = 0
+        self.on_read: Callable[[], None] | None = None  # the collector journals the entries just completed
+
+    def measure(self, tensor: torch.Tensor) -> dict[str, Any]:
+        data = tensor.detach()
+        if data.dtype not in _MEASURED_AS_IS:
+            data = data.float()
+        low, high = torch.aminmax(data)
+        stacked = torch.stack((high, low, data.mean(), torch.linalg.vector_norm(data)))
+        stats = BatchedStats(self, stacked.double(), data)
+        self.pending.append(stats)
+        if len(self.pending) >= self.limit:
+            self.read_back()
+        return {key: BatchedStat(stats, index) for index, key in enumerate(("Max", "Min", "Mean", "Norm"))}
+
+    def read_back(self) -> None:
+        pending, self.pending = self.pending, []
+        if not pending:
+            return
+        by_device: dict[Any, list[BatchedStats]] = {}
+        for stats in pending:
+            by_device.setdefault(stats.tensor.device, []).append(stats)
+        for group in by_device.values():
+            try:
+                rows = torch.stack([stats.tensor for stats in group]).tolist()  # the batch's one host read
+            except Exception:  # one odd tensor: each is read alone rather than all lost
+                rows = [_row_alone(stats) for stats in group]
+            self.reads += 1
+            for stats, row in zip(group, rows):
+                try:
+                    stats.fill(row)
+                except Exception:  # its except pair could not be read: the four statistics stand
+                    stats.values = [json_number(v) for v in row]
+                    stats.tensor = stats.data = None
+        if self.on_read is not None:
+            self.on_read()
+
+    def take_reads(self) -> int:
+        reads, self.reads = self.reads, 0
+        return reads
+
+
+def device_path_active() -> bool:
+    """Whether statistics may be measured on a device: forced, or a CUDA or Ascend device is there."""
+    if FORCE_DEVICE_PATH or "torch_npu" in sys.modules:
+        return True
+    try:
+        return torch.cuda.is_available()
+    except Exception:  # a broken driver: no device to measure on
+        return False
+
+
+def _row_alone(stats: BatchedStats) -> list[float]:
+    try:
+        return stats.tensor.tolist()
+    except Exception:  # unreadable now: shown as nan, never as a half-written entry
+        return [math.nan] * 4
+
+
+def _plain_device_tensor(tensor: torch.Tensor) -> bool:
+    """What the batch measures: a plain dense tensor with elements, not bool or complex (rare and cheap), and
+    one whose values can still be read after the call: not inside a torch.func transform (its wrappers are
+    gone by then), not an inference tensor, not meta."""
+    return (
+        type(tensor) in _PLAIN_TYPES
+        and tensor.layout == torch.strided
+        and tensor.dim() > 0
+        and tensor.dtype != torch.bool
+        and not tensor.is_complex()
+        and not tensor.is_meta
+        and tensor.numel() > 0
+        and not tensor.is_inference()
+        and not func_transforms.wrapped(tensor)
+    )
+
+
 _SCREENED_BY_SUM = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
@@ -328,7 +465,9 @@ class TensorSummarizer:
         # the usual entry, statistics of a plain CPU float tensor, measured and cached as JSON text in C (_lane.c):
         # the bulk of a dump; everything else, and any doubt, goes the general way below, which writes the same
         quick = task == "statistics" and not self.with_crc and not self.with_xor and not deferred
-        self.quick_texts = lane.summaries(self.write_log) if quick else None
+        self.quick_texts = lane.summaries(self.write_log) if quick and not FORCE_DEVICE_PATH else None
+        # device tensors' statistics, read back in batches (not with async_dump, which reads at step end)
+        self.batch = DeviceBatch() if self.with_stats and not deferred and device_path_active() else None
 
     def set_tensor_dir(self, folder: Path | None) -> None:
         self.tensor_dir = folder
@@ -376,7 +515,11 @@ class TensorSummarizer:
     def _statistics(self, tensor: torch.Tensor) -> dict[str, Any]:
         if self.task == "overflow_check" and not self.save_files:
             return self._cached("range", tensor, _measure_range)  # full statistics only for the calls kept
-        return self._cached("stats", tensor, _measure_deferred if self.deferred else _measure)
+        if self.deferred:
+            return self._cached("stats", tensor, _measure_deferred)
+        if self.batch is not None and (FORCE_DEVICE_PATH or not tensor.is_cpu) and _plain_device_tensor(tensor):
+            return self._cached("stats", tensor, self.batch.measure)
+        return self._cached("stats", tensor, _measure)
 
     def _cached(self, kind: str, tensor: torch.Tensor, compute: Callable[[torch.Tensor], Any]) -> Any:
         """``compute(tensor)``, reused while the tensor is unchanged (see the module's docstring)."""
@@ -451,6 +594,12 @@ class TensorSummarizer:
         summary["requires_grad"] = tensor.requires_grad
         if len(stats) > 4:  # only an inf or nan adds the *_except_inf_nan keys: the usual tensor pays nothing
             _except_keys_last(summary)
+        waiting = stats.get("Max")
+        if isinstance(waiting, BatchedStat):  # its *_except_inf_nan keys, if any, come with the read-back
+            if waiting.stats.values is None:
+                waiting.stats.holders.append(summary)
+            else:  # read back already (a cached tensor seen again)
+                summary.update(waiting.stats.extremes)
         if self.with_crc and self.with_stats and has_data:
             summary["md5"] = self._cached("crc", tensor, crc32_hex)
         elif self.with_xor and has_data:

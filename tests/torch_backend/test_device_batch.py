@@ -1,0 +1,152 @@
+"""Device statistics read back in batches (MSPROBE_FORCE_DEVICE_PATH=1 sends CPU tensors that way).
+
+The direct device path read each tensor's four statistics with one
+``torch.stack(...).tolist()``: the batched values must be those, bit for
+bit, and the ``*_except_inf_nan`` pair that of the direct rule. Host reads
+are counted: one per batch, plus one per tensor whose extremes are inf or
+nan. A killed process keeps every entry up to the last read-back.
+"""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+from msprobe.core.dump.live_diff import value_summaries
+from msprobe.core.dump.numbers import json_number
+from msprobe.core.dump.reader import read_dump
+from msprobe.pytorch.dump import tensors
+from msprobe.pytorch.dump.tensors import DeviceBatch, _extremes_except_inf_nan
+
+
+def _direct(tensor):
+    """The per-tensor device path: the four statistics read back with one tolist() each."""
+    data = tensor.detach()
+    data = data if data.dtype in (torch.float32, torch.float64) else data.float()
+    low, high = torch.aminmax(data)
+    values = torch.stack((high, low, data.mean(), torch.linalg.vector_norm(data))).tolist()
+    extremes = _extremes_except_inf_nan(data, values[0], values[1]) if not all(map(math.isfinite, values[:2])) else {}
+    return values, extremes
+
+
+def _same(a, b):
+    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+
+
+def _samples():
+    generator = torch.Generator().manual_seed(0)
+    found = [torch.randn(64, 33, generator=generator, dtype=dtype) for dtype in
+             (torch.float32, torch.float64, torch.float16, torch.bfloat16)]  # fmt: skip
+    found.append(torch.randint(-50, 50, (17, 3), generator=generator))
+    with_inf = torch.randn(40, generator=generator)
+    with_inf[3], with_inf[7] = math.inf, -math.inf
+    with_nan = torch.randn(5, 5, generator=generator)
+    with_nan[2, 2] = math.nan
+    found += [with_inf, with_nan, torch.full((4,), math.inf), torch.randn(3, 1000, generator=generator)[:, ::7]]
+    return found
+
+
+@pytest.mark.parametrize("limit", [1, 3, 256])
+def test_batched_values_are_the_direct_paths_bit_for_bit(monkeypatch, limit):
+    monkeypatch.setattr(tensors, "FORCE_DEVICE_PATH", True)
+    summarizer = tensors.TensorSummarizer("statistics", "statistics")
+    summarizer.batch = batch = DeviceBatch(limit)
+    samples = _samples()
+    summaries = [summarizer(tensor, f"t{index}") for index, tensor in enumerate(samples)]
+    batch.read_back()
+    nonfinite = 0
+    for tensor, summary in zip(samples, summaries):
+        values, extremes = _direct(tensor)
+        got = [summary[key].resolve() for key in ("Max", "Min", "Mean", "Norm")]
+        assert all(_same(g, json_number(v)) for g, v in zip(got, values)), (tensor.dtype, got, values)
+        found = {key: summary[key] for key in summary if key.endswith("_except_inf_nan")}
+        assert found.keys() == extremes.keys()
+        assert all(_same(found[key], json_number(value)) for key, value in extremes.items())
+        assert list(summary)[-len(found) or len(summary) :] == list(found) if found else True  # last, as directly
+        nonfinite += bool(extremes)
+    assert batch.reads == math.ceil(len(samples) / limit) + nonfinite
+
+
+def test_statistics_match_numpy(tmp_path):
+    """An independent check of the values themselves, with numpy in float64."""
+    tensor = torch.randn(128, 9, generator=torch.Generator().manual_seed(3))
+    batch = DeviceBatch()
+    got = batch.measure(tensor)
+    batch.read_back()
+    array = tensor.numpy().astype(np.float64)
+    assert got["Max"].resolve() == pytest.approx(array.max(), rel=1e-7)
+    assert got["Min"].resolve() == pytest.approx(array.min(), rel=1e-7)
+    assert got["Mean"].resolve() == pytest.approx(array.mean(), rel=1e-5, abs=1e-7)
+    assert got["Norm"].resolve() == pytest.approx(np.linalg.norm(array), rel=1e-6)
+
+
+RUN = """
+import json, os, sys, torch
+from msprobe.pytorch import PrecisionDebugger
+sys.path.insert(0, {bench!r})
+from workload import make_workload
+torch.manual_seed(0)
+model, train_step = make_workload()
+open(sys.argv[1] + ".json", "w").write(json.dumps({{"task": "statistics", "level": sys.argv[2],
+                                                     "dump_path": sys.argv[1]}}))
+debugger = PrecisionDebugger(config_path=sys.argv[1] + ".json", model=model)
+for step in range(2):
+    debugger.start(); train_step(); debugger.stop(); debugger.step()
+    print(json.dumps({{"reads": debugger._hooks.host_reads, "batch": debugger._hooks.summarizer.batch is not None}}))
+"""
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_host_reads_per_step_are_bounded_by_the_batches(tmp_path, level):
+    script = tmp_path / "run.py"
+    script.write_text(RUN.format(bench=str(tensors.Path(__file__).parents[2] / "bench")))
+    env = {**os.environ, "MSPROBE_FORCE_DEVICE_PATH": "1", "MSPROBE_STATS_BATCH": "64"}
+    result = subprocess.run([sys.executable, str(script), str(tmp_path / "dump"), level], capture_output=True,
+                            text=True, env=env, check=True)  # fmt: skip
+    steps = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    dump = read_dump(tmp_path / "dump" / "step1" / "rank")
+    measured = sum(1 for _ in _tensor_summaries(dump.data))
+    bound = math.ceil(measured / 64) + (8 if level == "mix" else 2)  # + top-level module ends and the step's end
+    assert all(step["batch"] for step in steps)
+    assert 0 < steps[1]["reads"] <= bound, (steps, measured)
+
+
+def _tensor_summaries(data):
+    for entry in data.values():
+        yield from (summary for summary in value_summaries(entry) if "dtype" in summary)
+
+
+KILLED = textwrap.dedent("""
+    import json, os, signal, sys, torch
+    from msprobe.pytorch import PrecisionDebugger
+    open(sys.argv[1] + ".json", "w").write(json.dumps({"task": "statistics", "level": "L1", "dump_path": sys.argv[1]}))
+    debugger = PrecisionDebugger(config_path=sys.argv[1] + ".json")
+    debugger.start()
+    x = torch.randn(8, 8)
+    for i in range(50):
+        x = torch.tanh(x @ torch.randn(8, 8))
+    os.kill(os.getpid(), signal.SIGKILL)
+""")
+
+
+def test_a_killed_process_keeps_the_entries_up_to_the_last_batch(tmp_path):
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED)
+    env = {**os.environ, "MSPROBE_FORCE_DEVICE_PATH": "1", "MSPROBE_STATS_BATCH": "16"}
+    result = subprocess.run([sys.executable, str(script), str(tmp_path / "dump")], env=env, capture_output=True)
+    assert result.returncode == -signal.SIGKILL
+    dump = read_dump(tmp_path / "dump" / "step0" / "rank")
+    assert dump.recovered
+    calls = 100  # 50 each of matmul and tanh (torch.randn is not in the API list)
+    kept = len(dump.data)
+    assert {name.rsplit(".", 2)[0] for name in dump.data} == {"Tensor.__matmul__", "Torch.tanh"}
+    assert calls - 16 <= kept < calls  # the last batch, never read back, is what is lost
+    for summary in _tensor_summaries(dump.data):
+        assert isinstance(summary["Max"], float) and isinstance(summary["Norm"], float)
