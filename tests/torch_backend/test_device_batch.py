@@ -150,3 +150,37 @@ def test_a_killed_process_keeps_the_entries_up_to_the_last_batch(tmp_path):
     assert calls - 16 <= kept < calls  # the last batch, never read back, is what is lost
     for summary in _tensor_summaries(dump.data):
         assert isinstance(summary["Max"], float) and isinstance(summary["Norm"], float)
+
+
+MD5_RUN = """
+import json, sys, torch
+from msprobe.pytorch import PrecisionDebugger
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+open(sys.argv[1] + ".json", "w").write(json.dumps({"task": "statistics", "level": "mix", "dump_path": sys.argv[1],
+                                                   "statistics": {"summary_mode": "md5"}}))
+debugger = PrecisionDebugger(config_path=sys.argv[1] + ".json", model=model)
+debugger.start()
+model(torch.randn(8, 16, generator=torch.Generator().manual_seed(1))).square().mean().backward()
+debugger.stop()
+debugger.step()
+print(json.dumps({"reads": debugger._hooks.host_reads}))
+"""
+
+
+def test_md5_on_the_device_path_moves_the_bytes_once_per_batch(tmp_path):
+    """CRC-32 depends on the bytes only: the device path's must equal the direct CPU path's, read in batches."""
+    script = tmp_path / "md5.py"
+    script.write_text(MD5_RUN)
+    found = {}
+    for name, forced in (("direct", "0"), ("device", "1")):
+        env = {**os.environ, "MSPROBE_FORCE_DEVICE_PATH": forced, "MSPROBE_STATS_BATCH": "8"}
+        result = subprocess.run([sys.executable, str(script), str(tmp_path / name)], env=env, capture_output=True,
+                                text=True, check=True)  # fmt: skip
+        reads = json.loads(result.stdout.strip().splitlines()[-1])["reads"]
+        data = read_dump(tmp_path / name / "step0" / "rank").data
+        found[name] = (reads, {n: [s.get("md5") for s in value_summaries(e)] for n, e in data.items()})
+    assert found["device"][1] == found["direct"][1]  # every checksum, entry by entry
+    measured = sum(len([m for m in md5s if m]) for md5s in found["device"][1].values())
+    assert measured > 20 and found["direct"][0] == 0
+    assert found["device"][0] <= 2 * math.ceil(measured / 8) + 8  # stats and bytes per batch, + module and step ends

@@ -143,7 +143,7 @@ class TorchDumpRecorder(DumpRecorder):
         if batch is not None:  # device statistics are read back in batches; entries wait for theirs
             batch.on_read = self.collector.entries_settled
             self.collector.settle_values = batch.read_back
-            self.collector.values_pending = lambda: bool(batch.pending)
+            self.collector.values_pending = lambda: batch.waiting() > 0
         self.sender = None
         if config.task == "tensor" and config.tensor.online_run_ut:
             self._go_online(config)

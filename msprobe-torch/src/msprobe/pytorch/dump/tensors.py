@@ -242,6 +242,21 @@ class BatchedStat:
         return self.stats.value(self.index)
 
 
+class BatchedChecksum:
+    """One device tensor's CRC-32, computed on the host from its bytes, which come with its batch's."""
+
+    __slots__ = ("batch", "data", "text")
+
+    def __init__(self, batch: DeviceBatch, data: torch.Tensor):
+        self.batch, self.data = batch, data
+        self.text: str | None = None
+
+    def resolve(self) -> str | None:
+        if self.text is None and self.data is not None:
+            self.batch.read_back()
+        return self.text
+
+
 class DeviceBatch:
     """Statistics of device tensors computed on the device and read back together, not one host sync each.
 
@@ -256,6 +271,7 @@ class DeviceBatch:
     def __init__(self, limit: int = STATS_BATCH):
         self.limit = limit
         self.pending: list[BatchedStats] = []
+        self.checksums: list[BatchedChecksum] = []  # md5: the tensors' bytes, moved to the host together
         self.reads = 0
         self.on_read: Callable[[], None] | None = None  # the collector journals the entries just completed
 
@@ -267,13 +283,31 @@ class DeviceBatch:
         stacked = torch.stack((high, low, data.mean(), torch.linalg.vector_norm(data)))
         stats = BatchedStats(self, stacked.double(), data)
         self.pending.append(stats)
-        if len(self.pending) >= self.limit:
+        if self.waiting() >= self.limit:
             self.read_back()
         return {key: BatchedStat(stats, index) for index, key in enumerate(("Max", "Min", "Mean", "Norm"))}
 
+    def checksum(self, tensor: torch.Tensor) -> BatchedChecksum:
+        data = tensor.detach().resolve_conj().resolve_neg()
+        if not data.is_contiguous():
+            data = data.contiguous()
+        item = BatchedChecksum(self, data)
+        self.checksums.append(item)
+        if self.waiting() >= self.limit:
+            self.read_back()
+        return item
+
+    def waiting(self) -> int:
+        return len(self.pending) + len(self.checksums)
+
     def read_back(self) -> None:
         pending, self.pending = self.pending, []
+        checksums, self.checksums = self.checksums, []
+        if checksums:
+            self._read_checksums(checksums)
         if not pending:
+            if checksums and self.on_read is not None:
+                self.on_read()
             return
         by_device: dict[Any, list[BatchedStats]] = {}
         for stats in pending:
@@ -292,6 +326,27 @@ class DeviceBatch:
                     stats.tensor = stats.data = None
         if self.on_read is not None:
             self.on_read()
+
+    def _read_checksums(self, checksums: list[BatchedChecksum]) -> None:
+        """The bytes of every tensor waiting for its CRC-32, moved to the host in one transfer per device."""
+        by_device: dict[Any, list[BatchedChecksum]] = {}
+        for item in checksums:
+            by_device.setdefault(item.data.device, []).append(item)
+        for group in by_device.values():
+            try:
+                blob = torch.cat([item.data.reshape(-1).view(torch.uint8) for item in group]).cpu().numpy()
+                self.reads += 1
+                offset = 0
+                for item in group:
+                    size = item.data.numel() * item.data.element_size()
+                    item.text = checksum_hex(blob[offset : offset + size])
+                    offset += size
+            except Exception:  # one odd tensor: each is read alone rather than all lost
+                for item in group:
+                    item.text = crc32_hex(item.data)
+                    self.reads += 1
+            for item in group:
+                item.data = None
 
     def take_reads(self) -> int:
         reads, self.reads = self.reads, 0
@@ -601,7 +656,8 @@ class TensorSummarizer:
             else:  # read back already (a cached tensor seen again)
                 summary.update(waiting.stats.extremes)
         if self.with_crc and self.with_stats and has_data:
-            summary["md5"] = self._cached("crc", tensor, crc32_hex)
+            batched = self.batch is not None and isinstance(waiting, BatchedStat)  # the bytes go with the batch
+            summary["md5"] = self._cached("crc", tensor, self.batch.checksum if batched else crc32_hex)
         elif self.with_xor and has_data:
             summary["md5"] = self._cached("xor", tensor, xor_checksum_hex)
         if self.online is not None or self.save_files:
