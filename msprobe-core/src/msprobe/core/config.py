@@ -375,7 +375,7 @@ class FreeBenchmarkSection(_Section):
 FLIGHT_TRIGGERS = ("nonfinite", "loss_spike", "flush")
 
 
-class FlightRecorderSection(_Section):
+class FlightRecorderSection(_ScopedSection):
     window: int = Field(default=5, ge=1, le=1000, description="Steps kept in memory and written when triggered.")
     triggers: list[Literal["nonfinite", "loss_spike", "flush"]] = Field(
         default_factory=lambda: list(FLIGHT_TRIGGERS),
@@ -388,9 +388,6 @@ class FlightRecorderSection(_Section):
     loss_threshold: float = Field(
         default=0.5, gt=0, description="Loss spike: relative distance from the running mean of the loss."
     )
-    scope: list[str] = Field(default_factory=list, description="As in statistics: a range to record.")
-    api_list: list[str] = Field(default_factory=list, alias="list", description="As in statistics: what to record.")
-    data_mode: list[DataMode] = Field(default_factory=lambda: ["all"], description="As in statistics.")
 
     @field_validator("triggers")
     @classmethod
@@ -490,8 +487,9 @@ class DebuggerConfig(_Section):
         """26.x's task 'acc_check' and its section are 1.2.2's 'run_ut'; a 26.x-only field marks the config."""
         if not isinstance(raw, dict):
             return handler(raw)
-        written_for_26x = raw.get("task") == "acc_check" or "acc_check" in raw or any(f in raw for f in FIELDS_26X)
-        if raw.get("task") == "acc_check" or "acc_check" in raw:
+        acc_check = raw.get("task") == "acc_check" or "acc_check" in raw
+        written_for_26x = acc_check or any(field in raw for field in FIELDS_26X)
+        if acc_check:
             if "acc_check" in raw and "run_ut" in raw:
                 raise ValueError("acc_check: give either 'acc_check' (26.x) or 'run_ut' (1.2.2), not both")
             raw = {("run_ut" if key == "acc_check" else key): value for key, value in raw.items()}

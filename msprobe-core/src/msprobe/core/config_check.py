@@ -351,10 +351,12 @@ def _probe(fmk: str) -> ConfigCheckProbe:
 
 
 def _caller() -> str:
-    """Where the user's code called a random API: the first frame outside msprobe."""
+    """Where the user's code called a random API: the first frame outside msprobe's packages."""
+    import msprobe
+
+    roots = tuple(str(Path(path).resolve()) for path in msprobe.__path__)  # every installed part of msprobe
     frame = sys._getframe(2)
-    root = str(Path(__file__).resolve().parents[1])
-    while frame is not None and (frame.f_code.co_filename.startswith(root) or "/msprobe/" in frame.f_code.co_filename):
+    while frame is not None and frame.f_code.co_filename.startswith(roots):
         frame = frame.f_back
     return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "?"
 

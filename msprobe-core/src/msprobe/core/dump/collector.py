@@ -19,7 +19,7 @@ from msprobe.core.dump.backward_names import BackwardNumbering
 from msprobe.core.dump.filters import DataModeFilter, NameFilter, ScopeFilter
 from msprobe.core.dump.overflow import InputScreen, OverflowCounter, has_nonfinite
 from msprobe.core.dump.values import ValueEncoder
-from msprobe.core.dump.writer import JOURNAL_NAME, NO_PARENT, DumpWriter, refuse_links_below
+from msprobe.core.dump.writer import JOURNAL_NAME, NO_PARENT, DumpWriter, make_dir, refuse_links_below
 from msprobe.core.errors import DataFileError
 from msprobe.core.session import TaskSession
 
@@ -123,8 +123,6 @@ class DumpCollector:
                 self.live.open_step()
             self.writer = self.writer_factory(folder, header)
             if tensor_dir is not None:
-                from msprobe.core.dump.writer import make_dir
-
                 make_dir(tensor_dir)
             self._set_tensor_dir(tensor_dir)
             self.scope.reset()
@@ -255,14 +253,15 @@ class DumpCollector:
                 with self._saving():
                     entry.update(self._encode_inputs(name, *raw_inputs))
                     entry["output"] = self.encoder.encode_outputs(output, f"{name}.output")
-        if self.flight is not None and self.flight.wants_nonfinite() and _produced_nonfinite(entry, raw_inputs):
-            if self.flight.save_tensors and raw_inputs is not None:  # the inputs of the first call that made one
-                with self._saving_tensors_of(writer):
-                    entry.update(self._encode_inputs(name, *raw_inputs))
-            writer.add(name, entry, self._deferred(), stack_value, parent)
-            self.flight.nonfinite(name, stack_value, parent)
-            return True
+        first_nonfinite = (
+            self.flight is not None and self.flight.wants_nonfinite() and _produced_nonfinite(entry, raw_inputs)
+        )
+        if first_nonfinite and self.flight.save_tensors and raw_inputs is not None:  # the inputs of the call
+            with self._saving_tensors_of(writer):
+                entry.update(self._encode_inputs(name, *raw_inputs))
         writer.add(name, entry, self._deferred(), stack_value, parent)
+        if first_nonfinite:  # after the entry is in: the trigger writes the step so far
+            self.flight.nonfinite(name, stack_value, parent)
         return True
 
     def _forward_entry(
@@ -331,8 +330,6 @@ class DumpCollector:
     @contextlib.contextmanager
     def _saving_tensors_of(self, writer: Any) -> Iterator[None]:
         """Tensor files into this step's dump_tensor_data, for a task that keeps none otherwise."""
-        from msprobe.core.dump.writer import make_dir
-
         folder = make_dir(writer.folder / "dump_tensor_data")
         writer.header["dump_data_dir"] = str(folder)
         self._set_tensor_dir(folder)

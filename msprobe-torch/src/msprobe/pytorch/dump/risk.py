@@ -15,6 +15,10 @@ keep their numbers, which count calls of one API only.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from msprobe.core.config import DebuggerConfig
 
 # by the API's own name, whatever its namespace (Functional.linear, Torch.matmul, Tensor.matmul)
 _CORE_NAMES = frozenset(
@@ -181,13 +185,11 @@ def api_risk(key: str) -> str:
     return "FOCUS"
 
 
-def api_selection(config: object) -> Callable[[str], bool] | None:
+def api_selection(config: DebuggerConfig) -> Callable[[str], bool] | None:
     """Which API keys a dump with this config wraps (None: all of them)."""
-    if getattr(config, "level", None) not in ("L1", "mix") or getattr(config, "scope", None):
+    if config.level not in ("L1", "mix") or config.scope or config.api_list:
         return None
-    if getattr(config, "api_list", None):
-        return None
-    level = config.effective_risk_level  # type: ignore[attr-defined]
+    level = config.effective_risk_level
     if level == "CORE":
         return lambda key: api_risk(key) == "CORE"
     if level == "FOCUS":

@@ -447,12 +447,7 @@ def xor_checksum_hex(tensor: torch.Tensor) -> str:
 
 def crc32_hex(tensor: torch.Tensor) -> str:
     """CRC-32 of the tensor's bytes (the reference calls it md5), as 8 hex digits; the bytes are read in place."""
-    data = tensor.detach()
-    if not data.is_cpu:
-        data = data.cpu()
-    if not data.is_contiguous():
-        data = data.contiguous()
-    return checksum_hex(host_bytes(data))
+    return checksum_hex(host_bytes(_host_contiguous(tensor)))
 
 
 def _storage_address(tensor: torch.Tensor) -> int | None:
