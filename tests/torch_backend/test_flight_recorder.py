@@ -144,7 +144,8 @@ def test_a_training_that_dies_after_its_first_nan_keeps_the_steps(tmp_path):
 @pytest.mark.parametrize(
     "section, message",
     [({"window": 0}, "flight_recorder.window"), ({"triggers": []}, "flight_recorder.triggers"),
-     ({"triggers": ["nan"]}, "flight_recorder.triggers"), ({"scope": ["Torch.log.0.forward"]}, "flight_recorder.scope")],
+     ({"triggers": ["nan"]}, "flight_recorder.triggers"), ({"scope": ["Torch.log.0.forward"]},
+                                                           "flight_recorder.scope")],
 )  # fmt: skip
 def test_bad_sections_name_the_field(tmp_path, section, message):
     from msprobe.core.config import validate_config_dict
