@@ -1,5 +1,7 @@
 """Graph view from real reference dumps: hierarchy, matching, scores, .vis and page files."""
 
+import base64
+import gzip
 import json
 import shutil
 
@@ -236,16 +238,20 @@ def test_page_is_self_contained_and_escapes_names(tmp_path):
     stack_path.write_text(json.dumps(stacks))
     [summary] = run_graph(write_compare_json(tmp_path, folder), tmp_path / "out")
     page = summary.files[1].read_text(encoding="utf-8")
-    assert page.count("</script>") == 2  # the data block and the viewer, nothing injected
-    assert "<\\/script><b>x.py" in page
+    assert page.count("</script>") == 3  # the tree, the packed details and the viewer, nothing injected
     for external in ("http://", "https://", "src=", "<link"):
         assert external not in page, external
     start = page.index('id="graph-data">') + len('id="graph-data">')
     data = json.loads(page[start : page.index("</script>", start)])
     names = [node["n"] for node in data["sides"][0]["nodes"]]
     assert names[0] == "DefaultModel" and len(names) == 27
-    relu = data["sides"][0]["nodes"][names.index("Functional.relu.0.forward")]
-    assert relu["s"] == ["File </script><b>x.py, line 1, in f, \n y = 1"]
+    start = page.index('id="graph-details">') + len('id="graph-details">')
+    packed = json.loads(page[start : page.index("</script>", start)])
+    position = names.index("Functional.relu.0.forward")
+    chunk = packed["sides"][0][position // packed["chunk"]]
+    inputs, outputs, stack = json.loads(gzip.decompress(base64.b64decode(chunk)))[position % packed["chunk"]]
+    assert stack == ["File </script><b>x.py, line 1, in f, \n y = 1"]
+    assert "Functional.relu.0.forward.input.0" in inputs and "Functional.relu.0.forward.output.0" in outputs
 
 
 @pytest.mark.parametrize(

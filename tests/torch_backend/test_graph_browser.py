@@ -197,6 +197,8 @@ def test_single_run_page_in_chromium(runs, browser):
     block = page.locator('.row[data-id="Module.blocks.0.Block.forward.0"]')
     block.click()
     assert page.locator('.row[data-id="Module.blocks.0.attn.Attention.forward.0"]').count() == 1
+    page.wait_for_selector("#detail-name")  # details are unpacked on selection
+    assert page.locator("#detail-name").inner_text() == "Module.blocks.0.Block.forward.0"
     assert "Inputs" in page.locator("#details").inner_text()
     screenshot(page, "graph_single_run.png")
     assert errors == []

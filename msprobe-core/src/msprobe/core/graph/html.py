@@ -1,14 +1,19 @@
 """A single self-contained web page of a graph: the data and the viewer in one file, nothing fetched.
 
-The page keeps every node in one JSON block and draws only the rows in view,
-so a model of tens of thousands of nodes opens at once: collapsed parts are
-never laid out.
+The page keeps the tree (names, parents, colours) in one JSON block and draws
+only the rows in view, so a model of tens of thousands of nodes opens at once:
+collapsed parts are never laid out. A node's inputs, outputs and stack are
+what weighs; they sit in gzip-compressed chunks of ``DETAIL_CHUNK`` nodes that
+the browser unpacks only when a node of that chunk is selected.
 """
 
 from __future__ import annotations
 
+import base64
+import gzip
 import importlib.resources
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +22,16 @@ from msprobe.core.graph.model import Graph
 from msprobe.core.graph.vis import row_fields, write_atomically
 
 OVERFLOW_COLORS = {"critical": "#FF704D", "high": "#FFC62E", "medium": "#FFEDBE"}
+DETAIL_CHUNK = 256  # nodes per compressed chunk: one unpack per click stays a few milliseconds
+
+
+def _packed(details: list[list[Any]]) -> list[str]:
+    """Each chunk as base64 of gzip of its JSON; ``mtime=0`` keeps pages byte-identical across runs."""
+    chunks = []
+    for start in range(0, len(details), DETAIL_CHUNK):
+        text = json.dumps(details[start : start + DETAIL_CHUNK], ensure_ascii=False, separators=(",", ":"))
+        chunks.append(base64.b64encode(gzip.compress(text.encode("utf-8"), compresslevel=6, mtime=0)).decode("ascii"))
+    return chunks
 
 
 def _side(
@@ -30,17 +45,21 @@ def _side(
     ordered = graph.preorder()
     index = {node.id: position for position, node in enumerate(ordered)}
     framework = graph.dump.framework
-    nodes = []
+    nodes, details = [], []
     for node in ordered:
         entry: dict[str, Any] = {
             "n": node.id,
             "t": node.node_type,
             "p": index.get(node.upnode, -1) if node.upnode else -1,
             "c": [index[child] for child in node.subnodes],
-            "i": {row.name: row_fields(row, framework, (metrics or {}).get(row.name)) for row in node.inputs},
-            "out": {row.name: row_fields(row, framework, (metrics or {}).get(row.name)) for row in node.outputs},
-            "s": node.stack_info,
         }
+        details.append(
+            [
+                {row.name: row_fields(row, framework, (metrics or {}).get(row.name)) for row in node.inputs},
+                {row.name: row_fields(row, framework, (metrics or {}).get(row.name)) for row in node.outputs},
+                node.stack_info,
+            ]
+        )
         level = node.data.get("overflow_level")
         if level:
             entry["o"] = level
@@ -59,7 +78,7 @@ def _side(
         if located and node.id in located:
             entry["d"] = located[node.id]
         nodes.append(entry)
-    return {"label": label, "nodes": nodes}
+    return {"label": label, "nodes": nodes, "details": _packed(details)}
 
 
 def _legend(comparison: GraphComparison | None, overflow: bool) -> list[list[str]]:
@@ -88,9 +107,12 @@ def _suspect_text(mode: str) -> str:
 
 def page(title: str, info: str, sides: list[dict[str, Any]], legend: list[list[str]]) -> str:
     template = importlib.resources.files("msprobe.core.graph").joinpath("assets/graph.html").read_text("utf-8")
+    details = {"chunk": DETAIL_CHUNK, "sides": [side.pop("details") for side in sides]}
     data = json.dumps({"title": title, "info": info, "sides": sides, "legend": legend}, ensure_ascii=False)
     data = data.replace("</", "<\\/")  # the JSON must not close its <script> element
-    return template.replace("__TITLE__", _escape(title)).replace("__DATA__", data)
+    fields = {"TITLE": _escape(title), "DETAILS": json.dumps(details, separators=(",", ":")), "DATA": data}
+    # one pass, so a title or a name that spells a placeholder stays text
+    return re.sub(r"__(TITLE|DETAILS|DATA)__", lambda match: fields[match.group(1)], template)
 
 
 def _escape(text: str) -> str:
