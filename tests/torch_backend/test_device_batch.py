@@ -158,7 +158,7 @@ from msprobe.pytorch import PrecisionDebugger
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
 open(sys.argv[1] + ".json", "w").write(json.dumps({"task": "statistics", "level": "mix", "dump_path": sys.argv[1],
-                                                   "statistics": {"summary_mode": "md5"}}))
+                                                   "statistics": {"summary_mode": sys.argv[2]}}))
 debugger = PrecisionDebugger(config_path=sys.argv[1] + ".json", model=model)
 debugger.start()
 model(torch.randn(8, 16, generator=torch.Generator().manual_seed(1))).square().mean().backward()
@@ -168,15 +168,17 @@ print(json.dumps({"reads": debugger._hooks.host_reads}))
 """
 
 
-def test_md5_on_the_device_path_moves_the_bytes_once_per_batch(tmp_path):
-    """CRC-32 depends on the bytes only: the device path's must equal the direct CPU path's, read in batches."""
+@pytest.mark.parametrize("mode", ["md5", "xor"])
+def test_checksums_on_the_device_path_are_read_once_per_batch(tmp_path, mode):
+    """CRC-32 and xor depend on the bytes only: the device path's must equal the direct CPU path's, read in
+    batches (md5: the bytes moved per batch; xor: one word per tensor, folded on the device)."""
     script = tmp_path / "md5.py"
     script.write_text(MD5_RUN)
     found = {}
     for name, forced in (("direct", "0"), ("device", "1")):
         env = {**os.environ, "MSPROBE_FORCE_DEVICE_PATH": forced, "MSPROBE_STATS_BATCH": "8"}
-        result = subprocess.run([sys.executable, str(script), str(tmp_path / name)], env=env, capture_output=True,
-                                text=True, check=True)  # fmt: skip
+        result = subprocess.run([sys.executable, str(script), str(tmp_path / name), mode], env=env,
+                                capture_output=True, text=True, check=True)  # fmt: skip
         reads = json.loads(result.stdout.strip().splitlines()[-1])["reads"]
         data = read_dump(tmp_path / name / "step0" / "rank").data
         found[name] = (reads, {n: [s.get("md5") for s in value_summaries(e)] for n, e in data.items()})
@@ -184,3 +186,23 @@ def test_md5_on_the_device_path_moves_the_bytes_once_per_batch(tmp_path):
     measured = sum(len([m for m in md5s if m]) for md5s in found["device"][1].values())
     assert measured > 20 and found["direct"][0] == 0
     assert found["device"][0] <= 2 * math.ceil(measured / 8) + 8  # stats and bytes per batch, + module and step ends
+
+
+def _numpy_xor(tensor):
+    """26.x's xor, derived with numpy alone: the bytes as little-endian uint64 words, zero-padded, XORed."""
+    raw = tensor.contiguous().reshape(-1).view(torch.uint8).numpy()  # the bytes as they lie in memory
+    raw = np.concatenate([raw, np.zeros(-raw.size % 8, np.uint8)])
+    return f"{int(np.bitwise_xor.reduce(raw.view('<u8'))):016x}"
+
+
+def test_xor_folded_on_the_device_equals_numpy():
+    generator = torch.Generator().manual_seed(3)
+    samples = [torch.randn(n, generator=generator) for n in (1, 2, 3, 7, 1000, 4097)]
+    samples += [torch.randn(3, generator=generator).half(), torch.randn(5, generator=generator).bfloat16(),
+                torch.randint(-9, 9, (11,), generator=generator, dtype=torch.int8),
+                torch.randn(6, 9, generator=generator).double().t(),
+                torch.tensor([-0.0, math.nan, math.inf])]  # fmt: skip
+    batch = DeviceBatch(limit=4)
+    items = [batch.xor(sample) for sample in samples]
+    assert [item.resolve() for item in items] == [_numpy_xor(sample) for sample in samples]
+    assert batch.take_reads() == math.ceil(len(samples) / 4)  # one read per batch, none per tensor

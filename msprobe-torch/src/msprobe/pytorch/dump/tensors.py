@@ -243,7 +243,8 @@ class BatchedStat:
 
 
 class BatchedChecksum:
-    """One device tensor's CRC-32, computed on the host from its bytes, which come with its batch's."""
+    """One device tensor's checksum, waiting for its batch: for CRC-32 ``data`` is the tensor, whose bytes
+    move to the host with the batch's; for xor it is the one word already folded on the device."""
 
     __slots__ = ("batch", "data", "text")
 
@@ -255,6 +256,28 @@ class BatchedChecksum:
         if self.text is None and self.data is not None:
             self.batch.read_back()
         return self.text
+
+
+def xor_word(tensor: torch.Tensor) -> torch.Tensor:
+    """The XOR of a tensor's bytes as little-endian 64-bit words (the last zero-padded), computed where the
+    tensor lives: halves XORed together until one word is left, so log2(words) kernels and no host read.
+    Equals msprobe.core.dump.checksum.xor_hex on the same bytes (XOR is associative and commutative)."""
+    data = tensor.detach().resolve_conj().resolve_neg()
+    if not data.is_contiguous():
+        data = data.contiguous()
+    raw = data.reshape(-1).view(torch.uint8)
+    if raw.numel() % 8:
+        raw = torch.cat((raw, raw.new_zeros(8 - raw.numel() % 8)))
+    words = raw.view(torch.int64)
+    if words.numel() == 0:
+        return torch.zeros(1, dtype=torch.int64, device=data.device)
+    while words.numel() > 1:
+        half = words.numel() // 2
+        folded = torch.bitwise_xor(words[:half], words[half : 2 * half])
+        if words.numel() % 2:  # the odd word out joins the first
+            folded[:1] ^= words[-1:]
+        words = folded
+    return words
 
 
 class DeviceBatch:
@@ -272,6 +295,7 @@ class DeviceBatch:
         self.limit = limit
         self.pending: list[BatchedStats] = []
         self.checksums: list[BatchedChecksum] = []  # md5: the tensors' bytes, moved to the host together
+        self.xors: list[BatchedChecksum] = []  # xor: one word per tensor, folded on the device
         self.reads = 0
         self.on_read: Callable[[], None] | None = None  # the collector journals the entries just completed
 
@@ -297,16 +321,26 @@ class DeviceBatch:
             self.read_back()
         return item
 
+    def xor(self, tensor: torch.Tensor) -> BatchedChecksum:
+        item = BatchedChecksum(self, xor_word(tensor))
+        self.xors.append(item)
+        if self.waiting() >= self.limit:
+            self.read_back()
+        return item
+
     def waiting(self) -> int:
-        return len(self.pending) + len(self.checksums)
+        return len(self.pending) + len(self.checksums) + len(self.xors)
 
     def read_back(self) -> None:
         pending, self.pending = self.pending, []
         checksums, self.checksums = self.checksums, []
+        xors, self.xors = self.xors, []
         if checksums:
             self._read_checksums(checksums)
+        if xors:
+            self._read_xors(xors)
         if not pending:
-            if checksums and self.on_read is not None:
+            if (checksums or xors) and self.on_read is not None:
                 self.on_read()
             return
         by_device: dict[Any, list[BatchedStats]] = {}
@@ -347,6 +381,16 @@ class DeviceBatch:
                     self.reads += 1
             for item in group:
                 item.data = None
+
+    def _read_xors(self, xors: list[BatchedChecksum]) -> None:
+        by_device: dict[Any, list[BatchedChecksum]] = {}
+        for item in xors:
+            by_device.setdefault(item.data.device, []).append(item)
+        for group in by_device.values():
+            words = torch.cat([item.data for item in group]).tolist()  # the batch's one host read
+            self.reads += 1
+            for item, word in zip(group, words):
+                item.text, item.data = f"{word & 0xFFFFFFFFFFFFFFFF:016x}", None
 
     def take_reads(self) -> int:
         reads, self.reads = self.reads, 0
@@ -517,7 +561,8 @@ class TensorSummarizer:
         quick = task == "statistics" and not self.with_crc and not self.with_xor and not deferred
         self.quick_texts = lane.summaries(self.write_log) if quick and not FORCE_DEVICE_PATH else None
         # device tensors' statistics, read back in batches (not with async_dump, which reads at step end)
-        self.batch = DeviceBatch() if self.with_stats and not deferred and device_path_active() else None
+        batched = (self.with_stats or self.with_xor) and not deferred
+        self.batch = DeviceBatch() if batched and device_path_active() else None
 
     def set_tensor_dir(self, folder: Path | None) -> None:
         self.tensor_dir = folder
@@ -567,9 +612,12 @@ class TensorSummarizer:
             return self._cached("range", tensor, _measure_range)  # full statistics only for the calls kept
         if self.deferred:
             return self._cached("stats", tensor, _measure_deferred)
-        if self.batch is not None and (FORCE_DEVICE_PATH or not tensor.is_cpu) and _plain_device_tensor(tensor):
+        if self._batched(tensor):
             return self._cached("stats", tensor, self.batch.measure)
         return self._cached("stats", tensor, _measure)
+
+    def _batched(self, tensor: torch.Tensor) -> bool:
+        return self.batch is not None and (FORCE_DEVICE_PATH or not tensor.is_cpu) and _plain_device_tensor(tensor)
 
     def _cached(self, kind: str, tensor: torch.Tensor, compute: Callable[[torch.Tensor], Any]) -> Any:
         """``compute(tensor)``, reused while the tensor is unchanged (see the module's docstring)."""
@@ -654,7 +702,7 @@ class TensorSummarizer:
             batched = self.batch is not None and isinstance(waiting, BatchedStat)  # the bytes go with the batch
             summary["md5"] = self._cached("crc", tensor, self.batch.checksum if batched else crc32_hex)
         elif self.with_xor and has_data:
-            summary["md5"] = self._cached("xor", tensor, xor_checksum_hex)
+            summary["md5"] = self._cached("xor", tensor, self.batch.xor if self._batched(tensor) else xor_checksum_hex)
         if self.online is not None or self.save_files:
             self._attach_data(summary, tensor, data_stem, has_data)
         return summary
