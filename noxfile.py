@@ -23,6 +23,7 @@ nox.options.sessions = [
     "mindspore_torch",
     "packaging",
     "conformance",
+    "scale",
 ]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
@@ -92,6 +93,15 @@ def torch(session: nox.Session) -> None:
     session.install(TORCH)
     session.install(*TEST_DEPS, "playwright", *CORE, "-e", "./msprobe-torch[huggingface]")
     session.run("pytest", "tests/torch_backend", *session.posargs)
+
+
+@nox.session
+def scale(session: nox.Session) -> None:
+    """The Parquet store (pyarrow), SQL over it (DuckDB), the trend page, and the Ray engine on a cluster of two
+    nodes started on this machine."""
+    _ensure_chromium(session)
+    session.install(*TEST_DEPS, "playwright", "-e", "./msprobe-core[db,ray]", "-e", "./msprobe-cli")
+    session.run("pytest", "tests/scale", *session.posargs)
 
 
 @nox.session

@@ -1,4 +1,6 @@
 import json
+import shutil
+import sys
 
 import click
 import pytest
@@ -8,7 +10,7 @@ from msprobe.cli.main import cli
 from msprobe.core.config import TASKS, load_config
 from msprobe.core.hookspecs import hookimpl
 from msprobe.core.plugins import PluginRegistry
-from paths import TEST_DATA
+from paths import REFERENCE_DUMPS, TEST_DATA
 
 
 def run(*args, **kwargs):
@@ -135,3 +137,23 @@ def test_plugins_lists_no_backend_when_none(monkeypatch):
     result = run("plugins")
     assert "No backend is installed" in result.output and "0 backend(s)" in result.output
     assert "statistics kernels: C, one pass (" in result.output  # CI builds msprobe-core's C kernels
+
+
+@pytest.mark.parametrize(
+    ("module", "arguments", "message"),
+    [
+        ("pyarrow", ["db", "build", "-i", "{tmp}", "-o", "{tmp}/store"], "msprobe db needs pyarrow: pip install"),
+        ("duckdb", ["db", "query", "{tmp}", "SELECT 1"], "msprobe db needs duckdb: pip install"),
+        ("ray", ["compare", "-i", "{tmp}/compare.json", "--engine", "ray"], "--engine ray needs Ray: pip install"),
+    ],
+)
+def test_an_optional_extra_that_is_missing_is_named_in_one_line(tmp_path, monkeypatch, module, arguments, message):
+    monkeypatch.setitem(sys.modules, module, None)  # import fails as when it is not installed
+    npu, bench = tmp_path / "npu" / "step0", tmp_path / "bench" / "step0"
+    for side in (npu, bench):  # a multi-rank layout: the ranks go to the engine
+        for rank in (0, 1):
+            shutil.copytree(REFERENCE_DUMPS / "pytorch" / "statistics_L1" / "step0" / "rank", side / f"rank{rank}")
+    (tmp_path / "compare.json").write_text(json.dumps({"npu_path": str(npu), "bench_path": str(bench)}))
+    result = CliRunner().invoke(cli, [a.format(tmp=tmp_path) for a in arguments])
+    assert result.exit_code != 0 and message in result.output, result.output
+    assert "Traceback" not in result.output

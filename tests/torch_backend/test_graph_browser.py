@@ -9,7 +9,6 @@ writes them to docs/img, where the docs show them.
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from browser import launch, open_page
 from msprobe.core.dump.reader import read_dump
 from msprobe.core.graph.api import run_graph
 from msprobe.core.graph.model import API, build_graph
@@ -108,30 +108,14 @@ def runs(tmp_path_factory):
     return {"npu": npu, "compared": compared, "built": built}
 
 
-def chromium_path() -> str:
-    path = os.environ.get("MSPROBE_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-    if not Path(path).exists():
-        pytest.fail("Debian's chromium is needed (apt-get install chromium); `nox -s torch` installs it")
-    return path
-
-
 @pytest.fixture(scope="module")
 def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        instance = playwright.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"])
+        instance = launch(playwright)
         yield instance
         instance.close()
-
-
-def open_page(browser, path: Path):
-    page = browser.new_page(viewport={"width": 1400, "height": 850})
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.goto(path.resolve().as_uri())
-    page.wait_for_selector("body[data-ready='1']")
-    return page, errors
 
 
 def screenshot(page, name: str) -> None:

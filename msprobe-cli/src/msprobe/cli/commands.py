@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "graph_cmd",
     "recover_cmd",
     "check_cmd",
+    "db_cmd",
 )
 
 

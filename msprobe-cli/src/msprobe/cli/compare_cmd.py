@@ -6,7 +6,13 @@ from pathlib import Path
 
 import click
 
-from msprobe.cli.options import fuzzy_match_option, input_path_option, layer_mapping_option
+from msprobe.cli.options import (
+    engine_of,
+    engine_options,
+    fuzzy_match_option,
+    input_path_option,
+    layer_mapping_option,
+)
 
 
 @click.command("compare")
@@ -50,6 +56,7 @@ from msprobe.cli.options import fuzzy_match_option, input_path_option, layer_map
     help="Also name where the runs first part ways: the first divergent entry, and the innermost module whose "
     "inputs agree and outputs differ (first_divergence_*.json).",
 )
+@engine_options
 def compare_command(
     input_path: Path,
     output_path: Path,
@@ -61,8 +68,11 @@ def compare_command(
     cell_mapping: str | None,
     layer_mapping: str | None,
     first_divergence: bool,
+    engine: str,
+    ray_address: str | None,
 ) -> None:
-    """Compare two dumps (statistics, tensor or md5 mode, picked from the dumps)."""
+    """Compare two dumps (statistics, tensor or md5 mode, picked from the dumps); the ranks of a multi-rank
+    compare run on --engine."""
     from msprobe.core.compare.api import run_compare_json
 
     mappings = {
@@ -72,7 +82,9 @@ def compare_command(
         "layer_mapping": layer_mapping,
         "cross_framework": api_mapping is not None or cell_mapping is not None,  # -am/-cm alone: built-in tables
     }
-    summaries = run_compare_json(input_path, output_path, stack_mode, compare_only, fuzzy_match, mappings)
+    summaries = run_compare_json(
+        input_path, output_path, stack_mode, compare_only, fuzzy_match, mappings, engine_of(engine, ray_address)
+    )
     for summary in summaries:
         if summary.advice is not None and summary.advice.node:
             click.echo(summary.advice.text())

@@ -22,9 +22,13 @@ class ConfigError(MsprobeError):
     def __init__(self, message: str, path: str | Path | None = None, field: str | None = None):
         self.path = str(path) if path is not None else None
         self.field = field
+        self.message = message
         where = self.path or "config"
         prefix = f"{where}: " + (f"{field}: " if field else "")
         super().__init__(prefix + message)
+
+    def __reduce__(self):  # raised in a worker process, it crosses back to the parent whole
+        return type(self), (self.message, self.path, self.field)
 
 
 class BackendError(MsprobeError):
@@ -40,4 +44,8 @@ class DataFileError(MsprobeError):
 
     def __init__(self, path: str | Path, message: str):
         self.path = str(path)
+        self.message = message
         super().__init__(f"{path}: {message}")
+
+    def __reduce__(self):  # raised in a worker process, it crosses back to the parent whole
+        return type(self), (self.path, self.message)

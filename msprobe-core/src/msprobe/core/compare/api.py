@@ -23,7 +23,7 @@ from msprobe.core.compare.report import timestamp, write_result, write_text
 from msprobe.core.config import config_error_from_validation
 from msprobe.core.dump.reader import read_dump
 from msprobe.core.errors import DataFileError, MsprobeError
-from msprobe.core.processes import worker_pool
+from msprobe.core.jobs import Engine, run_jobs
 from msprobe.core.tensor_files import load_npy
 
 logger = logging.getLogger(__name__)
@@ -234,9 +234,11 @@ def compare_distributed(
     fuzzy_match: bool = False,
     processes: int | None = None,
     mappings: dict[str, Any] | None = None,
+    engine: Engine | None = None,
     **_ignored: Any,
 ) -> list[CompareSummary]:
-    """Compare each rank of two step folders; pairs run in parallel processes."""
+    """Compare each rank of two step folders; the rank pairs run on ``engine`` (default: ``processes`` local
+    worker processes)."""
     npu_ranks, bench_ranks = _rank_folders(Path(npu_dump_dir)), _rank_folders(Path(bench_dump_dir))
     missing = sorted(set(npu_ranks) ^ set(bench_ranks))
     if missing:
@@ -256,10 +258,7 @@ def compare_distributed(
         )
         for rank in sorted(set(npu_ranks) & set(bench_ranks))
     ]
-    if len(jobs) == 1 or processes == 1:
-        return [_compare_rank(job) for job in jobs]
-    with worker_pool(processes or min(len(jobs), 8)) as pool:
-        return list(pool.map(_compare_rank, jobs))
+    return run_jobs(_compare_rank, jobs, engine or Engine(workers=processes), "ranks")
 
 
 def run_compare_json(
@@ -269,13 +268,14 @@ def run_compare_json(
     compare_only: bool = False,
     fuzzy_match: bool = False,
     mappings: dict[str, Any] | None = None,
+    engine: Engine | None = None,
 ) -> list[CompareSummary]:
     """What ``msprobe compare -i compare.json`` does: single or multi-rank, decided by the paths."""
     spec = read_compare_json(compare_json)
     npu, bench = Path(spec.npu_path), Path(spec.bench_path)
     if npu.is_dir() and not (npu / "dump.json").exists() and not (npu / ".dump.json.journal").exists():
         return compare_distributed(
-            npu, bench, output_path, stack_mode, not compare_only, fuzzy_match, mappings=mappings
+            npu, bench, output_path, stack_mode, not compare_only, fuzzy_match, mappings=mappings, engine=engine
         )
     summary, _ = compare_pair(
         npu, bench, Path(output_path), stack_mode, not compare_only, fuzzy_match, mappings=mappings

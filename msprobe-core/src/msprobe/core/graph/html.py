@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import base64
 import gzip
-import importlib.resources
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 from msprobe.core.graph.compare import BANDS, UNMATCHED_COLOR, GraphComparison, band, colors, is_suspect
 from msprobe.core.graph.model import Graph
 from msprobe.core.graph.vis import row_fields, write_atomically
+from msprobe.core.pages import fill, html_text, script_json
 
 OVERFLOW_COLORS = {"critical": "#FF704D", "high": "#FFC62E", "medium": "#FFEDBE"}
 DETAIL_CHUNK = 256  # nodes per compressed chunk: one unpack per click stays a few milliseconds
@@ -106,17 +105,10 @@ def _suspect_text(mode: str) -> str:
 
 
 def page(title: str, info: str, sides: list[dict[str, Any]], legend: list[list[str]]) -> str:
-    template = importlib.resources.files("msprobe.core.graph").joinpath("assets/graph.html").read_text("utf-8")
     details = {"chunk": DETAIL_CHUNK, "sides": [side.pop("details") for side in sides]}
-    data = json.dumps({"title": title, "info": info, "sides": sides, "legend": legend}, ensure_ascii=False)
-    data = data.replace("</", "<\\/")  # the JSON must not close its <script> element
-    fields = {"TITLE": _escape(title), "DETAILS": json.dumps(details, separators=(",", ":")), "DATA": data}
-    # one pass, so a title or a name that spells a placeholder stays text
-    return re.sub(r"__(TITLE|DETAILS|DATA)__", lambda match: fields[match.group(1)], template)
-
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    data = script_json({"title": title, "info": info, "sides": sides, "legend": legend})
+    fields = {"TITLE": html_text(title), "DETAILS": script_json(details, compact=True), "DATA": data}
+    return fill("msprobe.core.graph", "assets/graph.html", fields)
 
 
 def write_build_page(path: Path, graph: Graph, title: str, overflow: bool) -> Path:

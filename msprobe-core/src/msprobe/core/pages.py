@@ -1,0 +1,30 @@
+"""Self-contained HTML pages (the graph page, the trend page): a template in the package, data filled in.
+
+Nothing is fetched by a page: the data sits in ``<script type="application/json">`` elements and the viewer
+is inline, so a page works offline and can be mailed around.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+import re
+from typing import Any
+
+
+def html_text(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def script_json(value: Any, compact: bool = False) -> str:
+    """JSON safe inside a <script> element: it must not close it."""
+    separators = (",", ":") if compact else None
+    return json.dumps(value, ensure_ascii=False, separators=separators).replace("</", "<\\/")
+
+
+def fill(package: str, asset: str, fields: dict[str, str]) -> str:
+    """The template ``asset`` of ``package`` with each ``__NAME__`` replaced, in one pass, so a value that
+    spells a placeholder stays text."""
+    template = importlib.resources.files(package).joinpath(asset).read_text("utf-8")
+    pattern = "__(" + "|".join(map(re.escape, fields)) + ")__"
+    return re.sub(pattern, lambda match: fields[match.group(1)], template)

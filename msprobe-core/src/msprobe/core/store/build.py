@@ -1,0 +1,275 @@
+"""``msprobe db build``: the statistics of every step and rank, written once each as Parquet.
+
+Layout of a store::
+
+    STORE/msprobe_store.json                     what was read, so a re-run adds only what is new or changed
+    STORE/stats/step=N/rank=R/dump.parquet       one row per tensor of step N, rank R
+    STORE/stats/step=N/rank=R/monitor-KIND.parquet
+    STORE/stacks/step=N/rank=R/dump.parquet      stack_id -> the stack's text
+
+A source is a step/rank dump folder or a monitor CSV; the sources of one rank
+are one job, and the jobs run on the chosen engine (this machine's processes
+or Ray). A part is written under a
+temporary name and renamed into place, and the manifest is written when the
+build ends, so an interrupted build leaves no half-written part and the next
+run redoes what it had not recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from msprobe.core.dump.reader import read_dump
+from msprobe.core.errors import DataFileError, UsageError
+from msprobe.core.jobs import LOCAL, Engine, run_jobs
+from msprobe.core.store import require
+from msprobe.core.store.rows import MONITOR_FILE, MONITOR_RUN, dump_columns, monitor_columns
+
+logger = logging.getLogger(__name__)
+
+MANIFEST = "msprobe_store.json"
+STORE_VERSION = 1
+FORMATS = ("auto", "dump", "monitor")
+_STEP = re.compile(r"^step(\d+)$")
+_RANK = re.compile(r"^rank(\d*)$")
+
+
+def stats_schema() -> Any:
+    pa = require("pyarrow")
+    return pa.schema(
+        [
+            ("source", pa.string()),
+            ("seq", pa.int64()),
+            ("name", pa.string()),
+            ("module", pa.string()),
+            ("direction", pa.string()),
+            ("io", pa.string()),
+            ("arg", pa.string()),
+            ("dtype", pa.string()),
+            ("shape", pa.list_(pa.int64())),
+            ("max", pa.float64()),
+            ("min", pa.float64()),
+            ("mean", pa.float64()),
+            ("norm", pa.float64()),
+            ("md5", pa.string()),
+            ("stack_id", pa.int64()),
+        ]
+    )
+
+
+@dataclass(frozen=True)
+class Source:
+    """One job: a dump folder (one step and rank) or a monitor CSV (one rank, a range of steps)."""
+
+    key: str  # its name in the manifest
+    path: str
+    kind: str  # "dump", or the monitor kind (actv, grad_reduced, ...)
+    rank: int
+    step: int | None  # None for a monitor CSV: its rows say
+    fingerprint: tuple[int, int]  # (size, mtime_ns) of the file read
+
+    @property
+    def part(self) -> str:
+        return "dump.parquet" if self.kind == "dump" else f"monitor-{self.kind}.parquet"
+
+
+@dataclass
+class BuildSummary:
+    store: Path
+    added: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    rows: int = 0
+
+    def line(self) -> str:
+        return (
+            f"store {self.store}: {len(self.added)} source(s) added or updated, {self.unchanged} unchanged, "
+            f"{self.rows} rows written"
+        )
+
+
+def _fingerprint(path: Path) -> tuple[int, int]:
+    status = path.stat()
+    return status.st_size, status.st_mtime_ns
+
+
+def find_dump_sources(root: Path) -> list[Source]:
+    """``root/step{N}/rank{R}/dump.json`` (``rank`` alone: rank 0)."""
+    sources = []
+    for step_dir in sorted(root.iterdir()):
+        step_match = _STEP.match(step_dir.name)
+        if not step_match or not step_dir.is_dir():
+            continue
+        for rank_dir in sorted(step_dir.iterdir()):
+            rank_match = _RANK.match(rank_dir.name)
+            dump_json = rank_dir / "dump.json"
+            if not rank_match or not dump_json.is_file():
+                continue
+            step, rank = int(step_match.group(1)), int(rank_match.group(1) or 0)
+            key = f"dump/step{step}/rank{rank}"
+            sources.append(Source(key, str(rank_dir), "dump", rank, step, _fingerprint(dump_json)))
+    return sources
+
+
+def find_monitor_sources(root: Path) -> list[Source]:
+    """``root/{time}-rank{R}/{kind}_{first}-{last}.csv``, as the monitor writes them."""
+    sources = []
+    for run in sorted(root.iterdir()):
+        run_match = MONITOR_RUN.search(run.name)
+        if not run_match or not run.is_dir():
+            continue
+        for csv in sorted(run.glob("*.csv")):
+            file_match = MONITOR_FILE.match(csv.name)
+            if not file_match:
+                continue
+            key = f"monitor/{run.name}/{csv.name}"
+            rank = int(run_match.group("rank"))
+            sources.append(Source(key, str(csv), file_match.group("kind"), rank, None, _fingerprint(csv)))
+    return sources
+
+
+def find_sources(root: Path, data_format: str = "auto") -> list[Source]:
+    if data_format not in FORMATS:
+        raise UsageError(f"format '{data_format}' is unknown; choose one of {', '.join(FORMATS)}")
+    if not root.is_dir():
+        raise DataFileError(root, "not a folder (give the folder holding step{N} folders, or the monitor output)")
+    found: list[Source] = []
+    if data_format in ("auto", "dump"):
+        found += find_dump_sources(root)
+    if data_format in ("auto", "monitor"):
+        found += find_monitor_sources(root)
+    if not found:
+        wanted = {
+            "dump": "step{N}/rank{R}/dump.json folders",
+            "monitor": "{time}-rank{R} folders of monitor CSVs",
+            "auto": "step{N}/rank{R}/dump.json folders or {time}-rank{R} folders of monitor CSVs",
+        }[data_format]
+        raise DataFileError(root, f"holds no {wanted}")
+    return found
+
+
+def _write_part(table: Any, folder: Path, name: str) -> None:
+    pq = require("pyarrow.parquet")
+    folder.mkdir(parents=True, exist_ok=True)
+    temporary = folder / f".{name}.{os.getpid()}.tmp"
+    pq.write_table(table, temporary, compression="zstd")
+    os.replace(temporary, folder / name)  # a part is there whole or not at all
+
+
+def _partition(store: Path, table: str, step: int, rank: int) -> Path:
+    return store / table / f"step={step}" / f"rank={rank}"
+
+
+def build_rank(job: tuple[list[Source], str, dict[str, str] | None]) -> list[tuple[str, int]]:
+    """One job: the new sources of one rank; returns (key, rows written) for each. Runs in a worker."""
+    sources, store, rename = job
+    return [build_source(source, Path(store), rename) for source in sources]
+
+
+def build_source(source: Source, store: Path, rename: dict[str, str] | None) -> tuple[str, int]:
+    """Read one source and write its part(s)."""
+    pa = require("pyarrow")
+    schema = stats_schema()
+    if source.kind == "dump":
+        columns, stacks = dump_columns(read_dump(source.path), rename)
+        _write_part(
+            pa.Table.from_pydict(columns, schema=schema),
+            _partition(store, "stats", source.step, source.rank),
+            source.part,
+        )
+        stack_table = pa.Table.from_pydict(
+            {"stack_id": list(stacks), "stack": list(stacks.values())},
+            schema=pa.schema([("stack_id", pa.int64()), ("stack", pa.string())]),
+        )
+        _write_part(stack_table, _partition(store, "stacks", source.step, source.rank), source.part)
+        return source.key, len(columns["seq"])
+    written = 0
+    for step, columns in monitor_columns(Path(source.path), source.kind, rename).items():
+        _write_part(
+            pa.Table.from_pydict(columns, schema=schema), _partition(store, "stats", step, source.rank), source.part
+        )
+        written += len(columns["seq"])
+    return source.key, written
+
+
+def _read_manifest(store: Path) -> dict[str, Any]:
+    path = store / MANIFEST
+    if not path.exists():
+        if store.exists() and any(store.iterdir()):
+            raise UsageError(f"{store} exists and is not an msprobe store (no {MANIFEST}); choose another -o")
+        return {"version": STORE_VERSION, "sources": {}}
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DataFileError(path, f"unreadable store manifest ({exc})") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("sources"), dict):
+        raise DataFileError(path, "field 'sources': expected an object")
+    if manifest.get("version") != STORE_VERSION:
+        raise DataFileError(path, f"field 'version': store version {manifest.get('version')!r}, not {STORE_VERSION}")
+    return manifest
+
+
+def _write_manifest(store: Path, manifest: dict[str, Any]) -> None:
+    temporary = store / f".{MANIFEST}.tmp"
+    temporary.write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")
+    os.replace(temporary, store / MANIFEST)
+
+
+def read_mapping(path: str | Path | None) -> dict[str, str] | None:
+    """data2db's mapping file: a JSON object of text -> replacement."""
+    if path is None:
+        return None
+    path = Path(path)
+    try:
+        mapping = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DataFileError(path, f"unreadable mapping ({exc})") from None
+    if not isinstance(mapping, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in mapping.items()):
+        raise DataFileError(path, "expected a JSON object whose keys and values are strings")
+    return mapping
+
+
+def build_store(
+    data: str | Path,
+    store: str | Path,
+    data_format: str = "auto",
+    engine: Engine = LOCAL,
+    mapping: str | Path | None = None,
+) -> BuildSummary:
+    """Add to ``store`` every source under ``data`` that is new or changed since the last build."""
+    require("pyarrow")
+    root, store = Path(data).expanduser(), Path(store).expanduser()
+    rename = read_mapping(mapping)
+    sources = find_sources(root, data_format)
+    manifest = _read_manifest(store)
+    store.mkdir(parents=True, exist_ok=True)
+    known = manifest["sources"]
+    mapping_text = json.dumps(rename, sort_keys=True) if rename else None
+    if manifest.get("mapping") != mapping_text and known:
+        raise UsageError(f"{store} was built with another --mapping; build a new store (-o)")
+    manifest["mapping"] = mapping_text
+    summary = BuildSummary(store)
+    todo = []
+    for source in sources:
+        if known.get(source.key, {}).get("fingerprint") == list(source.fingerprint):
+            summary.unchanged += 1
+        else:
+            todo.append(source)
+    by_key = {source.key: source for source in todo}
+    by_rank: dict[int, list[Source]] = {}
+    for source in todo:
+        by_rank.setdefault(source.rank, []).append(source)
+    jobs = [(sources, str(store), rename) for _, sources in sorted(by_rank.items())]
+    for key, rows in (done for results in run_jobs(build_rank, jobs, engine, "ranks") for done in results):
+        source = by_key[key]
+        known[key] = {"path": source.path, "fingerprint": list(source.fingerprint), "rows": rows}
+        summary.added.append(key)
+        summary.rows += rows
+    _write_manifest(store, manifest)
+    logger.info("%s", summary.line())
+    return summary

@@ -1,0 +1,48 @@
+"""``msprobe db query``: DuckDB SQL over a store, whose parts appear as the views ``stats`` and ``stacks``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from msprobe.core.errors import DataFileError, UsageError
+from msprobe.core.store import require
+from msprobe.core.store.build import MANIFEST
+
+
+def _quoted(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def connect(store: str | Path) -> Any:
+    """An in-memory DuckDB connection with the store's views; the Parquet files are only read."""
+    duckdb = require("duckdb")
+    store = Path(store).expanduser()
+    if not (store / MANIFEST).is_file():
+        raise DataFileError(store, f"not an msprobe store (no {MANIFEST}); make one with msprobe db build")
+    connection = duckdb.connect()
+    if not any((store / "stacks").glob("step=*/rank=*/*.parquet")):  # monitor rows only: no stacks
+        connection.execute("CREATE VIEW stacks AS SELECT NULL::BIGINT AS stack_id, NULL::VARCHAR AS stack WHERE false")
+    for view in ("stats", "stacks"):
+        if not any((store / view).glob("step=*/rank=*/*.parquet")):
+            if view == "stats":
+                raise DataFileError(store, "the store holds no statistics yet")
+            continue
+        files = _quoted(str(store / view / "step=*" / "rank=*" / "*.parquet"))
+        options = "hive_partitioning = true, hive_types = {'step': BIGINT, 'rank': BIGINT}, union_by_name = true"
+        select = "SELECT DISTINCT stack_id, stack" if view == "stacks" else "SELECT *"
+        connection.execute(f"CREATE VIEW {view} AS {select} FROM read_parquet({files}, {options})")
+    return connection
+
+
+def run_query(store: str | Path, sql: str) -> Any:
+    """The query's result as a pandas DataFrame; a SQL error is one line naming the query."""
+    duckdb = require("duckdb")
+    connection = connect(store)
+    try:
+        return connection.execute(sql).df()
+    except duckdb.Error as exc:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"query failed: {message}") from None
+    finally:
+        connection.close()

@@ -1,0 +1,171 @@
+"""The rows of the store: one per tensor of a dump, or per name and metric of a monitor CSV.
+
+Columns (besides ``step`` and ``rank``, which the partition folders carry):
+``source`` (dump or monitor), ``seq`` (call order in the step), ``name``
+(the dump.json entry name; the monitor's name), ``module`` (the module path:
+the module's own for a module entry, its enclosing module's for an API),
+``direction`` (forward or backward), ``io`` (input, output, parameters,
+parameters_grad; the monitor's kind, e.g. actv or grad_reduced), ``arg``
+(the argument's position or keyword; the micro-step for monitor
+activations), ``dtype``, ``shape``, ``max``, ``min``, ``mean``, ``norm``,
+``md5`` and ``stack_id`` (CRC-32 of the call stack's text: equal stacks
+share it across ranks and steps; the ``stacks`` table holds the text).
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from msprobe.core.compare.rows import dump_rows
+from msprobe.core.dump.reader import Dump
+from msprobe.core.errors import DataFileError
+
+COLUMNS = (
+    "source",
+    "seq",
+    "name",
+    "module",
+    "direction",
+    "io",
+    "arg",
+    "dtype",
+    "shape",
+    "max",
+    "min",
+    "mean",
+    "norm",
+    "md5",
+    "stack_id",
+)
+STATISTICS = ("max", "min", "mean", "norm")
+_MODULE_PREFIXES = ("Module", "Cell")
+_DIRECTIONS = ("forward", "backward")
+
+
+def module_path(entry: str) -> str | None:
+    """``Module.layers.0.Block.forward.0`` -> ``layers.0``; None for an entry that is not a module's."""
+    parts = entry.split(".")
+    if parts[0] not in _MODULE_PREFIXES or len(parts) < 4:
+        return None
+    if parts[-1] == "parameters_grad":  # Module.conv.Conv2d.parameters_grad
+        return ".".join(parts[1:-2])
+    for position in range(len(parts) - 1, 0, -1):
+        if parts[position] in _DIRECTIONS:
+            return ".".join(parts[1 : position - 1])  # drop the class before forward/backward
+    return None
+
+
+def direction(entry: str) -> str:
+    if entry.endswith(".parameters_grad"):
+        return "backward"
+    parts = entry.split(".")
+    for part in reversed(parts):
+        if part in _DIRECTIONS:
+            return part
+    return ""
+
+
+def _float(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None if value is None else float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def stack_id(frames: Any) -> int | None:
+    if not frames:
+        return None
+    text = "\n".join(str(frame) for frame in frames) if isinstance(frames, list) else str(frames)
+    return zlib.crc32(text.encode("utf-8"))
+
+
+def dump_columns(dump: Dump, rename: dict[str, str] | None = None) -> tuple[dict[str, list], dict[int, str]]:
+    """The store's columns for one step/rank dump, and its stacks (id -> text)."""
+    columns: dict[str, list] = {name: [] for name in COLUMNS}
+    stacks: dict[int, str] = {}
+    enclosing: dict[str, str | None] = {}
+    for seq, row in enumerate(dump_rows(dump)):
+        entry = row.entry
+        if entry not in enclosing:
+            own = module_path(entry)
+            if own is None:
+                parent = dump.construct.get(entry)
+                own = module_path(parent) if isinstance(parent, str) else None
+            enclosing[entry] = own
+        suffix = row.name[len(entry) + 1 :] if row.name.startswith(entry + ".") else row.name
+        io, _, arg = suffix.partition(".")
+        if row.role == "parameters_grad":
+            io, arg = "parameters_grad", suffix
+        frames = dump.stack.get(entry)
+        identity = stack_id(frames)
+        if identity is not None and identity not in stacks:
+            stacks[identity] = "\n".join(map(str, frames)) if isinstance(frames, list) else str(frames)
+        columns["source"].append("dump")
+        columns["seq"].append(seq)
+        columns["name"].append(_renamed(entry, rename))
+        columns["module"].append(_renamed(enclosing[entry], rename))
+        columns["direction"].append(direction(entry))
+        columns["io"].append(io)
+        columns["arg"].append(arg)
+        columns["dtype"].append(row.dtype)
+        columns["shape"].append([int(size) for size in row.shape] if isinstance(row.shape, list) else None)
+        for key, value in zip(STATISTICS, row.stats):
+            columns[key].append(_float(value))
+        columns["md5"].append(row.md5)
+        columns["stack_id"].append(identity)
+    return columns, stacks
+
+
+def _renamed(text: str | None, rename: dict[str, str] | None) -> str | None:
+    """data2db's ``--mapping``: each key replaced by its value, in the file's order."""
+    if text is None or not rename:
+        return text
+    for old, new in rename.items():
+        text = text.replace(old, new)
+    return text
+
+
+MONITOR_FILE = re.compile(r"^(?P<kind>[a-z_]+?)_(?P<first>\d+)-(?P<last>\d+)\.csv$")
+MONITOR_RUN = re.compile(r"(?:^|-)rank(?P<rank>\d+)$")
+_MONITOR_IDS = ("vpp_stage", "name", "step", "micro_step")
+
+
+def monitor_columns(path: Path, kind: str, rename: dict[str, str] | None = None) -> dict[int, dict[str, list]]:
+    """The store's columns of one monitor CSV, per step (a CSV holds a range of steps)."""
+    try:
+        table = pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as exc:
+        raise DataFileError(path, f"not a monitor CSV ({exc})") from None
+    for column in ("name", "step"):
+        if column not in table.columns:
+            raise DataFileError(path, f"column '{column}' is missing")
+    steps = pd.to_numeric(table["step"], errors="coerce")
+    if steps.isna().any():
+        raise DataFileError(path, f"column 'step': row {int(steps.isna().to_numpy().argmax()) + 2} is not a number")
+    by_step: dict[int, dict[str, list]] = {}
+    stat_columns = {key: table[key] if key in table.columns else None for key in STATISTICS}
+    micro = table["micro_step"] if "micro_step" in table.columns else None
+    for position, step in enumerate(steps.astype("int64")):
+        columns = by_step.setdefault(int(step), {name: [] for name in COLUMNS})
+        columns["source"].append("monitor")
+        columns["seq"].append(position)
+        columns["name"].append(_renamed(str(table["name"].iat[position]), rename))
+        columns["module"].append(None)
+        columns["direction"].append("backward" if "grad" in kind else "forward")
+        columns["io"].append(kind)
+        columns["arg"].append(str(micro.iat[position]) if micro is not None else "")
+        columns["dtype"].append(None)
+        columns["shape"].append(None)
+        for key in STATISTICS:
+            series = stat_columns[key]
+            columns[key].append(_float(series.iat[position]) if series is not None else None)
+        columns["md5"].append(None)
+        columns["stack_id"].append(None)
+    return by_step

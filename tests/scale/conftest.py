@@ -1,0 +1,7 @@
+"""The scale tests use the benchmark's synthetic multi-rank dumps (bench/synthetic_ranks.py)."""
+
+import sys
+
+from paths import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "bench"))
