@@ -97,10 +97,13 @@ def torch(session: nox.Session) -> None:
 
 @nox.session
 def scale(session: nox.Session) -> None:
-    """The Parquet store (pyarrow), SQL over it (DuckDB), the trend page, and the Ray engine on a cluster of two
-    nodes started on this machine."""
+    """The Parquet store (pyarrow), SQL over it (DuckDB), the trend page, and the Ray engine (compare, db build,
+    run_ut) on a cluster of two nodes started on this machine."""
     _ensure_chromium(session)
-    session.install(*TEST_DEPS, "playwright", "-e", "./msprobe-core[db,ray]", "-e", "./msprobe-cli")
+    session.install(TORCH)  # run_ut split over the cluster
+    session.install(
+        *TEST_DEPS, "playwright", "-e", "./msprobe-core[db,ray]", "-e", "./msprobe-cli", "-e", "./msprobe-torch"
+    )
     session.run("pytest", "tests/scale", *session.posargs)
 
 

@@ -293,3 +293,45 @@ def test_run_overflow_check_on_a_dump_without_overflow_says_so_and_fails(tmp_pat
     result = CliRunner().invoke(cli, ["-f", "pytorch", "run_overflow_check", "-api_info", str(dump)])
     assert result.exit_code != 0 and "overflow is" not in result.output
     assert "no API overflowed in this dump" in result.output
+
+
+def _split_run(dumps, tmp_path, monkeypatch, runner: str, processes: int, die_at: str = ""):
+    from msprobe.core.precheck.driver import run_ut as drive
+
+    marks = tmp_path / f"marks-{runner}"
+    marks.mkdir()
+    monkeypatch.setenv("MSPROBE_TEST_MARKS", str(marks))
+    monkeypatch.setenv("MSPROBE_TEST_PARENT", str(os.getpid()))
+    monkeypatch.setenv("MSPROBE_TEST_DIE_AT", die_at)
+    summary = drive(dump_json=dumps["statistics"], output_dir=tmp_path / runner, runner_path=f"split_runners:{runner}",
+                    save_error_path="msprobe.pytorch.run_ut:save_error_data", devices=["cpu"],
+                    processes=processes)  # fmt: skip
+    by_process = {}
+    for mark in marks.iterdir():
+        pid, name = mark.name.split("-", 1)
+        by_process.setdefault(int(pid), set()).add(name)
+    return summary, by_process
+
+
+def test_multi_run_ut_helpers_share_the_work_and_the_files_equal_run_ut(dumps, tmp_path, monkeypatch):
+    single = run_ut("-api_info", dumps["statistics"], "-o", tmp_path / "one")
+    assert single.exit_code == 0, single.output
+    summary, by_process = _split_run(dumps, tmp_path, monkeypatch, "SlowParentRunner", 3)
+    names = [row["API Name"] for row in outputs(tmp_path / "one")[0]]
+    assert summary.checked == len(names) > 20
+    helpers = {pid: checked for pid, checked in by_process.items() if pid != os.getpid()}
+    assert helpers and sum(map(len, helpers.values())) > 0  # the helpers took chunks
+    assert set().union(*by_process.values()) >= set(names)  # every API checked by someone
+    assert outputs(tmp_path / "SlowParentRunner") == outputs(tmp_path / "one")  # same rows, the dump's order
+
+
+def test_a_helper_that_dies_loses_no_api(dumps, tmp_path, monkeypatch, caplog):
+    single = run_ut("-api_info", dumps["statistics"], "-o", tmp_path / "one")
+    names = [row["API Name"] for row in outputs(tmp_path / "one")[0]]
+    victim = names[-3]  # late in the list: helpers are up by then
+    with caplog.at_level("WARNING", logger="msprobe.core.precheck.split"):
+        summary, by_process = _split_run(dumps, tmp_path, monkeypatch, "DyingHelperRunner", 2, die_at=victim)
+    assert "helper 0 ended early (exit code 3)" in caplog.text  # it did die, holding the victim's chunk
+    assert single.exit_code == 0 and summary.checked == len(names)
+    assert victim in by_process[os.getpid()]  # the parent ran the dead helper's chunk
+    assert outputs(tmp_path / "DyingHelperRunner") == outputs(tmp_path / "one")

@@ -48,27 +48,38 @@ LOCAL = Engine()
 
 
 def run_jobs(
-    function: Callable[[Item], Result], items: Sequence[Item], engine: Engine = LOCAL, what: str = "jobs"
+    function: Callable[[Item], Result],
+    items: Sequence[Item],
+    engine: Engine = LOCAL,
+    what: str = "jobs",
+    on_result: Callable[[int, Result], Any] | None = None,
 ) -> list[Result]:
-    """``[function(item) for item in items]``, spread over ``engine``; the first failure is raised."""
+    """``[function(item) for item in items]``, spread over ``engine``; the first failure is raised.
+    ``on_result(index, result)`` sees each result as it arrives (to write it at once, say)."""
     if not items:
         return []
+    results: list[Any] = [None] * len(items)
+
+    def arrived(index: int, result: Any) -> None:
+        results[index] = result
+        if on_result is not None:
+            on_result(index, result)
+
     if engine.name == "ray":
-        return _run_on_ray(function, items, engine, what)
+        _run_on_ray(function, items, engine, what, arrived)
+        return results
     workers = min(engine.workers or min(os.cpu_count() or 1, 8), len(items))
-    if workers == 1:
-        with _progress(len(items), what) as bar:
-            results = []
-            for item in items:
-                results.append(function(item))
+    with _progress(len(items), what) as bar:
+        if workers == 1:
+            for index, item in enumerate(items):
+                arrived(index, function(item))
                 bar.update()
             return results
-    results: list[Any] = [None] * len(items)
-    with worker_pool(workers) as pool, _progress(len(items), what) as bar:
-        futures = {pool.submit(function, item): index for index, item in enumerate(items)}
-        for future in as_completed(futures):
-            results[futures[future]] = future.result()
-            bar.update()
+        with worker_pool(workers) as pool:
+            futures = {pool.submit(function, item): index for index, item in enumerate(items)}
+            for future in as_completed(futures):
+                arrived(futures[future], future.result())
+                bar.update()
     return results
 
 
@@ -86,7 +97,18 @@ def import_ray() -> Any:
     return ray
 
 
-def _run_on_ray(function: Callable[[Item], Result], items: Sequence[Item], engine: Engine, what: str) -> list[Result]:
+def call(function: Callable[[Item], Result], item: Item) -> Result:
+    """What a Ray task runs: the job's function travels by reference, so any picklable callable serves."""
+    return function(item)
+
+
+def _run_on_ray(
+    function: Callable[[Item], Result],
+    items: Sequence[Item],
+    engine: Engine,
+    what: str,
+    arrived: Callable[[int, Any], None],
+) -> None:
     ray = import_ray()
     address = engine.address or os.environ.get("RAY_ADDRESS") or None
     if not ray.is_initialized():
@@ -95,18 +117,42 @@ def _run_on_ray(function: Callable[[Item], Result], items: Sequence[Item], engin
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise UsageError(f"cannot reach the Ray cluster at {address or 'this machine'}: {exc}") from None
     logger.info("ray: %d CPUs in the cluster", int(ray.cluster_resources().get("CPU", 0)))
-    remote = ray.remote(max_retries=RAY_RETRIES, retry_exceptions=False)(function)
-    pending = {remote.remote(item): index for index, item in enumerate(items)}
-    results: list[Any] = [None] * len(items)
+    remote = ray.remote(max_retries=RAY_RETRIES, retry_exceptions=False)(call)
+    pending = {remote.remote(function, item): index for index, item in enumerate(items)}
     with _progress(len(items), what) as bar:
         waiting = list(pending)
         while waiting:
             done, waiting = ray.wait(waiting, num_returns=1)
             for reference in done:
                 try:
-                    results[pending[reference]] = ray.get(reference)
+                    result = ray.get(reference)
                 except ray.exceptions.RayTaskError as exc:  # the job's own error, as the local engine raises it
                     cause = getattr(exc, "cause", None)
                     raise (cause if isinstance(cause, Exception) else exc) from None
+                arrived(pending[reference], result)
                 bar.update()
-    return results
+
+
+def click_options(function: Callable) -> Callable:
+    """``--engine local|ray`` and ``--ray-address`` for a click command; it builds its Engine with ``engine_of``."""
+    import click
+
+    function = click.option(
+        "--ray-address",
+        "ray_address",
+        default=None,
+        metavar="ADDRESS",
+        help="Ray cluster to join, host:port (default: RAY_ADDRESS, else a cluster started on this machine).",
+    )(function)
+    return click.option(
+        "--engine",
+        "engine",
+        type=click.Choice(ENGINES),
+        default="local",
+        show_default=True,
+        help="Where the jobs run: this machine's processes, or a Ray cluster (pip install 'msprobe-core[ray]').",
+    )(function)
+
+
+def engine_of(engine: str, ray_address: str | None, workers: int | None = None) -> Engine:
+    return Engine(engine, workers, ray_address)

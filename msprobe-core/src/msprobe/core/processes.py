@@ -16,7 +16,7 @@ from concurrent.futures import ProcessPoolExecutor
 PARENT_CHECK_SECONDS = 1.0
 
 
-def _exit_with_parent(parent: int) -> None:
+def exit_with_parent(parent: int) -> None:
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(PARENT_CHECK_SECONDS)
@@ -30,6 +30,6 @@ def worker_pool(workers: int, start_method: str = "spawn") -> ProcessPoolExecuto
     return ProcessPoolExecutor(
         max_workers=workers,
         mp_context=multiprocessing.get_context(start_method),
-        initializer=_exit_with_parent,
+        initializer=exit_with_parent,
         initargs=(os.getpid(),),
     )

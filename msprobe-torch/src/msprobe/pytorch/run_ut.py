@@ -173,6 +173,10 @@ class ApiRunner:
         self.dump = dump
         self.device = device
         self.save_error_data = save_error_data
+        if device == "cpu":
+            # one intra-op thread: a CPU result then does not depend on the core count, nor on which process or
+            # cluster worker (Ray starts them with one) checked the API, and split processes do not oversubscribe
+            torch.set_num_threads(1)
 
     def forward_names(self) -> list[str]:
         return [name for name in self.dump.data if name.endswith(".forward") and not name.startswith("Module.")]

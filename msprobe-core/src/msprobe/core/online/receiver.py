@@ -31,7 +31,7 @@ from msprobe.core.dump.reader import Dump
 from msprobe.core.dump.writer import write_json_atomic
 from msprobe.core.errors import UsageError
 from msprobe.core.online import protocol
-from msprobe.core.precheck.driver import _load, select
+from msprobe.core.precheck.driver import load, select
 from msprobe.core.precheck.results import ResultFiles
 from msprobe.core.processes import worker_pool
 
@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 def _check(runner_path: str, entries: dict, arrays: dict, name: str) -> Any:
     """Worker process: run_ut on one API from memory."""
     dump = Dump(Path("<online>"), "tensor", "L1", "", entries, arrays=arrays)
-    return _load(runner_path)(dump, "cpu", False).run(name)
+    return load(runner_path)(dump, "cpu", False).run(name)
 
 
 @dataclass

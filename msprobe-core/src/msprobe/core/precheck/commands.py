@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from msprobe.core.jobs import Engine, click_options, engine_of
+
 
 def _lists(config: Path | None) -> tuple[list[str], list[str]]:
     if config is None:
@@ -39,6 +41,7 @@ def run_ut_commands(runner: str, saver: str, devices: Callable[[str | None], lis
         device: str | None,
         config: Path | None,
         processes: int,
+        engine: Engine | None = None,
     ) -> None:
         from tqdm import tqdm
 
@@ -70,6 +73,7 @@ def run_ut_commands(runner: str, saver: str, devices: Callable[[str | None], lis
                 black_list=black,
                 filter_duplicates=filter_api,
                 progress=progress,
+                engine=engine,
             )
         finally:
             bar.close()
@@ -185,8 +189,9 @@ def run_ut_commands(runner: str, saver: str, devices: Callable[[str | None], lis
         default=2,
         show_default=True,
         type=click.IntRange(1, 64),
-        help="Worker processes.",
+        help="Processes sharing the APIs (this one included); with --engine ray, splits per cluster CPU.",
     )
+    @click_options
     def multi_run_ut_command(
         api_info: Path,
         output: Path,
@@ -197,8 +202,11 @@ def run_ut_commands(runner: str, saver: str, devices: Callable[[str | None], lis
         config: Path | None,
         jit_compile: bool,
         processes: int,
+        engine: str,
+        ray_address: str | None,
     ) -> None:
-        """run_ut split over several worker processes (and devices), merged into one pair of files."""
-        run(api_info, output, save_error_data, csv_path, filter_api, device, config, processes)
+        """run_ut split over several processes (and devices) or a Ray cluster, merged into one pair of files."""
+        chosen = engine_of(engine, ray_address)
+        run(api_info, output, save_error_data, csv_path, filter_api, device, config, processes, chosen)
 
     return [run_ut_command, multi_run_ut_command]

@@ -14,7 +14,6 @@ import importlib
 import logging
 import time
 from collections.abc import Callable
-from concurrent.futures import as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,11 +21,13 @@ from typing import Any
 from msprobe.core import spreadsheet
 from msprobe.core.dump.reader import read_dump
 from msprobe.core.dump.writer import open_new_file
+from msprobe.core.jobs import Engine, run_jobs
 from msprobe.core.precheck.metrics import DETAIL_COLUMNS, RESULT_COLUMNS, SKIP
 from msprobe.core.precheck.results import ResultFiles
-from msprobe.core.processes import worker_pool
+from msprobe.core.precheck.split import run_split
 
 logger = logging.getLogger(__name__)
+RAY_CHUNKS_PER_WORKER = 4  # a lost or slow task costs a quarter of a worker's share
 
 
 @dataclass
@@ -59,7 +60,7 @@ class RunSummary:
         )
 
 
-def _load(path: str) -> Any:
+def load(path: str) -> Any:
     module, _, attribute = path.partition(":")
     return getattr(importlib.import_module(module), attribute)
 
@@ -109,9 +110,10 @@ def deduplicate(names: list[str], data: dict) -> list[str]:
     return unique
 
 
-def _work(runner_path: str, dump_path: str, device: str, save: bool, names: list[str]) -> list[Any]:
-    """A worker process's share: the outcomes of these APIs."""
-    runner = _load(runner_path)(read_dump(dump_path), device, save)
+def _work(job: tuple[str, str, str, bool, list[str]]) -> list[Any]:
+    """A cluster task's share: the outcomes of these APIs (the dump is read by path, from shared storage)."""
+    runner_path, dump_path, device, save, names = job
+    runner = load(runner_path)(read_dump(dump_path), device, save)
     return [runner.run(name) for name in names]
 
 
@@ -129,16 +131,19 @@ def run_ut(
     black_list: list[str] | None = None,
     filter_duplicates: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    engine: Engine | None = None,
 ) -> RunSummary:
+    """``processes`` > 1: this process and ``processes - 1`` helpers share the APIs (see split.py); with a Ray
+    ``engine`` the APIs go to the cluster's workers in chunks instead."""
     dump = read_dump(dump_json)
-    runner = _load(runner_path)(dump, devices[0], save_error_data)
+    runner = load(runner_path)(dump, devices[0], save_error_data)
     names = select(runner.forward_names(), white_list or [], black_list or [])
     if filter_duplicates:
         names = deduplicate(names, dump.data)
     files = ResultFiles(Path(output_dir), Path(resume_csv) if resume_csv else None)
     todo = [name for name in names if name not in files.done]
     error_folder = files.result.parent / f"ut_error_data{time.strftime('%Y%m%d%H%M%S')}"
-    saver = _load(save_error_path)
+    saver = load(save_error_path)
     done = len(names) - len(todo)
     if progress:
         progress(done, len(names))
@@ -152,21 +157,19 @@ def run_ut(
         if progress:
             progress(done, len(names))
 
-    if processes <= 1 or len(todo) < 2:
+    if engine is not None and engine.name == "ray" and todo:
+        size = max(1, -(-len(todo) // (RAY_CHUNKS_PER_WORKER * max(processes, 1))))
+        jobs = [
+            (runner_path, str(dump.path), devices[0], save_error_data, todo[start : start + size])
+            for start in range(0, len(todo), size)
+        ]
+        run_jobs(_work, jobs, engine, "chunks", on_result=lambda _index, outcomes: [record(o) for o in outcomes])
+        _reorder(files, names)
+    elif processes <= 1 or len(todo) < 2:
         for name in todo:
             record(runner.run(name))
     else:
-        chunks = [todo[i::processes] for i in range(processes)]
-        # spawn, not fork: forking a process whose framework already started threads can deadlock
-        with worker_pool(processes) as pool:
-            futures = [
-                pool.submit(_work, runner_path, str(dump.path), devices[i % len(devices)], save_error_data, chunk)
-                for i, chunk in enumerate(chunks)
-                if chunk
-            ]
-            for future in as_completed(futures):
-                for outcome in future.result():
-                    record(outcome)
+        run_split(runner, runner_path, str(dump.path), devices, save_error_data, todo, processes - 1, record)
         _reorder(files, names)
     return summarize(files)
 

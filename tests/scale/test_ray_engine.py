@@ -1,0 +1,191 @@
+"""--engine ray on a real cluster: a head and one worker node started with `ray start` on this machine, one CPU
+each. The results must equal the local engine's, and a job must complete when the worker node is killed mid-job.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from msprobe.core.compare.api import compare_distributed
+from msprobe.core.jobs import Engine, run_jobs
+from msprobe.core.store.build import build_store
+from msprobe.core.store.query import run_query
+from paths import REPO_ROOT
+from synthetic_ranks import write_run
+
+RAY = str(Path(sys.executable).parent / "ray")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _ray(*arguments: str, env: dict) -> None:
+    subprocess.run([RAY, *arguments], env=env, check=True, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Yields (address, the worker node's manager port); every Ray process of the machine is stopped after."""
+    import ray
+
+    temp = tempfile.mkdtemp(prefix="msray", dir="/tmp")  # Ray's socket paths must stay short
+    python_path = os.pathsep.join([str(REPO_ROOT / "tests" / "scale"), str(REPO_ROOT / "tests")])
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": python_path}
+    port, worker_port = _free_port(), _free_port()
+    memory = str(80 * 1024 * 1024)
+    common = ["--num-cpus=1", "--node-ip-address=127.0.0.1", f"--object-store-memory={memory}", "--disable-usage-stats"]
+    _ray("start", "--head", f"--port={port}", "--include-dashboard=false", f"--temp-dir={temp}", *common, env=env)
+    address = f"127.0.0.1:{port}"
+    try:
+        _ray("start", f"--address={address}", f"--node-manager-port={worker_port}", *common, env=env)
+        yield address, worker_port
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True, timeout=120)
+
+
+def _worker_node(address: str, worker_port: int) -> str:
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(address=address, log_to_driver=False)
+    [node] = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeManagerPort"] == worker_port]
+    return node
+
+
+def _node_processes(worker_port: int) -> list:
+    """The worker node's raylet and everything it started (its worker processes)."""
+    import psutil
+
+    found = subprocess.run(["pgrep", "-f", f"node_manager_port={worker_port}"], capture_output=True, text=True)
+    processes = []
+    for pid in map(int, found.stdout.split()):
+        try:
+            raylet = psutil.Process(pid)
+            processes += [raylet, *raylet.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            pass
+    return processes
+
+
+def _kill_node(worker_port: int) -> None:
+    for process in _node_processes(worker_port):
+        try:
+            os.kill(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _results(folder: Path) -> dict[str, pd.DataFrame]:
+    """Each rank's compare table, by rank (the file names carry a time stamp)."""
+    tables = {}
+    for path in sorted(folder.glob("compare_result_rank*.xlsx")):
+        tables[path.name.split("_")[2]] = pd.read_excel(path)
+    return tables
+
+
+def test_a_64_rank_compare_on_ray_equals_the_local_engines(cluster, tmp_path):
+    address, _ = cluster
+    write_run(tmp_path / "npu", 64, 1, 6)
+    write_run(tmp_path / "bench", 64, 1, 6, drift=1.001)
+    npu, bench = tmp_path / "npu" / "step0", tmp_path / "bench" / "step0"
+    local = compare_distributed(npu, bench, tmp_path / "local", engine=Engine(workers=2))
+    on_ray = compare_distributed(npu, bench, tmp_path / "ray", engine=Engine("ray", address=address))
+    assert [s.line() for s in on_ray] == [s.line() for s in local] and len(local) == 64
+    local_tables, ray_tables = _results(tmp_path / "local"), _results(tmp_path / "ray")
+    assert sorted(ray_tables) == sorted(local_tables) and len(ray_tables) == 64
+    for rank, table in local_tables.items():
+        pd.testing.assert_frame_equal(ray_tables[rank], table)
+    assert (local_tables["rank0"]["Max diff"].abs() > 0).any()  # the drift shows: the tables hold real values
+
+
+def test_db_build_on_ray_equals_the_local_build(cluster, tmp_path):
+    address, _ = cluster
+    write_run(tmp_path / "dump", 16, 3, 4, bad=(1, 5, 2))
+    build_store(tmp_path / "dump", tmp_path / "local", engine=Engine(workers=2))
+    build_store(tmp_path / "dump", tmp_path / "ray", engine=Engine("ray", address=address))
+    sql = "SELECT step, rank, seq, name, io, arg, max, min, mean, norm FROM stats ORDER BY step, rank, seq"
+    pd.testing.assert_frame_equal(run_query(tmp_path / "ray", sql), run_query(tmp_path / "local", sql))
+
+
+def test_a_job_completes_when_the_worker_node_is_killed(cluster, tmp_path):
+    address, worker_port = cluster
+    worker = _worker_node(address, worker_port)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    killed = threading.Event()
+
+    def kill_the_worker_once_it_has_work() -> None:
+        deadline = time.monotonic() + 60
+        while not any(marks.glob(f"{worker}-*")) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        _kill_node(worker_port)
+        killed.set()
+
+    from ray_jobs import square_on_a_node
+
+    threading.Thread(target=kill_the_worker_once_it_has_work, daemon=True).start()
+    items = [(number, str(marks)) for number in range(24)]
+    results = run_jobs(square_on_a_node, items, Engine("ray", address=address), "items")
+    assert killed.is_set()
+    assert [square for square, _ in results] == [n * n for n in range(24)]
+    started_on_worker = {int(p.name.rsplit("-", 1)[1]) for p in marks.glob(f"{worker}-*")}
+    retried = {number for number in started_on_worker if results[number][1] != worker}
+    assert retried  # begun on the worker, lost with it, finished by the head
+    assert _node_processes(worker_port) == []  # the worker node is gone
+
+
+def _csv_rows(folder: Path) -> tuple[list, list]:
+    import csv
+
+    tables = []
+    for pattern in ("accuracy_checking_result_*.csv", "accuracy_checking_details_*.csv"):
+        [path] = folder.glob(pattern)
+        with open(path, encoding="utf-8-sig", newline="") as handle:
+            tables.append(list(csv.DictReader(handle)))
+    return tables[0], tables[1]
+
+
+def test_a_split_run_ut_on_ray_equals_run_ut(cluster, tmp_path):
+    import torch
+    from click.testing import CliRunner
+
+    from msprobe.cli.main import cli
+    from msprobe.pytorch import PrecisionDebugger
+
+    address, _ = cluster
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32), torch.nn.Linear(32, 4)
+    )
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path / "dump"), model=model)
+    debugger.start()
+    for _ in range(3):
+        torch.softmax(model(torch.randn(8, 16)), dim=-1).log().mean().backward()
+    debugger.stop()
+    debugger.step()
+    dump_json = tmp_path / "dump" / "step0" / "rank" / "dump.json"
+    runner = CliRunner()
+    single = runner.invoke(cli, ["-f", "pytorch", "run_ut", "-api_info", str(dump_json), "-o", str(tmp_path / "one")])
+    on_ray = ["-n", "4", "--engine", "ray", "--ray-address", address]
+    split = runner.invoke(
+        cli, ["-f", "pytorch", "multi_run_ut", "-api_info", str(dump_json), "-o", str(tmp_path / "ray"), *on_ray]
+    )
+    assert single.exit_code == 0 and split.exit_code == 0, split.output
+    one, ray_rows = _csv_rows(tmp_path / "one"), _csv_rows(tmp_path / "ray")
+    assert len(one[0]) > 20 and ray_rows == one  # every API, the same verdicts and metrics, the dump's order
