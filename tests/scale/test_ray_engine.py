@@ -189,3 +189,35 @@ def test_a_split_run_ut_on_ray_equals_run_ut(cluster, tmp_path):
     assert single.exit_code == 0 and split.exit_code == 0, split.output
     one, ray_rows = _csv_rows(tmp_path / "one"), _csv_rows(tmp_path / "ray")
     assert len(one[0]) > 20 and ray_rows == one  # every API, the same verdicts and metrics, the dump's order
+
+
+def test_graph_batch_and_merge_result_on_ray_equal_the_local_engines(cluster, tmp_path):
+    import json
+
+    from msprobe.core.compare.merge import merge_results
+    from msprobe.core.graph.api import run_graph
+
+    address, _ = cluster
+    write_run(tmp_path / "npu", 4, 2, 6)
+    write_run(tmp_path / "bench", 4, 2, 6, drift=1.01)
+    spec = tmp_path / "graph.json"
+    spec.write_text(json.dumps({"npu_path": str(tmp_path / "npu"), "bench_path": str(tmp_path / "bench")}))
+    local = run_graph(spec, tmp_path / "graph-local", engine=Engine(workers=2))
+    on_ray = run_graph(spec, tmp_path / "graph-ray", engine=Engine("ray", address=address))
+    assert [s.line() for s in on_ray] == [s.line() for s in local] and len(local) == 8
+    for mine, theirs in zip(on_ray, local):
+        [vis_ray] = [f for f in mine.files if f.suffix == ".vis"]
+        [vis_local] = [f for f in theirs.files if f.suffix == ".vis"]
+        assert json.loads(vis_ray.read_text()) == json.loads(vis_local.read_text())
+
+    compare_distributed(tmp_path / "npu" / "step1", tmp_path / "bench" / "step1", tmp_path / "results")
+    config = tmp_path / "merge.yaml"
+    config.write_text("api: [Functional.linear.0.forward, Functional.gelu.1.forward]\n")
+    merged_local = merge_results(tmp_path / "results", tmp_path / "merged-local", config, Engine(workers=2))
+    merged_ray = merge_results(tmp_path / "results", tmp_path / "merged-ray", config, Engine("ray", address=address))
+    sheets_local = pd.read_excel(merged_local, sheet_name=None)
+    sheets_ray = pd.read_excel(merged_ray, sheet_name=None)
+    assert sheets_local.keys() == sheets_ray.keys() and "Max diff" in sheets_local
+    for name, sheet in sheets_local.items():
+        pd.testing.assert_frame_equal(sheets_ray[name], sheet)
+    assert list(sheets_local["Max diff"].columns) == ["NPU Name", "rank0", "rank1", "rank2", "rank3"]

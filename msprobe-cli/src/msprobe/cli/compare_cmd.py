@@ -120,11 +120,14 @@ def compare_command(
     type=click.Path(path_type=Path),
     help="YAML with 'api' (names to keep) and optional 'compare_index' (metrics).",
 )
-def merge_result_command(input_dir: Path, output_dir: Path, config_path: Path) -> None:
-    """Merge per-rank compare results into one sheet per metric."""
+@engine_options
+def merge_result_command(
+    input_dir: Path, output_dir: Path, config_path: Path, engine: str, ray_address: str | None
+) -> None:
+    """Merge per-rank compare results into one sheet per metric (the ranks' files are read on --engine)."""
     from msprobe.core.compare.merge import merge_results
 
-    click.echo(f"merged: {merge_results(input_dir, output_dir, config_path)}")
+    click.echo(f"merged: {merge_results(input_dir, output_dir, config_path, engine_of(engine, ray_address))}")
 
 
 @click.command("grad_probe")
@@ -140,11 +143,13 @@ def merge_result_command(input_dir: Path, output_dir: Path, config_path: Path) -
     "-i2", "--input2", "input2", required=True, type=click.Path(path_type=Path), help="dump_path of the second run."
 )
 @click.option("-o", "--output", "output", required=True, type=click.Path(file_okay=False, path_type=Path))
-def grad_probe_command(input1: Path, input2: Path, output: Path) -> None:
-    """Compare the gradient directions of two runs step by step and name the first bad step."""
+@engine_options
+def grad_probe_command(input1: Path, input2: Path, output: Path, engine: str, ray_address: str | None) -> None:
+    """Compare the gradient directions of two runs step by step and name the first bad step (the ranks of a
+    multi-rank run on --engine)."""
     from msprobe.core.grad_probe import GradComparator
 
-    results = GradComparator.compare_distributed(input1, input2, output)
+    results = GradComparator.compare_distributed(input1, input2, output, engine_of(engine, ray_address))
     for result in results:
         where = f"rank {result.rank}: " if len(results) > 1 else ""
         if result.first_bad_step is None:

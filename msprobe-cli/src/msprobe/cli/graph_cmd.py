@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import click
 
-from msprobe.cli.options import fuzzy_match_option, input_path_option, layer_mapping_option
+from msprobe.cli.options import (
+    engine_of,
+    engine_options,
+    fuzzy_match_option,
+    input_path_option,
+    layer_mapping_option,
+)
 
 
 @click.command("graph")
@@ -24,6 +29,7 @@ from msprobe.cli.options import fuzzy_match_option, input_path_option, layer_map
 @click.option("-oc", "--overflow_check", is_flag=True, help="Mark each node's overflow level.")
 @fuzzy_match_option
 @click.option("-cs", "--complete_stack", is_flag=True, help="Keep the whole call stack of each node.")
+@engine_options
 def graph_command(
     input_path: Path,
     output_path: Path,
@@ -31,19 +37,21 @@ def graph_command(
     overflow_check: bool,
     fuzzy_match: bool,
     complete_stack: bool,
+    engine: str,
+    ray_address: str | None,
 ) -> None:
-    """Build the module/API graph of a dump, or compare two; writes .vis and a self-contained .html."""
+    """Build the module/API graph of a dump, or compare two; writes .vis and a self-contained .html. The
+    graphs of a multi-step or multi-rank dump run on --engine."""
     from msprobe.core.graph.api import run_graph
 
-    def progress(jobs: list) -> Iterator:
-        if len(jobs) < 2:
-            yield from jobs
-            return
-        with click.progressbar(jobs, label="graphs", file=click.get_text_stream("stderr")) as bar:
-            yield from bar
-
     summaries = run_graph(
-        input_path, output_path, layer_mapping, fuzzy_match, overflow_check, complete_stack, progress=progress
+        input_path,
+        output_path,
+        layer_mapping,
+        fuzzy_match,
+        overflow_check,
+        complete_stack,
+        engine=engine_of(engine, ray_address),
     )
     for summary in summaries:
         click.echo(summary.line())

@@ -17,6 +17,7 @@ from msprobe.core.compare.mapping import _read_yaml
 from msprobe.core.compare.report import timestamp
 from msprobe.core.dump.writer import make_dir
 from msprobe.core.errors import DataFileError
+from msprobe.core.jobs import Engine, run_jobs
 from msprobe.core.spreadsheet import safe_table
 
 _RANK_FILE = re.compile(r"^compare_result_rank(?P<rank>\d+)_\d+\.(?P<suffix>xlsx|csv)$")
@@ -24,7 +25,7 @@ STATISTICS_INDEX = STATISTICS_METRICS
 TENSOR_INDEX = TENSOR_METRICS
 
 
-def _rank_tables(input_dir: Path) -> dict[int, pd.DataFrame]:
+def _rank_files(input_dir: Path) -> dict[int, Path]:
     if not input_dir.is_dir():
         raise DataFileError(input_dir, "not a folder")
     files: dict[int, Path] = {}
@@ -37,27 +38,35 @@ def _rank_tables(input_dir: Path) -> dict[int, pd.DataFrame]:
             files[rank] = path
     if not files:
         raise DataFileError(input_dir, "holds no compare_result_rank{N}_{timestamp}.xlsx files")
-    tables = {}
-    for rank, path in sorted(files.items()):
-        try:
-            tables[rank] = pd.read_csv(path) if path.suffix == ".csv" else pd.read_excel(path)
-        except Exception as exc:
-            raise DataFileError(path, f"cannot be read as a compare result ({exc.__class__.__name__})") from None
-        if "NPU Name" not in tables[rank].columns:
-            raise DataFileError(path, "has no 'NPU Name' column")
-    return tables
+    return dict(sorted(files.items()))
+
+
+def _read_rank_table(job: tuple[Path, list[str]]) -> pd.DataFrame:
+    """One rank's result, only the rows of the chosen APIs (a job: the ranks' files are read in parallel)."""
+    path, apis = job
+    try:
+        table = pd.read_csv(path) if path.suffix == ".csv" else pd.read_excel(path)
+    except Exception as exc:
+        raise DataFileError(path, f"cannot be read as a compare result ({exc.__class__.__name__})") from None
+    if "NPU Name" not in table.columns:
+        raise DataFileError(path, "has no 'NPU Name' column")
+    return table[table["NPU Name"].astype(str).map(lambda n: _matches(n, apis))]
 
 
 def _matches(name: str, apis: list[str]) -> bool:
     return any(name == api or name.startswith(api + ".") for api in apis)
 
 
-def merge_results(input_dir: str | Path, output_dir: str | Path, config_path: str | Path) -> Path:
+def merge_results(
+    input_dir: str | Path, output_dir: str | Path, config_path: str | Path, engine: Engine | None = None
+) -> Path:
     config = _read_yaml(config_path, "merge_result config")
     if not isinstance(config, dict) or not config.get("api"):
         raise DataFileError(config_path, "api: name at least one API or module to merge")
     apis = [str(api) for api in config["api"]]
-    tables = _rank_tables(Path(input_dir))
+    files = _rank_files(Path(input_dir))
+    read = run_jobs(_read_rank_table, [(path, apis) for path in files.values()], engine or Engine(workers=1), "ranks")
+    tables = dict(zip(files, read))
     first = next(iter(tables.values()))
     tensor_mode = "Cosine" in first.columns
     allowed = TENSOR_INDEX if tensor_mode else STATISTICS_INDEX
@@ -71,8 +80,7 @@ def merge_results(input_dir: str | Path, output_dir: str | Path, config_path: st
     with pd.ExcelWriter(temporary, engine="xlsxwriter") as writer:
         for index in indexes:
             columns = {}
-            for rank, table in tables.items():
-                chosen = table[table["NPU Name"].astype(str).map(lambda n: _matches(n, apis))]
+            for rank, chosen in tables.items():
                 columns[f"rank{rank}"] = chosen.set_index("NPU Name")[index]
             merged = pd.DataFrame(columns)
             merged.index.name = "NPU Name"

@@ -15,6 +15,7 @@ from msprobe.core import spreadsheet
 from msprobe.core.dump.writer import make_dir, open_new_file
 from msprobe.core.errors import DataFileError
 from msprobe.core.grad_probe.collect import _SUMMARY, FIRST_STEP_FLOOR, MAX_DROP, wait_for_writers
+from msprobe.core.jobs import Engine, run_jobs
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +114,10 @@ class GradComparator:
         return result
 
     @staticmethod
-    def compare_distributed(path1: str | Path, path2: str | Path, output: str | Path) -> list[RankComparison]:
+    def compare_distributed(
+        path1: str | Path, path2: str | Path, output: str | Path, engine: Engine | None = None
+    ) -> list[RankComparison]:
+        """Each rank pair one job on ``engine`` (default: in this process)."""
         path1, path2, output = Path(path1), Path(path2), Path(output)
         ranks1 = {p.name: p for p in path1.glob("rank*") if p.is_dir()} if path1.is_dir() else {}
         ranks2 = {p.name: p for p in path2.glob("rank*") if p.is_dir()} if path2.is_dir() else {}
@@ -121,10 +125,12 @@ class GradComparator:
         if not common:
             raise DataFileError(path1, f"no rank folder in common with {path2} (expected rank0, rank1, ...)")
         single = len(common) == 1
-        return [
-            GradComparator.compare_rank(ranks1[r], ranks2[r], output if single else output / r, r[len("rank") :])
-            for r in common
-        ]
+        jobs = [(ranks1[r], ranks2[r], output if single else output / r, r[len("rank") :]) for r in common]
+        return run_jobs(_compare_rank_job, jobs, engine or Engine(workers=1), "ranks")
+
+
+def _compare_rank_job(job: tuple[Path, Path, Path, str]) -> RankComparison:
+    return GradComparator.compare_rank(*job)
 
 
 def _write_similarities(result: RankComparison, folder: Path) -> None:

@@ -30,6 +30,7 @@ from msprobe.core.graph.html import write_build_page, write_compare_page
 from msprobe.core.graph.model import API, Graph, build_graph
 from msprobe.core.graph.overflow import mark_overflow
 from msprobe.core.graph.vis import build_vis, compare_vis, write_vis
+from msprobe.core.jobs import Engine, run_jobs
 
 logger = logging.getLogger(__name__)
 
@@ -193,6 +194,14 @@ def compare_one(
     )
 
 
+def _build_job(job: tuple) -> GraphSummary:
+    return build_one(*job)
+
+
+def _compare_job(job: tuple) -> GraphSummary:
+    return compare_one(*job)
+
+
 def run_graph(
     compare_json: str | Path,
     output_path: str | Path,
@@ -200,30 +209,27 @@ def run_graph(
     fuzzy_match: bool = False,
     overflow_check: bool = False,
     complete_stack: bool = False,
-    progress: Any = None,
+    engine: Engine | None = None,
 ) -> list[GraphSummary]:
-    """Build or compare every graph the paths hold; ``progress`` wraps the job list (e.g. a progress bar)."""
+    """Build or compare every graph the paths hold (each step/rank one job, run on ``engine``)."""
     spec = read_graph_input(compare_json)
     output = Path(output_path)
     if output.exists() and not output.is_dir():
         raise DataFileError(output, "the output path is a file; give a folder")
     npu = _dump_folders(Path(spec.npu_path), "npu_path")
     stamp = timestamp()
+    engine = engine or Engine(workers=1)
     if spec.bench_path is None:
-        jobs = list(npu.items())
-        iterator = progress(jobs) if progress else jobs
-        return [build_one(f, output, labels, stamp, overflow_check, complete_stack) for labels, f in iterator]
+        jobs = [(f, output, labels, stamp, overflow_check, complete_stack) for labels, f in npu.items()]
+        return run_jobs(_build_job, jobs, engine, "graphs")
     bench = _dump_folders(Path(spec.bench_path), "bench_path")
     if set(npu) != set(bench):
         only = sorted(" ".join(k) or "(single)" for k in set(npu) ^ set(bench))
         raise DataFileError(
             Path(compare_json), f"npu_path and bench_path hold different step/rank folders: {', '.join(only)}"
         )
-    jobs = sorted(npu.items())
-    iterator = progress(jobs) if progress else jobs
-    return [
-        compare_one(
-            folder, bench[labels], output, labels, stamp, fuzzy_match, layer_mapping, overflow_check, complete_stack
-        )
-        for labels, folder in iterator
+    jobs = [
+        (folder, bench[labels], output, labels, stamp, fuzzy_match, layer_mapping, overflow_check, complete_stack)
+        for labels, folder in sorted(npu.items())
     ]
+    return run_jobs(_compare_job, jobs, engine, "graphs")
