@@ -33,6 +33,13 @@ def test_core_and_cli_alone_then_add_torch(fresh_venv):
         fresh_venv, "python", "-c", "import msprobe, msprobe.core; print(msprobe.__file__, len(msprobe.__path__))"
     )
     assert names.stdout.startswith("None")  # an implicit namespace package: no msprobe/__init__.py
+    pages = (
+        "import importlib.resources as r; print(*(r.files(p).joinpath(f).is_file() for p, f in "
+        "(('msprobe.core.graph', 'assets/graph.html'), ('msprobe.core.store', 'assets/trend.html'))))"
+    )
+    assert run(fresh_venv, "python", "-c", pages).stdout.split() == ["True", "True"]  # the page templates ship
+    no_extra = run(fresh_venv, "msprobe", "db", "query", str(REPO_ROOT), "SELECT 1")
+    assert no_extra.returncode != 0 and "pip install 'msprobe-core[db]'" in no_extra.stderr
 
     # torch itself is already tested elsewhere; here only the plugin's arrival matters
     add = run(fresh_venv, "pip", "install", "-q", "--no-deps", "./msprobe-torch")

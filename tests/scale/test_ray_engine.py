@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -22,41 +19,15 @@ from msprobe.core.jobs import Engine, run_jobs
 from msprobe.core.store.build import build_store
 from msprobe.core.store.query import run_query
 from paths import REPO_ROOT
+from ray_cluster import two_nodes
 from synthetic_ranks import write_run
-
-RAY = str(Path(sys.executable).parent / "ray")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _ray(*arguments: str, env: dict) -> None:
-    subprocess.run([RAY, *arguments], env=env, check=True, capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    """Yields (address, the worker node's manager port); every Ray process of the machine is stopped after."""
-    import ray
-
-    temp = tempfile.mkdtemp(prefix="msray", dir="/tmp")  # Ray's socket paths must stay short
-    python_path = os.pathsep.join([str(REPO_ROOT / "tests" / "scale"), str(REPO_ROOT / "tests")])
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": python_path}
-    port, worker_port = _free_port(), _free_port()
-    memory = str(80 * 1024 * 1024)
-    common = ["--num-cpus=1", "--node-ip-address=127.0.0.1", f"--object-store-memory={memory}", "--disable-usage-stats"]
-    _ray("start", "--head", f"--port={port}", "--include-dashboard=false", f"--temp-dir={temp}", *common, env=env)
-    address = f"127.0.0.1:{port}"
-    try:
-        _ray("start", f"--address={address}", f"--node-manager-port={worker_port}", *common, env=env)
-        yield address, worker_port
-    finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True, timeout=120)
+    """(address, the worker node's manager port); the workers import from tests/scale (ray_jobs.py)."""
+    with two_nodes([str(REPO_ROOT / "tests" / "scale"), str(REPO_ROOT / "tests")]) as found:
+        yield found
 
 
 def _worker_node(address: str, worker_port: int) -> str:
