@@ -185,3 +185,43 @@ def test_after_a_trigger_the_recorder_goes_on(tmp_path):
     kinds = [(t["trigger"], t["steps_written"]) for t in report["triggers"]]
     assert kinds == [("loss_spike", [2, 3, 4]), ("flush", [5, 6, 7])]  # the spike is kept out of the mean
     assert sorted(p.name for p in dump.iterdir() if p.is_dir()) == [f"step{n}" for n in range(2, 8)]
+
+
+def _debugger_of(tmp_path, level):
+    """A flight-recorder debugger for Net, and the call that trains one step with it."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"task": "flight_recorder", "level": level, "dump_path": str(tmp_path / "dump"),
+                                  "flight_recorder": {"window": 3}}))  # fmt: skip
+    torch.manual_seed(0)
+    model = Net()
+    return PrecisionDebugger(config_path=str(config), model=model), model
+
+
+@pytest.mark.parametrize("level", ["L1", "mix"])
+def test_the_per_call_path_in_c_records_the_window_and_hands_over_the_first_nan(tmp_path, monkeypatch, level):
+    from msprobe.pytorch.dump import lane
+
+    if not lane.AVAILABLE:
+        pytest.fail("msprobe-torch's C extension is not built: pip install needs a C compiler")
+    found = {}
+    for path, available in (("c", True), ("python", False)):
+        monkeypatch.setattr(lane, "AVAILABLE", available)
+        folder = tmp_path / path
+        folder.mkdir()
+        debugger, model = _debugger_of(folder, level)
+        for step in range(9):
+            debugger.start()
+            assert (debugger._hooks.lane is not None) == available
+            model(torch.randn(2, 4), torch.tensor(0.0 if step == 7 else 1.0 / (step + 1))).backward()
+            debugger.stop()
+            debugger.step()
+        dump = folder / "dump"
+        found[path] = (
+            {step: read_dump(dump / f"step{step}" / "rank" / "dump.json").data for step in (5, 6, 7)},
+            _report(dump)["first_nonfinite"],
+        )
+        assert sorted(p.name for p in dump.iterdir()) == ["flight_recorder_report.json", "step5", "step6", "step7"]
+    (steps, first) = found["c"]
+    assert (first["api"], first["step"]) == ("Torch.log.0.forward", 7)  # the inf comes from log(0) at step 7
+    assert steps == found["python"][0]  # the same entries either way
+    assert first == found["python"][1]

@@ -9,6 +9,7 @@ step's :class:`~msprobe.core.dump.writer.DumpWriter`.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 from collections.abc import Callable, Iterator
@@ -17,6 +18,7 @@ from typing import Any
 
 from msprobe.core.dump.backward_names import BackwardNumbering
 from msprobe.core.dump.filters import DataModeFilter, NameFilter, ScopeFilter
+from msprobe.core.dump.numbers import NonFinite
 from msprobe.core.dump.overflow import InputScreen, OverflowCounter, has_nonfinite
 from msprobe.core.dump.values import ValueEncoder
 from msprobe.core.dump.writer import JOURNAL_NAME, NO_PARENT, DumpWriter, make_dir, refuse_links_below
@@ -262,6 +264,22 @@ class DumpCollector:
         writer.add(name, entry, self._deferred(), stack_value, parent)
         if first_nonfinite:  # after the entry is in: the trigger writes the step so far
             self.flight.nonfinite(name, stack_value, parent)
+        return True
+
+    def flight_handoff(self, name: str, text: str, args: tuple, kwargs: dict, stack: Any, parent: Any) -> bool:
+        """A call the per-call path in C recorded, whose outputs show inf or nan: when it is the first to make
+        one, the flight recorder's trigger, written here as ``forward`` writes it; else the C path writes it."""
+        if self.flight is None or not self.flight.wants_nonfinite():
+            return False
+        entry = json.loads(text, parse_constant=NonFinite)  # Infinity and NaN stay tokens
+        if not _produced_nonfinite(entry, (args, kwargs)):
+            return False
+        writer = self.open_step()
+        if self.flight.save_tensors:
+            with self._saving_tensors_of(writer):
+                entry.update(self._encode_inputs(name, args, kwargs))
+        writer.add(name, entry, self._deferred(), stack, parent)
+        self.flight.nonfinite(name, stack, parent)
         return True
 
     def _forward_entry(

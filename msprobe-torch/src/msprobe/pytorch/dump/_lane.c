@@ -667,12 +667,15 @@ typedef struct {
     PyObject *screen_kinds;   /* dtype -> the kernels' kind ('f', 'd', 'e', 'b') */
     const KernelsAPI *kernels;
     PyTypeObject *parameter_type; /* with tensor_type, the plain tensor types screened here */
+    /* the flight recorder: a call whose outputs' text shows inf or nan goes, with its entry's text, to
+     * handoff(name, entry_text, args, kwargs, stack, parent) -> True when it wrote the entry itself; or None */
+    PyObject *handoff;
 } Lane;
 
 #define LANE_OBJECTS(X)                                                                                            \
     X(log) X(slow) X(state) X(counts) X(in_place_keys) X(classify) X(grad_enabled) X(graph_task_id) X(module_stack) \
         X(no_parent) X(stack) X(collector) X(encode_value) X(encode_outputs) X(overwritten) X(report) X(watch)     \
-            X(overflow) X(overflowed) X(nonfinite) X(screen_kinds) X(nodes_of)
+            X(overflow) X(overflowed) X(nonfinite) X(screen_kinds) X(nodes_of) X(handoff)
 
 static PyObject *lane_vectorcall(Lane *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames);
 
@@ -681,18 +684,18 @@ static int lane_init(Lane *self, PyObject *args, PyObject *kwargs) {
                             "grad_enabled", "graph_task_id", "module_stack", "no_parent", "stack", "collector",
                             "encode_value", "encode_outputs", "overwritten", "report", "watch", "backward",
                             "overflow", "overflowed", "nonfinite", "screen_kinds", "kernels", "parameter_type",
-                            "nodes_of", NULL};
+                            "nodes_of", "handoff", NULL};
     PyObject *summaries, *tensor_type, *log, *slow, *state, *counts, *classify, *grad_enabled, *graph_task_id,
         *module_stack, *no_parent, *stack, *collector, *encode_value, *encode_outputs, *overwritten, *report, *watch;
     PyObject *overflow = Py_None, *overflowed = Py_None, *nonfinite = Py_None, *screen_kinds = Py_None,
-             *capsule = Py_None, *parameter_type = Py_None, *nodes_of = Py_None;
+             *capsule = Py_None, *parameter_type = Py_None, *nodes_of = Py_None, *handoff = Py_None;
     int with_values, backward;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OpOO!OOO!OOOOOOOOOOOOp|$OOOOOOO", names, &summaries, &with_values,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OpOO!OOO!OOOOOOOOOOOOp|$OOOOOOOO", names, &summaries, &with_values,
                                      &log, &PyType_Type, &tensor_type, &slow, &state, &PyDict_Type, &counts, &classify,
                                      &grad_enabled, &graph_task_id, &module_stack, &no_parent, &stack, &collector,
                                      &encode_value, &encode_outputs, &overwritten, &report, &watch, &backward,
                                      &overflow, &overflowed, &nonfinite, &screen_kinds, &capsule, &parameter_type,
-                                     &nodes_of))
+                                     &nodes_of, &handoff))
         return -1;
     Py_XSETREF(self->parameter_type, (PyTypeObject *)Py_NewRef(parameter_type == Py_None ? tensor_type : parameter_type));
     if (overflow != Py_None) { /* the overflow check needs the screen, version 2 of the kernels */
@@ -741,6 +744,7 @@ static int lane_init(Lane *self, PyObject *args, PyObject *kwargs) {
     SET(nonfinite)
     SET(screen_kinds)
     SET(nodes_of)
+    SET(handoff)
 #undef SET
     return 0;
 }
@@ -1296,6 +1300,32 @@ leave:
     return leave_call(self, output);
 }
 
+/* Whether JSON text holds one of the tokens the encoder writes for inf and nan (Infinity, -Infinity, NaN): a
+ * statistic that is not finite.  A string that spells one only costs a look by the handoff, which decides. */
+static int shows_nonfinite(const char *text, Py_ssize_t len) {
+    for (Py_ssize_t i = 0; i + 3 <= len; i++) {
+        if ((text[i] == 'N' && text[i + 1] == 'a' && text[i + 2] == 'N') ||
+            (text[i] == 'I' && i + 8 <= len && memcmp(text + i, "Infinity", 8) == 0))
+            return 1;
+    }
+    return 0;
+}
+
+/* handoff(name, entry_text, args, kwargs, stack, parent): 1 when it wrote the entry, 0 when the lane writes it,
+ * -1 on an error (set). */
+static int hand_off(Lane *self, PyObject *name, Text *entry, PyObject *args, PyObject *kwargs, PyObject *stack,
+                    PyObject *parent) {
+    PyObject *text = PyUnicode_DecodeUTF8(entry->data, entry->len, NULL);
+    if (text == NULL) return -1;
+    PyObject *call[] = {name, text, args, kwargs, stack, parent};
+    PyObject *taken = PyObject_Vectorcall(self->handoff, call, 6, NULL);
+    Py_DECREF(text);
+    if (taken == NULL) return -1;
+    int handed = PyObject_IsTrue(taken);
+    Py_DECREF(taken);
+    return handed;
+}
+
 static PyObject *lane_record_call(Lane *self, PyObject *original, PyObject *key, PyObject *args, PyObject *kwargs,
                                   PyObject *grad_inputs) {
     PyObject *name = NULL, *output = NULL, *nodes_before = NULL;
@@ -1329,11 +1359,17 @@ static PyObject *lane_record_call(Lane *self, PyObject *original, PyObject *key,
     output = PyObject_Call(original, args, PyDict_GET_SIZE(kwargs) ? kwargs : NULL);
     if (output == NULL || !keep) goto leave;
     PyObject *stack = NULL, *result = NULL, *parent = parent_of(self);
+    Py_ssize_t outputs_at = entry.len;
     int failed = self->with_values ? TEXT_ADD(&entry, ",\"is_recompute\":false,\"output\":") < 0 ||
                                          encode_outputs(self, &entry, output, name) < 0 || TEXT_ADD(&entry, "}") < 0
                                    : TEXT_ADD(&entry, "{\"is_recompute\":false}") < 0;
     if (!failed) stack = PyObject_CallNoArgs(self->stack);
-    if (stack != NULL && record_entry(self, name, &entry, stack, parent) == 0) result = Py_NewRef(Py_None);
+    int handed = 0;
+    if (stack != NULL && self->handoff != Py_None && shows_nonfinite(entry.data + outputs_at, entry.len - outputs_at)) {
+        handed = hand_off(self, name, &entry, args, kwargs, stack, parent);
+        if (handed < 0) Py_CLEAR(stack); /* reported below, as any failure to record */
+    }
+    if (stack != NULL && (handed || record_entry(self, name, &entry, stack, parent) == 0)) result = Py_NewRef(Py_None);
     Py_XDECREF(stack);
     if (result != NULL && grad_inputs != NULL) { /* its backward entry */
         Py_DECREF(result);

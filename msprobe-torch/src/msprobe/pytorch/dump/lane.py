@@ -3,11 +3,14 @@
 The bookkeeping of each recorded API call costs more in Python than many
 calls themselves; the C lane builds the same entry for a fraction of it. It covers the dumps whose
 entries it can build exactly as the recorder does: levels L0, L1 and mix, tasks
-statistics, tensor, structure and overflow_check, with no ``list``, ``scope``
-or filter of the forward side in ``data_mode``, no async dump, no online
-pre-check (and for the overflow check, no NPU hardware flag). The overflow
-check screens each call there and hands the recorder only a call whose
-output holds inf or nan, which it decides on and writes.
+statistics, tensor, structure, overflow_check and flight_recorder, with no
+``list``, ``scope`` or filter of the forward side in ``data_mode``, no async
+dump, no online pre-check (and for the overflow check, no NPU hardware
+flag). The overflow check screens each call there and hands the recorder
+only a call whose output holds inf or nan, which it decides on and writes;
+the flight recorder's entries are all written there, except one whose
+outputs show inf or nan, which goes with its text to the collector's
+``flight_handoff`` (the first such call is the recorder's trigger).
 Within those it encodes the usual values itself and asks the Python encoder
 for the rest, one value at a time; a call's backward record is the
 recorder's (``_watch_backward``), and a call made while backward runs goes
@@ -108,7 +111,7 @@ def eligible(recorder: TorchDumpRecorder) -> bool:
     return (
         AVAILABLE
         and recorder.level in ("L0", "L1", "mix")
-        and config.task in ("statistics", "tensor", "structure", "overflow_check")
+        and config.task in ("statistics", "tensor", "structure", "overflow_check", "flight_recorder")
         # the overflow check screens in C with the kernels; the NPU's hardware flag is read the Python way
         and (collector.overflow is None or (float_stats.AVAILABLE and collector.hardware_flag is None))
         and not collector.deferred
@@ -198,5 +201,6 @@ def make_lane(
         nodes_of=grad_taps.nodes_of,
         backward=collector.modes.backward,
         parameter_type=torch.nn.Parameter,
+        handoff=collector.flight_handoff if collector.flight is not None else None,
         **screening,
     )

@@ -9,6 +9,7 @@ still happens exactly as it would without the tool.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
+from torch.utils._pytree import tree_leaves
 
 from msprobe.core.api_patch import ApiPatcher as CoreApiPatcher
 from msprobe.core.dump.collector import dump_task
@@ -337,6 +339,18 @@ class TorchDumpRecorder(DumpRecorder):
         record.recorder = self
         return record
 
+    def _flight_looks_at(self, values: Any) -> bool:
+        """The flight recorder, waiting for the first inf or nan, decides on an entry whose values hold one: such
+        an entry goes the Python way (DumpCollector.forward/backward), which asks it."""
+        flight = self.collector.flight
+        if flight is None or not flight.wants_nonfinite():
+            return False
+        screen = self.summarizer.quick_nonfinite
+        return any(
+            screen(leaf) if isinstance(leaf, torch.Tensor) else isinstance(leaf, float) and not math.isfinite(leaf)
+            for leaf in tree_leaves(values)
+        )
+
     # -- backward records ---------------------------------------------------------------
     def write_backward(self, record: _CallRecord, grads_in: tuple) -> None:
         with self.tool_running():
@@ -357,7 +371,7 @@ class TorchDumpRecorder(DumpRecorder):
                 parent = numbering.innermost()
             parent = self.construct_parent(parent)
             outputs = [record.output_grads.get(i) for i in range(record.output_count)]
-            if self.lane_entries is not None:  # the same entry, encoded in C
+            if self.lane_entries is not None and not self._flight_looks_at(grads_in):  # the same entry, in C
                 self.lane_entries.backward_entry(record.backward_name, outputs, list(grads_in), parent)
             else:
                 collector.backward(record.backward_name, outputs, list(grads_in), parent)
@@ -424,7 +438,7 @@ class TorchDumpRecorder(DumpRecorder):
     def close_module_call(self, call: _CallRecord, hooks: ModuleHooks, args: tuple, kwargs: dict, output: Any) -> Any:
         params = hooks.params
         replaced = None  # the output to hand on instead of the module's, when its outputs were tapped
-        if call.keep_forward and self.lane_entries is not None:  # the same entry, encoded in C
+        if call.keep_forward and self.lane_entries is not None and not self._flight_looks_at(output):  # in C
             self.lane_entries.module_entry(
                 call.name, call.inputs, output, params, self.stack(), call.parent, _recomputing()
             )

@@ -656,6 +656,12 @@ class TensorSummarizer:
             and not self.write_log.written_since(cached[3], cached[4])
         )
 
+    def quick_nonfinite(self, tensor: torch.Tensor) -> bool:
+        """Whether a tensor holds inf or nan, from its exponent bits read in C where it can (a CPU float
+        tensor), else as ``nonfinite`` measures it."""
+        found = _kernel_screen(tensor.detach()) if type(tensor) in _PLAIN_TYPES else None
+        return self.nonfinite(tensor) if found is None else found
+
     def nonfinite(self, tensor: torch.Tensor) -> bool:
         """Overflow screening of one tensor, with the statistics the entry would show (cached)."""
         if not self.with_stats:
