@@ -192,3 +192,21 @@ def test_graph_batch_and_merge_result_on_ray_equal_the_local_engines(cluster, tm
     for name, sheet in sheets_local.items():
         pd.testing.assert_frame_equal(sheets_ray[name], sheet)
     assert list(sheets_local["Max diff"].columns) == ["NPU Name", "rank0", "rank1", "rank2", "rank3"]
+
+
+@pytest.mark.parametrize(
+    ("address", "message"),
+    [("127.0.0.1:1", "cannot reach the Ray cluster at 127.0.0.1:1"), ("nonsense", "is not host:port")],
+)
+def test_a_cluster_that_does_not_answer_is_one_line_at_once(tmp_path, address, message):
+    from click.testing import CliRunner
+
+    from msprobe.cli.main import cli
+
+    write_run(tmp_path / "npu", 2, 1, 2)
+    write_run(tmp_path / "bench", 2, 1, 2)
+    spec = tmp_path / "compare.json"
+    spec.write_text(f'{{"npu_path": "{tmp_path / "npu" / "step0"}", "bench_path": "{tmp_path / "bench" / "step0"}"}}')
+    result = CliRunner().invoke(cli, ["compare", "-i", str(spec), "-o", str(tmp_path / "out"), "--engine", "ray",
+                                      "--ray-address", address])  # fmt: skip
+    assert result.exit_code != 0 and message in result.output, result.output  # before Ray's minutes of waiting

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from collections.abc import Callable, Sequence
 from concurrent.futures import as_completed
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from msprobe.core.processes import worker_pool
 logger = logging.getLogger(__name__)
 
 ENGINES = ("local", "ray")
+RAY_CONNECT_SECONDS = 5.0
 RAY_RETRIES = 3  # attempts after the first when a worker process or node dies under a task
 Item = TypeVar("Item")
 Result = TypeVar("Result")
@@ -97,6 +99,19 @@ def import_ray() -> Any:
     return ray
 
 
+def _check_reachable(address: str | None) -> None:
+    """A head that does not answer makes Ray wait for minutes; a plain host:port is tried first, briefly."""
+    if not address or "://" in address or address in ("auto", "local"):
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"Ray address '{address}' is not host:port")
+    try:
+        socket.create_connection((host, int(port)), timeout=RAY_CONNECT_SECONDS).close()
+    except OSError as exc:
+        raise UsageError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}") from None
+
+
 def call(function: Callable[[Item], Result], item: Item) -> Result:
     """What a Ray task runs: the job's function travels by reference, so any picklable callable serves."""
     return function(item)
@@ -112,6 +127,7 @@ def _run_on_ray(
     ray = import_ray()
     address = engine.address or os.environ.get("RAY_ADDRESS") or None
     if not ray.is_initialized():
+        _check_reachable(address)
         try:
             ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, include_dashboard=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
