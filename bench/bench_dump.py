@@ -50,13 +50,13 @@ CONFIGS = [
     ("free_benchmark", {"task": "free_benchmark", "level": "L1", "free_benchmark": {"pert_mode": "improve_precision"}}),
     ("flight_recorder L1", {"task": "flight_recorder", "level": "L1", "flight_recorder": {"window": 5}}),
 ]
-TARGETS = {
-    "statistics L1": 1.5,
-    "statistics mix": 1.7,
-    "md5 L1": 2.0,
-    "overflow_check L1": 1.3,
+TARGETS = {  # on the CPU, as raised by issue 37 (the earlier ones: 1.5, 1.7, 2.0, 1.3, 5.0)
+    "statistics L1": 1.25,
+    "statistics mix": 1.4,
+    "md5 L1": 1.5,
+    "overflow_check L1": 1.1,
     "grad_probe L1": 1.2,
-    "free_benchmark": 5.0,
+    "free_benchmark": 2.5,
 }  # flight_recorder L1: at most statistics L1's ratio in the same run
 FLIGHT_MEMORY: dict[str, int] = {}  # what the flight recorder's window held at the end of its run
 HOST_READS: dict[str, str] = {}  # the device path's reads back to the host in the last step, by configuration

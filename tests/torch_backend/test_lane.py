@@ -507,3 +507,25 @@ def test_a_renamed_attribute_turns_the_lane_off_with_one_message(tmp_path, monke
     assert "renamed_meanwhile" in caplog.text
     assert count.python_entries > 100  # every entry went the Python way
     assert (tmp_path / "step1" / "rank" / "dump.json").exists()
+
+
+def test_md5_checksums_come_with_the_cached_statistics_and_are_the_bytes_crc32(tmp_path):
+    import zlib
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 3)
+    x = torch.randn(5, 8)
+    (tmp_path / "c.json").write_text(json.dumps({"task": "statistics", "level": "L1", "dump_path": str(tmp_path / "d"),
+                                                 "statistics": {"summary_mode": "md5"}}))  # fmt: skip
+    debugger = PrecisionDebugger(config_path=str(tmp_path / "c.json"), model=model)
+    debugger.start()
+    assert debugger._hooks.lane is not None and debugger._hooks.summarizer.quick_texts is not None
+    model(x).sum().backward()
+    debugger.stop()
+    debugger.step()
+    entry = json.loads((tmp_path / "d" / "step0" / "rank" / "dump.json").read_text())["data"][
+        "Functional.linear.0.forward"
+    ]
+    crc = [f"{zlib.crc32(t.detach().numpy().tobytes()):08x}" for t in (x, model.weight, model.bias)]
+    assert [value["md5"] for value in entry["input_args"]] == crc  # zlib's CRC-32 of the bytes
+    assert list(entry["input_args"][0])[-2:] == ["requires_grad", "md5"]  # the reference's key order

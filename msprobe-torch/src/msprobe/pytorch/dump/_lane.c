@@ -286,6 +286,7 @@ typedef struct {
     PyObject *writes;  /* the write log's count when measured */
     PyObject *dtype, *shape;
     PyObject *prefix; /* bytes: the summary's JSON up to requires_grad's value */
+    PyObject *suffix; /* bytes: what follows requires_grad's value (the md5 key, when asked for) and the brace */
 } Cached;
 
 static void cached_dealloc(Cached *self) {
@@ -295,6 +296,7 @@ static void cached_dealloc(Cached *self) {
     Py_XDECREF(self->dtype);
     Py_XDECREF(self->shape);
     Py_XDECREF(self->prefix);
+    Py_XDECREF(self->suffix);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -316,13 +318,14 @@ typedef struct {
     PyTypeObject *tensor_type, *parameter_type;
     PyObject *float32, *float64;
     const KernelsAPI *kernels;
+    PyObject *checksum; /* checksum(tensor) -> its CRC-32 as 8 hex digits (summary_mode md5), or None */
 } Summaries;
 
 static int summaries_init(Summaries *self, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"log", "tensor_type", "parameter_type", "float32", "float64", "kernels", NULL};
-    PyObject *log, *tensor_type, *parameter_type, *float32, *float64, *capsule;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O!OOO", names, &log, &PyType_Type, &tensor_type, &PyType_Type,
-                                     &parameter_type, &float32, &float64, &capsule))
+    static char *names[] = {"log", "tensor_type", "parameter_type", "float32", "float64", "kernels", "checksum", NULL};
+    PyObject *log, *tensor_type, *parameter_type, *float32, *float64, *capsule, *checksum = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O!OOO|$O", names, &log, &PyType_Type, &tensor_type,
+                                     &PyType_Type, &parameter_type, &float32, &float64, &capsule, &checksum))
         return -1;
     const KernelsAPI *kernels = PyCapsule_GetPointer(capsule, "msprobe.core.dump._kernels._C_API");
     if (kernels == NULL) return -1;
@@ -343,6 +346,8 @@ static int summaries_init(Summaries *self, PyObject *args, PyObject *kwargs) {
     Py_XSETREF(self->float32, float32);
     Py_INCREF(float64);
     Py_XSETREF(self->float64, float64);
+    Py_INCREF(checksum);
+    Py_XSETREF(self->checksum, checksum);
     self->kernels = kernels;
     return 0;
 }
@@ -350,6 +355,7 @@ static int summaries_init(Summaries *self, PyObject *args, PyObject *kwargs) {
 static int summaries_traverse(Summaries *self, visitproc visit, void *arg) {
     Py_VISIT(self->entries);
     Py_VISIT(self->log);
+    Py_VISIT(self->checksum);
     return 0;
 }
 
@@ -360,6 +366,7 @@ static int summaries_clear_refs(Summaries *self) {
     Py_CLEAR(self->parameter_type);
     Py_CLEAR(self->float32);
     Py_CLEAR(self->float64);
+    Py_CLEAR(self->checksum);
     return 0;
 }
 
@@ -481,6 +488,24 @@ static int plain_memory(PyObject *tensor, PyObject **shape, Py_ssize_t *count, u
     return unsigned_of(METHOD(tensor, data_ptr), data) < 0 ? -1 : 1;
 }
 
+/* What follows requires_grad's value: '}', or with summary_mode md5 ',"md5":"xxxxxxxx"}' (the checksum's answer,
+ * which must be 8 hex digits).  New bytes, or NULL with an error set. */
+static PyObject *summary_suffix(Summaries *self, PyObject *tensor) {
+    if (self->checksum == Py_None) return PyBytes_FromString("}");
+    PyObject *digits = PyObject_CallOneArg(self->checksum, tensor);
+    if (digits == NULL) return NULL;
+    Py_ssize_t length;
+    const char *text = PyUnicode_Check(digits) ? PyUnicode_AsUTF8AndSize(digits, &length) : NULL;
+    PyObject *suffix = NULL;
+    if (text != NULL && length == 8 && strspn(text, "0123456789abcdef") == 8) {
+        suffix = PyBytes_FromFormat(",\"md5\":\"%s\"}", text);
+    } else if (!PyErr_Occurred()) {
+        PyErr_SetString(PyExc_ValueError, "the checksum must be 8 lowercase hex digits");
+    }
+    Py_DECREF(digits);
+    return suffix;
+}
+
 /* Appends a plain CPU float tensor's summary (as TensorSummarizer's general path writes it) and returns 1;
  * returns 0, appending nothing, for any other tensor (the caller goes the general way); -1 on error. */
 static int summary_into(Summaries *self, PyObject *tensor, Text *out) {
@@ -495,12 +520,13 @@ static int summary_into(Summaries *self, PyObject *tensor, Text *out) {
     if (key == NULL) return -1;
     Cached *cached = (Cached *)PyDict_GetItemWithError(self->entries, key);
     int status = 0;
-    PyObject *prefix = NULL, *dtype = NULL, *shape = NULL, *storage = NULL, *ref = NULL, *flag;
+    PyObject *prefix = NULL, *suffix = NULL, *dtype = NULL, *shape = NULL, *storage = NULL, *ref = NULL, *flag;
     if (cached != NULL) {
         Py_INCREF(cached); /* held while torch's and the log's Python run in still_holds */
         int holds = still_holds(self, cached, tensor, version);
         if (holds > 0) {
             prefix = Py_NewRef(cached->prefix);
+            suffix = Py_NewRef(cached->suffix);
             Py_DECREF(cached);
             goto write;
         }
@@ -543,6 +569,8 @@ static int summary_into(Summaries *self, PyObject *tensor, Text *out) {
     if (!failed) prefix = PyBytes_FromStringAndSize(summary.data, summary.len);
     text_free(&summary);
     if (prefix == NULL) goto fail;
+    suffix = summary_suffix(self, tensor);
+    if (suffix == NULL) goto fail;
     /* cached where it can be: a tensor with no storage of its own, or refusing weak references, is measured each time */
     storage = storage_address(tensor);
     if (storage == NULL) {
@@ -567,6 +595,8 @@ static int summary_into(Summaries *self, PyObject *tensor, Text *out) {
     fresh->shape = shape;
     fresh->prefix = prefix;
     Py_INCREF(prefix);
+    fresh->suffix = suffix;
+    Py_INCREF(suffix);
     ref = storage = dtype = shape = NULL; /* now the entry's */
     if (fresh->writes == NULL || PyDict_SetItem(self->entries, key, (PyObject *)fresh) < 0) {
         Py_DECREF(fresh);
@@ -577,7 +607,8 @@ write:
     flag = ATTRIBUTE(tensor, requires_grad);
     if (flag == NULL) goto fail;
     status = text_add(out, PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix)) < 0 ||
-                     (flag == Py_True ? TEXT_ADD(out, "true}") : TEXT_ADD(out, "false}")) < 0
+                     (flag == Py_True ? TEXT_ADD(out, "true") : TEXT_ADD(out, "false")) < 0 ||
+                     text_add(out, PyBytes_AS_STRING(suffix), PyBytes_GET_SIZE(suffix)) < 0
                  ? -1
                  : 1;
     Py_DECREF(flag);
@@ -587,6 +618,7 @@ fail:
 done:
     Py_DECREF(key);
     Py_XDECREF(prefix);
+    Py_XDECREF(suffix);
     Py_XDECREF(dtype);
     Py_XDECREF(shape);
     Py_XDECREF(storage);

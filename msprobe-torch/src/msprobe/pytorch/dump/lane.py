@@ -94,13 +94,16 @@ if _lane is not None:
     _lane.configure(_descriptors(), orjson.dumps)  # orjson writes floats as the Python path does, and fast
 
 
-def summaries(log: Any) -> Any:
-    """The C cache of the usual tensors' summaries as JSON text (see ``_lane.c``), or None where it cannot run."""
+def summaries(log: Any, checksum: Callable[[torch.Tensor], str] | None = None) -> Any:
+    """The C cache of the usual tensors' summaries as JSON text (see ``_lane.c``), or None where it cannot run.
+    ``checksum(tensor)``: summary_mode md5's CRC-32, cached with the statistics."""
     if not (AVAILABLE and float_stats.AVAILABLE):
         return None
     from msprobe.core.dump import _kernels
 
-    return _lane.Summaries(log, torch.Tensor, torch.nn.Parameter, torch.float32, torch.float64, _kernels._C_API)
+    return _lane.Summaries(
+        log, torch.Tensor, torch.nn.Parameter, torch.float32, torch.float64, _kernels._C_API, checksum=checksum
+    )
 
 
 def eligible(recorder: TorchDumpRecorder) -> bool:

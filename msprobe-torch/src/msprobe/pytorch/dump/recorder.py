@@ -135,7 +135,9 @@ class TorchDumpRecorder(DumpRecorder):
 
     def __init__(self, session: TaskSession):
         config = session.config
-        summarizer = TensorSummarizer(dump_task(config.task), config.summary_mode, deferred=config.async_dump)
+        summarizer = TensorSummarizer(
+            dump_task(config.task), config.summary_mode, deferred=config.async_dump, live_diff=bool(config.live_diff)
+        )
         encoder = ValueEncoder(torch.Tensor, summarizer, describe_object)
         super().__init__(session, summarizer, encoder, _TOOL_ROOT, WRITES_IN_PLACE, summarizer.caches)
         self.collector.hardware_flag = npu_overflow_flag()

@@ -539,7 +539,7 @@ class WriteLog:
 class TensorSummarizer:
     """Summarizes tensors for one run; caches statistics of unchanged tensors within a step."""
 
-    def __init__(self, task: str, summary_mode: str, deferred: bool = False):
+    def __init__(self, task: str, summary_mode: str, deferred: bool = False, live_diff: bool = False):
         self.task = task
         self.deferred = deferred
         self._pending_files: list[tuple[torch.Tensor, Path]] = []
@@ -558,8 +558,10 @@ class TensorSummarizer:
         self.caches = self.with_stats or self.with_crc or self.with_xor
         # the usual entry, statistics of a plain CPU float tensor, measured and cached as JSON text in C (_lane.c):
         # the bulk of a dump; everything else, and any doubt, goes the general way below, which writes the same
-        quick = task == "statistics" and not self.with_crc and not self.with_xor and not deferred
-        self.quick_texts = lane.summaries(self.write_log) if quick and not FORCE_DEVICE_PATH else None
+        # md5 too, its CRC-32 cached with the statistics; not for the live diff, which reads each call's values
+        quick = task == "statistics" and not self.with_xor and not deferred and not (self.with_crc and live_diff)
+        checksum = crc32_hex if self.with_crc else None
+        self.quick_texts = lane.summaries(self.write_log, checksum) if quick and not FORCE_DEVICE_PATH else None
         # device tensors' statistics, read back in batches (not with async_dump, which reads at step end)
         batched = (self.with_stats or self.with_xor) and not deferred
         self.batch = DeviceBatch() if batched and device_path_active() else None
