@@ -7,11 +7,12 @@ from pathlib import Path
 
 
 def square_on_a_node(item: tuple[int, str]) -> tuple[int, str]:
-    """Leave a mark naming the node that ran the item, take a while, answer the square."""
+    """Leave a mark naming the node that ran the item, take a while (long enough for a kill to land mid-task),
+    answer the square."""
     import ray
 
     number, marks = item
     node = ray.get_runtime_context().get_node_id()
     Path(marks, f"{node}-{number}").touch()
-    time.sleep(0.3)
+    time.sleep(1.0)
     return number * number, node

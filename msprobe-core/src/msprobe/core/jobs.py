@@ -47,6 +47,7 @@ class Engine:
 
 
 LOCAL = Engine()
+_joined: str | None = None  # the address this process joined Ray with ("" for a cluster of its own); None: not us
 
 
 def run_jobs(
@@ -126,12 +127,16 @@ def _run_on_ray(
 ) -> None:
     ray = import_ray()
     address = engine.address or os.environ.get("RAY_ADDRESS") or None
+    _check_reachable(address)
+    global _joined
+    if ray.is_initialized() and _joined is not None and _joined != (address or ""):
+        ray.shutdown()  # this process joined another cluster for an earlier job: the one asked for now counts
     if not ray.is_initialized():
-        _check_reachable(address)
         try:
             ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, include_dashboard=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise UsageError(f"cannot reach the Ray cluster at {address or 'this machine'}: {exc}") from None
+        _joined = address or ""
     logger.info("ray: %d CPUs in the cluster", int(ray.cluster_resources().get("CPU", 0)))
     remote = ray.remote(max_retries=RAY_RETRIES, retry_exceptions=False)(call)
     pending = {remote.remote(function, item): index for index, item in enumerate(items)}
