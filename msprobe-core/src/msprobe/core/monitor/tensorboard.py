@@ -37,7 +37,7 @@ DATA_TYPES = (
     "ratio",
 )
 _RUN_FOLDER = re.compile(r"^(?P<time>[A-Z][a-z]{2}\d{2}_\d{2}-\d{2}-\d{2})-rank(?P<rank>\d+)$")
-_CSV_FILE = re.compile(r"^(?P<kind>[a-z_]+?)_(?P<first>\d+)-(?P<last>\d+)\.csv$")
+CSV_FILE = re.compile(r"^(?P<kind>[a-z_]+?)_(?P<first>\d+)-(?P<last>\d+)\.csv$")  # {kind}_{first}-{last}.csv
 _ID_COLUMNS = ("vpp_stage", "name", "step", "micro_step")
 
 
@@ -110,15 +110,21 @@ def _parse_time(value: str, argument: str) -> datetime:
         raise UsageError(f"{argument} '{value}' is not a run folder time like 'Dec03_21-34-40'") from None
 
 
-def convert_csv_file(path: Path, writer: ScalarWriter, rank: int, kind: str) -> int:
-    """Write every statistic of one monitor CSV as scalars; returns how many."""
+def read_csv_file(path: Path) -> pd.DataFrame:
+    """One monitor CSV, with the columns every reader needs (name, step); a bad file is one error naming it."""
     try:
         table = pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as exc:
         raise DataFileError(path, f"not a monitor CSV ({exc})") from None
     for column in ("name", "step"):
         if column not in table.columns:
             raise DataFileError(path, f"column '{column}' is missing")
+    return table
+
+
+def convert_csv_file(path: Path, writer: ScalarWriter, rank: int, kind: str) -> int:
+    """Write every statistic of one monitor CSV as scalars; returns how many."""
+    table = read_csv_file(path)
     ops = [column for column in table.columns if column not in _ID_COLUMNS]
     micro = "micro_step" in table.columns
     written = 0
@@ -140,7 +146,7 @@ def _convert_run(job: tuple[Path, Path, tuple[str, ...]]) -> tuple[str, int]:
     written = 0
     try:
         for path in sorted(source.glob("*.csv"), key=lambda p: p.name):
-            match = _CSV_FILE.match(path.name)
+            match = CSV_FILE.match(path.name)
             if match and match["kind"] in kinds:
                 written += convert_csv_file(path, writer, rank, match["kind"])
     except BaseException:

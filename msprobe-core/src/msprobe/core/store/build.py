@@ -28,8 +28,9 @@ from typing import Any
 from msprobe.core.dump.reader import read_dump
 from msprobe.core.errors import DataFileError, UsageError
 from msprobe.core.jobs import LOCAL, Engine, run_jobs
+from msprobe.core.monitor.tensorboard import CSV_FILE
 from msprobe.core.store import require
-from msprobe.core.store.rows import MONITOR_FILE, MONITOR_RUN, dump_columns, monitor_columns
+from msprobe.core.store.rows import MONITOR_RUN, dump_columns, monitor_columns
 
 logger = logging.getLogger(__name__)
 
@@ -124,7 +125,7 @@ def find_monitor_sources(root: Path) -> list[Source]:
         if not run_match or not run.is_dir():
             continue
         for csv in sorted(run.glob("*.csv")):
-            file_match = MONITOR_FILE.match(csv.name)
+            file_match = CSV_FILE.match(csv.name)
             if not file_match:
                 continue
             key = f"monitor/{run.name}/{csv.name}"

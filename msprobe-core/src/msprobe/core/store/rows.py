@@ -24,6 +24,7 @@ import pandas as pd
 from msprobe.core.compare.rows import dump_rows
 from msprobe.core.dump.reader import Dump
 from msprobe.core.errors import DataFileError
+from msprobe.core.monitor.tensorboard import read_csv_file
 
 COLUMNS = (
     "source",
@@ -132,20 +133,12 @@ def _renamed(text: str | None, rename: dict[str, str] | None) -> str | None:
     return text
 
 
-MONITOR_FILE = re.compile(r"^(?P<kind>[a-z_]+?)_(?P<first>\d+)-(?P<last>\d+)\.csv$")
 MONITOR_RUN = re.compile(r"(?:^|-)rank(?P<rank>\d+)$")
-_MONITOR_IDS = ("vpp_stage", "name", "step", "micro_step")
 
 
 def monitor_columns(path: Path, kind: str, rename: dict[str, str] | None = None) -> dict[int, dict[str, list]]:
     """The store's columns of one monitor CSV, per step (a CSV holds a range of steps)."""
-    try:
-        table = pd.read_csv(path)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as exc:
-        raise DataFileError(path, f"not a monitor CSV ({exc})") from None
-    for column in ("name", "step"):
-        if column not in table.columns:
-            raise DataFileError(path, f"column '{column}' is missing")
+    table = read_csv_file(path)
     steps = pd.to_numeric(table["step"], errors="coerce")
     if steps.isna().any():
         raise DataFileError(path, f"column 'step': row {int(steps.isna().to_numpy().argmax()) + 2} is not a number")

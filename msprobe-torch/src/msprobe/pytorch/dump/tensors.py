@@ -343,10 +343,7 @@ class DeviceBatch:
             if (checksums or xors) and self.on_read is not None:
                 self.on_read()
             return
-        by_device: dict[Any, list[BatchedStats]] = {}
-        for stats in pending:
-            by_device.setdefault(stats.tensor.device, []).append(stats)
-        for group in by_device.values():
+        for group in _by_device(pending, lambda stats: stats.tensor):
             try:
                 rows = torch.stack([stats.tensor for stats in group]).tolist()  # the batch's one host read
             except Exception:  # one odd tensor: each is read alone rather than all lost
@@ -363,10 +360,7 @@ class DeviceBatch:
 
     def _read_checksums(self, checksums: list[BatchedChecksum]) -> None:
         """The bytes of every tensor waiting for its CRC-32, moved to the host in one transfer per device."""
-        by_device: dict[Any, list[BatchedChecksum]] = {}
-        for item in checksums:
-            by_device.setdefault(item.data.device, []).append(item)
-        for group in by_device.values():
+        for group in _by_device(checksums, lambda item: item.data):
             try:
                 blob = torch.cat([item.data.reshape(-1).view(torch.uint8) for item in group]).cpu().numpy()
                 self.reads += 1
@@ -383,10 +377,7 @@ class DeviceBatch:
                 item.data = None
 
     def _read_xors(self, xors: list[BatchedChecksum]) -> None:
-        by_device: dict[Any, list[BatchedChecksum]] = {}
-        for item in xors:
-            by_device.setdefault(item.data.device, []).append(item)
-        for group in by_device.values():
+        for group in _by_device(xors, lambda item: item.data):
             words = torch.cat([item.data for item in group]).tolist()  # the batch's one host read
             self.reads += 1
             for item, word in zip(group, words):
@@ -395,6 +386,14 @@ class DeviceBatch:
     def take_reads(self) -> int:
         reads, self.reads = self.reads, 0
         return reads
+
+
+def _by_device(items: list, tensor_of: Callable[[Any], torch.Tensor]) -> list[list]:
+    """The items in groups of one device each (one transfer per device), in their order."""
+    groups: dict[Any, list] = {}
+    for item in items:
+        groups.setdefault(tensor_of(item).device, []).append(item)
+    return list(groups.values())
 
 
 def device_path_active() -> bool:
