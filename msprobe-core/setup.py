@@ -1,9 +1,11 @@
 """msprobe-core's build: the version shared by all four packages, and the optional C kernels.
 
-The kernels (one-pass tensor statistics, see src/msprobe/core/dump/_kernels.c)
-and the attribute swapping of src/msprobe/core/_attributes.c are optional:
+The kernels (one-pass tensor statistics, see src/msprobe/core/dump/_kernels.c),
+the attribute swapping of src/msprobe/core/_attributes.c, the dump.json
+scanner (dump/_jsonscan.c) and the CSV text maker (_csvtext.c) are optional:
 without a C compiler the package installs all the same, measures tensors
-with the frameworks' own kernels and swaps attributes in Python.
+with the frameworks' own kernels, swaps attributes and writes CSV text in
+Python, and compares large dumps in memory.
 """
 
 from pathlib import Path
@@ -23,4 +25,10 @@ KERNELS = Extension(
 # putting wrappers on a class's attributes and off again, as api_patch.py does in Python without it
 ATTRIBUTES = Extension("msprobe.core._attributes", ["src/msprobe/core/_attributes.c"], optional=True)
 
-setup(version=VERSION, ext_modules=[KERNELS, ATTRIBUTES])
+# where the entries of a large dump.json end, so that compare can read it a block of entries at a time
+JSONSCAN = Extension("msprobe.core.dump._jsonscan", ["src/msprobe/core/dump/_jsonscan.c"], optional=True)
+
+# the text of a large CSV table (compare results), without a Python object per cell
+CSVTEXT = Extension("msprobe.core._csvtext", ["src/msprobe/core/_csvtext.c"], optional=True)
+
+setup(version=VERSION, ext_modules=[KERNELS, ATTRIBUTES, JSONSCAN, CSVTEXT])

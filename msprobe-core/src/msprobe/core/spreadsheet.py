@@ -13,10 +13,20 @@ drop, is written as the text ``\\x00``.
 from __future__ import annotations
 
 import csv
+import io
+import math
+import re
 from collections.abc import Iterable
 from typing import IO, Any
 
 import pandas as pd
+
+from msprobe.core.floattext import float_texts
+
+try:
+    from msprobe.core import _csvtext
+except ImportError:  # built without a C compiler: the same text, made in Python
+    _csvtext = None
 
 _TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
 
@@ -37,6 +47,111 @@ def safe_cell(value: Any) -> Any:
     if value.startswith(_TRIGGERS) and not _reads_as_number(value):
         return "'" + value
     return value
+
+
+_TRIGGER_STARTS = frozenset(_TRIGGERS)
+
+
+def csv_cell(value: Any) -> Any:
+    """A cell as ``safe_table(table).to_csv()`` writes it: safe text, and nothing for a missing value."""
+    if isinstance(value, str):
+        return safe_cell(value) if value[:1] in _TRIGGER_STARTS or "\x00" in value else value
+    if isinstance(value, float):
+        return "" if math.isnan(value) else value
+    return "" if value is None else value
+
+
+_TRIGGER_AFTER_SEPARATOR = re.compile("\x01[=+\\-@\t\r]")
+
+
+def _csv_column(column: list[Any]) -> list[str]:
+    """One column's cells as ``csv.writer`` writes what :func:`csv_cell` makes of them: floats as ``repr``
+    (made in bulk), text quoted where it holds a comma, a quote or a line break."""
+    kinds = set(map(type, column))
+    if kinds <= {float}:
+        return _blank_nan(float_texts(column))  # digits never need quotes
+    if kinds <= {str}:
+        joined = "\x01" + "\x01".join(column)
+        if "\x00" in joined or _TRIGGER_AFTER_SEPARATOR.search(joined):
+            column = [csv_cell(value) for value in column]
+        return _quoted(column)
+    cells = list(column)
+    floats_at = []
+    for index, value in enumerate(column):
+        kind = type(value)
+        if kind is float:
+            floats_at.append(index)
+        elif kind is not str:
+            cells[index] = str(csv_cell(value))
+        elif value[:1] in _TRIGGER_STARTS or "\x00" in value:
+            cells[index] = safe_cell(value)
+    for index, text in zip(floats_at, float_texts([column[index] for index in floats_at])):
+        cells[index] = "" if text == "nan" else text
+    return _quoted(cells)
+
+
+def _blank_nan(texts: list[str]) -> list[str]:
+    """pandas writes nothing for a NaN."""
+    if "nan" in texts:
+        return ["" if text == "nan" else text for text in texts]
+    return texts
+
+
+def _csv_quotes_cr() -> bool:
+    """Whether this Python's csv module quotes a carriage return when rows end in "\\n" (versions differ)."""
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerow(["a\rb"])
+    return buffer.getvalue().startswith('"')
+
+
+_QUOTES_CR = _csv_quotes_cr()
+_QUOTED_CHARACTERS = (",", '"', "\n", "\r") if _QUOTES_CR else (",", '"', "\n")
+
+
+def _quoted(texts: list[str]) -> list[str]:
+    joined = "".join(texts)
+    if not any(character in joined for character in _QUOTED_CHARACTERS):
+        return texts
+    quoted = {
+        text: '"' + text.replace('"', '""') + '"'
+        if any(character in text for character in _QUOTED_CHARACTERS)
+        else text
+        for text in set(texts)
+    }  # once per distinct text: a column of shapes holds few
+    return [quoted[text] for text in texts]
+
+
+class CsvTableWriter:
+    """Writes tables to one CSV file (opened in binary mode), as pandas' ``to_csv(index=False)`` writes them
+    made safe, a table (or a block of one) at a time. With the C helper the text is made in one loop;
+    ``csv.writer`` and pandas take several times longer on a table of millions of rows."""
+
+    def __init__(self, handle: IO[bytes], columns: Iterable[str] | None):
+        """``columns`` None: no header (the rest of a file another writer began)."""
+        self._handle = handle
+        if columns is not None:
+            header = io.StringIO()
+            csv.writer(header, lineterminator="\n").writerow([str(column) for column in columns])
+            handle.write(header.getvalue().encode("utf-8"))
+
+    def write(self, table: pd.DataFrame) -> None:
+        if table.empty:
+            return
+        if len(table.columns) == 1:  # csv.writer's own rule for a row of one empty cell: leave it to it
+            text = io.StringIO()
+            csv.writer(text, lineterminator="\n").writerows([csv_cell(value)] for value in table.iloc[:, 0].tolist())
+            self._handle.write(text.getvalue().encode("utf-8"))
+            return
+        if _csvtext is not None:
+            self._handle.write(_csvtext.lines([table[column].tolist() for column in table.columns], _QUOTES_CR))
+            return
+        columns = [_csv_column(table[column].tolist()) for column in table.columns]
+        self._handle.write(("\n".join(map(",".join, zip(*columns))) + "\n").encode("utf-8"))
+
+
+def write_csv_table(handle: IO[bytes], table: pd.DataFrame) -> None:
+    """The CSV pandas' ``to_csv(index=False)`` writes for the table, made safe."""
+    CsvTableWriter(handle, table.columns).write(table)
 
 
 def safe_table(table: pd.DataFrame) -> pd.DataFrame:

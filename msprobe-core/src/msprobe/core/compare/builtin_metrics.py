@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from msprobe.core.backend import CompareMetric, Statistics
-from msprobe.core.compare.metrics import pair_metrics, statistic_cells
+from msprobe.core.compare.metrics import pair_metrics, statistic_cells, statistic_columns
 from msprobe.core.hookspecs import hookimpl
 
 
@@ -55,6 +55,19 @@ STATISTICS_METRICS = tuple(
     for field, _, name in _STATISTICS
 )
 BUILTIN_METRICS = TENSOR_METRICS + STATISTICS_METRICS
+
+
+def statistics_columns(npu_stats: list[tuple], bench_stats: list[tuple]) -> tuple[dict[str, list[Any]], np.ndarray]:
+    """The eight built-in statistics columns of the matched pairs, by column name, and each pair's warning
+    (any statistic off by more than half of the larger value), as their metrics would give them row by row."""
+    cells: dict[str, list[Any]] = {}
+    warn = np.zeros(len(npu_stats), dtype=bool)
+    npu_columns, bench_columns = list(zip(*npu_stats)) or [()] * 4, list(zip(*bench_stats)) or [()] * 4
+    for position, (_field, label, relative_name) in enumerate(_STATISTICS):
+        diffs, relatives, warned = statistic_columns(list(npu_columns[position]), list(bench_columns[position]))
+        cells[f"{label} diff"], cells[relative_name] = diffs, relatives
+        warn |= warned
+    return cells, warn
 
 
 @hookimpl

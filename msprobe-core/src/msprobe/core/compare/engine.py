@@ -13,7 +13,7 @@ import logging
 import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,6 @@ from msprobe.core.compare.metrics import (
     TensorMetrics,
     accuracy_reached,
     pair_metrics,
-    statistic_cells,
 )
 from msprobe.core.compare.rows import Row, dump_rows
 from msprobe.core.dump.reader import Dump
@@ -87,6 +86,7 @@ class CompareResult:
     highlight: dict[int, str]  # row index -> "red" | "yellow"
     npu: Dump
     bench: Dump
+    calls: list[str] = field(default_factory=list)  # each row's NPU call (dump.json entry), N/A for bench-only
 
 
 def detect_mode(npu_rows: list[Row], bench_rows: list[Row], npu: Dump, bench: Dump) -> str:
@@ -169,6 +169,11 @@ def _shown_dtype(row: Row) -> Any:
 def _same_structure(npu: list[Row], bench: list[Row]) -> bool:
     if len(npu) != len(bench):
         return False
+    if all(
+        n.role == b.role and n.dtype == b.dtype and n.shown_dtype == b.shown_dtype and n.shape == b.shape
+        for n, b in zip(npu, bench)
+    ):
+        return True  # the common case, decided without the texts below
     for (role, npu_dtype, npu_shape), (other_role, bench_dtype, bench_shape) in zip(_structure(npu), _structure(bench)):
         if role != other_role or npu_shape != bench_shape:
             return False
@@ -223,69 +228,102 @@ def _as_number(value: Any) -> float:
 
 
 def _base_columns(pairs: list[tuple[Row | None, Row | None]]) -> dict[str, list]:
-    def pick(row: Row | None, attribute: str) -> Any:
-        if row is None:
-            return NA
-        if attribute == "dtype":
-            return str(_shown_dtype(row))  # a plain value: its Python type, "None" for a None
-        value = getattr(row, attribute)
-        return str(value) if attribute == "shape" else value
-
+    """Names, dtypes and shapes of both sides; a plain value's dtype is its Python type (text), "None" for None."""
+    npu = [n for n, _ in pairs]
+    bench = [b for _, b in pairs]
     return {
-        "NPU Name": [pick(n, "name") for n, _ in pairs],
-        "Bench Name": [pick(b, "name") for _, b in pairs],
-        "NPU Dtype": [pick(n, "dtype") for n, _ in pairs],
-        "Bench Dtype": [pick(b, "dtype") for _, b in pairs],
-        "NPU Tensor Shape": [pick(n, "shape") for n, _ in pairs],
-        "Bench Tensor Shape": [pick(b, "shape") for _, b in pairs],
+        "NPU Name": [NA if row is None else row.name for row in npu],
+        "Bench Name": [NA if row is None else row.name for row in bench],
+        "NPU Dtype": [NA if row is None else str(_shown_dtype(row)) for row in npu],
+        "Bench Dtype": [NA if row is None else str(_shown_dtype(row)) for row in bench],
+        "NPU Tensor Shape": [NA if row is None else _shape_text(row.shape) for row in npu],
+        "Bench Tensor Shape": [NA if row is None else _shape_text(row.shape) for row in bench],
     }
 
 
-def _shown(value: Any) -> Any:
-    """A statistic as the table shows it: numbers as numbers, anything else (a bool, text) as it is."""
-    return "None" if value is None else value
+_SHAPE_TEXTS: dict[tuple, str] = {}
+
+
+def _shape_text(shape: Any) -> str:
+    """str(shape), remembered for the few shapes a dump holds many times over."""
+    if type(shape) is not list:
+        return str(shape)
+    key = tuple(shape)
+    text = _SHAPE_TEXTS.get(key)
+    if text is None:
+        text = str(shape)
+        if len(_SHAPE_TEXTS) < 100_000:
+            _SHAPE_TEXTS[key] = text
+    return text
 
 
 def statistics_table(pairs: list[tuple[Row | None, Row | None]], metrics: Sequence[Any] = ()) -> pd.DataFrame:
     """The reference's statistics-mode table; its metric columns, and any a plugin adds, come from ``metrics``
-    (the built-in ones by default)."""
+    (the built-in ones by default). The built-in columns are computed a column at a time; a plugin's metric
+    gets each matched row's two summaries."""
+    from msprobe.core.compare.builtin_metrics import statistics_columns
+
     metrics = [m for m in (metrics or default_metrics()) if m.serves("statistics")]
     columns = _base_columns(pairs)
-    cells: dict[str, list[Any]] = {metric.name: [] for metric in metrics}
-    cell = {metric.name: _MetricColumn(metric) for metric in metrics}
-    results, messages = [], []
-    for npu_row, bench_row in pairs:
-        unmatched = npu_row is None or bench_row is None
-        npu_stats = npu_row.stats if npu_row is not None else (NA,) * 4
-        bench_stats = bench_row.stats if bench_row is not None else (NA,) * 4
-        warn = not unmatched and any(statistic_cells(n, b)[2] for n, b in zip(npu_stats, bench_stats))
-        if unmatched:
-            for metric in metrics:
-                cells[metric.name].append(NA)
-        else:  # the two summaries once per row, whatever the number of metrics
-            npu_summary, bench_summary = Statistics(*npu_stats), Statistics(*bench_stats)
-            for metric in metrics:
-                cells[metric.name].append(cell[metric.name](npu_summary, bench_summary, npu_row))
-        results.append(NA if unmatched else ("Warning" if warn else ""))
-        messages.append(NO_BENCH if bench_row is None else WARNING_TEXT if warn else "")
+    matched = [
+        index for index, (npu_row, bench_row) in enumerate(pairs) if npu_row is not None and bench_row is not None
+    ]
+    npu_stats = [pairs[index][0].stats for index in matched]  # type: ignore[union-attr]
+    bench_stats = [pairs[index][1].stats for index in matched]  # type: ignore[union-attr]
+    builtin, warn = statistics_columns(npu_stats, bench_stats)
+    every_row = len(matched) == len(pairs)
+    cells: dict[str, list[Any]] = {}
+    for metric in metrics:
+        computed = builtin.get(metric.name) if metric in builtin_statistics_metrics() else None
+        if computed is None:
+            cell = _MetricColumn(metric)
+            computed = [
+                cell(Statistics(*npu), Statistics(*bench), pairs[index][0])
+                for index, npu, bench in zip(matched, npu_stats, bench_stats)
+            ]
+        cells[metric.name] = computed if every_row else _spread(computed, matched, len(pairs))
+    warned = warn.tolist()
+    results = _spread(["Warning" if w else "" for w in warned], matched, len(pairs))
+    messages = ["" if bench_row is not None else NO_BENCH for _, bench_row in pairs]
+    for index in np.flatnonzero(warn).tolist():
+        messages[matched[index]] = WARNING_TEXT
     columns.update({label: [NA] * len(pairs) for label in STATISTICS_METRICS})
     columns.update(cells)
     columns.update(_stat_values(pairs))
     columns["Result"] = results
     columns["Err_message"] = messages
-    return pd.DataFrame(columns, columns=_with_plugin_columns(STATISTICS_COLUMNS, metrics))
+    # object columns: each cell keeps its type (an int statistic stays an int), whatever the rest of the column
+    return pd.DataFrame(columns, columns=_with_plugin_columns(STATISTICS_COLUMNS, metrics), dtype=object)
+
+
+def _spread(values: list[Any], rows: list[int], count: int) -> list[Any]:
+    """``values`` at the positions ``rows`` of a column of ``count`` cells, N/A elsewhere."""
+    if len(rows) == count:
+        return values
+    column: list[Any] = [NA] * count
+    for index, value in zip(rows, values):
+        column[index] = value
+    return column
 
 
 def _stat_values(pairs: list[tuple[Row | None, Row | None]]) -> dict[str, list[Any]]:
     """The eight columns of both sides' statistics as the table shows them, N/A for a missing side."""
-    values: list[list[Any]] = [[] for _ in range(8)]
-    for npu_row, bench_row in pairs:
-        npu_stats = npu_row.stats if npu_row is not None else (NA,) * 4
-        bench_stats = bench_row.stats if bench_row is not None else (NA,) * 4
-        for index in range(4):
-            values[index].append(_shown(npu_stats[index]))
-            values[4 + index].append(_shown(bench_stats[index]))
+    missing = (NA,) * 4
+    npu = [missing if n is None else n.stats for n, _ in pairs]
+    bench = [missing if b is None else b.stats for _, b in pairs]
+    # a None shows as the text "None"; numbers as numbers, anything else (a bool, text) as it is
+    values = [
+        ["None" if stats[index] is None else stats[index] for stats in side]
+        for side in (npu, bench)
+        for index in range(4)
+    ]
     return dict(zip(STAT_VALUE_COLUMNS, values))
+
+
+def builtin_statistics_metrics() -> tuple[Any, ...]:
+    from msprobe.core.compare.builtin_metrics import STATISTICS_METRICS as BUILTIN_STATISTICS
+
+    return BUILTIN_STATISTICS
 
 
 def default_metrics() -> tuple[Any, ...]:
@@ -435,14 +473,28 @@ def compare_dumps(
     else:
         mode = "statistics"
         table = statistics_table(pairs, chosen)
-    if stack:
-        table[STACK_COLUMN] = [_stack_text(npu, n) for n, _ in pairs]
+    marks = finish_table(mode, table, pairs, npu if stack else None)
+    return CompareResult(mode, table, marks, npu, bench, npu_calls(pairs))
+
+
+def npu_calls(pairs: list[tuple[Row | None, Row | None]]) -> list[str]:
+    """The dump.json entry of each row's NPU value (N/A where there is none): the advisor's unit."""
+    return [NA if npu is None else npu.entry for npu, _ in pairs]
+
+
+def finish_table(
+    mode: str, table: pd.DataFrame, pairs: list[tuple[Row | None, Row | None]], stack_of: Dump | None
+) -> dict[int, str]:
+    """The stack column (from ``stack_of``'s stacks, when given) and the highlighting rules' messages, added to
+    a table of whole calls; returns the rows to colour."""
+    if stack_of is not None:
+        table[STACK_COLUMN] = [_stack_text(stack_of, n) for n, _ in pairs]
     from msprobe.core.compare.highlight import highlight_rows
 
     highlights = highlight_rows(mode, table, pairs)
     if highlights.messages:
         table["Err_message"] = _with_messages(table["Err_message"].tolist(), highlights.messages)
-    return CompareResult(mode, table, highlights.marks, npu, bench)
+    return highlights.marks
 
 
 def _with_messages(current: list[str], messages: dict[int, list[str]]) -> list[str]:

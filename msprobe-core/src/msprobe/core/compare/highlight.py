@@ -24,6 +24,9 @@ RED, YELLOW = "red", "yellow"
 
 def _numbers(column: pd.Series) -> np.ndarray:
     """A result column as floats; 'N/A' and other text become NaN."""
+    values = column.tolist()
+    if set(map(type, values)) <= {float, int}:  # the common case, without pandas' conversion
+        return np.array(values, dtype=np.float64)
     return pd.to_numeric(column, errors="coerce").to_numpy(dtype=np.float64)
 
 
@@ -57,33 +60,39 @@ class Highlights:
     messages: dict[int, list[str]]
 
 
-def _batches(pairs: list[tuple[Row | None, Row | None]]) -> Iterator[tuple[list[int], list[int]]]:
+def _batches(pairs: list[tuple[Row | None, Row | None]]) -> Iterator[tuple[range, range]]:
     """Each call's rows as the reference splits them: its first row and every input or parameter row up to
     the last of them count as inputs, the output rows after that as outputs. (A module's parameters follow its
     outputs, so its outputs are then judged as inputs, as the reference does.)"""
-    index = 0
-    while index < len(pairs):
-        entry = _entry(pairs[index])
+    sides = [npu if npu is not None else bench for npu, bench in pairs]
+    entries = ["" if row is None else row.entry for row in sides]
+    roles = ["" if row is None else row.role for row in sides]
+    index, count = 0, len(pairs)
+    while index < count:
+        entry = entries[index]
         start, inputs_end, outputs_end = index, index + 1, index + 1
         index += 1
-        while index < len(pairs) and _entry(pairs[index]) == entry:
-            role = _role(pairs[index])
+        while index < count and entries[index] == entry:
+            role = roles[index]
             if role in ("input", "parameters"):
                 inputs_end, outputs_end = inputs_end + 1, outputs_end + 1
             elif role == "output":
                 outputs_end += 1
             index += 1
-        yield list(range(start, inputs_end)), list(range(inputs_end, outputs_end))
+        yield range(start, inputs_end), range(inputs_end, outputs_end)
 
 
-def _entry(pair: tuple[Row | None, Row | None]) -> str:
-    row = pair[0] if pair[0] is not None else pair[1]
-    return row.entry if row is not None else ""
-
-
-def _role(pair: tuple[Row | None, Row | None]) -> str:
-    row = pair[0] if pair[0] is not None else pair[1]
-    return row.role if row is not None else ""
+def _kinds(values: list[Any]) -> tuple[list[bool], list[bool]]:
+    """Which values the rules may use as numbers (finite; bools count), and which are inf or nan."""
+    numeric = [
+        (type(v) is float and v - v == 0)
+        or type(v) is int
+        or type(v) is bool
+        or (_numeric(v) if type(v) is not str else False)
+        for v in values
+    ]
+    nonfinite = [(type(v) is float and v - v != 0) or (type(v) is not float and _nonfinite(v)) for v in values]
+    return numeric, nonfinite
 
 
 def highlight_rows(mode: str, table: pd.DataFrame, pairs: list[tuple[Row | None, Row | None]]) -> Highlights:
@@ -97,21 +106,23 @@ def highlight_rows(mode: str, table: pd.DataFrame, pairs: list[tuple[Row | None,
     cosine = table["Cosine"].tolist() if mode == "tensor" else None
     red: dict[int, list[str]] = {}
     yellow: dict[int, list[str]] = {}
-
-    def numeric_trio(index: int) -> bool:
-        return _numeric(npu_max[index]) and _numeric(bench_max[index]) and _numeric(max_diff[index])
+    max_numeric, max_nonfinite = _kinds(npu_max)
+    _, min_nonfinite = _kinds(npu_min)
+    bench_numeric, _ = _kinds(bench_max)
+    diff_numeric, _ = _kinds(max_diff)
+    trio = [a and b and c for a, b, c in zip(max_numeric, bench_numeric, diff_numeric)]
 
     for index in range(len(pairs)):
-        if _nonfinite(npu_max[index]) or _nonfinite(npu_min[index]):
+        if max_nonfinite[index] or min_nonfinite[index]:
             red.setdefault(index, []).append(OVERFLOW)
-        elif _numeric(max_diff[index]) and abs(max_diff[index]) > 1e10:
+        elif diff_numeric[index] and abs(max_diff[index]) > 1e10:
             red.setdefault(index, []).append(HUGE_ERROR)
     for inputs, outputs in _batches(pairs):
         for out in outputs:
-            if not numeric_trio(out):  # the reference's "already red" test never matches: it goes on too
+            if not trio[out]:  # the reference's "already red" test never matches: it goes on too
                 continue
             for inp in inputs:
-                if not numeric_trio(inp):
+                if not trio[inp]:
                     continue
                 _order_of_magnitude(max_diff[inp], max_diff[out], out, yellow)
                 if mode == "statistics":

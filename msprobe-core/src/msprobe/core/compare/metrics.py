@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from msprobe.core.floattext import float_texts
+
 NA = "N/A"
 NAN = "Nan"
 UNSUPPORTED = "unsupported"
@@ -171,6 +173,36 @@ def statistic_cells(npu_value: Any, bench_value: Any) -> tuple[Any, Any, bool]:
     relative = f"{abs((diff / bench_value) * 100)}%" if bench_value != 0 else NA
     magnitude = abs(diff) / (max(abs(npu_value), abs(bench_value)) + 1e-10)
     return diff, relative, magnitude > 0.5
+
+
+def statistic_columns(npu_values: list[Any], bench_values: list[Any]) -> tuple[list[Any], list[Any], np.ndarray]:
+    """:func:`statistic_cells` for a whole column of matched pairs at once: the differences, the relative
+    errors and the warnings. Pairs of two floats are computed with numpy (the same IEEE operations, so the same
+    values); any other pair (ints, text, None) goes through :func:`statistic_cells` itself."""
+    count = len(npu_values)
+    if set(map(type, npu_values)) | set(map(type, bench_values)) <= {float}:  # the common case, checked in C
+        both_float = np.ones(count, dtype=bool)
+        a, b = np.array(npu_values, dtype=np.float64), np.array(bench_values, dtype=np.float64)
+    else:
+        both_float = np.fromiter(
+            (type(a) is float and type(b) is float for a, b in zip(npu_values, bench_values)), dtype=bool, count=count
+        )
+        a = np.array([v if f else 0.0 for v, f in zip(npu_values, both_float.tolist())], dtype=np.float64)
+        b = np.array([v if f else 0.0 for v, f in zip(bench_values, both_float.tolist())], dtype=np.float64)
+    with np.errstate(all="ignore"):
+        diff = a - b
+        nan_diff = np.isnan(diff)
+        relative = np.abs((diff / np.where(b == 0, 1.0, b)) * 100)
+        warn = np.abs(diff) / (np.maximum(np.abs(a), np.abs(b)) + 1e-10) > 0.5
+    warn &= both_float & ~nan_diff
+    diffs: list[Any] = diff.tolist()
+    relatives: list[Any] = ("%\x01".join(float_texts(relative.tolist())) + "%").split("\x01") if count else []
+    for index in np.flatnonzero(nan_diff | (b == 0) | ~both_float).tolist():
+        if both_float[index]:
+            diffs[index], relatives[index] = (NAN, NAN) if nan_diff[index] else (diffs[index], NA)
+            continue
+        diffs[index], relatives[index], warn[index] = statistic_cells(npu_values[index], bench_values[index])
+    return diffs, relatives, warn
 
 
 class _LastPair(threading.local):

@@ -6,15 +6,17 @@ run never leaves a result that looks complete.
 
 from __future__ import annotations
 
+import math
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
 
 from msprobe.core.compare.engine import CompareResult
 from msprobe.core.dump.writer import make_dir, write_new_file
-from msprobe.core.spreadsheet import safe_table
+from msprobe.core.spreadsheet import write_csv_table
 
 XLSX_ROW_LIMIT = 1_048_575
 FILLS = {"red": "FFFF0000", "yellow": "FFFFFF00"}
@@ -32,35 +34,71 @@ def _replace(temporary: Path, final: Path) -> Path:
 
 def write_csv(table: pd.DataFrame, path: Path) -> Path:
     temporary = path.with_name(f".{path.name}.tmp")
-    safe_table(table).to_csv(temporary, index=False)
+    with open(temporary, "wb") as handle:
+        write_csv_table(handle, table)
     return _replace(temporary, path)
+
+
+class XlsxStream:
+    """compare_result_*.xlsx written a block of rows at a time with XlsxWriter's constant memory, suspicious
+    rows coloured. inf and nan go in as the text "inf\t", "-inf\t", "nan\t", as the reference writes them (a
+    cell cannot hold them as numbers). Past Excel's row limit the file is given up: the CSV has everything."""
+
+    def __init__(self, path: Path, columns: list[str]):
+        import xlsxwriter
+
+        self.path = path
+        self.rows = 0
+        self.temporary = path.with_name(f".{path.name}.tmp.xlsx")
+        # text that looks like a formula (an API name from someone's dump.json) stays text
+        self._workbook = xlsxwriter.Workbook(
+            str(self.temporary), {"constant_memory": True, "strings_to_formulas": False}
+        )
+        self._sheet = self._workbook.add_worksheet("Sheet")
+        self._sheet.write_row(0, 0, columns, self._workbook.add_format({"bold": True}))
+        self._fills = {color: self._workbook.add_format({"bg_color": "#" + argb[2:]}) for color, argb in FILLS.items()}
+
+    @property
+    def full(self) -> bool:
+        return self.rows > XLSX_ROW_LIMIT
+
+    def add(self, rows: Iterable[tuple], highlight: dict[int, str]) -> None:
+        """Rows in table order; ``highlight`` keyed by their position in ``rows``."""
+        for index, row in enumerate(rows):
+            self.rows += 1
+            if self.full:
+                return
+            cells = [f"{v}\t" if isinstance(v, float) and not math.isfinite(v) else v for v in row]
+            self._sheet.write_row(self.rows, 0, cells, self._fills.get(highlight.get(index, ""), None))
+
+    def close(self) -> Path | None:
+        """The finished file, or None (and nothing left behind) when the table had too many rows."""
+        try:
+            self._workbook.close()
+        except BaseException:
+            self.temporary.unlink(missing_ok=True)
+            raise
+        if self.full:
+            self.temporary.unlink(missing_ok=True)
+            return None
+        return _replace(self.temporary, self.path)
+
+    def discard(self) -> None:
+        self.rows = XLSX_ROW_LIMIT + 1
+        self.close()
 
 
 def write_xlsx(table: pd.DataFrame, highlight: dict[int, str], path: Path) -> Path | None:
-    """Stream the table with XlsxWriter (constant memory), colouring suspicious rows.
-
-    inf and nan go in as the text "inf\t", "-inf\t", "nan\t", as the reference writes them (a cell cannot
-    hold them as numbers)."""
+    """The whole table at once; None when Excel cannot hold it (the CSV has everything)."""
     if len(table) > XLSX_ROW_LIMIT:
-        return None  # Excel cannot hold it; the CSV has everything
-    import math
-
-    import xlsxwriter
-
-    temporary = path.with_name(f".{path.name}.tmp.xlsx")
-    # text that looks like a formula (an API name from someone's dump.json) stays text
-    workbook = xlsxwriter.Workbook(str(temporary), {"constant_memory": True, "strings_to_formulas": False})
+        return None
+    stream = XlsxStream(path, list(table.columns))
     try:
-        sheet = workbook.add_worksheet("Sheet")
-        bold = workbook.add_format({"bold": True})
-        fills = {color: workbook.add_format({"bg_color": "#" + argb[2:]}) for color, argb in FILLS.items()}
-        sheet.write_row(0, 0, list(table.columns), bold)
-        for index, row in enumerate(table.itertuples(index=False, name=None)):
-            cells = [f"{v}\t" if isinstance(v, float) and not math.isfinite(v) else v for v in row]
-            sheet.write_row(index + 1, 0, cells, fills.get(highlight.get(index, ""), None))
-    finally:
-        workbook.close()
-    return _replace(temporary, path)
+        stream.add(table.itertuples(index=False, name=None), highlight)
+    except BaseException:
+        stream.discard()
+        raise
+    return stream.close()
 
 
 def write_result(result: CompareResult, output_dir: Path, stamp: str, prefix: str = "compare_result") -> list[Path]:

@@ -21,7 +21,7 @@ from msprobe.core.errors import DataFileError
 STAT_KEYS = ("Max", "Min", "Mean", "Norm")
 
 
-@dataclass
+@dataclass(slots=True)
 class Row:
     name: str
     entry: str  # the dump.json entry this value belongs to
@@ -186,11 +186,38 @@ def dump_rows(dump: Dump, every_value: bool = False) -> list[Row]:
         for section, role in TABLE_SECTIONS if every_value else SECTIONS:
             if section not in content:
                 continue
-            _check_section(dump, entry, section, content[section])
+            value = content[section]
+            _check_section(dump, entry, section, value)
             label = "input" if section.startswith("input") else section
-            for leaf_name, leaf in _leaves(content[section], f"{entry}.{label}", every_value):
-                add(leaf_name, entry, leaf, role)
+            if not every_value:
+                for leaf_name, leaf in _leaves(value, f"{entry}.{label}", every_value):
+                    add(leaf_name, entry, leaf, role)
+                continue
+            prefix = f"{entry}.{label}"
+            for key, item in enumerate(value) if type(value) is list else value.items():
+                name = f"{prefix}.{key}"
+                row = _plain_tensor_row(name, entry, item, role)
+                if row is not None:
+                    rows.append(row)
+                    continue
+                for leaf_name, leaf in _leaves(item, name, every_value, 1):
+                    add(leaf_name, entry, leaf, role)
     return rows
+
+
+def _plain_tensor_row(name: str, entry: str, leaf: Any, role: str) -> Row | None:
+    """The row of the commonest value, a tensor summary with four float statistics and a valid shape, built
+    without the general path's checks (they would all pass); None for anything else."""
+    if type(leaf) is not dict or "dtype" not in leaf or type(leaf.get("type")) is not str:
+        return None
+    shape, stats = leaf.get("shape"), (leaf.get("Max"), leaf.get("Min"), leaf.get("Mean"), leaf.get("Norm"))
+    if type(shape) is not list or [n for n in shape if type(n) is not int or n < 0]:
+        return None
+    if type(stats[0]) is not float or type(stats[1]) is not float or type(stats[2]) is not float:
+        return None
+    if type(stats[3]) is not float:
+        return None
+    return Row(name, entry, str(leaf["dtype"]), shape, stats, leaf.get("md5"), leaf.get("data_name"), role)
 
 
 def _strip_single_index(name: str) -> str:

@@ -37,6 +37,19 @@ class Dump:
     recovered: bool = False
     arrays: dict[str, Any] = field(default_factory=dict)  # data_name -> tensor held in memory (online pre-check)
 
+    @classmethod
+    def from_header(cls, path: Path, header: dict[str, Any], data: dict[str, Any], **fields: Any) -> Dump:
+        """A dump of ``data`` with the header fields of a dump.json (or a journal), whatever their types."""
+        return cls(
+            path,
+            str(header.get("task", "")),
+            str(header.get("level", "")),
+            str(header.get("framework", "")),
+            data,
+            header.get("dump_data_dir"),
+            **fields,
+        )
+
     @property
     def folder(self) -> Path:
         return self.path.parent
@@ -136,35 +149,21 @@ def read_dump(path: str | Path) -> Dump:
     if not dump_json.exists() and journal.exists():
         header, data, stack, construct = _replay_journal(journal)
         logger.warning("%s: dump.json missing; recovered %d entries from an interrupted run", folder, len(data))
-        return Dump(
-            dump_json,
-            str(header.get("task", "")),
-            str(header.get("level", "")),
-            str(header.get("framework", "")),
-            data,
-            header.get("dump_data_dir"),
-            stack,
-            construct,
-            recovered=True,
-        )
+        return Dump.from_header(dump_json, header, data, stack=stack, construct=construct, recovered=True)
     raw = _load_json(dump_json, "dump.json")
     if not isinstance(raw, dict) or not isinstance(raw.get("data"), dict):
         raise DataFileError(dump_json, "not a dump.json: expected an object with a 'data' object")
     for name, entry in raw["data"].items():
         if not isinstance(entry, dict):
             raise DataFileError(dump_json, f"entry '{name}' is not an object")
-    stack = _stacks_by_name(_optional(folder / "stack.json"))
+    stack = read_stacks(folder)
     construct = _optional(folder / "construct.json")
-    return Dump(
-        path=dump_json,
-        task=str(raw.get("task", "")),
-        level=str(raw.get("level", "")),
-        framework=str(raw.get("framework", "")),
-        data=raw["data"],
-        dump_data_dir=raw.get("dump_data_dir"),
-        stack=stack,
-        construct=construct,
-    )
+    return Dump.from_header(dump_json, raw, raw["data"], stack=stack, construct=construct)
+
+
+def read_stacks(folder: Path) -> dict:
+    """The folder's stack.json as name -> frames ({} when there is none)."""
+    return _stacks_by_name(_optional(folder / "stack.json"))
 
 
 def _stacks_by_name(stack: dict) -> dict:

@@ -1,0 +1,417 @@
+"""A statistics compare of two large dumps, a block of calls at a time.
+
+The in-memory compare holds both dumps as Python objects and the whole
+table besides: about 8 KB per entry, 8 GB for a million entries. Here the
+bench side is read first and kept compactly (its values in columns, the
+statistics as floats), and the NPU side is read a block of whole calls at a
+time. Each block is matched, tabled, highlighted and written to the CSV
+(and the xlsx) before the next is read, by the very functions the
+in-memory compare uses, so both give the same files: every rule there is
+local to one call. Bench values with no NPU partner follow at the end, as
+there.
+
+Only what is local to a call is done this way: fuzzy matching, name
+mappings, tensor and md5 modes stay in memory (``NotStreamable`` sends the
+compare there, even part way through, as when the NPU side turns out to
+hold md5 values).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from msprobe.core.compare.advisor import Advice, AdviceFinder
+from msprobe.core.compare.engine import (
+    STATISTICS_COLUMNS,
+    _with_plugin_columns,
+    finish_table,
+    npu_calls,
+    statistics_table,
+)
+from msprobe.core.compare.highlight import statistics_suspects
+from msprobe.core.compare.metrics import NA
+from msprobe.core.compare.report import XLSX_ROW_LIMIT, XlsxStream, _replace, write_text
+from msprobe.core.compare.rows import Row, dump_rows
+from msprobe.core.dump import stream as dump_stream
+from msprobe.core.dump.reader import Dump, read_stacks
+from msprobe.core.dump.writer import make_dir
+from msprobe.core.errors import MsprobeError
+from msprobe.core.spreadsheet import CsvTableWriter
+
+logger = logging.getLogger(__name__)
+
+STREAM_ENV = "MSPROBE_COMPARE_STREAM"  # "always" or "never"; unset: by size
+STREAM_FROM_BYTES = 64 << 20  # the two dump.json files together; below this the in-memory compare is as fast
+
+
+class NotStreamable(Exception):
+    """This pair needs the in-memory compare; the message says why (logged at debug level)."""
+
+
+def wanted(npu_json: Path, bench_json: Path, fuzzy: bool, mapped: bool) -> bool:
+    """Whether to stream this pair: possible here, and the files large enough (or ``MSPROBE_COMPARE_STREAM``)."""
+    choice = os.environ.get(STREAM_ENV, "").strip().lower()
+    if choice == "never" or fuzzy or mapped or not dump_stream.available():
+        return False
+    if not (npu_json.is_file() and bench_json.is_file()):
+        return False  # a folder, or a killed run's journal: the reader knows what to do
+    if choice == "always":
+        return True
+    return npu_json.stat().st_size + bench_json.stat().st_size >= STREAM_FROM_BYTES
+
+
+@dataclass
+class StreamedCompare:
+    rows: int = 0
+    suspicious: int = 0
+    unmatched: int = 0
+    advice: Advice | None = None
+    files: list[Path] = field(default_factory=list)
+
+
+class _BenchSide:
+    """The bench dump's rows, with one copy of each shape, dtype and call name among them; and where each
+    name's first row and each call's rows are."""
+
+    def __init__(self) -> None:
+        self.rows: list[Row] = []
+        self.first_of: dict[str, int] = {}  # a name's first row: the one an NPU row pairs with
+        self.call_starts: dict[str, int] = {}
+        self.call_ends: dict[str, int] = {}
+        self.has_md5 = False
+        self._interned: dict[Any, Any] = {}
+
+    def add(self, rows: list[Row]) -> None:
+        intern = self._interned.setdefault
+        first_of, starts, ends = self.first_of, self.call_starts, self.call_ends
+        index = len(self.rows)
+        for row in rows:
+            first_of.setdefault(row.name, index)
+            starts.setdefault(row.entry, index)
+            index += 1
+            ends[row.entry] = index
+            row.dtype = intern(row.dtype, row.dtype)
+            if type(row.shape) is list:
+                row.shape = intern(tuple(row.shape), row.shape)
+            if row.md5 and row.shown_dtype == "":
+                self.has_md5 = True
+        self.rows.extend(rows)
+
+    def calls(self, entry: str) -> list[Row]:
+        """The rows of one bench call, for the structure check."""
+        start = self.call_starts.get(entry)
+        return [] if start is None else self.rows[start : self.call_ends[entry]]
+
+
+class _CallsOf:
+    """``bench_calls`` for the in-memory structure check, read from the compact bench side."""
+
+    def __init__(self, bench: _BenchSide):
+        self._bench = bench
+
+    def get(self, entry: str, default: Any = None) -> list[Row]:
+        return self._bench.calls(entry)
+
+
+def _bench_rows(path: Path, part: tuple[int, int] | None) -> tuple[list[Row], int, dict[str, Any]]:
+    """The rows of (a part of) the bench dump, the number of entries read, and the header fields."""
+    reader = dump_stream.DumpStream(path)
+    rows: list[Row] = []
+    entries = 0
+    for block in reader.blocks(part):
+        _check_header(reader.header, path)
+        rows.extend(dump_rows(Dump.from_header(path, reader.header, block), every_value=True))
+        entries += len(block)
+    _check_header(reader.header, path)
+    return rows, entries, reader.header
+
+
+def _later_bench_rows(path: Path, part: tuple[int, int]) -> tuple[list[tuple], int, dict[str, Any]]:
+    """A helper's share of the bench dump, as tuples: they cross between processes three times faster."""
+    rows, entries, header = _bench_rows(path, part)
+    return (
+        [(r.name, r.entry, r.dtype, r.shape, r.stats, r.md5, r.data_name, r.role, r.shown_dtype) for r in rows],
+        entries,
+        header,
+    )
+
+
+def _read_bench(path: Path, processes: int = 1) -> tuple[_BenchSide, dict[str, Any]]:
+    """The bench side, read by two processes (each a half of the file) when ``processes`` allows."""
+    bench = _BenchSide()
+    size = path.stat().st_size
+    if processes > 1 and size >= HELPER_FROM_BYTES and _can_fork():
+        helper = _Forked(_later_bench_rows, path, (size // 2, size + 1))
+        try:
+            rows, entries, header = _bench_rows(path, (0, size // 2))
+            bench.add(rows)
+            del rows
+            later, later_entries, header = helper.outcome()
+        except BaseException:
+            helper.stop()
+            raise
+        bench.add([Row(*fields) for fields in later])
+        entries += later_entries
+    else:
+        rows, entries, header = _bench_rows(path, None)
+        bench.add(rows)
+    if len(bench.call_starts) != entries:
+        raise NotStreamable(f"{path}: an entry name appears twice")
+    return bench, header
+
+
+def _check_header(header: dict[str, Any], path: Path) -> None:
+    if str(header.get("task", "")) == "tensor":
+        raise NotStreamable(f"{path}: a tensor dump")
+
+
+class _Matcher:
+    """Pairs NPU rows with the bench side's, a block of whole calls at a time, as ``match_rows`` does."""
+
+    def __init__(self, bench: _BenchSide, bench_header: dict[str, Any]):
+        self.bench = bench
+        self.bench_header = bench_header
+        self.matched = bytearray(len(bench.rows))
+        self.unpaired: list[Row] = []  # bench rows set free by the structure check, listed last
+        self.entries_seen: set[str] = set()
+
+    def npu_pairs(self, path: Path, part: tuple[int, int] | None = None) -> Iterator[list[tuple]]:
+        from msprobe.core.compare.engine import _calls_of_one_structure
+
+        reader = dump_stream.DumpStream(path)
+        bench, matched, first_of = self.bench, self.matched, self.bench.first_of
+        calls = _CallsOf(bench)
+        entries_seen = self.entries_seen
+        for block in reader.blocks(part):
+            _check_header(reader.header, path)
+            if str(reader.header.get("framework", "")) != str(self.bench_header.get("framework", "")):
+                raise NotStreamable("the dumps come from different frameworks: their names are mapped")
+            size = len(entries_seen)
+            entries_seen.update(block)
+            if len(entries_seen) != size + len(block):
+                raise NotStreamable(f"{path}: an entry name appears twice")
+            rows = dump_rows(Dump.from_header(path, reader.header, block), every_value=True)
+            if bench.has_md5 and any(row.md5 and row.shown_dtype == "" for row in rows):
+                raise NotStreamable("both dumps hold md5 values: an md5 compare")
+            pairs: list[tuple[Row | None, Row | None]] = []
+            for row in rows:
+                index = first_of.get(row.name)
+                if index is None or matched[index]:
+                    pairs.append((row, None))
+                else:
+                    matched[index] = 1
+                    pairs.append((row, bench.rows[index]))
+            pairs, unpaired = _calls_of_one_structure(pairs, calls)  # type: ignore[arg-type]
+            self.unpaired.extend(unpaired)
+            yield pairs
+        _check_header(reader.header, path)  # fields written after data
+
+    def later_part(self, outcome: _PartOutcome) -> None:
+        """Take in what a helper matched on the later part of the NPU dump."""
+        mine = np.frombuffer(self.matched, dtype=np.uint8)
+        theirs = np.frombuffer(outcome.matched, dtype=np.uint8)
+        if np.any(mine & theirs) or not self.entries_seen.isdisjoint(outcome.entries):
+            raise NotStreamable("a name appears in both halves of the NPU dump")
+        self.matched = bytearray(mine | theirs)
+        self.unpaired.extend(outcome.unpaired)
+
+    def bench_only(self, size: int) -> Iterator[list[tuple[Row | None, Row | None]]]:
+        """Bench values no NPU value took, in bench order, then those the structure check set free."""
+        pairs: list[tuple[Row | None, Row | None]] = []
+        for index in self.bench.first_of.values():
+            if not self.matched[index]:
+                pairs.append((None, self.bench.rows[index]))
+                if len(pairs) >= size:
+                    yield pairs
+                    pairs = []
+        pairs.extend((None, row) for row in self.unpaired)
+        if pairs:
+            yield pairs
+
+
+BENCH_ONLY_BLOCK = 50_000
+HELPER_FROM_BYTES = 32 << 20  # an NPU dump.json smaller than this is not worth a second process
+
+
+@dataclass
+class _PartOutcome:
+    """What the helper process sends back for the later half of the NPU dump."""
+
+    counts: StreamedCompare
+    matched: bytes
+    unpaired: list[Row]
+    entries: set[str]
+    finder: AdviceFinder
+
+
+class _Blocks:
+    """Tables a block of pairs at a time: counted, highlighted, fed to the advisor, written."""
+
+    def __init__(self, metrics: Sequence[Any], stacks: Dump | None, writer: CsvTableWriter, xlsx: Any):
+        self.metrics, self.stacks, self.writer, self.xlsx = metrics, stacks, writer, xlsx
+        self.counts = StreamedCompare()
+        self.finder = AdviceFinder()
+
+    def add(self, blocks: Iterator[list[tuple]]) -> None:
+        counts = self.counts
+        for pairs in blocks:
+            table = statistics_table(pairs, self.metrics)
+            marks = finish_table("statistics", table, pairs, self.stacks)
+            names, bench_names = table["NPU Name"].tolist(), table["Bench Name"].tolist()
+            failing = statistics_suspects(table)
+            counts.rows += len(table)
+            counts.unmatched += sum(1 for n, b in zip(names, bench_names) if NA in (n, b))
+            counts.suspicious += int(failing.sum())
+            self.finder.feed(names, bench_names, failing, npu_calls(pairs))
+            self.writer.write(table)
+            if self.xlsx is not None:
+                self.xlsx.add(table.itertuples(index=False, name=None), marks)
+
+    def take(self, outcome: _PartOutcome) -> None:
+        self.counts.rows += outcome.counts.rows
+        self.counts.unmatched += outcome.counts.unmatched
+        self.counts.suspicious += outcome.counts.suspicious
+        self.finder.merge(outcome.finder)
+
+
+def _later_half(matcher: _Matcher, npu_json: Path, part: tuple[int, int], part_file: Path,
+                metrics: Sequence[Any], stacks: Dump | None) -> _PartOutcome:  # fmt: skip
+    """The helper's share: the later half of the NPU dump, its CSV rows to ``part_file``."""
+    with open(part_file, "wb") as handle:
+        blocks = _Blocks(metrics, stacks, CsvTableWriter(handle, None), None)
+        blocks.add(matcher.npu_pairs(npu_json, part))
+    return _PartOutcome(blocks.counts, bytes(matcher.matched), matcher.unpaired, matcher.entries_seen, blocks.finder)
+
+
+def _run_forked(connection: Any, target: Any, args: tuple) -> None:
+    try:
+        connection.send(("done", target(*args)))
+    except BaseException as exc:  # the parent raises it
+        connection.send(("error", exc))
+    finally:
+        connection.close()
+
+
+class _Forked:
+    """``target(*args)`` in a forked process (which shares this one's memory as it was), while this one works
+    on; ``outcome()`` waits for its return value or raises its exception."""
+
+    def __init__(self, target: Any, *args: Any, leaves: Path | None = None):
+        import multiprocessing
+
+        context = multiprocessing.get_context("fork")
+        self._receive, send = context.Pipe(duplex=False)
+        self.leaves = leaves  # a file it writes, removed when it is stopped
+        self._process = context.Process(target=_run_forked, args=(send, target, args), daemon=True)
+        self._process.start()
+        send.close()
+
+    def outcome(self) -> Any:
+        try:
+            kind, value = self._receive.recv()
+        except EOFError:
+            raise MsprobeError("the compare's helper process ended without a result") from None
+        finally:
+            self._process.join()
+        if kind == "error":
+            raise value
+        return value
+
+    def stop(self) -> None:
+        if self._process.is_alive():
+            self._process.kill()
+        self._process.join()
+        if self.leaves is not None:
+            self.leaves.unlink(missing_ok=True)
+
+
+def _can_fork() -> bool:
+    """A second process is worth it and safe: two cores or more, Linux, and a process of one thread that is no
+    worker of a pool (a multi-rank compare already runs a process per pair)."""
+    import multiprocessing
+    import threading
+
+    return (
+        (os.cpu_count() or 1) >= 2
+        and sys.platform.startswith("linux")
+        and "fork" in multiprocessing.get_all_start_methods()
+        and multiprocessing.parent_process() is None
+        and threading.active_count() == 1
+    )
+
+
+def stream_compare(
+    npu_json: Path,
+    bench_json: Path,
+    output_dir: Path,
+    stamp: str,
+    prefix: str,
+    stack_mode: bool,
+    auto_analyze: bool,
+    metrics: Sequence[Any],
+    processes: int = 2,
+) -> StreamedCompare:
+    """Compare two statistics dumps block by block and write the result files; NotStreamable when the pair
+    needs the in-memory compare (nothing is left behind then). With ``processes`` 2, a forked helper compares
+    the later half of the NPU dump (when no xlsx is written: that file has one writer)."""
+    from msprobe.core.compare.engine import STACK_COLUMN
+
+    bench, bench_header = _read_bench(bench_json, processes)
+    stacks = Dump.from_header(npu_json, {}, {}) if stack_mode else None
+    if stacks is not None:
+        stacks.stack = read_stacks(npu_json.parent)
+    served = [metric for metric in metrics if metric.serves("statistics")]
+    columns = _with_plugin_columns(STATISTICS_COLUMNS, served) + ([STACK_COLUMN] if stack_mode else [])
+    make_dir(output_dir)
+    csv_path = output_dir / f"{prefix}_{stamp}.csv"
+    csv_temporary = csv_path.with_name(f".{csv_path.name}.tmp")
+    # every bench name gets a row: past Excel's limit already, the xlsx is not begun
+    xlsx = XlsxStream(output_dir / f"{prefix}_{stamp}.xlsx", columns) if len(bench.first_of) <= XLSX_ROW_LIMIT else None
+    matcher = _Matcher(bench, bench_header)
+    size = npu_json.stat().st_size
+    helper = None
+    try:
+        if processes > 1 and xlsx is None and size >= HELPER_FROM_BYTES and _can_fork():
+            part_file = csv_path.with_name(f".{csv_path.name}.part.tmp")
+            helper = _Forked(
+                _later_half, matcher, npu_json, (size // 2, size + 1), part_file, metrics, stacks, leaves=part_file
+            )
+        with open(csv_temporary, "wb") as handle:
+            blocks = _Blocks(metrics, stacks, CsvTableWriter(handle, columns), xlsx)
+            blocks.add(matcher.npu_pairs(npu_json, (0, size // 2) if helper is not None else None))
+            if helper is not None:
+                outcome = helper.outcome()
+                matcher.later_part(outcome)
+                blocks.take(outcome)
+                handle.flush()
+                with open(part_file, "rb") as part:
+                    shutil.copyfileobj(part, handle, 1 << 20)
+                part_file.unlink()
+            blocks.add(matcher.bench_only(BENCH_ONLY_BLOCK))
+    except BaseException:
+        if helper is not None:
+            helper.stop()
+        csv_temporary.unlink(missing_ok=True)
+        if xlsx is not None:
+            xlsx.discard()
+        raise
+    result = blocks.counts
+    if xlsx is not None:
+        written = xlsx.close()
+        if written is not None:
+            result.files.append(written)
+    result.files.append(_replace(csv_temporary, csv_path))
+    if auto_analyze:
+        result.advice = blocks.finder.result()
+        advisor_name = prefix.replace("compare_result", "advisor", 1)
+        result.files.append(write_text(output_dir / f"{advisor_name}_{stamp}.txt", result.advice.text() + "\n"))
+    return result

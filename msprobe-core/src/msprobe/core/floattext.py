@@ -1,0 +1,59 @@
+"""Many floats as text, exactly as Python's ``repr`` writes them, several times faster.
+
+A compare table of two million rows holds some thirty million floats, and
+``repr`` takes about 0.4 microseconds for each: the largest single cost of
+writing the CSV. orjson writes the same shortest round-trip digits in C;
+only its notation differs in places, so its text is taken where it is
+known to agree with Python's (checked against ``repr`` when the module is
+imported, and by the tests), and ``repr`` is used for the rest: inf, nan,
+and magnitudes near the points where either switches between plain and
+exponent notation.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import orjson
+
+# orjson writes e-7 where Python writes e-07
+_SHORT_EXPONENT = re.compile(r"e-(\d)(?=,|$)")
+# where orjson and Python may choose different notations (Python: plain from 1e-4 up to 1e16), with a margin
+_NEAR_SWITCH = ((1e-6, 1e-4), (1e15, 1e17))
+
+
+def _fast_texts(values: list[float]) -> list[str]:
+    texts = _SHORT_EXPONENT.sub(r"e-0\1", orjson.dumps(values).decode()[1:-1]).split(",")
+    numbers = np.abs(np.array(values, dtype=np.float64))
+    with np.errstate(invalid="ignore"):
+        odd = ~np.isfinite(numbers)
+        for low, high in _NEAR_SWITCH:
+            odd |= (numbers >= low) & (numbers < high)
+    for index in np.flatnonzero(odd).tolist():
+        texts[index] = repr(values[index])
+    return texts
+
+
+def _agrees() -> bool:
+    """Whether the installed orjson writes what repr writes, on values across the whole range of floats."""
+    rng = np.random.default_rng(0)
+    probes = rng.integers(0, 2**64, 4000, dtype=np.uint64).view(np.float64).tolist()
+    probes += [float(f"{m}e{e}") for e in range(-330, 310) for m in (1, 1.5, 9.999999999999999, 2.5)]
+    probes += [0.0, -0.0, 0.1 + 0.2, 1.0, 100.0]
+    try:
+        return _fast_texts(probes) == [repr(value) for value in probes]
+    except Exception:  # an orjson that refuses something: repr for everything
+        return False
+
+
+_FAST = _agrees()
+
+
+def float_texts(values: list[float]) -> list[str]:
+    """``[repr(v) for v in values]`` for a list of Python floats (and nothing else)."""
+    if not values:
+        return []
+    if not _FAST:
+        return list(map(repr, values))
+    return _fast_texts(values)

@@ -1,0 +1,378 @@
+"""The streamed statistics compare: the same files as the in-memory compare, in bounded memory.
+
+The in-memory compare is itself checked against the reference tool (tests/conformance, where the streamed
+path runs too); here the streamed one must give the very same bytes on dumps holding every kind of value and
+every matching case, read in blocks of a few kilobytes and split over two processes. The pieces it is built
+from are checked against outside oracles: Python's json and repr, pandas' to_csv, hand-derived values.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from msprobe.core import spreadsheet
+from msprobe.core.compare import stream
+from msprobe.core.compare.advisor import AdviceFinder
+from msprobe.core.compare.api import compare
+from msprobe.core.compare.metrics import statistic_columns
+from msprobe.core.dump import stream as dump_stream
+from msprobe.core.errors import DataFileError
+from msprobe.core.floattext import float_texts
+from msprobe.core.spreadsheet import safe_table, write_csv_table
+from paths import REFERENCE_DUMPS
+
+pytestmark = pytest.mark.skipif(not dump_stream.available(), reason="msprobe-core was built without its C scanner")
+
+FIXTURES = REFERENCE_DUMPS / "pytorch"
+
+
+def fixture(kind: str, step: int):
+    return FIXTURES / kind / f"step{step}" / "rank" / "dump.json"
+
+
+# dumps with every kind of value and every matching case
+
+
+def _tensor(rng: random.Random, shape=None, dtype="torch.float32") -> dict:
+    scale = 10.0 ** rng.randint(-9, 6)
+    values = [rng.uniform(-1, 1) * scale for _ in range(4)]
+    summary = {"Max": values[0], "Min": values[1], "Mean": values[2], "Norm": abs(values[3]), "requires_grad": True}
+    return {"type": "torch.Tensor", "dtype": dtype, "shape": shape or [rng.randint(1, 9), 4], **summary}
+
+
+def _odd_value(rng: random.Random):
+    """A value the fast paths do not take: text statistics, ints, None, bools, plain values, a formula."""
+    choice = rng.randrange(9)
+    if choice == 0:
+        return {**_tensor(rng), "Max": "inf", "Min": "-inf"}
+    if choice == 1:
+        return {**_tensor(rng, dtype="torch.int64"), "Max": 7, "Min": -3, "Mean": 1.5, "Norm": None}
+    if choice == 2:
+        return None
+    if choice == 3:
+        return {"type": "int", "value": rng.randint(-5, 5)}
+    if choice == 4:
+        return {"type": "bool", "value": True}
+    if choice == 5:
+        return {"type": "str", "value": '=HYPERLINK("x"), "quoted"\nnext line'}
+    if choice == 6:
+        return {"type": "slice", "value": [0, 4, None]}
+    if choice == 7:
+        return {**_tensor(rng), "Max": float("nan")}
+    return [_tensor(rng), {"type": "float", "value": 0.5}]
+
+
+def _entries(rng: random.Random, count: int) -> dict:
+    data = {}
+    for index in range(count):
+        name = f"Torch.op{index % 7}.{index}.forward" if index % 5 else f"Module.layer{index}.Linear.forward.0"
+        inputs = [_tensor(rng) for _ in range(rng.randint(0, 3))]
+        if rng.random() < 0.3:
+            inputs.append(_odd_value(rng))
+        entry = {"input_args": inputs, "input_kwargs": {"alpha": _odd_value(rng)} if rng.random() < 0.2 else {},
+                 "output": [_tensor(rng) for _ in range(rng.randint(1, 2))]}  # fmt: skip
+        if name.startswith("Module") and rng.random() < 0.5:
+            entry["parameters"] = {"weight": _tensor(rng), "bias": _tensor(rng)}
+        data[name] = entry
+        if name.startswith("Module") and rng.random() < 0.5:
+            data[name.replace(".forward.0", ".parameters_grad")] = {"weight": [_tensor(rng)], "bias": [_tensor(rng)]}
+    return data
+
+
+def _perturbed(rng: random.Random, data: dict) -> dict:
+    """The bench side: small and large differences, calls missing, calls added, calls of another structure."""
+    bench = {}
+    for name, entry in data.items():
+        roll = rng.random()
+        if roll < 0.05:
+            continue  # NPU-only
+        entry = json.loads(json.dumps(entry))
+        if roll < 0.10 and entry.get("output"):
+            entry["output"][0]["shape"] = [99]  # another shape: the call is unpaired
+        elif roll < 0.13 and entry.get("input_args"):
+            entry["input_args"].append(_tensor(rng))  # a row more
+        for value in entry.get("output", []):
+            if isinstance(value, dict) and isinstance(value.get("Max"), float):
+                value["Max"] *= 1 + (rng.choice([1e-7, 0.2, 3.0, 1e12]) if rng.random() < 0.3 else 0)
+        bench[name] = entry
+        if roll > 0.97:
+            bench[name.replace("forward", "backward")] = {"input_args": [_tensor(rng)], "output": [_tensor(rng)]}
+    return bench
+
+
+def _write(path, data: dict, indent=None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    document = {"task": "statistics", "level": "mix", "framework": "pytorch", "dump_data_dir": None, "data": data}
+    path.write_text(json.dumps(document, indent=indent))
+
+
+@pytest.fixture
+def varied_pair(tmp_path):
+    rng = random.Random(20261126)
+    npu = _entries(rng, 600)
+    bench = _perturbed(rng, npu)
+    _write(tmp_path / "npu" / "dump.json", npu)
+    _write(tmp_path / "bench" / "dump.json", bench, indent=2)
+    return tmp_path / "npu" / "dump.json", tmp_path / "bench" / "dump.json"
+
+
+def _run(npu, bench, out, monkeypatch, mode: str, **options):
+    monkeypatch.setenv(stream.STREAM_ENV, mode)
+    summary = compare({"npu_json_path": str(npu), "bench_json_path": str(bench)}, out, **options)
+    csv = next(out.glob("compare_result_*.csv")).read_bytes()
+    advice = next(out.glob("advisor_*.txt")).read_text()
+    xlsx = list(out.glob("compare_result_*.xlsx"))
+    return summary, csv, advice, xlsx
+
+
+def _same_result(memory, streamed):
+    (summary, csv, advice, _), (other, other_csv, other_advice, _) = memory, streamed
+    assert (other.mode, other.rows, other.suspicious, other.unmatched, other.verdict) == (
+        summary.mode, summary.rows, summary.suspicious, summary.unmatched, summary.verdict)  # fmt: skip
+    assert other_csv == csv
+    assert other_advice == advice
+
+
+@pytest.mark.parametrize("stack_mode", [False, True])
+def test_streamed_files_are_the_in_memory_ones_on_varied_dumps(varied_pair, tmp_path, monkeypatch, stack_mode):
+    npu, bench = varied_pair
+    monkeypatch.setattr(dump_stream, "BLOCK_BYTES", 4096)  # dozens of blocks
+    memory = _run(npu, bench, tmp_path / "memory", monkeypatch, "never", stack_mode=stack_mode)
+    streamed = _run(npu, bench, tmp_path / "streamed", monkeypatch, "always", stack_mode=stack_mode)
+    _same_result(memory, streamed)
+    summary = memory[0]
+    assert summary.suspicious > 0 and 0 < summary.unmatched < summary.rows  # the dumps exercise every case
+    table = pd.read_csv(io.BytesIO(memory[1]), keep_default_na=False, dtype=str)
+    assert (table["NPU Name"] == "N/A").any() and (table["Bench Name"] == "N/A").any()
+    assert table["Err_message"].str.contains("maximum or minimum is nan").any()
+    # the xlsx holds the same cells and the same coloured rows
+    ours, theirs = memory[3][0], streamed[3][0]
+    assert pd.read_excel(ours, dtype=object).equals(pd.read_excel(theirs, dtype=object))
+    assert _fills(ours) == _fills(theirs) and _fills(ours)
+
+
+def _fills(path):
+    import openpyxl
+
+    sheet = openpyxl.load_workbook(path).active
+    return [row[0].fill.fgColor.rgb for row in sheet.iter_rows(min_row=2) if row[0].fill.fill_type]
+
+
+def test_a_helper_process_takes_the_later_half(varied_pair, tmp_path, monkeypatch):
+    npu, bench = varied_pair
+    monkeypatch.setattr(dump_stream, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(stream, "HELPER_FROM_BYTES", 0)
+    monkeypatch.setattr(stream, "_can_fork", lambda: True)  # other tests may leave threads in this process
+    monkeypatch.setattr(stream, "XLSX_ROW_LIMIT", 0)  # the helper runs where no xlsx is written
+    started = []
+    original = stream._Forked.__init__
+    monkeypatch.setattr(
+        stream._Forked, "__init__", lambda self, *a, **k: started.append(a[0].__name__) or original(self, *a, **k)
+    )
+    memory = _run(npu, bench, tmp_path / "memory", monkeypatch, "never")
+    streamed = _run(npu, bench, tmp_path / "streamed", monkeypatch, "always")
+    assert started == ["_later_bench_rows", "_later_half"]
+    _same_result(memory, streamed)
+    assert streamed[3] == []  # no xlsx, and nothing else left behind
+    assert sorted(p.name[:14] for p in (tmp_path / "streamed").iterdir()) == ["advisor_202611"[:14], "compare_result"]
+
+
+@pytest.mark.parametrize(
+    ("npu", "bench"),
+    [(("statistics_L1", 1), ("statistics_L1", 0)), (("statistics_L1", 0), ("statistics_mix", 0)),
+     (("statistics_mix", 1), ("statistics_L1", 1)), (("statistics_mix", 1), ("statistics_mix", 0))],
+)  # fmt: skip
+def test_streamed_files_are_the_in_memory_ones_on_reference_dumps(npu, bench, tmp_path, monkeypatch):
+    monkeypatch.setattr(dump_stream, "BLOCK_BYTES", 2048)
+    npu_json, bench_json = fixture(*npu), fixture(*bench)
+    memory = _run(npu_json, bench_json, tmp_path / "memory", monkeypatch, "never", stack_mode=True)
+    streamed = _run(npu_json, bench_json, tmp_path / "streamed", monkeypatch, "always", stack_mode=True)
+    _same_result(memory, streamed)
+
+
+def test_tensor_and_md5_pairs_go_to_the_in_memory_compare(tmp_path, monkeypatch):
+    data = json.loads(fixture("statistics_L1", 0).read_text())["data"]
+    tensors = tmp_path / "tensor" / "dump.json"
+    _write(tensors, data)
+    tensors.write_text(tensors.read_text().replace('"task": "statistics"', '"task": "tensor"', 1))
+    summary, *_ = _run(tensors, tensors, tmp_path / "tensor_out", monkeypatch, "always")
+    assert summary.mode == "tensor"
+    for entry in data.values():
+        for value in entry.get("output", []):
+            if isinstance(value, dict) and "dtype" in value:
+                value["md5"] = "0123abcd"
+    _write(tmp_path / "md5" / "dump.json", data)
+    md5 = tmp_path / "md5" / "dump.json"
+    summary, *_ = _run(md5, md5, tmp_path / "md5_out", monkeypatch, "always")
+    assert summary.mode == "md5" and summary.verdict == "PASS"
+
+
+def test_a_broken_npu_dump_leaves_no_result_behind(varied_pair, tmp_path, monkeypatch):
+    npu, bench = varied_pair
+    text = npu.read_text()
+    npu.write_text(text[: len(text) * 3 // 4] + '"broken": {,}}}')
+    monkeypatch.setattr(dump_stream, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(stream, "HELPER_FROM_BYTES", 0)
+    monkeypatch.setattr(stream, "_can_fork", lambda: True)  # other tests may leave threads in this process
+    monkeypatch.setattr(stream, "XLSX_ROW_LIMIT", 0)
+    monkeypatch.setenv(stream.STREAM_ENV, "always")
+    with pytest.raises(DataFileError, match="invalid JSON at byte") as error:
+        compare({"npu_json_path": str(npu), "bench_json_path": str(bench)}, tmp_path / "out")
+    assert str(npu) in str(error.value)
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+# reading dump.json a block at a time
+
+
+@pytest.mark.parametrize("block_bytes", [7, 300, 1 << 20])
+def test_blocks_hold_what_json_load_reads(tmp_path, block_bytes):
+    data = {
+        'odd "name" {with} [brackets], and \\ slashes': {"input_args": [{"type": "str", "value": '}}]]"{'}]},
+        "caf\u00e9.0.forward": {"output": [{"type": "float", "value": 1e-7}], "nested": {"a": [[[]]], "b": {}}},
+        "big.0.forward": {"output": [{"type": "int", "value": 10**30}, {"type": "float", "value": -0.0}]},
+    }
+    path = tmp_path / "dump.json"
+    path.write_text(
+        '\n {"data" :\t{' + ",\n".join(f"{json.dumps(k)} : {json.dumps(v, indent=3)}" for k, v in data.items())
+        + '} , "task": "statistics", "nan_here": NaN, "framework": "pytorch"}\n'
+    )  # fmt: skip
+    reader = dump_stream.DumpStream(path, block_bytes=block_bytes)
+    found = {}
+    for block in reader.blocks():
+        found.update(block)
+    expected = json.loads(path.read_text())
+    assert found == expected["data"] and list(found) == list(expected["data"])
+    assert reader.header["task"] == "statistics" and math.isnan(reader.header["nan_here"])
+
+
+def test_parts_split_the_blocks_between_two_readers(tmp_path):
+    path = tmp_path / "dump.json"
+    _write(path, _entries(random.Random(3), 300))
+    size = path.stat().st_size
+    first = [b for b in dump_stream.DumpStream(path, block_bytes=1024).blocks((0, size // 2))]
+    second = [b for b in dump_stream.DumpStream(path, block_bytes=1024).blocks((size // 2, size + 1))]
+    assert first and second
+    merged = {k: v for block in first + second for k, v in block.items()}
+    assert list(merged.items()) == list(json.loads(path.read_text())["data"].items())
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"data": {"a": {"input_args": []}', "ends inside a value"),
+        ('{"data": {"a": {}}} trailing', "extra data"),
+        ('{"data": {"a": 5}}', "entry 'a' is not an object"),
+        ('{"task": "x"}', "expected an object with a 'data' object"),
+        ('["data"]', "expected an object with a 'data' object"),
+        ('{"data": {"a": {"x": tru}}}', "invalid JSON at byte"),
+        ('{"data": {"a" {}}}', "invalid JSON at byte 14"),
+    ],
+)
+def test_bad_dump_files_get_one_message_naming_the_file(tmp_path, text, message):
+    path = tmp_path / "dump.json"
+    path.write_text(text)
+    with pytest.raises(DataFileError, match=message) as error:
+        for _ in dump_stream.DumpStream(path, block_bytes=8).blocks():
+            pass
+    assert str(path) in str(error.value)
+
+
+def test_a_dump_that_is_not_utf8_is_named(tmp_path):
+    path = tmp_path / "dump.json"
+    path.write_bytes(b'{"data": {"\xff\xfe": {}}}')
+    with pytest.raises(DataFileError, match="not UTF-8"):
+        list(dump_stream.DumpStream(path).blocks())
+
+
+# the pieces, against outside oracles
+
+
+def test_float_texts_are_reprs():
+    rng = np.random.default_rng(7)
+    values = rng.integers(0, 2**64, 300_000, dtype=np.uint64).view(np.float64).tolist()
+    values += (rng.standard_normal(100_000) * 10.0 ** rng.integers(-20, 25, 100_000)).tolist()
+    values += [1e-4, 9.999999999999999e-05, 1e-5, 1e-6, 1e16, 9999999999999998.0, 5e-324, -0.0, math.inf, math.nan]
+    assert float_texts(values) == [repr(value) for value in values]
+
+
+@pytest.mark.parametrize("in_c", [True, False])
+def test_csv_writer_writes_what_pandas_writes(monkeypatch, in_c):
+    if not in_c:
+        monkeypatch.setattr(spreadsheet, "_csvtext", None)
+    elif spreadsheet._csvtext is None:
+        pytest.skip("msprobe-core was built without its C helpers")
+    rng = random.Random(11)
+    kinds = [lambda: rng.uniform(-1e20, 1e20), lambda: rng.random() * 1e-7, lambda: math.nan, lambda: -math.inf,
+             lambda: rng.randrange(-10**6, 10**6), lambda: True, lambda: None, lambda: "N/A",
+             lambda: "=cmd|' /C calc'!A0",
+             lambda: 'a,b\n"c"', lambda: "x\ry", lambda: "-0.5", lambda: "", lambda: "a\x00b", lambda: "+x\x00,y",
+             lambda: "caf\u00e9 \u4e2d", lambda: np.float64(0.1), lambda: np.float64("nan")]  # fmt: skip
+    columns = {f"mixed{i}": [rng.choice(kinds)() for _ in range(2000)] for i in range(8)}
+    columns["floats"] = [rng.uniform(-1, 1) * 10.0 ** rng.randint(-12, 20) for _ in range(2000)]
+    columns["texts"] = [rng.choice(["plain", "+1 more", "@sum", "[8, 64]", 'say "hi"']) for _ in range(2000)]
+    for dtype in (None, object):
+        table = pd.DataFrame(columns, dtype=dtype)
+        assert _csv_text(table) == safe_table(table).to_csv(index=False)
+    single = pd.DataFrame({"only": ["", "x", None, 1.5]}, dtype=object)
+    assert _csv_text(single) == safe_table(single).to_csv(index=False)
+
+
+def _csv_text(table: pd.DataFrame) -> str:
+    written = io.BytesIO()
+    write_csv_table(written, table)
+    return written.getvalue().decode("utf-8")
+
+
+def test_statistic_columns_by_hand():
+    npu = [3.0, 1.0, 2.0, 5, "x", math.inf, math.nan, 1e308, 0.5]
+    bench = [2.0, 0.0, 2.0, 2, 1.0, math.inf, 1.0, -1e308, 0.25]
+    diffs, relatives, warn = statistic_columns(npu, bench)
+    # 3-2=1, 1/2*100=50%; warn when |diff| / (max(|a|,|b|) + 1e-10) > 0.5
+    assert diffs == [1.0, 1.0, 0.0, 3, "N/A", "Nan", "Nan", math.inf, 0.25]
+    assert relatives == ["50.0%", "N/A", "0.0%", "150.0%", "N/A", "Nan", "Nan", "inf%", "100.0%"]
+    assert warn.tolist() == [False, True, False, True, False, False, False, True, False]
+
+
+def test_the_advice_of_parts_is_the_advice_of_the_whole():
+    """One finder fed the table in two blocks, merged with another fed the rest, finds what one finder fed the
+    whole table finds; some blocks have every value matched and none failing (the finder's fast path)."""
+    rng = random.Random(5)
+    fast = 0
+    for _ in range(2000):
+        calls_count = rng.randint(1, 9)
+        healthy_start = rng.randint(0, calls_count)
+        healthy_end = rng.randint(healthy_start, calls_count)
+        rows = []
+        for call in range(calls_count):
+            healthy = healthy_start <= call < healthy_end
+            entry = f"Torch.op.{call}.forward" if rng.random() < 0.6 else f"Module.m{call}.parameters_grad"
+            for role in rng.sample(["input.0", "input.1", "output.0"], rng.randint(1, 3)):
+                matched = healthy or rng.random() < 0.6
+                failing = not healthy and rng.random() < 0.25
+                rows.append((f"{entry}.{role}", "b" if matched else "N/A", failing, entry))
+        whole = AdviceFinder()
+        _feed(whole, rows)
+        boundaries = [i for i in range(1, len(rows)) if rows[i][3] != rows[i - 1][3]]
+        first_cut, second_cut = sorted(rng.choices([0, *boundaries, len(rows)], k=2))
+        blocks = (rows[:first_cut], rows[first_cut:second_cut], rows[second_cut:])
+        fast += any(block and all(r[1] != "N/A" and not r[2] for r in block) for block in blocks)
+        first, second = AdviceFinder(), AdviceFinder()
+        _feed(first, blocks[0])
+        _feed(first, blocks[1])
+        _feed(second, blocks[2])
+        first.merge(second)
+        assert first.result() == whole.result()
+    assert fast > 100
+
+
+def _feed(finder: AdviceFinder, rows: list[tuple]) -> None:
+    names, bench_names, failing, entries = [list(column) for column in zip(*rows)] or [[], [], [], []]
+    finder.feed(names, bench_names, np.array(failing, dtype=bool), entries)
