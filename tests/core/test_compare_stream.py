@@ -28,7 +28,6 @@ from msprobe.core.floattext import float_texts
 from msprobe.core.spreadsheet import safe_table, write_csv_table
 from paths import REFERENCE_DUMPS
 
-pytestmark = pytest.mark.skipif(not dump_stream.available(), reason="msprobe-core was built without its C scanner")
 
 FIXTURES = REFERENCE_DUMPS / "pytorch"
 
@@ -307,8 +306,8 @@ def test_float_texts_are_reprs():
 def test_csv_writer_writes_what_pandas_writes(monkeypatch, in_c):
     if not in_c:
         monkeypatch.setattr(spreadsheet, "_csvtext", None)
-    elif spreadsheet._csvtext is None:
-        pytest.skip("msprobe-core was built without its C helpers")
+    else:
+        assert spreadsheet._csvtext is not None, "msprobe-core was built without its C helpers"
     rng = random.Random(11)
     kinds = [lambda: rng.uniform(-1e20, 1e20), lambda: rng.random() * 1e-7, lambda: math.nan, lambda: -math.inf,
              lambda: rng.randrange(-10**6, 10**6), lambda: True, lambda: None, lambda: "N/A",
@@ -376,3 +375,20 @@ def test_the_advice_of_parts_is_the_advice_of_the_whole():
 def _feed(finder: AdviceFinder, rows: list[tuple]) -> None:
     names, bench_names, failing, entries = [list(column) for column in zip(*rows)] or [[], [], [], []]
     finder.feed(names, bench_names, np.array(failing, dtype=bool), entries)
+
+
+def test_the_size_decides_unless_the_environment_does(varied_pair, tmp_path, monkeypatch):
+    npu, bench = varied_pair
+    streamed = []
+    original = stream.stream_compare
+    monkeypatch.setattr(stream, "stream_compare", lambda *a, **k: streamed.append(1) or original(*a, **k))
+    total = npu.stat().st_size + bench.stat().st_size
+    for mode, threshold, expected in [("", total + 1, 0), ("", total, 1), ("never", 0, 0), ("always", total + 1, 1)]:
+        monkeypatch.setattr(stream, "STREAM_FROM_BYTES", threshold)
+        streamed.clear()
+        _run(npu, bench, tmp_path / f"out{mode}{threshold}", monkeypatch, mode)
+        assert len(streamed) == expected, (mode, threshold)
+    monkeypatch.setattr(dump_stream, "_jsonscan", None)  # installed without a C compiler: read whole
+    streamed.clear()
+    summary, *_ = _run(npu, bench, tmp_path / "without_c", monkeypatch, "always")
+    assert streamed == [] and summary.rows > 0
