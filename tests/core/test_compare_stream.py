@@ -28,7 +28,6 @@ from msprobe.core.floattext import float_texts
 from msprobe.core.spreadsheet import safe_table, write_csv_table
 from paths import REFERENCE_DUMPS
 
-
 FIXTURES = REFERENCE_DUMPS / "pytorch"
 
 

@@ -107,12 +107,21 @@ static int put_cell(Buffer *buffer, PyObject *cell, int quote_cr) {
     return failed;
 }
 
-/* lines(columns, quote_cr) -> bytes: the rows of equal-length column lists, each ended by "\n" */
+/* a cell of a column of float texts made in Python: written as it is */
+static int put_raw(Buffer *buffer, PyObject *cell) {
+    Py_ssize_t size;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(cell, &size);
+    return utf8 == NULL ? -1 : put(buffer, utf8, size);
+}
+
+/* lines(columns, raw, quote_cr) -> bytes: the rows of equal-length column lists, each ended by "\n"; raw[c]
+ * true: column c holds texts that need nothing done (numbers written by Python), written as they are */
 static PyObject *lines(PyObject *self, PyObject *args) {
-    PyObject *columns;
+    PyObject *columns, *raw;
     int quote_cr;
-    if (!PyArg_ParseTuple(args, "O!p", &PyList_Type, &columns, &quote_cr)) return NULL;
+    if (!PyArg_ParseTuple(args, "O!O!p", &PyList_Type, &columns, &PyList_Type, &raw, &quote_cr)) return NULL;
     Py_ssize_t width = PyList_GET_SIZE(columns), rows = -1;
+    if (PyList_GET_SIZE(raw) != width) return PyErr_Format(PyExc_ValueError, "one raw flag per column");
     for (Py_ssize_t c = 0; c < width; c++) {
         PyObject *column = PyList_GET_ITEM(columns, c);
         if (!PyList_Check(column)) return PyErr_Format(PyExc_TypeError, "column %zd is not a list", c);
@@ -123,7 +132,9 @@ static PyObject *lines(PyObject *self, PyObject *args) {
     for (Py_ssize_t r = 0; r < rows; r++) {
         for (Py_ssize_t c = 0; c < width; c++) {
             if (c && put(&buffer, ",", 1) < 0) goto fail;
-            if (put_cell(&buffer, PyList_GET_ITEM(PyList_GET_ITEM(columns, c), r), quote_cr) < 0) goto fail;
+            PyObject *cell = PyList_GET_ITEM(PyList_GET_ITEM(columns, c), r);
+            int is_raw = PyList_GET_ITEM(raw, c) == Py_True && PyUnicode_Check(cell);
+            if ((is_raw ? put_raw(&buffer, cell) : put_cell(&buffer, cell, quote_cr)) < 0) goto fail;
         }
         if (put(&buffer, "\n", 1) < 0) goto fail;
     }

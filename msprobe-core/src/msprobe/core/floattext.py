@@ -23,15 +23,16 @@ _SHORT_EXPONENT = re.compile(r"e-(\d)(?=,|$)")
 _NEAR_SWITCH = ((1e-6, 1e-4), (1e15, 1e17))
 
 
-def _fast_texts(values: list[float]) -> list[str]:
-    texts = _SHORT_EXPONENT.sub(r"e-0\1", orjson.dumps(values).decode()[1:-1]).split(",")
+def _fast_texts(values: list[float], suffix: str = "") -> list[str]:
+    text = _SHORT_EXPONENT.sub(r"e-0\1", orjson.dumps(values).decode()[1:-1])
+    texts = (text.replace(",", suffix + ",") + suffix).split(",") if suffix else text.split(",")
     numbers = np.abs(np.array(values, dtype=np.float64))
     with np.errstate(invalid="ignore"):
         odd = ~np.isfinite(numbers)
         for low, high in _NEAR_SWITCH:
             odd |= (numbers >= low) & (numbers < high)
     for index in np.flatnonzero(odd).tolist():
-        texts[index] = repr(values[index])
+        texts[index] = repr(values[index]) + suffix
     return texts
 
 
@@ -50,10 +51,10 @@ def _agrees() -> bool:
 _FAST = _agrees()
 
 
-def float_texts(values: list[float]) -> list[str]:
-    """``[repr(v) for v in values]`` for a list of Python floats (and nothing else)."""
+def float_texts(values: list[float], suffix: str = "") -> list[str]:
+    """``[repr(v) + suffix for v in values]`` for a list of Python floats (and nothing else)."""
     if not values:
         return []
     if not _FAST:
-        return list(map(repr, values))
-    return _fast_texts(values)
+        return [repr(value) + suffix for value in values]
+    return _fast_texts(values, suffix)

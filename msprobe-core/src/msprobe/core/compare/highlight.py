@@ -84,6 +84,9 @@ def _batches(pairs: list[tuple[Row | None, Row | None]]) -> Iterator[tuple[range
 
 def _kinds(values: list[Any]) -> tuple[list[bool], list[bool]]:
     """Which values the rules may use as numbers (finite; bools count), and which are inf or nan."""
+    if set(map(type, values)) <= {float}:  # the common case, in numpy
+        finite = np.isfinite(np.array(values, dtype=np.float64))
+        return finite.tolist(), (~finite).tolist()
     numeric = [
         (type(v) is float and v - v == 0)
         or type(v) is int

@@ -196,7 +196,7 @@ def statistic_columns(npu_values: list[Any], bench_values: list[Any]) -> tuple[l
         warn = np.abs(diff) / (np.maximum(np.abs(a), np.abs(b)) + 1e-10) > 0.5
     warn &= both_float & ~nan_diff
     diffs: list[Any] = diff.tolist()
-    relatives: list[Any] = ("%\x01".join(float_texts(relative.tolist())) + "%").split("\x01") if count else []
+    relatives: list[Any] = float_texts(relative.tolist(), "%")
     for index in np.flatnonzero(nan_diff | (b == 0) | ~both_float).tolist():
         if both_float[index]:
             diffs[index], relatives[index] = (NAN, NAN) if nan_diff[index] else (diffs[index], NA)
