@@ -299,6 +299,7 @@ def test_float_texts_are_reprs():
     values += (rng.standard_normal(100_000) * 10.0 ** rng.integers(-20, 25, 100_000)).tolist()
     values += [1e-4, 9.999999999999999e-05, 1e-5, 1e-6, 1e16, 9999999999999998.0, 5e-324, -0.0, math.inf, math.nan]
     assert float_texts(values) == [repr(value) for value in values]
+    assert float_texts(values, "%") == [f"{value!r}%" for value in values]
 
 
 @pytest.mark.parametrize("in_c", [True, False])

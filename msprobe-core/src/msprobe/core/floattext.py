@@ -12,27 +12,31 @@ exponent notation.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import orjson
 
-# orjson writes e-7 where Python writes e-07
-_SHORT_EXPONENT = re.compile(r"e-(\d)(?=,|$)")
-# where orjson and Python may choose different notations (Python: plain from 1e-4 up to 1e16), with a margin
-_NEAR_SWITCH = ((1e-6, 1e-4), (1e15, 1e17))
+# below this orjson writes an exponent (1e-05 and up it writes 0.00001...)
+_EXPONENT_FROM = 1e-5
+# where orjson and Python choose different notations (Python: plain from 1e-4 up to 1e16, orjson from 1e-5),
+# and a margin around 1e16, where both switch
+_NEAR_SWITCH = ((1e-5, 1e-4), (1e15, 1e17))
 
 
 def _fast_texts(values: list[float], suffix: str = "") -> list[str]:
-    text = _SHORT_EXPONENT.sub(r"e-0\1", orjson.dumps(values).decode()[1:-1])
+    text = orjson.dumps(values).decode()[1:-1]
     texts = (text.replace(",", suffix + ",") + suffix).split(",") if suffix else text.split(",")
     numbers = np.abs(np.array(values, dtype=np.float64))
     with np.errstate(invalid="ignore"):
         odd = ~np.isfinite(numbers)
         for low, high in _NEAR_SWITCH:
             odd |= (numbers >= low) & (numbers < high)
+        tiny = (numbers > 0) & (numbers < _EXPONENT_FROM) & ~odd
     for index in np.flatnonzero(odd).tolist():
         texts[index] = repr(values[index]) + suffix
+    for index in np.flatnonzero(tiny).tolist():
+        number = texts[index][: len(texts[index]) - len(suffix)]
+        if number[-2] == "-":  # orjson writes e-7 where Python writes e-07
+            texts[index] = number[:-1] + "0" + number[-1] + suffix
     return texts
 
 

@@ -19,7 +19,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from msprobe.core.compare import stream
 from msprobe.core.compare.advisor import Advice, advise
 from msprobe.core.compare.engine import CompareResult, compare_dumps, tensor_loader
 from msprobe.core.compare.mapping import NameMapper
@@ -173,6 +172,8 @@ def _compare_pair(
     prefix: str,
     mappings: dict[str, Any] | None,
 ) -> tuple[CompareSummary, CompareResult | None]:
+    from msprobe.core.compare import stream  # for large dumps only: not imported by a small compare's start
+
     options = {key: value for key, value in (mappings or {}).items() if value}
     stamp = stamp or timestamp()
     if stream.wanted(Path(npu_json), Path(bench_json), fuzzy_match, bool(options)):

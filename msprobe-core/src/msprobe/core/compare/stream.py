@@ -151,7 +151,7 @@ def _read_bench(path: Path, processes: int = 1) -> tuple[_BenchSide, dict[str, A
     size = path.stat().st_size
     if processes > 1 and size >= HELPER_FROM_BYTES and _can_fork():
         # the helper's rows cross to this process and are taken in here after it ends: it reads the smaller part
-        split = int(size * 0.55)
+        split = int(size * 0.6)
         helper = _Forked(_later_bench_rows, path, (split, size + 1))
         try:
             rows, entries, header = _bench_rows(path, (0, split))
@@ -336,6 +336,20 @@ class _Forked:
             self.leaves.unlink(missing_ok=True)
 
 
+def _append(source: Any, target: Any) -> None:
+    """The helper's rows after this process's, copied by the kernel where it can."""
+    target.flush()
+    try:
+        size, offset = os.fstat(source.fileno()).st_size, 0
+        while offset < size:
+            offset += os.sendfile(target.fileno(), source.fileno(), offset, size - offset)
+        target.seek(0, os.SEEK_END)
+    except OSError:  # a file system without sendfile between files
+        source.seek(0)
+        target.seek(0, os.SEEK_END)
+        shutil.copyfileobj(source, target, 1 << 20)
+
+
 def _can_fork() -> bool:
     """A second process is worth it and safe: two cores or more, Linux, and a process of one thread that is no
     worker of a pool (a multi-rank compare already runs a process per pair)."""
@@ -396,7 +410,7 @@ def stream_compare(
                 blocks.take(outcome)
                 handle.flush()
                 with open(part_file, "rb") as part:
-                    shutil.copyfileobj(part, handle, 1 << 20)
+                    _append(part, handle)
                 part_file.unlink()
             blocks.add(matcher.bench_only(BENCH_ONLY_BLOCK))
     except BaseException:
