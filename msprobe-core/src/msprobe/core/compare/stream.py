@@ -2,13 +2,17 @@
 
 The in-memory compare holds both dumps as Python objects and the whole
 table besides: about 8 KB per entry, 8 GB for a million entries. Here the
-bench side is read first and kept compactly (its values in columns, the
-statistics as floats), and the NPU side is read a block of whole calls at a
-time. Each block is matched, tabled, highlighted and written to the CSV
-(and the xlsx) before the next is read, by the very functions the
-in-memory compare uses, so both give the same files: every rule there is
-local to one call. Bench values with no NPU partner follow at the end, as
-there.
+bench side is read first and kept as rows (one copy of each shape and dtype
+text among them), and the NPU side is read a block of whole calls at a time.
+Each block is matched, tabled, highlighted and written to the CSV (and the
+xlsx) before the next is read, by the very functions the in-memory compare
+uses, so both give the same files: every rule there is local to one call.
+Bench values with no NPU partner follow at the end, as there.
+
+On two cores a forked helper reads part of the bench file, and, where no
+xlsx is written (its rows have one writer), compares the later half of the
+NPU file into a file of its own, appended to the CSV in order. What it
+matched and what its advisor saw are merged back.
 
 Only what is local to a call is done this way: fuzzy matching, name
 mappings, tensor and md5 modes stay in memory (``NotStreamable`` sends the
