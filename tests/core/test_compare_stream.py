@@ -142,6 +142,7 @@ def _same_result(memory, streamed):
 def test_streamed_files_are_the_in_memory_ones_on_varied_dumps(varied_pair, tmp_path, monkeypatch, stack_mode):
     npu, bench = varied_pair
     monkeypatch.setattr(dump_stream, "BLOCK_BYTES", 4096)  # dozens of blocks
+    assert len(list(dump_stream.DumpStream(npu).blocks())) > 50
     memory = _run(npu, bench, tmp_path / "memory", monkeypatch, "never", stack_mode=stack_mode)
     streamed = _run(npu, bench, tmp_path / "streamed", monkeypatch, "always", stack_mode=stack_mode)
     _same_result(memory, streamed)
@@ -392,3 +393,34 @@ def test_the_size_decides_unless_the_environment_does(varied_pair, tmp_path, mon
     streamed.clear()
     summary, *_ = _run(npu, bench, tmp_path / "without_c", monkeypatch, "always")
     assert streamed == [] and summary.rows > 0
+
+
+def test_a_progress_bar_counts_both_processes_bytes(varied_pair, tmp_path, monkeypatch):
+    import tqdm
+
+    bars = []
+
+    class Bar:
+        def __init__(self, total, **options):
+            self.total, self.n, self.shown = total, 0, []
+            bars.append(self)
+
+        def update(self, count):
+            self.n += count
+            self.shown.append(self.n)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(tqdm, "tqdm", Bar)
+    monkeypatch.setattr(dump_stream, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(stream, "HELPER_FROM_BYTES", 0)
+    monkeypatch.setattr(stream, "XLSX_ROW_LIMIT", 0)
+    monkeypatch.setattr(stream, "_can_fork", lambda: True)
+    npu, bench = varied_pair
+    _run(npu, bench, tmp_path / "out", monkeypatch, "always")
+    (bar,) = bars
+    assert bar.total == npu.stat().st_size + bench.stat().st_size
+    assert len(bar.shown) > 20 and bar.shown == sorted(bar.shown)
+    # the entries are nearly all of each file; half of them were read by the helper
+    assert 0.95 * bar.total < bar.n <= bar.total

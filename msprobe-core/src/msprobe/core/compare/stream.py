@@ -26,7 +26,7 @@ import logging
 import os
 import shutil
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,6 +71,64 @@ def wanted(npu_json: Path, bench_json: Path, fuzzy: bool, mapped: bool) -> bool:
     if choice == "always":
         return True
     return npu_json.stat().st_size + bench_json.stat().st_size >= STREAM_FROM_BYTES
+
+
+Counter = Callable[[int], None]  # told the bytes one reader has parsed so far
+
+
+class Progress:
+    """Bytes of the two dump.json files read, by this process and its helper, as a tqdm bar on a terminal."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self._bar: Any = None
+        if total:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=total, unit="B", unit_scale=True, desc="compare", disable=None, leave=False)
+        self._done = 0  # by readers of this process that have finished
+        self._reading = 0  # by the one reading now
+        self._helper: Any = None  # shared memory a helper counts in
+
+    def for_this_process(self) -> Counter:
+        self._done += self._reading
+        self._reading = 0
+
+        def count(parsed: int) -> None:
+            self._reading = parsed
+            self.refresh()
+
+        return count
+
+    def for_helper(self) -> Counter:
+        """A counter for a helper about to be forked (it counts in memory both processes share)."""
+        import multiprocessing
+
+        if self._helper is not None:
+            self._done += self._helper.value
+        self._helper = multiprocessing.get_context("fork").RawValue("q", 0)
+        shared = self._helper
+
+        def count(parsed: int) -> None:
+            shared.value = parsed
+
+        return count
+
+    @property
+    def bytes(self) -> int:
+        return self._done + self._reading + (self._helper.value if self._helper is not None else 0)
+
+    def refresh(self) -> None:
+        if self._bar is not None:
+            self._bar.update(min(self.bytes, self.total) - self._bar.n)
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *_exception: Any) -> None:
+        if self._bar is not None:
+            self.refresh()
+            self._bar.close()
 
 
 @dataclass
@@ -126,7 +184,7 @@ class _CallsOf:
         return self._bench.calls(entry)
 
 
-def _bench_rows(path: Path, part: tuple[int, int] | None) -> tuple[list[Row], int, dict[str, Any]]:
+def _bench_rows(path: Path, part: tuple[int, int] | None, progress: Counter) -> tuple[list[Row], int, dict[str, Any]]:
     """The rows of (a part of) the bench dump, the number of entries read, and the header fields."""
     reader = dump_stream.DumpStream(path)
     rows: list[Row] = []
@@ -135,13 +193,14 @@ def _bench_rows(path: Path, part: tuple[int, int] | None) -> tuple[list[Row], in
         _check_header(reader.header, path)
         rows.extend(dump_rows(Dump.from_header(path, reader.header, block), every_value=True))
         entries += len(block)
+        progress(reader.parsed_bytes)
     _check_header(reader.header, path)
     return rows, entries, reader.header
 
 
-def _later_bench_rows(path: Path, part: tuple[int, int]) -> tuple[list[tuple], int, dict[str, Any]]:
+def _later_bench_rows(path: Path, part: tuple[int, int], progress: Counter) -> tuple[list[tuple], int, dict[str, Any]]:
     """A helper's share of the bench dump, as tuples: they cross between processes three times faster."""
-    rows, entries, header = _bench_rows(path, part)
+    rows, entries, header = _bench_rows(path, part, progress)
     return (
         [(r.name, r.entry, r.dtype, r.shape, r.stats, r.md5, r.data_name, r.role, r.shown_dtype) for r in rows],
         entries,
@@ -149,26 +208,27 @@ def _later_bench_rows(path: Path, part: tuple[int, int]) -> tuple[list[tuple], i
     )
 
 
-def _read_bench(path: Path, processes: int = 1) -> tuple[_BenchSide, dict[str, Any]]:
-    """The bench side, read by two processes (each a half of the file) when ``processes`` allows."""
+def _read_bench(path: Path, processes: int = 1, progress: Progress | None = None) -> tuple[_BenchSide, dict[str, Any]]:
+    """The bench side, read by two processes (each a part of the file) when ``processes`` allows."""
+    progress = progress or Progress(0)
     bench = _BenchSide()
     size = path.stat().st_size
     if processes > 1 and size >= HELPER_FROM_BYTES and _can_fork():
         # the helper's rows cross to this process and are taken in here after it ends: it reads the smaller part
         split = int(size * 0.6)
-        helper = _Forked(_later_bench_rows, path, (split, size + 1))
+        helper = _Forked(_later_bench_rows, path, (split, size + 1), progress.for_helper())
         try:
-            rows, entries, header = _bench_rows(path, (0, split))
+            rows, entries, header = _bench_rows(path, (0, split), progress.for_this_process())
             bench.add(rows)
             del rows
-            later, later_entries, header = helper.outcome()
+            later, later_entries, header = helper.outcome(progress.refresh)
         except BaseException:
             helper.stop()
             raise
         bench.add([Row(*fields) for fields in later])
         entries += later_entries
     else:
-        rows, entries, header = _bench_rows(path, None)
+        rows, entries, header = _bench_rows(path, None, progress.for_this_process())
         bench.add(rows)
     if len(bench.call_starts) != entries:
         raise NotStreamable(f"{path}: an entry name appears twice")
@@ -190,7 +250,8 @@ class _Matcher:
         self.unpaired: list[Row] = []  # bench rows set free by the structure check, listed last
         self.entries_seen: set[str] = set()
 
-    def npu_pairs(self, path: Path, part: tuple[int, int] | None = None) -> Iterator[list[tuple]]:
+    def npu_pairs(self, path: Path, part: tuple[int, int] | None = None, progress: Counter | None = None
+                  ) -> Iterator[list[tuple]]:  # fmt: skip
         from msprobe.core.compare.engine import _calls_of_one_structure
 
         reader = dump_stream.DumpStream(path)
@@ -219,6 +280,8 @@ class _Matcher:
             pairs, unpaired = _calls_of_one_structure(pairs, calls)  # type: ignore[arg-type]
             self.unpaired.extend(unpaired)
             yield pairs
+            if progress is not None:
+                progress(reader.parsed_bytes)
         _check_header(reader.header, path)  # fields written after data
 
     def later_part(self, outcome: _PartOutcome) -> None:
@@ -290,11 +353,11 @@ class _Blocks:
 
 
 def _later_half(matcher: _Matcher, npu_json: Path, part: tuple[int, int], part_file: Path,
-                metrics: Sequence[Any], stacks: Dump | None) -> _PartOutcome:  # fmt: skip
+                metrics: Sequence[Any], stacks: Dump | None, progress: Counter) -> _PartOutcome:  # fmt: skip
     """The helper's share: the later half of the NPU dump, its CSV rows to ``part_file``."""
     with open(part_file, "wb") as handle:
         blocks = _Blocks(metrics, stacks, CsvTableWriter(handle, None), None)
-        blocks.add(matcher.npu_pairs(npu_json, part))
+        blocks.add(matcher.npu_pairs(npu_json, part, progress))
     return _PartOutcome(blocks.counts, bytes(matcher.matched), matcher.unpaired, matcher.entries_seen, blocks.finder)
 
 
@@ -321,9 +384,14 @@ class _Forked:
         self._process.start()
         send.close()
 
-    def outcome(self) -> Any:
+    def outcome(self, waiting: Callable[[], None] | None = None) -> Any:
+        """Its result; ``waiting`` is called now and then until it comes."""
         try:
+            while waiting is not None and not self._receive.poll(0.25):
+                waiting()
             kind, value = self._receive.recv()
+            if waiting is not None:
+                waiting()
         except EOFError:
             raise MsprobeError("the compare's helper process ended without a result") from None
         finally:
@@ -382,56 +450,62 @@ def stream_compare(
 ) -> StreamedCompare:
     """Compare two statistics dumps block by block and write the result files; NotStreamable when the pair
     needs the in-memory compare (nothing is left behind then). With ``processes`` 2, a forked helper compares
-    the later half of the NPU dump (when no xlsx is written: that file has one writer)."""
+    the later half of the NPU dump (when no xlsx is written: that file has one writer). A progress bar counts
+    the bytes of both files read, on a terminal."""
     from msprobe.core.compare.engine import STACK_COLUMN
 
-    bench, bench_header = _read_bench(bench_json, processes)
-    stacks = Dump.from_header(npu_json, {}, {}) if stack_mode else None
-    if stacks is not None:
-        stacks.stack = read_stacks(npu_json.parent)
-    served = [metric for metric in metrics if metric.serves("statistics")]
-    columns = _with_plugin_columns(STATISTICS_COLUMNS, served) + ([STACK_COLUMN] if stack_mode else [])
-    make_dir(output_dir)
-    csv_path = output_dir / f"{prefix}_{stamp}.csv"
-    csv_temporary = csv_path.with_name(f".{csv_path.name}.tmp")
-    # every bench name gets a row: past Excel's limit already, the xlsx is not begun
-    xlsx = XlsxStream(output_dir / f"{prefix}_{stamp}.xlsx", columns) if len(bench.first_of) <= XLSX_ROW_LIMIT else None
-    matcher = _Matcher(bench, bench_header)
-    size = npu_json.stat().st_size
-    helper = None
-    try:
-        if processes > 1 and xlsx is None and size >= HELPER_FROM_BYTES and _can_fork():
-            part_file = csv_path.with_name(f".{csv_path.name}.part.tmp")
-            helper = _Forked(
-                _later_half, matcher, npu_json, (size // 2, size + 1), part_file, metrics, stacks, leaves=part_file
-            )
-        with open(csv_temporary, "wb") as handle:
-            blocks = _Blocks(metrics, stacks, CsvTableWriter(handle, columns), xlsx)
-            blocks.add(matcher.npu_pairs(npu_json, (0, size // 2) if helper is not None else None))
+    with Progress(npu_json.stat().st_size + bench_json.stat().st_size) as progress:
+        bench, bench_header = _read_bench(bench_json, processes, progress)
+        stacks = Dump.from_header(npu_json, {}, {}) if stack_mode else None
+        if stacks is not None:
+            stacks.stack = read_stacks(npu_json.parent)
+        served = [metric for metric in metrics if metric.serves("statistics")]
+        columns = _with_plugin_columns(STATISTICS_COLUMNS, served) + ([STACK_COLUMN] if stack_mode else [])
+        make_dir(output_dir)
+        csv_path = output_dir / f"{prefix}_{stamp}.csv"
+        csv_temporary = csv_path.with_name(f".{csv_path.name}.tmp")
+        # every bench name gets a row: past Excel's limit already, the xlsx is not begun
+        xlsx = (
+            XlsxStream(output_dir / f"{prefix}_{stamp}.xlsx", columns)
+            if len(bench.first_of) <= XLSX_ROW_LIMIT
+            else None
+        )
+        matcher = _Matcher(bench, bench_header)
+        size = npu_json.stat().st_size
+        helper = None
+        try:
+            if processes > 1 and xlsx is None and size >= HELPER_FROM_BYTES and _can_fork():
+                part_file = csv_path.with_name(f".{csv_path.name}.part.tmp")
+                helper = _Forked(_later_half, matcher, npu_json, (size // 2, size + 1), part_file, metrics, stacks,
+                                 progress.for_helper(), leaves=part_file)  # fmt: skip
+            with open(csv_temporary, "wb") as handle:
+                blocks = _Blocks(metrics, stacks, CsvTableWriter(handle, columns), xlsx)
+                part = (0, size // 2) if helper is not None else None
+                blocks.add(matcher.npu_pairs(npu_json, part, progress.for_this_process()))
+                if helper is not None:
+                    outcome = helper.outcome(progress.refresh)
+                    matcher.later_part(outcome)
+                    blocks.take(outcome)
+                    handle.flush()
+                    with open(part_file, "rb") as part:
+                        _append(part, handle)
+                    part_file.unlink()
+                blocks.add(matcher.bench_only(BENCH_ONLY_BLOCK))
+        except BaseException:
             if helper is not None:
-                outcome = helper.outcome()
-                matcher.later_part(outcome)
-                blocks.take(outcome)
-                handle.flush()
-                with open(part_file, "rb") as part:
-                    _append(part, handle)
-                part_file.unlink()
-            blocks.add(matcher.bench_only(BENCH_ONLY_BLOCK))
-    except BaseException:
-        if helper is not None:
-            helper.stop()
-        csv_temporary.unlink(missing_ok=True)
+                helper.stop()
+            csv_temporary.unlink(missing_ok=True)
+            if xlsx is not None:
+                xlsx.discard()
+            raise
+        result = blocks.counts
         if xlsx is not None:
-            xlsx.discard()
-        raise
-    result = blocks.counts
-    if xlsx is not None:
-        written = xlsx.close()
-        if written is not None:
-            result.files.append(written)
-    result.files.append(_replace(csv_temporary, csv_path))
-    if auto_analyze:
-        result.advice = blocks.finder.result()
-        advisor_name = prefix.replace("compare_result", "advisor", 1)
-        result.files.append(write_text(output_dir / f"{advisor_name}_{stamp}.txt", result.advice.text() + "\n"))
-    return result
+            written = xlsx.close()
+            if written is not None:
+                result.files.append(written)
+        result.files.append(_replace(csv_temporary, csv_path))
+        if auto_analyze:
+            result.advice = blocks.finder.result()
+            advisor_name = prefix.replace("compare_result", "advisor", 1)
+            result.files.append(write_text(output_dir / f"{advisor_name}_{stamp}.txt", result.advice.text() + "\n"))
+        return result

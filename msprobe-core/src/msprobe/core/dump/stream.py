@@ -49,12 +49,12 @@ class DumpStream:
     write them) are there when the first block comes, the rest once the blocks are done.
     """
 
-    def __init__(self, path: Path, block_bytes: int = BLOCK_BYTES):
+    def __init__(self, path: Path, block_bytes: int | None = None):
         if _jsonscan is None:
             raise RuntimeError("the JSON scanner of msprobe-core was not compiled")
         self.path = Path(path)
         self.header: dict[str, Any] = {}
-        self.block_bytes = block_bytes
+        self.block_bytes = block_bytes or BLOCK_BYTES
         self._data: bytes = b""
         self._base = 0  # file offset of self._data[0]
         self._handle: Any = None
@@ -62,6 +62,7 @@ class DumpStream:
         self._seen_data = False
         self._part: tuple[int, int] | None = None
         self._stopped = False
+        self.parsed_bytes = 0  # of the blocks parsed so far: for a progress bar
 
     def blocks(self, part: tuple[int, int] | None = None) -> Iterator[dict[str, Any]]:
         """Blocks of whole entries, in file order. ``part`` (first byte, end byte): only the blocks that begin
@@ -132,6 +133,7 @@ class DumpStream:
                 for name, entry in block.items():
                     if not isinstance(entry, dict):
                         raise DataFileError(self.path, f"entry '{name}' is not an object")
+                self.parsed_bytes += last - at
                 yield block
                 if close >= 0:
                     return close + 1
