@@ -11,7 +11,10 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -425,3 +428,25 @@ def test_a_progress_bar_counts_both_processes_bytes(varied_pair, tmp_path, monke
     assert len(bar.shown) > 20 and bar.shown == sorted(bar.shown)
     # the entries are nearly all of each file; half of them were read by the helper
     assert 0.95 * bar.total < bar.n <= bar.total
+
+
+def test_a_plain_process_uses_the_helper(varied_pair, tmp_path):
+    """In a fresh interpreter (one thread, besides the progress bar's monitor) the helper is used unforced."""
+    npu, bench = varied_pair
+    script = f"""
+import os
+os.environ["{stream.STREAM_ENV}"] = "always"
+from msprobe.core.compare import stream
+from msprobe.core.compare.api import compare
+stream.HELPER_FROM_BYTES, stream.XLSX_ROW_LIMIT = 0, 0
+used = []
+original = stream._Forked.__init__
+stream._Forked.__init__ = lambda self, target, *a, **k: used.append(target.__name__) or original(self, target, *a, **k)
+compare({{"npu_json_path": {str(npu)!r}, "bench_json_path": {str(bench)!r}}}, {str(tmp_path / "out")!r})
+print(",".join(used))
+"""
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("the helper needs two cores")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["_later_bench_rows,_later_half"]

@@ -423,8 +423,8 @@ def _append(source: Any, target: Any) -> None:
 
 
 def _can_fork() -> bool:
-    """A second process is worth it and safe: two cores or more, Linux, and a process of one thread that is no
-    worker of a pool (a multi-rank compare already runs a process per pair)."""
+    """A second process is worth it and safe: two cores or more, Linux, and a process of one thread (besides
+    tqdm's monitor) that is no worker of a pool (a multi-rank compare already runs a process per pair)."""
     import multiprocessing
     import threading
 
@@ -433,7 +433,8 @@ def _can_fork() -> bool:
         and sys.platform.startswith("linux")
         and "fork" in multiprocessing.get_all_start_methods()
         and multiprocessing.parent_process() is None
-        and threading.active_count() == 1
+        # tqdm's monitor thread (our progress bar starts it) only sleeps and looks at bars: a fork leaves it behind
+        and all(type(thread).__name__ == "TMonitor" for thread in threading.enumerate()[1:])
     )
 
 
