@@ -338,7 +338,7 @@ class _Blocks:
             names, bench_names = table["NPU Name"].tolist(), table["Bench Name"].tolist()
             failing = statistics_suspects(table)
             counts.rows += len(table)
-            counts.unmatched += sum(1 for n, b in zip(names, bench_names) if NA in (n, b))
+            counts.unmatched += names.count(NA) + bench_names.count(NA)  # no row lacks both sides
             counts.suspicious += int(failing.sum())
             self.finder.feed(names, bench_names, failing, npu_calls(pairs))
             self.writer.write(table)
