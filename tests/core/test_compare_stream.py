@@ -321,6 +321,9 @@ def test_csv_writer_writes_what_pandas_writes(monkeypatch, in_c):
              lambda: "caf\u00e9 \u4e2d", lambda: np.float64(0.1), lambda: np.float64("nan")]  # fmt: skip
     columns = {f"mixed{i}": [rng.choice(kinds)() for _ in range(2000)] for i in range(8)}
     columns["floats"] = [rng.uniform(-1, 1) * 10.0 ** rng.randint(-12, 20) for _ in range(2000)]
+    columns["odd floats"] = [
+        rng.choice([math.nan, math.inf, -0.0, 5e-324, 1e-7, 2.5e-5, 1e16, 0.1]) for _ in range(2000)
+    ]
     columns["texts"] = [rng.choice(["plain", "+1 more", "@sum", "[8, 64]", 'say "hi"']) for _ in range(2000)]
     for dtype in (None, object):
         table = pd.DataFrame(columns, dtype=dtype)

@@ -114,34 +114,108 @@ static int put_raw(Buffer *buffer, PyObject *cell) {
     return utf8 == NULL ? -1 : put(buffer, utf8, size);
 }
 
-/* lines(columns, raw, quote_cr) -> bytes: the rows of equal-length column lists, each ended by "\n"; raw[c]
- * true: column c holds texts that need nothing done (numbers written by Python), written as they are */
+/* A column of floats written by orjson in Python: (texts, rows, fix_rows, fix_texts).  texts holds the rows'
+ * texts joined by commas; the rows listed in fix_rows (ascending) take the text in fix_texts instead. */
+typedef struct {
+    const char *data;
+    Py_ssize_t size, cursor, fix, fixes;
+    PyObject *fix_rows, *fix_texts;
+} Packed;
+
+static int unpack(PyObject *column, Packed *packed, Py_ssize_t *rows) {
+    PyObject *texts, *fix_rows, *fix_texts;
+    Py_ssize_t count;
+    if (!PyArg_ParseTuple(column, "O!nO!O!", &PyBytes_Type, &texts, &count, &PyList_Type, &fix_rows, &PyList_Type,
+                          &fix_texts))
+        return -1;
+    if (PyList_GET_SIZE(fix_rows) != PyList_GET_SIZE(fix_texts)) {
+        PyErr_SetString(PyExc_ValueError, "one text per fixed row");
+        return -1;
+    }
+    packed->data = PyBytes_AS_STRING(texts);
+    packed->size = PyBytes_GET_SIZE(texts);
+    packed->cursor = 0;
+    packed->fix = 0;
+    packed->fixes = PyList_GET_SIZE(fix_rows);
+    packed->fix_rows = fix_rows;
+    packed->fix_texts = fix_texts;
+    *rows = count;
+    return 0;
+}
+
+static int put_packed(Buffer *buffer, Packed *packed, Py_ssize_t row) {
+    if (packed->cursor > packed->size) {
+        PyErr_SetString(PyExc_ValueError, "a packed column holds fewer texts than rows");
+        return -1;
+    }
+    const char *start = packed->data + packed->cursor;
+    const char *comma = memchr(start, ',', packed->size - packed->cursor);
+    Py_ssize_t length = comma ? comma - start : packed->size - packed->cursor;
+    packed->cursor += length + 1;
+    if (packed->fix < packed->fixes) {
+        Py_ssize_t fixed = PyLong_AsSsize_t(PyList_GET_ITEM(packed->fix_rows, packed->fix));
+        if (fixed == -1 && PyErr_Occurred()) return -1;
+        if (fixed == row) return put_raw(buffer, PyList_GET_ITEM(packed->fix_texts, packed->fix++));
+    }
+    return put(buffer, start, length);
+}
+
+/* lines(columns, raw, quote_cr) -> bytes: the rows of equal-length columns, each ended by "\n".  A column is a
+ * list of cells, or a packed column of floats (see Packed); raw[c] true: column c is a list of texts that need
+ * nothing done (numbers written by Python), written as they are. */
 static PyObject *lines(PyObject *self, PyObject *args) {
     PyObject *columns, *raw;
     int quote_cr;
     if (!PyArg_ParseTuple(args, "O!O!p", &PyList_Type, &columns, &PyList_Type, &raw, &quote_cr)) return NULL;
     Py_ssize_t width = PyList_GET_SIZE(columns), rows = -1;
     if (PyList_GET_SIZE(raw) != width) return PyErr_Format(PyExc_ValueError, "one raw flag per column");
+    Packed *packed = PyMem_Calloc(width ? width : 1, sizeof(Packed));
+    if (packed == NULL) return PyErr_NoMemory();
+    Buffer buffer = {NULL, 0, 0};
     for (Py_ssize_t c = 0; c < width; c++) {
         PyObject *column = PyList_GET_ITEM(columns, c);
-        if (!PyList_Check(column)) return PyErr_Format(PyExc_TypeError, "column %zd is not a list", c);
-        if (rows >= 0 && PyList_GET_SIZE(column) != rows) return PyErr_Format(PyExc_ValueError, "columns differ in length");
-        rows = PyList_GET_SIZE(column);
+        Py_ssize_t count;
+        if (PyTuple_Check(column)) {
+            if (unpack(column, &packed[c], &count) < 0) goto fail;
+        } else if (PyList_Check(column)) {
+            count = PyList_GET_SIZE(column);
+        } else {
+            PyErr_Format(PyExc_TypeError, "column %zd is neither a list nor a packed column", c);
+            goto fail;
+        }
+        if (rows >= 0 && count != rows) {
+            PyErr_SetString(PyExc_ValueError, "columns differ in length");
+            goto fail;
+        }
+        rows = count;
     }
-    Buffer buffer = {NULL, 0, 0};
     for (Py_ssize_t r = 0; r < rows; r++) {
         for (Py_ssize_t c = 0; c < width; c++) {
             if (c && put(&buffer, ",", 1) < 0) goto fail;
-            PyObject *cell = PyList_GET_ITEM(PyList_GET_ITEM(columns, c), r);
+            PyObject *column = PyList_GET_ITEM(columns, c);
+            if (packed[c].data != NULL) {
+                if (put_packed(&buffer, &packed[c], r) < 0) goto fail;
+                continue;
+            }
+            PyObject *cell = PyList_GET_ITEM(column, r);
             int is_raw = PyList_GET_ITEM(raw, c) == Py_True && PyUnicode_Check(cell);
             if ((is_raw ? put_raw(&buffer, cell) : put_cell(&buffer, cell, quote_cr)) < 0) goto fail;
         }
         if (put(&buffer, "\n", 1) < 0) goto fail;
     }
+    for (Py_ssize_t c = 0; c < width; c++) {
+        if (rows > 0 && packed[c].data != NULL &&
+            (packed[c].cursor != packed[c].size + 1 || packed[c].fix != packed[c].fixes)) {
+            PyErr_SetString(PyExc_ValueError, "a packed column does not hold one text per row");
+            goto fail;
+        }
+    }
+    PyMem_Free(packed);
     PyObject *result = PyBytes_FromStringAndSize(buffer.data ? buffer.data : "", buffer.size);
     PyMem_Free(buffer.data);
     return result;
 fail:
+    PyMem_Free(packed);
     PyMem_Free(buffer.data);
     return NULL;
 }

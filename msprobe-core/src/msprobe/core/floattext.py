@@ -22,15 +22,32 @@ _EXPONENT_FROM = 1e-5
 _NEAR_SWITCH = ((1e-5, 1e-4), (1e15, 1e17))
 
 
-def _fast_texts(values: list[float], suffix: str = "") -> list[str]:
-    text = orjson.dumps(values).decode()[1:-1]
-    texts = (text.replace(",", suffix + ",") + suffix).split(",") if suffix else text.split(",")
+def _kinds(values: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Where orjson's text is not repr's (inf, nan, near a switch of notation), and where it writes an exponent
+    of one digit (Python writes two)."""
     numbers = np.abs(np.array(values, dtype=np.float64))
     with np.errstate(invalid="ignore"):
         odd = ~np.isfinite(numbers)
         for low, high in _NEAR_SWITCH:
             odd |= (numbers >= low) & (numbers < high)
         tiny = (numbers > 0) & (numbers < _EXPONENT_FROM) & ~odd
+    return odd, tiny
+
+
+def packed_float_texts(values: list[float]) -> tuple[bytes, int, list[int], list[str]] | None:
+    """``float_texts(values)`` as orjson wrote them, one UTF-8 text joined by commas, with the positions where
+    repr's text must be taken instead, and those texts; None where orjson's text cannot be used."""
+    if not _FAST or not values:
+        return None
+    odd, tiny = _kinds(values)
+    fixed = np.flatnonzero(odd | tiny).tolist()
+    return orjson.dumps(values)[1:-1], len(values), fixed, [repr(values[index]) for index in fixed]
+
+
+def _fast_texts(values: list[float], suffix: str = "") -> list[str]:
+    text = orjson.dumps(values).decode()[1:-1]
+    texts = (text.replace(",", suffix + ",") + suffix).split(",") if suffix else text.split(",")
+    odd, tiny = _kinds(values)
     for index in np.flatnonzero(odd).tolist():
         texts[index] = repr(values[index]) + suffix
     for index in np.flatnonzero(tiny).tolist():

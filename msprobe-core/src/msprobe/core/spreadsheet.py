@@ -21,7 +21,7 @@ from typing import IO, Any
 
 import pandas as pd
 
-from msprobe.core.floattext import float_texts
+from msprobe.core.floattext import float_texts, packed_float_texts
 
 try:
     from msprobe.core import _csvtext
@@ -90,11 +90,16 @@ def _csv_column(column: list[Any]) -> list[str]:
     return _quoted(cells)
 
 
-def _floats_as_text(column: list[Any]) -> tuple[list[Any], bool]:
-    """The column with its floats as text (made in bulk, faster than the C helper's repr), and whether that
-    text is all the column holds (then it needs no quoting nor making safe)."""
+def _floats_as_text(column: list[Any]) -> tuple[Any, bool]:
+    """The column for the C helper with its floats as text (made in bulk, faster than its repr), and whether
+    that text is all the column holds (then it needs no quoting nor making safe). A column of floats only is
+    passed packed: orjson's text as it is, with repr's where they differ."""
     kinds = set(map(type, column))
     if kinds <= {float}:
+        packed = packed_float_texts(column)
+        if packed is not None:
+            texts, count, fixed, fixes = packed
+            return (texts, count, fixed, ["" if text == "nan" else text for text in fixes]), True
         return _blank_nan(float_texts(column)), True
     if float not in kinds:
         return column, False
