@@ -2,7 +2,8 @@
 
 The kernels (one-pass tensor statistics, see src/msprobe/core/dump/_kernels.c),
 the attribute swapping of src/msprobe/core/_attributes.c, the dump.json
-scanner (dump/_jsonscan.c) and the CSV text maker (_csvtext.c) are optional:
+scanner (dump/_jsonscan.c), the CSV text maker (_csvtext.c) and the compare
+row builder (compare/_tablerows.c) are optional:
 without a C compiler the package installs all the same, measures tensors
 with the frameworks' own kernels, swaps attributes and writes CSV text in
 Python, and compares large dumps in memory.
@@ -31,4 +32,7 @@ JSONSCAN = Extension("msprobe.core.dump._jsonscan", ["src/msprobe/core/dump/_jso
 # the text of a large CSV table (compare results), without a Python object per cell
 CSVTEXT = Extension("msprobe.core._csvtext", ["src/msprobe/core/_csvtext.c"], optional=True)
 
-setup(version=VERSION, ext_modules=[KERNELS, ATTRIBUTES, JSONSCAN, CSVTEXT])
+# the compare table's rows of the common dump.json entry (tensor summaries only), without Python code per row
+TABLEROWS = Extension("msprobe.core.compare._tablerows", ["src/msprobe/core/compare/_tablerows.c"], optional=True)
+
+setup(version=VERSION, ext_modules=[KERNELS, ATTRIBUTES, JSONSCAN, CSVTEXT, TABLEROWS])

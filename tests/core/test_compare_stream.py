@@ -79,6 +79,8 @@ def _entries(rng: random.Random, count: int) -> dict:
             inputs.append(_odd_value(rng))
         entry = {"input_args": inputs, "input_kwargs": {"alpha": _odd_value(rng)} if rng.random() < 0.2 else {},
                  "output": [_tensor(rng) for _ in range(rng.randint(1, 2))]}  # fmt: skip
+        if index % 97 == 3 and inputs and isinstance(inputs[0], dict):
+            entry["input"] = [{**inputs[0], "Norm": 12.5}]  # a second row named {name}.input.0
         if name.startswith("Module") and rng.random() < 0.5:
             entry["parameters"] = {"weight": _tensor(rng), "bias": _tensor(rng)}
         data[name] = entry
@@ -114,14 +116,18 @@ def _write(path, data: dict, indent=None) -> None:
     path.write_text(json.dumps(document, indent=indent))
 
 
-@pytest.fixture
-def varied_pair(tmp_path):
+def write_varied_pair(folder):
     rng = random.Random(20261126)
     npu = _entries(rng, 600)
     bench = _perturbed(rng, npu)
-    _write(tmp_path / "npu" / "dump.json", npu)
-    _write(tmp_path / "bench" / "dump.json", bench, indent=2)
-    return tmp_path / "npu" / "dump.json", tmp_path / "bench" / "dump.json"
+    _write(folder / "npu" / "dump.json", npu)
+    _write(folder / "bench" / "dump.json", bench, indent=2)
+    return folder / "npu" / "dump.json", folder / "bench" / "dump.json"
+
+
+@pytest.fixture
+def varied_pair(tmp_path):
+    return write_varied_pair(tmp_path)
 
 
 def _run(npu, bench, out, monkeypatch, mode: str, **options):

@@ -176,13 +176,13 @@ def dump_rows(dump: Dump, every_value: bool = False) -> list[Row]:
         if row is not None:
             rows.append(row)
 
-    for entry, content in dump.data.items():
+    def entry_rows(entry: str, content: Any) -> None:
         if not isinstance(content, dict):
-            continue
+            return
         if entry.endswith(".parameters_grad"):
             for leaf_name, leaf in _leaves(content, entry, every_value):
                 add(_strip_single_index(leaf_name), entry, leaf, "parameters_grad")
-            continue
+            return
         for section, role in TABLE_SECTIONS if every_value else SECTIONS:
             if section not in content:
                 continue
@@ -223,10 +223,24 @@ def dump_rows(dump: Dump, every_value: bool = False) -> list[Row]:
                         continue
                 for leaf_name, leaf in _leaves(item, name, every_value, 1):
                     add(leaf_name, entry, leaf, role)
+
+    if every_value and _tablerows is not None and type(dump.data) is dict:
+        # the C builder makes the rows of entries that hold only tensor summaries, and gives the rest here
+        _tablerows.table_rows(dump.data, rows, entry_rows)
+        return rows
+    for entry, content in dump.data.items():
+        entry_rows(entry, content)
     return rows
 
 
 _FLOAT_ONLY = {float}
+
+try:  # optional: built where a C compiler was found (setup.py)
+    from msprobe.core.compare import _tablerows
+
+    _tablerows.configure(Row)
+except ImportError:
+    _tablerows = None  # type: ignore[assignment]
 
 
 def _strip_single_index(name: str) -> str:

@@ -44,7 +44,7 @@ from msprobe.core.compare.engine import (
 from msprobe.core.compare.highlight import statistics_suspects
 from msprobe.core.compare.metrics import NA
 from msprobe.core.compare.report import XLSX_ROW_LIMIT, XlsxStream, _replace, write_text
-from msprobe.core.compare.rows import Row, dump_rows
+from msprobe.core.compare.rows import Row, _tablerows, dump_rows
 from msprobe.core.dump import stream as dump_stream
 from msprobe.core.dump.reader import Dump, read_stacks
 from msprobe.core.dump.writer import make_dir
@@ -153,6 +153,13 @@ class _BenchSide:
         self._interned: dict[Any, Any] = {}
 
     def add(self, rows: list[Row]) -> None:
+        if _tablerows is not None:
+            has_md5 = _tablerows.index_rows(
+                rows, len(self.rows), self.first_of, self.call_starts, self.call_ends, self._interned
+            )
+            self.has_md5 = self.has_md5 or has_md5
+            self.rows.extend(rows)
+            return
         intern = self._interned.setdefault
         first_of, starts, ends = self.first_of, self.call_starts, self.call_ends
         index = len(self.rows)
@@ -225,7 +232,7 @@ def _read_bench(path: Path, processes: int = 1, progress: Progress | None = None
         except BaseException:
             helper.stop()
             raise
-        bench.add([Row(*fields) for fields in later])
+        bench.add(_tablerows.rows_of(later) if _tablerows is not None else [Row(*fields) for fields in later])
         entries += later_entries
     else:
         rows, entries, header = _bench_rows(path, None, progress.for_this_process())
