@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from test_compare_stream import _entries, _run, _tensor, write_varied_pair
 
-from msprobe.core.compare import rows, stream
+from msprobe.core.compare import engine, rows, stream
 from msprobe.core.dump import stream as dump_stream
 from msprobe.core.dump.reader import Dump
 from msprobe.core.errors import DataFileError
@@ -125,15 +125,39 @@ def test_a_section_of_the_wrong_kind_is_named():
 
 
 def test_a_streamed_compare_gives_the_same_files_without_the_builder(tmp_path, monkeypatch):
-    """The helper's rows (rows_of) and the bench side's index (index_rows), in C and in Python."""
+    """The helper's rows (rows_of), the bench side's index (index_rows) and the table's columns
+    (pair_columns), in C and in Python."""
     monkeypatch.setattr(dump_stream, "BLOCK_BYTES", 4096)
     monkeypatch.setattr(stream, "HELPER_FROM_BYTES", 0)  # the helper reads part of the bench side
     monkeypatch.setattr(stream, "_can_fork", lambda: True)  # other tests may leave threads in this process
     monkeypatch.setattr(stream, "XLSX_ROW_LIMIT", 0)
     npu, bench = write_varied_pair(tmp_path)
     with_c = _run(npu, bench, tmp_path / "c", monkeypatch, "always")
-    monkeypatch.setattr(rows, "_tablerows", None)
-    monkeypatch.setattr(stream, "_tablerows", None)
+    for module in (rows, stream, engine):
+        monkeypatch.setattr(module, "_tablerows", None)
     without = _run(npu, bench, tmp_path / "python", monkeypatch, "always")
     assert with_c[1:3] == without[1:3] and with_c[0].line() == without[0].line()
     assert with_c[1].count(b"\n") > 3000
+
+
+def test_table_columns_are_the_python_ones(monkeypatch):
+    rng = random.Random(11)
+    data = json.loads(json.dumps({**_entries(rng, 300), **_oddities(rng)}))
+    built = rows.dump_rows(Dump.from_header(Path("dump.json"), {}, data), every_value=True)
+    assert {row.shown_dtype for row in built} >= {"", None, "<class 'int'>"}  # tensors, None, plain values
+    pairs = [(row, built[-index - 1] if index % 3 else None) for index, row in enumerate(built)]
+    pairs += [(None, row) for row in built[:50]]
+    engine._SHAPE_TEXTS.clear()
+    in_c = engine._pair_columns(pairs)
+    monkeypatch.setattr(engine, "_tablerows", None)
+    in_python = engine._pair_columns(pairs)
+    assert in_c == in_python
+    assert in_c[0]["NPU Name"][:2] == [built[0].name, built[1].name]
+    assert in_c[0]["Bench Tensor Shape"][0] == engine.NA and in_c[1][:2] == [1, 2]
+    assert in_c[4]["NPU max"][0] == built[0].stats[0]
+
+
+def test_table_columns_take_only_pairs_of_rows():
+    row = rows.Row("a", "e", "torch.float32", [2], (1.0, 2.0, 3.0, 4.0), None, None, "input")
+    assert engine._tablerows.pair_columns([(row, row), (row, "not a row")], engine.NA, {}) is None
+    assert engine._tablerows.pair_columns([(row, None), [row, row]], engine.NA, {}) is None

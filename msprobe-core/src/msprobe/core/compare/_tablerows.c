@@ -328,7 +328,137 @@ static PyObject *index_rows(PyObject *self, PyObject *args) {
     return PyBool_FromLong(has_md5);
 }
 
+#define SHAPE_TEXTS_KEPT 100000
+
+/* str(shape), from ``texts`` for a list of sizes seen before (the few shapes a dump holds many times over) */
+static PyObject *shape_text(PyObject *shape, PyObject *texts) {
+    if (!PyList_CheckExact(shape)) return PyObject_Str(shape);
+    PyObject *key = PyList_AsTuple(shape);
+    if (key == NULL) return NULL;
+    PyObject *text = PyDict_GetItemWithError(texts, key);
+    if (text != NULL) {
+        Py_DECREF(key);
+        Py_INCREF(text);
+        return text;
+    }
+    text = PyErr_Occurred() ? NULL : PyObject_Str(shape);
+    if (text != NULL && PyDict_GET_SIZE(texts) < SHAPE_TEXTS_KEPT && PyDict_SetItem(texts, key, text) != 0) {
+        Py_CLEAR(text);
+    }
+    Py_DECREF(key);
+    return text;
+}
+
+/* str() of the dtype the table shows: the plain value's own where it has one */
+static PyObject *dtype_text(PyObject *row) {
+    PyObject *shown = get_field(row, SHOWN_DTYPE);
+    if (shown == NULL) return NULL;
+    int plain = PyUnicode_CheckExact(shown) ? PyUnicode_GET_LENGTH(shown) == 0
+                                            : PyObject_RichCompareBool(shown, empty_text, Py_EQ);
+    if (plain < 0) {
+        Py_DECREF(shown);
+        return NULL;
+    }
+    if (plain) Py_SETREF(shown, get_field(row, DTYPE));
+    if (shown == NULL) return NULL;
+    PyObject *text = PyObject_Str(shown);
+    Py_DECREF(shown);
+    return text;
+}
+
+#define PAIR_COLUMNS 17 /* 2 names, 2 dtypes, 2 shapes, matched, 2 stats, 8 statistic values */
+
+/* pair_columns(pairs, na, shape_texts): the columns of a statistics table that come straight from its pairs
+   of rows (either may be None), or None where a pair is not two rows or Nones (the Python path takes it):
+   names, dtypes and shapes of each side; the indexes of pairs with both sides and their two sides' stats
+   tuples; the eight statistics as shown (None as "None", a missing side as ``na``). */
+static PyObject *pair_columns(PyObject *self, PyObject *args) {
+    PyObject *pairs, *na, *texts;
+    if (!PyArg_ParseTuple(args, "O!OO!", &PyList_Type, &pairs, &na, &PyDict_Type, &texts)) return NULL;
+    if (row_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "configure() the row class first");
+        return NULL;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(pairs);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *pair = PyList_GET_ITEM(pairs, i);
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) Py_RETURN_NONE;
+        for (int side = 0; side < 2; side++) {
+            PyObject *row = PyTuple_GET_ITEM(pair, side);
+            if (row != Py_None && Py_TYPE(row) != row_type) Py_RETURN_NONE;
+        }
+    }
+    PyObject *none_text = PyUnicode_FromString("None");
+    PyObject *columns[PAIR_COLUMNS];
+    int failed = none_text == NULL;
+    for (int c = 0; c < PAIR_COLUMNS; c++) {
+        columns[c] = c >= 6 && c <= 8 ? PyList_New(0) : PyList_New(count);
+        failed = failed || columns[c] == NULL;
+    }
+    for (Py_ssize_t i = 0; i < count && !failed; i++) {
+        PyObject *pair = PyList_GET_ITEM(pairs, i);
+        PyObject *stats[2] = {NULL, NULL};
+        for (int side = 0; side < 2 && !failed; side++) {
+            PyObject *row = PyTuple_GET_ITEM(pair, side);
+            PyObject *name, *dtype, *shape;
+            if (row == Py_None) {
+                Py_INCREF(na);
+                Py_INCREF(na);
+                Py_INCREF(na);
+                name = dtype = shape = na;
+                for (int k = 0; k < 4; k++) {
+                    Py_INCREF(na);
+                    PyList_SET_ITEM(columns[9 + 4 * side + k], i, na);
+                }
+            } else {
+                name = get_field(row, NAME);
+                dtype = dtype_text(row);
+                PyObject *sizes = get_field(row, SHAPE);
+                shape = sizes == NULL ? NULL : shape_text(sizes, texts);
+                Py_XDECREF(sizes);
+                stats[side] = get_field(row, STATS);
+                if (stats[side] != NULL && PyTuple_CheckExact(stats[side]) && PyTuple_GET_SIZE(stats[side]) == 4) {
+                    for (int k = 0; k < 4; k++) {
+                        PyObject *value = PyTuple_GET_ITEM(stats[side], k);
+                        value = value == Py_None ? none_text : value;
+                        Py_INCREF(value);
+                        PyList_SET_ITEM(columns[9 + 4 * side + k], i, value);
+                    }
+                } else if (stats[side] != NULL) {
+                    PyErr_SetString(PyExc_TypeError, "pair_columns(): a row's stats are not four values");
+                    failed = 1;
+                }
+                failed = failed || stats[side] == NULL;
+            }
+            if (name == NULL || dtype == NULL || shape == NULL) failed = 1;
+            /* a list item left NULL on failure is fine: the lists are dropped whole */
+            if (name) PyList_SET_ITEM(columns[0 + side], i, name);
+            if (dtype) PyList_SET_ITEM(columns[2 + side], i, dtype);
+            if (shape) PyList_SET_ITEM(columns[4 + side], i, shape);
+        }
+        if (!failed && stats[0] != NULL && stats[1] != NULL) {
+            PyObject *index = PyLong_FromSsize_t(i);
+            failed = index == NULL || PyList_Append(columns[6], index) || PyList_Append(columns[7], stats[0]) ||
+                     PyList_Append(columns[8], stats[1]);
+            Py_XDECREF(index);
+        }
+        Py_XDECREF(stats[0]);
+        Py_XDECREF(stats[1]);
+    }
+    Py_XDECREF(none_text);
+    PyObject *result = failed ? NULL : PyTuple_New(PAIR_COLUMNS);
+    for (int c = 0; c < PAIR_COLUMNS; c++) {
+        if (result != NULL) {
+            PyTuple_SET_ITEM(result, c, columns[c]);
+        } else {
+            Py_XDECREF(columns[c]);
+        }
+    }
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"pair_columns", pair_columns, METH_VARARGS, "The columns of a statistics table taken straight from its pairs."},
     {"rows_of", rows_of, METH_O, "Rows made of tuples of their fields."},
     {"index_rows", index_rows, METH_VARARGS, "Note where names and entries have their rows; share dtypes and shapes."},
     {"configure", configure, METH_O, "Set the row class whose slots the rows fill."},

@@ -28,7 +28,7 @@ from msprobe.core.compare.metrics import (
     accuracy_reached,
     pair_metrics,
 )
-from msprobe.core.compare.rows import Row, dump_rows
+from msprobe.core.compare.rows import Row, _tablerows, dump_rows
 from msprobe.core.dump.reader import Dump
 
 logger = logging.getLogger(__name__)
@@ -264,12 +264,7 @@ def statistics_table(pairs: list[tuple[Row | None, Row | None]], metrics: Sequen
     from msprobe.core.compare.builtin_metrics import statistics_columns
 
     metrics = [m for m in (metrics or default_metrics()) if m.serves("statistics")]
-    columns = _base_columns(pairs)
-    matched = [
-        index for index, (npu_row, bench_row) in enumerate(pairs) if npu_row is not None and bench_row is not None
-    ]
-    npu_stats = [pairs[index][0].stats for index in matched]  # type: ignore[union-attr]
-    bench_stats = [pairs[index][1].stats for index in matched]  # type: ignore[union-attr]
+    columns, matched, npu_stats, bench_stats, stat_values = _pair_columns(pairs)
     builtin, warn = statistics_columns(npu_stats, bench_stats)
     every_row = len(matched) == len(pairs)
     cells: dict[str, list[Any]] = {}
@@ -289,11 +284,35 @@ def statistics_table(pairs: list[tuple[Row | None, Row | None]], metrics: Sequen
         messages[matched[index]] = WARNING_TEXT
     columns.update({label: [NA] * len(pairs) for label in STATISTICS_METRICS})
     columns.update(cells)
-    columns.update(_stat_values(pairs))
+    columns.update(stat_values)
     columns["Result"] = results
     columns["Err_message"] = messages
     # object columns: each cell keeps its type (an int statistic stays an int), whatever the rest of the column
     return pd.DataFrame(columns, columns=_with_plugin_columns(STATISTICS_COLUMNS, metrics), dtype=object)
+
+
+def _pair_columns(
+    pairs: list[tuple[Row | None, Row | None]],
+) -> tuple[dict[str, list], list[int], list[tuple], list[tuple], dict[str, list]]:
+    """The columns taken straight from the rows: names, dtypes, shapes; the pairs with both sides and their
+    statistics; the statistics as shown. Built in C where it was compiled (a Python object per cell is the
+    cost of a large table)."""
+    if _tablerows is not None and type(pairs) is list:
+        built = _tablerows.pair_columns(pairs, NA, _SHAPE_TEXTS)
+        if built is not None:
+            return (
+                dict(zip(BASE_COLUMNS, built[:6])),
+                built[6],
+                built[7],
+                built[8],
+                dict(zip(STAT_VALUE_COLUMNS, built[9:])),
+            )
+    matched = [
+        index for index, (npu_row, bench_row) in enumerate(pairs) if npu_row is not None and bench_row is not None
+    ]
+    npu_stats = [pairs[index][0].stats for index in matched]  # type: ignore[union-attr]
+    bench_stats = [pairs[index][1].stats for index in matched]  # type: ignore[union-attr]
+    return _base_columns(pairs), matched, npu_stats, bench_stats, _stat_values(pairs)
 
 
 def _spread(values: list[Any], rows: list[int], count: int) -> list[Any]:
