@@ -101,6 +101,8 @@ def _perturbed(rng: random.Random, data: dict) -> dict:
             entry["output"][0]["shape"] = [99]  # another shape: the call is unpaired
         elif roll < 0.13 and entry.get("input_args"):
             entry["input_args"].append(_tensor(rng))  # a row more
+        elif roll < 0.16 and entry.get("output") and entry["output"][0].get("dtype") == "torch.float32":
+            entry["output"][0]["dtype"] = "torch.float16"  # a dtype of like kind: the call stays paired
         for value in entry.get("output", []):
             if isinstance(value, dict) and isinstance(value.get("Max"), float):
                 value["Max"] *= 1 + (rng.choice([1e-7, 0.2, 3.0, 1e12]) if rng.random() < 0.3 else 0)

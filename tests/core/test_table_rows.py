@@ -133,7 +133,7 @@ def test_a_streamed_compare_gives_the_same_files_without_the_builder(tmp_path, m
     monkeypatch.setattr(stream, "XLSX_ROW_LIMIT", 0)
     npu, bench = write_varied_pair(tmp_path)
     with_c = _run(npu, bench, tmp_path / "c", monkeypatch, "always")
-    for module in (rows, stream, engine):
+    for module in (rows, stream, engine):  # every C path, the bench index and pairing too
         monkeypatch.setattr(module, "_tablerows", None)
     without = _run(npu, bench, tmp_path / "python", monkeypatch, "always")
     assert with_c[1:3] == without[1:3] and with_c[0].line() == without[0].line()

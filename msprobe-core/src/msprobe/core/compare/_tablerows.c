@@ -457,7 +457,152 @@ static PyObject *pair_columns(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* a field of two rows equal (the same object, most often) */
+static int same_field(PyObject *one, PyObject *other, int field) {
+    PyObject *a = get_field(one, field), *b = a == NULL ? NULL : get_field(other, field);
+    int same = b == NULL ? -1 : a == b ? 1 : PyObject_RichCompareBool(a, b, Py_EQ);
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return same;
+}
+
+/* the common case of _same_structure in engine.py: role, dtype, shown dtype and shape equal row by row */
+static int plainly_same(PyObject *npu, PyObject *bench) {
+    Py_ssize_t count = PyList_GET_SIZE(npu);
+    if (count != PyList_GET_SIZE(bench)) return 0;
+    static const int fields[4] = {ROLE, DTYPE, SHOWN_DTYPE, SHAPE};
+    for (Py_ssize_t i = 0; i < count; i++) {
+        for (int f = 0; f < 4; f++) {
+            int same = same_field(PyList_GET_ITEM(npu, i), PyList_GET_ITEM(bench, i), fields[f]);
+            if (same <= 0) return same;
+        }
+    }
+    return 1;
+}
+
+/* pair_calls(rows, first_of, matched, bench_rows, call_starts, call_ends, same_structure) -> (pairs, unpaired)
+
+   The NPU rows of a block of whole calls paired as engine.match_rows and _calls_of_one_structure pair them:
+   each row with the bench row that first bears its name, unless another took it (``matched``, a bytearray
+   over the bench rows, is marked); then a call whose rows differ in structure from the bench call they met
+   (same_structure(npu_rows, bench_rows) is false) is unpaired, its bench rows returned apart. */
+static PyObject *pair_calls(PyObject *self, PyObject *args) {
+    PyObject *rows, *first_of, *matched, *bench_rows, *starts, *ends, *same_structure;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!O", &PyList_Type, &rows, &PyDict_Type, &first_of, &PyByteArray_Type,
+                          &matched, &PyList_Type, &bench_rows, &PyDict_Type, &starts, &PyDict_Type, &ends,
+                          &same_structure)) {
+        return NULL;
+    }
+    if (row_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "configure() the row class first");
+        return NULL;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(rows), bench_count = PyList_GET_SIZE(bench_rows);
+    if (PyByteArray_GET_SIZE(matched) != bench_count) {
+        PyErr_SetString(PyExc_ValueError, "pair_calls(): matched is not one byte per bench row");
+        return NULL;
+    }
+    char *taken = PyByteArray_AS_STRING(matched);
+    PyObject *pairs = PyList_New(0), *unpaired = PyList_New(0);
+    PyObject *partners = PyList_New(count); /* each row's bench row or None */
+    PyObject *entries = PyList_New(count);
+    if (pairs == NULL || unpaired == NULL || partners == NULL || entries == NULL) goto failed;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *row = PyList_GET_ITEM(rows, i);
+        if (Py_TYPE(row) != row_type) {
+            PyErr_Format(PyExc_TypeError, "pair_calls(): item %zd is not a row", i);
+            goto failed;
+        }
+        PyObject *name = get_field(row, NAME);
+        PyObject *entry = get_field(row, ENTRY);
+        if (name == NULL || entry == NULL) {
+            Py_XDECREF(name);
+            Py_XDECREF(entry);
+            goto failed;
+        }
+        PyList_SET_ITEM(entries, i, entry);
+        PyObject *index = PyDict_GetItemWithError(first_of, name);
+        Py_DECREF(name);
+        PyObject *partner = Py_None;
+        if (index != NULL) {
+            Py_ssize_t at = PyLong_AsSsize_t(index);
+            if (at < 0 || at >= bench_count) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "pair_calls(): a bench index out of range");
+                goto failed;
+            }
+            if (!taken[at]) {
+                taken[at] = 1;
+                partner = PyList_GET_ITEM(bench_rows, at);
+            }
+        } else if (PyErr_Occurred()) {
+            goto failed;
+        }
+        Py_INCREF(partner);
+        PyList_SET_ITEM(partners, i, partner);
+    }
+    for (Py_ssize_t start = 0, end; start < count; start = end) {
+        PyObject *entry = PyList_GET_ITEM(entries, start);
+        for (end = start + 1; end < count; end++) {
+            PyObject *other = PyList_GET_ITEM(entries, end);
+            int same = other == entry ? 1 : PyObject_RichCompareBool(other, entry, Py_EQ);
+            if (same < 0) goto failed;
+            if (!same) break;
+        }
+        PyObject *bench_entry = NULL; /* borrowed from a bench row's field: held below */
+        for (Py_ssize_t i = start; i < end && bench_entry == NULL; i++) {
+            PyObject *partner = PyList_GET_ITEM(partners, i);
+            if (partner != Py_None) {
+                bench_entry = get_field(partner, ENTRY);
+                if (bench_entry == NULL) goto failed;
+            }
+        }
+        int keep = 1;
+        if (bench_entry != NULL) {
+            PyObject *first = PyDict_GetItemWithError(starts, bench_entry);
+            PyObject *last = first == NULL ? NULL : PyDict_GetItemWithError(ends, bench_entry);
+            Py_DECREF(bench_entry);
+            if (PyErr_Occurred()) goto failed;
+            Py_ssize_t from = first ? PyLong_AsSsize_t(first) : 0, to = last ? PyLong_AsSsize_t(last) : 0;
+            if (PyErr_Occurred()) goto failed;
+            PyObject *npu = PyList_GetSlice(rows, start, end);
+            PyObject *bench = PyList_GetSlice(bench_rows, from, to);
+            keep = npu == NULL || bench == NULL ? -1 : plainly_same(npu, bench);
+            if (keep == 0) {
+                PyObject *verdict = PyObject_CallFunctionObjArgs(same_structure, npu, bench, NULL);
+                keep = verdict == NULL ? -1 : PyObject_IsTrue(verdict);
+                Py_XDECREF(verdict);
+            }
+            Py_XDECREF(npu);
+            Py_XDECREF(bench);
+            if (keep < 0) goto failed;
+        }
+        for (Py_ssize_t i = start; i < end; i++) {
+            PyObject *partner = PyList_GET_ITEM(partners, i);
+            if (!keep && partner != Py_None && PyList_Append(unpaired, partner) != 0) goto failed;
+            PyObject *pair = PyTuple_Pack(2, PyList_GET_ITEM(rows, i), keep ? partner : Py_None);
+            if (pair == NULL || PyList_Append(pairs, pair) != 0) {
+                Py_XDECREF(pair);
+                goto failed;
+            }
+            Py_DECREF(pair);
+        }
+    }
+    Py_DECREF(partners);
+    Py_DECREF(entries);
+    PyObject *result = PyTuple_Pack(2, pairs, unpaired);
+    Py_DECREF(pairs);
+    Py_DECREF(unpaired);
+    return result;
+failed:
+    Py_XDECREF(pairs);
+    Py_XDECREF(unpaired);
+    Py_XDECREF(partners);
+    Py_XDECREF(entries);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"pair_calls", pair_calls, METH_VARARGS, "Pair a block's NPU rows with the bench rows, call by call."},
     {"pair_columns", pair_columns, METH_VARARGS, "The columns of a statistics table taken straight from its pairs."},
     {"rows_of", rows_of, METH_O, "Rows made of tuples of their fields."},
     {"index_rows", index_rows, METH_VARARGS, "Note where names and entries have their rows; share dtypes and shapes."},

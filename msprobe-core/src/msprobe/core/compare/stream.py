@@ -259,11 +259,10 @@ class _Matcher:
 
     def npu_pairs(self, path: Path, part: tuple[int, int] | None = None, progress: Counter | None = None
                   ) -> Iterator[list[tuple]]:  # fmt: skip
-        from msprobe.core.compare.engine import _calls_of_one_structure
+        from msprobe.core.compare.engine import _same_structure
 
         reader = dump_stream.DumpStream(path)
         bench, matched, first_of = self.bench, self.matched, self.bench.first_of
-        calls = _CallsOf(bench)
         entries_seen = self.entries_seen
         for block in reader.blocks(part):
             _check_header(reader.header, path)
@@ -276,20 +275,32 @@ class _Matcher:
             rows = dump_rows(Dump.from_header(path, reader.header, block), every_value=True)
             if bench.has_md5 and any(row.md5 and row.shown_dtype == "" for row in rows):
                 raise NotStreamable("both dumps hold md5 values: an md5 compare")
-            pairs: list[tuple[Row | None, Row | None]] = []
-            for row in rows:
-                index = first_of.get(row.name)
-                if index is None or matched[index]:
-                    pairs.append((row, None))
-                else:
-                    matched[index] = 1
-                    pairs.append((row, bench.rows[index]))
-            pairs, unpaired = _calls_of_one_structure(pairs, calls)  # type: ignore[arg-type]
+            if _tablerows is not None:
+                pairs, unpaired = _tablerows.pair_calls(
+                    rows, first_of, matched, bench.rows, bench.call_starts, bench.call_ends, _same_structure
+                )
+            else:
+                pairs, unpaired = self._paired(rows)
             self.unpaired.extend(unpaired)
             yield pairs
             if progress is not None:
                 progress(reader.parsed_bytes)
         _check_header(reader.header, path)  # fields written after data
+
+    def _paired(self, rows: list[Row]) -> tuple[list[tuple[Row, Row | None]], list[Row]]:
+        """``_tablerows.pair_calls`` in Python."""
+        from msprobe.core.compare.engine import _calls_of_one_structure
+
+        bench, matched, first_of = self.bench, self.matched, self.bench.first_of
+        pairs: list[tuple[Row, Row | None]] = []
+        for row in rows:
+            index = first_of.get(row.name)
+            if index is None or matched[index]:
+                pairs.append((row, None))
+            else:
+                matched[index] = 1
+                pairs.append((row, bench.rows[index]))
+        return _calls_of_one_structure(pairs, _CallsOf(bench))  # type: ignore[arg-type,return-value]
 
     def later_part(self, outcome: _PartOutcome) -> None:
         """Take in what a helper matched on the later part of the NPU dump."""
