@@ -225,19 +225,25 @@ def test_tensor_and_md5_pairs_go_to_the_in_memory_compare(tmp_path, monkeypatch)
     assert summary.mode == "md5" and summary.verdict == "PASS"
 
 
-def test_a_broken_npu_dump_leaves_no_result_behind(varied_pair, tmp_path, monkeypatch):
+@pytest.mark.parametrize("with_xlsx", [False, True])
+@pytest.mark.parametrize("folder_existed", [False, True])
+def test_a_broken_npu_dump_leaves_no_result_behind(varied_pair, tmp_path, monkeypatch, with_xlsx, folder_existed):
     npu, bench = varied_pair
     text = npu.read_text()
     npu.write_text(text[: len(text) * 3 // 4] + '"broken": {,}}}')
     monkeypatch.setattr(dump_stream, "BLOCK_BYTES", 4096)
     monkeypatch.setattr(stream, "HELPER_FROM_BYTES", 0)
     monkeypatch.setattr(stream, "_can_fork", lambda: True)  # other tests may leave threads in this process
-    monkeypatch.setattr(stream, "XLSX_ROW_LIMIT", 0)
+    if not with_xlsx:
+        monkeypatch.setattr(stream, "XLSX_ROW_LIMIT", 0)  # and so the helper compares half the NPU side
     monkeypatch.setenv(stream.STREAM_ENV, "always")
+    out = tmp_path / "out"
+    if folder_existed:
+        out.mkdir()
     with pytest.raises(DataFileError, match="invalid JSON at byte") as error:
-        compare({"npu_json_path": str(npu), "bench_json_path": str(bench)}, tmp_path / "out")
+        compare({"npu_json_path": str(npu), "bench_json_path": str(bench)}, out)
     assert str(npu) in str(error.value)
-    assert list((tmp_path / "out").iterdir()) == []
+    assert (list(out.iterdir()) == []) if folder_existed else not out.exists()
 
 
 # reading dump.json a block at a time

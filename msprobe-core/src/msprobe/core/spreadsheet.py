@@ -76,18 +76,14 @@ def _csv_column(column: list[Any]) -> list[str]:
             column = [csv_cell(value) for value in column]
         return _quoted(column)
     cells = list(column)
-    floats_at = []
     for index, value in enumerate(column):
         kind = type(value)
-        if kind is float:
-            floats_at.append(index)
-        elif kind is not str:
+        if kind is str:
+            if value[:1] in _TRIGGER_STARTS or "\x00" in value:
+                cells[index] = safe_cell(value)
+        elif kind is not float:
             cells[index] = str(csv_cell(value))
-        elif value[:1] in _TRIGGER_STARTS or "\x00" in value:
-            cells[index] = safe_cell(value)
-    for index, text in zip(floats_at, float_texts([column[index] for index in floats_at])):
-        cells[index] = "" if text == "nan" else text
-    return _quoted(cells)
+    return _quoted(_floats_put_as_text(column, cells, ""))
 
 
 def _floats_as_text(column: list[Any]) -> tuple[Any, bool]:
@@ -103,11 +99,15 @@ def _floats_as_text(column: list[Any]) -> tuple[Any, bool]:
         return _blank_nan(float_texts(column)), True
     if float not in kinds:
         return column, False
-    cells = list(column)
+    return _floats_put_as_text(column, list(column), None), False
+
+
+def _floats_put_as_text(column: list[Any], cells: list[Any], nan: Any) -> list[Any]:
+    """``cells`` with the text of the column's floats in their places (made in bulk), ``nan`` for a NaN."""
     floats_at = [index for index, value in enumerate(column) if type(value) is float]
     for index, text in zip(floats_at, float_texts([column[index] for index in floats_at])):
-        cells[index] = None if text == "nan" else text
-    return cells, False
+        cells[index] = nan if text == "nan" else text
+    return cells
 
 
 def _blank_nan(texts: list[str]) -> list[str]:

@@ -466,7 +466,7 @@ static int same_field(PyObject *one, PyObject *other, int field) {
     return same;
 }
 
-/* the common case of _same_structure in engine.py: role, dtype, shown dtype and shape equal row by row */
+/* the common case of same_structure in engine.py: role, dtype, shown dtype and shape equal row by row */
 static int plainly_same(PyObject *npu, PyObject *bench) {
     Py_ssize_t count = PyList_GET_SIZE(npu);
     if (count != PyList_GET_SIZE(bench)) return 0;
@@ -482,7 +482,7 @@ static int plainly_same(PyObject *npu, PyObject *bench) {
 
 /* pair_calls(rows, first_of, matched, bench_rows, call_starts, call_ends, same_structure) -> (pairs, unpaired)
 
-   The NPU rows of a block of whole calls paired as engine.match_rows and _calls_of_one_structure pair them:
+   The NPU rows of a block of whole calls paired as engine.match_rows and calls_of_one_structure pair them:
    each row with the bench row that first bears its name, unless another took it (``matched``, a bytearray
    over the bench rows, is marked); then a call whose rows differ in structure from the bench call they met
    (same_structure(npu_rows, bench_rows) is false) is unpaired, its bench rows returned apart. */

@@ -140,7 +140,7 @@ def match_rows(
     bench_calls: dict[str, list[Row]] = defaultdict(list)
     for row in bench_rows:
         bench_calls[row.entry].append(row)
-    pairs, unpaired = _calls_of_one_structure(pairs, bench_calls)
+    pairs, unpaired = calls_of_one_structure(pairs, bench_calls)
     pairs.extend((None, bench_by_key[key]) for key in bench_order if key in bench_by_key)
     pairs.extend((None, row) for row in unpaired)
     return pairs
@@ -166,7 +166,7 @@ def _shown_dtype(row: Row) -> Any:
     return row.dtype if row.shown_dtype == "" else row.shown_dtype
 
 
-def _same_structure(npu: list[Row], bench: list[Row]) -> bool:
+def same_structure(npu: list[Row], bench: list[Row]) -> bool:
     if len(npu) != len(bench):
         return False
     if all(
@@ -183,7 +183,7 @@ def _same_structure(npu: list[Row], bench: list[Row]) -> bool:
     return True
 
 
-def _calls_of_one_structure(
+def calls_of_one_structure(
     pairs: list[tuple[Row | None, Row | None]], bench_calls: dict[str, list[Row]]
 ) -> tuple[list[tuple[Row | None, Row | None]], list[Row]]:
     """Unpair the calls whose two sides differ in structure (a row more or less, another dtype or shape): each
@@ -202,7 +202,7 @@ def _calls_of_one_structure(
         if bench_entry is not None:
             npu = [n for n, _ in group if n is not None]
             bench = bench_calls.get(bench_entry, [])
-            if not _same_structure(npu, bench):
+            if not same_structure(npu, bench):
                 result.extend((n, None) for n, _ in group)
                 unpaired.extend(b for _, b in group if b is not None)
                 start = end
@@ -288,7 +288,7 @@ def statistics_table(pairs: list[tuple[Row | None, Row | None]], metrics: Sequen
     columns["Result"] = results
     columns["Err_message"] = messages
     # object columns: each cell keeps its type (an int statistic stays an int), whatever the rest of the column
-    return pd.DataFrame(columns, columns=_with_plugin_columns(STATISTICS_COLUMNS, metrics), dtype=object)
+    return pd.DataFrame(columns, columns=with_plugin_columns(STATISTICS_COLUMNS, metrics), dtype=object)
 
 
 def _pair_columns(
@@ -352,7 +352,7 @@ def default_metrics() -> tuple[Any, ...]:
     return BUILTIN_METRICS
 
 
-def _with_plugin_columns(reference_columns: list[str], metrics: Sequence[Any]) -> list[str]:
+def with_plugin_columns(reference_columns: list[str], metrics: Sequence[Any]) -> list[str]:
     """The reference's columns in its order, then the columns of metrics it does not have."""
     return [*reference_columns, *(m.name for m in metrics if m.name not in reference_columns)]
 
@@ -444,7 +444,7 @@ def tensor_table(
     columns.update(_stat_values(pairs))
     columns["Accuracy Reached or Not"] = accuracy
     columns["Err_message"] = messages
-    table = pd.DataFrame(columns, columns=_with_plugin_columns(TENSOR_COLUMNS, metrics))
+    table = pd.DataFrame(columns, columns=with_plugin_columns(TENSOR_COLUMNS, metrics))
     # the reference names no file for a value with no partner: nothing was compared with it
     data_names = [NA if n is None else (n.data_name or "-1") if b is not None else "-1" for n, b in pairs]
     table.insert(len(TENSOR_COLUMNS), DATA_NAME_COLUMN, data_names)

@@ -26,7 +26,7 @@ def timestamp() -> str:
     return time.strftime("%Y%m%d%H%M%S")
 
 
-def _replace(temporary: Path, final: Path) -> Path:
+def replace_file(temporary: Path, final: Path) -> Path:
     os.chmod(temporary, 0o640)
     os.replace(temporary, final)
     return final
@@ -36,7 +36,7 @@ def write_csv(table: pd.DataFrame, path: Path) -> Path:
     temporary = path.with_name(f".{path.name}.tmp")
     with open(temporary, "wb") as handle:
         write_csv_table(handle, table)
-    return _replace(temporary, path)
+    return replace_file(temporary, path)
 
 
 class XlsxStream:
@@ -81,11 +81,14 @@ class XlsxStream:
         if self.full:
             self.temporary.unlink(missing_ok=True)
             return None
-        return _replace(self.temporary, self.path)
+        return replace_file(self.temporary, self.path)
 
     def discard(self) -> None:
-        self.rows = XLSX_ROW_LIMIT + 1
-        self.close()
+        """Nothing left behind: the compare failed part way."""
+        try:
+            self._workbook.close()
+        finally:
+            self.temporary.unlink(missing_ok=True)
 
 
 def write_xlsx(table: pd.DataFrame, highlight: dict[int, str], path: Path) -> Path | None:

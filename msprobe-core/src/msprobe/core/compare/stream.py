@@ -22,6 +22,7 @@ hold md5 values).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -36,14 +37,16 @@ import numpy as np
 from msprobe.core.compare.advisor import Advice, AdviceFinder
 from msprobe.core.compare.engine import (
     STATISTICS_COLUMNS,
-    _with_plugin_columns,
+    calls_of_one_structure,
     finish_table,
     npu_calls,
+    same_structure,
     statistics_table,
+    with_plugin_columns,
 )
 from msprobe.core.compare.highlight import statistics_suspects
 from msprobe.core.compare.metrics import NA
-from msprobe.core.compare.report import XLSX_ROW_LIMIT, XlsxStream, _replace, write_text
+from msprobe.core.compare.report import XLSX_ROW_LIMIT, XlsxStream, replace_file, write_text
 from msprobe.core.compare.rows import Row, _tablerows, dump_rows
 from msprobe.core.dump import stream as dump_stream
 from msprobe.core.dump.reader import Dump, read_stacks
@@ -175,20 +178,11 @@ class _BenchSide:
                 self.has_md5 = True
         self.rows.extend(rows)
 
-    def calls(self, entry: str) -> list[Row]:
-        """The rows of one bench call, for the structure check."""
+    def get(self, entry: str, default: Any = None) -> list[Row]:
+        """The rows of one bench call (none for an entry it lacks), for the structure check: the bench side
+        stands in for the in-memory compare's dict of calls."""
         start = self.call_starts.get(entry)
         return [] if start is None else self.rows[start : self.call_ends[entry]]
-
-
-class _CallsOf:
-    """``bench_calls`` for the in-memory structure check, read from the compact bench side."""
-
-    def __init__(self, bench: _BenchSide):
-        self._bench = bench
-
-    def get(self, entry: str, default: Any = None) -> list[Row]:
-        return self._bench.calls(entry)
 
 
 def _bench_rows(path: Path, part: tuple[int, int] | None, progress: Counter) -> tuple[list[Row], int, dict[str, Any]]:
@@ -259,8 +253,6 @@ class _Matcher:
 
     def npu_pairs(self, path: Path, part: tuple[int, int] | None = None, progress: Counter | None = None
                   ) -> Iterator[list[tuple]]:  # fmt: skip
-        from msprobe.core.compare.engine import _same_structure
-
         reader = dump_stream.DumpStream(path)
         bench, matched, first_of = self.bench, self.matched, self.bench.first_of
         entries_seen = self.entries_seen
@@ -277,7 +269,7 @@ class _Matcher:
                 raise NotStreamable("both dumps hold md5 values: an md5 compare")
             if _tablerows is not None:
                 pairs, unpaired = _tablerows.pair_calls(
-                    rows, first_of, matched, bench.rows, bench.call_starts, bench.call_ends, _same_structure
+                    rows, first_of, matched, bench.rows, bench.call_starts, bench.call_ends, same_structure
                 )
             else:
                 pairs, unpaired = self._paired(rows)
@@ -289,8 +281,6 @@ class _Matcher:
 
     def _paired(self, rows: list[Row]) -> tuple[list[tuple[Row, Row | None]], list[Row]]:
         """``_tablerows.pair_calls`` in Python."""
-        from msprobe.core.compare.engine import _calls_of_one_structure
-
         bench, matched, first_of = self.bench, self.matched, self.bench.first_of
         pairs: list[tuple[Row, Row | None]] = []
         for row in rows:
@@ -300,7 +290,7 @@ class _Matcher:
             else:
                 matched[index] = 1
                 pairs.append((row, bench.rows[index]))
-        return _calls_of_one_structure(pairs, _CallsOf(bench))  # type: ignore[arg-type,return-value]
+        return calls_of_one_structure(pairs, bench)  # type: ignore[arg-type,return-value]
 
     def later_part(self, outcome: _PartOutcome) -> None:
         """Take in what a helper matched on the later part of the NPU dump."""
@@ -479,7 +469,8 @@ def stream_compare(
         if stacks is not None:
             stacks.stack = read_stacks(npu_json.parent)
         served = [metric for metric in metrics if metric.serves("statistics")]
-        columns = _with_plugin_columns(STATISTICS_COLUMNS, served) + ([STACK_COLUMN] if stack_mode else [])
+        columns = with_plugin_columns(STATISTICS_COLUMNS, served) + ([STACK_COLUMN] if stack_mode else [])
+        created = not output_dir.exists()  # and so removed again if the compare fails
         make_dir(output_dir)
         csv_path = output_dir / f"{prefix}_{stamp}.csv"
         csv_temporary = csv_path.with_name(f".{csv_path.name}.tmp")
@@ -516,13 +507,16 @@ def stream_compare(
             csv_temporary.unlink(missing_ok=True)
             if xlsx is not None:
                 xlsx.discard()
+            if created:
+                with contextlib.suppress(OSError):  # not empty: something else was put there meanwhile
+                    output_dir.rmdir()
             raise
         result = blocks.counts
         if xlsx is not None:
             written = xlsx.close()
             if written is not None:
                 result.files.append(written)
-        result.files.append(_replace(csv_temporary, csv_path))
+        result.files.append(replace_file(csv_temporary, csv_path))
         if auto_analyze:
             result.advice = blocks.finder.result()
             advisor_name = prefix.replace("compare_result", "advisor", 1)
