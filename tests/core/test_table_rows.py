@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import random
 from dataclasses import astuple
 from pathlib import Path
@@ -161,3 +162,162 @@ def test_table_columns_take_only_pairs_of_rows():
     row = rows.Row("a", "e", "torch.float32", [2], (1.0, 2.0, 3.0, 4.0), None, None, "input")
     assert engine._tablerows.pair_columns([(row, row), (row, "not a row")], engine.NA, {}) is None
     assert engine._tablerows.pair_columns([(row, None), [row, row]], engine.NA, {}) is None
+
+
+# rows straight from the text (parse_rows): the same rows and names as parsing each block as a dict
+
+
+class Raw(str):
+    """JSON text written as it is."""
+
+
+def _spaced(rng: random.Random) -> str:
+    return rng.choice(["", "", " ", "\n  ", "\t", " \r\n "])
+
+
+def _number_text(rng: random.Random, value: float) -> str:
+    """JSON spellings of a float: equal ones, and some read another way (an int, a long run of digits)."""
+    if not math.isfinite(value):
+        return rng.choice(["NaN", "Infinity", "-Infinity", "1e400", "-1E400"])
+    text = repr(value)
+    if value == int(value) and abs(value) < 1e15 and rng.random() < 0.5:
+        return str(int(value))  # an int in JSON: read as an int
+    choice = rng.randrange(8)
+    if choice == 0 and "e" in text:
+        return text.replace("e", "E")
+    if choice == 1 and "e" not in text:
+        return rng.choice([f"{text}e0", f"{text}E+00", f"{text}e-0"])
+    if choice == 2:
+        return f"{value:.25f}"  # 19 digits or more in a row
+    return text
+
+
+def _text(rng: random.Random, value) -> str:
+    """JSON text of ``value`` with random spacing and number spellings."""
+    if isinstance(value, Raw):
+        return value
+    if isinstance(value, dict):
+        items = [f"{_spaced(rng)}{_text(rng, key)}{_spaced(rng)}:{_spaced(rng)}{_text(rng, item)}"
+                 for key, item in value.items()]  # fmt: skip
+        return "{" + ",".join(items) + _spaced(rng) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_spaced(rng) + _text(rng, item) for item in value) + _spaced(rng) + "]"
+    if isinstance(value, float):
+        return _number_text(rng, value)
+    return json.dumps(value)
+
+
+def _odd_summary(rng: random.Random):
+    """A summary the text reader must hand back, or read right."""
+    tensor = _tensor(rng)
+    return rng.choice([
+        {**tensor, "Max": 3.0, "Min": -1.0},  # may be written as ints
+        {**tensor, "md5": "0a1b2c3d", "data_name": "x.pt"},
+        {**tensor, "md5": None},
+        {**tensor, "requires_grad": None},
+        {**tensor, "extra": [1, {"a": 2}]},
+        {**tensor, Raw('"dtype"'): Raw(r'"torch.float32\u00e9"')},
+        {**tensor, "dtype": "torch.floét"},
+        {**tensor, "shape": [2, 10**19]},
+        {**tensor, "shape": []},
+        {**tensor, "Mean": float("inf")},
+        {key: value for key, value in tensor.items() if key != "type"},
+        Raw('{"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2], "Max": 1.5, "Min": 1.5, "Mean": 1.5, '
+            '"Norm": 1.5, "Max": 2.5}'),  # a key twice: the last one counts
+    ])  # fmt: skip
+
+
+def _varied_text(rng: random.Random, count: int) -> str:
+    members = []
+    for index in range(count):
+        name = json.dumps(f"Torch.op{index % 5}.{index}.forward")
+        if index % 17 == 0:
+            name = json.dumps(f"Module.m{index}.parameters_grad")
+        elif index % 23 == 0:
+            name = f'"Torch.\\u00fcber.{index}.forward"'
+        elif index % 29 == 0:
+            name = json.dumps(f"Torch.ünder.{index}.forward", ensure_ascii=False)
+        sections = {"input_args": [_tensor(rng) for _ in range(rng.randint(0, 3))],
+                    "input_kwargs": {f"k{k}": _tensor(rng) for k in range(rng.randint(0, 2))},
+                    "output": [_tensor(rng)], "parameters": {"weight": _tensor(rng)}}  # fmt: skip
+        keys = rng.sample(list(sections), rng.randint(0, 4))
+        entry = {key: sections[key] for key in keys}
+        roll = rng.random()
+        if roll < 0.3 and entry:
+            section = rng.choice(keys)
+            if isinstance(entry[section], list):
+                entry[section].append(_odd_summary(rng))
+            else:
+                entry[section][Raw('"k0"') if rng.random() < 0.2 else "odd"] = _odd_summary(rng)  # maybe twice
+        elif roll < 0.35:
+            entry["is_forward"] = True  # a field of no section
+        elif roll < 0.38:
+            entry[Raw('"output"')] = [_tensor(rng)]  # a section twice, where it is there already
+        elif roll < 0.41:
+            entry["input_kwargs"] = {"k0": _tensor(rng), Raw('"k0"'): _tensor(rng)}  # a key twice
+        members.append(f"{_spaced(rng)}{name}{_spaced(rng)}:{_spaced(rng)}{_text(rng, entry)}")
+    return '{"task": "statistics", "level": "L1", "framework": "pytorch", "data": {' + ",".join(members) + "}}"
+
+
+def _read_rows(path: Path, monkeypatch, in_c: bool, block_bytes: int) -> tuple[list[tuple], list[str]]:
+    if not in_c:
+        monkeypatch.setattr(stream, "_tablerows", None)
+    reader = dump_stream.DumpStream(path, block_bytes)
+    found, names = [], []
+    for block_rows, block_names in stream._row_blocks(reader, None):
+        found += [astuple(row) for row in block_rows]
+        names += block_names
+    monkeypatch.undo()
+    return found, names
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_rows_read_from_the_text_are_the_rows_of_the_parsed_entries(tmp_path, monkeypatch, seed):
+    rng = random.Random(seed)
+    path = tmp_path / "dump.json"
+    path.write_text(_varied_text(rng, 1500), encoding="utf-8")
+    block_bytes = rng.choice([2048, 65536])
+    in_python = _read_rows(path, monkeypatch, False, block_bytes)
+    in_c = _read_rows(path, monkeypatch, True, block_bytes)
+    assert len(in_python[0]) > 3000 and len(in_python[1]) == 1500
+    assert str(in_c) == str(in_python)  # str: NaN statistics compare equal as text
+    assert [type(cell) for row in in_c[0] for cell in row[4]] == [type(cell) for row in in_python[0] for cell in row[4]]
+
+
+@pytest.mark.parametrize(
+    "member",
+    [
+        '"Torch.a.0.forward": {"input_args": [{"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2], '
+        '"Max": 01.5, "Min": 1.0, "Mean": 1.0, "Norm": 1.0}]}',  # a leading zero
+        '"Torch.a.0.forward": {"input_args": [{"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2], '
+        '"Max": 1.5, "Min": 1.0, "Mean": 1.0, "Norm": 1.0}],}',  # a trailing comma
+        '"Torch.a.0.forward": {"input_args": [{"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2 3], '
+        '"Max": 1.5, "Min": 1.0, "Mean": 1.0, "Norm": 1.0}]}',  # no comma between sizes
+        '"Torch.a.0.forward" {"input_args": []}',  # no colon
+    ],
+)
+def test_bad_text_is_named_as_before(tmp_path, monkeypatch, member):
+    good = '"Torch.b.0.forward": {"output": []}'
+    path = tmp_path / "dump.json"
+    path.write_text('{"task": "statistics", "data": {' + f"{good}, {member}, {good.replace('b', 'c')}" + "}}")
+    messages = []
+    for in_c in (False, True):
+        with pytest.raises(DataFileError) as raised:
+            _read_rows(path, monkeypatch, in_c, 65536)
+        messages.append(str(raised.value))
+    assert messages[0] == messages[1] and "at byte" in messages[0]
+
+
+def test_only_other_members_are_handed_back():
+    rng = random.Random(9)
+    plain = json.dumps({"input_args": [_tensor(rng)], "output": [_tensor(rng)]})
+    odd = json.dumps({"input_args": [{"type": "int", "value": 3}]})
+    text = f'"Torch.a.0.forward": {plain}, "Torch.b.0.forward": {odd}, "Torch.c.0.forward": {plain}'.encode()
+    found, names, handed = [], [], []
+    rows._tablerows.parse_rows(text, 0, len(text), found, names, lambda first, end: handed.append(text[first:end]))
+    assert handed == [f'"Torch.b.0.forward": {odd}'.encode()]
+    assert names == ["Torch.a.0.forward", "Torch.c.0.forward"]
+    assert [row.name for row in found] == [
+        "Torch.a.0.forward.input.0", "Torch.a.0.forward.output.0",
+        "Torch.c.0.forward.input.0", "Torch.c.0.forward.output.0",
+    ]  # fmt: skip

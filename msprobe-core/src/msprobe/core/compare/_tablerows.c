@@ -1,12 +1,17 @@
-/* The compare table's rows of a parsed dump.json block, for the common entry.
+/* The compare table's rows of dump.json entries, for the common entry.
  *
- * A large compare spends most of its time turning parsed entries into rows
- * (compare/rows.py, dump_rows with every_value).  Nearly every entry is a
- * call whose sections hold only tensor summaries: a dtype text, a shape of
- * sizes and four float statistics.  Those rows are built here.  Any entry
- * with something else in it, anywhere, goes whole to the Python function
- * given (the general path, which also raises the schema errors), so the rows
- * are the same as Python's and in the same order.
+ * A large compare spends most of its time turning entries into rows
+ * (compare/rows.py, dump_rows with every_value) and then into table
+ * columns.  Nearly every entry is a call whose sections hold only tensor
+ * summaries: a dtype text, a shape of sizes and four float statistics.
+ * Here:
+ * - parse_rows builds the rows of such entries straight from the text of
+ *   dump.json, and table_rows from entries already parsed;
+ * - index_rows and rows_of keep the bench side compact, pair_calls pairs
+ *   the NPU rows with it, pair_columns makes the table's plain columns.
+ * Any entry with something else in it, anywhere, goes whole to a Python
+ * function given (the general path, which also raises the schema errors),
+ * so the rows are the same as Python's and in the same order.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -601,7 +606,410 @@ failed:
     return NULL;
 }
 
+/* ---- rows straight from dump.json text ----
+ *
+ * Parsing an entry into dicts and then taking its rows costs most of a
+ * large compare's reading: a dict, its keys and values per tensor summary,
+ * all freed again at once.  parse_rows reads the text of a run of entries
+ * of "data" and builds the rows of each entry that is plainly a call of
+ * tensor summaries, written in a strict form of JSON: sections among
+ * input_args, input_kwargs, input, parameters and output, each summary with
+ * text type and dtype, a shape of sizes, four statistics written as JSON
+ * fractions, and optionally requires_grad, md5 and data_name.  Strings must
+ * be ASCII without escapes, numbers have fewer than 19 digits in a row, no
+ * key appears twice.  Every other entry is handed to the Python function
+ * given, by its byte span: it is parsed there as before, errors included.
+ */
+
+typedef struct {
+    const char *text;
+    Py_ssize_t at, end;
+} Cursor;
+
+typedef struct {
+    int section;
+    Py_ssize_t key_start, key_end; /* the key in a dict section */
+    Py_ssize_t dtype_start, dtype_end, md5_start, md5_end, name_start, name_end, shape_start, shape_end;
+    double stats[4];
+} Summary;
+
+typedef struct {
+    Summary *items;
+    Py_ssize_t count, capacity;
+} Summaries;
+
+#define LONGEST_DIGIT_RUN 18
+
+static void blank(Cursor *c) {
+    while (c->at < c->end) {
+        char ch = c->text[c->at];
+        if (ch != ' ' && ch != '\n' && ch != '\r' && ch != '\t') break;
+        c->at++;
+    }
+}
+
+static int take(Cursor *c, char expected) {
+    blank(c);
+    if (c->at < c->end && c->text[c->at] == expected) {
+        c->at++;
+        return 1;
+    }
+    return 0;
+}
+
+static int peek(Cursor *c, char expected) {
+    blank(c);
+    return c->at < c->end && c->text[c->at] == expected;
+}
+
+/* a string of printable ASCII without escapes; its contents' span */
+static int plain_string(Cursor *c, Py_ssize_t *start, Py_ssize_t *stop) {
+    if (!take(c, '"')) return 0;
+    *start = c->at;
+    while (c->at < c->end) {
+        unsigned char ch = (unsigned char)c->text[c->at];
+        if (ch == '"') {
+            *stop = c->at++;
+            return 1;
+        }
+        if (ch == '\\' || ch < 0x20 || ch >= 0x80) return 0;
+        c->at++;
+    }
+    return 0;
+}
+
+static int span_is(Cursor *c, Py_ssize_t start, Py_ssize_t stop, const char *word) {
+    size_t length = strlen(word);
+    return (size_t)(stop - start) == length && memcmp(c->text + start, word, length) == 0;
+}
+
+static int digits(Cursor *c) {
+    Py_ssize_t from = c->at;
+    while (c->at < c->end && c->text[c->at] >= '0' && c->text[c->at] <= '9') c->at++;
+    Py_ssize_t count = c->at - from;
+    return count > 0 && count <= LONGEST_DIGIT_RUN ? (int)count : 0;
+}
+
+/* a JSON number with a fraction or an exponent (an integer is read by the Python path as an int) */
+static int fraction(Cursor *c, double *value) {
+    blank(c);
+    Py_ssize_t from = c->at;
+    if (c->at < c->end && c->text[c->at] == '-') c->at++;
+    int whole = digits(c);
+    if (!whole || (whole > 1 && c->text[c->at - whole] == '0')) return 0;
+    int shaped = 0;
+    if (c->at < c->end && c->text[c->at] == '.') {
+        c->at++;
+        if (!digits(c)) return 0;
+        shaped = 1;
+    }
+    if (c->at < c->end && (c->text[c->at] == 'e' || c->text[c->at] == 'E')) {
+        c->at++;
+        if (c->at < c->end && (c->text[c->at] == '+' || c->text[c->at] == '-')) c->at++;
+        if (!digits(c)) return 0;
+        shaped = 1;
+    }
+    if (!shaped || c->at >= c->end) return 0; /* a number runs on to a separator, which the text holds */
+    char *stop = NULL;
+    *value = PyOS_string_to_double(c->text + from, &stop, NULL);
+    if (*value == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return stop == c->text + c->at;
+}
+
+/* a shape: [] or [sizes], each a JSON integer of at most 18 digits */
+static int sizes(Cursor *c, Py_ssize_t *start, Py_ssize_t *stop) {
+    if (!take(c, '[')) return 0;
+    *start = c->at;
+    if (take(c, ']')) {
+        *stop = c->at;
+        return 1;
+    }
+    do {
+        blank(c);
+        int count = digits(c);
+        if (!count || (count > 1 && c->text[c->at - count] == '0')) return 0;
+    } while (take(c, ','));
+    *stop = c->at;
+    return take(c, ']');
+}
+
+enum { K_TYPE, K_DTYPE, K_SHAPE, K_MAX, K_MIN, K_MEAN, K_NORM, K_GRAD, K_MD5, K_NAME, SUMMARY_KEYS };
+static const char *summary_keys[SUMMARY_KEYS] = {"type", "dtype", "shape", "Max", "Min", "Mean",
+                                                 "Norm", "requires_grad", "md5", "data_name"};
+#define REQUIRED_KEYS 0x7F /* type to Norm */
+
+static int summary(Cursor *c, Summary *item) {
+    if (!take(c, '{')) return 0;
+    int seen = 0;
+    item->md5_start = item->name_start = -1;
+    if (!peek(c, '}')) {
+        do {
+            Py_ssize_t start, stop;
+            if (!plain_string(c, &start, &stop) || !take(c, ':')) return 0;
+            int key = 0;
+            while (key < SUMMARY_KEYS && !span_is(c, start, stop, summary_keys[key])) key++;
+            if (key == SUMMARY_KEYS || (seen & (1 << key))) return 0;
+            seen |= 1 << key;
+            int ok;
+            switch (key) {
+                case K_TYPE: ok = plain_string(c, &start, &stop); break;
+                case K_DTYPE: ok = plain_string(c, &item->dtype_start, &item->dtype_end); break;
+                case K_MD5: ok = plain_string(c, &item->md5_start, &item->md5_end); break;
+                case K_NAME: ok = plain_string(c, &item->name_start, &item->name_end); break;
+                case K_SHAPE: ok = sizes(c, &item->shape_start, &item->shape_end); break;
+                case K_GRAD:
+                    blank(c);
+                    ok = c->end - c->at >= 5 && (memcmp(c->text + c->at, "true", 4) == 0 ||
+                                                 memcmp(c->text + c->at, "false", 5) == 0);
+                    if (ok) c->at += c->text[c->at] == 't' ? 4 : 5;
+                    break;
+                default: ok = fraction(c, &item->stats[key - K_MAX]);
+            }
+            if (!ok) return 0;
+        } while (take(c, ','));
+    }
+    return take(c, '}') && (seen & REQUIRED_KEYS) == REQUIRED_KEYS;
+}
+
+static Summary *next_summary(Summaries *all) {
+    if (all->count == all->capacity) {
+        Py_ssize_t capacity = all->capacity ? all->capacity * 2 : 16;
+        Summary *grown = PyMem_Realloc(all->items, capacity * sizeof(Summary));
+        if (grown == NULL) return NULL;
+        all->items = grown;
+        all->capacity = capacity;
+    }
+    return &all->items[all->count++];
+}
+
+/* the value of an entry: 1 when it is plainly a call of summaries (they are in ``all``), 0 when not, -1 on
+   an error of memory */
+static int plain_call(Cursor *c, Summaries *all) {
+    all->count = 0;
+    if (!take(c, '{')) return 0;
+    int seen = 0;
+    if (!peek(c, '}')) {
+        do {
+            Py_ssize_t start, stop;
+            if (!plain_string(c, &start, &stop) || !take(c, ':')) return 0;
+            int s = 0;
+            while (s < SECTIONS && !span_is(c, start, stop, section_names[s])) s++;
+            if (s == SECTIONS || (seen & (1 << s))) return 0;
+            seen |= 1 << s;
+            Py_ssize_t first = all->count;
+            if (!take(c, section_is_list[s] ? '[' : '{')) return 0;
+            if (take(c, section_is_list[s] ? ']' : '}')) continue;
+            do {
+                Summary *item = next_summary(all);
+                if (item == NULL) return -1;
+                item->section = s;
+                if (!section_is_list[s]) {
+                    if (!plain_string(c, &item->key_start, &item->key_end) || !take(c, ':')) return 0;
+                    for (Py_ssize_t k = first; k < all->count - 1; k++) { /* a key twice: dict semantics */
+                        Summary *other = &all->items[k];
+                        if (other->key_end - other->key_start == item->key_end - item->key_start &&
+                            memcmp(c->text + other->key_start, c->text + item->key_start,
+                                   item->key_end - item->key_start) == 0) {
+                            return 0;
+                        }
+                    }
+                }
+                if (!summary(c, item)) return 0;
+            } while (take(c, ','));
+            if (!take(c, section_is_list[s] ? ']' : '}')) return 0;
+        } while (take(c, ','));
+    }
+    return take(c, '}');
+}
+
+static PyObject *text_of(Cursor *c, Py_ssize_t start, Py_ssize_t stop) {
+    return PyUnicode_DecodeASCII(c->text + start, stop - start, NULL);
+}
+
+static PyObject *shape_of(Cursor *c, Py_ssize_t start, Py_ssize_t stop) {
+    PyObject *shape = PyList_New(0);
+    Cursor inner = {c->text, start, stop};
+    while (shape != NULL) {
+        blank(&inner);
+        if (inner.at >= stop || inner.text[inner.at] == ']') break;
+        long long size = 0;
+        while (inner.at < stop && inner.text[inner.at] >= '0' && inner.text[inner.at] <= '9') {
+            size = size * 10 + (inner.text[inner.at++] - '0');
+        }
+        PyObject *number = PyLong_FromLongLong(size);
+        if (number == NULL || PyList_Append(shape, number) != 0) Py_CLEAR(shape);
+        Py_XDECREF(number);
+        take(&inner, ',');
+    }
+    return shape;
+}
+
+static PyObject *summary_row(Cursor *c, Summary *item, PyObject *name, PyObject *entry) {
+    PyObject *row = row_type->tp_alloc(row_type, 0);
+    PyObject *stats = PyTuple_New(4);
+    PyObject *dtype = text_of(c, item->dtype_start, item->dtype_end);
+    PyObject *shape = shape_of(c, item->shape_start, item->shape_end);
+    PyObject *md5 = item->md5_start < 0 ? Py_NewRef(Py_None) : text_of(c, item->md5_start, item->md5_end);
+    PyObject *data_name =
+        item->name_start < 0 ? Py_NewRef(Py_None) : text_of(c, item->name_start, item->name_end);
+    int failed = !row || !stats || !dtype || !shape || !md5 || !data_name;
+    for (int k = 0; k < 4 && !failed; k++) {
+        PyObject *value = PyFloat_FromDouble(item->stats[k]);
+        failed = value == NULL;
+        if (value) PyTuple_SET_ITEM(stats, k, value);
+    }
+    failed = failed || set_field(row, NAME, name) || set_field(row, ENTRY, entry) || set_field(row, DTYPE, dtype) ||
+             set_field(row, SHAPE, shape) || set_field(row, STATS, stats) || set_field(row, MD5, md5) ||
+             set_field(row, DATA_NAME, data_name) || set_field(row, ROLE, roles[item->section]) ||
+             set_field(row, SHOWN_DTYPE, empty_text);
+    Py_XDECREF(stats);
+    Py_XDECREF(dtype);
+    Py_XDECREF(shape);
+    Py_XDECREF(md5);
+    Py_XDECREF(data_name);
+    if (failed) Py_CLEAR(row);
+    return row;
+}
+
+/* the rows of a plain call, in the table's order of sections */
+static int call_rows(Cursor *c, Summaries *all, PyObject *entry, PyObject *rows) {
+    for (int s = 0; s < SECTIONS; s++) {
+        PyObject *prefix = NULL;
+        Py_ssize_t index = 0;
+        for (Py_ssize_t i = 0; i < all->count; i++) {
+            Summary *item = &all->items[i];
+            if (item->section != s) continue;
+            if (prefix == NULL && (prefix = PyUnicode_Concat(entry, labels[s])) == NULL) return -1;
+            PyObject *key = section_is_list[s] ? index_text(index++) : text_of(c, item->key_start, item->key_end);
+            PyObject *name = key == NULL ? NULL : PyUnicode_Concat(prefix, key);
+            Py_XDECREF(key);
+            PyObject *row = name == NULL ? NULL : summary_row(c, item, name, entry);
+            Py_XDECREF(name);
+            int failed = row == NULL || PyList_Append(rows, row) != 0;
+            Py_XDECREF(row);
+            if (failed) {
+                Py_XDECREF(prefix);
+                return -1;
+            }
+        }
+        Py_XDECREF(prefix);
+    }
+    return 0;
+}
+
+/* where the value at c->at ends (strings and brackets skipped), or -1 */
+static Py_ssize_t value_end(Cursor *c) {
+    Py_ssize_t at = c->at, depth = 0;
+    for (; at < c->end; at++) {
+        char ch = c->text[at];
+        if (ch == '"') {
+            for (at++; at < c->end && c->text[at] != '"'; at++) {
+                if (c->text[at] == '\\') at++;
+            }
+            if (at >= c->end) return -1;
+        } else if (ch == '{' || ch == '[') {
+            depth++;
+        } else if (ch == '}' || ch == ']') {
+            if (--depth < 0) return at;
+            if (depth == 0) return at + 1;
+        } else if (depth == 0 && ch == ',') {
+            return at;
+        }
+    }
+    return depth == 0 ? at : -1;
+}
+
+/* the position of the comma after the member at ``first`` (a name, a colon, a value), or ``stop`` where it
+   cannot be found */
+static Py_ssize_t member_end(const char *text, Py_ssize_t first, Py_ssize_t stop) {
+    Cursor skip = {text, first, stop};
+    if (!take(&skip, '"')) return stop;
+    for (; skip.at < stop && text[skip.at] != '"'; skip.at++) {
+        if (text[skip.at] == '\\') skip.at++;
+    }
+    skip.at++;
+    if (!take(&skip, ':')) return stop;
+    blank(&skip);
+    Py_ssize_t found = value_end(&skip);
+    if (found < 0) return stop;
+    skip.at = found;
+    blank(&skip);
+    return skip.at < stop && text[skip.at] == ',' ? skip.at : stop;
+}
+
+/* parse_rows(text, start, stop, rows, names, other) -> None
+
+   The members of "data" in text[start:stop] (separated by commas, as between braces): the rows of each plain
+   call are appended to ``rows`` and its name to ``names``; any other member is handed to other(first, end),
+   its byte span, which appends them itself. A member that cannot be told apart from the next goes to
+   other() with the rest of the span, where parsing it raises. */
+static PyObject *parse_rows(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t start, stop;
+    PyObject *rows, *names, *other;
+    if (!PyArg_ParseTuple(args, "y*nnO!O!O", &view, &start, &stop, &PyList_Type, &rows, &PyList_Type, &names,
+                          &other)) {
+        return NULL;
+    }
+    if (row_type == NULL || start < 0 || stop > view.len || start > stop) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, row_type == NULL ? "configure() the row class first" : "a span out of range");
+        return NULL;
+    }
+    Cursor c = {view.buf, start, stop};
+    Summaries all = {NULL, 0, 0};
+    int failed = 0;
+    blank(&c);
+    while (!failed && c.at < stop) {
+        Py_ssize_t first = c.at, name_start, name_end;
+        int plain = 0;
+        static const char grad[] = ".parameters_grad"; /* a module's gradients: read as the Python path reads them */
+        const Py_ssize_t grad_length = (Py_ssize_t)sizeof(grad) - 1;
+        if (plain_string(&c, &name_start, &name_end) && take(&c, ':') &&
+            !(name_end - name_start >= grad_length && memcmp(c.text + name_end - grad_length, grad, grad_length) == 0)) {
+            Cursor value = c;
+            plain = plain_call(&value, &all);
+            if (plain > 0) {
+                blank(&value);
+                plain = value.at >= stop || value.text[value.at] == ',';
+            }
+            if (plain > 0) {
+                PyObject *entry = text_of(&c, name_start, name_end);
+                failed = entry == NULL || call_rows(&c, &all, entry, rows) != 0 || PyList_Append(names, entry) != 0;
+                Py_XDECREF(entry);
+                c.at = value.at;
+            }
+            failed = failed || plain < 0;
+        }
+        if (!plain && !failed) {
+            Py_ssize_t end = member_end(c.text, first, stop);
+            PyObject *done = PyObject_CallFunction(other, "nn", first, end);
+            failed = done == NULL;
+            Py_XDECREF(done);
+            c.at = end;
+        }
+        if (!failed && c.at < stop && !take(&c, ',')) {
+            blank(&c);
+            if (c.at < stop) { /* what follows a member is no comma: the rest goes to be parsed and named */
+                PyObject *done = PyObject_CallFunction(other, "nn", c.at, stop);
+                failed = done == NULL;
+                Py_XDECREF(done);
+                c.at = stop;
+            }
+        }
+        blank(&c);
+    }
+    PyMem_Free(all.items);
+    PyBuffer_Release(&view);
+    if (failed) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"parse_rows", parse_rows, METH_VARARGS, "Rows of the plain calls in a span of dump.json's data members."},
     {"pair_calls", pair_calls, METH_VARARGS, "Pair a block's NPU rows with the bench rows, call by call."},
     {"pair_columns", pair_columns, METH_VARARGS, "The columns of a statistics table taken straight from its pairs."},
     {"rows_of", rows_of, METH_O, "Rows made of tuples of their fields."},

@@ -190,13 +190,38 @@ def _bench_rows(path: Path, part: tuple[int, int] | None, progress: Counter) -> 
     reader = dump_stream.DumpStream(path)
     rows: list[Row] = []
     entries = 0
-    for block in reader.blocks(part):
+    for block_rows, names in _row_blocks(reader, part):
         _check_header(reader.header, path)
-        rows.extend(dump_rows(Dump.from_header(path, reader.header, block), every_value=True))
-        entries += len(block)
+        rows.extend(block_rows)
+        entries += len(names)
         progress(reader.parsed_bytes)
     _check_header(reader.header, path)
     return rows, entries, reader.header
+
+
+def _row_blocks(reader: dump_stream.DumpStream, part: tuple[int, int] | None) -> Iterator[tuple[list[Row], list]]:
+    """The rows of each block of a dump.json and the names of its entries (a name twice: the file holds it
+    twice). With the C builder, rows come straight from the text for the common entry (``parse_rows``); any
+    other entry is parsed as a dict and goes the Python way."""
+    path = reader.path
+    if _tablerows is None:
+        for block in reader.blocks(part):
+            yield dump_rows(Dump.from_header(path, reader.header, block), every_value=True), list(block)
+        return
+
+    def parse(text: bytes, start: int, stop: int) -> tuple[list[Row], list[str]]:
+        rows: list[Row] = []
+        names: list[str] = []
+
+        def other(first: int, end: int) -> None:
+            block = reader.members(first, end)
+            rows.extend(dump_rows(Dump.from_header(path, reader.header, block), every_value=True))
+            names.extend(block)
+
+        _tablerows.parse_rows(text, start, stop, rows, names, other)
+        return rows, names
+
+    yield from reader.blocks(part, parse)
 
 
 def _later_bench_rows(path: Path, part: tuple[int, int], progress: Counter) -> tuple[list[tuple], int, dict[str, Any]]:
@@ -256,15 +281,14 @@ class _Matcher:
         reader = dump_stream.DumpStream(path)
         bench, matched, first_of = self.bench, self.matched, self.bench.first_of
         entries_seen = self.entries_seen
-        for block in reader.blocks(part):
+        for rows, names in _row_blocks(reader, part):
             _check_header(reader.header, path)
             if str(reader.header.get("framework", "")) != str(self.bench_header.get("framework", "")):
                 raise NotStreamable("the dumps come from different frameworks: their names are mapped")
             size = len(entries_seen)
-            entries_seen.update(block)
-            if len(entries_seen) != size + len(block):
+            entries_seen.update(names)
+            if len(entries_seen) != size + len(names):
                 raise NotStreamable(f"{path}: an entry name appears twice")
-            rows = dump_rows(Dump.from_header(path, reader.header, block), every_value=True)
             if bench.has_md5 and any(row.md5 and row.shown_dtype == "" for row in rows):
                 raise NotStreamable("both dumps hold md5 values: an md5 compare")
             if _tablerows is not None:

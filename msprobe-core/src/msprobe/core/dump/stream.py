@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,9 @@ _SPACE = b" \t\r\n"
 # json, which keeps it exact. Found by mapping digits to "D" (bytes.translate runs at memory speed).
 _DIGITS_AS_D = bytes(0x44 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
 _LONG_DIGIT_RUN = b"D" * 19
+
+
+Parse = Callable[[bytes, int, int], Any]  # the text, the first byte of a run of entries, the byte after them
 
 
 def available() -> bool:
@@ -61,13 +64,17 @@ class DumpStream:
         self._eof = False
         self._seen_data = False
         self._part: tuple[int, int] | None = None
+        self._parse: Parse | None = None
         self._stopped = False
         self.parsed_bytes = 0  # of the blocks parsed so far: for a progress bar
 
-    def blocks(self, part: tuple[int, int] | None = None) -> Iterator[dict[str, Any]]:
+    def blocks(self, part: tuple[int, int] | None = None, parse: Parse | None = None) -> Iterator[Any]:
         """Blocks of whole entries, in file order. ``part`` (first byte, end byte): only the blocks that begin
-        in that range are parsed (two processes can share a file this way); reading stops past its end."""
+        in that range are parsed (two processes can share a file this way); reading stops past its end.
+        ``parse(text, start, stop)`` makes a block of the members in text[start:stop] (the entries between
+        the braces of ``data``, without the comma after the last); by default a dict of them, ``members``."""
         self._part = part
+        self._parse = parse
         try:
             with open(self.path, "rb") as self._handle:
                 yield from self._document()
@@ -127,12 +134,7 @@ class DumpStream:
                 at = last + 1
                 continue
             if last >= 0:
-                block = self._loads(b"{" + self._data[at:last] + b"}", at)
-                if not isinstance(block, dict):
-                    raise self._invalid(at, "'data' is not an object")
-                for name, entry in block.items():
-                    if not isinstance(entry, dict):
-                        raise DataFileError(self.path, f"entry '{name}' is not an object")
+                block = self.members(at, last) if self._parse is None else self._parse(self._data, at, last)
                 self.parsed_bytes += last - at
                 yield block
                 if close >= 0:
@@ -140,6 +142,17 @@ class DumpStream:
                 at = last + 1
                 continue
             at = self._more(at)
+
+    def members(self, start: int, stop: int) -> dict[str, Any]:
+        """The entries in bytes [start, stop) of the text read now (while a ``parse`` given to ``blocks``
+        runs), as a dict; each must be an object."""
+        block = self._loads(b"{" + self._data[start:stop] + b"}", start)
+        if not isinstance(block, dict):
+            raise self._invalid(start, "'data' is not an object")
+        for name, entry in block.items():
+            if not isinstance(entry, dict):
+                raise DataFileError(self.path, f"entry '{name}' is not an object")
+        return block
 
     def _scan(self, at: int) -> tuple[list[int], int]:
         try:
