@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import math
 import os
 import random
 import subprocess
 import sys
+import zlib
 
 import numpy as np
 import pandas as pd
@@ -208,21 +210,71 @@ def test_streamed_files_are_the_in_memory_ones_on_reference_dumps(npu, bench, tm
     _same_result(memory, streamed)
 
 
-def test_tensor_and_md5_pairs_go_to_the_in_memory_compare(tmp_path, monkeypatch):
+def test_tensor_pairs_go_to_the_in_memory_compare(tmp_path, monkeypatch):
     data = json.loads(fixture("statistics_L1", 0).read_text())["data"]
     tensors = tmp_path / "tensor" / "dump.json"
     _write(tensors, data)
     tensors.write_text(tensors.read_text().replace('"task": "statistics"', '"task": "tensor"', 1))
     summary, *_ = _run(tensors, tensors, tmp_path / "tensor_out", monkeypatch, "always")
     assert summary.mode == "tensor"
-    for entry in data.values():
-        for value in entry.get("output", []):
+
+
+def _md5_written(path, rng: random.Random, changed: float, from_entry: int = 0) -> None:
+    """Every tensor summary of the dump gets an md5 value (from its statistics; ``changed`` of them another),
+    in the entries from ``from_entry`` on."""
+    document = json.loads(path.read_text())
+    for index, entry in enumerate(document["data"].values()):
+        stack = [entry] if index >= from_entry else []
+        while stack:
+            value = stack.pop()
             if isinstance(value, dict) and "dtype" in value:
-                value["md5"] = "0123abcd"
-    _write(tmp_path / "md5" / "dump.json", data)
-    md5 = tmp_path / "md5" / "dump.json"
-    summary, *_ = _run(md5, md5, tmp_path / "md5_out", monkeypatch, "always")
-    assert summary.mode == "md5" and summary.verdict == "PASS"
+                text = json.dumps(value.get("Norm")) + ("x" if rng.random() < changed else "")
+                value["md5"] = f"{zlib.crc32(text.encode()):08x}"
+            elif isinstance(value, dict):
+                stack.extend(value.values())
+            elif isinstance(value, list):
+                stack.extend(value)
+    path.write_text(json.dumps(document))
+
+
+@pytest.mark.parametrize("helper", [False, True])
+def test_md5_pairs_stream_to_the_in_memory_files(varied_pair, tmp_path, monkeypatch, helper):
+    npu, bench = varied_pair
+    rng = random.Random(4)
+    _md5_written(npu, rng, 0.0)
+    _md5_written(bench, rng, 0.05)
+    monkeypatch.setattr(dump_stream, "BLOCK_BYTES", 4096)
+    if helper:
+        monkeypatch.setattr(stream, "HELPER_FROM_BYTES", 0)
+        monkeypatch.setattr(stream, "_can_fork", lambda: True)  # other tests may leave threads in this process
+        monkeypatch.setattr(stream, "XLSX_ROW_LIMIT", 0)
+    modes = []
+    original = stream._Blocks.__init__
+    monkeypatch.setattr(
+        stream._Blocks, "__init__", lambda self, mode, *a: modes.append(mode) or original(self, mode, *a)
+    )
+    memory = _run(npu, bench, tmp_path / "memory", monkeypatch, "never")
+    streamed = _run(npu, bench, tmp_path / "streamed", monkeypatch, "always")
+    assert modes == ["md5"]  # this process's (a helper's is in its own memory)
+    _same_result(memory, streamed)
+    assert streamed[0].mode == "md5" and streamed[0].suspicious > 20
+    assert b",Different\n" in streamed[1] and b",pass\n" in streamed[1]
+    if not helper:
+        assert _fills(streamed[3][0]) == _fills(memory[3][0])
+
+
+def test_md5_values_past_the_first_block_send_the_compare_to_memory(varied_pair, tmp_path, monkeypatch, caplog):
+    npu, bench = varied_pair
+    rng = random.Random(5)
+    _md5_written(npu, rng, 0.0, from_entry=400)
+    _md5_written(bench, rng, 0.05)
+    monkeypatch.setattr(dump_stream, "BLOCK_BYTES", 4096)
+    memory = _run(npu, bench, tmp_path / "memory", monkeypatch, "never")
+    with caplog.at_level(logging.DEBUG, logger="msprobe.core.compare.api"):
+        streamed = _run(npu, bench, tmp_path / "streamed", monkeypatch, "always")
+    _same_result(memory, streamed)
+    assert streamed[0].mode == "md5"
+    assert "md5 values past the NPU dump's first block" in caplog.text
 
 
 @pytest.mark.parametrize("with_xlsx", [False, True])

@@ -186,7 +186,7 @@ def _compare_pair(
             logger.debug("compared in memory: %s", reason)
         else:
             summary = CompareSummary(
-                "statistics", streamed.rows, streamed.suspicious, streamed.unmatched, streamed.advice, streamed.files
+                streamed.mode, streamed.rows, streamed.suspicious, streamed.unmatched, streamed.advice, streamed.files
             )
             return summary, None
     npu, bench = read_dump(npu_json), read_dump(bench_json)

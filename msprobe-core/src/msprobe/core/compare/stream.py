@@ -1,4 +1,4 @@
-"""A statistics compare of two large dumps, a block of calls at a time.
+"""A statistics or md5 compare of two large dumps, a block of calls at a time.
 
 The in-memory compare holds both dumps as Python objects and the whole
 table besides: about 8 KB per entry, 8 GB for a million entries. Here the
@@ -15,9 +15,9 @@ NPU file into a file of its own, appended to the CSV in order. What it
 matched and what its advisor saw are merged back.
 
 Only what is local to a call is done this way: fuzzy matching, name
-mappings, tensor and md5 modes stay in memory (``NotStreamable`` sends the
-compare there, even part way through, as when the NPU side turns out to
-hold md5 values).
+mappings and the tensor mode stay in memory (``NotStreamable`` sends the
+compare there, even part way through, as when md5 values turn up in the NPU
+side only after its first block, which chose the mode).
 """
 
 from __future__ import annotations
@@ -36,9 +36,11 @@ import numpy as np
 
 from msprobe.core.compare.advisor import Advice, AdviceFinder
 from msprobe.core.compare.engine import (
+    MD5_COLUMNS,
     STATISTICS_COLUMNS,
     calls_of_one_structure,
     finish_table,
+    md5_table,
     npu_calls,
     same_structure,
     statistics_table,
@@ -136,6 +138,7 @@ class Progress:
 
 @dataclass
 class StreamedCompare:
+    mode: str = "statistics"  # or "md5": both dumps hold md5 values
     rows: int = 0
     suspicious: int = 0
     unmatched: int = 0
@@ -261,6 +264,21 @@ def _read_bench(path: Path, processes: int = 1, progress: Progress | None = None
     return bench, header
 
 
+def _holds_md5(rows: list[Row]) -> bool:
+    """A tensor row with an md5 value (a plain value's md5 is the CRC of its text, made by the reader)."""
+    return any(row.md5 and row.shown_dtype == "" for row in rows)
+
+
+def _mode(npu_json: Path, bench: _BenchSide) -> str:
+    """md5 where both dumps hold md5 values, as the in-memory compare decides: the NPU side's first block
+    tells (a dump whose later blocks alone hold them is sent to the in-memory compare)."""
+    if not bench.has_md5:
+        return "statistics"
+    for rows, _names in _row_blocks(dump_stream.DumpStream(npu_json), None):
+        return "md5" if _holds_md5(rows) else "statistics"
+    return "statistics"
+
+
 def _check_header(header: dict[str, Any], path: Path) -> None:
     if str(header.get("task", "")) == "tensor":
         raise NotStreamable(f"{path}: a tensor dump")
@@ -269,8 +287,9 @@ def _check_header(header: dict[str, Any], path: Path) -> None:
 class _Matcher:
     """Pairs NPU rows with the bench side's, a block of whole calls at a time, as ``match_rows`` does."""
 
-    def __init__(self, bench: _BenchSide, bench_header: dict[str, Any]):
+    def __init__(self, bench: _BenchSide, bench_header: dict[str, Any], mode: str = "statistics"):
         self.bench = bench
+        self.mode = mode
         self.bench_header = bench_header
         self.matched = bytearray(len(bench.rows))
         self.unpaired: list[Row] = []  # bench rows set free by the structure check, listed last
@@ -289,8 +308,8 @@ class _Matcher:
             entries_seen.update(names)
             if len(entries_seen) != size + len(names):
                 raise NotStreamable(f"{path}: an entry name appears twice")
-            if bench.has_md5 and any(row.md5 and row.shown_dtype == "" for row in rows):
-                raise NotStreamable("both dumps hold md5 values: an md5 compare")
+            if self.mode != "md5" and bench.has_md5 and _holds_md5(rows):
+                raise NotStreamable("md5 values past the NPU dump's first block: its mode was chosen there")
             if _tablerows is not None:
                 pairs, unpaired = _tablerows.pair_calls(
                     rows, first_of, matched, bench.rows, bench.call_starts, bench.call_ends, same_structure
@@ -357,18 +376,19 @@ class _PartOutcome:
 class _Blocks:
     """Tables a block of pairs at a time: counted, highlighted, fed to the advisor, written."""
 
-    def __init__(self, metrics: Sequence[Any], stacks: Dump | None, writer: CsvTableWriter, xlsx: Any):
-        self.metrics, self.stacks, self.writer, self.xlsx = metrics, stacks, writer, xlsx
-        self.counts = StreamedCompare()
+    def __init__(self, mode: str, metrics: Sequence[Any], stacks: Dump | None, writer: CsvTableWriter, xlsx: Any):
+        self.mode, self.metrics, self.stacks, self.writer, self.xlsx = mode, metrics, stacks, writer, xlsx
+        self.counts = StreamedCompare(mode)
         self.finder = AdviceFinder()
 
     def add(self, blocks: Iterator[list[tuple]]) -> None:
         counts = self.counts
         for pairs in blocks:
-            table = statistics_table(pairs, self.metrics)
-            marks = finish_table("statistics", table, pairs, self.stacks)
+            md5 = self.mode == "md5"
+            table = md5_table(pairs) if md5 else statistics_table(pairs, self.metrics)
+            marks = finish_table(self.mode, table, pairs, self.stacks)
             names, bench_names = table["NPU Name"].tolist(), table["Bench Name"].tolist()
-            failing = statistics_suspects(table)
+            failing = (table["Result"] == "Different").to_numpy() if md5 else statistics_suspects(table)
             counts.rows += len(table)
             counts.unmatched += names.count(NA) + bench_names.count(NA)  # no row lacks both sides
             counts.suspicious += int(failing.sum())
@@ -388,7 +408,7 @@ def _later_half(matcher: _Matcher, npu_json: Path, part: tuple[int, int], part_f
                 metrics: Sequence[Any], stacks: Dump | None, progress: Counter) -> _PartOutcome:  # fmt: skip
     """The helper's share: the later half of the NPU dump, its CSV rows to ``part_file``."""
     with open(part_file, "wb") as handle:
-        blocks = _Blocks(metrics, stacks, CsvTableWriter(handle, None), None)
+        blocks = _Blocks(matcher.mode, metrics, stacks, CsvTableWriter(handle, None), None)
         blocks.add(matcher.npu_pairs(npu_json, part, progress))
     return _PartOutcome(blocks.counts, bytes(matcher.matched), matcher.unpaired, matcher.entries_seen, blocks.finder)
 
@@ -481,7 +501,7 @@ def stream_compare(
     metrics: Sequence[Any],
     processes: int = 2,
 ) -> StreamedCompare:
-    """Compare two statistics dumps block by block and write the result files; NotStreamable when the pair
+    """Compare two statistics (or md5) dumps block by block and write the result files; NotStreamable when the pair
     needs the in-memory compare (nothing is left behind then). With ``processes`` 2, a forked helper compares
     the later half of the NPU dump (when no xlsx is written: that file has one writer). A progress bar counts
     the bytes of both files read, on a terminal."""
@@ -492,8 +512,10 @@ def stream_compare(
         stacks = Dump.from_header(npu_json, {}, {}) if stack_mode else None
         if stacks is not None:
             stacks.stack = read_stacks(npu_json.parent)
+        mode = _mode(npu_json, bench)
         served = [metric for metric in metrics if metric.serves("statistics")]
-        columns = with_plugin_columns(STATISTICS_COLUMNS, served) + ([STACK_COLUMN] if stack_mode else [])
+        columns = MD5_COLUMNS if mode == "md5" else with_plugin_columns(STATISTICS_COLUMNS, served)
+        columns = columns + ([STACK_COLUMN] if stack_mode else [])
         created = not output_dir.exists()  # and so removed again if the compare fails
         make_dir(output_dir)
         csv_path = output_dir / f"{prefix}_{stamp}.csv"
@@ -504,7 +526,7 @@ def stream_compare(
             if len(bench.first_of) <= XLSX_ROW_LIMIT
             else None
         )
-        matcher = _Matcher(bench, bench_header)
+        matcher = _Matcher(bench, bench_header, mode)
         size = npu_json.stat().st_size
         helper = None
         try:
@@ -513,7 +535,7 @@ def stream_compare(
                 helper = _Forked(_later_half, matcher, npu_json, (size // 2, size + 1), part_file, metrics, stacks,
                                  progress.for_helper(), leaves=part_file)  # fmt: skip
             with open(csv_temporary, "wb") as handle:
-                blocks = _Blocks(metrics, stacks, CsvTableWriter(handle, columns), xlsx)
+                blocks = _Blocks(mode, metrics, stacks, CsvTableWriter(handle, columns), xlsx)
                 part = (0, size // 2) if helper is not None else None
                 blocks.add(matcher.npu_pairs(npu_json, part, progress.for_this_process()))
                 if helper is not None:
