@@ -7,6 +7,7 @@ for W in statistics and tensor mode, and time and peak memory for the
 synthetic dump at several sizes, to show they grow linearly. The synthetic
 sides differ by 0.1% in every statistic, so every cell holds a full-length
 float, as in real results.
+Last, an md5 compare of the largest size (every value differs).
 Targets: W statistics compare <= 1 s wall including start-up; 1,000,000
 synthetic entries (a streamed compare) <= 30 s and <= 2 GB in the largest
 process (docs/performance.md).
@@ -21,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -55,9 +57,10 @@ def cli_compare(npu: Path, bench: Path, out: Path) -> float:
     return time.perf_counter() - start
 
 
-def synthetic(path: Path, entries: int, scale: float = 1.0) -> Path:
+def synthetic(path: Path, entries: int, scale: float = 1.0, md5: bool = False) -> Path:
     """A statistics dump.json of ``entries`` calls, one input and one output each, with full-length floats as
-    real dumps hold; ``scale`` shifts every statistic (the bench side differs from the NPU side)."""
+    real dumps hold; ``scale`` shifts every statistic (the bench side differs from the NPU side); ``md5``: each
+    summary holds an md5 value too (differing where ``scale`` does), as the md5 task writes them."""
     path.mkdir(parents=True, exist_ok=True)
     statistics = (1.4859726428985596, -1.5021066665649414, 0.0104875639081001, 20.09383773803711)
     stats = [value * scale for value in statistics]
@@ -71,6 +74,8 @@ def synthetic(path: Path, entries: int, scale: float = 1.0) -> Path:
         "Norm": stats[3],
         "requires_grad": True,
     }
+    if md5:
+        tensor["md5"] = f"{zlib.crc32(repr(stats).encode()):08x}"
     with open(path / "dump.json", "w") as handle:
         handle.write('{"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": null, "data": {')
         for index in range(entries):
@@ -120,6 +125,12 @@ def main() -> None:
         )
         shutil.rmtree(args.out / f"syn{size}_a")
         shutil.rmtree(args.out / f"syn{size}_b")
+    npu = synthetic(args.out / "md5_a", args.entries, md5=True)
+    bench = synthetic(args.out / "md5_b", args.entries, scale=1.001, md5=True)
+    seconds, megabytes = in_process_compare(npu, bench, args.out / "md5_cmp")
+    print(f"synthetic md5 {args.entries:>5} entries: {seconds:8.2f} s, peak RSS {megabytes:8.0f} MB")
+    shutil.rmtree(args.out / "md5_a")
+    shutil.rmtree(args.out / "md5_b")
     print("peak RSS of this driver:", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, "MB")
 
 
