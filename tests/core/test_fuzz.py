@@ -245,3 +245,67 @@ def test_a_nul_in_a_dump_name_is_written_as_text_in_every_csv():
     handle = io.StringIO()
     spreadsheet.writer(handle).writerow(["Torch.add\x00.0.forward", "=1+1"])
     assert handle.getvalue() == "Torch.add\\x00.0.forward,'=1+1\r\n"
+
+
+# the streamed compare's reader: rows straight from the text (C) against the rows of the parsed entries
+plain_summaries = st.fixed_dictionaries(
+    {
+        "type": st.just("torch.Tensor"),
+        "dtype": st.sampled_from(["torch.float32", "torch.bfloat16"]) | st.text(max_size=4),
+        "shape": st.lists(st.integers(min_value=0, max_value=2**64), max_size=3),
+        "Max": st.floats(),
+        "Min": st.floats(),
+        "Mean": st.floats(),
+        "Norm": st.floats(),
+    },
+    optional={"requires_grad": st.booleans(), "md5": st.text(max_size=8), "data_name": st.text(max_size=8)},
+)
+streamed_entries = st.dictionaries(
+    st.sampled_from(["input_args", "input_kwargs", "output", "parameters", "junk"]),
+    st.lists(plain_summaries | summaries, max_size=3)
+    | st.dictionaries(st.text(max_size=4), plain_summaries, max_size=2),
+    max_size=4,
+)
+
+
+def _streamed_rows(path, in_c: bool):
+    from dataclasses import astuple
+
+    from msprobe.core.compare import stream
+    from msprobe.core.dump.stream import DumpStream
+
+    kept = stream._tablerows
+    stream._tablerows = kept if in_c else None
+    try:
+        found, names = [], []
+        for rows, block_names in stream._row_blocks(DumpStream(path, 256), None):
+            found += [astuple(row) for row in rows]
+            names += block_names
+        return "read", str(found), names
+    except MsprobeError:
+        return "error", None, None
+    finally:
+        stream._tablerows = kept
+
+
+@BUDGET
+@given(
+    data=st.dictionaries(entry_names, streamed_entries | json_values, max_size=5),
+    indent=st.sampled_from([None, 1]),
+    change=st.tuples(st.floats(min_value=0, max_value=1), st.sampled_from(list(',:{}[]"\\ 0e-.')), st.booleans())
+    | st.none(),
+)
+@example(data={"a": {"input_args": [{"type": "t", "dtype": "d", "shape": [], "Max": 1.5, "Min": 1.5, "Mean": 1.5,
+                                     "Norm": 1.5}]}}, indent=None, change=(0.5, "0", True))  # fmt: skip
+def test_dump_json_read_for_a_streamed_compare(tmp_path, data, indent, change):
+    text = json.dumps({"task": "statistics", "data": data}, indent=indent)
+    if change is not None:  # one character replaced or put in
+        where, character, insert = change
+        at = int(where * len(text))
+        text = text[:at] + character + text[at + (0 if insert else 1) :]
+    path = tmp_path / "dump.json"
+    path.write_text(text)
+    in_python, in_c = _streamed_rows(path, False), _streamed_rows(path, True)
+    assert in_c[0] == in_python[0]
+    if in_c[0] == "read" and len(set(in_c[2])) == len(in_c[2]):  # a name twice: the compare reads it whole
+        assert in_c == in_python
