@@ -27,7 +27,7 @@ static PyObject *descriptors[FIELDS];
 
 /* the sections in the table's order: a module's parameters between its inputs and outputs */
 #define SECTIONS 5
-static const char *section_names[SECTIONS] = {"input_args", "input_kwargs", "input", "parameters", "output"};
+static const char *const section_names[SECTIONS] = {"input_args", "input_kwargs", "input", "parameters", "output"};
 static const int section_is_list[SECTIONS] = {1, 0, 1, 0, 1};
 static const char *section_labels[SECTIONS] = {"input", "input", "input", "parameters", "output"};
 static PyObject *section_keys[SECTIONS];
@@ -132,14 +132,18 @@ static PyObject *index_text(Py_ssize_t index) {
     return PyUnicode_FromFormat("%zd", index);
 }
 
-static PyObject *make_row(PyObject *name, PyObject *entry, PyObject *item, PyObject *role) {
+/* a new row of the given field values (borrowed; none NULL), in field order */
+static PyObject *filled_row(PyObject *const values[FIELDS]) {
     PyObject *row = row_type->tp_alloc(row_type, 0);
-    if (row == NULL) return NULL;
-    PyObject *stats = PyTuple_New(4);
-    if (stats == NULL) {
-        Py_DECREF(row);
-        return NULL;
+    for (int field = 0; row != NULL && field < FIELDS; field++) {
+        if (set_field(row, field, values[field]) != 0) Py_CLEAR(row);
     }
+    return row;
+}
+
+static PyObject *make_row(PyObject *name, PyObject *entry, PyObject *item, PyObject *role) {
+    PyObject *stats = PyTuple_New(4);
+    if (stats == NULL) return NULL;
     for (int i = 0; i < 4; i++) {
         PyObject *stat = PyDict_GetItem(item, key_stats[i]);
         Py_INCREF(stat);
@@ -147,16 +151,11 @@ static PyObject *make_row(PyObject *name, PyObject *entry, PyObject *item, PyObj
     }
     PyObject *md5 = PyDict_GetItem(item, key_md5);
     PyObject *data_name = PyDict_GetItem(item, key_data_name);
-    int failed = set_field(row, NAME, name) || set_field(row, ENTRY, entry) ||
-                 set_field(row, DTYPE, PyDict_GetItem(item, key_dtype)) ||
-                 set_field(row, SHAPE, PyDict_GetItem(item, key_shape)) || set_field(row, STATS, stats) ||
-                 set_field(row, MD5, md5 ? md5 : Py_None) || set_field(row, DATA_NAME, data_name ? data_name : Py_None) ||
-                 set_field(row, ROLE, role) || set_field(row, SHOWN_DTYPE, empty_text);
+    PyObject *const values[FIELDS] = {name, entry, PyDict_GetItem(item, key_dtype), PyDict_GetItem(item, key_shape),
+                                      stats, md5 ? md5 : Py_None, data_name ? data_name : Py_None, role,
+                                      empty_text};
+    PyObject *row = filled_row(values);
     Py_DECREF(stats);
-    if (failed) {
-        Py_DECREF(row);
-        return NULL;
-    }
     return row;
 }
 
@@ -250,18 +249,12 @@ static PyObject *rows_of(PyObject *self, PyObject *fields) {
             Py_DECREF(rows);
             return NULL;
         }
-        PyObject *row = row_type->tp_alloc(row_type, 0);
+        PyObject *row = filled_row(&PyTuple_GET_ITEM(values, 0));
         if (row == NULL) {
             Py_DECREF(rows);
             return NULL;
         }
         PyList_SET_ITEM(rows, i, row);
-        for (int field = 0; field < FIELDS; field++) {
-            if (set_field(row, field, PyTuple_GET_ITEM(values, field)) != 0) {
-                Py_DECREF(rows);
-                return NULL;
-            }
-        }
     }
     return rows;
 }
@@ -736,8 +729,20 @@ static int sizes(Cursor *c, Py_ssize_t *start, Py_ssize_t *stop) {
     return take(c, ']');
 }
 
+/* a key from ``names`` not ``seen`` before in this object (it is marked seen): its index, or -1 for any other
+   key, a key twice (a dict keeps its last value: left to the Python path) or no key and colon */
+static int known_key(Cursor *c, const char *const *names, int count, int *seen) {
+    Py_ssize_t start, stop;
+    if (!plain_string(c, &start, &stop) || !take(c, ':')) return -1;
+    int key = 0;
+    while (key < count && !span_is(c, start, stop, names[key])) key++;
+    if (key == count || (*seen & (1 << key))) return -1;
+    *seen |= 1 << key;
+    return key;
+}
+
 enum { K_TYPE, K_DTYPE, K_SHAPE, K_MAX, K_MIN, K_MEAN, K_NORM, K_GRAD, K_MD5, K_NAME, SUMMARY_KEYS };
-static const char *summary_keys[SUMMARY_KEYS] = {"type", "dtype", "shape", "Max", "Min", "Mean",
+static const char *const summary_keys[SUMMARY_KEYS] = {"type", "dtype", "shape", "Max", "Min", "Mean",
                                                  "Norm", "requires_grad", "md5", "data_name"};
 #define REQUIRED_KEYS 0x7F /* type to Norm */
 
@@ -747,12 +752,9 @@ static int summary(Cursor *c, Summary *item) {
     item->md5_start = item->name_start = -1;
     if (!peek(c, '}')) {
         do {
+            int key = known_key(c, summary_keys, SUMMARY_KEYS, &seen);
+            if (key < 0) return 0;
             Py_ssize_t start, stop;
-            if (!plain_string(c, &start, &stop) || !take(c, ':')) return 0;
-            int key = 0;
-            while (key < SUMMARY_KEYS && !span_is(c, start, stop, summary_keys[key])) key++;
-            if (key == SUMMARY_KEYS || (seen & (1 << key))) return 0;
-            seen |= 1 << key;
             int ok;
             switch (key) {
                 case K_TYPE: ok = plain_string(c, &start, &stop); break;
@@ -793,12 +795,8 @@ static int plain_call(Cursor *c, Summaries *all) {
     int seen = 0;
     if (!peek(c, '}')) {
         do {
-            Py_ssize_t start, stop;
-            if (!plain_string(c, &start, &stop) || !take(c, ':')) return 0;
-            int s = 0;
-            while (s < SECTIONS && !span_is(c, start, stop, section_names[s])) s++;
-            if (s == SECTIONS || (seen & (1 << s))) return 0;
-            seen |= 1 << s;
+            int s = known_key(c, section_names, SECTIONS, &seen);
+            if (s < 0) return 0;
             Py_ssize_t first = all->count;
             if (!take(c, section_is_list[s] ? '[' : '{')) return 0;
             if (take(c, section_is_list[s] ? ']' : '}')) continue;
@@ -848,29 +846,29 @@ static PyObject *shape_of(Cursor *c, Py_ssize_t start, Py_ssize_t stop) {
 }
 
 static PyObject *summary_row(Cursor *c, Summary *item, PyObject *name, PyObject *entry) {
-    PyObject *row = row_type->tp_alloc(row_type, 0);
+    PyObject *row = NULL;
     PyObject *stats = PyTuple_New(4);
     PyObject *dtype = text_of(c, item->dtype_start, item->dtype_end);
     PyObject *shape = shape_of(c, item->shape_start, item->shape_end);
     PyObject *md5 = item->md5_start < 0 ? Py_NewRef(Py_None) : text_of(c, item->md5_start, item->md5_end);
     PyObject *data_name =
         item->name_start < 0 ? Py_NewRef(Py_None) : text_of(c, item->name_start, item->name_end);
-    int failed = !row || !stats || !dtype || !shape || !md5 || !data_name;
+    int failed = !stats || !dtype || !shape || !md5 || !data_name;
     for (int k = 0; k < 4 && !failed; k++) {
         PyObject *value = PyFloat_FromDouble(item->stats[k]);
         failed = value == NULL;
         if (value) PyTuple_SET_ITEM(stats, k, value);
     }
-    failed = failed || set_field(row, NAME, name) || set_field(row, ENTRY, entry) || set_field(row, DTYPE, dtype) ||
-             set_field(row, SHAPE, shape) || set_field(row, STATS, stats) || set_field(row, MD5, md5) ||
-             set_field(row, DATA_NAME, data_name) || set_field(row, ROLE, roles[item->section]) ||
-             set_field(row, SHOWN_DTYPE, empty_text);
+    if (!failed) {
+        PyObject *const values[FIELDS] = {name, entry, dtype, shape, stats, md5, data_name, roles[item->section],
+                                          empty_text};
+        row = filled_row(values);
+    }
     Py_XDECREF(stats);
     Py_XDECREF(dtype);
     Py_XDECREF(shape);
     Py_XDECREF(md5);
     Py_XDECREF(data_name);
-    if (failed) Py_CLEAR(row);
     return row;
 }
 

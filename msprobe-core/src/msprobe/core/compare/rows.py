@@ -196,31 +196,10 @@ def dump_rows(dump: Dump, every_value: bool = False) -> list[Row]:
             prefix = f"{entry}.{label}"
             for key, item in enumerate(value) if type(value) is list else value.items():
                 name = f"{prefix}.{key}"
-                # the commonest value, a tensor summary with four float statistics and a valid shape, is built
-                # here without the general path's checks (they would all pass)
-                if type(item) is dict and "dtype" in item and type(item.get("type")) is str:
-                    shape, stats = (
-                        item.get("shape"),
-                        (item.get("Max"), item.get("Min"), item.get("Mean"), item.get("Norm")),
-                    )
-                    if (
-                        type(shape) is list
-                        and set(map(type, stats)) == _FLOAT_ONLY
-                        and not [n for n in shape if type(n) is not int or n < 0]
-                    ):
-                        rows.append(
-                            Row(
-                                name,
-                                entry,
-                                str(item["dtype"]),
-                                shape,
-                                stats,
-                                item.get("md5"),
-                                item.get("data_name"),
-                                role,
-                            )
-                        )
-                        continue
+                row = _plain_tensor_row(name, entry, item, role)
+                if row is not None:
+                    rows.append(row)
+                    continue
                 for leaf_name, leaf in _leaves(item, name, every_value, 1):
                     add(leaf_name, entry, leaf, role)
 
@@ -233,7 +212,20 @@ def dump_rows(dump: Dump, every_value: bool = False) -> list[Row]:
     return rows
 
 
-_FLOAT_ONLY = {float}
+def _plain_tensor_row(name: str, entry: str, leaf: Any, role: str) -> Row | None:
+    """The row of the commonest value, a tensor summary with four float statistics and a valid shape, built
+    without the general path's checks (they would all pass); None for anything else."""
+    if type(leaf) is not dict or "dtype" not in leaf or type(leaf.get("type")) is not str:
+        return None
+    shape, stats = leaf.get("shape"), (leaf.get("Max"), leaf.get("Min"), leaf.get("Mean"), leaf.get("Norm"))
+    if type(shape) is not list or [n for n in shape if type(n) is not int or n < 0]:
+        return None
+    if type(stats[0]) is not float or type(stats[1]) is not float or type(stats[2]) is not float:
+        return None
+    if type(stats[3]) is not float:
+        return None
+    return Row(name, entry, str(leaf["dtype"]), shape, stats, leaf.get("md5"), leaf.get("data_name"), role)
+
 
 try:  # optional: built where a C compiler was found (setup.py)
     from msprobe.core.compare import _tablerows
