@@ -18,6 +18,7 @@ import pytest
 from test_compare_stream import _entries, _run, _tensor, write_varied_pair
 
 from msprobe.core.compare import engine, rows, stream
+from msprobe.core.dump import _jsonscan
 from msprobe.core.dump import stream as dump_stream
 from msprobe.core.dump.reader import Dump
 from msprobe.core.errors import DataFileError
@@ -262,12 +263,14 @@ def _varied_text(rng: random.Random, count: int) -> str:
 def _read_rows(path: Path, monkeypatch, in_c: bool, block_bytes: int) -> tuple[list[tuple], list[str]]:
     if not in_c:
         monkeypatch.setattr(stream, "_tablerows", None)
-    reader = dump_stream.DumpStream(path, block_bytes)
-    found, names = [], []
-    for block_rows, block_names in stream._row_blocks(reader, None):
-        found += [astuple(row) for row in block_rows]
-        names += block_names
-    monkeypatch.undo()
+    try:
+        reader = dump_stream.DumpStream(path, block_bytes)
+        found, names = [], []
+        for block_rows, block_names in stream._row_blocks(reader, None):
+            found += [astuple(row) for row in block_rows]
+            names += block_names
+    finally:  # the builder back, also when reading raised
+        monkeypatch.undo()
     return found, names
 
 
@@ -314,10 +317,23 @@ def test_only_other_members_are_handed_back():
     odd = json.dumps({"input_args": [{"type": "int", "value": 3}]})
     text = f'"Torch.a.0.forward": {plain}, "Torch.b.0.forward": {odd}, "Torch.c.0.forward": {plain}'.encode()
     found, names, handed = [], [], []
-    rows._tablerows.parse_rows(text, 0, len(text), found, names, lambda first, end: handed.append(text[first:end]))
+    commas, _ = _jsonscan.member_ends(text, 0)  # where the scanner finds the members end
+    rows._tablerows.parse_rows(
+        text, 0, len(text), commas, found, names, lambda first, end: handed.append(text[first:end])
+    )
     assert handed == [f'"Torch.b.0.forward": {odd}'.encode()]
     assert names == ["Torch.a.0.forward", "Torch.c.0.forward"]
     assert [row.name for row in found] == [
         "Torch.a.0.forward.input.0", "Torch.a.0.forward.output.0",
         "Torch.c.0.forward.input.0", "Torch.c.0.forward.output.0",
     ]  # fmt: skip
+
+
+def test_a_comma_after_the_last_entry_is_an_error_either_way(tmp_path, monkeypatch):
+    rng = random.Random(6)
+    entry = json.dumps({"input_args": [_tensor(rng)], "output": [_tensor(rng)]})
+    path = tmp_path / "dump.json"
+    path.write_text('{"task": "statistics", "data": {"Torch.a.0.forward": ' + entry + ",  }}")
+    for in_c in (False, True):
+        with pytest.raises(DataFileError, match="at byte"):
+            _read_rows(path, monkeypatch, in_c, 65536)

@@ -898,58 +898,37 @@ static int call_rows(Cursor *c, Summaries *all, PyObject *entry, PyObject *rows)
     return 0;
 }
 
-/* where the value at c->at ends (strings and brackets skipped), or -1 */
-static Py_ssize_t value_end(Cursor *c) {
-    Py_ssize_t at = c->at, depth = 0;
-    for (; at < c->end; at++) {
-        char ch = c->text[at];
-        if (ch == '"') {
-            for (at++; at < c->end && c->text[at] != '"'; at++) {
-                if (c->text[at] == '\\') at++;
-            }
-            if (at >= c->end) return -1;
-        } else if (ch == '{' || ch == '[') {
-            depth++;
-        } else if (ch == '}' || ch == ']') {
-            if (--depth < 0) return at;
-            if (depth == 0) return at + 1;
-        } else if (depth == 0 && ch == ',') {
-            return at;
-        }
+/* whether the member in c's span (a name, a colon, a value) is plainly a call of summaries; its rows are then
+   appended to ``rows`` and its name to ``names``. 0: not plain, -1: an error of memory */
+static int plain_member(Cursor *c, Summaries *all, PyObject *rows, PyObject *names) {
+    static const char grad[] = ".parameters_grad"; /* a module's gradients: read as the Python path reads them */
+    const Py_ssize_t grad_length = (Py_ssize_t)sizeof(grad) - 1;
+    Py_ssize_t name_start, name_end;
+    if (!plain_string(c, &name_start, &name_end) || !take(c, ':')) return 0;
+    if (name_end - name_start >= grad_length && memcmp(c->text + name_end - grad_length, grad, grad_length) == 0) {
+        return 0;
     }
-    return depth == 0 ? at : -1;
+    int plain = plain_call(c, all);
+    if (plain <= 0) return plain;
+    blank(c);
+    if (c->at != c->end) return 0; /* more after the value */
+    PyObject *entry = text_of(c, name_start, name_end);
+    int failed = entry == NULL || call_rows(c, all, entry, rows) != 0 || PyList_Append(names, entry) != 0;
+    Py_XDECREF(entry);
+    return failed ? -1 : 1;
 }
 
-/* the position of the comma after the member at ``first`` (a name, a colon, a value), or ``stop`` where it
-   cannot be found */
-static Py_ssize_t member_end(const char *text, Py_ssize_t first, Py_ssize_t stop) {
-    Cursor skip = {text, first, stop};
-    if (!take(&skip, '"')) return stop;
-    for (; skip.at < stop && text[skip.at] != '"'; skip.at++) {
-        if (text[skip.at] == '\\') skip.at++;
-    }
-    skip.at++;
-    if (!take(&skip, ':')) return stop;
-    blank(&skip);
-    Py_ssize_t found = value_end(&skip);
-    if (found < 0) return stop;
-    skip.at = found;
-    blank(&skip);
-    return skip.at < stop && text[skip.at] == ',' ? skip.at : stop;
-}
+/* parse_rows(text, start, stop, commas, rows, names, other) -> None
 
-/* parse_rows(text, start, stop, rows, names, other) -> None
-
-   The members of "data" in text[start:stop] (separated by commas, as between braces): the rows of each plain
-   call are appended to ``rows`` and its name to ``names``; any other member is handed to other(first, end),
-   its byte span, which appends them itself. A member that cannot be told apart from the next goes to
-   other() with the rest of the span, where parsing it raises. */
+   The members of "data" in text[start:stop], ``commas`` the positions of the commas between them (the
+   scanner found them): the rows of each plain call are appended to ``rows`` and its name to ``names``; any
+   other member is handed to other(first, end), its byte span, which appends them itself. */
 static PyObject *parse_rows(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t start, stop;
-    PyObject *rows, *names, *other;
-    if (!PyArg_ParseTuple(args, "y*nnO!O!O", &view, &start, &stop, &PyList_Type, &rows, &PyList_Type, &names,
-                          &other)) {
+    PyObject *commas, *rows, *names, *other;
+    if (!PyArg_ParseTuple(args, "y*nnO!O!O!O", &view, &start, &stop, &PyList_Type, &commas, &PyList_Type, &rows,
+                          &PyList_Type, &names, &other)) {
         return NULL;
     }
     if (row_type == NULL || start < 0 || stop > view.len || start > stop) {
@@ -957,48 +936,28 @@ static PyObject *parse_rows(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, row_type == NULL ? "configure() the row class first" : "a span out of range");
         return NULL;
     }
-    Cursor c = {view.buf, start, stop};
     Summaries all = {NULL, 0, 0};
     int failed = 0;
-    blank(&c);
-    while (!failed && c.at < stop) {
-        Py_ssize_t first = c.at, name_start, name_end;
-        int plain = 0;
-        static const char grad[] = ".parameters_grad"; /* a module's gradients: read as the Python path reads them */
-        const Py_ssize_t grad_length = (Py_ssize_t)sizeof(grad) - 1;
-        if (plain_string(&c, &name_start, &name_end) && take(&c, ':') &&
-            !(name_end - name_start >= grad_length && memcmp(c.text + name_end - grad_length, grad, grad_length) == 0)) {
-            Cursor value = c;
-            plain = plain_call(&value, &all);
-            if (plain > 0) {
-                blank(&value);
-                plain = value.at >= stop || value.text[value.at] == ',';
-            }
-            if (plain > 0) {
-                PyObject *entry = text_of(&c, name_start, name_end);
-                failed = entry == NULL || call_rows(&c, &all, entry, rows) != 0 || PyList_Append(names, entry) != 0;
-                Py_XDECREF(entry);
-                c.at = value.at;
-            }
-            failed = failed || plain < 0;
+    Py_ssize_t count = PyList_GET_SIZE(commas);
+    for (Py_ssize_t i = 0, first = start; i <= count && !failed; i++) {
+        Py_ssize_t end = i < count ? PyLong_AsSsize_t(PyList_GET_ITEM(commas, i)) : stop;
+        if (end < first || end > stop) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a comma out of range");
+            failed = 1;
+            break;
         }
-        if (!plain && !failed) {
-            Py_ssize_t end = member_end(c.text, first, stop);
-            PyObject *done = PyObject_CallFunction(other, "nn", first, end);
-            failed = done == NULL;
-            Py_XDECREF(done);
-            c.at = end;
-        }
-        if (!failed && c.at < stop && !take(&c, ',')) {
-            blank(&c);
-            if (c.at < stop) { /* what follows a member is no comma: the rest goes to be parsed and named */
-                PyObject *done = PyObject_CallFunction(other, "nn", c.at, stop);
-                failed = done == NULL;
-                Py_XDECREF(done);
-                c.at = stop;
-            }
-        }
+        Cursor c = {view.buf, first, end};
         blank(&c);
+        Py_ssize_t begin = c.at;
+        int plain = begin < end ? plain_member(&c, &all, rows, names) : count == 0; /* blank: an empty object */
+        if (plain == 0) {
+            /* a blank member after a comma (a trailing comma) goes with its comma, for the parser to name */
+            PyObject *done = PyObject_CallFunction(other, "nn", begin < end ? begin : first - 1, end);
+            plain = done == NULL ? -1 : 1;
+            Py_XDECREF(done);
+        }
+        failed = plain < 0;
+        first = end + 1;
     }
     PyMem_Free(all.items);
     PyBuffer_Release(&view);

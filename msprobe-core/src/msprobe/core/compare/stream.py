@@ -212,7 +212,7 @@ def _row_blocks(reader: dump_stream.DumpStream, part: tuple[int, int] | None) ->
             yield dump_rows(Dump.from_header(path, reader.header, block), every_value=True), list(block)
         return
 
-    def parse(text: bytes, start: int, stop: int) -> tuple[list[Row], list[str]]:
+    def parse(text: bytes, start: int, stop: int, commas: list[int]) -> tuple[list[Row], list[str]]:
         rows: list[Row] = []
         names: list[str] = []
 
@@ -221,7 +221,7 @@ def _row_blocks(reader: dump_stream.DumpStream, part: tuple[int, int] | None) ->
             rows.extend(dump_rows(Dump.from_header(path, reader.header, block), every_value=True))
             names.extend(block)
 
-        _tablerows.parse_rows(text, start, stop, rows, names, other)
+        _tablerows.parse_rows(text, start, stop, commas, rows, names, other)
         return rows, names
 
     yield from reader.blocks(part, parse)

@@ -37,7 +37,8 @@ _DIGITS_AS_D = bytes(0x44 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(25
 _LONG_DIGIT_RUN = b"D" * 19
 
 
-Parse = Callable[[bytes, int, int], Any]  # the text, the first byte of a run of entries, the byte after them
+# the text; the first byte of a run of entries, the byte after them; the commas between them
+Parse = Callable[[bytes, int, int, list[int]], Any]
 
 
 def available() -> bool:
@@ -71,8 +72,9 @@ class DumpStream:
     def blocks(self, part: tuple[int, int] | None = None, parse: Parse | None = None) -> Iterator[Any]:
         """Blocks of whole entries, in file order. ``part`` (first byte, end byte): only the blocks that begin
         in that range are parsed (two processes can share a file this way); reading stops past its end.
-        ``parse(text, start, stop)`` makes a block of the members in text[start:stop] (the entries between
-        the braces of ``data``, without the comma after the last); by default a dict of them, ``members``."""
+        ``parse(text, start, stop, commas)`` makes a block of the members in text[start:stop] (the entries
+        between the braces of ``data``, without the comma after the last; ``commas`` are those between them);
+        by default a dict of them, ``members``."""
         self._part = part
         self._parse = parse
         try:
@@ -134,7 +136,10 @@ class DumpStream:
                 at = last + 1
                 continue
             if last >= 0:
-                block = self.members(at, last) if self._parse is None else self._parse(self._data, at, last)
+                if self._parse is None:
+                    block = self.members(at, last)
+                else:
+                    block = self._parse(self._data, at, last, [end for end in ends if end < last])
                 self.parsed_bytes += last - at
                 yield block
                 if close >= 0:
