@@ -2,8 +2,9 @@
 
 The kernels (one-pass tensor statistics, see src/msprobe/core/dump/_kernels.c),
 the attribute swapping of src/msprobe/core/_attributes.c, the dump.json
-scanner (dump/_jsonscan.c), the CSV text maker (_csvtext.c) and the compare
-row builder (compare/_tablerows.c) are optional:
+scanner (dump/_jsonscan.c), the CSV text maker (_csvtext.c), the compare
+row builder (compare/_tablerows.c) and the call-stack walker (dump/_frames.c)
+are optional:
 without a C compiler the package installs all the same, measures tensors
 with the frameworks' own kernels, swaps attributes and writes CSV text in
 Python, and compares large dumps in memory.
@@ -35,4 +36,7 @@ CSVTEXT = Extension("msprobe.core._csvtext", ["src/msprobe/core/_csvtext.c"], op
 # the compare table's rows of the common dump.json entry (tensor summaries only), without Python code per row
 TABLEROWS = Extension("msprobe.core.compare._tablerows", ["src/msprobe/core/compare/_tablerows.c"], optional=True)
 
-setup(version=VERSION, ext_modules=[KERNELS, ATTRIBUTES, JSONSCAN, CSVTEXT, TABLEROWS])
+# the call stack of each recorded call (stack.json), walked without Python code per call; Python 3.11 and later
+FRAMES = Extension("msprobe.core.dump._frames", ["src/msprobe/core/dump/_frames.c"], optional=True)
+
+setup(version=VERSION, ext_modules=[KERNELS, ATTRIBUTES, JSONSCAN, CSVTEXT, TABLEROWS, FRAMES])

@@ -22,7 +22,7 @@ from typing import Any
 
 from msprobe.core.api_patch import ApiPatcher
 from msprobe.core.dump.collector import DumpCollector
-from msprobe.core.dump.stack import StackCapture
+from msprobe.core.dump.stack import stack_capture
 from msprobe.core.dump.writer import NO_PARENT
 from msprobe.core.session import TaskSession
 
@@ -102,7 +102,7 @@ class DumpRecorder:
         self.module_counts: dict[str, int] = defaultdict(int)
         self.module_stack: list[str] = []  # forward names of the module calls running, innermost last
         self.handles: list[Any] = []  # hook handles removed at stop()
-        self.stack = StackCapture(tool_root)
+        self.stack = stack_capture(tool_root)
         self.with_construct = self.level in ("L0", "mix")
         self._module_hooks: dict[str, ModuleHooks] = {}  # by label: made once, put on at every start()
 

@@ -18,6 +18,9 @@ them. Generator and coroutine frames are never trusted that way: another
 caller may have resumed them. The kept frames are those of the stack being
 recorded, let go of at the next walk or by ``forget``. Source lines come
 from linecache, which reads each file once.
+
+``stack_capture`` gives the walker in C (``_frames.c``) where it was built:
+the same walk on the same state, without Python code per call.
 """
 
 from __future__ import annotations
@@ -30,6 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from msprobe.core.dump.writer import EncodedJSON
+from msprobe.core.switches import switched_off
+
+try:  # the walk in C; a Python before 3.11 or an install without a C compiler walks here
+    from msprobe.core.dump import _frames
+except ImportError:
+    _frames = None
+if switched_off("MSPROBE_NO_LANE"):  # the per-call work in C is off as a whole
+    _frames = None
 
 _CORE_ROOT = str(Path(__file__).resolve().parents[2])  # .../msprobe of msprobe-core
 # a generator's or coroutine's frame is resumed by different callers: what lies above it may change while it lives
@@ -119,3 +130,9 @@ class StackCapture:
                 )
             frame = frame.f_back
         return EncodedJSON(json.dumps(frames, ensure_ascii=False))
+
+
+def stack_capture(*tool_roots: str) -> Any:
+    """A ``StackCapture``, or the C walker over one (called and forgotten alike)."""
+    capture = StackCapture(*tool_roots)
+    return _frames.Walker(capture) if _frames is not None else capture
