@@ -53,6 +53,21 @@ def test_entries_survive_a_killed_process(tmp_path):
     assert dump.data["Functional.relu.4.forward"]["output"][0]["Min"] >= 0
 
 
+def test_the_journal_of_a_killed_run_is_the_same_with_and_without_the_c_path(tmp_path):
+    """The per-call path in C writes the journal's lines into its mapping itself: byte for byte the Python way."""
+    script = tmp_path / "run.py"
+    script.write_text(KILLED_RUN.replace("debugger.start()", "debugger.start(); torch.manual_seed(0)"))
+    journals = []
+    for switch in ("0", "1"):
+        dump_path = tmp_path / f"dump{switch}"
+        env = {**os.environ, "MSPROBE_NO_LANE": switch}
+        result = subprocess.run([sys.executable, str(script), str(dump_path)], capture_output=True, env=env)
+        assert result.returncode == -signal.SIGKILL
+        (journal,) = [path for path in (dump_path / "step0" / "rank").iterdir() if path.name != "construct.json"]
+        journals.append(journal.read_bytes().rstrip(b"\0"))
+    assert journals[0] == journals[1] and journals[0].count(b"\n") > 10
+
+
 def test_two_ranks_with_torchrun(tmp_path):
     script = tmp_path / "dist.py"
     script.write_text(DISTRIBUTED_RUN)

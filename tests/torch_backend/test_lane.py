@@ -437,37 +437,44 @@ def test_the_journal_holds_what_the_python_way_journals(tmp_path, monkeypatch):
 
 
 def test_a_journal_that_fails_mid_step_is_reported_once_and_the_step_files_are_whole(tmp_path, monkeypatch, caplog):
-    """A full disk: the journal's writes fail; the lane's entries still reach dump.json, and training goes on."""
+    """A full disk: the journal cannot grow; the lane's entries still reach dump.json, and training goes on.
+
+    A mapped journal writes into blocks reserved beforehand, so a full disk shows when it grows: here it starts
+    with 2 KB, a few entries' worth, and every reservation beyond that fails.
+    """
     import errno
+    import os
 
     from msprobe.core.dump import writer as writer_module
 
-    original = writer_module._MappedJournal.write
-    calls = []
+    reserve = os.posix_fallocate
+    growths = []
 
-    def full_disk(journal, data):
-        calls.append(len(data))
-        if len(calls) > 1:  # the first write (the header and the first entry) fits; nothing after it
+    def full_disk(descriptor, offset, length):
+        if offset > 0:
+            growths.append(offset)
             raise OSError(errno.ENOSPC, "No space left on device")
-        return original(journal, data)
+        return reserve(descriptor, offset, length)
 
-    writer_module._SPARE_JOURNAL.drop()  # a fresh mapped journal, whose write() is the one patched
-    monkeypatch.setattr(writer_module._MappedJournal, "write", full_disk)
+    writer_module._SPARE_JOURNAL.drop()  # a fresh mapped journal, of the size set here
+    monkeypatch.setattr(writer_module._MappedJournal.__init__, "__defaults__", (2048,))
+    monkeypatch.setattr(os, "posix_fallocate", full_disk)
     weight = torch.ones(8)
     debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path))
     with caplog.at_level(logging.WARNING):
         debugger.start()
         with torch.no_grad():
-            for _ in range(5):
+            for _ in range(30):
                 weight.mul_(0.5)
         debugger.stop()
         debugger.step()
-    assert weight.tolist() == [0.5**5] * 8
+    assert weight.tolist() == [0.5**30] * 8
     warnings = [r.getMessage() for r in caplog.records if "journal write failed" in r.getMessage()]
-    assert len(warnings) == 1 and len(calls) == 6  # reported once; each later entry tries again (space may free up)
+    assert len(warnings) == 1  # reported once
+    assert len(growths) > 1 and len(set(growths)) == 1  # each later entry tries again (space may free up)
     data = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]
-    assert list(data) == [f"Tensor.mul_.{i}.forward" for i in range(5)]
-    assert data["Tensor.mul_.4.forward"]["output"][0]["Max"] == 0.5**5
+    assert list(data) == [f"Tensor.mul_.{i}.forward" for i in range(30)]
+    assert data["Tensor.mul_.29.forward"]["output"][0]["Max"] == 0.5**30
 
 
 def test_every_attribute_the_lane_reads_exists_on_the_recorder_s_objects(tmp_path):

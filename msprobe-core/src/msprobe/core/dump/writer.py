@@ -245,6 +245,8 @@ class _MappedJournal:
         self._size = size
 
     def write(self, data: bytes) -> None:
+        """The lines go to the mapping at ``_position``; msprobe-torch's per-call path (``_lane.c``,
+        ``write_mapped``) does the same itself while they fit, so the two must stay alike."""
         start = self._position
         end = start + len(data)
         if end > self._size:  # grow: reserve the blocks first, then map them

@@ -44,7 +44,7 @@ static PyObject *one; /* the int 1 */
 static PyObject *s_version, *s_data_ptr, *s_dtype, *s_shape, *s_requires_grad, *s_is_cpu, *s_is_neg,
     *s_is_contiguous, *s_stride, *s_untyped_storage, *s_busy, *s_count, *s_written_at, *s_out, *s_inplace, *s_writer,
     *s_open_step, *s_add_journaled, *s_journal, *s_journal_failed, *s_dirty, *s_data, *s_stack, *s_construct,
-    *s_names, *s_write, *s_limit;
+    *s_names, *s_write, *s_limit, *s_map, *s_position, *s_size;
 
 /* What configure() gave: torch's own descriptors of the tensor attributes read per call (each read then skips
  * the lookup by name, which costs a dict lookup per class in the MRO and one in the tensor's __dict__), and
@@ -1066,6 +1066,40 @@ static int lane_takes(Lane *self, PyObject *args, PyObject *kwargs, PyObject **g
     return status < 0 ? -1 : 1;
 }
 
+/* writer.py's _MappedJournal.write for lines that fit the mapping as it is: copied in and the position moved on,
+ * without a bytes object or a Python call.  1 when written, 0 when the journal's own write() must do it (another
+ * kind of journal, a mapping to grow), -1 on error. */
+static int write_mapped(PyObject *journal, const char *data, Py_ssize_t len) {
+    PyObject *map = PyObject_GetAttr(journal, s_map), *position = NULL, *size = NULL;
+    int done = 0;
+    if (map == NULL || !PyObject_CheckBuffer(map) || (position = PyObject_GetAttr(journal, s_position)) == NULL ||
+        (size = PyObject_GetAttr(journal, s_size)) == NULL || !PyLong_CheckExact(position) || !PyLong_CheckExact(size))
+        goto done;
+    Py_ssize_t start = PyLong_AsSsize_t(position), reserved = PyLong_AsSsize_t(size);
+    if (start < 0 || reserved < 0 || len > reserved - start) goto done; /* to grow: the journal's write() */
+    Py_buffer view;
+    if (PyObject_GetBuffer(map, &view, PyBUF_WRITABLE | PyBUF_SIMPLE) < 0) goto done;
+    if (view.len >= reserved) {
+        memcpy((char *)view.buf + start, data, (size_t)len);
+        done = 1;
+    }
+    PyBuffer_Release(&view);
+    if (done) {
+        PyObject *end = PyLong_FromSsize_t(start + len);
+        if (end == NULL || PyObject_SetAttr(journal, s_position, end) < 0) done = -1;
+        Py_XDECREF(end);
+    }
+done:
+    Py_XDECREF(map);
+    Py_XDECREF(position);
+    Py_XDECREF(size);
+    if (done == 0 && PyErr_Occurred()) { /* not this kind of journal: its write() does it */
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+        PyErr_Clear();
+    }
+    return done;
+}
+
 /* DumpWriter.add_journaled's usual case, here: the step's journal is open and has not failed.  The entry goes into
  * the writer's tables and its lines (DumpWriter's _journal_line format) to the journal's own write().  Returns 1
  * when done, 0 when the writer's Python must do it (no journal yet, or a failed one, or any error here: its
@@ -1103,17 +1137,18 @@ static int journal_entry(Lane *self, PyObject *writer, PyObject *name, PyObject 
             TEXT_ADD(&lines, ", ") < 0 || text_unicode(&lines, values[i]) < 0 || TEXT_ADD(&lines, "]\n") < 0)
             status = -1;
     }
-    PyObject *bytes = status == 0 ? PyBytes_FromStringAndSize(lines.data, lines.len) : NULL;
-    text_free(&lines);
-    PyObject *result = NULL;
-    if (bytes != NULL && PyObject_SetAttr(writer, s_dirty, Py_True) == 0)
-        result = PyObject_CallMethodOneArg(journal, s_write, bytes);
-    Py_XDECREF(bytes);
-    Py_DECREF(journal);
-    if (result != NULL) {
-        Py_DECREF(result);
-        return 1;
+    int written = status == 0 && PyObject_SetAttr(writer, s_dirty, Py_True) == 0 ? 0 : -1;
+    if (written == 0) written = write_mapped(journal, lines.data, lines.len);
+    if (written == 0) {
+        PyObject *bytes = PyBytes_FromStringAndSize(lines.data, lines.len);
+        PyObject *result = bytes == NULL ? NULL : PyObject_CallMethodOneArg(journal, s_write, bytes);
+        Py_XDECREF(bytes);
+        written = result == NULL ? -1 : 1;
+        Py_XDECREF(result);
     }
+    text_free(&lines);
+    Py_DECREF(journal);
+    if (written > 0) return 1;
 python:
     if (PyErr_Occurred()) {
         if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
@@ -1651,6 +1686,9 @@ PyMODINIT_FUNC PyInit__lane(void) {
     INTERN(s_names, "_names")
     INTERN(s_write, "write")
     INTERN(s_limit, "limit")
+    INTERN(s_map, "_map")
+    INTERN(s_position, "_position")
+    INTERN(s_size, "_size")
 #undef INTERN
     if ((one = PyLong_FromLong(1)) == NULL) return NULL;
     if (PyType_Ready(&CachedType) < 0 || PyType_Ready(&SummariesType) < 0 || PyType_Ready(&LaneType) < 0) return NULL;
