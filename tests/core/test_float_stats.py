@@ -1,5 +1,6 @@
 """The C kernels behind the dump's statistics: right values, right refusals, the same bits on every path."""
 
+import math
 import os
 import subprocess
 import sys
@@ -62,6 +63,41 @@ def test_inf_and_nan_are_left_to_the_caller(bad, dtype):
             values = np.ones(size, dtype=dtype)
             values[position] = bad
             assert float_stats.stats_of(values) is None
+
+
+def _torch_rule(values: np.ndarray) -> tuple[float, ...]:
+    """What torch reports for data with an inf or nan, from numpy: aminmax and norm give nan for a nan; the sum
+    gives nan for a nan or for both infs; the pair holds the finite extremes, else those of the infs, else nan."""
+    wide = values.astype(np.float64)
+    nan = bool(np.isnan(wide).any())
+    with np.errstate(invalid="ignore"):
+        total = float(wide.sum())
+    finite = wide[np.isfinite(wide)]
+    kept = finite if finite.size else wide[~np.isnan(wide)]
+    pair = (float(kept.max()), float(kept.min())) if kept.size else (math.nan, math.nan)
+    if nan:
+        return (math.nan, math.nan, math.nan, math.nan, *pair)
+    return (float(wide.max()), float(wide.min()), total, math.inf, *pair)
+
+
+def _special_stats(values: np.ndarray) -> tuple[float, ...] | None:
+    kind = float_stats.FLOAT32 if values.dtype == np.float32 else float_stats.FLOAT64
+    return float_stats.nonfinite_stats_at(values.ctypes.data, values.size, kind)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_data_with_inf_or_nan_gets_torchs_special_values_and_the_finite_extremes(dtype):
+    rng = np.random.default_rng(7)
+    specials = [np.inf, -np.inf, np.nan]
+    for size in (1, 2, 17, 1000, 70_000):
+        for chosen in ([0], [1], [2], [0, 1], [0, 2], [1, 2], [0, 1, 2]):
+            values = (rng.standard_normal(size) * 5).astype(dtype)
+            positions = rng.choice(size, size=min(size, len(chosen)), replace=False)
+            values[positions] = [specials[k] for k in chosen[: len(positions)]]
+            assert str(_special_stats(values)) == str(_torch_rule(values)), (size, chosen)
+        nothing_finite = np.array([specials[k % 3] for k in range(size)], dtype=dtype)
+        assert str(_special_stats(nothing_finite)) == str(_torch_rule(nothing_finite))
+    assert _special_stats(np.ones(100, dtype=dtype)) is None  # finite: the first kernel's
 
 
 _KINDS = {

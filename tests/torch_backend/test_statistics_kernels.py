@@ -22,6 +22,10 @@ def _cases() -> dict[str, torch.Tensor]:
     with_inf[7] = float("inf")
     with_nan = torch.randn(100)
     with_nan[3] = float("nan")
+    both_infs = torch.randn(70)
+    both_infs[[5, 60]] = torch.tensor([float("inf"), float("-inf")])
+    nan_and_inf = torch.randn(70, dtype=torch.float64)
+    nan_and_inf[[1, 2]] = torch.tensor([float("-inf"), float("nan")], dtype=torch.float64)
     return {
         "float32": torch.randn(1000) * 4 + 1,
         "float32 odd size": torch.randn(3, 5, 7),
@@ -37,6 +41,15 @@ def _cases() -> dict[str, torch.Tensor]:
         "int": torch.arange(-5, 17),
         "with inf": with_inf,
         "with nan": with_nan,
+        "with -inf, float64": -with_inf.double(),
+        "with both infs": both_infs,
+        "with nan and -inf, float64": nan_and_inf,
+        "all inf": torch.full((40,), float("-inf")),
+        "all nan": torch.full((3, 3), float("nan")),
+        "infs only": torch.tensor([float("inf"), float("-inf"), float("inf")]),
+        "causal mask": torch.triu(torch.full((64, 64), float("-inf")), diagonal=1),
+        "float16 with inf": torch.tensor([1.0, 65504.0, float("inf"), -3.0]).half(),
+        "transposed with nan": with_nan.reshape(10, 10).t(),
         "norm beyond float32": torch.full((4,), 3.0e38),
         "one element": torch.tensor([2.5]),
         "0-d": torch.tensor(-1.5),
@@ -50,9 +63,11 @@ def test_kernels_and_torch_agree(case, monkeypatch):
     monkeypatch.setattr(float_stats, "AVAILABLE", False)
     by_torch = summary_of(TensorSummarizer("statistics", "statistics"), tensor)
     assert with_kernels.keys() == by_torch.keys()
+    if not all(map(math.isfinite, (float(by_torch[key]) for key in KEYS))):  # special values: exact either way
+        assert [str(with_kernels[key]) for key in by_torch] == [str(by_torch[key]) for key in by_torch]
     for key, expected in by_torch.items():
         value = with_kernels[key]
-        if key in KEYS and isinstance(expected, float) and math.isnan(expected):
+        if isinstance(expected, float) and math.isnan(expected):  # the pair too, where all are nan
             assert math.isnan(value), key
         elif key in KEYS and isinstance(expected, float):
             # torch sums float32 in float32; the kernels in double
@@ -72,10 +87,20 @@ def test_the_kernels_measure_plain_cpu_tensors(monkeypatch):
     # float16 is widened to float32 by torch first, then read by the kernel
     assert calls == [(1000, "f"), (333, "d"), (480, "f"), (400, "f"), (257, "f")]
     calls.clear()
-    for case in ("transposed", "sliced", "negative view", "with inf"):
+    special = []
+    found = float_stats.nonfinite_stats_at
+    monkeypatch.setattr(float_stats, "nonfinite_stats_at", lambda *args: special.append(args[1:]) or found(*args))
+    monkeypatch.setattr(torch, "aminmax", None)  # nothing below is measured by torch
+    for case in ("transposed", "with inf", "causal mask"):
         tensors._measure(cases[case])
-    # a transpose fills its block of memory; a slice of columns and a negative view do not; the inf goes to torch
-    assert [count for count, _ in calls] == [3072, 100]
+    # a transpose fills its block of memory; an inf is measured by the second kernel, which knows the pair
+    assert [count for count, _ in calls] == [3072, 100, 4096] and special == [(100, "f"), (4096, "f")]
+    monkeypatch.undo()
+    calls.clear()
+    monkeypatch.setattr(float_stats, "stats_at", lambda *args: calls.append(args[1:]) or original(*args))
+    for case in ("sliced", "negative view"):
+        tensors._measure(cases[case])
+    assert calls == []  # a slice of columns and a negative view do not fill a block: torch measures them
 
 
 def test_mean_and_norm_are_correctly_rounded():

@@ -229,20 +229,88 @@ static int parse_kind(PyObject *kind_object, char *kind) {
     return -1;
 }
 
-static PyObject *float_stats_at(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+/* The (address, count, kind) arguments of the *_at functions; -1 with the error set when they are wrong. */
+static int address_arguments(const char *function, PyObject *const *args, Py_ssize_t nargs, void **address,
+                             Py_ssize_t *n, char *kind) {
     if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "float_stats_at(address, count, kind)");
-        return NULL;
+        PyErr_Format(PyExc_TypeError, "%s(address, count, kind)", function);
+        return -1;
     }
-    void *address = PyLong_AsVoidPtr(args[0]);
-    Py_ssize_t n = PyLong_AsSsize_t(args[1]);
+    *address = PyLong_AsVoidPtr(args[0]);
+    *n = PyLong_AsSsize_t(args[1]);
+    if (PyErr_Occurred() || parse_kind(args[2], kind) < 0) return -1;
+    if (*address == NULL || *n <= 0) {
+        PyErr_Format(PyExc_ValueError, "%s needs a non-null address and a positive count", function);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *float_stats_at(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *address;
+    Py_ssize_t n;
     char kind;
-    if (PyErr_Occurred() || parse_kind(args[2], &kind) < 0) return NULL;
-    if (address == NULL || n <= 0) {
-        PyErr_SetString(PyExc_ValueError, "float_stats_at needs a non-null address and a positive count");
-        return NULL;
-    }
+    if (address_arguments("float_stats_at", args, nargs, &address, &n, &kind) < 0) return NULL;
     return stats_of(address, n, kind);
+}
+
+/* The statistics of data that holds an inf or nan, as torch gives them: Max and Min nan when a nan is there
+ * (else the extremes, infs included), Mean nan for a nan or both infs (else the inf's sign), Norm nan for a nan
+ * (else inf); and the extremes of the finite values (of the infs when none is finite; nan when all are nan), the
+ * *_except_inf_nan pair.  Every one of them is exact, so any summation order gives these bits.  0 when every
+ * element is finite (the caller's kernel then fits), 1 otherwise. */
+#define NONFINITE_SCAN(type)                                                         \
+    do {                                                                             \
+        const type *x = (const type *)data;                                          \
+        for (Py_ssize_t i = 0; i < n; i++) {                                         \
+            type v = x[i];                                                           \
+            if (v != v)                                                              \
+                nan = 1;                                                             \
+            else if (v == (type)INFINITY)                                            \
+                positive = 1;                                                        \
+            else if (v == -(type)INFINITY)                                           \
+                negative = 1;                                                        \
+            else if (!finite++) {                                                    \
+                high = low = v;                                                      \
+            } else {                                                                 \
+                high = v > high ? v : high;                                          \
+                low = v < low ? v : low;                                             \
+            }                                                                        \
+        }                                                                            \
+    } while (0)
+
+static int nonfinite_stats(const void *data, Py_ssize_t n, char kind, double out[6]) {
+    int nan = 0, positive = 0, negative = 0;
+    Py_ssize_t finite = 0;
+    double high = 0.0, low = 0.0;
+    int unlocked = n >= UNLOCKED_FROM;
+    PyThreadState *state = unlocked ? PyEval_SaveThread() : NULL;
+    if (kind == 'f')
+        NONFINITE_SCAN(float);
+    else
+        NONFINITE_SCAN(double);
+    if (unlocked) PyEval_RestoreThread(state);
+    if (!nan && !positive && !negative) return 0;
+    /* extremes without the nans: of the finite values and the infs */
+    double top = positive ? INFINITY : finite ? high : -INFINITY, bottom = negative ? -INFINITY : finite ? low : INFINITY;
+    out[0] = nan ? NAN : top;
+    out[1] = nan ? NAN : bottom;
+    out[2] = nan || (positive && negative) ? NAN : positive ? INFINITY : -INFINITY;
+    out[3] = nan ? NAN : INFINITY;
+    /* the pair: of the finite values, else of the infs, else nan */
+    out[4] = finite ? high : positive || negative ? top : NAN;
+    out[5] = finite ? low : positive || negative ? bottom : NAN;
+    return 1;
+}
+
+static PyObject *nonfinite_stats_at(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *address;
+    Py_ssize_t n;
+    char kind;
+    if (address_arguments("nonfinite_stats_at", args, nargs, &address, &n, &kind) < 0) return NULL;
+    double stats[6];
+    if (!nonfinite_stats(address, n, kind, stats)) Py_RETURN_NONE;
+    return Py_BuildValue("(dddddd)", stats[0], stats[1], stats[2], stats[3], stats[4], stats[5]);
 }
 
 static PyObject *float_stats(PyObject *self, PyObject *source) {
@@ -422,6 +490,9 @@ static PyMethodDef methods[] = {
     {"float_stats_at", (PyCFunction)(void (*)(void))float_stats_at, METH_FASTCALL,
      "float_stats_at(address, count, kind) -> (max, min, mean, norm) or None: count float32 ('f') or float64 ('d') "
      "values at a C-contiguous address the caller keeps alive; None when one is inf or nan."},
+    {"nonfinite_stats_at", (PyCFunction)(void (*)(void))nonfinite_stats_at, METH_FASTCALL,
+     "nonfinite_stats_at(address, count, kind) -> (max, min, mean, norm, max_except_inf_nan, min_except_inf_nan) "
+     "as torch gives them for data holding an inf or nan; None when every value is finite."},
     {"float_stats", float_stats, METH_O,
      "float_stats(buffer) -> (max, min, mean, norm) or None, for a C-contiguous float32 or float64 buffer."},
     {"any_nonfinite_at", (PyCFunction)(void (*)(void))any_nonfinite_at, METH_FASTCALL,

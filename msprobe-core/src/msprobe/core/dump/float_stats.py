@@ -46,6 +46,15 @@ def stats_at(address: int, count: int, kind: str) -> Stats | None:
     return _kernels.float_stats_at(address, count, kind)
 
 
+def nonfinite_stats_at(address: int, count: int, kind: str) -> tuple[float, ...] | None:
+    """For data holding an inf or nan (which ``stats_at`` leaves to the caller): Max, Min, Mean, Norm as torch
+    reports them, then the extremes of the finite values (the ``*_except_inf_nan`` pair); None when every value
+    is finite, or without kernels."""
+    if not AVAILABLE:
+        return None
+    return _kernels.nonfinite_stats_at(address, count, kind)
+
+
 def stats_of(array: Any) -> Stats | None:
     """Statistics of a C-contiguous float32 or float64 buffer (a numpy array)."""
     if not AVAILABLE:

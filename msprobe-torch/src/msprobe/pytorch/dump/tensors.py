@@ -59,7 +59,7 @@ _vector_norm = _unwrapped(torch.linalg.vector_norm)
 
 def _measure(tensor: torch.Tensor) -> dict[str, Any]:
     if tensor.dtype in _KERNEL_KINDS:  # the usual case, first: no detached view to make
-        stats = kernel_stats(tensor)
+        stats = kernel_stats(tensor, nonfinite=True)
         if stats is not None:
             return stats
     data = tensor.detach()
@@ -73,7 +73,7 @@ def _measure(tensor: torch.Tensor) -> dict[str, Any]:
         value = data.item()
         return {"Max": value, "Min": value, "Mean": value, "Norm": value}
     if dtype not in _MEASURED_AS_IS:  # widened from float16, bfloat16, an integer or complex magnitudes
-        stats = kernel_stats(data)
+        stats = kernel_stats(data, nonfinite=True)
         if stats is not None:
             return stats
     low, high = torch.aminmax(data)
@@ -104,17 +104,32 @@ def _extremes_except_inf_nan(data: torch.Tensor, maximum: float, minimum: float)
     return extremes
 
 
-def kernel_stats(data: torch.Tensor) -> dict[str, Any] | None:
-    """Statistics in one pass in C (see msprobe.core.dump.float_stats), or None where the kernels cannot read."""
+def kernel_stats(data: torch.Tensor, nonfinite: bool = False) -> dict[str, Any] | None:
+    """Statistics in one pass in C (see msprobe.core.dump.float_stats), or None where the kernels cannot read.
+
+    ``nonfinite``: data holding an inf or nan is measured in C too, with its ``*_except_inf_nan`` pair, as
+    torch would measure it (in torch that takes some ten operations on every such tensor of a step that
+    overflowed, or of an attention mask); otherwise it is None, left to the caller.
+    """
     if not (float_stats.AVAILABLE and data.is_cpu and data.dim()):
         return None
     address = _plain_memory(data)
     if address is None:
         return None
-    values = float_stats.stats_at(address, data.numel(), _KERNEL_KINDS[data.dtype])
-    if values is None:
+    kind = _KERNEL_KINDS[data.dtype]
+    values = float_stats.stats_at(address, data.numel(), kind)
+    if values is not None:
+        return {"Max": values[0], "Min": values[1], "Mean": values[2], "Norm": values[3]}
+    found = float_stats.nonfinite_stats_at(address, data.numel(), kind) if nonfinite else None
+    if found is None:  # finite values whose float32 norm is beyond float32's range, say
         return None
-    return {"Max": values[0], "Min": values[1], "Mean": values[2], "Norm": values[3]}
+    maximum, minimum, mean, norm, finite_max, finite_min = found
+    stats = {"Max": maximum, "Min": minimum, "Mean": mean, "Norm": norm}
+    if not _finite(maximum):
+        stats["Max_except_inf_nan"] = finite_max
+    if not _finite(minimum):
+        stats["Min_except_inf_nan"] = finite_min
+    return {key: json_number(value) for key, value in stats.items()}
 
 
 def _plain_memory(data: torch.Tensor) -> int | None:
