@@ -73,3 +73,39 @@ def test_a_zero_dimensional_output_is_measured(kernels, monkeypatch):
     original, perturbed = np.array(2.0, np.float32), np.array(2.5)
     assert max_relative_difference(original, perturbed, 1e-6) == 0.25
     assert max_relative_difference(np.array(np.nan, np.float16), np.array(np.nan), 1e-6) == 0.0
+
+
+def _numpy_way(original: np.ndarray, perturbed: np.ndarray, small: float) -> float:
+    """The formula in numpy's own arithmetic: the kernel must give these very bits."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return float((np.abs(perturbed - original) / np.maximum(np.abs(original), small)).max())
+
+
+@pytest.mark.skipif(not float_stats.AVAILABLE, reason="msprobe-core was built without its C kernels")
+@pytest.mark.parametrize("size", [1, 7, 1000, 100_003])
+def test_float64_pairs_are_judged_in_one_pass_to_numpys_bits(size, monkeypatch):
+    rng = np.random.default_rng(size)
+    original = rng.standard_normal(size) * 10
+    original[::7] = 0.0  # below small: divided by small
+    perturbed = original * (1 + rng.standard_normal(size) * 1e-3) + rng.standard_normal(size) * 1e-9
+    passes = []
+    kernel = float_stats.max_relative_of
+    monkeypatch.setattr(float_stats, "max_relative_of", lambda *args: passes.append(1) or kernel(*args))
+    for small in (1e-6, 2.0**-20):
+        assert max_relative_difference(original, perturbed, small) == _numpy_way(original, perturbed, small)
+    assert passes == [1, 1]
+    assert max_relative_difference(original.reshape(-1, 1), perturbed.reshape(-1, 1), 1e-6) == _numpy_way(
+        original, perturbed, 1e-6
+    )
+
+
+@pytest.mark.skipif(not float_stats.AVAILABLE, reason="msprobe-core was built without its C kernels")
+def test_the_kernel_leaves_inf_and_nan_to_the_general_rule_and_keeps_numpys_nan():
+    assert float_stats.max_relative_of(np.array([1.0, np.inf]), np.array([1.0, np.inf]), 1e-6) is None
+    assert float_stats.max_relative_of(np.array([1.0, 2.0]), np.array([np.nan, 2.0]), 1e-6) is None
+    zeros = np.zeros(3)
+    assert np.isnan(float_stats.max_relative_of(zeros, zeros, 0.0)) and np.isnan(_numpy_way(zeros, zeros, 0.0))
+    assert np.isnan(float_stats.max_relative_of(zeros, np.array([0.0, 1.0, 0.0]), 0.0))  # nan beside inf: nan
+    assert float_stats.max_relative_of(np.array([1.0, 0.0]), np.array([1.0, 1.0]), 0.0) == np.inf
+    with pytest.raises(TypeError, match="float64"):
+        float_stats.max_relative_of(np.ones(3, np.float32), np.ones(3), 1e-6)

@@ -313,6 +313,63 @@ static PyObject *nonfinite_stats_at(PyObject *self, PyObject *const *args, Py_ss
     return Py_BuildValue("(dddddd)", stats[0], stats[1], stats[2], stats[3], stats[4], stats[5]);
 }
 
+/* The free benchmark's verdict on two float64 arrays of one shape: max |p - o| / max(|o|, small), each step the
+ * IEEE operation numpy performs (judge.py's _finite_max_relative), so the same bits, in one pass and without
+ * scratch arrays.  0 when a value on either side is inf or nan: judge.py's general rule decides then. */
+static int relative_of(const double *o, const double *p, Py_ssize_t n, double small, double *out) {
+    double best = -INFINITY;
+    int nan = 0, finite = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        double a = o[i], b = p[i];
+        finite &= isfinite(a) && isfinite(b);
+        double scale = fabs(a), ratio = fabs(b - a) / (scale > small || scale != scale ? scale : small);
+        nan |= ratio != ratio; /* 0 / 0 with small 0: numpy's max is nan then */
+        best = ratio > best ? ratio : best;
+    }
+    *out = nan ? NAN : best;
+    return finite;
+}
+
+static int float64_buffer(PyObject *source, Py_buffer *view) {
+    if (PyObject_GetBuffer(source, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    const char *format = view->format;
+    if (format[0] == '<' || format[0] == '=' || format[0] == '@') format++;
+    if (format[0] == 'd' && format[1] == '\0' && view->itemsize == 8) return 0;
+    PyErr_Format(PyExc_TypeError, "max_relative reads float64 buffers, not format %s", view->format);
+    PyBuffer_Release(view);
+    return -1;
+}
+
+static PyObject *max_relative(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "max_relative(original, perturbed, small)");
+        return NULL;
+    }
+    double small = PyFloat_AsDouble(args[2]);
+    if (small == -1.0 && PyErr_Occurred()) return NULL;
+    Py_buffer original, perturbed;
+    if (float64_buffer(args[0], &original) < 0) return NULL;
+    if (float64_buffer(args[1], &perturbed) < 0) {
+        PyBuffer_Release(&original);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t n = original.len / 8;
+    if (perturbed.len != original.len || n == 0) {
+        PyErr_SetString(PyExc_ValueError, "max_relative needs two non-empty buffers of one length");
+    } else {
+        double found;
+        int unlocked = n >= UNLOCKED_FROM, finite;
+        PyThreadState *state = unlocked ? PyEval_SaveThread() : NULL;
+        finite = relative_of((const double *)original.buf, (const double *)perturbed.buf, n, small, &found);
+        if (unlocked) PyEval_RestoreThread(state);
+        result = finite ? PyFloat_FromDouble(found) : Py_NewRef(Py_None);
+    }
+    PyBuffer_Release(&original);
+    PyBuffer_Release(&perturbed);
+    return result;
+}
+
 static PyObject *float_stats(PyObject *self, PyObject *source) {
     Py_buffer view;
     if (PyObject_GetBuffer(source, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
@@ -493,6 +550,9 @@ static PyMethodDef methods[] = {
     {"nonfinite_stats_at", (PyCFunction)(void (*)(void))nonfinite_stats_at, METH_FASTCALL,
      "nonfinite_stats_at(address, count, kind) -> (max, min, mean, norm, max_except_inf_nan, min_except_inf_nan) "
      "as torch gives them for data holding an inf or nan; None when every value is finite."},
+    {"max_relative", (PyCFunction)(void (*)(void))max_relative, METH_FASTCALL,
+     "max_relative(original, perturbed, small) -> max |p - o| / max(|o|, small) over two float64 buffers, or None "
+     "when a value is inf or nan."},
     {"float_stats", float_stats, METH_O,
      "float_stats(buffer) -> (max, min, mean, norm) or None, for a C-contiguous float32 or float64 buffer."},
     {"any_nonfinite_at", (PyCFunction)(void (*)(void))any_nonfinite_at, METH_FASTCALL,

@@ -55,6 +55,14 @@ def nonfinite_stats_at(address: int, count: int, kind: str) -> tuple[float, ...]
     return _kernels.nonfinite_stats_at(address, count, kind)
 
 
+def max_relative_of(original: Any, perturbed: Any, small: float) -> float | None:
+    """max |perturbed - original| / max(|original|, small) of two float64 arrays of one shape, C-contiguous, in
+    one pass; None where a value is inf or nan, or without kernels."""
+    if not AVAILABLE:
+        return None
+    return _kernels.max_relative(original, perturbed, small)
+
+
 def stats_of(array: Any) -> Stats | None:
     """Statistics of a C-contiguous float32 or float64 buffer (a numpy array)."""
     if not AVAILABLE:

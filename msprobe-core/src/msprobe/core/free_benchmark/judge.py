@@ -40,7 +40,11 @@ def max_relative_difference(original: np.ndarray, perturbed: np.ndarray, small: 
         return float("inf")
     if original.size == 0:
         return 0.0
-    if _all_finite(original) and _all_finite(perturbed):
+    if _kernel_reads(original) and _kernel_reads(perturbed):  # the usual case: one pass in C, the same bits
+        found = float_stats.max_relative_of(original, perturbed, small)
+        if found is not None:
+            return found
+    elif _all_finite(original) and _all_finite(perturbed):
         return _finite_max_relative(original, perturbed, small)
     both_nan = np.isnan(original) & np.isnan(perturbed)
     same_inf = np.isinf(original) & (original == perturbed)
@@ -51,6 +55,10 @@ def max_relative_difference(original: np.ndarray, perturbed: np.ndarray, small: 
     if not (np.isfinite(original).all() and np.isfinite(perturbed).all()):
         return float("inf")
     return _finite_max_relative(original, perturbed, small)
+
+
+def _kernel_reads(values: np.ndarray) -> bool:
+    return float_stats.AVAILABLE and values.dtype == np.float64 and values.flags.c_contiguous
 
 
 def _all_finite(values: np.ndarray) -> bool:
