@@ -536,3 +536,36 @@ def test_md5_checksums_come_with_the_cached_statistics_and_are_the_bytes_crc32(t
     crc = [f"{zlib.crc32(t.detach().numpy().tobytes()):08x}" for t in (x, model.weight, model.bias)]
     assert [value["md5"] for value in entry["input_args"]] == crc  # zlib's CRC-32 of the bytes
     assert list(entry["input_args"][0])[-2:] == ["requires_grad", "md5"]  # the reference's key order
+
+
+@pytest.mark.parametrize("with_lane", [True, False])
+def test_the_overflow_check_hands_only_nonfinite_gradients_to_python(tmp_path, monkeypatch, with_lane):
+    """The lane screens the gradients leaving each call's node in C; the recorder's hook sees only inf or nan."""
+    from msprobe.pytorch.dump import recorder as recorder_module
+
+    monkeypatch.setattr(lane, "AVAILABLE", with_lane)
+    record_type = recorder_module._CallRecord
+    seen = []
+    original_hook = record_type._node_hook
+
+    def hook(record, *grads):
+        seen.append(record.backward_name)
+        return original_hook(record, *grads)
+
+    monkeypatch.setattr(record_type, "_node_hook", hook)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh())
+    config = {"task": "overflow_check", "level": "L1", "overflow_check": {"overflow_nums": -1}}
+    debugger = PrecisionDebugger(**_config_args(tmp_path / "run", config))
+    debugger.start()
+    model(torch.randn(2, 4)).sum().backward()  # finite everywhere
+    root = torch.zeros(3, requires_grad=True)
+    torch.sqrt(root).sum().backward()  # sqrt's gradient at 0 is inf
+    debugger.stop()
+    debugger.step()
+    data = read_dump(tmp_path / "run" / "dump")["step0/rank/dump.json"]["data"]
+    assert set(data) == {"Torch.sqrt.0.backward"}
+    if with_lane:
+        assert seen == ["Torch.sqrt.0.backward"]
+    else:
+        assert len(seen) > 3 and "Torch.sqrt.0.backward" in seen  # every call's node, finite or not

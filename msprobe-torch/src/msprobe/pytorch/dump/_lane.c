@@ -1590,6 +1590,79 @@ static PyObject *lane_grads_entry(Lane *self, PyObject *const *args, Py_ssize_t 
     Py_RETURN_NONE;
 }
 
+/* The overflow check's hook on a call's autograd node: the gradients leaving it are screened here, and only
+ * gradients holding inf or nan go on to the recorder's hook (which decides and writes, as the collector's
+ * backward); finite ones, nearly all of them, cost no Python.  The screen runs as tool work (busy), since a
+ * tensor it cannot read in C is measured by torch. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    Lane *lane;
+    PyObject *hook; /* hook(grad_inputs, grad_outputs), the recorder's */
+} ScreenFirst;
+
+static PyObject *screen_first_vectorcall(ScreenFirst *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames)))
+        return PyObject_Vectorcall(self->hook, argv, nargsf, kwnames);
+    Lane *lane = self->lane;
+    PyObject *busy = PyObject_GetAttr(lane->state, s_busy);
+    int found = busy != NULL && set_busy(lane, Py_True) == 0 ? any_nonfinite(lane, argv[0], 0) : -1;
+    if (busy != NULL && set_busy(lane, busy) < 0) found = -1;
+    Py_XDECREF(busy);
+    if (found == 0) Py_RETURN_NONE;
+    if (found < 0) { /* whatever it was, the recorder's hook meets it too and reports it */
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL;
+        PyErr_Clear();
+    }
+    return PyObject_Vectorcall(self->hook, argv, nargsf, NULL);
+}
+
+static int screen_first_traverse(ScreenFirst *self, visitproc visit, void *arg) {
+    Py_VISIT(self->lane);
+    Py_VISIT(self->hook);
+    return 0;
+}
+
+static int screen_first_clear(ScreenFirst *self) {
+    Py_CLEAR(self->lane);
+    Py_CLEAR(self->hook);
+    return 0;
+}
+
+static void screen_first_dealloc(ScreenFirst *self) {
+    PyObject_GC_UnTrack(self);
+    screen_first_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject ScreenFirstType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprobe.pytorch.dump._lane.ScreenFirst",
+    .tp_basicsize = sizeof(ScreenFirst),
+    .tp_dealloc = (destructor)screen_first_dealloc,
+    .tp_vectorcall_offset = offsetof(ScreenFirst, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_traverse = (traverseproc)screen_first_traverse,
+    .tp_clear = (inquiry)screen_first_clear,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "An autograd node hook that calls the recorder's only for gradients holding inf or nan.",
+};
+
+/* screen_first(hook): the overflow check's node hook around the recorder's (see ScreenFirst). */
+static PyObject *lane_screen_first(Lane *self, PyObject *hook) {
+    if (self->overflow == Py_None) {
+        PyErr_SetString(PyExc_ValueError, "screen_first serves the overflow check's lane only");
+        return NULL;
+    }
+    ScreenFirst *made = PyObject_GC_New(ScreenFirst, &ScreenFirstType);
+    if (made == NULL) return NULL;
+    made->vectorcall = (vectorcallfunc)screen_first_vectorcall;
+    made->lane = (Lane *)Py_NewRef(self);
+    made->hook = Py_NewRef(hook);
+    PyObject_GC_Track(made);
+    return (PyObject *)made;
+}
+
 static PyMethodDef lane_methods[] = {
     {"backward_entry", (PyCFunction)(void (*)(void))lane_backward_entry, METH_FASTCALL,
      "backward_entry(name, arriving, leaving, parent): write a call's backward entry."},
@@ -1599,6 +1672,8 @@ static PyMethodDef lane_methods[] = {
      "module_entry(name, inputs_text, output, parameters, stack, parent, recompute): write a module's forward entry."},
     {"grads_entry", (PyCFunction)(void (*)(void))lane_grads_entry, METH_FASTCALL,
      "grads_entry(name, grads): write a module's parameters_grad entry."},
+    {"screen_first", (PyCFunction)lane_screen_first, METH_O,
+     "screen_first(hook): an autograd node hook that calls hook only for gradients holding inf or nan."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1691,7 +1766,9 @@ PyMODINIT_FUNC PyInit__lane(void) {
     INTERN(s_size, "_size")
 #undef INTERN
     if ((one = PyLong_FromLong(1)) == NULL) return NULL;
-    if (PyType_Ready(&CachedType) < 0 || PyType_Ready(&SummariesType) < 0 || PyType_Ready(&LaneType) < 0) return NULL;
+    if (PyType_Ready(&CachedType) < 0 || PyType_Ready(&SummariesType) < 0 || PyType_Ready(&LaneType) < 0 ||
+        PyType_Ready(&ScreenFirstType) < 0)
+        return NULL;
     PyObject *created = PyModule_Create(&module);
     if (created == NULL) return NULL;
     /* The recorder's state this file reads and writes by attribute name, by owner: lane.py checks the objects

@@ -164,6 +164,9 @@ class TorchDumpRecorder(DumpRecorder):
             self.patcher.handler = self.lane  # before the first install, which builds the wrappers around it
         # the lane also writes module, backward and parameter-gradient entries, except for the overflow check
         self.lane_entries = self.lane if self.lane is not None and self.collector.overflow is None else None
+        # the overflow check's API backward: the lane screens the leaving gradients, and only inf or nan reaches
+        # the recorder's hook (the collector would find nothing to write in the others)
+        self.backward_screen = self.lane.screen_first if self.lane is not None and self.lane_entries is None else None
         self.eager = EagerWhileOn([self.patcher, self.write_watch])
         self._told_scripted = False
 
@@ -581,7 +584,8 @@ class _CallRecord:
             before = grad_taps.nodes_of(self.grad_inputs)
         node, handed_back = grad_taps.output_node(output, before)
         if node is not None:
-            node.register_hook(self._node_hook)
+            screen = self.recorder.backward_screen if self.recorder is not None else None
+            node.register_hook(self._node_hook if screen is None else screen(self._node_hook))
         elif handed_back is not None:
             grad_taps.on_gradient(handed_back, self._handed_back_hook)
         self.args, self.kwargs, self.grad_inputs, self.nodes_before = (), {}, [], None
