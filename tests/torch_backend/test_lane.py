@@ -569,3 +569,28 @@ def test_the_overflow_check_hands_only_nonfinite_gradients_to_python(tmp_path, m
         assert seen == ["Torch.sqrt.0.backward"]
     else:
         assert len(seen) > 3 and "Torch.sqrt.0.backward" in seen  # every call's node, finite or not
+
+
+def _handed_back_overflow(folder: Path, monkeypatch, with_lane: bool) -> dict:
+    monkeypatch.setattr(lane, "AVAILABLE", with_lane)
+    config = {"task": "overflow_check", "level": "L1", "overflow_check": {"overflow_nums": -1}}
+    debugger = PrecisionDebugger(**_config_args(folder, config))
+    debugger.start()
+    root = torch.ones(3, requires_grad=True)
+    same = root.to(torch.float32)  # hands its input back: the gradient arriving at it is the one watched
+    low = torch.sqrt(same * 0.0)  # the square root's gradient at 0 is inf; times 0 it is nan
+    torch.nn.functional.dropout(low, p=0.0, training=False).sum().backward()  # handed back too, finite
+    (torch.ones(2, requires_grad=True) * 2.0).sum().backward()  # finite: nothing
+    debugger.stop()
+    debugger.step()
+    monkeypatch.undo()
+    return read_dump(folder / "dump")
+
+
+def test_the_overflow_checks_backward_screen_in_c_keeps_what_python_keeps(tmp_path, monkeypatch):
+    fast, slow = (_handed_back_overflow(tmp_path / str(on), monkeypatch, on) for on in (True, False))
+    assert_same_dump(fast, slow)
+    data = fast["step0/rank/dump.json"]["data"]
+    # inf or nan arriving is no overflow: the calls after the square root's (and the handed-back ones, whose
+    # gradients pass through unchanged) keep no entry
+    assert set(data) == {"Torch.sqrt.0.backward"}

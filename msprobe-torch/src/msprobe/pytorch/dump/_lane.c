@@ -38,7 +38,7 @@ typedef struct {
     int (*any_nonfinite)(const void *data, Py_ssize_t n, char kind);
 } KernelsAPI;
 
-#define LANE_INTERFACE_VERSION 1 /* see INTERFACE in PyInit__lane */
+#define LANE_INTERFACE_VERSION 2 /* see INTERFACE in PyInit__lane */
 
 static PyObject *one; /* the int 1 */
 static PyObject *s_version, *s_data_ptr, *s_dtype, *s_shape, *s_requires_grad, *s_is_cpu, *s_is_neg,
@@ -702,12 +702,15 @@ typedef struct {
     /* the flight recorder: a call whose outputs' text shows inf or nan goes, with its entry's text, to
      * handoff(name, entry_text, args, kwargs, stack, parent) -> True when it wrote the entry itself; or None */
     PyObject *handoff;
+    /* the overflow check: late_backward(name, backward_name, parent) -> the recorder's node hook for a call whose
+     * leaving gradients hold inf or nan, made only then (see ScreenFirst); or None */
+    PyObject *late_backward;
 } Lane;
 
 #define LANE_OBJECTS(X)                                                                                            \
     X(log) X(slow) X(state) X(counts) X(in_place_keys) X(classify) X(grad_enabled) X(graph_task_id) X(module_stack) \
         X(no_parent) X(stack) X(collector) X(encode_value) X(encode_outputs) X(overwritten) X(report) X(watch)     \
-            X(overflow) X(overflowed) X(nonfinite) X(screen_kinds) X(nodes_of) X(handoff)
+            X(overflow) X(overflowed) X(nonfinite) X(screen_kinds) X(nodes_of) X(handoff) X(late_backward)
 
 static PyObject *lane_vectorcall(Lane *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames);
 
@@ -716,18 +719,19 @@ static int lane_init(Lane *self, PyObject *args, PyObject *kwargs) {
                             "grad_enabled", "graph_task_id", "module_stack", "no_parent", "stack", "collector",
                             "encode_value", "encode_outputs", "overwritten", "report", "watch", "backward",
                             "overflow", "overflowed", "nonfinite", "screen_kinds", "kernels", "parameter_type",
-                            "nodes_of", "handoff", NULL};
+                            "nodes_of", "handoff", "late_backward", NULL};
     PyObject *summaries, *tensor_type, *log, *slow, *state, *counts, *classify, *grad_enabled, *graph_task_id,
         *module_stack, *no_parent, *stack, *collector, *encode_value, *encode_outputs, *overwritten, *report, *watch;
     PyObject *overflow = Py_None, *overflowed = Py_None, *nonfinite = Py_None, *screen_kinds = Py_None,
-             *capsule = Py_None, *parameter_type = Py_None, *nodes_of = Py_None, *handoff = Py_None;
+             *capsule = Py_None, *parameter_type = Py_None, *nodes_of = Py_None, *handoff = Py_None,
+             *late_backward = Py_None;
     int with_values, backward;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OpOO!OOO!OOOOOOOOOOOOp|$OOOOOOOO", names, &summaries, &with_values,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OpOO!OOO!OOOOOOOOOOOOp|$OOOOOOOOO", names, &summaries, &with_values,
                                      &log, &PyType_Type, &tensor_type, &slow, &state, &PyDict_Type, &counts, &classify,
                                      &grad_enabled, &graph_task_id, &module_stack, &no_parent, &stack, &collector,
                                      &encode_value, &encode_outputs, &overwritten, &report, &watch, &backward,
                                      &overflow, &overflowed, &nonfinite, &screen_kinds, &capsule, &parameter_type,
-                                     &nodes_of, &handoff))
+                                     &nodes_of, &handoff, &late_backward))
         return -1;
     Py_XSETREF(self->parameter_type, (PyTypeObject *)Py_NewRef(parameter_type == Py_None ? tensor_type : parameter_type));
     if (overflow != Py_None) { /* the overflow check needs the screen, version 2 of the kernels */
@@ -777,6 +781,7 @@ static int lane_init(Lane *self, PyObject *args, PyObject *kwargs) {
     SET(screen_kinds)
     SET(nodes_of)
     SET(handoff)
+    SET(late_backward)
 #undef SET
     return 0;
 }
@@ -1302,6 +1307,148 @@ static PyObject *leave_call(Lane *self, PyObject *output) {
     return output;
 }
 
+/* The overflow check's hook on a call's autograd node: the gradients leaving it are screened here, and only
+ * gradients holding inf or nan go on to the recorder's hook (which decides and writes, as the collector's
+ * backward); finite ones, nearly all of them, cost no Python.  The screen runs as tool work (busy), since a
+ * tensor it cannot read in C is measured by torch. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    Lane *lane;
+    PyObject *hook;      /* hook(grad_inputs, grad_outputs), the recorder's; NULL until late_args make it */
+    PyObject *late_args; /* (name, backward_name, parent) for the lane's late_backward, or NULL */
+} ScreenFirst;
+
+static PyObject *screen_first_vectorcall(ScreenFirst *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Lane *lane = self->lane;
+    if (nargs != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
+        PyErr_SetString(PyExc_TypeError, "an autograd node hook takes (grad_inputs, grad_outputs)");
+        return NULL;
+    }
+    PyObject *busy = PyObject_GetAttr(lane->state, s_busy);
+    int found = busy != NULL && set_busy(lane, Py_True) == 0 ? any_nonfinite(lane, argv[0], 0) : -1;
+    if (busy != NULL && set_busy(lane, busy) < 0) found = -1;
+    Py_XDECREF(busy);
+    if (found == 0) Py_RETURN_NONE;
+    if (found < 0) { /* whatever it was, the recorder's hook meets it too and reports it */
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL;
+        PyErr_Clear();
+    }
+    if (self->hook == NULL && (self->hook = PyObject_Call(lane->late_backward, self->late_args, NULL)) == NULL)
+        return NULL;
+    return PyObject_Vectorcall(self->hook, argv, nargsf, NULL);
+}
+
+static int screen_first_traverse(ScreenFirst *self, visitproc visit, void *arg) {
+    Py_VISIT(self->lane);
+    Py_VISIT(self->hook);
+    Py_VISIT(self->late_args);
+    return 0;
+}
+
+static int screen_first_clear(ScreenFirst *self) {
+    Py_CLEAR(self->lane);
+    Py_CLEAR(self->hook);
+    Py_CLEAR(self->late_args);
+    return 0;
+}
+
+static void screen_first_dealloc(ScreenFirst *self) {
+    PyObject_GC_UnTrack(self);
+    screen_first_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject ScreenFirstType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprobe.pytorch.dump._lane.ScreenFirst",
+    .tp_basicsize = sizeof(ScreenFirst),
+    .tp_dealloc = (destructor)screen_first_dealloc,
+    .tp_vectorcall_offset = offsetof(ScreenFirst, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_traverse = (traverseproc)screen_first_traverse,
+    .tp_clear = (inquiry)screen_first_clear,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "An autograd node hook that calls the recorder's only for gradients holding inf or nan.",
+};
+
+static PyObject *screen_first_new(Lane *lane, PyObject *hook, PyObject *late_args) {
+    ScreenFirst *made = PyObject_GC_New(ScreenFirst, &ScreenFirstType);
+    if (made == NULL) return NULL;
+    made->vectorcall = (vectorcallfunc)screen_first_vectorcall;
+    made->lane = (Lane *)Py_NewRef(lane);
+    made->hook = Py_XNewRef(hook);
+    made->late_args = Py_XNewRef(late_args);
+    PyObject_GC_Track(made);
+    return (PyObject *)made;
+}
+
+/* The node that made one of the call's output tensors in this call, as grad_taps.output_node finds it: a new
+ * reference, or NULL with *handed_back set when that node belonged to an input before (the call handed an input
+ * back), or NULL with neither (no output has a node) or with an error set. */
+static PyObject *output_node(Lane *self, PyObject *output, PyObject *before, int *handed_back) {
+    static PyObject *s_grad_fn;
+    if (s_grad_fn == NULL && (s_grad_fn = PyUnicode_InternFromString("grad_fn")) == NULL) return NULL;
+    *handed_back = 0;
+    PyObject *single[1] = {output}, **items = single;
+    Py_ssize_t count = 1;
+    if (PyList_Check(output) || PyTuple_Check(output)) {
+        count = PySequence_Fast_GET_SIZE(output);
+        items = PySequence_Fast_ITEMS(output);
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (!PyObject_TypeCheck(items[i], self->tensor_type)) continue;
+        PyObject *node = PyObject_GetAttr(items[i], s_grad_fn);
+        if (node == NULL) return NULL;
+        if (node == Py_None) {
+            Py_DECREF(node);
+            continue;
+        }
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(before); j++)
+            if (PyTuple_GET_ITEM(before, j) == node) *handed_back = 1;
+        if (*handed_back) Py_CLEAR(node);
+        return node;
+    }
+    return NULL;
+}
+
+/* The overflow check's watch on a call's backward, in C: the node that made its output gets a ScreenFirst whose
+ * recorder hook is made only if the leaving gradients hold inf or nan.  An output handed back as it came in goes
+ * to the recorder's watch.  A new reference (None) or NULL. */
+static PyObject *screen_backward(Lane *self, PyObject *key, long long index, PyObject *name, PyObject *grad_inputs,
+                                 PyObject *output, PyObject *nodes_before) {
+    static PyObject *s_register_hook;
+    if (s_register_hook == NULL && (s_register_hook = PyUnicode_InternFromString("register_hook")) == NULL)
+        return NULL;
+    PyObject *before = nodes_before != NULL ? Py_NewRef(nodes_before) : PyObject_CallOneArg(self->nodes_of, grad_inputs);
+    if (before == NULL) return NULL;
+    if (!PyTuple_Check(before)) {
+        Py_DECREF(before);
+        PyErr_SetString(PyExc_TypeError, "nodes_of must give a tuple");
+        return NULL;
+    }
+    int handed_back = 0;
+    PyObject *node = output_node(self, output, before, &handed_back);
+    Py_DECREF(before);
+    if (node == NULL) {
+        if (PyErr_Occurred()) return NULL;
+        if (handed_back) return watch_backward(self, key, index, name, grad_inputs, output, nodes_before);
+        Py_RETURN_NONE; /* nothing of this call's on the way back */
+    }
+    PyObject *backward_name = PyUnicode_FromFormat("%U.%lld.backward", key, index), *result = NULL;
+    PyObject *parent = self->module_stack == Py_None ? Py_None : parent_of(self); /* as watch_backward's */
+    PyObject *late_args = backward_name == NULL ? NULL : PyTuple_Pack(3, name, backward_name, parent);
+    PyObject *hook = late_args == NULL ? NULL : screen_first_new(self, NULL, late_args);
+    if (hook != NULL) result = PyObject_CallMethodOneArg(node, s_register_hook, hook);
+    Py_XDECREF(hook);
+    Py_XDECREF(late_args);
+    Py_XDECREF(backward_name);
+    Py_DECREF(node);
+    if (result == NULL) return NULL;
+    Py_DECREF(result); /* the hook's handle: removed with the graph */
+    Py_RETURN_NONE;
+}
+
 /* The overflow check's call: inputs screened before an in-place call (which changes them), outputs after; a call
  * whose outputs hold inf or nan is the recorder's to decide on and write.  No entry otherwise. */
 static PyObject *lane_screen_call(Lane *self, PyObject *original, PyObject *key, PyObject *args, PyObject *kwargs,
@@ -1357,7 +1504,9 @@ static PyObject *lane_screen_call(Lane *self, PyObject *original, PyObject *key,
     }
     if (result != NULL && grad_inputs != NULL) { /* its backward is screened too */
         Py_DECREF(result);
-        result = watch_backward(self, key, index, name, grad_inputs, output, nodes_before);
+        result = self->late_backward != Py_None && self->nodes_of != Py_None
+                     ? screen_backward(self, key, index, name, grad_inputs, output, nodes_before)
+                     : watch_backward(self, key, index, name, grad_inputs, output, nodes_before);
     }
     if (result == NULL && report_failure(self, name) < 0) Py_CLEAR(output);
     Py_XDECREF(result);
@@ -1590,77 +1739,13 @@ static PyObject *lane_grads_entry(Lane *self, PyObject *const *args, Py_ssize_t 
     Py_RETURN_NONE;
 }
 
-/* The overflow check's hook on a call's autograd node: the gradients leaving it are screened here, and only
- * gradients holding inf or nan go on to the recorder's hook (which decides and writes, as the collector's
- * backward); finite ones, nearly all of them, cost no Python.  The screen runs as tool work (busy), since a
- * tensor it cannot read in C is measured by torch. */
-typedef struct {
-    PyObject_HEAD
-    vectorcallfunc vectorcall;
-    Lane *lane;
-    PyObject *hook; /* hook(grad_inputs, grad_outputs), the recorder's */
-} ScreenFirst;
-
-static PyObject *screen_first_vectorcall(ScreenFirst *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames) {
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (nargs != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames)))
-        return PyObject_Vectorcall(self->hook, argv, nargsf, kwnames);
-    Lane *lane = self->lane;
-    PyObject *busy = PyObject_GetAttr(lane->state, s_busy);
-    int found = busy != NULL && set_busy(lane, Py_True) == 0 ? any_nonfinite(lane, argv[0], 0) : -1;
-    if (busy != NULL && set_busy(lane, busy) < 0) found = -1;
-    Py_XDECREF(busy);
-    if (found == 0) Py_RETURN_NONE;
-    if (found < 0) { /* whatever it was, the recorder's hook meets it too and reports it */
-        if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL;
-        PyErr_Clear();
-    }
-    return PyObject_Vectorcall(self->hook, argv, nargsf, NULL);
-}
-
-static int screen_first_traverse(ScreenFirst *self, visitproc visit, void *arg) {
-    Py_VISIT(self->lane);
-    Py_VISIT(self->hook);
-    return 0;
-}
-
-static int screen_first_clear(ScreenFirst *self) {
-    Py_CLEAR(self->lane);
-    Py_CLEAR(self->hook);
-    return 0;
-}
-
-static void screen_first_dealloc(ScreenFirst *self) {
-    PyObject_GC_UnTrack(self);
-    screen_first_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyTypeObject ScreenFirstType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprobe.pytorch.dump._lane.ScreenFirst",
-    .tp_basicsize = sizeof(ScreenFirst),
-    .tp_dealloc = (destructor)screen_first_dealloc,
-    .tp_vectorcall_offset = offsetof(ScreenFirst, vectorcall),
-    .tp_call = PyVectorcall_Call,
-    .tp_traverse = (traverseproc)screen_first_traverse,
-    .tp_clear = (inquiry)screen_first_clear,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "An autograd node hook that calls the recorder's only for gradients holding inf or nan.",
-};
-
 /* screen_first(hook): the overflow check's node hook around the recorder's (see ScreenFirst). */
 static PyObject *lane_screen_first(Lane *self, PyObject *hook) {
     if (self->overflow == Py_None) {
         PyErr_SetString(PyExc_ValueError, "screen_first serves the overflow check's lane only");
         return NULL;
     }
-    ScreenFirst *made = PyObject_GC_New(ScreenFirst, &ScreenFirstType);
-    if (made == NULL) return NULL;
-    made->vectorcall = (vectorcallfunc)screen_first_vectorcall;
-    made->lane = (Lane *)Py_NewRef(self);
-    made->hook = Py_NewRef(hook);
-    PyObject_GC_Track(made);
-    return (PyObject *)made;
+    return screen_first_new(self, hook, NULL);
 }
 
 static PyMethodDef lane_methods[] = {

@@ -301,6 +301,14 @@ class TorchDumpRecorder(DumpRecorder):
         record.recorder = self
         record.watch_node(output)
 
+    def _late_backward_hook(self, name: str, backward_name: str, parent: Any) -> Callable:
+        """The overflow check's node hook for a call whose leaving gradients the lane found inf or nan in (its
+        ScreenFirst hook, registered in C, makes the record only then): as ``_watch_backward``'s record would."""
+        record = _CallRecord(name, backward_name, (), {}, parent)
+        record.keep_backward = True
+        record.recorder = self
+        return record._node_hook
+
     def _forward_overflowed(
         self, name: str, screened: bool | None, output: Any, args: tuple, kwargs: dict, parent: Any
     ) -> None:
