@@ -7,7 +7,9 @@ statistics, tensor, structure, overflow_check and flight_recorder, with no
 ``list``, ``scope`` or filter of the forward side in ``data_mode``, no async
 dump, no online pre-check (and for the overflow check, no NPU hardware
 flag). The overflow check screens each call there and hands the recorder
-only a call whose output holds inf or nan, which it decides on and writes;
+only a call whose output holds inf or nan, which it decides on and writes
+(in backward, the hook it puts on each call's node screens the leaving
+gradients and makes the recorder's record only for inf or nan);
 the flight recorder's entries are all written there, except one whose
 outputs show inf or nan, which goes with its text to the collector's
 ``flight_handoff`` (the first such call is the recorder's trigger).
