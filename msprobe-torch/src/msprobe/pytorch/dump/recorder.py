@@ -294,20 +294,22 @@ class TorchDumpRecorder(DumpRecorder):
         """The lane wrote a call's forward entry: its backward entry comes, as the recorder's own, from the
         autograd node that made the output (see ``_CallRecord.watch_node``). ``nodes_before``: the inputs'
         nodes as they were before an in-place call replaced them (None: the call did not write in place)."""
-        record = _CallRecord(name, backward_name, (), {}, parent)
+        record = self._lane_record(name, backward_name, parent)
         record.grad_inputs = grad_inputs
         record.nodes_before = nodes_before
-        record.keep_backward = True
-        record.recorder = self
         record.watch_node(output)
 
     def _late_backward_hook(self, name: str, backward_name: str, parent: Any) -> Callable:
         """The overflow check's node hook for a call whose leaving gradients the lane found inf or nan in (its
         ScreenFirst hook, registered in C, makes the record only then): as ``_watch_backward``'s record would."""
+        return self._lane_record(name, backward_name, parent)._node_hook
+
+    def _lane_record(self, name: str, backward_name: str, parent: Any) -> _CallRecord:
+        """The backward record of a call the lane wrote (or screened): its entry is kept, by this recorder."""
         record = _CallRecord(name, backward_name, (), {}, parent)
         record.keep_backward = True
         record.recorder = self
-        return record._node_hook
+        return record
 
     def _forward_overflowed(
         self, name: str, screened: bool | None, output: Any, args: tuple, kwargs: dict, parent: Any
