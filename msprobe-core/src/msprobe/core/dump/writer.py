@@ -48,7 +48,11 @@ def make_dir(path: Path, root: Path | None = None) -> Path:
     if path.is_symlink():
         raise DataFileError(path, "is a symbolic link; refusing to write through it")
     try:
-        missing = [folder for folder in (path, *path.parents) if not folder.exists()]
+        missing = []  # from path up to the first folder there (a step's own folders; not every parent up to /)
+        folder = path
+        while not folder.exists() and folder != folder.parent:
+            missing.append(folder)
+            folder = folder.parent
         for folder in reversed(missing):  # each made 0o750: mkdir(parents=True) gives the parents 0o777 & ~umask
             folder.mkdir(mode=DIR_MODE, exist_ok=True)
         if not path.is_dir():
