@@ -5,12 +5,15 @@
 
 All configurations are measured in one run, one thread, after a warm-up;
 each against a plain twin of the workload stepped in turn with it.
-Targets (docs/performance.md): statistics L1 <= 1.5x, mix <= 1.7x,
-md5 <= 2x, tensor L1 within 1.5x of writing the same bytes with numpy.save,
-overflow_check L1 <= 1.3x, grad_probe L1 <= 1.2x, free benchmark
-(improve_precision, forward, all APIs) <= 5x, flight_recorder L1 at most
-statistics L1's ratio (and its window's memory at most window x one step's
-dump.json, printed after the table).
+Targets on the CPU (docs/performance.md, as raised by issue 37; TARGETS
+below): statistics L1 <= 1.25x, mix <= 1.4x, md5 <= 1.5x, tensor L1 within
+1.5x of writing the same bytes with numpy.save, overflow_check L1 <= 1.1x,
+grad_probe L1 <= 1.2x, free benchmark (improve_precision, forward, all
+APIs) <= 2.5x, flight_recorder L1 at most statistics L1's ratio (and its
+window's memory at most window x one step's dump.json, printed after the
+table). The columns "host reads/step" and "peak device mem" are counted on
+the device path (``MSPROBE_FORCE_DEVICE_PATH=1`` sends CPU tensors through
+it); tests/torch_backend/test_device_batch.py runs this with --device cpu.
 """
 
 from __future__ import annotations

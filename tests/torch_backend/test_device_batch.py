@@ -118,6 +118,24 @@ def test_host_reads_per_step_are_bounded_by_the_batches(tmp_path, level):
     assert 0 < steps[1]["reads"] <= bound, (steps, measured)
 
 
+def test_the_device_benchmark_runs_on_the_cpu_and_prints_every_column(tmp_path):
+    """Issue 37's GPU benchmark, with --device cpu and the device path forced: what a GPU run will print."""
+    bench = tensors.Path(__file__).parents[2] / "bench" / "bench_dump.py"
+    env = {**os.environ, "MSPROBE_FORCE_DEVICE_PATH": "1", "MSPROBE_STATS_BATCH": "64"}
+    command = [sys.executable, str(bench), "--device", "cpu", "--steps", "1", "--only", "statistics L1",
+               "--out", str(tmp_path)]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
+    lines = result.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("configuration"))
+    for column in ("step (ms)", "plain (ms)", "ratio", "middle half", "host reads/step", "peak device mem", "target"):
+        assert column in header, column
+    row = next(line for line in lines if line.startswith("statistics L1")).split()
+    reads, memory = row[6], row[7]  # after the label's two words, step, plain, ratio and middle half
+    assert reads.isdigit() and int(reads) > 0, row  # counted on the device path
+    assert memory == "-", row  # no device memory to report on the CPU
+    assert (tmp_path / "statistics_L1" / "dump" / "step0" / "rank" / "dump.json").exists()
+
+
 def _tensor_summaries(data):
     for entry in data.values():
         yield from (summary for summary in value_summaries(entry) if "dtype" in summary)
