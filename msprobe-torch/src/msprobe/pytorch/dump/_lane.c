@@ -44,7 +44,7 @@ static PyObject *one; /* the int 1 */
 static PyObject *s_version, *s_data_ptr, *s_dtype, *s_shape, *s_requires_grad, *s_is_cpu, *s_is_neg,
     *s_is_contiguous, *s_stride, *s_untyped_storage, *s_busy, *s_count, *s_written_at, *s_out, *s_inplace, *s_writer,
     *s_open_step, *s_add_journaled, *s_journal, *s_journal_failed, *s_dirty, *s_data, *s_stack, *s_construct,
-    *s_names, *s_write, *s_limit, *s_map, *s_position, *s_size;
+    *s_names, *s_write, *s_limit, *s_map, *s_position, *s_size, *s_grad_fn, *s_register_hook;
 
 /* What configure() gave: torch's own descriptors of the tensor attributes read per call (each read then skips
  * the lookup by name, which costs a dict lookup per class in the MRO and one in the tensor's __dict__), and
@@ -1387,8 +1387,6 @@ static PyObject *screen_first_new(Lane *lane, PyObject *hook, PyObject *late_arg
  * reference, or NULL with *handed_back set when that node belonged to an input before (the call handed an input
  * back), or NULL with neither (no output has a node) or with an error set. */
 static PyObject *output_node(Lane *self, PyObject *output, PyObject *before, int *handed_back) {
-    static PyObject *s_grad_fn;
-    if (s_grad_fn == NULL && (s_grad_fn = PyUnicode_InternFromString("grad_fn")) == NULL) return NULL;
     *handed_back = 0;
     PyObject *single[1] = {output}, **items = single;
     Py_ssize_t count = 1;
@@ -1404,8 +1402,8 @@ static PyObject *output_node(Lane *self, PyObject *output, PyObject *before, int
             Py_DECREF(node);
             continue;
         }
-        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(before); j++)
-            if (PyTuple_GET_ITEM(before, j) == node) *handed_back = 1;
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(before) && !*handed_back; j++)
+            *handed_back = PyTuple_GET_ITEM(before, j) == node;
         if (*handed_back) Py_CLEAR(node);
         return node;
     }
@@ -1417,9 +1415,6 @@ static PyObject *output_node(Lane *self, PyObject *output, PyObject *before, int
  * to the recorder's watch.  A new reference (None) or NULL. */
 static PyObject *screen_backward(Lane *self, PyObject *key, long long index, PyObject *name, PyObject *grad_inputs,
                                  PyObject *output, PyObject *nodes_before) {
-    static PyObject *s_register_hook;
-    if (s_register_hook == NULL && (s_register_hook = PyUnicode_InternFromString("register_hook")) == NULL)
-        return NULL;
     PyObject *before = nodes_before != NULL ? Py_NewRef(nodes_before) : PyObject_CallOneArg(self->nodes_of, grad_inputs);
     if (before == NULL) return NULL;
     if (!PyTuple_Check(before)) {
@@ -1849,6 +1844,8 @@ PyMODINIT_FUNC PyInit__lane(void) {
     INTERN(s_map, "_map")
     INTERN(s_position, "_position")
     INTERN(s_size, "_size")
+    INTERN(s_grad_fn, "grad_fn")
+    INTERN(s_register_hook, "register_hook")
 #undef INTERN
     if ((one = PyLong_FromLong(1)) == NULL) return NULL;
     if (PyType_Ready(&CachedType) < 0 || PyType_Ready(&SummariesType) < 0 || PyType_Ready(&LaneType) < 0 ||
