@@ -170,6 +170,62 @@ def test_a_killed_process_keeps_the_entries_up_to_the_last_batch(tmp_path):
         assert isinstance(summary["Max"], float) and isinstance(summary["Norm"], float)
 
 
+KILLED_AFTER_BACKWARD = textwrap.dedent("""
+    import json, os, signal, sys, torch
+    from msprobe.pytorch import PrecisionDebugger
+    open(sys.argv[1] + ".json", "w").write(json.dumps({"task": "statistics", "level": "L1", "dump_path": sys.argv[1]}))
+    debugger = PrecisionDebugger(config_path=sys.argv[1] + ".json")
+    weight = torch.randn(8, 8, requires_grad=True)
+    debugger.start()
+    x = torch.randn(4, 8)
+    for i in range(5):
+        x = torch.tanh(x @ weight)
+    x.sum().backward()
+    os.kill(os.getpid(), signal.SIGKILL)  # before stop(): only the end of the backward pass has read the batch
+""")
+
+
+def test_the_end_of_a_backward_pass_reads_the_batch_back(tmp_path):
+    """A batch far from full is read back, and journaled, when backward() returns: a process killed after it
+    keeps every forward and backward entry of the step."""
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED_AFTER_BACKWARD)
+    env = {**os.environ, "MSPROBE_FORCE_DEVICE_PATH": "1", "MSPROBE_STATS_BATCH": "100000"}
+    result = subprocess.run([sys.executable, str(script), str(tmp_path / "dump")], env=env, capture_output=True)
+    assert result.returncode == -signal.SIGKILL, result.stderr
+    dump = read_dump(tmp_path / "dump" / "step0" / "rank")
+    assert dump.recovered
+    names = set(dump.data)
+    for index in range(5):  # matmul and tanh, five of each, forward and backward (sum's entries are kept too)
+        for api in ("Tensor.__matmul__", "Torch.tanh"):
+            assert {f"{api}.{index}.forward", f"{api}.{index}.backward"} <= names, sorted(names)
+    summaries = list(_tensor_summaries(dump.data))
+    assert len(summaries) > 40
+    for summary in summaries:
+        assert isinstance(summary["Max"], float) and isinstance(summary["Norm"], float)
+
+
+def test_a_backward_pass_queues_one_read_back_and_the_buffer_is_reused():
+    batch = DeviceBatch(limit=1000)
+    ended = []
+    batch.after_backward = lambda: ended.append(batch.waiting()) or batch.read_back()
+    weight = torch.randn(6, 6, requires_grad=True)
+    out = (torch.randn(3, 6) @ weight).tanh()
+    out.register_hook(lambda grad: batch.measure(grad) and None)  # measured inside the backward pass
+    weight.register_hook(lambda grad: batch.measure(grad) and None)
+    buffer = None
+    for _ in range(2):
+        batch.measure(out)  # outside backward: nothing queued for it
+        out.sum().backward(retain_graph=True)
+        assert ended[-1] == 3 and batch.waiting() == 0  # read back once, with all three
+        assert batch.buffers[torch.device("cpu")].shape == (1000, 4)  # the rows are allocated once
+        buffer = buffer if buffer is not None else batch.buffers[torch.device("cpu")]
+        assert batch.buffers[torch.device("cpu")] is buffer
+    assert len(ended) == 2 and batch.take_reads() == 2
+    batch.measure(out)
+    assert batch.waiting() == 1 and len(ended) == 2  # no backward pass, no read
+
+
 MD5_RUN = """
 import json, sys, torch
 from msprobe.pytorch import PrecisionDebugger

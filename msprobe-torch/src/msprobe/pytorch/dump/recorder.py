@@ -148,6 +148,7 @@ class TorchDumpRecorder(DumpRecorder):
             batch.on_read = self.collector.entries_settled
             self.collector.settle_values = batch.read_back
             self.collector.values_pending = lambda: batch.waiting() > 0
+            batch.after_backward = self._read_back_after_backward
         self.sender = None
         if config.task == "tensor" and config.tensor.online_run_ut:
             self._go_online(config)
@@ -191,6 +192,11 @@ class TorchDumpRecorder(DumpRecorder):
             self.guard(batch.read_back, "dump values")
             self.host_reads = batch.take_reads()
             logger.debug("msprobe: %d host reads in step %d", self.host_reads, self.session.step)
+
+    def _read_back_after_backward(self) -> None:
+        """A backward pass has ended: its entries' values are read, and journaled, before the next forward."""
+        with self.tool_running():
+            self.guard(self.summarizer.batch.read_back, "dump values")
 
     def close(self) -> None:
         super().close()

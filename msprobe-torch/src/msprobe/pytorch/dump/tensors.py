@@ -17,6 +17,7 @@ and the fused optimizers leave torch's version counter as it was.
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import sys
 import weakref
@@ -38,6 +39,7 @@ from msprobe.pytorch import func_transforms
 from msprobe.pytorch.dump import lane
 from msprobe.pytorch.dump.pt_file import PtWriter, host_bytes
 
+logger = logging.getLogger(__name__)
 _MEASURED_AS_IS = (torch.float32, torch.float64)
 _KERNEL_KINDS = {torch.float32: float_stats.FLOAT32, torch.float64: float_stats.FLOAT64}
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)  # no subclass that keeps its values elsewhere
@@ -55,6 +57,7 @@ def _unwrapped(function: Any) -> Any:
 # the tool's own reductions call torch's functions, not the dump's wrappers around them (one hop less per tensor)
 _sum = _unwrapped(torch.Tensor.sum)
 _vector_norm = _unwrapped(torch.linalg.vector_norm)
+_copy = _unwrapped(torch.Tensor.copy_)
 
 
 def _measure(tensor: torch.Tensor) -> dict[str, Any]:
@@ -214,15 +217,30 @@ def _measure_deferred(tensor: torch.Tensor) -> dict[str, Any]:
 
 FORCE_DEVICE_PATH = switched_on("MSPROBE_FORCE_DEVICE_PATH")  # CPU tensors measured as device tensors are
 STATS_BATCH = number("MSPROBE_STATS_BATCH", 256)  # device tensors whose statistics are read back together
+_graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: -1)  # -1 outside a backward pass
+
+
+def _queue_backward_callback(callback: Callable[[], None]) -> None:
+    """Have autograd call ``callback`` once the running backward pass has ended (as DDP does for its buckets)."""
+    torch.autograd.Variable._execution_engine.queue_callback(callback)
+
+
+_logged: set[str] = set()
+
+
+def _log_once(what: str, error: BaseException) -> None:
+    if what not in _logged:
+        _logged.add(what)
+        logger.warning("msprobe: %s failed (%s: %s); the dump goes on", what, type(error).__name__, error)
 
 
 class BatchedStats:
-    """One device tensor's four statistics, waiting in a :class:`DeviceBatch` (or read back already)."""
+    """One device tensor's four statistics, waiting in their row of a :class:`DeviceBatch`'s buffer."""
 
-    __slots__ = ("batch", "data", "extremes", "holders", "tensor", "values")
+    __slots__ = ("batch", "data", "device", "extremes", "holders", "row", "values")
 
-    def __init__(self, batch: DeviceBatch, tensor: torch.Tensor, data: torch.Tensor):
-        self.batch, self.tensor, self.data = batch, tensor, data
+    def __init__(self, batch: DeviceBatch, device: torch.device, row: int, data: torch.Tensor):
+        self.batch, self.device, self.row, self.data = batch, device, row, data
         self.values: list | None = None
         self.holders: list[dict[str, Any]] = []  # the summaries showing them: they get *_except_inf_nan keys
         self.extremes: dict[str, Any] = {}
@@ -243,7 +261,7 @@ class BatchedStats:
                 later = {key: holder.pop(key) for key in ("md5", "data_name") if key in holder}
                 holder.update(extremes)  # after requires_grad, before md5, as the direct path writes them
                 holder.update(later)
-        self.tensor = self.data = None
+        self.data = None
         self.holders = []
 
 
@@ -298,33 +316,68 @@ def xor_word(tensor: torch.Tensor) -> torch.Tensor:
 class DeviceBatch:
     """Statistics of device tensors computed on the device and read back together, not one host sync each.
 
-    Each tensor's Max, Min, Mean and Norm are stacked on its device as it is
-    measured; the batch is read back in one transfer per device when it
-    holds ``limit`` tensors, when a top-level module's call ends, at step end,
-    and whenever a value is needed before that (the overflow check's look at
-    outputs, say). Only a tensor whose extremes are inf or nan costs one more
-    read, for its ``*_except_inf_nan`` pair. ``reads`` counts the host reads.
+    Each tensor's Max, Min, Mean and Norm go into the next row of a buffer
+    allocated once per device (``limit`` rows of four float64). The rows are
+    read back in one transfer per device when the batch holds ``limit``
+    tensors, when a top-level module's call ends, when a backward pass ends,
+    at step end, and whenever a value is needed before that (the overflow
+    check's look at outputs, say). Only a tensor whose extremes are inf or
+    nan costs one more read, for its ``*_except_inf_nan`` pair. ``reads``
+    counts the host reads.
     """
 
     def __init__(self, limit: int = STATS_BATCH):
-        self.limit = limit
+        self.limit = max(1, limit)
         self.pending: list[BatchedStats] = []
         self.checksums: list[BatchedChecksum] = []  # md5: the tensors' bytes, moved to the host together
         self.xors: list[BatchedChecksum] = []  # xor: one word per tensor, folded on the device
         self.reads = 0
         self.on_read: Callable[[], None] | None = None  # the collector journals the entries just completed
+        self.buffers: dict[torch.device, torch.Tensor] = {}  # per device: limit rows of Max, Min, Mean, Norm
+        self.rows: dict[torch.device, tuple[torch.Tensor, ...]] = {}
+        self.rows_used: dict[torch.device, int] = {}
+        self.backward_task = -1  # the backward pass whose end reads the batch back (-1: none queued, -2: unable)
+        # the recorder's read_back at the end of a backward pass, as the tool's own work (its torch calls undumped)
+        self.after_backward: Callable[[], None] | None = None
 
     def measure(self, tensor: torch.Tensor) -> dict[str, Any]:
         data = tensor.detach()
         if data.dtype not in _MEASURED_AS_IS:
             data = data.float()
         low, high = torch.aminmax(data)
-        stacked = torch.stack((high, low, data.mean(), torch.linalg.vector_norm(data)))
-        stats = BatchedStats(self, stacked.double(), data)
+        device = data.device
+        rows = self.rows.get(device)
+        if rows is None:
+            self.buffers[device] = torch.empty((self.limit, 4), dtype=torch.float64, device=device)
+            rows = self.rows[device] = self.buffers[device].unbind(0)  # one view per row, made once
+        row = self.rows_used.get(device, 0)
+        self.rows_used[device] = row + 1
+        _copy(rows[row], torch.stack((high, low, data.mean(), torch.linalg.vector_norm(data))))  # no sync
+        stats = BatchedStats(self, device, row, data)
         self.pending.append(stats)
+        self._added()
+        return {key: BatchedStat(stats, index) for index, key in enumerate(("Max", "Min", "Mean", "Norm"))}
+
+    def _added(self) -> None:
         if self.waiting() >= self.limit:
             self.read_back()
-        return {key: BatchedStat(stats, index) for index, key in enumerate(("Max", "Min", "Mean", "Norm"))}
+        elif self.backward_task == -1 and self.after_backward is not None:
+            task = _graph_task_id()
+            if task != -1:  # inside a backward pass: read back when it ends
+                self.backward_task = task
+                try:
+                    _queue_backward_callback(self._backward_ended)
+                except Exception as error:  # an engine without final callbacks: the limit and step end still read
+                    _log_once("asking autograd to call back at the end of a backward pass", error)
+                    self.backward_task = -2  # not asked again
+
+    def _backward_ended(self) -> None:
+        """Run by autograd when the backward pass ends. It must never raise into the user's backward()."""
+        self.backward_task = -1
+        try:
+            self.after_backward()
+        except Exception as error:  # the values are read again at step end
+            _log_once("reading statistics back at the end of a backward pass", error)
 
     def checksum(self, tensor: torch.Tensor) -> BatchedChecksum:
         data = tensor.detach().resolve_conj().resolve_neg()
@@ -332,15 +385,13 @@ class DeviceBatch:
             data = data.contiguous()
         item = BatchedChecksum(self, data)
         self.checksums.append(item)
-        if self.waiting() >= self.limit:
-            self.read_back()
+        self._added()
         return item
 
     def xor(self, tensor: torch.Tensor) -> BatchedChecksum:
         item = BatchedChecksum(self, xor_word(tensor))
         self.xors.append(item)
-        if self.waiting() >= self.limit:
-            self.read_back()
+        self._added()
         return item
 
     def waiting(self) -> int:
@@ -358,18 +409,21 @@ class DeviceBatch:
             if (checksums or xors) and self.on_read is not None:
                 self.on_read()
             return
-        for group in _by_device(pending, lambda stats: stats.tensor):
+        for group in _by_device(pending, lambda stats: stats):
+            device = group[0].device
+            used, self.rows_used[device] = self.rows_used.get(device, 0), 0
             try:
-                rows = torch.stack([stats.tensor for stats in group]).tolist()  # the batch's one host read
-            except Exception:  # one odd tensor: each is read alone rather than all lost
-                rows = [_row_alone(stats) for stats in group]
+                rows = self.buffers[device][:used].tolist()  # the batch's one host read
+            except Exception:  # one odd row: each is read alone rather than all lost
+                rows = [_row_alone(self.buffers[device], row) for row in range(used)]
             self.reads += 1
-            for stats, row in zip(group, rows):
+            for stats in group:
+                row = rows[stats.row]
                 try:
                     stats.fill(row)
                 except Exception:  # its except pair could not be read: the four statistics stand
                     stats.values = [json_number(v) for v in row]
-                    stats.tensor = stats.data = None
+                    stats.data = None
         if self.on_read is not None:
             self.on_read()
 
@@ -403,11 +457,12 @@ class DeviceBatch:
         return reads
 
 
-def _by_device(items: list, tensor_of: Callable[[Any], torch.Tensor]) -> list[list]:
-    """The items in groups of one device each (one transfer per device), in their order."""
+def _by_device(items: list, placed: Callable[[Any], Any]) -> list[list]:
+    """The items in groups of one device each (one transfer per device), in their order; ``placed`` gives
+    what has the item's ``.device``."""
     groups: dict[Any, list] = {}
     for item in items:
-        groups.setdefault(tensor_of(item).device, []).append(item)
+        groups.setdefault(placed(item).device, []).append(item)
     return list(groups.values())
 
 
@@ -421,9 +476,9 @@ def device_path_active() -> bool:
         return False
 
 
-def _row_alone(stats: BatchedStats) -> list[float]:
+def _row_alone(buffer: torch.Tensor, row: int) -> list[float]:
     try:
-        return stats.tensor.tolist()
+        return buffer[row].tolist()
     except Exception:  # unreadable now: shown as nan, never as a half-written entry
         return [math.nan] * 4
 
