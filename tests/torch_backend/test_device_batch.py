@@ -7,6 +7,7 @@ are counted: one per batch, plus one per tensor whose extremes are inf or
 nan. A killed process keeps every entry up to the last read-back.
 """
 
+import importlib.util
 import json
 import math
 import os
@@ -14,6 +15,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import zlib
 
 import numpy as np
 import pytest
@@ -50,6 +52,7 @@ def _samples():
     with_nan = torch.randn(5, 5, generator=generator)
     with_nan[2, 2] = math.nan
     found += [with_inf, with_nan, torch.full((4,), math.inf), torch.randn(3, 1000, generator=generator)[:, ::7]]
+    found += [with_inf.bfloat16(), with_nan.half()]  # measured in float32, their finite extremes in their own dtype
     return found
 
 
@@ -72,6 +75,31 @@ def test_batched_values_are_the_direct_paths_bit_for_bit(monkeypatch, limit):
         assert list(summary)[-len(found) or len(summary) :] == list(found) if found else True  # last, as directly
         nonfinite += bool(extremes)
     assert batch.reads == math.ceil(len(samples) / limit) + nonfinite
+
+
+def test_the_batch_holds_the_tensor_itself_not_a_float32_copy():
+    """A bf16 or fp16 tensor is measured through a float32 copy; holding that copy until the read-back would
+    take twice the tensor's device memory for every tensor of the batch."""
+    batch = DeviceBatch(limit=8)
+    tensor = torch.randn(32, 16).bfloat16()
+    summary = batch.measure(tensor)
+    held = batch.pending[0].data
+    assert held.dtype == torch.bfloat16 and held.data_ptr() == tensor.data_ptr()
+    batch.read_back()
+    assert summary["Max"].resolve() == tensor.float().max().item()
+    assert batch.pending == [] and summary["Max"].stats.data is None  # let go once read
+
+
+def test_checksum_bytes_are_moved_in_bounded_batches():
+    batch = DeviceBatch(limit=1000)
+    batch.byte_limit = 4096  # bytes joined on the device for one transfer
+    tensors_ = [torch.randn(256) for _ in range(12)]  # 1 KiB each
+    items = [batch.checksum(tensor) for tensor in tensors_]
+    assert batch.reads == 3 and batch.waiting() == 0  # every fourth tensor fills the 4 KiB
+    big = torch.randn(4096)  # 16 KiB alone: moved by itself
+    items.append(batch.checksum(big))
+    assert batch.reads == 4
+    assert [item.resolve() for item in items] == [f"{zlib.crc32(t.numpy().tobytes()):08x}" for t in [*tensors_, big]]
 
 
 def test_statistics_match_numpy(tmp_path):
@@ -134,6 +162,22 @@ def test_the_device_benchmark_runs_on_the_cpu_and_prints_every_column(tmp_path):
     assert reads.isdigit() and int(reads) > 0, row  # counted on the device path
     assert memory == "-", row  # no device memory to report on the CPU
     assert (tmp_path / "statistics_L1" / "dump" / "step0" / "rank" / "dump.json").exists()
+
+
+def test_the_large_workload_leaves_the_tensor_dump_out_unless_named(capsys):
+    """One step of the large transformer writes about 38 GB of tensors: `--device cuda` must run unchanged on one
+    GPU machine, so its defaults leave the tensor task out, and say so."""
+    path = tensors.Path(__file__).parents[2] / "bench" / "bench_dump.py"
+    spec = importlib.util.spec_from_file_location("bench_dump_under_test", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    labels = [label for label, _ in bench.CONFIGS]
+    assert "tensor L1" in labels
+    on_large = [label for label, _ in bench.configs_for("large", bench.CONFIGS, named=False)]
+    assert on_large == [label for label in labels if label != "tensor L1"]
+    assert "tensor L1 left out on the large workload" in capsys.readouterr().out
+    assert bench.configs_for("large", bench.CONFIGS, named=True) == bench.CONFIGS  # --only named it
+    assert bench.configs_for("W", bench.CONFIGS, named=False) == bench.CONFIGS
 
 
 def _tensor_summaries(data):

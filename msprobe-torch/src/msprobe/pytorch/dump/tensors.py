@@ -217,6 +217,7 @@ def _measure_deferred(tensor: torch.Tensor) -> dict[str, Any]:
 
 FORCE_DEVICE_PATH = switched_on("MSPROBE_FORCE_DEVICE_PATH")  # CPU tensors measured as device tensors are
 STATS_BATCH = number("MSPROBE_STATS_BATCH", 256)  # device tensors whose statistics are read back together
+CHECKSUM_BATCH_BYTES = 256 * 2**20  # md5 on a device: at most this many bytes joined for one transfer
 _graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: -1)  # -1 outside a backward pass
 
 
@@ -331,6 +332,8 @@ class DeviceBatch:
         self.pending: list[BatchedStats] = []
         self.checksums: list[BatchedChecksum] = []  # md5: the tensors' bytes, moved to the host together
         self.xors: list[BatchedChecksum] = []  # xor: one word per tensor, folded on the device
+        self.checksum_bytes = 0  # of the tensors waiting for their CRC-32, read back at byte_limit
+        self.byte_limit = CHECKSUM_BATCH_BYTES
         self.reads = 0
         self.on_read: Callable[[], None] | None = None  # the collector journals the entries just completed
         self.buffers: dict[torch.device, torch.Tensor] = {}  # per device: limit rows of Max, Min, Mean, Norm
@@ -341,9 +344,9 @@ class DeviceBatch:
         self.after_backward: Callable[[], None] | None = None
 
     def measure(self, tensor: torch.Tensor) -> dict[str, Any]:
-        data = tensor.detach()
+        held = data = tensor.detach()
         if data.dtype not in _MEASURED_AS_IS:
-            data = data.float()
+            data = data.float()  # a temporary: the batch holds the tensor itself, never this copy (bf16: 2x)
         low, high = torch.aminmax(data)
         device = data.device
         rows = self.rows.get(device)
@@ -353,7 +356,7 @@ class DeviceBatch:
         row = self.rows_used.get(device, 0)
         self.rows_used[device] = row + 1
         _copy(rows[row], torch.stack((high, low, data.mean(), torch.linalg.vector_norm(data))))  # no sync
-        stats = BatchedStats(self, device, row, data)
+        stats = BatchedStats(self, device, row, held)
         self.pending.append(stats)
         self._added()
         return {key: BatchedStat(stats, index) for index, key in enumerate(("Max", "Min", "Mean", "Norm"))}
@@ -385,7 +388,11 @@ class DeviceBatch:
             data = data.contiguous()
         item = BatchedChecksum(self, data)
         self.checksums.append(item)
-        self._added()
+        self.checksum_bytes += data.numel() * data.element_size()
+        if self.checksum_bytes >= self.byte_limit:  # the batch's bytes are joined on the device to move them
+            self.read_back()
+        else:
+            self._added()
         return item
 
     def xor(self, tensor: torch.Tensor) -> BatchedChecksum:
@@ -400,6 +407,7 @@ class DeviceBatch:
     def read_back(self) -> None:
         pending, self.pending = self.pending, []
         checksums, self.checksums = self.checksums, []
+        self.checksum_bytes = 0
         xors, self.xors = self.xors, []
         if checksums:
             self._read_checksums(checksums)
@@ -431,7 +439,8 @@ class DeviceBatch:
         """The bytes of every tensor waiting for its CRC-32, moved to the host in one transfer per device."""
         for group in _by_device(checksums, lambda item: item.data):
             try:
-                blob = torch.cat([item.data.reshape(-1).view(torch.uint8) for item in group]).cpu().numpy()
+                parts = [item.data.reshape(-1).view(torch.uint8) for item in group]
+                blob = (torch.cat(parts) if len(parts) > 1 else parts[0]).cpu().numpy()  # one alone: no device copy
                 self.reads += 1
                 offset = 0
                 for item in group:
