@@ -90,6 +90,25 @@ def test_the_batch_holds_the_tensor_itself_not_a_float32_copy():
     assert batch.pending == [] and summary["Max"].stats.data is None  # let go once read
 
 
+def test_a_batch_begun_under_inference_mode_is_written_after_it():
+    """The buffer is made on the first measurement: made as an inference tensor, it could not be written
+    outside inference_mode again (an evaluation step dumped before a training step)."""
+    batch = DeviceBatch(limit=8)
+    weight = torch.tensor([[1.0, -3.0], [2.5, 0.5]])
+    with torch.inference_mode():
+        first = batch.measure(weight)
+    second = batch.measure(torch.tensor([4.0, -8.0]))
+    batch.read_back()
+    with torch.inference_mode():
+        third = batch.measure(weight)
+        batch.read_back()
+    assert [first[key].resolve() for key in ("Max", "Min", "Mean")] == [2.5, -3.0, 0.25]
+    assert first["Norm"].resolve() == pytest.approx(math.sqrt(1 + 9 + 6.25 + 0.25), rel=1e-7)
+    assert [second[key].resolve() for key in ("Max", "Min", "Mean")] == [4.0, -8.0, -2.0]
+    assert second["Norm"].resolve() == pytest.approx(math.sqrt(80), rel=1e-7)
+    assert third["Max"].resolve() == 2.5
+
+
 def test_checksum_bytes_are_moved_in_bounded_batches():
     batch = DeviceBatch(limit=1000)
     batch.byte_limit = 4096  # bytes joined on the device for one transfer
@@ -249,6 +268,9 @@ def test_the_end_of_a_backward_pass_reads_the_batch_back(tmp_path):
         assert isinstance(summary["Max"], float) and isinstance(summary["Norm"], float)
 
 
+PLACE = (torch.device("cpu"), torch.float32)  # a buffer's key: device and dtype
+
+
 def test_a_backward_pass_queues_one_read_back_and_the_buffer_is_reused():
     batch = DeviceBatch(limit=1000)
     ended = []
@@ -262,9 +284,9 @@ def test_a_backward_pass_queues_one_read_back_and_the_buffer_is_reused():
         batch.measure(out)  # outside backward: nothing queued for it
         out.sum().backward(retain_graph=True)
         assert ended[-1] == 3 and batch.waiting() == 0  # read back once, with all three
-        assert batch.buffers[torch.device("cpu")].shape == (1000, 4)  # the rows are allocated once
-        buffer = buffer if buffer is not None else batch.buffers[torch.device("cpu")]
-        assert batch.buffers[torch.device("cpu")] is buffer
+        assert batch.buffers[PLACE].shape == (1000, 4)  # the rows are allocated once
+        buffer = buffer if buffer is not None else batch.buffers[PLACE]
+        assert batch.buffers[PLACE] is buffer
     assert len(ended) == 2 and batch.take_reads() == 2
     batch.measure(out)
     assert batch.waiting() == 1 and len(ended) == 2  # no backward pass, no read

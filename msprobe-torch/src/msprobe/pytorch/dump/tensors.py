@@ -57,7 +57,8 @@ def _unwrapped(function: Any) -> Any:
 # the tool's own reductions call torch's functions, not the dump's wrappers around them (one hop less per tensor)
 _sum = _unwrapped(torch.Tensor.sum)
 _vector_norm = _unwrapped(torch.linalg.vector_norm)
-_copy = _unwrapped(torch.Tensor.copy_)
+_aminmax = _unwrapped(torch.aminmax)
+_mean = _unwrapped(torch.mean)
 
 
 def _measure(tensor: torch.Tensor) -> dict[str, Any]:
@@ -238,10 +239,10 @@ def _log_once(what: str, error: BaseException) -> None:
 class BatchedStats:
     """One device tensor's four statistics, waiting in their row of a :class:`DeviceBatch`'s buffer."""
 
-    __slots__ = ("batch", "data", "device", "extremes", "holders", "row", "values")
+    __slots__ = ("batch", "data", "extremes", "holders", "place", "row", "values")
 
-    def __init__(self, batch: DeviceBatch, device: torch.device, row: int, data: torch.Tensor):
-        self.batch, self.device, self.row, self.data = batch, device, row, data
+    def __init__(self, batch: DeviceBatch, place: tuple, row: int, data: torch.Tensor):
+        self.batch, self.place, self.row, self.data = batch, place, row, data  # place: the buffer's device, dtype
         self.values: list | None = None
         self.holders: list[dict[str, Any]] = []  # the summaries showing them: they get *_except_inf_nan keys
         self.extremes: dict[str, Any] = {}
@@ -317,9 +318,11 @@ def xor_word(tensor: torch.Tensor) -> torch.Tensor:
 class DeviceBatch:
     """Statistics of device tensors computed on the device and read back together, not one host sync each.
 
-    Each tensor's Max, Min, Mean and Norm go into the next row of a buffer
-    allocated once per device (``limit`` rows of four float64). The rows are
-    read back in one transfer per device when the batch holds ``limit``
+    Each tensor's Max, Min, Mean and Norm are written by their reductions
+    straight into the next row of a buffer allocated once per device and
+    dtype (``limit`` rows of four values; float32 for all but float64
+    tensors, as the reductions give them). The rows are read back in one
+    transfer per buffer when the batch holds ``limit``
     tensors, when a top-level module's call ends, when a backward pass ends,
     at step end, and whenever a value is needed before that (the overflow
     check's look at outputs, say). Only a tensor whose extremes are inf or
@@ -336,9 +339,10 @@ class DeviceBatch:
         self.byte_limit = CHECKSUM_BATCH_BYTES
         self.reads = 0
         self.on_read: Callable[[], None] | None = None  # the collector journals the entries just completed
-        self.buffers: dict[torch.device, torch.Tensor] = {}  # per device: limit rows of Max, Min, Mean, Norm
-        self.rows: dict[torch.device, tuple[torch.Tensor, ...]] = {}
-        self.rows_used: dict[torch.device, int] = {}
+        # per (device, dtype): limit rows of Max, Min, Mean and Norm, each row's four cells as views made once
+        self.buffers: dict[tuple, torch.Tensor] = {}
+        self.cells: dict[tuple, list[tuple[torch.Tensor, ...]]] = {}
+        self.rows_used: dict[tuple, int] = {}
         self.backward_task = -1  # the backward pass whose end reads the batch back (-1: none queued, -2: unable)
         # the recorder's read_back at the end of a backward pass, as the tool's own work (its torch calls undumped)
         self.after_backward: Callable[[], None] | None = None
@@ -347,16 +351,19 @@ class DeviceBatch:
         held = data = tensor.detach()
         if data.dtype not in _MEASURED_AS_IS:
             data = data.float()  # a temporary: the batch holds the tensor itself, never this copy (bf16: 2x)
-        low, high = torch.aminmax(data)
-        device = data.device
-        rows = self.rows.get(device)
-        if rows is None:
-            self.buffers[device] = torch.empty((self.limit, 4), dtype=torch.float64, device=device)
-            rows = self.rows[device] = self.buffers[device].unbind(0)  # one view per row, made once
-        row = self.rows_used.get(device, 0)
-        self.rows_used[device] = row + 1
-        _copy(rows[row], torch.stack((high, low, data.mean(), torch.linalg.vector_norm(data))))  # no sync
-        stats = BatchedStats(self, device, row, held)
+        place = (data.device, data.dtype)
+        cells = self.cells.get(place)
+        if cells is None:
+            with torch.inference_mode(False):  # made in an inference_mode block, it could not be written after it
+                buffer = self.buffers[place] = torch.empty((self.limit, 4), dtype=data.dtype, device=data.device)
+                cells = self.cells[place] = [tuple(row.unbind(0)) for row in buffer.unbind(0)]
+        row = self.rows_used.get(place, 0)
+        self.rows_used[place] = row + 1
+        maximum, minimum, mean, norm = cells[row]
+        _aminmax(data, out=(minimum, maximum))  # three kernels, no stack or copy, and no sync
+        _mean(data, out=mean)
+        _vector_norm(data, out=norm)
+        stats = BatchedStats(self, place, row, held)
         self.pending.append(stats)
         self._added()
         return {key: BatchedStat(stats, index) for index, key in enumerate(("Max", "Min", "Mean", "Norm"))}
@@ -417,16 +424,10 @@ class DeviceBatch:
             if (checksums or xors) and self.on_read is not None:
                 self.on_read()
             return
-        for group in _by_device(pending, lambda stats: stats):
-            device = group[0].device
-            used, self.rows_used[device] = self.rows_used.get(device, 0), 0
-            try:
-                rows = self.buffers[device][:used].tolist()  # the batch's one host read
-            except Exception:  # one odd row: each is read alone rather than all lost
-                rows = [_row_alone(self.buffers[device], row) for row in range(used)]
-            self.reads += 1
+        for group in _by_device(pending, lambda stats: stats.place[0]):
+            rows = self._read_rows({stats.place for stats in group})
             for stats in group:
-                row = rows[stats.row]
+                row = rows[stats.place][stats.row]
                 try:
                     stats.fill(row)
                 except Exception:  # its except pair could not be read: the four statistics stand
@@ -435,9 +436,29 @@ class DeviceBatch:
         if self.on_read is not None:
             self.on_read()
 
+    def _read_rows(self, places: set[tuple]) -> dict[tuple, list[list[float]]]:
+        """The used rows of one device's buffers, in one host read (float32 rows widened to float64 on the
+        device, exactly, when a float64 buffer is read with them)."""
+        used = {place: self.rows_used.get(place, 0) for place in places}
+        for place in places:
+            self.rows_used[place] = 0
+        order = sorted(places, key=str)
+        try:
+            parts = [self.buffers[place][: used[place]] for place in order]
+            if len(parts) > 1:
+                parts = [part.double() for part in parts]
+            joined = (torch.cat(parts) if len(parts) > 1 else parts[0]).tolist()  # the batch's one host read
+            rows, start = {}, 0
+            for place in order:
+                rows[place], start = joined[start : start + used[place]], start + used[place]
+        except Exception:  # one odd row: each is read alone rather than all lost
+            rows = {place: [_row_alone(self.buffers[place], row) for row in range(used[place])] for place in order}
+        self.reads += 1
+        return rows
+
     def _read_checksums(self, checksums: list[BatchedChecksum]) -> None:
         """The bytes of every tensor waiting for its CRC-32, moved to the host in one transfer per device."""
-        for group in _by_device(checksums, lambda item: item.data):
+        for group in _by_device(checksums, lambda item: item.data.device):
             try:
                 parts = [item.data.reshape(-1).view(torch.uint8) for item in group]
                 blob = (torch.cat(parts) if len(parts) > 1 else parts[0]).cpu().numpy()  # one alone: no device copy
@@ -455,7 +476,7 @@ class DeviceBatch:
                 item.data = None
 
     def _read_xors(self, xors: list[BatchedChecksum]) -> None:
-        for group in _by_device(xors, lambda item: item.data):
+        for group in _by_device(xors, lambda item: item.data.device):
             words = torch.cat([item.data for item in group]).tolist()  # the batch's one host read
             self.reads += 1
             for item, word in zip(group, words):
@@ -466,12 +487,11 @@ class DeviceBatch:
         return reads
 
 
-def _by_device(items: list, placed: Callable[[Any], Any]) -> list[list]:
-    """The items in groups of one device each (one transfer per device), in their order; ``placed`` gives
-    what has the item's ``.device``."""
+def _by_device(items: list, device_of: Callable[[Any], Any]) -> list[list]:
+    """The items in groups of one device each (one transfer per device), in their order."""
     groups: dict[Any, list] = {}
     for item in items:
-        groups.setdefault(placed(item).device, []).append(item)
+        groups.setdefault(device_of(item), []).append(item)
     return list(groups.values())
 
 
