@@ -109,6 +109,27 @@ def test_a_batch_begun_under_inference_mode_is_written_after_it():
     assert third["Max"].resolve() == 2.5
 
 
+def test_a_device_without_out_kernels_gets_the_same_values(monkeypatch):
+    """Stand-in for a backend whose aminmax has no out= variant: the batch stacks and copies instead."""
+    aminmax = torch.aminmax
+
+    def without_out(data, **kwargs):
+        if "out" in kwargs:
+            raise RuntimeError("aminmax.out is not implemented for this device")
+        return aminmax(data, **kwargs)
+
+    monkeypatch.setattr(tensors, "_aminmax", without_out)
+    batch = DeviceBatch(limit=4)
+    samples = _samples()
+    summaries = [batch.measure(tensor) for tensor in samples]
+    batch.read_back()
+    assert not batch.write_out
+    for tensor, summary in zip(samples, summaries):
+        values, _extremes = _direct(tensor)
+        got = [summary[key].resolve() for key in ("Max", "Min", "Mean", "Norm")]
+        assert all(_same(g, json_number(v)) for g, v in zip(got, values)), (tensor.dtype, got, values)
+
+
 def test_checksum_bytes_are_moved_in_bounded_batches():
     batch = DeviceBatch(limit=1000)
     batch.byte_limit = 4096  # bytes joined on the device for one transfer

@@ -58,6 +58,7 @@ def _unwrapped(function: Any) -> Any:
 _sum = _unwrapped(torch.Tensor.sum)
 _vector_norm = _unwrapped(torch.linalg.vector_norm)
 _aminmax = _unwrapped(torch.aminmax)
+_copy = _unwrapped(torch.Tensor.copy_)
 _mean = _unwrapped(torch.mean)
 
 
@@ -343,6 +344,7 @@ class DeviceBatch:
         self.buffers: dict[tuple, torch.Tensor] = {}
         self.cells: dict[tuple, list[tuple[torch.Tensor, ...]]] = {}
         self.rows_used: dict[tuple, int] = {}
+        self.write_out = True  # the reductions write into the buffer (off if the device lacks their out= kernels)
         self.backward_task = -1  # the backward pass whose end reads the batch back (-1: none queued, -2: unable)
         # the recorder's read_back at the end of a backward pass, as the tool's own work (its torch calls undumped)
         self.after_backward: Callable[[], None] | None = None
@@ -359,10 +361,18 @@ class DeviceBatch:
                 cells = self.cells[place] = [tuple(row.unbind(0)) for row in buffer.unbind(0)]
         row = self.rows_used.get(place, 0)
         self.rows_used[place] = row + 1
-        maximum, minimum, mean, norm = cells[row]
-        _aminmax(data, out=(minimum, maximum))  # three kernels, no stack or copy, and no sync
-        _mean(data, out=mean)
-        _vector_norm(data, out=norm)
+        if self.write_out:
+            try:
+                maximum, minimum, mean, norm = cells[row]
+                _aminmax(data, out=(minimum, maximum))  # three kernels, no stack or copy, and no sync
+                _mean(data, out=mean)
+                _vector_norm(data, out=norm)
+            except Exception as error:  # a backend without these out= kernels: stacked and copied instead
+                self.write_out = False
+                logger.debug("msprobe: device statistics stacked, not written in place (%s)", error)
+        if not self.write_out:
+            low, high = _aminmax(data)
+            _copy(self.buffers[place][row], torch.stack((high, low, _mean(data), _vector_norm(data))))
         stats = BatchedStats(self, place, row, held)
         self.pending.append(stats)
         self._added()
