@@ -323,12 +323,12 @@ class DeviceBatch:
     straight into the next row of a buffer allocated once per device and
     dtype (``limit`` rows of four values; float32 for all but float64
     tensors, as the reductions give them). The rows are read back in one
-    transfer per buffer when the batch holds ``limit``
-    tensors, when a top-level module's call ends, when a backward pass ends,
-    at step end, and whenever a value is needed before that (the overflow
-    check's look at outputs, say). Only a tensor whose extremes are inf or
-    nan costs one more read, for its ``*_except_inf_nan`` pair. ``reads``
-    counts the host reads.
+    transfer per device when the batch holds ``limit`` tensors, when a
+    top-level module's call ends, when a backward pass ends, at step end,
+    and whenever a value is needed before that (the overflow check's look
+    at outputs, say). Only a tensor whose extremes are inf or nan costs one
+    more read, for its ``*_except_inf_nan`` pair. ``reads`` counts the host
+    reads.
     """
 
     def __init__(self, limit: int = STATS_BATCH):
