@@ -42,6 +42,12 @@ def _same(a, b):
     return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
 
 
+def _assert_four_statistics(summary, values, tensor):
+    """The batched Max, Min, Mean and Norm are the direct path's ``values``, bit for bit."""
+    got = [summary[key].resolve() for key in ("Max", "Min", "Mean", "Norm")]
+    assert all(_same(g, json_number(v)) for g, v in zip(got, values)), (tensor.dtype, got, values)
+
+
 def _samples():
     generator = torch.Generator().manual_seed(0)
     found = [torch.randn(64, 33, generator=generator, dtype=dtype) for dtype in
@@ -67,8 +73,7 @@ def test_batched_values_are_the_direct_paths_bit_for_bit(monkeypatch, limit):
     nonfinite = 0
     for tensor, summary in zip(samples, summaries):
         values, extremes = _direct(tensor)
-        got = [summary[key].resolve() for key in ("Max", "Min", "Mean", "Norm")]
-        assert all(_same(g, json_number(v)) for g, v in zip(got, values)), (tensor.dtype, got, values)
+        _assert_four_statistics(summary, values, tensor)
         found = {key: summary[key] for key in summary if key.endswith("_except_inf_nan")}
         assert found.keys() == extremes.keys()
         assert all(_same(found[key], json_number(value)) for key, value in extremes.items())
@@ -126,8 +131,7 @@ def test_a_device_without_out_kernels_gets_the_same_values(monkeypatch):
     assert not batch.write_out
     for tensor, summary in zip(samples, summaries):
         values, _extremes = _direct(tensor)
-        got = [summary[key].resolve() for key in ("Max", "Min", "Mean", "Norm")]
-        assert all(_same(g, json_number(v)) for g, v in zip(got, values)), (tensor.dtype, got, values)
+        _assert_four_statistics(summary, values, tensor)
 
 
 def test_checksum_bytes_are_moved_in_bounded_batches():

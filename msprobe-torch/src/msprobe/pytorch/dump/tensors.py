@@ -228,15 +228,6 @@ def _queue_backward_callback(callback: Callable[[], None]) -> None:
     torch.autograd.Variable._execution_engine.queue_callback(callback)
 
 
-_logged: set[str] = set()
-
-
-def _log_once(what: str, error: BaseException) -> None:
-    if what not in _logged:
-        _logged.add(what)
-        logger.warning("msprobe: %s failed (%s: %s); the dump goes on", what, type(error).__name__, error)
-
-
 class BatchedStats:
     """One device tensor's four statistics, waiting in their row of a :class:`DeviceBatch`'s buffer."""
 
@@ -346,7 +337,8 @@ class DeviceBatch:
         self.rows_used: dict[tuple, int] = {}
         self.write_out = True  # the reductions write into the buffer (off if the device lacks their out= kernels)
         self.backward_task = -1  # the backward pass whose end reads the batch back (-1: none queued, -2: unable)
-        # the recorder's read_back at the end of a backward pass, as the tool's own work (its torch calls undumped)
+        # the recorder's read_back at the end of a backward pass, as the tool's own work (its torch calls undumped);
+        # it runs inside the user's backward(), so it must not raise: the recorder's guard reports a failure
         self.after_backward: Callable[[], None] | None = None
 
     def measure(self, tensor: torch.Tensor) -> dict[str, Any]:
@@ -388,16 +380,13 @@ class DeviceBatch:
                 try:
                     _queue_backward_callback(self._backward_ended)
                 except Exception as error:  # an engine without final callbacks: the limit and step end still read
-                    _log_once("asking autograd to call back at the end of a backward pass", error)
                     self.backward_task = -2  # not asked again
+                    logger.debug("msprobe: no read-back at the end of backward passes (%s)", error)
 
     def _backward_ended(self) -> None:
-        """Run by autograd when the backward pass ends. It must never raise into the user's backward()."""
+        """Run by autograd when the backward pass ends."""
         self.backward_task = -1
-        try:
-            self.after_backward()
-        except Exception as error:  # the values are read again at step end
-            _log_once("reading statistics back at the end of a backward pass", error)
+        self.after_backward()
 
     def checksum(self, tensor: torch.Tensor) -> BatchedChecksum:
         data = tensor.detach().resolve_conj().resolve_neg()
@@ -449,10 +438,8 @@ class DeviceBatch:
     def _read_rows(self, places: set[tuple]) -> dict[tuple, list[list[float]]]:
         """The used rows of one device's buffers, in one host read (float32 rows widened to float64 on the
         device, exactly, when a float64 buffer is read with them)."""
-        used = {place: self.rows_used.get(place, 0) for place in places}
-        for place in places:
-            self.rows_used[place] = 0
-        order = sorted(places, key=str)
+        used = {place: self.rows_used.pop(place, 0) for place in places}
+        order = list(places)
         try:
             parts = [self.buffers[place][: used[place]] for place in order]
             if len(parts) > 1:
