@@ -8,7 +8,10 @@ measured the way device tensors are, so CI exercises that path).
 
 from __future__ import annotations
 
+import logging
 import os
+
+logger = logging.getLogger(__name__)
 
 
 def switched_off(variable: str) -> bool:
@@ -22,6 +25,11 @@ def switched_on(variable: str) -> bool:
 
 
 def number(variable: str, default: int, least: int = 1) -> int:
-    """A whole number from the environment (``MSPROBE_STATS_BATCH=512``); the default for anything else."""
+    """A whole number from the environment (``MSPROBE_STATS_BATCH=512``), at least ``least``; the default when
+    unset, and for anything else with a warning that names the variable."""
     text = os.environ.get(variable, "").strip()
-    return max(least, int(text)) if text.isdigit() else default
+    if text.isdigit():
+        return max(least, int(text))
+    if text:
+        logger.warning("msprobe: %s=%r is not a whole number; %d is used instead", variable, text, default)
+    return default
