@@ -371,3 +371,59 @@ def test_xor_folded_on_the_device_equals_numpy():
     items = [batch.xor(sample) for sample in samples]
     assert [item.resolve() for item in items] == [_numpy_xor(sample) for sample in samples]
     assert batch.take_reads() == math.ceil(len(samples) / 4)  # one read per batch, none per tensor
+
+
+FLIGHT = textwrap.dedent("""
+    import json, logging, sys, torch
+    from msprobe.pytorch import PrecisionDebugger
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    out, written_after = sys.argv[1], sys.argv[2] == "written-after"
+    torch.manual_seed(0)
+    fc = torch.nn.Linear(4, 4)
+    open(out + ".json", "w").write(json.dumps({"task": "flight_recorder", "level": "L1", "dump_path": out,
+                                               "flight_recorder": {"window": 3}}))
+    debugger = PrecisionDebugger(config_path=out + ".json")
+    for step in range(6):
+        debugger.start()
+        scale = torch.tensor(0.0 if step == 4 else 1.0 / (step + 1))
+        h = fc(torch.randn(2, 4)).abs() * scale
+        loss = torch.log(h).sum()  # log(0) = -inf at step 4: the first inf, made by Torch.log from finite inputs
+        if written_after:
+            with torch.no_grad():
+                h.add_(1.0)  # the call's input written in place before its batch is read back
+        else:
+            loss.backward()
+        debugger.stop()
+        debugger.step()
+        print(json.dumps({"step": step, "reads": debugger._hooks.host_reads}))
+""")
+
+
+@pytest.mark.parametrize("case", ["plain", "written-after"])
+def test_the_flight_recorder_waits_for_the_batch_to_find_the_first_nan(tmp_path, case):
+    """Each call's outputs are looked at for inf or nan when their batch is read back, not with one read per
+    call; the trigger, the window and the saved inputs are those the model's arithmetic gives."""
+    script = tmp_path / "flight.py"
+    script.write_text(FLIGHT)
+    dump = tmp_path / "dump"
+    env = {**os.environ, "MSPROBE_FORCE_DEVICE_PATH": "1", "MSPROBE_STATS_BATCH": "64"}
+    result = subprocess.run([sys.executable, str(script), str(dump), case], env=env, capture_output=True, text=True,
+                            check=True)  # fmt: skip
+    report = json.loads((dump / "flight_recorder_report.json").read_text())
+    first = report["first_nonfinite"]
+    assert (first["api"], first["step"], report["last_finite_step"]) == ("Torch.log.0.forward", 4, 3)
+    assert [trigger["steps_written"] for trigger in report["triggers"]] == [[2, 3, 4]]
+    assert any("torch.log" in frame for frame in first["stack"])
+    (saved,) = (dump / "step4" / "rank" / "dump_tensor_data").iterdir()
+    assert saved.name == "Torch.log.0.forward.input.0.pt"
+    warned = "the inputs of Torch.log.0.forward were written in place after the call" in result.stderr
+    if case == "plain":  # the input as the call saw it: |fc(x)| * 0
+        assert torch.equal(torch.load(saved, weights_only=True), torch.zeros(2, 4)) and not warned
+    else:  # as it was at the read-back, 0 + 1, and the user is told
+        assert torch.equal(torch.load(saved, weights_only=True), torch.ones(2, 4)) and warned
+    steps = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    data = read_dump(dump / "step3" / "rank").data
+    measured = sum(1 for _ in _tensor_summaries(data))
+    assert measured > 10 and "Torch.log.0.forward" in data
+    for step in steps[:4]:  # all finite: one read per batch and the ends of backward and of the step
+        assert 0 < step["reads"] <= math.ceil(measured / 64) + 2, (steps, measured)

@@ -9,6 +9,7 @@ step's :class:`~msprobe.core.dump.writer.DumpWriter`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -51,6 +52,34 @@ def _produced_nonfinite(entry: dict[str, Any], raw_inputs: tuple[tuple, dict] | 
     if any(has_nonfinite(part) for part in given if part is not None):
         return False
     return not (raw_inputs is not None and _plain_nonfinite(raw_inputs))
+
+
+def _statistics_of(encoded: Any) -> Any:
+    """An encoded value without its file names, its statistics read: what two encodings of the same values
+    share."""
+    if isinstance(encoded, dict):
+        return {key: _statistics_of(value) for key, value in encoded.items() if key != "data_name"}
+    if isinstance(encoded, list):
+        return [_statistics_of(item) for item in encoded]
+    resolve = getattr(encoded, "resolve", None)  # a statistic read back from a device
+    if resolve is not None:
+        return resolve()
+    value = getattr(encoded, "value", None)  # JSON text handed over whole (RawJSON)
+    return _statistics_of(value()) if callable(value) else encoded
+
+
+@dataclasses.dataclass(slots=True)
+class _WaitingEntry:
+    """A recorded entry the flight recorder looks at once its values are read back."""
+
+    name: str
+    entry: dict[str, Any]
+    writer: Any
+    stack: Any
+    parent: Any
+    plain_nonfinite: bool = False  # an inf or nan given as a plain number: made on purpose
+    raw_inputs: tuple[tuple, dict] | None = None  # kept only to save the inputs' tensors (save_tensors)
+    forward: bool = True
 
 
 def dump_task(task: str) -> str:
@@ -107,6 +136,9 @@ class DumpCollector:
         self.settle_values: Callable[[], None] | None = None
         # whether values are still being measured (a device batch): an entry made now is encoded when they are
         self.values_pending: Callable[[], bool] | None = None
+        # the flight recorder's look for the first inf or nan, at entries whose values were still on their way
+        # (one read each would undo the batch): taken when they are read back, in the order the calls ran
+        self._nonfinite_waiting: list[_WaitingEntry] = []
 
     # -- step folders ------------------------------------------------------------
     def open_step(self) -> DumpWriter:
@@ -166,6 +198,8 @@ class DumpCollector:
 
     def entries_settled(self) -> None:
         """Every value of the deferred entries so far is final (see ``settle_values``): journal them."""
+        if self._nonfinite_waiting:
+            self._look_for_the_first_nonfinite()
         settle = getattr(self.writer, "settle", None)
         if settle is not None:
             settle()
@@ -255,9 +289,14 @@ class DumpCollector:
                 with self._saving():
                     entry.update(self._encode_inputs(name, *raw_inputs))
                     entry["output"] = self.encoder.encode_outputs(output, f"{name}.output")
-        first_nonfinite = (
-            self.flight is not None and self.flight.wants_nonfinite() and _produced_nonfinite(entry, raw_inputs)
-        )
+        watching = self.flight is not None and self.flight.wants_nonfinite()
+        if watching and self._values_pending():  # looked at once its values are read back
+            writer.add(name, entry, True, stack_value, parent)
+            plain = raw_inputs is not None and _plain_nonfinite(raw_inputs)
+            kept_inputs = raw_inputs if self.flight.save_tensors else None
+            self._nonfinite_waiting.append(_WaitingEntry(name, entry, writer, stack_value, parent, plain, kept_inputs))
+            return True
+        first_nonfinite = watching and _produced_nonfinite(entry, raw_inputs)
         if first_nonfinite and self.flight.save_tensors and raw_inputs is not None:  # the inputs of the call
             with self._saving_tensors_of(writer):
                 entry.update(self._encode_inputs(name, *raw_inputs))
@@ -265,6 +304,45 @@ class DumpCollector:
         if first_nonfinite:  # after the entry is in: the trigger writes the step so far
             self.flight.nonfinite(name, stack_value, parent)
         return True
+
+    def _look_for_the_first_nonfinite(self) -> None:
+        """The flight recorder's look at the entries that waited for their values (``forward``, ``backward``).
+
+        The inputs of the call found are saved now, as they are now: an in-place
+        write between the call and its batch's read-back is not undone, and is
+        told in a warning (their statistics, taken at the call, differ).
+        """
+        waiting, self._nonfinite_waiting = self._nonfinite_waiting, []
+        for item in waiting:
+            if not self.flight.wants_nonfinite():
+                return
+            if item.forward:
+                found = not item.plain_nonfinite and _produced_nonfinite(item.entry, None)
+            else:
+                found = has_nonfinite(item.entry["output"]) and not has_nonfinite(item.entry["input"])
+            if not found:
+                continue
+            if item.raw_inputs is not None:
+                try:
+                    self._save_inputs_late(item)
+                except self.device_errors:
+                    raise
+                except Exception as exc:  # the report and the steps matter more than the tensors: they go on
+                    logger.warning("msprobe flight recorder: the inputs of %s were not saved (%s)", item.name, exc)
+            self.flight.nonfinite(item.name, item.stack, item.parent)
+
+    def _save_inputs_late(self, item: _WaitingEntry) -> None:
+        entry = item.entry
+        at_the_call = {key: entry.get(key) for key in ("input_args", "input_kwargs")}
+        with self._saving_tensors_of(item.writer):
+            entry.update(self._encode_inputs(item.name, *item.raw_inputs))
+        self._settle_values()  # the statistics of the inputs as saved, read back now
+        if _statistics_of(at_the_call) != _statistics_of({key: entry.get(key) for key in at_the_call}):
+            logger.warning(
+                "msprobe flight recorder: the inputs of %s were written in place after the call; the tensors "
+                "saved are as they were when its values were read back",
+                item.name,
+            )
 
     def flight_handoff(self, name: str, text: str, args: tuple, kwargs: dict, stack: Any, parent: Any) -> bool:
         """A call the per-call path in C recorded, whose outputs show inf or nan: when it is the first to make
@@ -319,7 +397,12 @@ class DumpCollector:
                     with self._saving():
                         entry = {"input": self.encoder.encode_outputs(grad_of_outputs, f"{name}.input"),
                                  "output": self.encoder.encode_outputs(grad_of_inputs, f"{name}.output")}  # fmt: skip
-        self.open_step().add(name, entry, self._deferred(), parent=parent)
+        writer = self.open_step()
+        if self.flight is not None and self.flight.wants_nonfinite() and entry and self._values_pending():
+            writer.add(name, entry, True, parent=parent)
+            self._nonfinite_waiting.append(_WaitingEntry(name, entry, writer, None, parent, forward=False))
+            return True
+        writer.add(name, entry, self._deferred(), parent=parent)
         if self.flight is not None and self.flight.wants_nonfinite() and entry:
             if has_nonfinite(entry["output"]) and not has_nonfinite(entry["input"]):  # leaving from arriving
                 self.flight.nonfinite(name, None, parent)
@@ -358,7 +441,10 @@ class DumpCollector:
             self._set_tensor_dir(None)
 
     def _deferred(self) -> bool:
-        return self.deferred or (self.values_pending is not None and self.values_pending())
+        return self.deferred or self._values_pending()
+
+    def _values_pending(self) -> bool:
+        return self.values_pending is not None and self.values_pending()
 
     def _hardware(self) -> bool | None:
         return self.hardware_flag() if self.hardware_flag is not None else None
