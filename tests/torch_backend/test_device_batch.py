@@ -427,3 +427,39 @@ def test_the_flight_recorder_waits_for_the_batch_to_find_the_first_nan(tmp_path,
     assert measured > 10 and "Torch.log.0.forward" in data
     for step in steps[:4]:  # all finite: one read per batch and the ends of backward and of the step
         assert 0 < step["reads"] <= math.ceil(measured / 64) + 2, (steps, measured)
+
+
+OVERFLOW = textwrap.dedent("""
+    import json, sys, torch
+    from msprobe.pytorch import PrecisionDebugger
+    out = sys.argv[1]
+    open(out + ".json", "w").write(json.dumps({"task": "overflow_check", "level": "L1", "dump_path": out}))
+    debugger = PrecisionDebugger(config_path=out + ".json")
+    weight = torch.randn(8, 8)
+    for step in range(2):
+        debugger.start()
+        x = torch.randn(4, 8)
+        for i in range(5):
+            x = torch.tanh(x @ weight)
+        if step == 1:
+            torch.exp(x * 1000.0)  # |x| up to 1: e^1000 is inf in float32, from finite inputs
+        debugger.stop()
+        debugger.step()
+        print(json.dumps({"reads": debugger._hooks.host_reads}))
+""")
+
+
+def test_the_overflow_checks_reads_on_a_device_are_counted(tmp_path):
+    """The overflow check decides at each call, so on a device each screened output costs one read: they are
+    counted with the batch's, so the benchmark's host reads/step says what a GPU would do."""
+    script = tmp_path / "overflow.py"
+    script.write_text(OVERFLOW)
+    env = {**os.environ, "MSPROBE_FORCE_DEVICE_PATH": "1"}
+    result = subprocess.run([sys.executable, str(script), str(tmp_path / "dump")], env=env, capture_output=True,
+                            text=True, check=True)  # fmt: skip
+    reads = [json.loads(line)["reads"] for line in result.stdout.splitlines() if line.startswith("{")]
+    # step 0: ten float outputs (five matmuls, five tanhs), one sum read each, and no in-place call to screen
+    # step 1: those ten and the multiplication's; exp's sum is inf, so its min and max are read (2); exp is kept:
+    # its statistics go through the batch, read back at step end (1), with its output's *_except_inf_nan pair (1)
+    assert reads == [10, 10 + 1 + 2 + 2]
+    assert list(read_dump(tmp_path / "dump" / "step1" / "rank").data) == ["Torch.exp.0.forward"]

@@ -529,19 +529,23 @@ def _plain_device_tensor(tensor: torch.Tensor) -> bool:
 _SCREENED_BY_SUM = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
-def _measure_range(tensor: torch.Tensor) -> dict[str, Any]:
+def _measure_range(tensor: torch.Tensor, batch: DeviceBatch | None = None) -> dict[str, Any]:
     """Overflow screening. A finite sum proves every element finite (inf and nan propagate through it),
     and one sum is cheaper than a min/max pass; only a non-finite sum (or one that overflowed) is looked into.
+    Each read from a device is counted in ``batch.reads``: the screen cannot wait for a batch (see
+    docs/overflow_check.md).
     """
     data = tensor.detach()
     if data.dtype not in _SCREENED_BY_SUM or not data.dim():  # the usual floating tensor skips these checks
         if data.dtype == torch.bool or not data.dim() or data.is_complex():
+            _count_read(batch, data)
             return _measure(tensor)
         if not data.is_floating_point():
             return {}  # integers cannot hold inf or nan
-    if _proved_finite(data):
+    if _proved_finite(data, batch):
         return {}
     low, high = torch.aminmax(data)
+    _count_read(batch, data)
     if data.is_cpu:
         maximum, minimum = float(high.item()), float(low.item())
     else:
@@ -549,22 +553,29 @@ def _measure_range(tensor: torch.Tensor) -> dict[str, Any]:
     return {"Max": json_number(maximum), "Min": json_number(minimum)}
 
 
+def _count_read(batch: DeviceBatch | None, data: torch.Tensor) -> None:
+    if batch is not None and (FORCE_DEVICE_PATH or not data.is_cpu):
+        batch.reads += 1
+
+
 def _kernel_screen(data: torch.Tensor) -> bool | None:
-    """Whether a CPU tensor holds an inf or nan, from its exponent bits read in C; None where they cannot be read."""
+    """Whether a CPU tensor holds an inf or nan, from its exponent bits read in C; None where they cannot be read
+    (and with the device path forced, which screens as on a device)."""
     kind = SCREEN_KINDS.get(data.dtype)
-    if kind is None or not float_stats.AVAILABLE or not data.is_cpu:
+    if kind is None or not float_stats.AVAILABLE or not data.is_cpu or FORCE_DEVICE_PATH:
         return None
     address = _plain_memory(data)
     return None if address is None else float_stats.any_nonfinite_at(address, data.numel(), kind)
 
 
-def _proved_finite(data: torch.Tensor) -> bool:
+def _proved_finite(data: torch.Tensor, batch: DeviceBatch | None = None) -> bool:
     """Every element is finite: the exponent bits on the CPU, else a finite sum (one read on any device;
     inf and nan propagate through a sum, but a sum of finite values may also overflow).
     """
     found = _kernel_screen(data)
     if found is not None:
         return not found
+    _count_read(batch, data)
     return _finite(_sum(data).item())
 
 
@@ -706,12 +717,15 @@ class TensorSummarizer:
 
     def _statistics(self, tensor: torch.Tensor) -> dict[str, Any]:
         if self.task == "overflow_check" and not self.save_files:
-            return self._cached("range", tensor, _measure_range)  # full statistics only for the calls kept
+            return self._cached("range", tensor, self._screen)  # full statistics only for the calls kept
         if self.deferred:
             return self._cached("stats", tensor, _measure_deferred)
         if self._batched(tensor):
             return self._cached("stats", tensor, self.batch.measure)
         return self._cached("stats", tensor, _measure)
+
+    def _screen(self, tensor: torch.Tensor) -> dict[str, Any]:
+        return _measure_range(tensor, self.batch)
 
     def _batched(self, tensor: torch.Tensor) -> bool:
         return self.batch is not None and (FORCE_DEVICE_PATH or not tensor.is_cpu) and _plain_device_tensor(tensor)
