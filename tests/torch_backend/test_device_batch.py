@@ -177,12 +177,8 @@ for step in range(2):
 
 @pytest.mark.parametrize("level", ["L1", "mix"])
 def test_host_reads_per_step_are_bounded_by_the_batches(tmp_path, level):
-    script = tmp_path / "run.py"
-    script.write_text(RUN.format(bench=str(tensors.Path(__file__).parents[2] / "bench")))
-    env = {**os.environ, "MSPROBE_FORCE_DEVICE_PATH": "1", "MSPROBE_STATS_BATCH": "64"}
-    result = subprocess.run([sys.executable, str(script), str(tmp_path / "dump"), level], capture_output=True,
-                            text=True, env=env, check=True)  # fmt: skip
-    steps = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    text = RUN.format(bench=str(tensors.Path(__file__).parents[2] / "bench"))
+    steps = _json_lines(_run(tmp_path, text, tmp_path / "dump", level, batch=64).stdout)
     dump = read_dump(tmp_path / "dump" / "step1" / "rank")
     measured = sum(1 for _ in _tensor_summaries(dump.data))
     bound = math.ceil(measured / 64) + (8 if level == "mix" else 2)  # + top-level module ends and the step's end
@@ -224,6 +220,21 @@ def test_the_large_workload_leaves_the_tensor_dump_out_unless_named(capsys):
     assert bench.configs_for("W", bench.CONFIGS, named=False) == bench.CONFIGS
 
 
+def _run(tmp_path, text, *args, batch=None, forced="1", check=True):
+    """``text`` run as a script in a process of its own, the device path forced (or not, ``forced="0"``)."""
+    script = tmp_path / "script.py"
+    script.write_text(text)
+    env = {**os.environ, "MSPROBE_FORCE_DEVICE_PATH": forced}
+    if batch is not None:
+        env["MSPROBE_STATS_BATCH"] = str(batch)
+    command = [sys.executable, str(script), *map(str, args)]
+    return subprocess.run(command, env=env, capture_output=True, text=True, check=check)
+
+
+def _json_lines(stdout):
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
 def _tensor_summaries(data):
     for entry in data.values():
         yield from (summary for summary in value_summaries(entry) if "dtype" in summary)
@@ -243,10 +254,7 @@ KILLED = textwrap.dedent("""
 
 
 def test_a_killed_process_keeps_the_entries_up_to_the_last_batch(tmp_path):
-    script = tmp_path / "killed.py"
-    script.write_text(KILLED)
-    env = {**os.environ, "MSPROBE_FORCE_DEVICE_PATH": "1", "MSPROBE_STATS_BATCH": "16"}
-    result = subprocess.run([sys.executable, str(script), str(tmp_path / "dump")], env=env, capture_output=True)
+    result = _run(tmp_path, KILLED, tmp_path / "dump", batch=16, check=False)
     assert result.returncode == -signal.SIGKILL
     dump = read_dump(tmp_path / "dump" / "step0" / "rank")
     assert dump.recovered
@@ -276,10 +284,7 @@ KILLED_AFTER_BACKWARD = textwrap.dedent("""
 def test_the_end_of_a_backward_pass_reads_the_batch_back(tmp_path):
     """A batch far from full is read back, and journaled, when backward() returns: a process killed after it
     keeps every forward and backward entry of the step."""
-    script = tmp_path / "killed.py"
-    script.write_text(KILLED_AFTER_BACKWARD)
-    env = {**os.environ, "MSPROBE_FORCE_DEVICE_PATH": "1", "MSPROBE_STATS_BATCH": "100000"}
-    result = subprocess.run([sys.executable, str(script), str(tmp_path / "dump")], env=env, capture_output=True)
+    result = _run(tmp_path, KILLED_AFTER_BACKWARD, tmp_path / "dump", batch=100000, check=False)
     assert result.returncode == -signal.SIGKILL, result.stderr
     dump = read_dump(tmp_path / "dump" / "step0" / "rank")
     assert dump.recovered
@@ -337,13 +342,9 @@ print(json.dumps({"reads": debugger._hooks.host_reads}))
 def test_checksums_on_the_device_path_are_read_once_per_batch(tmp_path, mode):
     """CRC-32 and xor depend on the bytes only: the device path's must equal the direct CPU path's, read in
     batches (md5: the bytes moved per batch; xor: one word per tensor, folded on the device)."""
-    script = tmp_path / "md5.py"
-    script.write_text(MD5_RUN)
     found = {}
     for name, forced in (("direct", "0"), ("device", "1")):
-        env = {**os.environ, "MSPROBE_FORCE_DEVICE_PATH": forced, "MSPROBE_STATS_BATCH": "8"}
-        result = subprocess.run([sys.executable, str(script), str(tmp_path / name), mode], env=env,
-                                capture_output=True, text=True, check=True)  # fmt: skip
+        result = _run(tmp_path, MD5_RUN, tmp_path / name, mode, batch=8, forced=forced)
         reads = json.loads(result.stdout.strip().splitlines()[-1])["reads"]
         data = read_dump(tmp_path / name / "step0" / "rank").data
         found[name] = (reads, {n: [s.get("md5") for s in value_summaries(e)] for n, e in data.items()})
@@ -403,12 +404,8 @@ FLIGHT = textwrap.dedent("""
 def test_the_flight_recorder_waits_for_the_batch_to_find_the_first_nan(tmp_path, case):
     """Each call's outputs are looked at for inf or nan when their batch is read back, not with one read per
     call; the trigger, the window and the saved inputs are those the model's arithmetic gives."""
-    script = tmp_path / "flight.py"
-    script.write_text(FLIGHT)
     dump = tmp_path / "dump"
-    env = {**os.environ, "MSPROBE_FORCE_DEVICE_PATH": "1", "MSPROBE_STATS_BATCH": "64"}
-    result = subprocess.run([sys.executable, str(script), str(dump), case], env=env, capture_output=True, text=True,
-                            check=True)  # fmt: skip
+    result = _run(tmp_path, FLIGHT, dump, case, batch=64)
     report = json.loads((dump / "flight_recorder_report.json").read_text())
     first = report["first_nonfinite"]
     assert (first["api"], first["step"], report["last_finite_step"]) == ("Torch.log.0.forward", 4, 3)
@@ -421,7 +418,7 @@ def test_the_flight_recorder_waits_for_the_batch_to_find_the_first_nan(tmp_path,
         assert torch.equal(torch.load(saved, weights_only=True), torch.zeros(2, 4)) and not warned
     else:  # as it was at the read-back, 0 + 1, and the user is told
         assert torch.equal(torch.load(saved, weights_only=True), torch.ones(2, 4)) and warned
-    steps = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    steps = _json_lines(result.stdout)
     data = read_dump(dump / "step3" / "rank").data
     measured = sum(1 for _ in _tensor_summaries(data))
     assert measured > 10 and "Torch.log.0.forward" in data
@@ -452,12 +449,7 @@ OVERFLOW = textwrap.dedent("""
 def test_the_overflow_checks_reads_on_a_device_are_counted(tmp_path):
     """The overflow check decides at each call, so on a device each screened output costs one read: they are
     counted with the batch's, so the benchmark's host reads/step says what a GPU would do."""
-    script = tmp_path / "overflow.py"
-    script.write_text(OVERFLOW)
-    env = {**os.environ, "MSPROBE_FORCE_DEVICE_PATH": "1"}
-    result = subprocess.run([sys.executable, str(script), str(tmp_path / "dump")], env=env, capture_output=True,
-                            text=True, check=True)  # fmt: skip
-    reads = [json.loads(line)["reads"] for line in result.stdout.splitlines() if line.startswith("{")]
+    reads = [step["reads"] for step in _json_lines(_run(tmp_path, OVERFLOW, tmp_path / "dump").stdout)]
     # step 0: ten float outputs (five matmuls, five tanhs), one sum read each, and no in-place call to screen
     # step 1: those ten and the multiplication's; exp's sum is inf, so its min and max are read (2); exp is kept:
     # its statistics go through the batch, read back at step end (1), with its output's *_except_inf_nan pair (1)

@@ -54,6 +54,11 @@ def _produced_nonfinite(entry: dict[str, Any], raw_inputs: tuple[tuple, dict] | 
     return not (raw_inputs is not None and _plain_nonfinite(raw_inputs))
 
 
+def _backward_produced_nonfinite(entry: dict[str, Any]) -> bool:
+    """A backward record whose leaving gradients (``output``) hold an inf or nan the arriving ones lack."""
+    return has_nonfinite(entry["output"]) and not has_nonfinite(entry["input"])
+
+
 def _statistics_of(encoded: Any) -> Any:
     """An encoded value without its file names, its statistics read: what two encodings of the same values
     share."""
@@ -319,7 +324,7 @@ class DumpCollector:
             if item.forward:
                 found = not item.plain_nonfinite and _produced_nonfinite(item.entry, None)
             else:
-                found = has_nonfinite(item.entry["output"]) and not has_nonfinite(item.entry["input"])
+                found = _backward_produced_nonfinite(item.entry)
             if not found:
                 continue
             if item.raw_inputs is not None:
@@ -398,14 +403,14 @@ class DumpCollector:
                         entry = {"input": self.encoder.encode_outputs(grad_of_outputs, f"{name}.input"),
                                  "output": self.encoder.encode_outputs(grad_of_inputs, f"{name}.output")}  # fmt: skip
         writer = self.open_step()
-        if self.flight is not None and self.flight.wants_nonfinite() and entry and self._values_pending():
+        watching = self.flight is not None and self.flight.wants_nonfinite() and bool(entry)
+        if watching and self._values_pending():  # looked at once its values are read back
             writer.add(name, entry, True, parent=parent)
             self._nonfinite_waiting.append(_WaitingEntry(name, entry, writer, None, parent, forward=False))
             return True
         writer.add(name, entry, self._deferred(), parent=parent)
-        if self.flight is not None and self.flight.wants_nonfinite() and entry:
-            if has_nonfinite(entry["output"]) and not has_nonfinite(entry["input"]):  # leaving from arriving
-                self.flight.nonfinite(name, None, parent)
+        if watching and _backward_produced_nonfinite(entry):
+            self.flight.nonfinite(name, None, parent)
         return True
 
     def reserve(self, name: str) -> None:
