@@ -10,7 +10,6 @@ reference's ``.vis`` file and as a self-contained ``.html`` page.
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,8 @@ from msprobe.core.compare.api import check_tensor_readers, read_compare_json, te
 from msprobe.core.compare.engine import tensor_loader
 from msprobe.core.compare.mapping import NameMapper, read_layer_mapping
 from msprobe.core.compare.report import timestamp
+from msprobe.core.dump.layout import dump_folders
 from msprobe.core.dump.reader import read_dump
-from msprobe.core.dump.writer import JOURNAL_NAME
 from msprobe.core.errors import DataFileError
 from msprobe.core.graph.compare import compare_graphs, is_suspect
 from msprobe.core.graph.divergence import locate
@@ -33,8 +32,6 @@ from msprobe.core.graph.vis import build_vis, compare_vis, write_vis
 from msprobe.core.jobs import Engine, run_jobs
 
 logger = logging.getLogger(__name__)
-
-_NUMBERED = re.compile(r"^(rank|step|proc)(\d*)$")  # proc{pid}: mindstudio-probe 26.x with no rank
 
 
 class GraphInput(BaseModel):
@@ -75,35 +72,6 @@ class GraphSummary:
 
 def read_graph_input(path: str | Path) -> GraphInput:
     return read_compare_json(path, GraphInput)
-
-
-def _numbered(folder: Path, kind: str) -> dict[str, Path]:
-    found = {}
-    for child in sorted(folder.iterdir()):
-        match = _NUMBERED.match(child.name)
-        if child.is_dir() and match and match[1] == kind:
-            found[child.name] = child
-    return found
-
-
-def _dump_folders(root: Path, field_name: str) -> dict[tuple[str, ...], Path]:
-    """(step, rank) labels -> dump folder, from one of the three layouts."""
-    if not root.is_dir():
-        raise DataFileError(root, f"{field_name} is not a folder")
-    if (root / "dump.json").exists() or (root / JOURNAL_NAME).exists():  # a killed step: its journal is read
-        return {(): root}
-    steps = _numbered(root, "step")
-    if steps:
-        folders = {}
-        for step, step_dir in steps.items():
-            for rank, rank_dir in (_numbered(step_dir, "rank") or _numbered(step_dir, "proc")).items():
-                folders[(step, rank)] = rank_dir
-        if folders:
-            return folders
-    ranks = _numbered(root, "rank")
-    if ranks:
-        return {(rank,): folder for rank, folder in ranks.items()}
-    raise DataFileError(root, f"{field_name} holds no dump.json, rank* folders or step* folders")
 
 
 def _load(folder: Path, complete_stack: bool) -> Graph:
@@ -216,13 +184,13 @@ def run_graph(
     output = Path(output_path)
     if output.exists() and not output.is_dir():
         raise DataFileError(output, "the output path is a file; give a folder")
-    npu = _dump_folders(Path(spec.npu_path), "npu_path")
+    npu = dump_folders(Path(spec.npu_path), "npu_path")
     stamp = timestamp()
     engine = engine or Engine(workers=1)
     if spec.bench_path is None:
         jobs = [(f, output, labels, stamp, overflow_check, complete_stack) for labels, f in npu.items()]
         return run_jobs(_build_job, jobs, engine, "graphs")
-    bench = _dump_folders(Path(spec.bench_path), "bench_path")
+    bench = dump_folders(Path(spec.bench_path), "bench_path")
     if set(npu) != set(bench):
         only = sorted(" ".join(k) or "(single)" for k in set(npu) ^ set(bench))
         raise DataFileError(

@@ -1,0 +1,210 @@
+"""How often the diagnosis names the right place: injected faults, scored as precision@1.
+
+    python bench/bench_diagnosis.py                      # every fault, every mode, both regimes
+    python bench/bench_diagnosis.py --quick              # the subset the tests run
+    python bench/bench_diagnosis.py --modes md5 --regimes exact --only attention.weight,cnn.data
+
+Each fault of diagnosis_faults.py is trained for two steps (AdamW) beside an untouched twin, both dumped at
+level mix in the chosen mode (statistics, md5, xor, tensor); then ``diagnose_runs`` compares the two dump
+folders. In the exact regime both runs are on this machine as they are; in the noisy regime the faulty run
+computes every matrix product in bfloat16. A fault is scored right when the answer's module path (and, where
+the fault names one, its API kind) is the fault's, at the fault's step and phase; a negative control is right
+when no divergence is reported. "uncertain" is counted apart from wrong. Targets (printed as met or not):
+exact regime, module and API right on at least 95% of faults in every mode (md5 and xor 100%) and no divergence
+on a negative control; noisy regime, module right on at least 80% and no wrong answer (uncertain instead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from diagnosis_faults import FAULTS, Bfloat16Matmuls, Fault, build
+
+from msprobe.pytorch import PrecisionDebugger, seed_all
+
+MODES = ("statistics", "md5", "xor", "tensor")
+REGIMES = ("exact", "noisy")
+STEPS = 2
+QUICK = (
+    "attention.weight",
+    "attention.gelu_approximate",
+    "attention.fc_bfloat16",
+    "attention.head_lr",
+    "attention.mask_inplace",
+    "attention.control_commuted",
+    "cnn.data",
+    "cnn.nan_pixel_step1",
+    "cnn.conv1_gradient",
+    "cnn.control_torch_relu",
+    "moe.router_temperature",
+    "moe.control_out_of_place",
+)
+
+
+def _config(mode: str, dump_path: Path) -> dict:
+    config = {"task": "statistics", "level": "mix", "dump_path": str(dump_path), "step": list(range(STEPS))}
+    if mode == "tensor":
+        config["task"] = "tensor"
+    else:
+        config["statistics"] = {"summary_mode": mode}
+    return config
+
+
+def train(fault: Fault | None, arch: str, mode: str, noisy: bool, dump_path: Path) -> Path:
+    """Two steps of ``arch`` with ``fault`` applied (None: untouched), dumped at mix in ``mode``."""
+    torch.set_num_threads(1)
+    seed_all(1234, mode=True)
+    setup = build(arch)
+    if fault is not None and fault.apply is not None:
+        fault.apply(setup)
+    config_file = dump_path.with_suffix(".json")
+    config_file.parent.mkdir(parents=True, exist_ok=True)
+    config_file.write_text(json.dumps(_config(mode, dump_path)))
+    debugger = PrecisionDebugger(config_path=str(config_file), model=setup.model)
+    for step in range(STEPS):
+        for hook in setup.before_step:
+            hook(step)
+        debugger.start()
+        with Bfloat16Matmuls() if noisy else nullcontext():
+            loss = setup.loss(setup.model, setup.batch(step))
+            loss.backward()
+        setup.optimizer.step()
+        setup.optimizer.zero_grad()
+        debugger.stop()
+        debugger.step()
+    return dump_path
+
+
+@dataclass
+class Score:
+    fault: Fault
+    mode: str
+    regime: str
+    answer: object
+    module_right: bool
+    api_right: bool | None
+    uncertain: bool
+
+    @property
+    def control(self) -> bool:
+        return self.fault.expect is None
+
+
+def score(fault: Fault, mode: str, regime: str, answer) -> Score:
+    """Right module (and API kind where the fault names one) at the right step and phase; a control: none."""
+    expect = fault.expect
+    uncertain = answer.verdict == "uncertain"
+    if expect is None:
+        quiet = answer.verdict in ("none", "uncertain") if regime == "noisy" else answer.verdict == "none"
+        return Score(fault, mode, regime, answer, quiet, quiet, uncertain)
+    placed = answer.verdict == "divergence" and answer.step == expect.step and answer.phase == expect.phase
+    if expect.rank is not None:
+        placed = placed and answer.rank == expect.rank
+    module_right = placed and answer.module == expect.module
+    api_right = None
+    if expect.api is not None:
+        api_right = module_right and answer.api is not None and api_kind(answer.api) == expect.api
+    return Score(fault, mode, regime, answer, module_right, api_right, uncertain)
+
+
+def api_kind(entry: str) -> str:
+    """``Functional.linear.3.forward`` -> ``Functional.linear``."""
+    parts = entry.split(".")
+    return ".".join(parts[:-2]) if len(parts) > 2 and parts[-2].isdigit() else entry
+
+
+def run(faults: list[Fault], modes: list[str], regimes: list[str], root: Path, verbose: bool = False) -> list[Score]:
+    from msprobe.core.diagnosis import diagnose_runs
+
+    scores = []
+    golden: dict[tuple[str, str], Path] = {}
+    for fault in faults:
+        for mode in modes:
+            key = (fault.arch, mode)
+            if key not in golden:
+                golden[key] = train(None, fault.arch, mode, False, root / "golden" / f"{fault.arch}_{mode}")
+            for regime in regimes:
+                tested = train(fault, fault.arch, mode, regime == "noisy", root / regime / f"{fault.name}_{mode}")
+                answer = diagnose_runs(tested, golden[key])
+                scored = score(fault, mode, regime, answer)
+                scores.append(scored)
+                if verbose:
+                    mark = "ok " if scored.module_right and scored.api_right is not False else "BAD"
+                    print(f"{mark} {regime:5} {mode:10} {fault.name:32} {answer.line()}", flush=True)
+                shutil.rmtree(tested, ignore_errors=True)
+    return scores
+
+
+def _percent(hits: int, total: int) -> str:
+    return f"{100 * hits / total:5.1f}% ({hits}/{total})" if total else "  -"
+
+
+def table(scores: list[Score]) -> tuple[list[str], bool]:
+    """One line per regime and mode: precision@1 of module and API, uncertain and wrong counts, controls."""
+    groups: dict[tuple[str, str], list[Score]] = defaultdict(list)
+    for scored in scores:
+        groups[(scored.regime, scored.mode)].append(scored)
+    lines = [
+        f"{'regime':7} {'mode':10} {'module@1':>16} {'API@1':>16} {'uncertain':>9} {'wrong':>5} {'controls quiet':>16}"
+    ]
+    met = True
+    for (regime, mode), group in sorted(groups.items()):
+        faults = [s for s in group if not s.control]
+        controls = [s for s in group if s.control]
+        with_api = [s for s in faults if s.api_right is not None]
+        module_hits = sum(s.module_right for s in faults)
+        api_hits = sum(bool(s.api_right) for s in with_api)
+        uncertain = sum(s.uncertain for s in faults)
+        wrong = sum(not s.module_right and not s.uncertain for s in faults)
+        quiet = sum(s.module_right for s in controls)
+        lines.append(
+            f"{regime:7} {mode:10} {_percent(module_hits, len(faults)):>16} {_percent(api_hits, len(with_api)):>16} "
+            f"{uncertain:>9} {wrong:>5} {_percent(quiet, len(controls)):>16}"
+        )
+        if regime == "exact":
+            floor = 1.0 if mode in ("md5", "xor") else 0.95
+            met &= module_hits >= floor * len(faults) and api_hits >= floor * len(with_api) and quiet == len(controls)
+        else:
+            met &= module_hits >= 0.8 * len(faults) and wrong == 0
+    return lines, met
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--regimes", default=",".join(REGIMES))
+    parser.add_argument("--only", default="", help="comma-separated fault names (default: all)")
+    parser.add_argument("--quick", action="store_true", help="the subset the tests run")
+    parser.add_argument("--out", type=Path, default=None, help="keep the dumps here (default: a temporary folder)")
+    parser.add_argument("-v", "--verbose", action="store_true", help="one line per case")
+    args = parser.parse_args()
+    wanted = set(QUICK) if args.quick else set(filter(None, args.only.split(",")))
+    faults = [fault for fault in FAULTS if not wanted or fault.name in wanted]
+    root = args.out or Path(tempfile.mkdtemp(prefix="msprobe_diagnosis_"))
+    started = time.perf_counter()
+    scores = run(faults, args.modes.split(","), args.regimes.split(","), root, args.verbose)
+    lines, met = table(scores)
+    controls = sum(1 for fault in faults if fault.expect is None)
+    print(f"{len(faults) - controls} faults and {controls} negative controls over {len({f.arch for f in faults})} "
+          f"architectures, {time.perf_counter() - started:.0f} s")  # fmt: skip
+    print("\n".join(lines))
+    print("targets met" if met else "targets NOT met")
+    if args.out is None:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0 if met else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,494 @@
+"""Injected faults whose place is known, for bench_diagnosis.py and its quick test.
+
+Each fault changes one thing in one run of a conformance-zoo model (tests/conformance/zoo.py): a weight, the
+data, a non-tensor argument, an operator, a cast (neither tool records Tensor.bfloat16 or .float(), so the
+first call given the cast tensors is its place), a mask or scale, a gradient, the optimizer, an in-place
+write, one rank, or a value that overflows at a later step. ``Expect`` says where it is, written down from the
+change itself (which module's code or state was touched, which call it makes), never from a diagnosis. A
+negative control (``expect=None``) changes how the code is written but no value any call returns.
+
+The noisy regime runs the tested side with every matrix product rounded to bfloat16 (``Bfloat16Matmuls``), a
+stand-in for other hardware: the same calls, the same dtypes, other low bits everywhere.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "conformance"))
+import zoo
+
+
+@dataclass(frozen=True)
+class Expect:
+    """Where the fault is: the module's path (None: outside every module), the API kind its first changed or
+    extra call has (None: not scored, e.g. only a parameter's gradient changes), the phase, step and rank."""
+
+    module: str | None
+    api: str | None
+    phase: str = "forward"
+    step: int = 0
+    rank: int | None = None
+
+
+@dataclass
+class Setup:
+    """What a fault may change before the run starts."""
+
+    model: nn.Module
+    batch: Callable[[int], Any]
+    loss: Callable[[nn.Module, Any], torch.Tensor]
+    optimizer: torch.optim.Optimizer
+    before_step: list[Callable[[int], None]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    arch: str
+    kind: str
+    apply: Callable[[Setup], None] | None
+    expect: Expect | None  # None: a negative control, which changes no value
+
+
+# -- the noisy regime ---------------------------------------------------------------------------------------
+
+_MATMULS = {
+    torch.ops.aten.mm,
+    torch.ops.aten.addmm,
+    torch.ops.aten.bmm,
+    torch.ops.aten.baddbmm,
+    torch.ops.aten.convolution,
+    torch.ops.aten.convolution_backward,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu,
+}
+
+
+class Bfloat16Matmuls(TorchDispatchMode):
+    """Every matrix product and convolution computed in bfloat16 and returned in the caller's dtype: below the
+    Python API, so the dump sees the same calls and dtypes with different low bits."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func.overloadpacket not in _MATMULS:
+            return func(*args, **kwargs)
+
+        def down(value: Any) -> Any:
+            return (
+                value.to(torch.bfloat16) if isinstance(value, torch.Tensor) and value.dtype == torch.float32 else value
+            )
+
+        def up(value: Any) -> Any:
+            return (
+                value.to(torch.float32) if isinstance(value, torch.Tensor) and value.dtype == torch.bfloat16 else value
+            )
+
+        return tree_map(up, func(*tree_map(down, args), **tree_map(down, kwargs)))
+
+
+# -- helpers the faults share -------------------------------------------------------------------------------
+
+
+def _module(model: nn.Module, path: str) -> nn.Module:
+    return model.get_submodule(path)
+
+
+def _nudge(path: str, index: tuple[int, ...], amount: float) -> Callable[[Setup], None]:
+    """One element of a parameter changed: ``path`` names the parameter, e.g. ``blocks.1.fc.weight``."""
+
+    def apply(setup: Setup) -> None:
+        with torch.no_grad():
+            setup.model.get_parameter(path)[index] += amount
+
+    return apply
+
+
+def _set(path: str, attribute: str, value: Any) -> Callable[[Setup], None]:
+    def apply(setup: Setup) -> None:
+        setattr(_module(setup.model, path), attribute, value)
+
+    return apply
+
+
+def _scale_attribute(path: str, attribute: str, factor: float) -> Callable[[Setup], None]:
+    def apply(setup: Setup) -> None:
+        module = _module(setup.model, path)
+        setattr(module, attribute, getattr(module, attribute) * factor)
+
+    return apply
+
+
+def _replace(path: str, make: Callable[[], nn.Module]) -> Callable[[Setup], None]:
+    def apply(setup: Setup) -> None:
+        parent, _, name = path.rpartition(".")
+        setattr(_module(setup.model, parent) if parent else setup.model, name, make())
+
+    return apply
+
+
+def _forward(path: str, forward: Callable) -> Callable[[Setup], None]:
+    """The module's forward replaced by ``forward(module, *args)``: a code change in that module."""
+
+    def apply(setup: Setup) -> None:
+        module = _module(setup.model, path) if path else setup.model
+        module.forward = types.MethodType(forward, module)
+
+    return apply
+
+
+def _linear_in_bfloat16(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    bias = module.bias.bfloat16() if module.bias is not None else None
+    return F.linear(x.bfloat16(), module.weight.bfloat16(), bias).float()
+
+
+def _conv_in_bfloat16(module: nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
+    bias = module.bias.bfloat16() if module.bias is not None else None
+    return F.conv2d(x.bfloat16(), module.weight.bfloat16(), bias, module.stride, module.padding).float()
+
+
+def _gradient_scaled(path: str, factor: float) -> Callable[[Setup], None]:
+    """A parameter's gradient scaled on its way into .grad: only the backward changes."""
+
+    def apply(setup: Setup) -> None:
+        setup.model.get_parameter(path).register_hook(lambda grad: grad * factor)
+
+    return apply
+
+
+class _WrongBackward(torch.autograd.Function):
+    """Identity forward; a backward that scales the gradient (a custom op with a wrong derivative)."""
+
+    @staticmethod
+    def forward(ctx: Any, value: torch.Tensor) -> torch.Tensor:
+        return value
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad * 1.25
+
+
+def _wrong_output_gradient(path: str) -> Callable[[Setup], None]:
+    """The module's output passes through ``_WrongBackward``: its forward is unchanged, and the gradient its
+    own backward receives is scaled."""
+
+    def apply(setup: Setup) -> None:
+        module = _module(setup.model, path)
+        module.register_forward_hook(lambda _module, _inputs, output: _WrongBackward.apply(output))
+
+    return apply
+
+
+def _optimizer(groups: Callable[[nn.Module], list[dict]]) -> Callable[[Setup], None]:
+    def apply(setup: Setup) -> None:
+        setup.optimizer = torch.optim.AdamW(groups(setup.model), lr=1e-3)
+
+    return apply
+
+
+def _head_group(head: str, **options: Any) -> Callable[[nn.Module], list[dict]]:
+    """Two parameter groups: the head with ``options``, the rest as usual."""
+
+    def groups(model: nn.Module) -> list[dict]:
+        mine = {id(p) for p in _module(model, head).parameters()}
+        rest = [p for p in model.parameters() if id(p) not in mine]
+        return [{"params": rest}, {"params": list(_module(model, head).parameters()), **options}]
+
+    return groups
+
+
+def _all(**options: Any) -> Callable[[nn.Module], list[dict]]:
+    return lambda model: [{"params": list(model.parameters()), **options}]
+
+
+def _batch(change: Callable[[Any, int], Any]) -> Callable[[Setup], None]:
+    def apply(setup: Setup) -> None:
+        plain = setup.batch
+        setup.batch = lambda step: change(plain(step), step)
+
+    return apply
+
+
+def _token(step: int, row: int, column: int, vocab: int = 64) -> Callable[[Any, int], Any]:
+    def change(tokens: torch.Tensor, at: int) -> torch.Tensor:
+        if at == step:
+            tokens = tokens.clone()
+            tokens[row, column] = (tokens[row, column] + 1) % vocab
+        return tokens
+
+    return change
+
+
+def _pixel(step: int, value: float) -> Callable[[Any, int], Any]:
+    def change(inputs: tuple, at: int) -> tuple:
+        if at != step:
+            return inputs
+        images = inputs[0].clone()
+        images[0, 0, 2, 2] = value
+        return images, inputs[1]
+
+    return change
+
+
+def _at_step(step: int, change: Callable[[Setup], None]) -> Callable[[Setup], None]:
+    """``change`` made just before ``step`` starts (after the earlier steps' updates)."""
+
+    def apply(setup: Setup) -> None:
+        def hook(at: int) -> None:
+            if at == step:
+                change(setup)
+
+        setup.before_step.append(hook)
+
+    return apply
+
+
+def _poison(path: str, index: tuple[int, ...], value: float) -> Callable[[Setup], None]:
+    def change(setup: Setup) -> None:
+        with torch.no_grad():
+            setup.model.get_parameter(path)[index] = value
+
+    return change
+
+
+# -- attention: AttentionLM (embed, blocks.N.{norm, attn, fc}, head; the mask made at the top) -----------------
+
+
+def _attention_block(gelu: str = "tanh", activation: str | None = None, residual_first: bool = True,
+                     mask_write: bool = False, fc_bf16: bool = False):  # fmt: skip
+    # functions are looked up when called, as the user's code does: the dump wraps them after import
+    def forward(self: nn.Module, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        h = self.norm(x)
+        attended = self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
+        x = x + attended if residual_first else attended + x
+        if mask_write:
+            mask.data.add_(torch.eye(mask.shape[0]))  # into the mask the next block reads, unseen by autograd
+        hidden = _linear_in_bfloat16(self.fc, x) if fc_bf16 else self.fc(x)
+        hidden = getattr(F, activation)(hidden) if activation else F.gelu(hidden, approximate=gelu)
+        return x + hidden
+
+    return forward
+
+
+def _attention_model(diagonal: int = 1, head_functional: bool = False):
+    def forward(self: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        length = tokens.shape[1]
+        mask = torch.triu(torch.full((length, length), float("-inf")), diagonal=diagonal)
+        for block in self.blocks:
+            x = block(x, mask)
+        if head_functional:  # no Module.head entry, the same values
+            return F.linear(x, self.head.weight, self.head.bias)
+        return self.head(x)
+
+    return forward
+
+
+ATTENTION = [
+    Fault("attention.weight", "attention", "weights", _nudge("blocks.1.fc.weight", (3, 5), 0.5),
+          Expect("blocks.1.fc", "Functional.linear")),
+    Fault("attention.data", "attention", "data", _batch(_token(0, 1, 3)), Expect(None, "Tensor.__getitem__")),
+    Fault("attention.gelu_approximate", "attention", "argument", _forward("blocks.0", _attention_block(gelu="none")),
+          Expect("blocks.0", "Functional.gelu")),
+    Fault("attention.norm_eps", "attention", "argument", _set("blocks.1.norm", "eps", 1e-3),
+          Expect("blocks.1.norm", "Functional.layer_norm")),
+    Fault("attention.mask_diagonal", "attention", "mask", _forward("", _attention_model(diagonal=2)),
+          Expect(None, "Torch.triu")),
+    Fault("attention.gelu_to_silu", "attention", "swapped_op",
+          _forward("blocks.1", _attention_block(activation="silu")), Expect("blocks.1", "Functional.silu")),
+    Fault("attention.fc_bfloat16", "attention", "precision", _forward("blocks.0", _attention_block(fc_bf16=True)),
+          Expect("blocks.0", "Functional.linear")),
+    Fault("attention.fc_gradient", "attention", "backward", _gradient_scaled("blocks.1.fc.weight", 1.5),
+          Expect("blocks.1.fc", None, "backward")),
+    Fault("attention.head_lr", "attention", "optimizer", _optimizer(_head_group("head", lr=3e-3)),
+          Expect("head", "Tensor.mul_", "optimizer")),
+    Fault("attention.mask_inplace", "attention", "inplace", _forward("blocks.0", _attention_block(mask_write=True)),
+          Expect("blocks.0", "Tensor.add_")),
+    Fault("attention.overflow_step1", "attention", "nan",
+          _at_step(1, _poison("blocks.0.fc.weight", (0, 0), float("inf"))),
+          Expect("blocks.0.fc", "Functional.linear", step=1)),
+    Fault("attention.control_same", "attention", "control", None, None),
+    Fault("attention.control_commuted", "attention", "control",
+          lambda setup: [_forward(f"blocks.{i}", _attention_block(residual_first=False))(setup) for i in (0, 1)], None),
+    Fault("attention.control_head_functional", "attention", "control",
+          _forward("", _attention_model(head_functional=True)), None),
+]  # fmt: skip
+
+
+# -- cnn: ConvNet (conv1, bn1, relu, conv2, bn2, fc) ---------------------------------------------------------
+
+
+def _cnn_model(pool: str = "adaptive_avg_pool2d", torch_relu: bool = False, flatten: bool = True,
+               conv2_bf16: bool = False):  # fmt: skip
+    def forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        x = self.relu(self.bn1(self.conv1(x)))
+        convolved = _conv_in_bfloat16(self.conv2, x) if conv2_bf16 else self.conv2(x)
+        x = torch.relu(self.bn2(convolved)) if torch_relu else F.relu(self.bn2(convolved), inplace=True)
+        pooled = getattr(F, pool)(x, 1)
+        return self.fc(pooled.flatten(1) if flatten else pooled.reshape(pooled.shape[0], -1))
+
+    return forward
+
+
+CNN = [
+    Fault("cnn.weight", "cnn", "weights", _nudge("conv2.weight", (0, 0, 1, 1), 0.5),
+          Expect("conv2", "Functional.conv2d")),
+    Fault("cnn.data", "cnn", "data", _batch(_pixel(0, 3.0)), Expect("conv1", "Functional.conv2d")),
+    Fault("cnn.bn_eps", "cnn", "argument", _set("bn2", "eps", 1e-1), Expect("bn2", "Functional.batch_norm")),
+    Fault("cnn.bn1_eps", "cnn", "argument", _set("bn1", "eps", 1e-2), Expect("bn1", "Functional.batch_norm")),
+    Fault("cnn.relu_to_leaky", "cnn", "swapped_op", _replace("relu", lambda: nn.LeakyReLU(0.1)),
+          Expect("relu", "Functional.leaky_relu")),
+    Fault("cnn.avg_to_max_pool", "cnn", "swapped_op", _forward("", _cnn_model(pool="adaptive_max_pool2d")),
+          Expect(None, "Functional.adaptive_max_pool2d")),
+    Fault("cnn.conv2_bfloat16", "cnn", "precision", _forward("", _cnn_model(conv2_bf16=True)),
+          Expect(None, "Functional.conv2d")),
+    Fault("cnn.conv1_gradient", "cnn", "backward", _gradient_scaled("conv1.weight", 1.5),
+          Expect("conv1", None, "backward")),
+    Fault("cnn.fc_weight_decay", "cnn", "optimizer", _optimizer(_head_group("fc", weight_decay=0.5)),
+          Expect("fc", "Tensor.mul_", "optimizer")),
+    Fault("cnn.nan_pixel_step1", "cnn", "nan", _batch(_pixel(1, float("nan"))),
+          Expect("conv1", "Functional.conv2d", step=1)),
+    Fault("cnn.control_same", "cnn", "control", None, None),
+    Fault("cnn.control_torch_relu", "cnn", "control", _forward("", _cnn_model(torch_relu=True)), None),
+    Fault("cnn.control_reshape", "cnn", "control", _forward("", _cnn_model(flatten=False)), None),
+]  # fmt: skip
+
+
+# -- moe: MoeLM (embed, norm, moe.router, moe.experts.N.{0,1,2}, head) -----------------------------------------
+
+
+def _experts(temperature: float | None = None):
+    def forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        logits = self.router(flat)
+        if temperature is not None:
+            logits = logits / temperature
+        weights, chosen = torch.topk(F.softmax(logits, dim=-1), self.top, dim=-1)
+        out = torch.zeros_like(flat)
+        for index, expert in enumerate(self.experts):
+            rows, slot = torch.where(chosen == index)
+            if rows.numel():
+                out.index_add_(0, rows, expert(flat[rows]) * weights[rows, slot].unsqueeze(-1))
+        return out.reshape(x.shape)
+
+    return forward
+
+
+def _moe_model(in_place: bool = True, head_bf16: bool = False):
+    def forward(self: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)
+        h = self.moe(self.norm(x))
+        if in_place:
+            h += x
+        else:
+            h = h + x
+        return _linear_in_bfloat16(self.head, h) if head_bf16 else self.head(h)
+
+    return forward
+
+
+MOE = [
+    Fault("moe.router_weight", "moe", "weights", _nudge("moe.router.weight", (0, 3), 0.3),
+          Expect("moe.router", "Functional.linear")),
+    Fault("moe.head_weight", "moe", "weights", _nudge("head.weight", (7, 2), 0.5), Expect("head", "Functional.linear")),
+    Fault("moe.data", "moe", "data", _batch(_token(0, 0, 5)), Expect(None, "Tensor.__getitem__")),
+    Fault("moe.norm_eps", "moe", "argument", _set("norm", "eps", 1e-2), Expect("norm", "Functional.layer_norm")),
+    Fault("moe.expert_silu", "moe", "swapped_op", _replace("moe.experts.0.1", nn.SiLU),
+          Expect("moe.experts.0.1", "Functional.silu")),
+    Fault("moe.router_temperature", "moe", "scale", _forward("moe", _experts(temperature=2.0)),
+          Expect("moe", "Tensor.__truediv__")),
+    Fault("moe.head_bfloat16", "moe", "precision", _forward("", _moe_model(head_bf16=True)),
+          Expect(None, "Functional.linear")),
+    Fault("moe.norm_gradient", "moe", "backward", _gradient_scaled("norm.weight", 1.5),
+          Expect("norm", None, "backward")),
+    Fault("moe.betas", "moe", "optimizer", _optimizer(_all(betas=(0.8, 0.999))),
+          Expect("embed", "Tensor.lerp_", "optimizer")),
+    Fault("moe.overflow_step1", "moe", "nan", _at_step(1, _poison("head.weight", (3, 3), float("inf"))),
+          Expect("head", "Functional.linear", step=1)),
+    Fault("moe.control_same", "moe", "control", None, None),
+    Fault("moe.control_out_of_place", "moe", "control", _forward("", _moe_model(in_place=False)), None),
+]  # fmt: skip
+
+
+# -- llama: LlamaForCausalLM, two layers -------------------------------------------------------------------------
+
+
+def _rms_norm_in_place(self: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
+    input_dtype = hidden_states.dtype
+    hidden_states = hidden_states.to(torch.float32)
+    variance = hidden_states.pow(2).mean(-1, keepdim=True)
+    hidden_states.data.mul_(torch.rsqrt(variance + self.variance_epsilon))  # the layer's residual is this tensor
+    return self.weight * hidden_states.to(input_dtype)
+
+
+def _o_proj_bfloat16(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    return _linear_in_bfloat16(self, x)
+
+
+L = "model.layers"
+LLAMA = [
+    Fault("llama.weight", "llama", "weights", _nudge(f"{L}.1.mlp.down_proj.weight", (2, 3), 0.5),
+          Expect(f"{L}.1.mlp.down_proj", "Functional.linear")),
+    Fault("llama.data", "llama", "data", _batch(_token(0, 1, 6)), Expect(None, "Tensor.__getitem__")),
+    Fault("llama.rms_eps", "llama", "argument", _set(f"{L}.0.input_layernorm", "variance_epsilon", 1e-2),
+          Expect(f"{L}.0.input_layernorm", "Tensor.__add__")),
+    Fault("llama.attention_scale", "llama", "scale", _scale_attribute(f"{L}.1.self_attn", "scaling", 2.0),
+          Expect(f"{L}.1.self_attn", "Tensor.__mul__")),
+    Fault("llama.silu_to_gelu", "llama", "swapped_op", _replace(f"{L}.0.mlp.act_fn", nn.GELU),
+          Expect(f"{L}.0.mlp.act_fn", "Functional.gelu")),
+    Fault("llama.norm_in_place", "llama", "inplace", _forward(f"{L}.0.input_layernorm", _rms_norm_in_place),
+          Expect(f"{L}.0.input_layernorm", "Tensor.mul_")),
+    Fault("llama.o_proj_bfloat16", "llama", "precision", _forward(f"{L}.0.self_attn.o_proj", _o_proj_bfloat16),
+          Expect(f"{L}.0.self_attn.o_proj", "Functional.linear")),
+    Fault("llama.q_gradient", "llama", "backward", _gradient_scaled(f"{L}.1.self_attn.q_proj.weight", 1.5),
+          Expect(f"{L}.1.self_attn.q_proj", None, "backward")),
+    Fault("llama.mlp_wrong_backward", "llama", "backward", _wrong_output_gradient(f"{L}.0.mlp.act_fn"),
+          Expect(f"{L}.0.mlp.act_fn", None, "backward")),
+    Fault("llama.lr", "llama", "optimizer", _optimizer(_all(lr=2e-3)),
+          Expect("model.embed_tokens", "Tensor.mul_", "optimizer")),
+    Fault("llama.overflow_step1", "llama", "nan",
+          _at_step(1, _poison(f"{L}.1.post_attention_layernorm.weight", (4,), float("inf"))),
+          Expect(f"{L}.1.post_attention_layernorm", "Tensor.__mul__", step=1)),
+    Fault("llama.control_same", "llama", "control", None, None),
+]  # fmt: skip
+
+
+# -- bert: BertForMaskedLM, two layers ----------------------------------------------------------------------------
+
+B = "bert.encoder.layer"
+BERT = [
+    Fault("bert.weight", "bert", "weights", _nudge(f"{B}.1.attention.self.value.weight", (1, 4), 0.5),
+          Expect(f"{B}.1.attention.self.value", "Functional.linear")),
+    Fault("bert.data", "bert", "data", _batch(_token(0, 0, 2)), Expect(None, "Tensor.__getitem__")),
+    Fault("bert.layer_norm_eps", "bert", "argument", _set(f"{B}.0.output.LayerNorm", "eps", 1e-2),
+          Expect(f"{B}.0.output.LayerNorm", "Functional.layer_norm")),
+    Fault("bert.attention_scale", "bert", "scale", _scale_attribute(f"{B}.0.attention.self", "scaling", 0.5),
+          Expect(f"{B}.0.attention.self", "Tensor.__mul__")),
+    Fault("bert.gelu_to_relu", "bert", "swapped_op", _replace(f"{B}.1.intermediate.intermediate_act_fn", nn.ReLU),
+          Expect(f"{B}.1.intermediate.intermediate_act_fn", "Functional.relu")),
+    Fault("bert.dense_bfloat16", "bert", "precision", _forward(f"{B}.1.output.dense", _o_proj_bfloat16),
+          Expect(f"{B}.1.output.dense", "Functional.linear")),
+    Fault("bert.key_gradient", "bert", "backward", _gradient_scaled(f"{B}.0.attention.self.key.weight", 1.5),
+          Expect(f"{B}.0.attention.self.key", None, "backward")),
+    Fault("bert.weight_decay", "bert", "optimizer", _optimizer(_all(weight_decay=0.1)),
+          Expect("bert.embeddings.word_embeddings", "Tensor.mul_", "optimizer")),
+    Fault("bert.control_same", "bert", "control", None, None),
+]  # fmt: skip
+
+FAULTS: list[Fault] = ATTENTION + CNN + MOE + LLAMA + BERT
+ARCHS = sorted({fault.arch for fault in FAULTS})
+
+
+def build(arch: str) -> Setup:
+    model, batch, loss = zoo.ZOO[arch]()
+    return Setup(model, batch, loss, torch.optim.AdamW(model.parameters(), lr=1e-3))

@@ -1,0 +1,130 @@
+"""Which call of one run is which call of the other.
+
+Modules pair by path, direction and occurrence, whatever their class (a module swapped for another class at
+the same place is still that place). API calls pair within their API and direction, in call order, by the
+longest common run of (module path, tensor shapes): an extra or a missing call shifts nothing after it, and
+two calls of one API in one module pair by what they were given. What pairs with nothing is extra (this run
+only) or missing (the other run only).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from difflib import SequenceMatcher
+
+from msprobe.core.diagnosis.calls import Call
+
+
+@dataclass
+class Pairing:
+    partner: dict[int, Call] = field(default_factory=dict)  # this run's call order -> the other run's call
+    extra: list[Call] = field(default_factory=list)  # this run's calls with no partner
+    missing: list[Call] = field(default_factory=list)  # the other run's calls with no partner
+    substitute: dict[int, Call] = field(default_factory=dict)  # an extra call -> the missing one in its place
+
+    def of(self, call: Call) -> Call | None:
+        return self.partner.get(call.order)
+
+
+def _signature(call: Call) -> tuple:
+    shapes = tuple(value.shape for value in (*call.inputs, *call.outputs) if value.tensor)
+    return (call.module, shapes)
+
+
+def pair_calls(ours: list[Call], theirs: list[Call], translate: Callable[[str], str] | None = None) -> Pairing:
+    """Pair two runs' calls (``translate``: this run's names into the other's, across frameworks)."""
+
+    def key(call: Call) -> str:
+        return translate(call.key) if translate is not None else call.key
+
+    ours_by_key: dict[str, list[Call]] = defaultdict(list)
+    theirs_by_key: dict[str, list[Call]] = defaultdict(list)
+    for call in ours:
+        ours_by_key[key(call)].append(call)
+    for call in theirs:
+        theirs_by_key[call.key].append(call)
+    pairing = Pairing()
+    paired_theirs: set[int] = set()
+    for name, mine in ours_by_key.items():
+        other = theirs_by_key.get(name, [])
+        if not other:
+            continue
+        if mine[0].kind != "api":  # modules and their gradients: by occurrence
+            for a, b in zip(mine, other):
+                pairing.partner[a.order] = b
+                paired_theirs.add(b.order)
+            continue
+        matcher = SequenceMatcher(None, [_signature(c) for c in mine], [_signature(c) for c in other], autojunk=False)
+        for block in matcher.get_matching_blocks():
+            for offset in range(block.size):
+                a, b = mine[block.a + offset], other[block.b + offset]
+                pairing.partner[a.order] = b
+                paired_theirs.add(b.order)
+        _pair_leftovers(mine, other, pairing, paired_theirs)
+    pairing.extra = [call for call in ours if call.order not in pairing.partner]
+    pairing.missing = [call for call in theirs if call.order not in paired_theirs]
+    _substitutes(ours, theirs, pairing)
+    return pairing
+
+
+def _anchors(calls: list[Call], paired: Callable[[Call], int | None]) -> dict[int, int]:
+    """Each call's order -> the key of the last paired call before it (-1 at the start)."""
+    last, found = -1, {}
+    for call in calls:
+        key = paired(call)
+        if key is not None:
+            last = key
+        else:
+            found[call.order] = last
+    return found
+
+
+def _substitutes(ours: list[Call], theirs: list[Call], pairing: Pairing) -> None:
+    """An extra API call and a missing one between the same two paired calls, in the same module, given and
+    returning tensors of the same shapes: one run calls the first where the other calls the second (torch.relu
+    for F.relu, gelu for relu)."""
+    theirs_key = {partner.order: order for order, partner in pairing.partner.items()}
+    ours_gap = _anchors(ours, lambda c: c.order if c.order in pairing.partner else None)
+    theirs_gap = _anchors(theirs, lambda c: theirs_key.get(c.order))
+    waiting: dict[tuple, list[Call]] = defaultdict(list)
+    for call in pairing.missing:
+        if call.kind == "api":
+            waiting[(theirs_gap.get(call.order), call.module, call.direction, _signature(call)[1])].append(call)
+    for call in pairing.extra:
+        if call.kind != "api":
+            continue
+        candidates = waiting.get((ours_gap.get(call.order), call.module, call.direction, _signature(call)[1]))
+        if candidates:
+            pairing.substitute[call.order] = candidates.pop(0)
+
+
+def _pair_leftovers(mine: list[Call], other: list[Call], pairing: Pairing, paired: set[int]) -> None:
+    """Between two paired calls, unpaired calls of the same count on both sides pair in order: the same calls
+    given tensors of other shapes (a changed batch, a cast) are still the same calls."""
+    free_mine = [c for c in mine if c.order not in pairing.partner]
+    free_other = [c for c in other if c.order not in paired]
+    if not free_mine or not free_other:
+        return
+
+    # group the free calls of each side by the paired calls around them
+    def gaps(calls: list[Call], free: list[Call], is_paired: Callable[[Call], bool]) -> list[list[Call]]:
+        groups: list[list[Call]] = [[]]
+        free_orders = {c.order for c in free}
+        for call in calls:
+            if call.order in free_orders:
+                groups[-1].append(call)
+            elif is_paired(call):
+                groups.append([])
+        return groups
+
+    mine_gaps = gaps(mine, free_mine, lambda c: c.order in pairing.partner)
+    other_gaps = gaps(other, free_other, lambda c: c.order in paired)
+    if len(mine_gaps) != len(other_gaps):
+        return
+    for a_gap, b_gap in zip(mine_gaps, other_gaps):
+        if len(a_gap) == len(b_gap):
+            for a, b in zip(a_gap, b_gap):
+                pairing.partner[a.order] = b
+                paired.add(b.order)

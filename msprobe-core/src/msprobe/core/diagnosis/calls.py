@@ -1,0 +1,274 @@
+"""One dump folder as the diagnosis reads it: calls in the order they ran, each with its phase and module.
+
+dump.json lists entries in the order they were first written, which is when a call ended; a module's entry
+comes after the calls it made. A ``parameters_grad`` entry is listed beside its module's forward entry although
+its gradients arrive in the backward, so it is moved to where they arrive: just after the module's backward
+entry, or, with none, after the backward's last call. The phase follows the reference's layout: backward
+entries are the backward; forward calls after the step's last backward that run outside every module (parent
+``optimizer`` in construct.json, or none) are the optimizer's; the rest is the forward.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from msprobe.core.dump.reader import Dump
+
+FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"
+PHASES = (FORWARD, BACKWARD, OPTIMIZER)
+
+_API = re.compile(r"^(?P<kind>.+)\.(?P<count>\d+)\.(?P<direction>forward|backward)$")
+_MODULE = re.compile(
+    r"^(?P<head>Module|Cell)\.(?P<path>.+)\.(?P<cls>[^.]+)\.(?P<direction>forward|backward)\.(?P<count>\d+)$"
+)
+_GRADS = re.compile(r"^(?P<head>Module|Cell)\.(?P<path>.+)\.(?P<cls>[^.]+)\.parameters_grad$")
+_STATS = ("Max", "Min", "Mean", "Norm")
+_SECTIONS = (("input_args", "input"), ("input_kwargs", "input"), ("input", "input"), ("output", "output"))
+
+
+@dataclass(slots=True)
+class Value:
+    """One recorded value: a tensor's summary, or a plain argument (number, text, None...)."""
+
+    path: str  # "input.0", "input.weight", "output.0", "parameters.weight", "grad.weight"
+    tensor: bool
+    dtype: str | None = None
+    shape: tuple | None = None
+    stats: tuple | None = None  # Max, Min, Mean, Norm as floats (None where absent)
+    checksum: str | None = None  # md5 or xor
+    data_name: str | None = None
+    literal: Any = None  # a plain argument's value
+    requires_grad: bool | None = None
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape) if self.shape else 1
+
+    @property
+    def finite(self) -> bool:
+        """No inf or nan among its statistics (a plain number: itself); unknown counts as finite."""
+        if self.tensor:
+            return self.stats is None or all(s is None or math.isfinite(s) for s in self.stats)
+        number = self.literal[1] if isinstance(self.literal, tuple) and len(self.literal) == 2 else None
+        return not (isinstance(number, float) and not math.isfinite(number))
+
+    def fingerprint(self) -> tuple | None:
+        """What tells this tensor's content from others' within one run: dtype, shape, statistics, checksum."""
+        if not self.tensor:
+            return None
+        stats = (
+            None if self.stats is None else tuple("nan" if s is not None and math.isnan(s) else s for s in self.stats)
+        )
+        if self.checksum is None and (stats is None or all(s is None for s in stats)):
+            return None
+        return (self.dtype, self.shape, stats, self.checksum)
+
+
+@dataclass
+class Call:
+    """One dump.json entry (or one module's parameter gradients) at its place in call order."""
+
+    name: str
+    kind: str  # "api", "module" or "grads"
+    key: str  # what pairs calls across runs: the API and direction, or the module path and direction
+    direction: str  # "forward" or "backward"
+    module: str | None  # the module path it ran in (a module: its own path); None: outside every module
+    parent: str | None  # construct.json's parent entry
+    inputs: list[Value] = field(default_factory=list)
+    outputs: list[Value] = field(default_factory=list)
+    params: list[Value] = field(default_factory=list)
+    phase: str = FORWARD
+    order: int = 0
+    module_class: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.name
+
+    def tensors(self, which: str = "inputs") -> list[Value]:
+        return [value for value in getattr(self, which) if value.tensor]
+
+
+def module_path(entry: str) -> tuple[str, str] | None:
+    """``Module.blocks.0.fc.Linear.forward.0`` -> (``blocks.0.fc``, ``Linear``); None for an API entry."""
+    match = _MODULE.match(entry) or _GRADS.match(entry)
+    return (match["path"], match["cls"]) if match else None
+
+
+def api_kind(entry: str) -> str:
+    """``Functional.linear.3.forward`` -> ``Functional.linear``; a module entry -> its path."""
+    match = _API.match(entry)
+    if match:
+        return match["kind"]
+    found = module_path(entry)
+    return found[0] if found else entry
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, (bool, int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)  # "inf", "nan" as some writers store them
+        except ValueError:
+            return None
+    return None
+
+
+def _value(path: str, leaf: Any) -> Value:
+    if isinstance(leaf, dict) and "dtype" in leaf:
+        has_stats = any(key in leaf for key in _STATS)
+        shape = leaf.get("shape")
+        return Value(
+            path,
+            True,
+            str(leaf.get("dtype")),
+            tuple(shape) if isinstance(shape, list) else None,
+            tuple(_float(leaf.get(key)) for key in _STATS) if has_stats else None,
+            leaf.get("md5") if isinstance(leaf.get("md5"), str) else None,
+            leaf.get("data_name") if isinstance(leaf.get("data_name"), str) else None,
+            requires_grad=leaf.get("requires_grad") if isinstance(leaf.get("requires_grad"), bool) else None,
+        )
+    if isinstance(leaf, dict) and "type" in leaf:
+        return Value(path, False, literal=_literal(leaf))
+    return Value(path, False, literal=leaf)
+
+
+def _literal(leaf: dict) -> Any:
+    """A plain argument as comparable data: its type and value (a device is not a value: runs on two devices
+    pass different ones for the same computation)."""
+    kind = leaf.get("type")
+    if kind in ("torch.device", "device"):
+        return ("device",)
+    value = leaf.get("value")
+    if isinstance(value, list):
+        value = tuple(value)
+    elif isinstance(value, dict):
+        value = tuple(sorted((str(k), str(v)) for k, v in value.items()))
+    return (kind, value)
+
+
+def _walk(value: Any, path: str, out: list[Value], depth: int = 0) -> None:
+    if depth > 32:
+        return
+    if isinstance(value, dict):
+        if isinstance(value.get("type"), str):
+            out.append(_value(path, value))
+            return
+        for key, item in value.items():
+            _walk(item, f"{path}.{key}", out, depth + 1)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _walk(item, f"{path}.{index}", out, depth + 1)
+    else:
+        out.append(_value(path, value))
+
+
+def _call(name: str, content: Any, parent: str | None, owner: dict[str, str]) -> Call:
+    module = module_path(name)
+    if name.endswith(".parameters_grad"):
+        path = module[0] if module else name
+        call = Call(
+            name, "grads", f"{path}.parameters_grad", "backward", path, parent, module_class=module and module[1]
+        )
+        for key, item in (content or {}).items() if isinstance(content, dict) else ():
+            _walk(item[0] if isinstance(item, list) and len(item) == 1 else item, f"grad.{key}", call.outputs)
+        return call
+    if module is not None:
+        direction = "backward" if ".backward." in name else "forward"
+        call = Call(name, "module", f"{module[0]}.{direction}", direction, module[0], parent, module_class=module[1])
+    else:
+        match = _API.match(name)
+        direction = match["direction"] if match else "forward"
+        kind = match["kind"] if match else name
+        call = Call(name, "api", f"{kind}.{direction}", direction, owner.get(parent or ""), parent)
+    if isinstance(content, dict):
+        for section, role in _SECTIONS:
+            if section in content:
+                _walk(content[section], role, call.inputs if role == "input" else call.outputs)
+        parameters = content.get("parameters")
+        if isinstance(parameters, dict):
+            for key, item in parameters.items():
+                call.params.append(_value(f"parameters.{key}", item))
+    # the input section's positional and keyword parts are one list: keep their labels apart
+    for value in call.inputs:
+        if value.path.startswith("input.") and not value.path.split(".")[1].isdigit():
+            value.path = "input.kw." + value.path[len("input.") :]
+    return call
+
+
+def calls_of(dump: Dump) -> list[Call]:
+    """The dump's calls in the order they ran, phases set."""
+    construct = dump.construct if isinstance(dump.construct, dict) else {}
+    owner: dict[str, str] = {}
+    for entry in set(construct.values()) | set(construct):
+        if isinstance(entry, str):
+            found = module_path(entry)
+            if found:
+                owner[entry] = found[0]
+    calls: list[Call] = []
+    grads: list[Call] = []
+    for name, content in dump.data.items():
+        parent = construct.get(name)
+        call = _call(name, content, parent if isinstance(parent, str) else None, owner)
+        (grads if call.kind == "grads" else calls).append(call)
+    _adopt_backward(calls)
+    _set_phases(calls)
+    calls = _place_gradients(calls, grads)
+    for index, call in enumerate(calls):
+        call.order = index
+    return calls
+
+
+def _adopt_backward(calls: list[Call]) -> None:
+    """A backward API recorded without a module ran in the module its forward ran in."""
+    forward_module = {call.name: call.module for call in calls if call.kind == "api" and call.direction == FORWARD}
+    for call in calls:
+        if call.kind == "api" and call.direction == BACKWARD and call.module is None:
+            call.module = forward_module.get(call.name[: -len("backward")] + "forward")
+
+
+def _set_phases(calls: list[Call]) -> None:
+    """Backward entries, and calls made by the backward (a gradient hook's arithmetic: outside every module, on
+    values a backward entry returned); the optimizer's; the forward."""
+    last_backward = max((i for i, call in enumerate(calls) if call.direction == BACKWARD), default=-1)
+    gradients: set[tuple] = set()
+    for index, call in enumerate(calls):
+        if call.direction == BACKWARD:
+            call.phase = BACKWARD
+        elif call.parent == "optimizer" or (index > last_backward >= 0 and call.kind == "api" and call.module is None):
+            call.phase = OPTIMIZER
+        elif (
+            index < last_backward
+            and call.kind == "api"
+            and call.module is None
+            and gradients
+            and any(value.fingerprint() in gradients for value in call.inputs)
+        ):
+            call.phase = BACKWARD
+        else:
+            call.phase = FORWARD
+        if call.phase == BACKWARD:
+            gradients.update(value.fingerprint() for value in call.outputs if value.tensor)
+
+
+def _place_gradients(calls: list[Call], grads: list[Call]) -> list[Call]:
+    if not grads:
+        return calls
+    by_module: dict[str, list[Call]] = {}
+    for grad in grads:
+        grad.phase = BACKWARD
+        by_module.setdefault(grad.module or "", []).append(grad)
+    placed: list[Call] = []
+    for call in calls:
+        placed.append(call)
+        if call.kind == "module" and call.direction == BACKWARD and call.module in by_module:
+            placed.extend(by_module.pop(call.module))
+    rest = [grad for group in by_module.values() for grad in group]
+    if rest:
+        last_backward = max((i for i, call in enumerate(placed) if call.phase == BACKWARD), default=len(placed) - 1)
+        placed[last_backward + 1 : last_backward + 1] = rest
+    return placed

@@ -1,0 +1,649 @@
+"""The rules that decide where two runs of one step part ways, and why.
+
+Exact first. Calls are walked in the order they ran; the first paired call whose outputs are not bit-identical
+to the benchmark's is where a difference shows (everything before it agrees, so no tolerance is needed). Why
+it differs is read from what it was given:
+
+- a non-tensor argument differs: that argument;
+- a parameter differs (a module's ``parameters``, or an input no call produced that needs a gradient): the
+  weights of the module that owns it;
+- an input differs that an extra call of this run produced (traced through the values, by their summaries):
+  the extra call, the first of a chain; one the benchmark's missing call produced: that call;
+- an input differs that no call produced: the data;
+- nothing it was given differs: the computation itself.
+
+A difference in the backward, with the forward identical, is the backward's; one after the backward, outside
+every module, is the optimizer's. When every output agrees (an operand order, a different but equivalent
+call), the runs do not part ways, whatever else differs.
+
+Noise. When the first difference is a computation differing by a rounding-sized amount and the runs then
+differ everywhere (other hardware, other precision), the first difference is not the answer. The calls are
+walked again: a difference that no rounding explains (an argument, a weight, the data, an extra or missing
+call) is still exact evidence; otherwise the call whose error is out of proportion to the error of what it
+was given is named, with how sure that is, and "uncertain" when nothing stands out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from msprobe.core.diagnosis.align import Pairing
+from msprobe.core.diagnosis.answer import DIVERGENCE, NONE, UNCERTAIN, Diagnosis
+from msprobe.core.diagnosis.calls import BACKWARD, FORWARD, OPTIMIZER, Call, Value, api_kind
+from msprobe.core.diagnosis.values import ValueComparer
+
+ROUNDING = 0.05  # a first difference larger than this (relative) is no rounding, whatever follows it
+AMPLIFICATION = 8.0  # a call whose error exceeds this many times the error it was given stands out
+STANDOUT = 0.02  # ... and is at least this large (relative): below it nothing is out of proportion
+
+
+@dataclass
+class Difference:
+    """What differs between one paired call of the two runs."""
+
+    arguments: list[tuple[str, Any, Any]] = field(default_factory=list)
+    inputs: list[Value] = field(default_factory=list)  # ours
+    params: list[Value] = field(default_factory=list)
+    outputs: list[Value] = field(default_factory=list)
+    input_error: float = 0.0
+    output_error: float | None = 0.0
+
+    @property
+    def any(self) -> bool:
+        return bool(self.arguments or self.inputs or self.params or self.outputs)
+
+
+class PairAnalysis:
+    """Two runs' calls of one step and rank, paired, with what differs in each pair."""
+
+    def __init__(self, ours: list[Call], theirs: list[Call], pairing: Pairing, comparer: ValueComparer):
+        self.ours, self.theirs, self.pairing, self.comparer = ours, theirs, pairing, comparer
+        self.extra = {call.order for call in pairing.extra}
+        self.missing = {call.order for call in pairing.missing}
+        self._differences: dict[int, Difference] = {}
+        self._producers = {"ours": _producers(ours), "theirs": _producers(theirs)}
+        self.owners = _owners(ours, gradients=False)  # a parameter's summary -> its module
+        self._gradient_owners = _owners(ours, gradients=True)
+        self._forward_names: dict[str, Call] | None = None
+        self.first_backward = next((call.order for call in ours if call.phase == BACKWARD), len(ours))
+
+    # -- what differs ----------------------------------------------------------------------------------
+    def difference(self, call: Call) -> Difference:
+        found = self._differences.get(call.order)
+        if found is None:
+            found = self._differences[call.order] = self._compare(call, self.pairing.of(call))
+        return found
+
+    def _compare(self, ours: Call, theirs: Call) -> Difference:
+        difference = Difference()
+        # a backward entry records what the autograd node behind the output saw, which a different kernel
+        # path (a contiguous or a strided operand) changes in shape and in number: its values are compared
+        # where both runs have one, reshaped
+        lenient = ours.direction == BACKWARD
+        same = self.comparer.same_content if lenient else self.comparer.same
+        error = self.comparer.error
+        their_inputs = {value.path: value for value in theirs.inputs}
+        for value in ours.inputs:
+            other = their_inputs.get(value.path)
+            if other is None and lenient:
+                continue
+            if other is None or not same(value, other):
+                if value.tensor and (other is None or other.tensor):
+                    difference.inputs.append(value)
+                    measured = error(value, other) if other is not None else None
+                    difference.input_error = max(difference.input_error, math.inf if measured is None else measured)
+                else:
+                    difference.arguments.append((value.path, _shown(value), _shown(other)))
+        for path in their_inputs.keys() - {value.path for value in ours.inputs}:
+            if not lenient:
+                difference.arguments.append((path, None, _shown(their_inputs[path])))
+        their_params = {value.path: value for value in theirs.params}
+        for value in ours.params:
+            other = their_params.get(value.path)
+            if other is None or not same(value, other):
+                difference.params.append(value)
+                measured = error(value, other) if other is not None else None
+                difference.input_error = max(difference.input_error, math.inf if measured is None else measured)
+        their_outputs = {value.path: value for value in theirs.outputs}
+        worst: float | None = 0.0
+        for value in ours.outputs:
+            other = their_outputs.get(value.path)
+            if other is None and lenient:
+                continue
+            if other is None or not same(value, other):
+                difference.outputs.append(value)
+                measured = error(value, other) if other is not None else None
+                worst = None if measured is None or worst is None else max(worst, measured)
+        if len(their_outputs) != len(ours.outputs) and not difference.outputs and not lenient:
+            difference.outputs.extend(ours.outputs[:1])
+            worst = None
+        difference.output_error = worst
+        if difference.inputs and not difference.outputs and _reordered(ours.inputs, theirs.inputs):
+            difference.inputs.clear()  # operands in another order, the same result
+        return difference
+
+    def outputs_differ(self, call: Call) -> bool:
+        return call.order not in self.extra and bool(self.difference(call).outputs)
+
+    # -- where values came from ----------------------------------------------------------------------------
+    def producers(self, side: str, value: Value, before: int) -> list[Call]:
+        """The calls before ``before`` whose output has this value's summary, in call order."""
+        fingerprint = value.fingerprint()
+        if fingerprint is None:
+            return []
+        return [call for call in self._producers[side].get(fingerprint, []) if call.order < before]
+
+    def rewriter(self, ours: Value, theirs: Value, before: int) -> Call | None:
+        """A call of ours, before ``before``, that was given the benchmark's value and returned ours: it turned
+        one into the other (in place, typically)."""
+        wanted, made = theirs.fingerprint(), ours.fingerprint()
+        if wanted is None or made is None:
+            return None
+        for call in reversed(self._producers["ours"].get(made, [])):
+            if call.order < before and any(value.fingerprint() == wanted for value in call.inputs):
+                return call
+        return None
+
+    def equivalent(self, ours: Call, theirs: Call, threshold: float) -> bool:
+        """Two different calls in the same place whose outputs differ no more than what they were given does
+        explain (and at most ``threshold`` beyond it)."""
+
+        def worst(mine: list[Value], other: list[Value]) -> float | None:
+            by_path = {value.path: value for value in other}
+            errors = [self.comparer.error(v, by_path[v.path]) if v.path in by_path else None for v in mine if v.tensor]
+            return None if any(e is None for e in errors) else max(errors, default=0.0)
+
+        if ours.direction == BACKWARD:  # gradients amplify rounding as a matter of course: judge the forward
+            forward = self.forward_twin(ours)
+            stand_in = self.pairing.substitute.get(forward.order) if forward is not None else None
+            return stand_in is not None and self.equivalent(forward, stand_in, threshold)
+        given, made = worst(ours.inputs, theirs.inputs), worst(ours.outputs, theirs.outputs)
+        if given is None or made is None:
+            return False
+        return made <= max(threshold, AMPLIFICATION * given)
+
+    def forward_twin(self, call: Call) -> Call | None:
+        """The forward entry of a backward entry's call."""
+        if self._forward_names is None:
+            self._forward_names = {c.name: c for c in self.ours if c.direction == FORWARD}
+        return self._forward_names.get(call.name[: -len("backward")] + "forward")
+
+    def is_data(self, call: Call, value: Value) -> bool:
+        """An input no call of either run made, that is no parameter and needs no gradient: the data."""
+        if call.phase != FORWARD or value.requires_grad or self.owners.get(value.fingerprint()):
+            return False
+        if self.producers("ours", value, call.order):
+            return False
+        partner = self.pairing.of(call)
+        theirs = next((v for v in partner.inputs if v.path == value.path), None) if partner else None
+        return theirs is not None and not self.producers("theirs", theirs, partner.order)
+
+    def owner(self, call: Call) -> str | None:
+        """The module whose parameter (or parameter gradient) one of the call's inputs is."""
+        for value in call.tensors("inputs"):
+            fingerprint = value.fingerprint()
+            found = self.owners.get(fingerprint) or self._gradient_owners.get(fingerprint)
+            if found:
+                return found
+        return None
+
+
+def _shown(value: Value | None) -> Any:
+    if value is None:
+        return None
+    if value.tensor:
+        return f"{value.dtype}{list(value.shape or ())}"
+    literal = value.literal
+    return literal[1] if isinstance(literal, tuple) and len(literal) == 2 else literal
+
+
+def _reordered(ours: list[Value], theirs: list[Value]) -> bool:
+    mine = sorted(repr(v.fingerprint() or v.literal) for v in ours)
+    other = sorted(repr(v.fingerprint() or v.literal) for v in theirs)
+    return mine == other
+
+
+def _producers(calls: list[Call]) -> dict[tuple, list[Call]]:
+    """Summary -> the calls that output it, in call order; an API is preferred to the module that returns the
+    same tensor after it (the module's entry is written later, the API made the value)."""
+    found: dict[tuple, list[Call]] = {}
+    for call in calls:
+        for value in call.outputs:
+            fingerprint = value.fingerprint()
+            if fingerprint is None:
+                continue
+            makers = found.setdefault(fingerprint, [])
+            if (
+                call.kind == "module"
+                and makers
+                and makers[-1].module
+                and call.module
+                and (makers[-1].module == call.module or makers[-1].module.startswith(call.module + "."))
+            ):
+                continue
+            makers.append(call)
+    return found
+
+
+def _owners(calls: list[Call], gradients: bool) -> dict[tuple, str]:
+    """A parameter's (``gradients``: a parameter gradient's) summary -> the first module, in call order, that
+    holds it (a tied weight belongs to the module that uses it first). Constant tensors (a bias of zeros, a
+    norm's weight of ones at the start) are left out: many modules hold the same."""
+    owners: dict[tuple, str] = {}
+    for call in calls:
+        if gradients:
+            values = call.outputs if call.kind == "grads" else []
+        else:
+            values = call.params if call.kind == "module" else []
+        for value in values:
+            fingerprint = value.fingerprint()
+            constant = value.stats is not None and value.stats[0] == value.stats[1]
+            if fingerprint is not None and not constant and call.module:
+                owners.setdefault(fingerprint, call.module)
+    return owners
+
+
+# -- the exact rules ----------------------------------------------------------------------------------------
+
+
+def first_difference(analysis: PairAnalysis) -> Call | None:
+    for call in analysis.ours:
+        if analysis.outputs_differ(call):
+            return call
+    return None
+
+
+def explain(analysis: PairAnalysis, call: Call) -> Diagnosis:
+    """Why ``call``, the first whose outputs differ, differs (see the module docstring)."""
+    difference = analysis.difference(call)
+    found = _because(analysis, call, difference)
+    found.nonfinite = _makes_nonfinite(call, difference)
+    found.error = _param_error(analysis, call) if found.cause == "weights" else difference.output_error
+    if found.phase == BACKWARD and found.cause not in ("calls",):
+        found.detail = _join(found.detail, CAUSE_WORDS.get(found.cause or "", ""))
+        found.cause = "backward"
+    elif found.phase == OPTIMIZER:
+        found.detail = _join(found.detail, CAUSE_WORDS.get(found.cause or "", ""))
+        found.cause = "optimizer"
+    return found
+
+
+CAUSE_WORDS = {"weights": "its parameters differ", "data": "its inputs differ", "computation": "",
+               "argument": "", "calls": ""}  # fmt: skip
+
+
+def _join(*parts: str) -> str:
+    return "; ".join(part for part in parts if part)
+
+
+def _answer(call: Call, cause: str, detail: str = "", module: str | None = None, name: str | None = None) -> Diagnosis:
+    return Diagnosis(DIVERGENCE, phase=call.phase, module=module if module is not None else call.module,
+                     api=name or call.name, cause=cause, detail=detail)  # fmt: skip
+
+
+def _because(analysis: PairAnalysis, call: Call, difference: Difference) -> Diagnosis:
+    module = call.module
+    if call.phase == OPTIMIZER:
+        module = analysis.owner(call) or module
+    for value in difference.inputs:
+        traced = _trace(analysis, call, value)
+        if traced is not None:
+            return traced
+    partner = analysis.pairing.of(call)
+    cast = _cast(difference, partner)
+    if cast:
+        return _answer(call, "calls", cast, module)
+    changed = [
+        (path, ours, theirs) for path, ours, theirs in difference.arguments if ours is not None and theirs is not None
+    ]
+    if changed:
+        return _answer(call, "argument", _arguments(changed), module)
+    if difference.params:
+        names = ", ".join(value.path.split(".", 1)[1] for value in difference.params)
+        return _answer(call, "weights", names, module)
+    if difference.arguments:
+        return _answer(call, "argument", _arguments(difference.arguments), module)
+    if call.kind == "grads":
+        names = ", ".join(value.path.split(".", 1)[1] for value in difference.outputs)
+        made = _gradient_made_by_extra(analysis, call)
+        return made or _answer(call, "computation", f"parameter gradients {names}", module)
+    for value in difference.inputs:
+        if analysis.owners.get(value.fingerprint()) or (value.requires_grad and call.phase == FORWARD):
+            owner = analysis.owners.get(value.fingerprint()) or module
+            return _answer(call, "weights", _argument_name(value.path), owner)
+    if difference.inputs:
+        return _answer(call, "data", _inputs(difference.inputs), module)
+    hidden = _inside(analysis, call) or _upstream(analysis, call)
+    return hidden or _answer(call, "computation", _class_change(call, partner), module)
+
+
+def _cast(difference: Difference, partner: Call | None) -> str:
+    """Inputs given in another dtype (a cast no tool records: Tensor.bfloat16, .half(), .to())."""
+    if partner is None:
+        return ""
+    theirs = {value.path: value for value in partner.inputs}
+    for value in difference.inputs:
+        other = theirs.get(value.path)
+        if other is not None and other.tensor and other.dtype != value.dtype:
+            return f"its inputs are {value.dtype} where the benchmark's are {other.dtype}: a cast, which is not dumped"
+    return ""
+
+
+def _class_change(call: Call, partner: Call | None) -> str:
+    if partner is not None and call.module_class and partner.module_class and call.module_class != partner.module_class:
+        return f"{call.module} is a {call.module_class} here and a {partner.module_class} in the benchmark"
+    return ""
+
+
+def _trace(analysis: PairAnalysis, call: Call, value: Value, threshold: float | None = None) -> Diagnosis | None:
+    """Where a differing input came from: an extra call of ours (one that made it, or wrote it in place), or
+    a missing call of the benchmark's. ``threshold`` (among rounding differences): an extra call standing in
+    for a missing one counts only when their outputs differ by more than that."""
+    partner = analysis.pairing.of(call)
+    theirs = next((v for v in partner.inputs if v.path == value.path), None) if partner else None
+    makers = analysis.producers("ours", value, call.order)
+    extra = [maker for maker in makers if maker.order in analysis.extra and maker.kind == "api"]
+    writer = analysis.rewriter(value, theirs, call.order) if theirs is not None else None
+    culprit = writer if writer is not None and writer.order in analysis.extra and writer.kind == "api" else None
+    culprit = culprit or (extra[-1] if extra else None)
+    if culprit is not None:
+        stand_in = analysis.pairing.substitute.get(culprit.order)
+        if stand_in is not None and threshold is not None and analysis.equivalent(culprit, stand_in, threshold):
+            return None
+        words = _extra_words(analysis, culprit, call)
+        if stand_in is not None:
+            words = f"it calls {api_kind(culprit.name)} where the benchmark calls {api_kind(stand_in.name)}"
+        return _answer(culprit, "calls", words, culprit.module or call.module, culprit.name)
+    if theirs is not None:
+        made = analysis.producers("theirs", theirs, partner.order)
+        missing = [maker for maker in made if maker.order in analysis.missing and maker.kind == "api"]
+        if missing:
+            gone = missing[-1]
+            return _answer(gone, "calls", f"this run does not call {gone.name}", gone.module or call.module, gone.name)
+    return None
+
+
+def _gradient_made_by_extra(analysis: PairAnalysis, call: Call) -> Diagnosis | None:
+    """A parameter gradient some extra call returned (a gradient hook's arithmetic): that call, in the module
+    whose gradient it is."""
+    for value in analysis.difference(call).outputs:
+        # the gradient is final only after every hook on it ran, which may be after the module's backward entry
+        makers = analysis.producers("ours", value, len(analysis.ours))
+        after = analysis.first_backward
+        extra = [m for m in makers if m.order in analysis.extra and m.kind == "api" and m.order > after]
+        if extra:
+            maker = extra[-1]
+            words = (
+                f"{_extra_words(analysis, maker, call)}, which returned the gradient of {value.path.split('.', 1)[1]}"
+            )
+            found = _answer(maker, "calls", words, call.module, maker.name)
+            found.phase = BACKWARD
+            return found
+    return None
+
+
+def _inside(analysis: PairAnalysis, call: Call) -> Diagnosis | None:
+    """A module whose inputs agree and outputs do not: an extra call inside it, else a missing one."""
+    if call.kind != "module" or call.module is None:
+        return None
+    inside = call.module + "."
+
+    def within(other: Call) -> bool:
+        return other.module is not None and (other.module == call.module or other.module.startswith(inside))
+
+    for other in analysis.pairing.extra:
+        if other.kind == "api" and other.order < call.order and other.phase == call.phase and within(other):
+            return _answer(other, "calls", _extra_words(analysis, other, call), other.module, other.name)
+    partner = analysis.pairing.of(call)
+    for other in analysis.pairing.missing:
+        if other.kind != "api" or partner is None:
+            continue
+        if other.order < partner.order and other.phase == call.phase and within(other):
+            detail = f"this run does not call {other.name}"
+            return _answer(other, "calls", _join(detail, _class_change(call, partner)), other.module, other.name)
+    return None
+
+
+def _upstream(analysis: PairAnalysis, call: Call, limit: int = 64) -> Diagnosis | None:
+    """What a summary could not show: inputs that look the same yet were made by a call given another
+    argument, or by an extra call. Followed back through the producers of the call's inputs."""
+    seen: set[int] = set()
+    pending = [call]
+    while pending and len(seen) < limit:
+        current = pending.pop(0)
+        for value in current.tensors("inputs"):
+            for maker in analysis.producers("ours", value, current.order)[-1:]:
+                if maker.order in seen:
+                    continue
+                seen.add(maker.order)
+                if maker.order in analysis.extra and maker.kind == "api":
+                    return _answer(maker, "calls", _extra_words(analysis, maker, call), maker.module, maker.name)
+                changed = [a for a in analysis.difference(maker).arguments if a[1] is not None and a[2] is not None]
+                if changed:
+                    return _answer(maker, "argument", _arguments(changed), maker.module)
+                pending.append(maker)
+    return None
+
+
+def _arguments(arguments: list[tuple[str, Any, Any]]) -> str:
+    return ", ".join(f"{_argument_name(path)}: {ours!r} vs {theirs!r}" for path, ours, theirs in arguments[:3])
+
+
+def _extra_words(analysis: PairAnalysis, first: Call, consumer: Call) -> str:
+    """The extra calls from ``first`` to the call whose inputs they changed, counted by API."""
+    counts: dict[str, int] = {}
+    for order in range(first.order, max(consumer.order, first.order + 1)):
+        if order in analysis.extra:
+            kind = api_kind(analysis.ours[order].name)
+            counts[kind] = counts.get(kind, 0) + 1
+    extra = ", ".join(f"{kind} x{count}" if count > 1 else kind for kind, count in counts.items())
+    return f"extra: {extra}"
+
+
+def _argument_name(path: str) -> str:
+    """``input.kw.approximate`` -> ``approximate``; ``input.4`` -> ``argument 4``."""
+    parts = path.split(".")
+    if len(parts) >= 3 and parts[1] == "kw":
+        return ".".join(parts[2:])
+    if len(parts) >= 2 and parts[1].isdigit():
+        return "argument " + ".".join(parts[1:])
+    return path
+
+
+def _inputs(values: list[Value]) -> str:
+    return ", ".join(_argument_name(value.path) for value in values[:3])
+
+
+def _makes_nonfinite(call: Call, difference: Difference) -> bool:
+    outputs = call.tensors("outputs")
+    return any(not value.finite for value in outputs) and all(value.finite for value in call.inputs + call.params)
+
+
+# -- the whole pair ---------------------------------------------------------------------------------------------
+
+
+def decide(analysis: PairAnalysis, settled: bool = True) -> Diagnosis:
+    """``settled``: every earlier step of the two runs agreed bit for bit (or there was none), so a parameter
+    that differs here differs for a reason, not from the rounding of earlier steps."""
+    compared = len(analysis.pairing.partner)
+    first = first_difference(analysis)
+    if first is None:
+        return _no_divergence(analysis, compared)
+    found = explain(analysis, first)
+    # a computation differing by a rounding-sized amount, or by an amount checksums cannot tell: noise?
+    unknown = found.error is None or found.error <= ROUNDING
+    if (unknown and found.cause == "computation") or (found.cause == "weights" and not settled and not found.nonfinite):
+        found = noisy(analysis, first, settled)
+    found.compared = compared
+    return found
+
+
+def _no_divergence(analysis: PairAnalysis, compared: int) -> Diagnosis:
+    words = f"every output of the {compared} paired calls is bit-identical"
+    unpaired = len(analysis.extra) + len(analysis.missing)
+    if unpaired:
+        words += f" ({unpaired} calls made by one run only change no value)"
+    return Diagnosis(NONE, detail=words, compared=compared)
+
+
+def noise_floor(analysis: PairAnalysis) -> float:
+    """What rounding alone does to an output here: the typical error of the forward calls given bit-identical
+    inputs and returning different outputs (none: the lowest quarter of every forward call's error)."""
+    fresh, every = [], []
+    for call in analysis.ours:
+        if call.phase != FORWARD or call.kind != "api" or call.order in analysis.extra:
+            continue
+        difference = analysis.difference(call)
+        error = difference.output_error
+        if not difference.outputs or error is None or not math.isfinite(error):
+            continue
+        every.append(error)
+        if not difference.inputs and not difference.params:
+            fresh.append(error)
+    chosen = sorted(fresh) or sorted(every)[: max(1, len(every) // 4)]
+    return chosen[len(chosen) // 2] if chosen else 0.0
+
+
+def noisy(analysis: PairAnalysis, first: Call, settled: bool = True) -> Diagnosis:
+    """The runs differ by rounding from ``first`` on: name what rounding does not explain, or say uncertain."""
+    floor = noise_floor(analysis)
+    threshold = max(STANDOUT, AMPLIFICATION * floor)
+    for call in analysis.ours:
+        if call.order in analysis.extra or call.order < first.order or not analysis.difference(call).outputs:
+            continue
+        found = _evidence(analysis, call, threshold, settled)
+        if found is not None:
+            found.confidence = "high"
+            found.detail = _join(found.detail, f"beside rounding differences from {first.name} on")
+            return found
+    standout = _standout(analysis, first, threshold)
+    if standout is not None:
+        call, ratio = standout
+        found = explain(analysis, call)
+        found.cause = "computation"
+        found.detail = _join(found.detail, f"its error is {_times(ratio)} the error of what it was given")
+        found.confidence = "medium" if ratio < 4 * AMPLIFICATION else "high"
+        return found
+    error = analysis.difference(first).output_error
+    if error is None and _fresh_differences(analysis) < 2:
+        # checksums only, and one call alone computes differently from the same inputs: that call
+        found = explain(analysis, first)
+        found.confidence = "low"
+        found.detail = _join(found.detail, "checksums cannot tell rounding from a fault")
+        return found
+    if error is None:
+        return Diagnosis(
+            UNCERTAIN, phase=first.phase, module=first.module, api=first.name, cause="computation",
+            detail=f"the runs differ from {first.name} on, in several calls given bit-identical inputs; checksums "
+            "cannot tell rounding from a fault, and nothing else differs", confidence="low",
+        )  # fmt: skip
+    return Diagnosis(
+        UNCERTAIN,
+        phase=first.phase,
+        module=first.module,
+        api=first.name,
+        cause="computation",
+        detail=f"the runs differ from {first.name} on by amounts rounding explains (relative error {error:.1e}, "
+        f"typical {floor:.1e}); no call's error is out of proportion to what it was given",
+        confidence="low",
+    )
+
+
+def _fresh_differences(analysis: PairAnalysis) -> int:
+    """Forward calls given bit-identical inputs that return different outputs: more than one means the runs
+    compute differently in several places, as other hardware does."""
+    count = 0
+    for call in analysis.ours:
+        if call.phase == FORWARD and call.kind == "api" and call.order not in analysis.extra:
+            difference = analysis.difference(call)
+            if difference.outputs and not (difference.inputs or difference.params or difference.arguments):
+                count += 1
+    return count
+
+
+def _times(ratio: float) -> str:
+    return "many times" if math.isinf(ratio) else f"{ratio:.0f}x"
+
+
+def _evidence(analysis: PairAnalysis, call: Call, threshold: float, settled: bool) -> Diagnosis | None:
+    """What rounding cannot explain at ``call``: a weight (any difference in a settled step, where the weights
+    start equal; else only a non-finite one), a first inf or nan, an argument, a cast, a value an extra or a
+    missing call changed by more than ``threshold``."""
+    difference = analysis.difference(call)
+    partner = analysis.pairing.of(call)
+    theirs = {value.path: value for value in (*partner.params, *partner.inputs)} if partner else {}
+    for value in (*difference.params, *difference.inputs):
+        owner = analysis.owners.get(value.fingerprint())
+        other = theirs.get(value.path)
+        if (value.path.startswith("parameters.") or owner) and (
+            settled or (not value.finite and other is not None and other.finite)
+        ):
+            found = _answer(call, "weights", _argument_name(value.path), owner or call.module)
+            found.error = analysis.comparer.error(value, other) if other is not None else None
+            found.nonfinite = not value.finite
+            return found
+    if _makes_nonfinite(call, difference) and partner is not None and all(v.finite for v in partner.outputs):
+        return explain(analysis, call)
+    # after a step already noisy, state carried over (a norm's running statistics) differs too: only data that
+    # is not finite then counts
+    leaves = [value for value in difference.inputs if analysis.is_data(call, value) and (settled or not value.finite)]
+    if leaves:
+        return _answer(call, "data", _inputs(leaves), _module_of(analysis, call))
+    changed = [a for a in difference.arguments if a[1] is not None and a[2] is not None]
+    if changed:
+        return _answer(call, "argument", _arguments(changed), _module_of(analysis, call))
+    cast = _cast(difference, partner)
+    if cast:
+        return _answer(call, "calls", cast, _module_of(analysis, call))
+    for value in difference.inputs:
+        other = theirs.get(value.path)
+        error = analysis.comparer.error(value, other) if other is not None else None
+        if error is not None and error <= threshold:
+            continue
+        traced = _trace(analysis, call, value, threshold)
+        if traced is not None:
+            return traced
+    if call.kind == "grads":
+        return _gradient_made_by_extra(analysis, call)
+    return None
+
+
+def _module_of(analysis: PairAnalysis, call: Call) -> str | None:
+    return (analysis.owner(call) or call.module) if call.phase == OPTIMIZER else call.module
+
+
+def _param_error(analysis: PairAnalysis, call: Call) -> float | None:
+    """The largest relative error of the call's differing parameters (or parameter inputs)."""
+    partner = analysis.pairing.of(call)
+    if partner is None:
+        return None
+    difference = analysis.difference(call)
+    theirs = {value.path: value for value in (*partner.params, *partner.inputs)}
+    errors = []
+    for value in (*difference.params, *difference.inputs):
+        other = theirs.get(value.path)
+        errors.append(analysis.comparer.error(value, other) if other is not None else None)
+    if not errors or any(error is None for error in errors):
+        return None
+    return max(errors)
+
+
+def _standout(analysis: PairAnalysis, first: Call, threshold: float) -> tuple[Call, float] | None:
+    """The first forward API call whose output error is both above ``threshold`` and out of proportion to the
+    error of what it was given. Only the forward is judged: gradients that cancel (a normalisation's, Adam's
+    first steps) turn rounding into large relative errors as a matter of course."""
+    for call in analysis.ours:
+        if call.order < first.order or call.order in analysis.extra or call.kind != "api" or call.phase != FORWARD:
+            continue
+        difference = analysis.difference(call)
+        error = difference.output_error
+        if not difference.outputs or error is None or error < threshold:
+            continue
+        given = difference.input_error
+        if math.isinf(error) and not math.isinf(given):
+            return call, math.inf
+        if given == 0 or error > AMPLIFICATION * given:
+            return call, (error / given if given else math.inf)
+    return None

@@ -1,0 +1,163 @@
+"""Two runs, as folders: one step and rank each, or sets of step and rank folders.
+
+Over a set, steps are taken in order and the first step where any rank parts ways is the answer's; at that
+step the rank whose divergence comes first (forward before backward before the optimizer, then call order) is
+named, and "alone" when it is the only one of several. When a step's parameters differ although the step
+before agreed and its optimizer calls were not dumped, the difference was made by that optimizer step, and the
+answer says so. Once a step has been found noisy ("uncertain"), a later step counts only with evidence that
+rounding does not explain (an argument, a call, the data, a weight far off, a first inf or nan).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from msprobe.core.diagnosis.align import pair_calls
+from msprobe.core.diagnosis.answer import DIVERGENCE, NONE, UNCERTAIN, Diagnosis
+from msprobe.core.diagnosis.calls import OPTIMIZER, PHASES, Call, Value, calls_of
+from msprobe.core.diagnosis.decide import PairAnalysis, decide
+from msprobe.core.diagnosis.values import ValueComparer
+from msprobe.core.dump.layout import dump_folders, label_number
+from msprobe.core.dump.reader import Dump, read_dump
+
+logger = logging.getLogger(__name__)
+
+Translate = Callable[[str], str]
+
+
+def _arrays(npu: Dump, bench: Dump) -> Callable[[str, Value], np.ndarray | None] | None:
+    """Saved tensors, read with the installed backends' readers, when both dumps are tensor dumps."""
+    if npu.task != "tensor" or bench.task != "tensor":
+        return None
+    from msprobe.core.compare.api import tensor_readers
+
+    readers = tensor_readers()
+    dumps = {"npu": npu, "bench": bench}
+
+    def load(side: str, value: Value) -> np.ndarray | None:
+        dump = dumps[side]
+        path = dump.tensor_file(value.data_name)
+        if path is None:
+            return None
+        reader = readers.get(path.suffix)
+        return None if reader is None else reader(path)
+
+    return load
+
+
+def diagnose_dumps(
+    npu: Dump, bench: Dump, translate: Translate | None = None, settled: bool = True
+) -> tuple[Diagnosis, PairAnalysis]:
+    """One step and rank of each run, already read (``settled``: the steps before agreed bit for bit)."""
+    ours, theirs = calls_of(npu), calls_of(bench)
+    analysis = PairAnalysis(ours, theirs, pair_calls(ours, theirs, translate), ValueComparer(_arrays(npu, bench)))
+    return decide(analysis, settled), analysis
+
+
+def diagnose_pair(npu_folder: str | Path, bench_folder: str | Path, translate: Translate | None = None) -> Diagnosis:
+    """One step and rank of each run: two folders holding dump.json (or the dump.json files)."""
+    return diagnose_dumps(read_dump(npu_folder), read_dump(bench_folder), translate)[0]
+
+
+def _sorted_labels(folders: dict[tuple[str, ...], Path]) -> list[tuple[str, ...]]:
+    def key(labels: tuple[str, ...]) -> tuple:
+        return tuple((label_number(label) if label_number(label) is not None else -1, label) for label in labels)
+
+    return sorted(folders, key=key)
+
+
+def _step_and_rank(labels: tuple[str, ...]) -> tuple[int | None, int | None]:
+    step = rank = None
+    for label in labels:
+        if label.startswith("step"):
+            step = label_number(label)
+        elif label.startswith(("rank", "proc")):
+            rank = label_number(label) if label.startswith("rank") else None
+    return step, rank
+
+
+def _first_in_run(found: Diagnosis, analysis: PairAnalysis) -> tuple:
+    order = next((call.order for call in analysis.ours if call.name == found.api), len(analysis.ours))
+    return (PHASES.index(found.phase) if found.phase in PHASES else len(PHASES), order)
+
+
+def _has_optimizer_calls(analysis: PairAnalysis) -> bool:
+    return any(call.phase == OPTIMIZER for call in analysis.ours)
+
+
+def _exact_evidence(found: Diagnosis) -> bool:
+    """What rounding does not explain, after a step already found noisy."""
+    if found.verdict != DIVERGENCE:
+        return False
+    if found.nonfinite or found.cause in ("argument", "calls", "data"):
+        return True
+    return False
+
+
+def diagnose_runs(npu_root: str | Path, bench_root: str | Path, translate: Translate | None = None) -> Diagnosis:
+    """The first (step, rank) where two runs part ways, over whatever the two paths hold."""
+    npu_folders = dump_folders(Path(npu_root), "npu_path")
+    bench_folders = dump_folders(Path(bench_root), "bench_path")
+    shared = [labels for labels in _sorted_labels(npu_folders) if labels in bench_folders]
+    if not shared:
+        only = sorted(" ".join(k) or "(single)" for k in set(npu_folders) ^ set(bench_folders))
+        from msprobe.core.errors import DataFileError
+
+        raise DataFileError(Path(npu_root), f"no step/rank folder in common with {bench_root}: {', '.join(only)}")
+    by_step: dict[int | None, list[tuple[int | None, Path, Path]]] = {}
+    for labels in shared:
+        step, rank = _step_and_rank(labels)
+        by_step.setdefault(step, []).append((rank, npu_folders[labels], bench_folders[labels]))
+    noisy: Diagnosis | None = None
+    compared = 0
+    previous: dict[int | None, PairAnalysis] = {}
+    previous_step: int | None = None
+    for step, ranks in by_step.items():
+        found_here: list[tuple[tuple, int | None, Diagnosis, PairAnalysis]] = []
+        analyses: dict[int | None, PairAnalysis] = {}
+        for rank, npu_folder, bench_folder in ranks:
+            found, analysis = diagnose_dumps(read_dump(npu_folder), read_dump(bench_folder), translate, noisy is None)
+            analyses[rank] = analysis
+            compared += found.compared
+            found.step, found.rank = step, rank
+            if found.verdict == UNCERTAIN:
+                noisy = noisy or found
+                continue
+            if found.verdict == DIVERGENCE and (noisy is None or _exact_evidence(found)):
+                found_here.append((_first_in_run(found, analysis), rank, found, analysis))
+        if found_here:
+            found_here.sort(key=lambda item: (item[0], item[1] if item[1] is not None else -1))
+            _, rank, found, analysis = found_here[0]
+            found.ranks = [item[1] for item in found_here if item[1] is not None]
+            found.alone = len(found_here) == 1 and len(ranks) > 1
+            _blame_optimizer(found, analysis, previous.get(rank), previous_step)
+            if noisy is not None:
+                found.confidence = "high" if found.confidence == "exact" else found.confidence
+            return found
+        previous, previous_step = analyses, step
+    if noisy is not None:
+        return noisy
+    return Diagnosis(NONE, detail=f"every output of the {compared} paired calls is bit-identical", compared=compared)
+
+
+def _blame_optimizer(found: Diagnosis, analysis: PairAnalysis, before: PairAnalysis | None, step: Any) -> None:
+    """A step whose weights differ first, after a step that agreed without dumping its optimizer: that
+    optimizer step made the difference."""
+    if found.cause != "weights" or found.phase != "forward" or before is None or step is None:
+        return
+    if _has_optimizer_calls(before):
+        found.detail = (found.detail + "; " if found.detail else "") + (
+            f"step {step}'s optimizer calls agree, so they changed after them"
+        )
+        return
+    found.detail = f"step {found.step}'s parameters of {found.module or 'the model'} differ"
+    found.step, found.phase, found.cause = step, OPTIMIZER, "optimizer"
+    found.api = None
+
+
+__all__ = ["Call", "diagnose_dumps", "diagnose_pair", "diagnose_runs"]

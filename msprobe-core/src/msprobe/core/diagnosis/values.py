@@ -1,0 +1,127 @@
+"""Comparing two recorded values: are they the same to the last bit, and how far apart are they.
+
+Sameness uses everything the dump holds: dtype, shape, the four statistics as written, the md5 or xor
+checksum, and in a tensor dump the tensors themselves. The distance is a relative error against the value's
+scale: from the tensors when they were saved (the root mean square of the difference over that of the
+benchmark), otherwise from the statistics (each statistic's difference over the larger of itself and the
+benchmark's root mean square, so a mean near zero does not count noise as a large error). A checksum alone
+gives sameness and no distance.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from msprobe.core.diagnosis.calls import Value
+
+ArrayLoader = Callable[[str, Value], "np.ndarray | None"]  # (side, value) -> the saved tensor, or None
+
+
+def _same_number(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+class ValueComparer:
+    """Compares this run's values with the benchmark run's, loading saved tensors at most once each."""
+
+    def __init__(self, load: ArrayLoader | None = None):
+        self._load = load
+        self._arrays: dict[tuple[str, int], Any] = {}
+
+    def array(self, side: str, value: Value) -> np.ndarray | None:
+        if self._load is None or not value.data_name:
+            return None
+        key = (side, id(value))
+        if key not in self._arrays:
+            try:
+                loaded = self._load(side, value)
+                self._arrays[key] = None if loaded is None else np.asarray(loaded)
+            except Exception:  # an unreadable file is no evidence either way
+                self._arrays[key] = None
+        return self._arrays[key]
+
+    def same(self, ours: Value, theirs: Value) -> bool:
+        if ours.tensor != theirs.tensor:
+            return False
+        if not ours.tensor:
+            return ours.literal == theirs.literal
+        if ours.dtype != theirs.dtype or ours.shape != theirs.shape:
+            return False
+        if ours.checksum is not None and theirs.checksum is not None and ours.checksum != theirs.checksum:
+            return False
+        if ours.stats is not None and theirs.stats is not None:
+            if not all(_same_number(a, b) for a, b in zip(ours.stats, theirs.stats)):
+                return False
+        a, b = self.array("npu", ours), self.array("bench", theirs)
+        if a is not None and b is not None:
+            return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+        return True
+
+    def same_content(self, ours: Value, theirs: Value) -> bool:
+        """The same values, perhaps in another shape (a view of them): what a backward entry needs."""
+        if ours.tensor and theirs.tensor and ours.shape != theirs.shape and ours.size == theirs.size:
+            if ours.dtype != theirs.dtype or (ours.checksum is None and ours.stats is None):
+                return False
+            if ours.checksum != theirs.checksum:
+                return False
+            if ours.stats is not None and theirs.stats is not None:
+                return all(_same_number(a, b) for a, b in zip(ours.stats, theirs.stats))
+            return True
+        return self.same(ours, theirs)
+
+    def error(self, ours: Value, theirs: Value) -> float | None:
+        """Relative distance, 0 for the same value; None when the dump holds nothing to measure it by."""
+        if self.same(ours, theirs):
+            return 0.0
+        if not (ours.tensor and theirs.tensor) or ours.shape != theirs.shape:
+            return None
+        a, b = self.array("npu", ours), self.array("bench", theirs)
+        if a is not None and b is not None and a.shape == b.shape and a.size:
+            return _array_error(a, b)
+        if ours.stats is None or theirs.stats is None:
+            return None
+        return _statistics_error(ours, theirs)
+
+
+def _array_error(a: np.ndarray, b: np.ndarray) -> float:
+    a64, b64 = a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)
+    if a64.dtype.kind == "c":
+        a64, b64 = np.abs(a64), np.abs(b64)
+    finite = np.isfinite(a64) & np.isfinite(b64)
+    if not finite.all():
+        if not np.array_equal(np.isfinite(a64), np.isfinite(b64)):
+            return math.inf
+        a64, b64 = a64[finite], b64[finite]
+        if not a64.size:
+            return 0.0
+    scale = math.sqrt(float(np.mean(b64 * b64)))
+    difference = math.sqrt(float(np.mean((a64 - b64) ** 2)))
+    if scale == 0:
+        return 0.0 if difference == 0 else math.inf
+    return difference / scale
+
+
+def _statistics_error(ours: Value, theirs: Value) -> float:
+    count = theirs.size or 1
+    norm = theirs.stats[3]
+    rms = abs(norm) / math.sqrt(count) if norm is not None and math.isfinite(norm) else 0.0
+    errors = []
+    for a, b in zip(ours.stats, theirs.stats):
+        if a is None or b is None:
+            continue
+        if not (math.isfinite(a) and math.isfinite(b)):
+            if not _same_number(a, b):
+                return math.inf
+            continue
+        scale = max(abs(b), rms)
+        if scale > 0:
+            errors.append(abs(a - b) / scale)
+        elif a != b:
+            return math.inf
+    return max(errors, default=0.0)
