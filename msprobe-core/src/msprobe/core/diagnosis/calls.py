@@ -56,7 +56,8 @@ class Value:
         return not (isinstance(number, float) and not math.isfinite(number))
 
     def fingerprint(self) -> tuple | None:
-        """What tells this tensor's content from others' within one run: dtype, shape, statistics, checksum."""
+        """What tells this tensor's content from others' within one run: dtype, element count, statistics,
+        checksum. Not the shape: a view or reshape (not dumped) passes the same values on in another shape."""
         if not self.tensor:
             return None
         stats = (
@@ -64,7 +65,7 @@ class Value:
         )
         if self.checksum is None and (stats is None or all(s is None for s in stats)):
             return None
-        return (self.dtype, self.shape, stats, self.checksum)
+        return (self.dtype, self.size, stats, self.checksum)
 
 
 @dataclass
@@ -232,27 +233,45 @@ def _adopt_backward(calls: list[Call]) -> None:
 
 
 def _set_phases(calls: list[Call]) -> None:
-    """Backward entries, and calls made by the backward (a gradient hook's arithmetic: outside every module, on
-    values a backward entry returned); the optimizer's; the forward."""
+    """Backward entries, and calls the backward made (a gradient hook's arithmetic); the optimizer's; the
+    forward."""
     last_backward = max((i for i, call in enumerate(calls) if call.direction == BACKWARD), default=-1)
+    first_backward = min((i for i, call in enumerate(calls) if call.direction == BACKWARD), default=-1)
     gradients: set[tuple] = set()
     for index, call in enumerate(calls):
         if call.direction == BACKWARD:
             call.phase = BACKWARD
         elif call.parent == "optimizer" or (index > last_backward >= 0 and call.kind == "api" and call.module is None):
             call.phase = OPTIMIZER
-        elif (
-            index < last_backward
-            and call.kind == "api"
-            and call.module is None
-            and gradients
-            and any(value.fingerprint() in gradients for value in call.inputs)
-        ):
+        elif first_backward < index < last_backward and _made_by_backward(calls, index, gradients):
             call.phase = BACKWARD
         else:
             call.phase = FORWARD
         if call.phase == BACKWARD:
             gradients.update(value.fingerprint() for value in call.outputs if value.tensor)
+
+
+def _loose(call: Call) -> bool:
+    """A forward API call outside every module whose outputs need no gradient."""
+    outputs = call.tensors("outputs")
+    return (
+        call.kind == "api"
+        and call.direction == FORWARD
+        and call.module is None
+        and all(value.requires_grad is False for value in outputs)
+    )
+
+
+def _made_by_backward(calls: list[Call], index: int, gradients: set[tuple]) -> bool:
+    """A loose call amid the backward, outside every module: given a gradient a backward entry returned, or
+    followed (past other loose calls) by a backward entry rather than by the next forward."""
+    call = calls[index]
+    if not _loose(call):
+        return False
+    if gradients and any(value.fingerprint() in gradients for value in call.inputs):
+        return True
+    following = next((later for later in calls[index + 1 :] if not _loose(later)), None)
+    return following is not None and following.direction == BACKWARD
 
 
 def _place_gradients(calls: list[Call], grads: list[Call]) -> list[Call]:

@@ -34,6 +34,7 @@ from msprobe.core.diagnosis.answer import DIVERGENCE, NONE, UNCERTAIN, Diagnosis
 from msprobe.core.diagnosis.calls import BACKWARD, FORWARD, OPTIMIZER, Call, Value, api_kind
 from msprobe.core.diagnosis.values import ValueComparer
 
+SYSTEMATIC = 3  # calls given cast inputs: from this many on, the casts are the run's precision, not a fault
 ROUNDING = 0.05  # a first difference larger than this (relative) is no rounding, whatever follows it
 AMPLIFICATION = 8.0  # a call whose error exceeds this many times the error it was given stands out
 STANDOUT = 0.02  # ... and is at least this large (relative): below it nothing is out of proportion
@@ -67,6 +68,11 @@ class PairAnalysis:
         self.owners = _owners(ours, gradients=False)  # a parameter's summary -> its module
         self._gradient_owners = _owners(ours, gradients=True)
         self._forward_names: dict[str, Call] | None = None
+        self._cast_sites: int | None = None
+        self._by_name = {call.name: call for call in ours}
+        self.has_modules = any(call.kind == "module" for call in ours)
+        # the calls whose errors are weighed against each other: the APIs, or the modules of a dump without any
+        self.judged_kind = "api" if any(c.kind == "api" and c.phase == FORWARD for c in ours) else "module"
         self.first_backward = next((call.order for call in ours if call.phase == BACKWARD), len(ours))
 
     # -- what differs ----------------------------------------------------------------------------------
@@ -169,6 +175,56 @@ class PairAnalysis:
         if self._forward_names is None:
             self._forward_names = {c.name: c for c in self.ours if c.direction == FORWARD}
         return self._forward_names.get(call.name[: -len("backward")] + "forward")
+
+    def cast_sites(self) -> int:
+        """Forward calls given inputs cast just before them (see ``_cast``), or returning another dtype than
+        the benchmark's from inputs of the same dtypes (autocast): many such calls are a precision the run
+        computes in throughout, not a fault at one place."""
+        if self._cast_sites is None:
+            self._cast_sites = sum(
+                1
+                for call in self.ours
+                if call.phase == FORWARD and call.order not in self.extra and self.difference(call).any
+                and (_cast(self, call) or _returns_other_dtype(self, call))
+            )  # fmt: skip
+        return self._cast_sites
+
+    def is_parameter(self, call: Call, value: Value) -> bool:
+        """Without modules in the dump (level L1), a parameter is an input that needs a gradient and that no
+        call of either run made."""
+        if self.has_modules or call.phase != FORWARD or not value.requires_grad:
+            return False
+        if self.producers("ours", value, call.order):
+            return False
+        partner = self.pairing.of(call)
+        theirs = next((v for v in partner.inputs if v.path == value.path), None) if partner else None
+        return theirs is not None and not self.producers("theirs", theirs, partner.order)
+
+    def enclosing(self, call: Call) -> Call | None:
+        """The innermost module around ``call`` whose inputs and parameters agree with the benchmark's."""
+        parent = call.parent
+        while parent:
+            module = self._by_name.get(parent)
+            if module is None or module.order in self.extra:
+                return None
+            difference = self.difference(module)
+            if not difference.inputs and not difference.params and not difference.arguments:
+                return module
+            parent = module.parent
+        return None
+
+    def agreed_before(self, call: Call) -> bool:
+        """An earlier forward call of the same kind (API, or module class) returned bit-identical outputs: the
+        two runs compute this kind alike, so a difference here is no machine's rounding."""
+        kind = call.module_class if call.kind == "module" else call.key
+        for other in self.ours:
+            if other.order >= call.order:
+                return False
+            if other.phase != FORWARD or other.order in self.extra or other.kind != call.kind:
+                continue
+            if (other.module_class if other.kind == "module" else other.key) == kind and not self.difference(other).any:
+                return True
+        return False
 
     def is_data(self, call: Call, value: Value) -> bool:
         """An input no call of either run made, that is no parameter and needs no gradient: the data."""
@@ -292,7 +348,7 @@ def _because(analysis: PairAnalysis, call: Call, difference: Difference) -> Diag
         if traced is not None:
             return traced
     partner = analysis.pairing.of(call)
-    cast = _cast(difference, partner)
+    cast = _cast(analysis, call)
     if cast:
         return _answer(call, "calls", cast, module)
     changed = [
@@ -310,25 +366,52 @@ def _because(analysis: PairAnalysis, call: Call, difference: Difference) -> Diag
         made = _gradient_made_by_extra(analysis, call)
         return made or _answer(call, "computation", f"parameter gradients {names}", module)
     for value in difference.inputs:
-        if analysis.owners.get(value.fingerprint()) or (value.requires_grad and call.phase == FORWARD):
-            owner = analysis.owners.get(value.fingerprint()) or module
-            return _answer(call, "weights", _argument_name(value.path), owner)
+        owner = analysis.owners.get(value.fingerprint())
+        if owner or analysis.is_parameter(call, value):
+            return _answer(call, "weights", _argument_name(value.path), owner or module)
     if difference.inputs:
+        # made by no dumped call of either run: code no dump records inside a module whose own inputs agree,
+        # or else the data
+        enclosing = analysis.enclosing(call)
+        if enclosing is not None:
+            words = f"in its own code, between its submodules: {call.name} is given inputs no dumped call made"
+            return _answer(enclosing, "computation", words, enclosing.module)
         return _answer(call, "data", _inputs(difference.inputs), module)
     hidden = _inside(analysis, call) or _upstream(analysis, call)
+    if hidden is None and _returns_other_dtype(analysis, call):
+        return _answer(call, "computation", _dtype_words(call, partner), module)
     return hidden or _answer(call, "computation", _class_change(call, partner), module)
 
 
-def _cast(difference: Difference, partner: Call | None) -> str:
-    """Inputs given in another dtype (a cast no tool records: Tensor.bfloat16, .half(), .to())."""
+def _cast(analysis: PairAnalysis, call: Call) -> str:
+    """Inputs given in another dtype that no dumped call returned in it: a cast no tool records
+    (Tensor.bfloat16, .half(), .to()) happened just before this call."""
+    partner = analysis.pairing.of(call)
     if partner is None:
         return ""
     theirs = {value.path: value for value in partner.inputs}
-    for value in difference.inputs:
+    for value in analysis.difference(call).inputs:
         other = theirs.get(value.path)
         if other is not None and other.tensor and other.dtype != value.dtype:
-            return f"its inputs are {value.dtype} where the benchmark's are {other.dtype}: a cast, which is not dumped"
+            if not analysis.producers("ours", value, call.order):
+                return f"its inputs are {value.dtype} where the benchmark's are {other.dtype}: a cast, not dumped"
     return ""
+
+
+def _returns_other_dtype(analysis: PairAnalysis, call: Call) -> bool:
+    partner = analysis.pairing.of(call)
+    if partner is None:
+        return False
+    mine, theirs = call.tensors("inputs"), partner.tensors("inputs")
+    if [v.dtype for v in mine] != [v.dtype for v in theirs]:
+        return False
+    return [v.dtype for v in call.tensors("outputs")] != [v.dtype for v in partner.tensors("outputs")]
+
+
+def _dtype_words(call: Call, partner: Call | None) -> str:
+    ours = call.tensors("outputs")[0].dtype if call.tensors("outputs") else "?"
+    theirs = partner.tensors("outputs")[0].dtype if partner is not None and partner.tensors("outputs") else "?"
+    return f"it returns {ours} where the benchmark's returns {theirs}: it computes in another precision (autocast?)"
 
 
 def _class_change(call: Call, partner: Call | None) -> str:
@@ -474,7 +557,11 @@ def decide(analysis: PairAnalysis, settled: bool = True) -> Diagnosis:
     found = explain(analysis, first)
     # a computation differing by a rounding-sized amount, or by an amount checksums cannot tell: noise?
     unknown = found.error is None or found.error <= ROUNDING
-    if (unknown and found.cause == "computation") or (found.cause == "weights" and not settled and not found.nonfinite):
+    if unknown and found.cause == "computation" and not analysis.agreed_before(first):
+        found = noisy(analysis, first, settled)
+    elif found.cause == "weights" and not settled and not found.nonfinite:
+        found = noisy(analysis, first, settled)
+    elif found.cause == "calls" and _cast(analysis, first) and analysis.cast_sites() >= SYSTEMATIC:
         found = noisy(analysis, first, settled)
     found.compared = compared
     return found
@@ -492,8 +579,9 @@ def noise_floor(analysis: PairAnalysis) -> float:
     """What rounding alone does to an output here: the typical error of the forward calls given bit-identical
     inputs and returning different outputs (none: the lowest quarter of every forward call's error)."""
     fresh, every = [], []
+    judged = analysis.judged_kind
     for call in analysis.ours:
-        if call.phase != FORWARD or call.kind != "api" or call.order in analysis.extra:
+        if call.phase != FORWARD or call.kind != judged or call.order in analysis.extra:
             continue
         difference = analysis.difference(call)
         error = difference.output_error
@@ -507,13 +595,15 @@ def noise_floor(analysis: PairAnalysis) -> float:
 
 
 def noisy(analysis: PairAnalysis, first: Call, settled: bool = True) -> Diagnosis:
-    """The runs differ by rounding from ``first`` on: name what rounding does not explain, or say uncertain."""
+    """The runs differ by rounding from ``first`` on: name what rounding does not explain, or say uncertain.
+    A cast is evidence, unless this run casts before many calls: that is the precision it runs in."""
+    casts = analysis.cast_sites() < SYSTEMATIC
     floor = noise_floor(analysis)
     threshold = max(STANDOUT, AMPLIFICATION * floor)
     for call in analysis.ours:
         if call.order in analysis.extra or call.order < first.order or not analysis.difference(call).outputs:
             continue
-        found = _evidence(analysis, call, threshold, settled)
+        found = _evidence(analysis, call, threshold, settled, casts)
         if found is not None:
             found.confidence = "high"
             found.detail = _join(found.detail, f"beside rounding differences from {first.name} on")
@@ -527,6 +617,14 @@ def noisy(analysis: PairAnalysis, first: Call, settled: bool = True) -> Diagnosi
         found.confidence = "medium" if ratio < 4 * AMPLIFICATION else "high"
         return found
     error = analysis.difference(first).output_error
+    if not casts:
+        return Diagnosis(
+            UNCERTAIN, phase=first.phase, module=first.module, api=first.name, cause="calls",
+            detail=f"from {first.name} on, {analysis.cast_sites()} calls are given or return another dtype than the "
+            "benchmark's: this run computes in another precision throughout, and nothing else differs beyond "
+            "rounding",
+            confidence="low",
+        )  # fmt: skip
     if error is None and _fresh_differences(analysis) < 2:
         # checksums only, and one call alone computes differently from the same inputs: that call
         found = explain(analysis, first)
@@ -567,7 +665,9 @@ def _times(ratio: float) -> str:
     return "many times" if math.isinf(ratio) else f"{ratio:.0f}x"
 
 
-def _evidence(analysis: PairAnalysis, call: Call, threshold: float, settled: bool) -> Diagnosis | None:
+def _evidence(
+    analysis: PairAnalysis, call: Call, threshold: float, settled: bool, casts: bool = True
+) -> Diagnosis | None:
     """What rounding cannot explain at ``call``: a weight (any difference in a settled step, where the weights
     start equal; else only a non-finite one), a first inf or nan, an argument, a cast, a value an extra or a
     missing call changed by more than ``threshold``."""
@@ -577,9 +677,10 @@ def _evidence(analysis: PairAnalysis, call: Call, threshold: float, settled: boo
     for value in (*difference.params, *difference.inputs):
         owner = analysis.owners.get(value.fingerprint())
         other = theirs.get(value.path)
-        if (value.path.startswith("parameters.") or owner) and (
-            settled or (not value.finite and other is not None and other.finite)
-        ):
+        is_param = value.path.startswith("parameters.") or owner or analysis.is_parameter(call, value)
+        if other is not None and other.dtype != value.dtype:
+            continue  # a cast, not another weight: the cast rule below decides
+        if is_param and (settled or (not value.finite and other is not None and other.finite)):
             found = _answer(call, "weights", _argument_name(value.path), owner or call.module)
             found.error = analysis.comparer.error(value, other) if other is not None else None
             found.nonfinite = not value.finite
@@ -594,9 +695,12 @@ def _evidence(analysis: PairAnalysis, call: Call, threshold: float, settled: boo
     changed = [a for a in difference.arguments if a[1] is not None and a[2] is not None]
     if changed:
         return _answer(call, "argument", _arguments(changed), _module_of(analysis, call))
-    cast = _cast(difference, partner)
+    # among rounding differences, a backward's dtypes follow its forward's: only the forward's casts count
+    cast = _cast(analysis, call) if casts and call.phase == FORWARD else ""
     if cast:
         return _answer(call, "calls", cast, _module_of(analysis, call))
+    if casts and call.phase == FORWARD and _returns_other_dtype(analysis, call):
+        return _answer(call, "computation", _dtype_words(call, partner), _module_of(analysis, call))
     for value in difference.inputs:
         other = theirs.get(value.path)
         error = analysis.comparer.error(value, other) if other is not None else None
@@ -631,11 +735,13 @@ def _param_error(analysis: PairAnalysis, call: Call) -> float | None:
 
 
 def _standout(analysis: PairAnalysis, first: Call, threshold: float) -> tuple[Call, float] | None:
-    """The first forward API call whose output error is both above ``threshold`` and out of proportion to the
+    """The first forward call (API; module at L0) whose output error is both above ``threshold`` and out of
+    proportion to the
     error of what it was given. Only the forward is judged: gradients that cancel (a normalisation's, Adam's
     first steps) turn rounding into large relative errors as a matter of course."""
     for call in analysis.ours:
-        if call.order < first.order or call.order in analysis.extra or call.kind != "api" or call.phase != FORWARD:
+        judged = call.kind == analysis.judged_kind
+        if call.order < first.order or call.order in analysis.extra or not judged or call.phase != FORWARD:
             continue
         difference = analysis.difference(call)
         error = difference.output_error
