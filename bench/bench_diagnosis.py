@@ -62,14 +62,49 @@ def _config(mode: str, dump_path: Path) -> dict:
     return config
 
 
-def train(fault: Fault | None, arch: str, mode: str, noisy: bool, dump_path: Path) -> Path:
-    """Two steps of ``arch`` with ``fault`` applied (None: untouched), dumped at mix in ``mode``."""
+def train(fault: Fault | None, arch: str, mode: str, noisy: bool, dump_path: Path, world: int = 1) -> Path:
+    """Two steps of ``arch`` with ``fault`` applied (None: untouched), dumped at mix in ``mode``; ``world``
+    processes of a data-parallel run (gloo on this machine) when above 1."""
+    if world > 1:
+        import socket
+
+        import torch.multiprocessing as mp
+
+        with socket.socket() as probe:  # a free port for this run's rendezvous
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        name = fault.name if fault is not None else None  # faults hold closures: each process looks it up
+        mp.spawn(_rank_main, (name, arch, mode, noisy, dump_path, world, port), nprocs=world, join=True)
+        return dump_path
+    _train(fault, arch, mode, noisy, dump_path, None)
+    return dump_path
+
+
+def _rank_main(
+    rank: int, name: str | None, arch: str, mode: str, noisy: bool, dump_path: Path, world: int, port: int
+) -> None:
+    import torch.distributed as dist
+
+    fault = next((f for f in FAULTS if f.name == name), None)
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        _train(fault, arch, mode, noisy, dump_path, rank)
+    finally:
+        dist.destroy_process_group()
+
+
+def _train(fault: Fault | None, arch: str, mode: str, noisy: bool, dump_path: Path, rank: int | None) -> None:
     torch.set_num_threads(1)
     seed_all(1234, mode=True)
     setup = build(arch)
+    setup.rank = rank
+    if rank is not None:  # each process its own share of the data
+        plain = setup.batch
+        setup.batch = lambda step: plain(100 * (rank + 1) + step)
     if fault is not None and fault.apply is not None:
         fault.apply(setup)
-    config_file = dump_path.with_suffix(".json")
+    config_file = dump_path.parent / (f"{dump_path.name}.{rank}.json" if rank is not None else f"{dump_path.name}.json")
     config_file.parent.mkdir(parents=True, exist_ok=True)
     config_file.write_text(json.dumps(_config(mode, dump_path)))
     debugger = PrecisionDebugger(config_path=str(config_file), model=setup.model)
@@ -80,11 +115,21 @@ def train(fault: Fault | None, arch: str, mode: str, noisy: bool, dump_path: Pat
         with Bfloat16Matmuls() if noisy else nullcontext():
             loss = setup.loss(setup.model, setup.batch(step))
             loss.backward()
+        if rank is not None:
+            _average_gradients(setup.model)
         setup.optimizer.step()
         setup.optimizer.zero_grad()
         debugger.stop()
         debugger.step()
-    return dump_path
+
+
+def _average_gradients(model: torch.nn.Module) -> None:
+    import torch.distributed as dist
+
+    for parameter in model.parameters():
+        if parameter.grad is not None:
+            dist.all_reduce(parameter.grad)
+            parameter.grad /= dist.get_world_size()
 
 
 @dataclass
@@ -125,25 +170,30 @@ def api_kind(entry: str) -> str:
     return ".".join(parts[:-2]) if len(parts) > 2 and parts[-2].isdigit() else entry
 
 
-def run(faults: list[Fault], modes: list[str], regimes: list[str], root: Path, verbose: bool = False) -> list[Score]:
+def run(
+    faults: list[Fault], modes: list[str], regimes: list[str], root: Path, verbose: bool = False, keep: bool = False
+) -> list[Score]:
     from msprobe.core.diagnosis import diagnose_runs
 
     scores = []
     golden: dict[tuple[str, str], Path] = {}
     for fault in faults:
         for mode in modes:
-            key = (fault.arch, mode)
+            key = (fault.arch, mode, fault.world)
             if key not in golden:
-                golden[key] = train(None, fault.arch, mode, False, root / "golden" / f"{fault.arch}_{mode}")
+                folder = root / "golden" / f"{fault.arch}_{mode}_{fault.world}"
+                golden[key] = train(None, fault.arch, mode, False, folder, fault.world)
             for regime in regimes:
-                tested = train(fault, fault.arch, mode, regime == "noisy", root / regime / f"{fault.name}_{mode}")
+                folder = root / regime / f"{fault.name}_{mode}"
+                tested = train(fault, fault.arch, mode, regime == "noisy", folder, fault.world)
                 answer = diagnose_runs(tested, golden[key])
                 scored = score(fault, mode, regime, answer)
                 scores.append(scored)
                 if verbose:
                     mark = "ok " if scored.module_right and scored.api_right is not False else "BAD"
                     print(f"{mark} {regime:5} {mode:10} {fault.name:32} {answer.line()}", flush=True)
-                shutil.rmtree(tested, ignore_errors=True)
+                if not keep:
+                    shutil.rmtree(tested, ignore_errors=True)
     return scores
 
 
@@ -194,7 +244,7 @@ def main() -> int:
     faults = [fault for fault in FAULTS if not wanted or fault.name in wanted]
     root = args.out or Path(tempfile.mkdtemp(prefix="msprobe_diagnosis_"))
     started = time.perf_counter()
-    scores = run(faults, args.modes.split(","), args.regimes.split(","), root, args.verbose)
+    scores = run(faults, args.modes.split(","), args.regimes.split(","), root, args.verbose, keep=args.out is not None)
     lines, met = table(scores)
     controls = sum(1 for fault in faults if fault.expect is None)
     print(f"{len(faults) - controls} faults and {controls} negative controls over {len({f.arch for f in faults})} "

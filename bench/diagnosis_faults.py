@@ -51,6 +51,7 @@ class Setup:
     loss: Callable[[nn.Module, Any], torch.Tensor]
     optimizer: torch.optim.Optimizer
     before_step: list[Callable[[int], None]] = field(default_factory=list)
+    rank: int | None = None  # in a run of several processes, this one's
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class Fault:
     kind: str
     apply: Callable[[Setup], None] | None
     expect: Expect | None  # None: a negative control, which changes no value
+    world: int = 1  # processes: above 1, the run is data parallel (gloo), its gradients averaged by all_reduce
 
 
 # -- the noisy regime ---------------------------------------------------------------------------------------
@@ -238,6 +240,16 @@ def _pixel(step: int, value: float) -> Callable[[Any, int], Any]:
         return images, inputs[1]
 
     return change
+
+
+def _on_rank(rank: int, change: Callable[[Setup], None]) -> Callable[[Setup], None]:
+    """``change`` on one process of a data-parallel run only."""
+
+    def apply(setup: Setup) -> None:
+        if setup.rank == rank:
+            change(setup)
+
+    return apply
 
 
 def _at_step(step: int, change: Callable[[Setup], None]) -> Callable[[Setup], None]:
@@ -485,7 +497,17 @@ BERT = [
     Fault("bert.control_same", "bert", "control", None, None),
 ]  # fmt: skip
 
-FAULTS: list[Fault] = ATTENTION + CNN + MOE + LLAMA + BERT
+# -- data parallel: two processes, gradients averaged by all_reduce -----------------------------------------------
+
+RANKS = [
+    Fault("ranks.weight_on_rank1", "attention", "rank", _on_rank(1, _nudge("blocks.0.fc.weight", (2, 2), 0.5)),
+          Expect("blocks.0.fc", "Functional.linear", rank=1), world=2),
+    Fault("ranks.data_on_rank0", "cnn", "rank", _on_rank(0, _batch(_pixel(0, -2.0))),
+          Expect("conv1", "Functional.conv2d", rank=0), world=2),
+    Fault("ranks.control_same", "attention", "control", None, None, world=2),
+]  # fmt: skip
+
+FAULTS: list[Fault] = ATTENTION + CNN + MOE + LLAMA + BERT + RANKS
 ARCHS = sorted({fault.arch for fault in FAULTS})
 
 

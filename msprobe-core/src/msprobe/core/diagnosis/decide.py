@@ -200,6 +200,16 @@ class PairAnalysis:
         theirs = next((v for v in partner.inputs if v.path == value.path), None) if partner else None
         return theirs is not None and not self.producers("theirs", theirs, partner.order)
 
+    def collective_before(self, call: Call, values: list[Value]) -> Call | None:
+        """The latest collective before ``call`` that wrote in place into a tensor like one of ``values``
+        (an all_reduce of gradients): what it received from other ranks is where they came from."""
+        sizes = {(value.dtype, value.size) for value in values}
+        for other in reversed(self.ours[: call.order]):
+            if other.kind == "api" and other.name.startswith("Distributed."):
+                if any((value.dtype, value.size) in sizes for value in other.tensors("inputs")):
+                    return other
+        return None
+
     def enclosing(self, call: Call) -> Call | None:
         """The innermost module around ``call`` whose inputs and parameters agree with the benchmark's."""
         parent = call.parent
@@ -370,8 +380,12 @@ def _because(analysis: PairAnalysis, call: Call, difference: Difference) -> Diag
         if owner or analysis.is_parameter(call, value):
             return _answer(call, "weights", _argument_name(value.path), owner or module)
     if difference.inputs:
-        # made by no dumped call of either run: code no dump records inside a module whose own inputs agree,
-        # or else the data
+        # made by no dumped call of either run: a collective that wrote other ranks' values into it, code no
+        # dump records inside a module whose own inputs agree, or else the data
+        received = analysis.collective_before(call, difference.inputs)
+        if received is not None:
+            words = f"{_inputs(difference.inputs)}: received from other ranks through {received.name}"
+            return _answer(received, "data", words, received.module or module, received.name)
         enclosing = analysis.enclosing(call)
         if enclosing is not None:
             words = f"in its own code, between its submodules: {call.name} is given inputs no dumped call made"

@@ -113,36 +113,57 @@ def diagnose_runs(npu_root: str | Path, bench_root: str | Path, translate: Trans
     for labels in shared:
         step, rank = _step_and_rank(labels)
         by_step.setdefault(step, []).append((rank, npu_folders[labels], bench_folders[labels]))
-    noisy: Diagnosis | None = None
+    noisy: Diagnosis | None = None  # the first step found to differ everywhere by rounding
     compared = 0
     previous: dict[int | None, PairAnalysis] = {}
     previous_step: int | None = None
     for step, ranks in by_step.items():
         found_here: list[tuple[tuple, int | None, Diagnosis, PairAnalysis]] = []
         analyses: dict[int | None, PairAnalysis] = {}
+        uncertain_here: Diagnosis | None = None
         for rank, npu_folder, bench_folder in ranks:
             found, analysis = diagnose_dumps(read_dump(npu_folder), read_dump(bench_folder), translate, noisy is None)
             analyses[rank] = analysis
             compared += found.compared
             found.step, found.rank = step, rank
             if found.verdict == UNCERTAIN:
-                noisy = noisy or found
-                continue
-            if found.verdict == DIVERGENCE and (noisy is None or _exact_evidence(found)):
+                uncertain_here = uncertain_here or found
+            elif found.verdict == DIVERGENCE and (noisy is None or _exact_evidence(found)):
                 found_here.append((_first_in_run(found, analysis), rank, found, analysis))
         if found_here:
             found_here.sort(key=lambda item: (item[0], item[1] if item[1] is not None else -1))
             _, rank, found, analysis = found_here[0]
-            found.ranks = [item[1] for item in found_here if item[1] is not None]
-            found.alone = len(found_here) == 1 and len(ranks) > 1
+            _name_ranks(found, [item[2] for item in found_here[1:]], len(ranks))
             _blame_optimizer(found, analysis, previous.get(rank), previous_step)
-            if noisy is not None:
+            if noisy is not None or uncertain_here is not None:
                 found.confidence = "high" if found.confidence == "exact" else found.confidence
+            found.compared = compared
             return found
+        noisy = noisy or uncertain_here
         previous, previous_step = analyses, step
     if noisy is not None:
+        noisy.compared = compared
         return noisy
     return Diagnosis(NONE, detail=f"every output of the {compared} paired calls is bit-identical", compared=compared)
+
+
+def _name_ranks(found: Diagnosis, others: list[Diagnosis], ranks: int) -> None:
+    """The ranks that part ways at this step; "alone" when the others do only through a collective (their
+    first difference is a Distributed call's, after this rank's), or not at all."""
+    found.ranks = [d.rank for d in (found, *others) if d.rank is not None]
+    if ranks < 2 or found.rank is None:
+        return
+    followers = [d for d in others if d.api and d.api.startswith("Distributed.")]
+    found.alone = len(followers) == len(others)
+    if followers:
+        names = ", ".join(str(d.rank) for d in followers)
+        collectives = "/".join(sorted({d.api.split(".")[1] for d in followers if d.api}))
+        who = f"ranks {names} follow" if len(followers) > 1 else f"rank {names} follows"
+        found.detail = _join(found.detail, f"{who} through Distributed.{collectives}")
+
+
+def _join(*parts: str) -> str:
+    return "; ".join(part for part in parts if part)
 
 
 def _blame_optimizer(found: Diagnosis, analysis: PairAnalysis, before: PairAnalysis | None, step: Any) -> None:
