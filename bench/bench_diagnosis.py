@@ -11,7 +11,9 @@ computes every matrix product in bfloat16. A fault is scored right when the answ
 the fault names one, its API kind) is the fault's, at the fault's step and phase; a negative control is right
 when no divergence is reported. "uncertain" is counted apart from wrong. Targets (printed as met or not):
 exact regime, module and API right on at least 95% of faults in every mode (md5 and xor 100%) and no divergence
-on a negative control; noisy regime, module right on at least 80% and no wrong answer (uncertain instead).
+on a negative control; noisy regime, module right on at least 80% and no wrong answer (uncertain instead), in
+statistics, md5 and tensor mode (an xor dump holds checksums alone, with no distance to weigh rounding by: its
+noisy row is printed, not held to a target).
 """
 
 from __future__ import annotations
@@ -226,7 +228,7 @@ def table(scores: list[Score]) -> tuple[list[str], bool]:
         if regime == "exact":
             floor = 1.0 if mode in ("md5", "xor") else 0.95
             met &= module_hits >= floor * len(faults) and api_hits >= floor * len(with_api) and quiet == len(controls)
-        else:
+        elif mode != "xor":  # an xor dump holds checksums alone: no distance to weigh rounding by
             met &= module_hits >= 0.8 * len(faults) and wrong == 0
     return lines, met
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 
-from msprobe.core.diagnosis.calls import Call
+from msprobe.core.diagnosis.calls import Call, key_of
 
 
 @dataclass
@@ -34,10 +34,10 @@ def _signature(call: Call) -> tuple:
 
 
 def pair_calls(ours: list[Call], theirs: list[Call], translate: Callable[[str], str] | None = None) -> Pairing:
-    """Pair two runs' calls (``translate``: this run's names into the other's, across frameworks)."""
+    """Pair two runs' calls (``translate``: this run's entry names into the other's, across frameworks)."""
 
     def key(call: Call) -> str:
-        return translate(call.key) if translate is not None else call.key
+        return key_of(translate(call.name)) if translate is not None else call.key
 
     ours_by_key: dict[str, list[Call]] = defaultdict(list)
     theirs_by_key: dict[str, list[Call]] = defaultdict(list)
@@ -56,12 +56,9 @@ def pair_calls(ours: list[Call], theirs: list[Call], translate: Callable[[str], 
                 pairing.partner[a.order] = b
                 paired_theirs.add(b.order)
             continue
-        matcher = SequenceMatcher(None, [_signature(c) for c in mine], [_signature(c) for c in other], autojunk=False)
-        for block in matcher.get_matching_blocks():
-            for offset in range(block.size):
-                a, b = mine[block.a + offset], other[block.b + offset]
-                pairing.partner[a.order] = b
-                paired_theirs.add(b.order)
+        for i, j in _align([_signature(c) for c in mine], [_signature(c) for c in other]):
+            pairing.partner[mine[i].order] = other[j]
+            paired_theirs.add(other[j].order)
         _pair_leftovers(mine, other, pairing, paired_theirs)
     pairing.extra = [call for call in ours if call.order not in pairing.partner]
     pairing.missing = [call for call in theirs if call.order not in paired_theirs]
@@ -98,6 +95,38 @@ def _substitutes(ours: list[Call], theirs: list[Call], pairing: Pairing) -> None
         candidates = waiting.get((ours_gap.get(call.order), call.module, call.direction, _signature(call)[1]))
         if candidates:
             pairing.substitute[call.order] = candidates.pop(0)
+
+
+_SMALL = 4_000_000  # a middle part this large (product of lengths) is aligned exactly; above it, by signature
+
+
+def _align(mine: list[tuple], other: list[tuple]) -> list[tuple[int, int]]:
+    """Index pairs of the longest common run of two signature lists: the common head and tail directly, the
+    part between by difflib when small, else each signature's k-th occurrence with its k-th (linear)."""
+    head = 0
+    while head < len(mine) and head < len(other) and mine[head] == other[head]:
+        head += 1
+    tail = 0
+    while tail < len(mine) - head and tail < len(other) - head and mine[-1 - tail] == other[-1 - tail]:
+        tail += 1
+    pairs = [(i, i) for i in range(head)]
+    middle_mine, middle_other = mine[head : len(mine) - tail], other[head : len(other) - tail]
+    if len(middle_mine) * len(middle_other) <= _SMALL:
+        matcher = SequenceMatcher(None, middle_mine, middle_other, autojunk=False)
+        for block in matcher.get_matching_blocks():
+            pairs.extend((head + block.a + k, head + block.b + k) for k in range(block.size))
+    else:
+        waiting: dict[tuple, list[int]] = defaultdict(list)
+        for j, signature in enumerate(middle_other):
+            waiting[signature].append(j)
+        taken: dict[tuple, int] = defaultdict(int)
+        for i, signature in enumerate(middle_mine):
+            queue, used = waiting.get(signature), taken[signature]
+            if queue is not None and used < len(queue):
+                taken[signature] = used + 1
+                pairs.append((head + i, head + queue[used]))
+    pairs.extend((len(mine) - tail + k, len(other) - tail + k) for k in range(tail))
+    return pairs
 
 
 def _pair_leftovers(mine: list[Call], other: list[Call], pairing: Pairing, paired: set[int]) -> None:

@@ -69,6 +69,20 @@ class Diagnosis:
         sure = "" if self.confidence == "exact" else f" [{self.confidence} confidence]"
         return f"the runs part ways at {self.api or '?'} ({self.where()}): {self.reason()}{sure}"
 
+    def text(self) -> str:
+        """The advisor file's words: the answer, then each part of it on a line."""
+        lines = [self.line()]
+        if self.verdict == DIVERGENCE:
+            lines += [
+                f"Call: {self.api or '(none dumped)'}",
+                f"Where: {self.where()}",
+                f"Why: {self.reason()}",
+                f"Confidence: {self.confidence}",
+            ]
+            if len(self.ranks) > 1:
+                lines.append(f"Ranks that part ways at step {self.step}: {', '.join(map(str, self.ranks))}")
+        return "\n".join(lines)
+
     def as_dict(self) -> dict[str, Any]:
         found = asdict(self)
         found["answer"] = self.line()

@@ -42,6 +42,7 @@ class Value:
     data_name: str | None = None
     literal: Any = None  # a plain argument's value
     requires_grad: bool | None = None
+    _fingerprint: Any = field(default=False, repr=False, compare=False)
 
     @property
     def size(self) -> int:
@@ -58,11 +59,16 @@ class Value:
     def fingerprint(self) -> tuple | None:
         """What tells this tensor's content from others' within one run: dtype, element count, statistics,
         checksum. Not the shape: a view or reshape (not dumped) passes the same values on in another shape."""
+        if self._fingerprint is False:
+            self._fingerprint = self._make_fingerprint()
+        return self._fingerprint
+
+    def _make_fingerprint(self) -> tuple | None:
         if not self.tensor:
             return None
-        stats = (
-            None if self.stats is None else tuple("nan" if s is not None and math.isnan(s) else s for s in self.stats)
-        )
+        stats = self.stats
+        if stats is not None and any(s is not None and math.isnan(s) for s in stats):  # nan equals nothing
+            stats = tuple("nan" if s is not None and math.isnan(s) else s for s in stats)
         if self.checksum is None and (stats is None or all(s is None for s in stats)):
             return None
         return (self.dtype, self.size, stats, self.checksum)
@@ -99,6 +105,20 @@ def module_path(entry: str) -> tuple[str, str] | None:
     return (match["path"], match["cls"]) if match else None
 
 
+def key_of(entry: str) -> str:
+    """What pairs a call across runs: the API and direction (``Functional.linear.forward``), a module's path and
+    direction (``blocks.0.fc.forward``: its class and the framework's prefix left out, so a swapped class or a
+    MindSpore cell still pairs), a module's parameter gradients by path."""
+    if entry.endswith(".parameters_grad"):
+        found = module_path(entry)
+        return f"{found[0] if found else entry}.parameters_grad"
+    match = _MODULE.match(entry)
+    if match:
+        return f"{match['path']}.{match['direction']}"
+    match = _API.match(entry)
+    return f"{match['kind']}.{match['direction']}" if match else f"{entry}.forward"
+
+
 def api_kind(entry: str) -> str:
     """``Functional.linear.3.forward`` -> ``Functional.linear``; a module entry -> its path."""
     match = _API.match(entry)
@@ -109,6 +129,8 @@ def api_kind(entry: str) -> str:
 
 
 def _float(value: Any) -> float | None:
+    if type(value) is float:
+        return value
     if isinstance(value, (bool, int, float)):
         return float(value)
     if isinstance(value, str):
@@ -120,18 +142,22 @@ def _float(value: Any) -> float | None:
 
 
 def _value(path: str, leaf: Any) -> Value:
-    if isinstance(leaf, dict) and "dtype" in leaf:
-        has_stats = any(key in leaf for key in _STATS)
-        shape = leaf.get("shape")
+    if type(leaf) is dict and "dtype" in leaf:  # the commonest value: a tensor's summary
+        get = leaf.get
+        high, low, mean, norm = get("Max"), get("Min"), get("Mean"), get("Norm")
+        stats = None
+        if high is not None or low is not None or mean is not None or norm is not None:
+            stats = (_float(high), _float(low), _float(mean), _float(norm))
+        shape, checksum, name, grad = get("shape"), get("md5"), get("data_name"), get("requires_grad")
         return Value(
             path,
             True,
-            str(leaf.get("dtype")),
-            tuple(shape) if isinstance(shape, list) else None,
-            tuple(_float(leaf.get(key)) for key in _STATS) if has_stats else None,
-            leaf.get("md5") if isinstance(leaf.get("md5"), str) else None,
-            leaf.get("data_name") if isinstance(leaf.get("data_name"), str) else None,
-            requires_grad=leaf.get("requires_grad") if isinstance(leaf.get("requires_grad"), bool) else None,
+            str(get("dtype")),
+            tuple(shape) if type(shape) is list else None,
+            stats,
+            checksum if type(checksum) is str else None,
+            name if type(name) is str else None,
+            requires_grad=grad if type(grad) is bool else None,
         )
     if isinstance(leaf, dict) and "type" in leaf:
         return Value(path, False, literal=_literal(leaf))
@@ -170,30 +196,26 @@ def _walk(value: Any, path: str, out: list[Value], depth: int = 0) -> None:
 
 def _call(name: str, content: Any, parent: str | None, owner: dict[str, str]) -> Call:
     module = module_path(name)
+    key = key_of(name)
     if name.endswith(".parameters_grad"):
         path = module[0] if module else name
-        call = Call(
-            name, "grads", f"{path}.parameters_grad", "backward", path, parent, module_class=module and module[1]
-        )
-        for key, item in (content or {}).items() if isinstance(content, dict) else ():
-            _walk(item[0] if isinstance(item, list) and len(item) == 1 else item, f"grad.{key}", call.outputs)
+        call = Call(name, "grads", key, BACKWARD, path, parent, module_class=module and module[1])
+        for label, item in (content or {}).items() if isinstance(content, dict) else ():
+            _walk(item[0] if isinstance(item, list) and len(item) == 1 else item, f"grad.{label}", call.outputs)
         return call
+    direction = BACKWARD if key.endswith(".backward") else FORWARD
     if module is not None:
-        direction = "backward" if ".backward." in name else "forward"
-        call = Call(name, "module", f"{module[0]}.{direction}", direction, module[0], parent, module_class=module[1])
+        call = Call(name, "module", key, direction, module[0], parent, module_class=module[1])
     else:
-        match = _API.match(name)
-        direction = match["direction"] if match else "forward"
-        kind = match["kind"] if match else name
-        call = Call(name, "api", f"{kind}.{direction}", direction, owner.get(parent or ""), parent)
+        call = Call(name, "api", key, direction, owner.get(parent or ""), parent)
     if isinstance(content, dict):
         for section, role in _SECTIONS:
             if section in content:
                 _walk(content[section], role, call.inputs if role == "input" else call.outputs)
         parameters = content.get("parameters")
         if isinstance(parameters, dict):
-            for key, item in parameters.items():
-                call.params.append(_value(f"parameters.{key}", item))
+            for label, item in parameters.items():
+                call.params.append(_value(f"parameters.{label}", item))
     # the input section's positional and keyword parts are one list: keep their labels apart
     for value in call.inputs:
         if value.path.startswith("input.") and not value.path.split(".")[1].isdigit():
