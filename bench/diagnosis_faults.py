@@ -83,8 +83,9 @@ class Bfloat16Matmuls(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func.overloadpacket not in _MATMULS:
-            return func(*args, **kwargs)
+        first = next((a for a in args if isinstance(a, torch.Tensor) and a.is_floating_point()), None)
+        if func.overloadpacket not in _MATMULS or first is None or first.dtype != torch.float32:
+            return func(*args, **kwargs)  # what autocast already made bfloat16 stays so
 
         def down(value: Any) -> Any:
             return (
@@ -265,6 +266,16 @@ def _at_step(step: int, change: Callable[[Setup], None]) -> Callable[[Setup], No
     return apply
 
 
+def _scaled(path: str, factor: float) -> Callable[[Setup], None]:
+    """A parameter scaled (finite), so that the call using it overflows: an inf made from finite values."""
+
+    def change(setup: Setup) -> None:
+        with torch.no_grad():
+            setup.model.get_parameter(path).mul_(factor)
+
+    return change
+
+
 def _poison(path: str, index: tuple[int, ...], value: float) -> Callable[[Setup], None]:
     def change(setup: Setup) -> None:
         with torch.no_grad():
@@ -370,6 +381,8 @@ CNN = [
           Expect("fc", "Tensor.mul_", "optimizer")),
     Fault("cnn.nan_pixel_step1", "cnn", "nan", _batch(_pixel(1, float("nan"))),
           Expect("conv1", "Functional.conv2d", step=1)),
+    Fault("cnn.overflow_made_step1", "cnn", "nan", _at_step(1, _scaled("conv2.weight", 1e38)),
+          Expect("conv2", "Functional.conv2d", step=1)),
     Fault("cnn.control_same", "cnn", "control", None, None),
     Fault("cnn.control_torch_relu", "cnn", "control", _forward("", _cnn_model(torch_relu=True)), None),
     Fault("cnn.control_reshape", "cnn", "control", _forward("", _cnn_model(flatten=False)), None),
@@ -497,6 +510,148 @@ BERT = [
     Fault("bert.control_same", "bert", "control", None, None),
 ]  # fmt: skip
 
+# -- gpt: a GPT-style LM written apart from the zoo (wte, wpe, blocks.N.{ln1, attn.{qkv, proj}, ln2, mlp}, ...) --
+
+GPT_VOCAB, GPT_WIDTH, GPT_HEADS, GPT_LENGTH = 50, 32, 4, 12
+
+
+class _CausalAttention(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv, self.proj = nn.Linear(GPT_WIDTH, 3 * GPT_WIDTH), nn.Linear(GPT_WIDTH, GPT_WIDTH)
+        self.register_buffer("mask", torch.tril(torch.ones(GPT_LENGTH, GPT_LENGTH)))
+        self.scale_bug, self.softmax_dim = False, -1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, width = x.shape
+        size = width // GPT_HEADS
+        q, k, v = (t.view(batch, length, GPT_HEADS, size).transpose(1, 2) for t in self.qkv(x).split(width, 2))
+        scale = 1.0 / size if self.scale_bug else size**-0.5
+        scores = (q @ k.transpose(-2, -1)) * scale
+        scores = scores.masked_fill(self.mask[:length, :length] == 0, float("-inf"))
+        y = (F.softmax(scores, dim=self.softmax_dim) @ v).transpose(1, 2).contiguous().view(batch, length, width)
+        return self.proj(y)
+
+
+class _MLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc, self.act, self.out = (
+            nn.Linear(GPT_WIDTH, 4 * GPT_WIDTH),
+            nn.GELU(),
+            nn.Linear(4 * GPT_WIDTH, GPT_WIDTH),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.act(self.fc(x)))
+
+
+class _GPTBlock(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ln1, self.attn, self.ln2, self.mlp = (
+            nn.LayerNorm(GPT_WIDTH),
+            _CausalAttention(),
+            nn.LayerNorm(GPT_WIDTH),
+            _MLP(),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(GPT_VOCAB, GPT_WIDTH), nn.Embedding(GPT_LENGTH, GPT_WIDTH)
+        self.blocks = nn.ModuleList(_GPTBlock() for _ in range(3))
+        self.ln_f, self.head = nn.LayerNorm(GPT_WIDTH), nn.Linear(GPT_WIDTH, GPT_VOCAB, bias=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.wte(tokens) + self.wpe(torch.arange(tokens.shape[1]))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))
+
+
+def gpt() -> tuple:
+    model = GPT()
+
+    def batch(step: int) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(7 + step)
+        return torch.randint(0, GPT_VOCAB, (3, GPT_LENGTH + 1), generator=generator)
+
+    def loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+        logits = model(tokens[:, :-1])
+        return F.cross_entropy(logits.reshape(-1, GPT_VOCAB), tokens[:, 1:].reshape(-1))
+
+    return model, batch, loss
+
+
+def _module_backward_scaled(path: str, factor: float) -> Callable[[Setup], None]:
+    """A full backward hook that scales the gradient a module passes back."""
+
+    def apply(setup: Setup) -> None:
+        module = _module(setup.model, path)
+        module.register_full_backward_hook(
+            lambda _m, given, _out: tuple(g * factor if g is not None else None for g in given)
+        )
+
+    return apply
+
+
+def _residual_written(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    x = x + self.attn(self.ln1(x))
+    y = self.mlp(self.ln2(x))
+    x.data.mul_(0.5)  # writes into the residual after the MLP read it, unseen by autograd
+    return x + y
+
+
+def _autocast(path: str) -> Callable[[Setup], None]:
+    """One module's forward under CPU autocast: its matrix products return bfloat16."""
+
+    def apply(setup: Setup) -> None:
+        module = _module(setup.model, path)
+        plain = module.forward
+
+        def forward(*args: Any, **kwargs: Any) -> Any:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return plain(*args, **kwargs).float()
+
+        module.forward = forward
+
+    return apply
+
+
+G = "blocks"
+GPT_FAULTS = [
+    Fault("gpt.weight", "gpt", "weights", _nudge(f"{G}.1.mlp.fc.weight", (5, 7), 0.5),
+          Expect(f"{G}.1.mlp.fc", "Functional.linear")),
+    Fault("gpt.data", "gpt", "data", _batch(_token(0, 1, 4, vocab=GPT_VOCAB)), Expect(None, "Tensor.__getitem__")),
+    Fault("gpt.gelu_tanh", "gpt", "argument", _replace(f"{G}.2.mlp.act", lambda: nn.GELU(approximate="tanh")),
+          Expect(f"{G}.2.mlp.act", "Functional.gelu")),
+    Fault("gpt.ln_eps", "gpt", "argument", _set(f"{G}.1.ln2", "eps", 1e-3),
+          Expect(f"{G}.1.ln2", "Functional.layer_norm")),
+    Fault("gpt.scale", "gpt", "scale", _set(f"{G}.0.attn", "scale_bug", True), Expect(f"{G}.0.attn", "Tensor.__mul__")),
+    Fault("gpt.softmax_dim", "gpt", "argument", _set(f"{G}.2.attn", "softmax_dim", -2),
+          Expect(f"{G}.2.attn", "Functional.softmax")),
+    Fault("gpt.proj_bfloat16", "gpt", "precision", _forward(f"{G}.0.attn.proj", _o_proj_bfloat16),
+          Expect(f"{G}.0.attn.proj", "Functional.linear")),
+    Fault("gpt.fc_autocast", "gpt", "precision", _autocast(f"{G}.1.mlp.fc"),
+          Expect(f"{G}.1.mlp.fc", "Functional.linear")),
+    Fault("gpt.mlp_backward_hook", "gpt", "backward", _module_backward_scaled(f"{G}.1.mlp", 1.1),
+          Expect(f"{G}.1.mlp", None, "backward")),
+    Fault("gpt.residual_in_place", "gpt", "inplace", _forward(f"{G}.1", _residual_written),
+          Expect(f"{G}.1", "Tensor.mul_")),
+    Fault("gpt.weight_decay", "gpt", "optimizer", _optimizer(_all(weight_decay=0.2)),
+          Expect("wte", "Tensor.mul_", "optimizer")),
+    Fault("gpt.overflow_made_step1", "gpt", "nan", _at_step(1, _scaled(f"{G}.2.mlp.out.weight", 1e38)),
+          Expect(f"{G}.2.mlp.out", "Functional.linear", step=1)),
+    Fault("gpt.control_same", "gpt", "control", None, None),
+]  # fmt: skip
+
+
 # -- data parallel: two processes, gradients averaged by all_reduce -----------------------------------------------
 
 RANKS = [
@@ -507,10 +662,13 @@ RANKS = [
     Fault("ranks.control_same", "attention", "control", None, None, world=2),
 ]  # fmt: skip
 
-FAULTS: list[Fault] = ATTENTION + CNN + MOE + LLAMA + BERT + RANKS
+FAULTS: list[Fault] = ATTENTION + CNN + MOE + LLAMA + BERT + GPT_FAULTS + RANKS
 ARCHS = sorted({fault.arch for fault in FAULTS})
 
 
+FAMILIES = {**zoo.ZOO, "gpt": gpt}
+
+
 def build(arch: str) -> Setup:
-    model, batch, loss = zoo.ZOO[arch]()
+    model, batch, loss = FAMILIES[arch]()
     return Setup(model, batch, loss, torch.optim.AdamW(model.parameters(), lr=1e-3))

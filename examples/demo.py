@@ -76,7 +76,7 @@ def main() -> int:
         },
         args.out / "compare",
     )
-    print(summary.advice.text() if summary.advice else "")
+    print(summary.diagnosis.text() if summary.diagnosis else "")
     print(summary.line())
     print("result files:", ", ".join(str(path) for path in summary.files))
     spec = args.out / "graph.json"
@@ -85,7 +85,7 @@ def main() -> int:
     )
     [graph] = run_graph(spec, args.out / "graph")
     print(f"model tree, coloured by error (open in a browser): {graph.files[1]}")
-    found = bool(summary.advice and summary.advice.node == "Functional.leaky_relu.0.forward")
+    found = bool(summary.diagnosis and summary.diagnosis.api == "Functional.leaky_relu.0.forward")
     print("verdict:", "the injected difference was found" if found else "the injected difference was NOT found")
     return 0 if found else 1
 

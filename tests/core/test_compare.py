@@ -32,7 +32,7 @@ def test_a_dump_against_itself_passes_with_every_row_matched(tmp_path):
     # values that are not numbers (None, bool, text) get N/A, as in the reference's table
     assert set(table.loc[~tensors, "Max diff"]) <= {"0", "0.0", "N/A"}
     assert next(tmp_path.glob("compare_result_*.xlsx")).stat().st_size > 0
-    assert "No suspicious node" in next(tmp_path.glob("advisor_*.txt")).read_text()
+    assert "the runs do not part ways" in next(tmp_path.glob("advisor_*.txt")).read_text()
 
 
 def test_statistics_values_are_the_dumps_differences(tmp_path):
@@ -149,7 +149,7 @@ def test_cli_verdict_line_and_exit_code(tmp_path):
     result = run_cli("compare", "-i", str(spec), "-o", str(tmp_path / "out"))
     assert result.exit_code == 0 and "PASS: " in result.output
     result = run_compare_json(spec, tmp_path / "out2", compare_only=True)
-    assert result[0].advice is None and not list((tmp_path / "out2").glob("advisor_*"))
+    assert result[0].diagnosis is None and not list((tmp_path / "out2").glob("advisor_*"))
 
 
 def test_nothing_matched_is_no_data_with_exit_2(tmp_path):

@@ -24,7 +24,6 @@ import pytest
 
 from msprobe.core import spreadsheet
 from msprobe.core.compare import stream
-from msprobe.core.compare.advisor import AdviceFinder
 from msprobe.core.compare.api import compare
 from msprobe.core.compare.metrics import statistic_columns
 from msprobe.core.dump import stream as dump_stream
@@ -412,43 +411,6 @@ def test_statistic_columns_by_hand():
     assert diffs == [1.0, 1.0, 0.0, 3, "N/A", "Nan", "Nan", math.inf, 0.25]
     assert relatives == ["50.0%", "N/A", "0.0%", "150.0%", "N/A", "Nan", "Nan", "inf%", "100.0%"]
     assert warn.tolist() == [False, True, False, True, False, False, False, True, False]
-
-
-def test_the_advice_of_parts_is_the_advice_of_the_whole():
-    """One finder fed the table in two blocks, merged with another fed the rest, finds what one finder fed the
-    whole table finds; some blocks have every value matched and none failing (the finder's fast path)."""
-    rng = random.Random(5)
-    fast = 0
-    for _ in range(2000):
-        calls_count = rng.randint(1, 9)
-        healthy_start = rng.randint(0, calls_count)
-        healthy_end = rng.randint(healthy_start, calls_count)
-        rows = []
-        for call in range(calls_count):
-            healthy = healthy_start <= call < healthy_end
-            entry = f"Torch.op.{call}.forward" if rng.random() < 0.6 else f"Module.m{call}.parameters_grad"
-            for role in rng.sample(["input.0", "input.1", "output.0"], rng.randint(1, 3)):
-                matched = healthy or rng.random() < 0.6
-                failing = not healthy and rng.random() < 0.25
-                rows.append((f"{entry}.{role}", "b" if matched else "N/A", failing, entry))
-        whole = AdviceFinder()
-        _feed(whole, rows)
-        boundaries = [i for i in range(1, len(rows)) if rows[i][3] != rows[i - 1][3]]
-        first_cut, second_cut = sorted(rng.choices([0, *boundaries, len(rows)], k=2))
-        blocks = (rows[:first_cut], rows[first_cut:second_cut], rows[second_cut:])
-        fast += any(block and all(r[1] != "N/A" and not r[2] for r in block) for block in blocks)
-        first, second = AdviceFinder(), AdviceFinder()
-        _feed(first, blocks[0])
-        _feed(first, blocks[1])
-        _feed(second, blocks[2])
-        first.merge(second)
-        assert first.result() == whole.result()
-    assert fast > 100
-
-
-def _feed(finder: AdviceFinder, rows: list[tuple]) -> None:
-    names, bench_names, failing, entries = [list(column) for column in zip(*rows)] or [[], [], [], []]
-    finder.feed(names, bench_names, np.array(failing, dtype=bool), entries)
 
 
 def test_the_size_decides_unless_the_environment_does(varied_pair, tmp_path, monkeypatch):

@@ -100,7 +100,7 @@ def test_injected_error_is_the_first_node_of_the_advisor(tmp_path):
         },
         tmp_path / "out",
     )
-    assert summary.advice.node == "Functional.leaky_relu.0.forward"
+    assert summary.diagnosis.api == "Functional.leaky_relu.0.forward" and summary.diagnosis.cause == "calls"
     assert summary.verdict == "SUSPICIOUS"
     advisor = next((tmp_path / "out").glob("advisor_*.txt")).read_text()
     assert "Functional.leaky_relu.0.forward" in advisor

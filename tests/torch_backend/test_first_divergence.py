@@ -1,4 +1,4 @@
-"""``msprobe compare --first-divergence``: two runs that differ in one layer are localised to it.
+"""Where two runs part ways: two runs that differ in one layer are localised to it, on every surface.
 
 The runs share a seed; the debug run's ``blocks.1.ffn.up`` weight is scaled
 by 1.5. By construction (three blocks of layer_norm, up, gelu, down and a
@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from torch import nn
 
 from msprobe.cli.main import cli
+from msprobe.core.diagnosis import diagnose_pair
 from msprobe.core.graph.api import run_graph
-from msprobe.core.graph.divergence import first_divergence
 from msprobe.pytorch import PrecisionDebugger
 
 MODULE = "Module.blocks.1.ffn.up.Linear.forward.0"
@@ -73,31 +73,33 @@ def _dump(folder, level, changed, summary_mode="statistics"):
 def test_one_changed_layer_is_localised_to_its_module_and_api(tmp_path, summary_mode):
     debug = _dump(tmp_path / "debug", "mix", True, summary_mode)
     bench = _dump(tmp_path / "bench", "mix", False, summary_mode)
-    found = first_divergence(debug, bench)
-    assert (found.module, found.api, found.first_entry) == (MODULE, API, API)
-    assert found.line() == f"first divergence: {MODULE} (its inputs agree, its outputs differ), first API {API}"
+    found = diagnose_pair(debug, bench)
+    assert (found.verdict, found.module, found.api, found.cause) == ("divergence", "blocks.1.ffn.up", API, "weights")
+    assert found.line().startswith(f"the runs part ways at {API} (forward, module blocks.1.ffn.up)")
 
 
-def test_the_command_prints_one_line_and_writes_the_answer(tmp_path):
+def test_the_command_prints_the_answer_and_writes_it(tmp_path):
     debug = _dump(tmp_path / "debug", "mix", True)
     bench = _dump(tmp_path / "bench", "mix", False)
     spec = tmp_path / "compare.json"
     spec.write_text(json.dumps({"npu_path": str(debug / "dump.json"), "bench_path": str(bench / "dump.json")}))
     result = CliRunner().invoke(cli, ["compare", "-i", str(spec), "-o", str(tmp_path / "out"), "--first-divergence"])
-    assert f"first divergence: {MODULE} (its inputs agree, its outputs differ), first API {API}" in result.output
+    answer = diagnose_pair(debug, bench).line()
+    assert result.output.count(answer) == 2  # the compare's line, and the --first-divergence line
     (written,) = (tmp_path / "out").glob("first_divergence_*.json")
-    assert json.loads(written.read_text())["module"] == MODULE
+    assert json.loads(written.read_text())["module"] == "blocks.1.ffn.up"
+    assert json.loads(written.read_text())["answer"] == answer
 
 
 def test_identical_runs_have_no_divergence(tmp_path):
-    found = first_divergence(_dump(tmp_path / "a", "mix", False), _dump(tmp_path / "b", "mix", False))
-    assert (found.first_entry, found.module, found.api) == (None, None, None)
-    assert found.line().startswith("first divergence: none")
+    found = diagnose_pair(_dump(tmp_path / "a", "mix", False), _dump(tmp_path / "b", "mix", False))
+    assert (found.verdict, found.module, found.api) == ("none", None, None)
+    assert found.line().startswith("the runs do not part ways")
 
 
 def test_at_l1_the_first_divergent_api_is_named(tmp_path):
-    found = first_divergence(_dump(tmp_path / "debug", "L1", True), _dump(tmp_path / "bench", "L1", False))
-    assert found.first_entry == API and found.module is None
+    found = diagnose_pair(_dump(tmp_path / "debug", "L1", True), _dump(tmp_path / "bench", "L1", False))
+    assert found.api == API and found.module is None and found.cause == "weights"
 
 
 def test_the_graph_page_marks_the_located_layer(tmp_path):
@@ -109,4 +111,4 @@ def test_the_graph_page_marks_the_located_layer(tmp_path):
     assert summary.first_suspect == API
     page = next((tmp_path / "graph").glob("*.html")).read_text()
     assert f'"n": "{MODULE}"' in page and '"d": "module"' in page and '"d": "api"' in page
-    assert f"first divergence: {MODULE}" in page
+    assert diagnose_pair(debug, bench).line().replace('"', '\\"') in page

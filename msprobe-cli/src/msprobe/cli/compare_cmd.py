@@ -27,7 +27,9 @@ from msprobe.cli.options import (
     help="Folder for the result files.",
 )
 @click.option("-s", "--stack_mode", is_flag=True, help="Add the NPU_Stack_Info column.")
-@click.option("-c", "--compare_only", is_flag=True, help="Skip the advisor.")
+@click.option(
+    "-c", "--compare_only", is_flag=True, help="Skip the diagnosis (where the runs part ways) and its advisor file."
+)
 @fuzzy_match_option
 @click.option("-dm", "--data_mapping", type=click.Path(dir_okay=False), help="YAML: NPU data name -> bench data name.")
 @click.option(
@@ -53,8 +55,8 @@ from msprobe.cli.options import (
     "--first-divergence",
     "first_divergence",
     is_flag=True,
-    help="Also name where the runs first part ways: the first divergent entry, and the innermost module whose "
-    "inputs agree and outputs differ (first_divergence_*.json).",
+    help="Also write where the runs part ways, over every step and rank compare.json names, to "
+    "first_divergence_*.json (the diagnosis every msprobe surface gives).",
 )
 @engine_options
 def compare_command(
@@ -86,15 +88,15 @@ def compare_command(
         input_path, output_path, stack_mode, compare_only, fuzzy_match, mappings, engine_of(engine, ray_address)
     )
     for summary in summaries:
-        if summary.advice is not None and summary.advice.node:
-            click.echo(summary.advice.text())
         click.echo(summary.line())
     files = [str(f) for s in summaries for f in s.files]
-    if first_divergence:
-        from msprobe.core.graph.divergence import locate_pairs
+    several = len(summaries) > 1
+    if first_divergence or (several and not compare_only):
+        from msprobe.core.compare.api import diagnose_compare_json
 
-        for label, divergence, written in locate_pairs(input_path, output_path, fuzzy_match):
-            click.echo(f"{label}{divergence.line()}")
+        diagnosis, written = diagnose_compare_json(input_path, output_path if first_divergence else None)
+        click.echo(f"all ranks: {diagnosis.line()}" if several else diagnosis.line())
+        if written is not None:
             files.append(str(written))
     click.echo(f"results: {', '.join(files)}")
     code = max((s.exit_code for s in summaries), default=2)  # NO DATA (2) outranks SUSPICIOUS (1)

@@ -19,11 +19,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from msprobe.core.compare.advisor import Advice, advise
 from msprobe.core.compare.engine import CompareResult, compare_dumps, tensor_loader
+from msprobe.core.compare.highlight import failed_rows
 from msprobe.core.compare.mapping import NameMapper
 from msprobe.core.compare.report import timestamp, write_result, write_text
 from msprobe.core.config import config_error_from_validation
+from msprobe.core.diagnosis import DIVERGENCE, NONE, Diagnosis, diagnose_dumps, diagnose_runs, diagnosis_fits
 from msprobe.core.dump.reader import read_dump
 from msprobe.core.errors import DataFileError, MsprobeError
 from msprobe.core.jobs import Engine, run_jobs
@@ -48,15 +49,19 @@ class CompareSummary:
     rows: int
     suspicious: int
     unmatched: int
-    advice: Advice | None
+    diagnosis: Diagnosis | None  # where the runs part ways (None: not asked for, with -c)
     files: list[Path] = field(default_factory=list)
     rank: str | None = None
 
     @property
     def verdict(self) -> str:
-        """NO DATA when no value of one side found a partner (an empty side included): nothing was compared."""
+        """NO DATA when no value of one side found a partner (an empty side included): nothing was compared.
+        Else the diagnosis decides when it is sure (the runs part ways, or every output is bit-identical), and
+        the count of values beyond the reference's thresholds when it is not (or was not asked)."""
         if self.rows == self.unmatched:
             return "NO DATA"
+        if self.diagnosis is not None and self.diagnosis.verdict in (DIVERGENCE, NONE):
+            return "SUSPICIOUS" if self.diagnosis.verdict == DIVERGENCE else "PASS"
         if self.suspicious == 0:
             return "PASS"
         return "SUSPICIOUS"
@@ -67,11 +72,11 @@ class CompareSummary:
 
     def line(self) -> str:
         where = f"rank {self.rank}: " if self.rank else ""
-        node = f"; first suspicious node: {self.advice.node}" if self.advice and self.advice.node else ""
+        answer = f"; {self.diagnosis.line()}" if self.diagnosis is not None else ""
         compared = self.rows - self.unmatched
         return (
             f"{where}{self.verdict}: {compared} values compared in {self.mode} mode, {self.suspicious} suspicious, "
-            f"{self.unmatched} unmatched{node}"
+            f"{self.unmatched} unmatched{answer}"
         )
 
 
@@ -179,14 +184,17 @@ def _compare_pair(
     if stream.wanted(Path(npu_json), Path(bench_json), fuzzy_match, bool(options)):
         try:
             streamed = stream.stream_compare(
-                Path(npu_json), Path(bench_json), Path(output_dir), stamp, prefix, stack_mode, auto_analyze,
-                registered_metrics(),
-            )  # fmt: skip
+                Path(npu_json), Path(bench_json), Path(output_dir), stamp, prefix, stack_mode, registered_metrics()
+            )
         except stream.NotStreamable as reason:
             logger.debug("compared in memory: %s", reason)
         else:
+            diagnosis = None
+            if auto_analyze:
+                diagnosis = _diagnose(Path(npu_json), Path(bench_json), None, None, None)
+                streamed.files.append(_write_advisor(diagnosis, Path(output_dir), prefix, stamp))
             summary = CompareSummary(
-                streamed.mode, streamed.rows, streamed.suspicious, streamed.unmatched, streamed.advice, streamed.files
+                streamed.mode, streamed.rows, streamed.suspicious, streamed.unmatched, diagnosis, streamed.files
             )
             return summary, None
     npu, bench = read_dump(npu_json), read_dump(bench_json)
@@ -205,22 +213,32 @@ def _compare_pair(
         metrics=registered_metrics(),
     )
     files = write_result(result, Path(output_dir), stamp, prefix)
-    advice = None
+    diagnosis = None
     if auto_analyze:
-        advice = advise(result)
-        advisor_name = prefix.replace("compare_result", "advisor", 1)
-        files.append(write_text(Path(output_dir) / f"{advisor_name}_{stamp}.txt", advice.text() + "\n"))
+        translate = mapper if mapper.active else None
+        diagnosis = _diagnose(Path(npu_json), Path(bench_json), npu, bench, translate)
+        files.append(_write_advisor(diagnosis, Path(output_dir), prefix, stamp))
     table = result.table
     unmatched = int(((table["NPU Name"] == "N/A") | (table["Bench Name"] == "N/A")).sum())
-    suspicious = _count_suspicious(result)
-    summary = CompareSummary(result.mode, len(table), suspicious, unmatched, advice, files)
+    suspicious = int(failed_rows(result).sum())
+    summary = CompareSummary(result.mode, len(table), suspicious, unmatched, diagnosis, files)
     return summary, result
 
 
-def _count_suspicious(result: CompareResult) -> int:
-    from msprobe.core.compare.advisor import failed_rows
+def _diagnose(npu_json: Path, bench_json: Path, npu: Any, bench: Any, translate: Any) -> Diagnosis:
+    """Where the two dumps part ways (msprobe.core.diagnosis); dumps too large for it get an answer that says
+    so rather than none."""
+    fits, why = diagnosis_fits(npu_json, bench_json)
+    if not fits:
+        return Diagnosis("uncertain", detail=why, confidence="low")
+    if npu is None or bench is None:
+        npu, bench = read_dump(npu_json), read_dump(bench_json)
+    return diagnose_dumps(npu, bench, translate)[0]
 
-    return int(failed_rows(result).sum())
+
+def _write_advisor(diagnosis: Diagnosis, output_dir: Path, prefix: str, stamp: str) -> Path:
+    advisor_name = prefix.replace("compare_result", "advisor", 1)
+    return write_text(output_dir / f"{advisor_name}_{stamp}.txt", diagnosis.text() + "\n")
 
 
 def compare(
@@ -329,3 +347,22 @@ def run_compare_json(
         npu, bench, Path(output_path), stack_mode, not compare_only, fuzzy_match, mappings=mappings
     )
     return [summary]
+
+
+def diagnose_compare_json(
+    compare_json: str | Path, output_path: str | Path | None = None
+) -> tuple[Diagnosis, Path | None]:
+    """Where the runs of compare.json part ways, over every step and rank its paths hold (one dump.json each,
+    or step/rank folders); written to ``first_divergence_{timestamp}.json`` in ``output_path`` when given."""
+    from msprobe.core.dump.writer import make_dir, write_json_atomic
+
+    spec = read_compare_json(compare_json)
+    npu, bench = Path(spec.npu_path), Path(spec.bench_path)
+    npu, bench = (npu.parent, bench.parent) if npu.is_file() else (npu, bench)
+    diagnosis = diagnose_runs(npu, bench)
+    if output_path is None:
+        return diagnosis, None
+    make_dir(Path(output_path))
+    written = Path(output_path) / f"first_divergence_{timestamp()}.json"
+    write_json_atomic(written, diagnosis.as_dict(), indent=2)
+    return diagnosis, written

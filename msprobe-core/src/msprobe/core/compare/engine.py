@@ -13,7 +13,7 @@ import logging
 import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +86,6 @@ class CompareResult:
     highlight: dict[int, str]  # row index -> "red" | "yellow"
     npu: Dump
     bench: Dump
-    calls: list[str] = field(default_factory=list)  # each row's NPU call (dump.json entry), N/A for bench-only
 
 
 def detect_mode(npu_rows: list[Row], bench_rows: list[Row], npu: Dump, bench: Dump) -> str:
@@ -493,12 +492,7 @@ def compare_dumps(
         mode = "statistics"
         table = statistics_table(pairs, chosen)
     marks = finish_table(mode, table, pairs, npu if stack else None)
-    return CompareResult(mode, table, marks, npu, bench, npu_calls(pairs))
-
-
-def npu_calls(pairs: list[tuple[Row | None, Row | None]]) -> list[str]:
-    """The dump.json entry of each row's NPU value (N/A where there is none): the advisor's unit."""
-    return [NA if npu is None else npu.entry for npu, _ in pairs]
+    return CompareResult(mode, table, marks, npu, bench)
 
 
 def finish_table(

@@ -183,3 +183,14 @@ def statistics_suspects(table: pd.DataFrame) -> np.ndarray:
         nonfinite_mismatch = np.isfinite(npu) != np.isfinite(bench)
     matched = ~(np.isnan(npu).all(axis=1) | np.isnan(bench).all(axis=1))
     return matched & ((np.nan_to_num(scaled, nan=0.0) > SCALED_TOLERANCE).any(axis=1) | nonfinite_mismatch.any(axis=1))
+
+
+def failed_rows(result: Any) -> np.ndarray:
+    """Which rows of a compare result count as failing: tensor accuracy 'No', md5 'Different', or the
+    scale-aware statistics rule."""
+    table = result.table
+    if result.mode == "tensor":
+        return (table["Accuracy Reached or Not"] == "No").to_numpy()
+    if result.mode == "md5":
+        return (table["Result"] == "Different").to_numpy()
+    return statistics_suspects(table)

@@ -34,21 +34,19 @@ from typing import Any
 
 import numpy as np
 
-from msprobe.core.compare.advisor import Advice, AdviceFinder
 from msprobe.core.compare.engine import (
     MD5_COLUMNS,
     STATISTICS_COLUMNS,
     calls_of_one_structure,
     finish_table,
     md5_table,
-    npu_calls,
     same_structure,
     statistics_table,
     with_plugin_columns,
 )
 from msprobe.core.compare.highlight import statistics_suspects
 from msprobe.core.compare.metrics import NA
-from msprobe.core.compare.report import XLSX_ROW_LIMIT, XlsxStream, replace_file, write_text
+from msprobe.core.compare.report import XLSX_ROW_LIMIT, XlsxStream, replace_file
 from msprobe.core.compare.rows import Row, _tablerows, dump_rows
 from msprobe.core.dump import stream as dump_stream
 from msprobe.core.dump.reader import Dump, read_stacks
@@ -142,7 +140,6 @@ class StreamedCompare:
     rows: int = 0
     suspicious: int = 0
     unmatched: int = 0
-    advice: Advice | None = None
     files: list[Path] = field(default_factory=list)
 
 
@@ -370,16 +367,14 @@ class _PartOutcome:
     matched: bytes
     unpaired: list[Row]
     entries: set[str]
-    finder: AdviceFinder
 
 
 class _Blocks:
-    """Tables a block of pairs at a time: counted, highlighted, fed to the advisor, written."""
+    """Tables a block of pairs at a time: counted, highlighted, written."""
 
     def __init__(self, mode: str, metrics: Sequence[Any], stacks: Dump | None, writer: CsvTableWriter, xlsx: Any):
         self.mode, self.metrics, self.stacks, self.writer, self.xlsx = mode, metrics, stacks, writer, xlsx
         self.counts = StreamedCompare(mode)
-        self.finder = AdviceFinder()
 
     def add(self, blocks: Iterator[list[tuple]]) -> None:
         counts = self.counts
@@ -392,7 +387,6 @@ class _Blocks:
             counts.rows += len(table)
             counts.unmatched += names.count(NA) + bench_names.count(NA)  # no row lacks both sides
             counts.suspicious += int(failing.sum())
-            self.finder.feed(names, bench_names, failing, npu_calls(pairs))
             self.writer.write(table)
             if self.xlsx is not None:
                 self.xlsx.add(table.itertuples(index=False, name=None), marks)
@@ -401,7 +395,6 @@ class _Blocks:
         self.counts.rows += outcome.counts.rows
         self.counts.unmatched += outcome.counts.unmatched
         self.counts.suspicious += outcome.counts.suspicious
-        self.finder.merge(outcome.finder)
 
 
 def _later_half(matcher: _Matcher, npu_json: Path, part: tuple[int, int], part_file: Path,
@@ -410,7 +403,7 @@ def _later_half(matcher: _Matcher, npu_json: Path, part: tuple[int, int], part_f
     with open(part_file, "wb") as handle:
         blocks = _Blocks(matcher.mode, metrics, stacks, CsvTableWriter(handle, None), None)
         blocks.add(matcher.npu_pairs(npu_json, part, progress))
-    return _PartOutcome(blocks.counts, bytes(matcher.matched), matcher.unpaired, matcher.entries_seen, blocks.finder)
+    return _PartOutcome(blocks.counts, bytes(matcher.matched), matcher.unpaired, matcher.entries_seen)
 
 
 def _run_forked(connection: Any, target: Any, args: tuple) -> None:
@@ -497,7 +490,6 @@ def stream_compare(
     stamp: str,
     prefix: str,
     stack_mode: bool,
-    auto_analyze: bool,
     metrics: Sequence[Any],
     processes: int = 2,
 ) -> StreamedCompare:
@@ -563,8 +555,4 @@ def stream_compare(
             if written is not None:
                 result.files.append(written)
         result.files.append(replace_file(csv_temporary, csv_path))
-        if auto_analyze:
-            result.advice = blocks.finder.result()
-            advisor_name = prefix.replace("compare_result", "advisor", 1)
-            result.files.append(write_text(output_dir / f"{advisor_name}_{stamp}.txt", result.advice.text() + "\n"))
         return result

@@ -7,7 +7,8 @@ and prints :meth:`Diagnosis.line`; the single-run surfaces (the flight recorder,
 """
 
 from msprobe.core.diagnosis.answer import CAUSES, DIVERGENCE, NONE, UNCERTAIN, Diagnosis
-from msprobe.core.diagnosis.runs import diagnose_dumps, diagnose_pair, diagnose_runs
+from msprobe.core.diagnosis.nonfinite import call_order, first_nonfinite
+from msprobe.core.diagnosis.runs import diagnose_dumps, diagnose_pair, diagnose_runs, diagnosis_fits
 
 __all__ = [
     "CAUSES",
@@ -15,7 +16,10 @@ __all__ = [
     "NONE",
     "UNCERTAIN",
     "Diagnosis",
+    "call_order",
     "diagnose_dumps",
     "diagnose_pair",
     "diagnose_runs",
+    "diagnosis_fits",
+    "first_nonfinite",
 ]

@@ -32,6 +32,7 @@ from typing import Any
 from msprobe.core.diagnosis.align import Pairing
 from msprobe.core.diagnosis.answer import DIVERGENCE, NONE, UNCERTAIN, Diagnosis
 from msprobe.core.diagnosis.calls import BACKWARD, FORWARD, OPTIMIZER, Call, Value, api_kind
+from msprobe.core.diagnosis.nonfinite import makes_nonfinite
 from msprobe.core.diagnosis.values import ValueComparer
 
 SYSTEMATIC = 3  # calls given cast inputs: from this many on, the casts are the run's precision, not a fault
@@ -224,13 +225,13 @@ class PairAnalysis:
         return None
 
     def agreed_before(self, call: Call) -> bool:
-        """An earlier forward call of the same kind (API, or module class) returned bit-identical outputs: the
-        two runs compute this kind alike, so a difference here is no machine's rounding."""
+        """An earlier call of the same kind (API, or module class) in the same phase returned bit-identical
+        outputs: the two runs compute this kind alike, so a difference here is no machine's rounding."""
         kind = call.module_class if call.kind == "module" else call.key
         for other in self.ours:
             if other.order >= call.order:
                 return False
-            if other.phase != FORWARD or other.order in self.extra or other.kind != call.kind:
+            if other.phase != call.phase or other.order in self.extra or other.kind != call.kind:
                 continue
             if (other.module_class if other.kind == "module" else other.key) == kind and not self.difference(other).any:
                 return True
@@ -325,9 +326,17 @@ def explain(analysis: PairAnalysis, call: Call) -> Diagnosis:
     """Why ``call``, the first whose outputs differ, differs (see the module docstring)."""
     difference = analysis.difference(call)
     found = _because(analysis, call, difference)
-    found.nonfinite = _makes_nonfinite(call, difference)
+    found.nonfinite = makes_nonfinite(call)
     found.error = _param_error(analysis, call) if found.cause == "weights" else difference.output_error
-    if found.phase == BACKWARD and found.cause not in ("calls",):
+    return found
+
+
+def _in_phase_words(found: Diagnosis) -> Diagnosis:
+    """A difference born in the backward is the backward's (the forward agreed), one in the optimizer the
+    optimizer step's; what differs there is kept in the detail. An extra or missing call stays itself."""
+    if found.verdict != DIVERGENCE or found.cause in ("backward", "optimizer"):
+        return found
+    if found.phase == BACKWARD and found.cause != "calls":
         found.detail = _join(found.detail, CAUSE_WORDS.get(found.cause or "", ""))
         found.cause = "backward"
     elif found.phase == OPTIMIZER:
@@ -452,7 +461,10 @@ def _trace(analysis: PairAnalysis, call: Call, value: Value, threshold: float | 
         words = _extra_words(analysis, culprit, call)
         if stand_in is not None:
             words = f"it calls {api_kind(culprit.name)} where the benchmark calls {api_kind(stand_in.name)}"
-        return _answer(culprit, "calls", words, culprit.module or call.module, culprit.name)
+        module = (
+            culprit.module if culprit.module or culprit.phase == FORWARD else _hooked_module(analysis, culprit, call)
+        )
+        return _answer(culprit, "calls", words, module, culprit.name)
     if theirs is not None:
         made = analysis.producers("theirs", theirs, partner.order)
         missing = [maker for maker in made if maker.order in analysis.missing and maker.kind == "api"]
@@ -460,6 +472,18 @@ def _trace(analysis: PairAnalysis, call: Call, value: Value, threshold: float | 
             gone = missing[-1]
             return _answer(gone, "calls", f"this run does not call {gone.name}", gone.module or call.module, gone.name)
     return None
+
+
+def _hooked_module(analysis: PairAnalysis, culprit: Call, consumer: Call) -> str | None:
+    """A call outside every module amid the backward is a hook's: it changed the gradient of the module whose
+    backward entry returned what it made (a module's own backward hook), else of the module that received
+    what it made (a hook on a tensor)."""
+    made = {value.fingerprint() for value in culprit.tensors("outputs")} - {None}
+    for other in analysis.ours:
+        if other.kind == "module" and other.direction == BACKWARD and other.order > culprit.order:
+            if any(value.fingerprint() in made for value in other.outputs):
+                return other.module
+    return consumer.module
 
 
 def _gradient_made_by_extra(analysis: PairAnalysis, call: Call) -> Diagnosis | None:
@@ -553,11 +577,6 @@ def _inputs(values: list[Value]) -> str:
     return ", ".join(_argument_name(value.path) for value in values[:3])
 
 
-def _makes_nonfinite(call: Call, difference: Difference) -> bool:
-    outputs = call.tensors("outputs")
-    return any(not value.finite for value in outputs) and all(value.finite for value in call.inputs + call.params)
-
-
 # -- the whole pair ---------------------------------------------------------------------------------------------
 
 
@@ -578,7 +597,7 @@ def decide(analysis: PairAnalysis, settled: bool = True) -> Diagnosis:
     elif found.cause == "calls" and _cast(analysis, first) and analysis.cast_sites() >= SYSTEMATIC:
         found = noisy(analysis, first, settled)
     found.compared = compared
-    return found
+    return _in_phase_words(found)
 
 
 def _no_divergence(analysis: PairAnalysis, compared: int) -> Diagnosis:
@@ -699,7 +718,7 @@ def _evidence(
             found.error = analysis.comparer.error(value, other) if other is not None else None
             found.nonfinite = not value.finite
             return found
-    if _makes_nonfinite(call, difference) and partner is not None and all(v.finite for v in partner.outputs):
+    if makes_nonfinite(call) and partner is not None and all(v.finite for v in partner.outputs):
         return explain(analysis, call)
     # after a step already noisy, state carried over (a norm's running statistics) differs too: only data that
     # is not finite then counts

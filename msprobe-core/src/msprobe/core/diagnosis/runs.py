@@ -24,8 +24,12 @@ from msprobe.core.diagnosis.decide import PairAnalysis, decide
 from msprobe.core.diagnosis.values import ValueComparer
 from msprobe.core.dump.layout import dump_folders, label_number
 from msprobe.core.dump.reader import Dump, read_dump
+from msprobe.core.dump.writer import JOURNAL_NAME
 
 logger = logging.getLogger(__name__)
+
+# dump.json bytes (both runs together) the diagnosis reads into memory; it holds about eight times as much
+MAX_DIAGNOSED_BYTES = 512 * 1024 * 1024
 
 Translate = Callable[[str], str]
 
@@ -48,6 +52,25 @@ def _arrays(npu: Dump, bench: Dump) -> Callable[[str, Value], np.ndarray | None]
         return None if reader is None else reader(path)
 
     return load
+
+
+def diagnosis_fits(*paths: Path) -> tuple[bool, str]:
+    """Whether the dumps at ``paths`` (dump.json files or their folders) are small enough to diagnose, and the
+    words to say when they are not."""
+    size = 0
+    for path in paths:
+        folder = path if path.is_dir() else path.parent
+        for name in ("dump.json", JOURNAL_NAME):
+            if (folder / name).exists():
+                size += (folder / name).stat().st_size
+                break
+    if size <= MAX_DIAGNOSED_BYTES:
+        return True, ""
+    return False, (
+        f"not diagnosed: the two dump.json files hold {size / 2**20:.0f} MiB, above the "
+        f"{MAX_DIAGNOSED_BYTES / 2**20:.0f} MiB the diagnosis reads into memory; dump fewer steps or ranks, or "
+        "a scope or list, and compare those"
+    )
 
 
 def diagnose_dumps(
@@ -181,4 +204,4 @@ def _blame_optimizer(found: Diagnosis, analysis: PairAnalysis, before: PairAnaly
     found.api = None
 
 
-__all__ = ["Call", "diagnose_dumps", "diagnose_pair", "diagnose_runs"]
+__all__ = ["Call", "diagnose_dumps", "diagnose_pair", "diagnose_runs", "diagnosis_fits"]

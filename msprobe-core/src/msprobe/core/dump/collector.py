@@ -182,9 +182,9 @@ class DumpCollector:
         self._set_tensor_dir(None)  # the next step's tensor files go to its own folder, made when it opens
         try:
             self._settle_values()
-            if self.live is not None:
-                self.live.write_report(writer.folder)
             writer.close()
+            if self.live is not None:  # after the step's files: the diagnosis reads them
+                self.live.write_report(writer.folder)
             if self.flight is not None:
                 self.flight.step_closed(writer)
         except Exception as exc:

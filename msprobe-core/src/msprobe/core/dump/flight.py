@@ -67,20 +67,30 @@ class BufferedWriter(DumpWriter):
 class LossRule:
     """The training-state monitor's AnomalyTurbulence on the loss: a value more than ``threshold`` (relative)
     away from the running mean, or not finite. A spike is kept out of the mean, so the steps after it are
-    measured against the losses before it, not flagged in turn."""
+    measured against the losses before it, not flagged in turn. Consecutive anomalous losses are one event:
+    only the first of them is reported, until a normal loss comes again."""
 
     def __init__(self, threshold: float):
         self.threshold = threshold
         self.mean = 0.0
         self.count = 0
+        self.in_event = False
 
     def check(self, value: float) -> str | None:
+        reason = self._anomaly(value)
+        if reason is None:
+            self.in_event = False
+            self.mean = (self.mean * self.count + value) / (self.count + 1)
+            self.count += 1
+            return None
+        first, self.in_event = not self.in_event, True
+        return reason if first else None
+
+    def _anomaly(self, value: float) -> str | None:
         if not math.isfinite(value):
             return f"loss is {value}"
         if self.count and self.mean and abs(value - self.mean) > self.threshold * abs(self.mean):
             return f"loss {value:.6g} is more than {self.threshold} away from its mean {self.mean:.6g}"
-        self.mean = (self.mean * self.count + value) / (self.count + 1)
-        self.count += 1
         return None
 
 
@@ -127,6 +137,8 @@ class FlightRecorder:
     def step_closed(self, writer: Any) -> None:
         if isinstance(writer, BufferedWriter) and not writer.live:
             self.window.append(writer)
+        elif self._step_nonfinite:
+            self._name_first_nonfinite(writer.folder)
         if not self._step_nonfinite and self.first_nonfinite is None:
             self.last_finite_step = self.session.step
         self._step_nonfinite = False
@@ -172,6 +184,23 @@ class FlightRecorder:
             write_json_atomic(Path(self.session.config.dump_path) / REPORT_NAME, report, indent=2)
         except Exception as exc:  # the training goes on; the steps are written all the same
             logger.warning("msprobe flight recorder: %s could not be written: %s", REPORT_NAME, exc)
+
+    def _name_first_nonfinite(self, folder: Path) -> None:
+        """The step that made the first inf or nan is written: the report names the call by the diagnosis's
+        rule (msprobe.core.diagnosis.first_nonfinite), the one ``db trend`` answers by too."""
+        from msprobe.core.diagnosis import first_nonfinite
+        from msprobe.core.dump.reader import read_dump
+
+        try:
+            dump = read_dump(folder)
+            call = first_nonfinite(dump)
+        except Exception as exc:  # the live finding stays in the report
+            logger.warning("msprobe flight recorder: step %d could not be read back: %s", self.session.step, exc)
+            return
+        if call is None or self.first_nonfinite is None:
+            return
+        self.first_nonfinite.update(api=call.name, module=call.module, stack=dump.stack.get(call.name) or [])
+        self._write_report()
 
     def memory(self) -> int:
         return sum(writer.size() for writer in self.window)

@@ -12,8 +12,9 @@ first unpaired call of the same API and direction whose tensors have the
 same dtypes and shapes. A call with no partner is an
 extra call, a bench call never paired a missing one: both are reported and
 neither is counted as a difference. ``diff_report.json`` in the step's
-folder names the first divergent call with its step, rank, module and
-stack; one log line says it too.
+folder names where the step parts ways from the bench, as the diagnosis
+(``msprobe.core.diagnosis``, the same answer as ``msprobe compare``) decides
+it from the two steps' dumps, with its stack; one log line says it too.
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ class LiveDiff:
         self.first: dict[str, Any] | None = None
         self.written = 0  # divergent calls whose tensors were written
         self.bench_folder: Path | None = None
+        self.bench_dump: Any = None
         self._structures: dict[str, list[Any]] = {}
 
     # -- a step ----------------------------------------------------------------------
@@ -115,6 +117,7 @@ class LiveDiff:
         self.written = 0
         self.bench_folder = self._bench_folder()
         dump = read_dump(self.bench_folder)
+        self.bench_dump = dump
         self.bench = dict(dump.data)
         for name in self.bench:
             self.by_kind[_kind(name)].append(name)
@@ -184,13 +187,30 @@ class LiveDiff:
             "module": parent if isinstance(parent, str) else None,
             "stack": _frames(stack),
         }
-        logger.warning("msprobe: first divergence from %s at step %d: %s", self.bench_folder, self.session.step, name)
 
     def write_report(self, folder: Path) -> None:
+        """``diff_report.json``, once the step's own files are written: the diagnosis compares them with the
+        bench's (the call-by-call checksums only chose which tensors to write)."""
         missing = [name for name in self.bench if name not in self.paired]
+        diagnosis = self._diagnose(folder)
+        first = self.first
+        if diagnosis is not None:
+            first = None
+            if diagnosis.verdict == "divergence":
+                first = {
+                    "api": diagnosis.api,
+                    "step": self.session.step,
+                    "rank": self.session.rank,
+                    "module": diagnosis.module,
+                    "stack": _frames(self._stack(folder, diagnosis.api)),
+                }
+            logger.warning("msprobe live diff against %s, step %d: %s", self.bench_folder, self.session.step,
+                           diagnosis.line())  # fmt: skip
         report = {
             "bench": str(self.bench_folder),
-            "first_divergence": self.first,
+            "answer": diagnosis.line() if diagnosis is not None else None,
+            "diagnosis": diagnosis.as_dict() if diagnosis is not None else None,
+            "first_divergence": first,
             "divergent": self.divergent[:_MOST_LISTED],
             "divergent_count": len(self.divergent),
             "extra": self.extra[:_MOST_LISTED],
@@ -199,6 +219,29 @@ class LiveDiff:
             "missing_count": len(missing),
         }
         write_json_atomic(folder / REPORT_NAME, report, indent=2)
+
+    def _diagnose(self, folder: Path) -> Any:
+        """The diagnosis of this step against the bench's; None (and a warning) when it cannot be made: the
+        report then keeps the first call whose checksums differed."""
+        from msprobe.core.diagnosis import diagnose_dumps, diagnosis_fits
+        from msprobe.core.dump.reader import read_dump
+
+        try:
+            fits, why = diagnosis_fits(folder, self.bench_folder)
+            if not fits:
+                logger.warning("msprobe live diff: %s", why)
+                return None
+            found = diagnose_dumps(read_dump(folder), self.bench_dump)[0]
+        except Exception as exc:  # the training goes on; the report says what the checksums said
+            logger.warning("msprobe live diff: step %d could not be diagnosed: %s", self.session.step, exc)
+            return None
+        found.step, found.rank = self.session.step, self.session.rank
+        return found
+
+    def _stack(self, folder: Path, name: str | None) -> Any:
+        from msprobe.core.dump.reader import read_stacks
+
+        return read_stacks(folder).get(name) if name else None
 
 
 def _frames(stack: Any) -> list[str]:

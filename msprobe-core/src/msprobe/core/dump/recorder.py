@@ -153,7 +153,7 @@ class DumpRecorder:
         """The flight recorder's loss-spike trigger (``debugger.step(loss=...)``); other tasks ignore it."""
         flight = self.collector.flight
         if flight is not None:
-            self.guard(lambda: flight.observe_loss(float(loss)), "flight recorder")
+            self.guard(lambda: flight.observe_loss(_number(loss)), "flight recorder")
 
     def flush(self) -> None:
         """The flight recorder's ``debugger.flush()``: write the window now."""
@@ -389,3 +389,9 @@ class ModuleHooks:
         stack = self.recorder.module_stack
         if pushed is not None and stack and stack[-1] == pushed:
             stack.pop()
+
+
+def _number(loss: Any) -> float:
+    """A loss as a float, without the framework's warning about a tensor that still needs a gradient."""
+    detach = getattr(loss, "detach", None)
+    return float(detach() if callable(detach) else loss)

@@ -20,13 +20,13 @@ from msprobe.core.compare.api import check_tensor_readers, read_compare_json, te
 from msprobe.core.compare.engine import tensor_loader
 from msprobe.core.compare.mapping import NameMapper, read_layer_mapping
 from msprobe.core.compare.report import timestamp
+from msprobe.core.diagnosis import diagnose_dumps, diagnosis_fits
 from msprobe.core.dump.layout import dump_folders
 from msprobe.core.dump.reader import read_dump
 from msprobe.core.errors import DataFileError
 from msprobe.core.graph.compare import compare_graphs, is_suspect
-from msprobe.core.graph.divergence import locate
 from msprobe.core.graph.html import write_build_page, write_compare_page
-from msprobe.core.graph.model import API, Graph, build_graph
+from msprobe.core.graph.model import Graph, build_graph
 from msprobe.core.graph.overflow import mark_overflow
 from msprobe.core.graph.vis import build_vis, compare_vis, write_vis
 from msprobe.core.jobs import Engine, run_jobs
@@ -49,7 +49,8 @@ class GraphSummary:
     nodes: int
     matched: int | None = None
     suspect: int = 0
-    first_suspect: str | None = None
+    first_suspect: str | None = None  # the call where the runs part ways
+    answer: str | None = None  # the diagnosis's line
     overflow: int = 0
     files: list[Path] = field(default_factory=list)
 
@@ -62,9 +63,8 @@ class GraphSummary:
                 f"{where}compared {self.nodes} nodes, {self.matched} matched, {self.nodes - self.matched} unmatched, "
                 f"{self.suspect} precision suspect"
             )
-            if self.first_suspect:
-                kind = "node" if self.first_suspect.startswith(("Module.", "Cell.")) else "API"
-                text += f"; first suspect {kind}: {self.first_suspect}"
+            if self.answer:
+                text += f"; {self.answer}"
         if self.overflow:
             text += f"; {self.overflow} node(s) with an overflow level"
         return text
@@ -99,14 +99,6 @@ def _translator(npu: Graph, bench: Graph, layer_mapping: str | Path | None) -> A
         return name
 
     return translate
-
-
-def _first_suspect(graph: Graph, mode: str) -> str | None:
-    """The first suspect API in call order; the first suspect node when the dump has no APIs (L0)."""
-    suspects = [node for node in graph.preorder() if is_suspect(mode, node.data.get("precision_index"))]
-    apis = [node for node in suspects if node.node_type == API]
-    first = (apis or suspects)[:1]
-    return first[0].id if first else None
 
 
 def _file_stem(kind: str, labels: tuple[str, ...], stamp: str) -> str:
@@ -149,14 +141,18 @@ def compare_one(
     stem = _file_stem("compare", labels, stamp)
     vis = write_vis(output / f"{stem}.vis", compare_vis(npu, bench, comparison, overflow_check))
     title = f"msprobe graph: {npu_folder} vs {bench_folder}"
-    page = write_compare_page(output / f"{stem}.html", npu, bench, comparison, title, overflow_check)
+    diagnosis = (
+        diagnose_dumps(npu.dump, bench.dump, translate)[0] if diagnosis_fits(npu_folder, bench_folder)[0] else None
+    )
+    page = write_compare_page(output / f"{stem}.html", npu, bench, comparison, title, overflow_check, diagnosis)
     suspect = sum(1 for node in npu.nodes.values() if is_suspect(comparison.mode, node.data.get("precision_index")))
     return GraphSummary(
         " ".join(labels),
         len(npu.nodes),
         matched=len(comparison.matches),
         suspect=suspect,
-        first_suspect=locate(npu, comparison).api or _first_suspect(npu, comparison.mode),
+        answer=diagnosis.line() if diagnosis is not None else None,
+        first_suspect=diagnosis.api if diagnosis is not None and diagnosis.verdict == "divergence" else None,
         overflow=marked,
         files=[vis, page],
     )

@@ -15,7 +15,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from msprobe.core.diagnosis import Diagnosis
 from msprobe.core.graph.compare import BANDS, UNMATCHED_COLOR, GraphComparison, band, colors, is_suspect
+from msprobe.core.graph.divergence import located_nodes
 from msprobe.core.graph.model import Graph
 from msprobe.core.graph.vis import row_fields, write_atomically
 from msprobe.core.pages import fill, html_text, script_json
@@ -40,7 +42,7 @@ def _side(
     metrics: dict | None,
     located: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """``located``: node id -> "module" or "api", the first divergence (see graph.divergence)."""
+    """``located``: node id -> "module" or "api", where the diagnosis says the runs part ways."""
     ordered = graph.preorder()
     index = {node.id: position for position, node in enumerate(ordered)}
     framework = graph.dump.framework
@@ -104,9 +106,9 @@ def _suspect_text(mode: str) -> str:
     return f"precision_index >= {BANDS[mode][0][1][1]}"
 
 
-def page(title: str, info: str, sides: list[dict[str, Any]], legend: list[list[str]]) -> str:
+def page(title: str, info: str, sides: list[dict[str, Any]], legend: list[list[str]], answer: str = "") -> str:
     details = {"chunk": DETAIL_CHUNK, "sides": [side.pop("details") for side in sides]}
-    data = script_json({"title": title, "info": info, "sides": sides, "legend": legend})
+    data = script_json({"title": title, "info": info, "sides": sides, "legend": legend, "answer": answer})
     fields = {"TITLE": html_text(title), "DETAILS": script_json(details, compact=True), "DATA": data}
     return fill("msprobe.core.graph", "assets/graph.html", fields)
 
@@ -118,21 +120,24 @@ def write_build_page(path: Path, graph: Graph, title: str, overflow: bool) -> Pa
 
 
 def write_compare_page(
-    path: Path, npu: Graph, bench: Graph, comparison: GraphComparison, title: str, overflow: bool
+    path: Path,
+    npu: Graph,
+    bench: Graph,
+    comparison: GraphComparison,
+    title: str,
+    overflow: bool,
+    diagnosis: Diagnosis | None = None,
 ) -> Path:
     matched = len(comparison.matches)
     info = (
         f"{comparison.mode} compare: {len(npu.nodes)} nodes, {matched} matched, "
         f"{len(npu.nodes) - matched} unmatched on the debug side"
     )
-    from msprobe.core.graph.divergence import locate
-
-    divergence = locate(npu, comparison)
-    located = {name: kind for kind, name in (("module", divergence.module), ("api", divergence.api)) if name}
-    if divergence.api:
-        info += f"; first divergence: {divergence.module or divergence.api}"
+    answer = diagnosis.line() if diagnosis is not None else ""
+    if answer:
+        info += f"; {answer}"
     sides = [
-        _side(npu, "Debug side", comparison, comparison.metrics, located),
+        _side(npu, "Debug side", comparison, comparison.metrics, located_nodes(npu, diagnosis)),
         _side(bench, "Bench side", comparison, None),
     ]
-    return write_atomically(path, page(title, info, sides, _legend(comparison, overflow)))
+    return write_atomically(path, page(title, info, sides, _legend(comparison, overflow), answer))

@@ -1,7 +1,8 @@
 """The rows of the store: one per tensor of a dump, or per name and metric of a monitor CSV.
 
 Columns (besides ``step`` and ``rank``, which the partition folders carry):
-``source`` (dump or monitor), ``seq`` (call order in the step), ``name``
+``source`` (dump or monitor), ``seq`` (the order calls ran in, in the step: a
+module's ``parameters_grad`` rows where its gradients arrive), ``name``
 (the dump.json entry name; the monitor's name), ``module`` (the module path:
 the module's own for a module entry, its enclosing module's for an API),
 ``direction`` (forward or backward), ``io`` (input, output, parameters,
@@ -22,6 +23,7 @@ from typing import Any
 import pandas as pd
 
 from msprobe.core.compare.rows import dump_rows
+from msprobe.core.diagnosis import call_order
 from msprobe.core.dump.reader import Dump
 from msprobe.core.errors import DataFileError
 from msprobe.core.monitor.tensorboard import read_csv_file
@@ -92,7 +94,12 @@ def dump_columns(dump: Dump, rename: dict[str, str] | None = None) -> tuple[dict
     columns: dict[str, list] = {name: [] for name in COLUMNS}
     stacks: dict[int, str] = {}
     enclosing: dict[str, str | None] = {}
-    for seq, row in enumerate(dump_rows(dump)):
+    # seq is the order calls ran in (the diagnosis's): a module's parameter gradients where they arrive, not
+    # beside its forward entry where dump.json lists them
+    position = call_order(dump)
+    rows = dump_rows(dump)
+    ordered = sorted(range(len(rows)), key=lambda index: (position.get(rows[index].entry, len(position)), index))
+    for seq, row in enumerate(rows[index] for index in ordered):
         entry = row.entry
         if entry not in enclosing:
             own = module_path(entry)

@@ -2,7 +2,9 @@
 
 Two findings, computed by DuckDB over every matching row of the store:
 
-- the first (step, rank) whose statistic is inf or nan;
+- the first (step, rank) where an inf or nan is made: the first call, in the order calls ran, whose outputs
+  (or parameter gradients) hold one while everything it was given is finite (the diagnosis's rule,
+  ``msprobe.core.diagnosis.first_nonfinite``, which the flight recorder answers by too);
 - the first (step, rank) whose statistic jumps: its magnitude exceeds
   ``factor`` times the running median of the same tensor's magnitudes on
   the same rank at earlier steps (at least ``MIN_HISTORY`` of them).
@@ -92,13 +94,36 @@ def _select_matches(connection: Any, pattern: str) -> None:
 
 
 def first_nonfinite(connection: Any, statistics: tuple[str, ...]) -> Finding | None:
-    condition = " OR ".join(f"NOT isfinite({s})" for s in statistics)
+    condition = " OR ".join(f"NOT isfinite({s})" for s in STATISTICS)
+    made = connection.execute(
+        f"""
+        WITH calls AS (
+            SELECT step, rank, name, min(seq) AS seq,
+                   bool_or(io IN ('output', 'parameters_grad') AND ({condition})) AS makes,
+                   bool_or(io IN ('input', 'parameters') AND ({condition})) AS given
+            FROM matched GROUP BY step, rank, name
+        )
+        SELECT step, rank, name FROM calls WHERE makes AND NOT coalesce(given, false)
+        ORDER BY step, seq, rank LIMIT 1
+        """
+    ).fetchone()
+    if made is None:
+        return None
+    wanted = " OR ".join(f"NOT isfinite({s})" for s in statistics)
     row = connection.execute(
         f"SELECT step, rank, name, io, arg, {', '.join(statistics)} FROM matched "
-        f"WHERE {condition} ORDER BY step, seq, rank LIMIT 1"
+        f"WHERE step = $step AND rank = $rank AND name = $name AND io IN ('output', 'parameters_grad') "
+        f"AND ({wanted}) ORDER BY seq LIMIT 1",
+        {"step": made[0], "rank": made[1], "name": made[2]},
     ).fetchone()
-    if row is None:
-        return None
+    if row is None:  # the inf or nan is in a statistic not asked for: name the call all the same
+        row = connection.execute(
+            f"SELECT step, rank, name, io, arg, {', '.join(STATISTICS)} FROM matched "
+            f"WHERE step = $step AND rank = $rank AND name = $name AND io IN ('output', 'parameters_grad') "
+            f"AND ({condition}) ORDER BY seq LIMIT 1",
+            {"step": made[0], "rank": made[1], "name": made[2]},
+        ).fetchone()
+        statistics = STATISTICS
     step, rank, name, io, arg, *values = row
     statistic, value = next((s, v) for s, v in zip(statistics, values) if v is not None and not math.isfinite(v))
     return Finding("nonfinite", int(step), int(rank), name, io, arg, statistic, None if math.isnan(value) else value)
