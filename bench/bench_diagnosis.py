@@ -97,6 +97,14 @@ def _rank_main(
 
 
 def _train(fault: Fault | None, arch: str, mode: str, noisy: bool, dump_path: Path, rank: int | None) -> None:
+    config_file = dump_path.parent / (f"{dump_path.name}.{rank}.json" if rank is not None else f"{dump_path.name}.json")
+    config_file.parent.mkdir(parents=True, exist_ok=True)
+    config_file.write_text(json.dumps(_config(mode, dump_path)))
+    train_with(fault, arch, config_file, noisy, rank)
+
+
+def train_with(fault: Fault | None, arch: str, config_file: Path, noisy: bool = False, rank: int | None = None) -> None:
+    """The training of ``train`` under any config file (a flight recorder's, a live diff's)."""
     torch.set_num_threads(1)
     seed_all(1234, mode=True)
     setup = build(arch)
@@ -106,9 +114,6 @@ def _train(fault: Fault | None, arch: str, mode: str, noisy: bool, dump_path: Pa
         setup.batch = lambda step: plain(100 * (rank + 1) + step)
     if fault is not None and fault.apply is not None:
         fault.apply(setup)
-    config_file = dump_path.parent / (f"{dump_path.name}.{rank}.json" if rank is not None else f"{dump_path.name}.json")
-    config_file.parent.mkdir(parents=True, exist_ok=True)
-    config_file.write_text(json.dumps(_config(mode, dump_path)))
     debugger = PrecisionDebugger(config_path=str(config_file), model=setup.model)
     for step in range(STEPS):
         for hook in setup.before_step:

@@ -75,7 +75,7 @@ def test_one_changed_layer_is_localised_to_its_module_and_api(tmp_path, summary_
     bench = _dump(tmp_path / "bench", "mix", False, summary_mode)
     found = diagnose_pair(debug, bench)
     assert (found.verdict, found.module, found.api, found.cause) == ("divergence", "blocks.1.ffn.up", API, "weights")
-    assert found.line().startswith(f"the runs part ways at {API} (forward, module blocks.1.ffn.up)")
+    assert found.line().startswith(f"the runs part ways at {API} (step 0, forward, module blocks.1.ffn.up)")
 
 
 def test_the_command_prints_the_answer_and_writes_it(tmp_path):

@@ -25,6 +25,7 @@ from msprobe.core.compare.mapping import NameMapper
 from msprobe.core.compare.report import timestamp, write_result, write_text
 from msprobe.core.config import config_error_from_validation
 from msprobe.core.diagnosis import DIVERGENCE, NONE, Diagnosis, diagnose_dumps, diagnose_runs, diagnosis_fits
+from msprobe.core.diagnosis.runs import step_and_rank_of
 from msprobe.core.dump.reader import read_dump
 from msprobe.core.errors import DataFileError, MsprobeError
 from msprobe.core.jobs import Engine, run_jobs
@@ -233,7 +234,9 @@ def _diagnose(npu_json: Path, bench_json: Path, npu: Any, bench: Any, translate:
         return Diagnosis("uncertain", detail=why, confidence="low")
     if npu is None or bench is None:
         npu, bench = read_dump(npu_json), read_dump(bench_json)
-    return diagnose_dumps(npu, bench, translate)[0]
+    found = diagnose_dumps(npu, bench, translate)[0]
+    found.step, found.rank = step_and_rank_of(npu.folder)
+    return found
 
 
 def _write_advisor(diagnosis: Diagnosis, output_dir: Path, prefix: str, stamp: str) -> Path:

@@ -57,8 +57,9 @@ class Value:
         return not (isinstance(number, float) and not math.isfinite(number))
 
     def fingerprint(self) -> tuple | None:
-        """What tells this tensor's content from others' within one run: dtype, element count, statistics,
-        checksum. Not the shape: a view or reshape (not dumped) passes the same values on in another shape."""
+        """What tells this tensor's content from others' within one run: dtype, element count, and its statistics
+        (else its checksum). Not the shape: a view or reshape (not dumped) passes the same values on in another
+        shape."""
         if self._fingerprint is False:
             self._fingerprint = self._make_fingerprint()
         return self._fingerprint
@@ -69,9 +70,13 @@ class Value:
         stats = self.stats
         if stats is not None and any(s is not None and math.isnan(s) for s in stats):  # nan equals nothing
             stats = tuple("nan" if s is not None and math.isnan(s) else s for s in stats)
-        if self.checksum is None and (stats is None or all(s is None for s in stats)):
+        if stats is not None and any(s is not None for s in stats):
+            # statistics alone: one dump may record a checksum for a tensor where it records none for the same
+            # tensor elsewhere (a module's parameters in a tensor dump)
+            return (self.dtype, self.size, stats)
+        if self.checksum is None:
             return None
-        return (self.dtype, self.size, stats, self.checksum)
+        return (self.dtype, self.size, self.checksum)
 
 
 @dataclass

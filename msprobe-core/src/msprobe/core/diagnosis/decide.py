@@ -64,6 +64,7 @@ class PairAnalysis:
         self.ours, self.theirs, self.pairing, self.comparer = ours, theirs, pairing, comparer
         self.extra = {call.order for call in pairing.extra}
         self.missing = {call.order for call in pairing.missing}
+        self.unpaired = len(self.extra) + len(self.missing)
         self._differences: dict[int, Difference] = {}
         self._producers = {"ours": _producers(ours), "theirs": _producers(theirs)}
         self.owners = _owners(ours, gradients=False)  # a parameter's summary -> its module
@@ -601,11 +602,14 @@ def decide(analysis: PairAnalysis, settled: bool = True) -> Diagnosis:
 
 
 def _no_divergence(analysis: PairAnalysis, compared: int) -> Diagnosis:
+    return Diagnosis(NONE, detail=no_divergence_words(compared, analysis.unpaired), compared=compared)
+
+
+def no_divergence_words(compared: int, unpaired: int) -> str:
     words = f"every output of the {compared} paired calls is bit-identical"
-    unpaired = len(analysis.extra) + len(analysis.missing)
     if unpaired:
         words += f" ({unpaired} calls made by one run only change no value)"
-    return Diagnosis(NONE, detail=words, compared=compared)
+    return words
 
 
 def noise_floor(analysis: PairAnalysis) -> float:

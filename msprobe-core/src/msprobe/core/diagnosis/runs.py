@@ -20,7 +20,7 @@ import numpy as np
 from msprobe.core.diagnosis.align import pair_calls
 from msprobe.core.diagnosis.answer import DIVERGENCE, NONE, UNCERTAIN, Diagnosis
 from msprobe.core.diagnosis.calls import OPTIMIZER, PHASES, Call, Value, calls_of
-from msprobe.core.diagnosis.decide import PairAnalysis, decide
+from msprobe.core.diagnosis.decide import PairAnalysis, decide, no_divergence_words
 from msprobe.core.diagnosis.values import ValueComparer
 from msprobe.core.dump.layout import dump_folders, label_number
 from msprobe.core.dump.reader import Dump, read_dump
@@ -84,7 +84,18 @@ def diagnose_dumps(
 
 def diagnose_pair(npu_folder: str | Path, bench_folder: str | Path, translate: Translate | None = None) -> Diagnosis:
     """One step and rank of each run: two folders holding dump.json (or the dump.json files)."""
-    return diagnose_dumps(read_dump(npu_folder), read_dump(bench_folder), translate)[0]
+    npu = read_dump(npu_folder)
+    found = diagnose_dumps(npu, read_dump(bench_folder), translate)[0]
+    found.step, found.rank = step_and_rank_of(npu.folder)
+    return found
+
+
+def step_and_rank_of(folder: Path) -> tuple[int | None, int | None]:
+    """``.../step3/rank1`` -> (3, 1); what a folder outside that layout does not say is None."""
+    folder = Path(folder)
+    if folder.name.startswith(("rank", "proc")):
+        return _step_and_rank((folder.parent.name, folder.name))
+    return _step_and_rank((folder.name,))
 
 
 def _sorted_labels(folders: dict[tuple[str, ...], Path]) -> list[tuple[str, ...]]:
@@ -135,9 +146,12 @@ def diagnose_runs(npu_root: str | Path, bench_root: str | Path, translate: Trans
     by_step: dict[int | None, list[tuple[int | None, Path, Path]]] = {}
     for labels in shared:
         step, rank = _step_and_rank(labels)
+        if step is None or rank is None:  # a folder given at a step or a rank says the rest by its name
+            named_step, named_rank = step_and_rank_of(npu_folders[labels])
+            step, rank = (named_step if step is None else step), (named_rank if rank is None else rank)
         by_step.setdefault(step, []).append((rank, npu_folders[labels], bench_folders[labels]))
     noisy: Diagnosis | None = None  # the first step found to differ everywhere by rounding
-    compared = 0
+    compared = unpaired = 0
     previous: dict[int | None, PairAnalysis] = {}
     previous_step: int | None = None
     for step, ranks in by_step.items():
@@ -148,6 +162,7 @@ def diagnose_runs(npu_root: str | Path, bench_root: str | Path, translate: Trans
             found, analysis = diagnose_dumps(read_dump(npu_folder), read_dump(bench_folder), translate, noisy is None)
             analyses[rank] = analysis
             compared += found.compared
+            unpaired += analysis.unpaired
             found.step, found.rank = step, rank
             if found.verdict == UNCERTAIN:
                 uncertain_here = uncertain_here or found
@@ -167,7 +182,7 @@ def diagnose_runs(npu_root: str | Path, bench_root: str | Path, translate: Trans
     if noisy is not None:
         noisy.compared = compared
         return noisy
-    return Diagnosis(NONE, detail=f"every output of the {compared} paired calls is bit-identical", compared=compared)
+    return Diagnosis(NONE, detail=no_divergence_words(compared, unpaired), compared=compared)
 
 
 def _name_ranks(found: Diagnosis, others: list[Diagnosis], ranks: int) -> None:
@@ -204,4 +219,4 @@ def _blame_optimizer(found: Diagnosis, analysis: PairAnalysis, before: PairAnaly
     found.api = None
 
 
-__all__ = ["Call", "diagnose_dumps", "diagnose_pair", "diagnose_runs", "diagnosis_fits"]
+__all__ = ["Call", "diagnose_dumps", "diagnose_pair", "diagnose_runs", "diagnosis_fits", "step_and_rank_of"]

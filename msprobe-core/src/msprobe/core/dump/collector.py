@@ -260,8 +260,11 @@ class DumpCollector:
         stack: Callable[[], Any] | None = None,
         parent: Any = NO_PARENT,
         recompute: bool = False,
+        in_place: bool = False,
     ) -> bool:
         """Record a forward entry, with its call stack and its parent in construct.json when given.
+        ``in_place``: the call wrote into its inputs, so ``raw_inputs`` now hold other values than it was given:
+        their summaries taken before it stand, and no tensor file is made of them.
 
         ``stack`` is called only for an entry that is kept. False when the
         overflow check decided not to keep it. ``recompute`` marks a forward
@@ -292,17 +295,18 @@ class DumpCollector:
             self.live.divergence(name, stack_value, parent)
             if self.live.wants_tensors() and raw_inputs is not None:  # this call's tensors are written
                 with self._saving():
-                    entry.update(self._encode_inputs(name, *raw_inputs))
+                    if not in_place:
+                        entry.update(self._encode_inputs(name, *raw_inputs))
                     entry["output"] = self.encoder.encode_outputs(output, f"{name}.output")
         watching = self.flight is not None and self.flight.wants_nonfinite()
         if watching and self._values_pending():  # looked at once its values are read back
             writer.add(name, entry, True, stack_value, parent)
             plain = raw_inputs is not None and _plain_nonfinite(raw_inputs)
-            kept_inputs = raw_inputs if self.flight.save_tensors else None
+            kept_inputs = raw_inputs if self.flight.save_tensors and not in_place else None
             self._nonfinite_waiting.append(_WaitingEntry(name, entry, writer, stack_value, parent, plain, kept_inputs))
             return True
         first_nonfinite = watching and _produced_nonfinite(entry, raw_inputs)
-        if first_nonfinite and self.flight.save_tensors and raw_inputs is not None:  # the inputs of the call
+        if first_nonfinite and self.flight.save_tensors and raw_inputs is not None and not in_place:
             with self._saving_tensors_of(writer):
                 entry.update(self._encode_inputs(name, *raw_inputs))
         writer.add(name, entry, self._deferred(), stack_value, parent)

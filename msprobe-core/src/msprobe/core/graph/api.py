@@ -21,6 +21,7 @@ from msprobe.core.compare.engine import tensor_loader
 from msprobe.core.compare.mapping import NameMapper, read_layer_mapping
 from msprobe.core.compare.report import timestamp
 from msprobe.core.diagnosis import diagnose_dumps, diagnosis_fits
+from msprobe.core.diagnosis.runs import step_and_rank_of
 from msprobe.core.dump.layout import dump_folders
 from msprobe.core.dump.reader import read_dump
 from msprobe.core.errors import DataFileError
@@ -141,9 +142,10 @@ def compare_one(
     stem = _file_stem("compare", labels, stamp)
     vis = write_vis(output / f"{stem}.vis", compare_vis(npu, bench, comparison, overflow_check))
     title = f"msprobe graph: {npu_folder} vs {bench_folder}"
-    diagnosis = (
-        diagnose_dumps(npu.dump, bench.dump, translate)[0] if diagnosis_fits(npu_folder, bench_folder)[0] else None
-    )
+    diagnosis = None  # the answer every surface gives; the page marks it
+    if diagnosis_fits(npu_folder, bench_folder)[0]:
+        diagnosis = diagnose_dumps(npu.dump, bench.dump, translate)[0]
+        diagnosis.step, diagnosis.rank = step_and_rank_of(npu_folder)
     page = write_compare_page(output / f"{stem}.html", npu, bench, comparison, title, overflow_check, diagnosis)
     suspect = sum(1 for node in npu.nodes.values() if is_suspect(comparison.mode, node.data.get("precision_index")))
     return GraphSummary(

@@ -282,6 +282,7 @@ class TorchDumpRecorder(DumpRecorder):
                 stack=self.stack,
                 parent=self.construct_parent(call.parent),
                 recompute=_recomputing(),
+                in_place=call.in_place,
             )
         if call.keep_backward:
             call.watch_node(output)
@@ -344,6 +345,7 @@ class TorchDumpRecorder(DumpRecorder):
             return None
         record = _CallRecord(name, backward_name, args, kwargs, self.innermost_module())
         record.keep_forward = keep_forward
+        record.in_place = in_place and not module
         if module:
             record.enclosing = enclosing
         if keep_forward:
@@ -554,6 +556,7 @@ class _CallRecord:
         "first_watch",
         "grad_inputs",
         "handed_back",
+        "in_place",
         "input_anchors",
         "input_grads",
         "input_slots",
@@ -596,6 +599,7 @@ class _CallRecord:
         self.keep_backward = False
         self.recorder: TorchDumpRecorder | None = None
         self.wrote = False
+        self.in_place = False  # the call writes into its inputs: after it, they hold other values
 
     def watch_node(self, output: Any) -> None:
         """APIs: hook the node that made the output, or the output itself when the call handed an input back

@@ -1,0 +1,292 @@
+"""The diagnosis's rules on dumps written by hand, whose answers follow from how they were written.
+
+Each dump is a few calls with made-up statistics; a test changes one thing in the second run and checks
+that the diagnosis names that call and that cause. Faults injected into real trainings are scored by
+bench/bench_diagnosis.py and its quick test (tests/torch_backend/test_diagnosis_bench.py).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from msprobe.core.diagnosis import diagnose_pair, diagnose_runs, diagnosis_fits, first_nonfinite
+from msprobe.core.diagnosis.calls import BACKWARD, OPTIMIZER, calls_of
+from msprobe.core.dump.reader import read_dump
+
+
+def tensor(mean: float, shape: tuple = (4, 8), dtype: str = "torch.float32", grad: bool = True, **extra) -> dict:
+    """A tensor's summary; the other statistics follow from the mean so that equal means are equal values."""
+    value = {"type": "torch.Tensor", "dtype": dtype, "shape": list(shape), "Max": mean + 1.0, "Min": mean - 1.0,
+             "Mean": mean, "Norm": abs(mean) * 10 + 3.0, "requires_grad": grad}  # fmt: skip
+    value.update(extra)
+    return value
+
+
+def number(value: float) -> dict:
+    return {"type": "float", "value": value}
+
+
+def call(inputs: list, outputs: list, kwargs: dict | None = None) -> dict:
+    return {"input_args": inputs, "input_kwargs": kwargs or {}, "output": outputs}
+
+
+def write(folder: Path, data: dict, construct: dict | None = None, task: str = "statistics") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    header = {"task": task, "level": "mix" if construct else "L1", "framework": "pytorch", "dump_data_dir": None}
+    (folder / "dump.json").write_text(json.dumps({**header, "data": data}))
+    (folder / "construct.json").write_text(json.dumps(construct or {}))
+    (folder / "stack.json").write_text("{}")
+    return folder
+
+
+def chain(**changes) -> dict:
+    """x -> linear(x, w) -> gelu -> linear(., w2) -> sum: each call's input is the call before's output."""
+    x, w, w2 = tensor(0.5, grad=False), tensor(0.1), tensor(0.2)
+    h = changes.get("h", tensor(1.5))
+    g = changes.get("g", tensor(2.5))
+    y = changes.get("y", tensor(3.5))
+    s = changes.get("s", tensor(4.5, shape=()))
+    approximate = {"approximate": {"type": "str", "value": changes.get("approx", "none")}}
+    return {
+        "Functional.linear.0.forward": call([x, changes.get("w", w)], [h]),
+        "Functional.gelu.0.forward": call([h], [g], approximate),
+        "Functional.linear.1.forward": call([g, w2], [y]),
+        "Torch.sum.0.forward": call([y], [s]),
+    }  # fmt: skip
+
+
+def pair(tmp_path: Path, ours: dict, theirs: dict, construct: dict | None = None, theirs_construct: dict | None = None):
+    return diagnose_pair(
+        write(tmp_path / "ours", ours, construct), write(tmp_path / "theirs", theirs, theirs_construct or construct)
+    )
+
+
+def test_identical_runs_do_not_part_ways(tmp_path):
+    found = pair(tmp_path, chain(), chain())
+    assert found.verdict == "none" and found.line().startswith("the runs do not part ways")
+
+
+def test_operands_in_another_order_with_the_same_output_do_not_part_ways(tmp_path):
+    ours, theirs = chain(), chain()
+    a, b = ours["Functional.linear.1.forward"]["input_args"]
+    ours["Functional.linear.1.forward"]["input_args"] = [b, a]
+    assert pair(tmp_path, ours, theirs).verdict == "none"
+
+
+def test_a_changed_weight_is_named_at_the_first_call_given_it(tmp_path):
+    found = pair(tmp_path, chain(w=tensor(0.7), h=tensor(9.0), g=tensor(9.5), y=tensor(9.9)), chain())
+    assert (found.api, found.cause, found.phase, found.confidence) == ("Functional.linear.0.forward", "weights",
+                                                                       "forward", "exact")  # fmt: skip
+
+
+def test_a_changed_argument_is_named(tmp_path):
+    found = pair(tmp_path, chain(approx="tanh", g=tensor(2.51), y=tensor(3.51), s=tensor(4.51, shape=())), chain())
+    assert (found.api, found.cause) == ("Functional.gelu.0.forward", "argument")
+    assert "approximate: 'tanh' vs 'none'" in found.detail
+
+
+def test_an_extra_call_that_feeds_the_first_difference_is_named(tmp_path):
+    ours = chain(y=tensor(7.0), s=tensor(8.0, shape=()))
+    ours = dict(list(ours.items())[:2]) | {
+        "Tensor.__mul__.0.forward": call([tensor(2.5), number(2.0)], [tensor(5.0)]),
+        "Functional.linear.1.forward": call([tensor(5.0), tensor(0.2)], [tensor(7.0)]),
+        "Torch.sum.0.forward": call([tensor(7.0)], [tensor(8.0, shape=())]),
+    }
+    found = pair(tmp_path, ours, chain())
+    assert (found.api, found.cause) == ("Tensor.__mul__.0.forward", "calls")
+
+
+def test_an_extra_call_that_changes_no_value_is_no_divergence(tmp_path):
+    ours = chain()
+    ours = (
+        dict(list(ours.items())[:2])
+        | {"Tensor.contiguous.0.forward": call([tensor(2.5)], [tensor(2.5)])}
+        | dict(list(ours.items())[2:])
+    )
+    found = pair(tmp_path, ours, chain())
+    assert found.verdict == "none" and "change no value" in found.detail
+
+
+def test_a_cast_no_dump_records_is_named_at_the_call_given_it(tmp_path):
+    cast = tensor(2.5, dtype="torch.bfloat16")
+    ours = chain(y=tensor(3.51), s=tensor(4.51, shape=()))
+    ours["Functional.linear.1.forward"]["input_args"][0] = cast
+    found = pair(tmp_path, ours, chain())
+    assert (found.api, found.cause) == ("Functional.linear.1.forward", "calls")
+    assert "torch.bfloat16 where the benchmark's are torch.float32" in found.detail
+
+
+def test_changed_data_is_named_at_the_first_call_reading_it(tmp_path):
+    ours = chain(h=tensor(1.6), g=tensor(2.6), y=tensor(3.6), s=tensor(4.6, shape=()))
+    ours["Functional.linear.0.forward"]["input_args"][0] = tensor(0.9, grad=False)
+    found = pair(tmp_path, ours, chain())
+    assert (found.api, found.cause) == ("Functional.linear.0.forward", "data")
+
+
+def test_the_same_inputs_giving_other_outputs_is_the_computation(tmp_path):
+    # the second linear differs although its inputs agree, and the first linear agreed bit for bit: exact
+    found = pair(tmp_path, chain(y=tensor(3.9), s=tensor(4.9, shape=())), chain())
+    assert (found.api, found.cause, found.confidence) == ("Functional.linear.1.forward", "computation", "exact")
+
+
+def module_run(weight: float = 0.1, grad_scale: float = 1.0) -> tuple[dict, dict]:
+    """A module fc (one linear), its backward and its parameter gradients, then an optimizer call."""
+    x, w, h = tensor(0.5, grad=False), tensor(weight), tensor(1.5 if weight == 0.1 else 9.0)
+    grad = {
+        "type": "torch.Tensor",
+        "dtype": "torch.float32",
+        "shape": [4, 8],
+        "Max": 0.02 * grad_scale,
+        "Min": -0.01 * grad_scale,
+        "Mean": 0.01 * grad_scale,
+        "Norm": 0.1 * grad_scale,
+        "requires_grad": False,
+    }
+    data = {
+        "Functional.linear.0.forward": call([x, w], [h]),
+        "Module.fc.Linear.forward.0": {"input_args": [x], "input_kwargs": {}, "output": [h],
+                                       "parameters": {"weight": w}},
+        "Module.fc.Linear.parameters_grad": {"weight": [grad]},
+        "Functional.linear.0.backward": {"input": [tensor(0.3, grad=False)], "output": [tensor(0.4, grad=False)]},
+        "Module.fc.Linear.backward.0": {"input": [tensor(0.3, grad=False)], "output": [tensor(0.4, grad=False)]},
+        "Tensor.mul_.0.forward": call([w, number(0.99)], [tensor(weight * 0.99)]),
+    }  # fmt: skip
+    construct = {
+        "Functional.linear.0.forward": "Module.fc.Linear.forward.0",
+        "Module.fc.Linear.forward.0": None,
+        "Functional.linear.0.backward": "Module.fc.Linear.backward.0",
+        "Module.fc.Linear.backward.0": None,
+        "Tensor.mul_.0.forward": "optimizer",
+    }
+    return data, construct
+
+
+def test_calls_run_in_order_with_phases_and_gradients_where_they_arrive(tmp_path):
+    data, construct = module_run()
+    calls = calls_of(read_dump(write(tmp_path / "run", data, construct)))
+    names = [c.name for c in calls]
+    # dump.json lists the gradients beside the forward; they arrive after the module's backward entry
+    assert names.index("Module.fc.Linear.parameters_grad") == names.index("Module.fc.Linear.backward.0") + 1
+    phases = {c.name: c.phase for c in calls}
+    assert phases["Module.fc.Linear.parameters_grad"] == BACKWARD and phases["Tensor.mul_.0.forward"] == OPTIMIZER
+    assert {c.name: c.module for c in calls}["Functional.linear.0.forward"] == "fc"
+
+
+def test_a_module_whose_weights_differ_is_named_by_path(tmp_path):
+    ours, construct = module_run(weight=0.7)
+    theirs, _ = module_run()
+    found = pair(tmp_path, ours, theirs, construct)
+    assert (found.module, found.api, found.cause) == ("fc", "Functional.linear.0.forward", "weights")
+    assert "the weights of fc differ" in found.line()
+
+
+def test_only_the_gradient_differing_is_the_backward(tmp_path):
+    ours, construct = module_run(grad_scale=1.5)
+    theirs, _ = module_run()
+    found = pair(tmp_path, ours, theirs, construct)
+    assert (found.module, found.phase, found.cause) == ("fc", "backward", "backward")
+
+
+def test_an_optimizer_argument_is_the_optimizer_step_of_the_module_it_updates(tmp_path):
+    ours, construct = module_run()
+    theirs, _ = module_run()
+    ours["Tensor.mul_.0.forward"] = call([tensor(0.1), number(0.98)], [tensor(0.1 * 0.98)])
+    found = pair(tmp_path, ours, theirs, construct)
+    assert (found.phase, found.cause, found.module) == ("optimizer", "optimizer", "fc")
+
+
+def test_weights_that_differ_after_an_undumped_optimizer_step_blame_it(tmp_path):
+    plain, construct = module_run()
+    del plain["Tensor.mul_.0.forward"]  # level L0 style: no optimizer calls dumped
+    for run, weight in (("ours", 0.7), ("theirs", 0.1)):
+        write(tmp_path / run / "step0" / "rank", plain, construct)
+        later, _ = module_run(weight=weight)
+        del later["Tensor.mul_.0.forward"]
+        write(tmp_path / run / "step1" / "rank", later, construct)
+    found = diagnose_runs(tmp_path / "ours", tmp_path / "theirs")
+    assert (found.step, found.phase, found.cause, found.module) == (0, "optimizer", "optimizer", "fc")
+    assert "step 1's parameters of fc differ" in found.detail
+
+
+def test_a_rank_diverging_alone_is_named_as_such(tmp_path):
+    reduce = {"Distributed.all_reduce.0.forward": call([tensor(0.6, grad=False)], [None])}
+    after = {"Tensor.__itruediv__.0.forward": call([tensor(0.7, grad=False), number(2.0)], [tensor(0.35, grad=False)])}
+    for run in ("ours", "theirs"):
+        for rank in (0, 1):
+            changed = run == "ours" and rank == 1
+            data = chain(w=tensor(0.7), h=tensor(9.0), g=tensor(9.5), y=tensor(9.9)) if changed else chain()
+            received = tensor(0.8 if run == "ours" else 0.7, grad=False)  # what all_reduce wrote in place
+            divided = {"Tensor.__itruediv__.0.forward": call([received, number(2.0)], [tensor(0.4, grad=False)])}
+            write(tmp_path / run / "step0" / f"rank{rank}", data | reduce | (divided if run == "ours" else after))
+    found = diagnose_runs(tmp_path / "ours", tmp_path / "theirs")
+    assert (found.rank, found.alone, found.api, found.cause) == (1, True, "Functional.linear.0.forward", "weights")
+    assert "rank 0 follows through Distributed.all_reduce" in found.detail and "rank 1 alone" in found.line()
+
+
+def noisy_chain(calls: int = 6, argument_at: int | None = None) -> tuple[dict, dict]:
+    """Calls each given the last one's output; ours differs by a rounding-sized 1e-3 from the first matmul on,
+    and two calls read the same bit-identical input (two places rounding differently)."""
+    theirs, ours = {}, {}
+    value_t = value_o = tensor(1.0)
+    for index in range(calls):
+        out_t = tensor(2.0 + index)
+        out_o = tensor((2.0 + index) * (1 + 1e-3))
+        args_t = [value_t, tensor(0.1 + index), number(1e-5)]
+        args_o = [value_o, tensor(0.1 + index), number(1e-2 if index == argument_at else 1e-5)]
+        theirs[f"Functional.linear.{index}.forward"] = call(args_t, [out_t])
+        ours[f"Functional.linear.{index}.forward"] = call(args_o, [out_o])
+        value_t, value_o = out_t, out_o
+    side_t, side_o = tensor(1.0), tensor(1.0)  # a second fresh difference: the same input, other bits out
+    theirs["Torch.matmul.0.forward"] = call([side_t, tensor(0.3)], [tensor(5.0)])
+    ours["Torch.matmul.0.forward"] = call([side_o, tensor(0.3)], [tensor(5.0 * (1 + 1e-3))])
+    return ours, theirs
+
+
+def test_rounding_everywhere_with_nothing_standing_out_is_uncertain(tmp_path):
+    ours, theirs = noisy_chain()
+    found = pair(tmp_path, ours, theirs)
+    assert found.verdict == "uncertain" and "rounding explains" in found.detail
+
+
+def test_among_rounding_differences_a_changed_argument_is_still_named(tmp_path):
+    ours, theirs = noisy_chain(argument_at=3)
+    found = pair(tmp_path, ours, theirs)
+    assert (found.verdict, found.api, found.cause, found.confidence) == ("divergence", "Functional.linear.3.forward",
+                                                                         "argument", "high")  # fmt: skip
+
+
+def test_the_first_nonfinite_is_made_not_given(tmp_path):
+    mask = tensor(0.0, grad=False) | {"Min": float("-inf"), "Mean": float("-inf")}
+    data = {
+        "Torch.full.0.forward": call([number(float("-inf"))], [mask]),  # given -inf: not made here
+        "Tensor.__add__.0.forward": call([tensor(1.0), mask], [mask]),  # carries the mask's -inf on
+        "Tensor.__truediv__.0.forward": call([tensor(1.0), tensor(0.0)], [tensor(1.0) | {"Max": float("inf")}]),
+    }
+    found = first_nonfinite(read_dump(write(tmp_path / "run", data)))
+    assert found is not None and found.name == "Tensor.__truediv__.0.forward"
+
+
+def test_dumps_too_large_are_refused_with_words(tmp_path, monkeypatch):
+    from msprobe.core.diagnosis import runs
+
+    folder = write(tmp_path / "run", chain())
+    assert diagnosis_fits(folder, folder) == (True, "")
+    monkeypatch.setattr(runs, "MAX_DIAGNOSED_BYTES", 10)
+    fits, words = diagnosis_fits(folder, folder)
+    assert not fits and "not diagnosed" in words
+
+
+@pytest.mark.parametrize("mode", ["md5", "xor"])
+def test_checksums_decide_sameness_exactly(tmp_path, mode):
+    theirs = chain()
+    ours = json.loads(json.dumps(theirs))
+    for data in (ours, theirs):
+        for entry in data.values():
+            for value in entry["output"]:
+                value["md5"] = "00000001"
+    ours["Functional.linear.1.forward"]["output"][0]["md5"] = "00000002"  # same statistics, other bits
+    found = pair(tmp_path, ours, theirs)
+    assert (found.verdict, found.api) == ("divergence", "Functional.linear.1.forward")
