@@ -234,3 +234,46 @@ def test_a_damaged_dump_names_its_file(tmp_path):
         build_store(tmp_path / "dump", tmp_path / "store")
     with pytest.raises(UsageError, match="format 'xml'"):
         build_store(tmp_path / "dump", tmp_path / "store", data_format="xml")
+
+
+def test_trend_names_where_the_inf_is_made_in_the_order_calls_ran(tmp_path):
+    """Three Linear layers, then a division by zero after the last: its output is the first inf made, and every
+    gradient is inf or nan after it. dump.json lists layers.0's parameter gradients beside its forward entry,
+    before the division; in call order they arrive in the backward, after it."""
+    import torch
+
+    from msprobe.core.diagnosis import first_nonfinite
+    from msprobe.core.dump.reader import read_dump
+    from msprobe.pytorch import PrecisionDebugger
+
+    class Layers(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    torch.manual_seed(0)
+    model = Layers()
+    debugger = PrecisionDebugger(task="statistics", level="mix", dump_path=str(tmp_path / "dump"), model=model)
+    debugger.start()
+    h = model(torch.randn(2, 4))
+    (h / torch.zeros_like(h)).sum().backward()
+    debugger.stop()
+    debugger.step()
+    folder = tmp_path / "dump" / "step0" / "rank"
+    listed = list(json.loads((folder / "dump.json").read_text())["data"])
+    grads = next(name for name in listed if name.endswith(".0.Linear.parameters_grad"))
+    assert listed.index(grads) < listed.index("Tensor.__truediv__.0.forward")  # where dump.json has it
+    build_store(tmp_path / "dump", tmp_path / "store")
+    seq = run_query(tmp_path / "store", "SELECT name, min(seq) AS seq FROM stats GROUP BY name").set_index("name")[
+        "seq"
+    ]
+    backward = next(name for name in listed if name.endswith(".0.Linear.backward.0"))
+    assert seq[grads] > seq[backward] > seq["Tensor.__truediv__.0.forward"]  # where the gradients arrive
+    summary = write_trend(tmp_path / "store", tmp_path / "trend.html", ".*")
+    assert summary.nonfinite.name == "Tensor.__truediv__.0.forward" and summary.nonfinite.io == "output"
+    assert summary.nonfinite.name == first_nonfinite(read_dump(folder)).name  # the flight recorder's rule

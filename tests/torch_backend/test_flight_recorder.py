@@ -225,3 +225,45 @@ def test_the_per_call_path_in_c_records_the_window_and_hands_over_the_first_nan(
     assert (first["api"], first["step"]) == ("Torch.log.0.forward", 7)  # the inf comes from log(0) at step 7
     assert steps == found["python"][0]  # the same entries either way
     assert first == found["python"][1]
+
+
+def test_a_loss_spike_that_lasts_is_one_event(tmp_path):
+    """Every loss from step 4 on is nan: the loss-spike trigger fires at step 4 only, not again at 5, 6 and 7;
+    a normal loss ends the event, and the next spike is a new one."""
+    nan = float("nan")
+    losses = [1.0, 1.0, 1.0, 1.0, nan, nan, nan, 1.0, 9.0]
+    dump = _train(tmp_path, 9, {"window": 2, "triggers": ["loss_spike"]}, nan_at=99, losses=losses)
+    fired = [t["step"] for t in _report(dump)["triggers"]]
+    assert fired == [4, 8]
+
+
+def test_the_loss_given_as_a_tensor_that_needs_a_gradient_gives_no_warning(tmp_path):
+    import warnings
+
+    torch.manual_seed(0)
+    model = Net()
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"task": "flight_recorder", "level": "L1", "dump_path": str(tmp_path / "dump")}))
+    debugger = PrecisionDebugger(config_path=str(config), model=model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            debugger.start()
+            loss = model(torch.randn(2, 4), torch.tensor(1.0))
+            loss.backward()
+            debugger.stop()
+            debugger.step(loss=loss)  # as docs/first_divergence.md shows it
+    assert loss.requires_grad
+    assert not [w for w in caught if "requires_grad" in str(w.message)], [str(w.message) for w in caught]
+
+
+def test_the_report_names_the_call_the_diagnosis_names(tmp_path):
+    from msprobe.core.diagnosis import first_nonfinite
+
+    dump = _train(tmp_path, 8, {"window": 3}, level="mix")
+    report = _report(dump)["first_nonfinite"]
+    made = first_nonfinite(read_dump(dump / "step7" / "rank"))
+    assert made is not None and (report["api"], report["module"]) == (made.name, made.module) == (
+        "Torch.log.0.forward",
+        None,
+    )
