@@ -75,8 +75,9 @@ def test_an_injected_difference_is_found(tmp_path, mappings):
         mappings=mappings,
     )
     assert summary.verdict == "SUSPICIOUS"
-    assert summary.advice.node == "Cell.head.Dense.forward.0"
-    assert "inputs already differ" in summary.advice.cause  # the activation between the cells changed
+    # the activation between the cells changed, and no dumped call (level L0) made head's input
+    assert (summary.diagnosis.api, summary.diagnosis.cause) == ("Cell.head.Dense.forward.0", "data")
+    assert "no dumped call made it" in summary.diagnosis.detail
 
 
 def graph_compare(tmp_path, ms_dump):
@@ -98,5 +99,5 @@ def test_graph_pairs_cells_with_modules_across_frameworks(tmp_path):
 def test_graph_points_at_the_cell_after_a_changed_activation(tmp_path):
     summary, vis = graph_compare(tmp_path, dump(tmp_path / "ms", mint.tanh))
     assert summary.first_suspect == "Cell.head.Dense.forward.0"
-    assert "first suspect node: Cell.head.Dense.forward.0" in summary.line()
+    assert "the runs part ways at Cell.head.Dense.forward.0" in summary.line()
     assert vis["NPU"]["node"]["Cell.norm.LayerNorm.forward.0"]["data"]["precision_index"] < 0.2

@@ -157,7 +157,7 @@ def _value(path: str, leaf: Any) -> Value:
         return Value(
             path,
             True,
-            str(get("dtype")),
+            _dtype(get("dtype")),
             tuple(shape) if type(shape) is list else None,
             stats,
             checksum if type(checksum) is str else None,
@@ -167,6 +167,12 @@ def _value(path: str, leaf: Any) -> Value:
     if isinstance(leaf, dict) and "type" in leaf:
         return Value(path, False, literal=_literal(leaf))
     return Value(path, False, literal=leaf)
+
+
+def _dtype(text: Any) -> str:
+    """One name per dtype, whichever framework wrote it: ``torch.float32``, MindSpore's ``Float32`` -> float32."""
+    name = str(text)
+    return name[len("torch.") :].lower() if name.startswith("torch.") else name.lower()
 
 
 def _literal(leaf: dict) -> Any:

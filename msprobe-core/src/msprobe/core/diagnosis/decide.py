@@ -108,8 +108,9 @@ class PairAnalysis:
             if not lenient:
                 difference.arguments.append((path, None, _shown(their_inputs[path])))
         their_params = {value.path: value for value in theirs.params}
-        for value in ours.params:
-            other = their_params.get(value.path)
+        by_order = len(ours.params) == len(theirs.params)  # across frameworks: gamma and beta for weight and bias
+        for position, value in enumerate(ours.params):
+            other = their_params.get(value.path) or (theirs.params[position] if by_order else None)
             if other is None or not same(value, other):
                 difference.params.append(value)
                 measured = error(value, other) if other is not None else None
@@ -400,7 +401,7 @@ def _because(analysis: PairAnalysis, call: Call, difference: Difference) -> Diag
         if enclosing is not None:
             words = f"in its own code, between its submodules: {call.name} is given inputs no dumped call made"
             return _answer(enclosing, "computation", words, enclosing.module)
-        return _answer(call, "data", _inputs(difference.inputs), module)
+        return _answer(call, "data", _data_words(difference.inputs), module)
     hidden = _inside(analysis, call) or _upstream(analysis, call)
     if hidden is None and _returns_other_dtype(analysis, call):
         return _answer(call, "computation", _dtype_words(call, partner), module)
@@ -574,6 +575,10 @@ def _argument_name(path: str) -> str:
     return path
 
 
+def _data_words(values: list[Value]) -> str:
+    return f"{_inputs(values)}: no dumped call made it (the data, or code no dump records outside every module)"
+
+
 def _inputs(values: list[Value]) -> str:
     return ", ".join(_argument_name(value.path) for value in values[:3])
 
@@ -726,9 +731,13 @@ def _evidence(
         return explain(analysis, call)
     # after a step already noisy, state carried over (a norm's running statistics) differs too: only data that
     # is not finite then counts
-    leaves = [value for value in difference.inputs if analysis.is_data(call, value) and (settled or not value.finite)]
+    leaves = [
+        value
+        for value in difference.inputs
+        if analysis.is_data(call, value) and (settled or not value.finite) and _beyond(analysis, call, value, threshold)
+    ]
     if leaves:
-        return _answer(call, "data", _inputs(leaves), _module_of(analysis, call))
+        return _answer(call, "data", _data_words(leaves), _module_of(analysis, call))
     changed = [a for a in difference.arguments if a[1] is not None and a[2] is not None]
     if changed:
         return _answer(call, "argument", _arguments(changed), _module_of(analysis, call))
@@ -749,6 +758,15 @@ def _evidence(
     if call.kind == "grads":
         return _gradient_made_by_extra(analysis, call)
     return None
+
+
+def _beyond(analysis: PairAnalysis, call: Call, value: Value, threshold: float) -> bool:
+    """The input differs from the benchmark's by more than ``threshold`` (or by what no distance measures):
+    an input no dumped call made, but only rounding apart, is an undumped computation's output, not new data."""
+    partner = analysis.pairing.of(call)
+    other = next((v for v in partner.inputs if v.path == value.path), None) if partner else None
+    error = analysis.comparer.error(value, other) if other is not None else None
+    return error is None or error > threshold
 
 
 def _module_of(analysis: PairAnalysis, call: Call) -> str | None:
