@@ -116,7 +116,7 @@ def test_a_cast_no_dump_records_is_named_at_the_call_given_it(tmp_path):
     ours["Functional.linear.1.forward"]["input_args"][0] = cast
     found = pair(tmp_path, ours, chain())
     assert (found.api, found.cause) == ("Functional.linear.1.forward", "calls")
-    assert "torch.bfloat16 where the benchmark's are torch.float32" in found.detail
+    assert "bfloat16 where the benchmark's are float32" in found.detail
 
 
 def test_changed_data_is_named_at_the_first_call_reading_it(tmp_path):

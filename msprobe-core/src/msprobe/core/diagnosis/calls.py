@@ -169,10 +169,18 @@ def _value(path: str, leaf: Any) -> Value:
     return Value(path, False, literal=leaf)
 
 
+_DTYPES: dict[Any, str] = {}
+
+
 def _dtype(text: Any) -> str:
     """One name per dtype, whichever framework wrote it: ``torch.float32``, MindSpore's ``Float32`` -> float32."""
-    name = str(text)
-    return name[len("torch.") :].lower() if name.startswith("torch.") else name.lower()
+    found = _DTYPES.get(text)
+    if found is None:
+        name = str(text)
+        found = name[len("torch.") :].lower() if name.startswith("torch.") else name.lower()
+        if len(_DTYPES) < 256 and isinstance(text, str):  # a hostile dump's made-up names are not kept
+            _DTYPES[text] = found
+    return found
 
 
 def _literal(leaf: dict) -> Any:
@@ -192,15 +200,19 @@ def _literal(leaf: dict) -> Any:
 def _walk(value: Any, path: str, out: list[Value], depth: int = 0) -> None:
     if depth > 32:
         return
-    if isinstance(value, dict):
-        if isinstance(value.get("type"), str):
+    kind = type(value)
+    if kind is list:
+        for index, item in enumerate(value):
+            if type(item) is dict and type(item.get("type")) is str:  # the commonest: a list of summaries
+                out.append(_value(f"{path}.{index}", item))
+            else:
+                _walk(item, f"{path}.{index}", out, depth + 1)
+    elif kind is dict:
+        if type(value.get("type")) is str:
             out.append(_value(path, value))
             return
         for key, item in value.items():
             _walk(item, f"{path}.{key}", out, depth + 1)
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            _walk(item, f"{path}.{index}", out, depth + 1)
     else:
         out.append(_value(path, value))
 

@@ -77,6 +77,24 @@ class PairAnalysis:
         self.judged_kind = "api" if any(c.kind == "api" and c.phase == FORWARD for c in ours) else "module"
         self.first_backward = next((call.order for call in ours if call.phase == BACKWARD), len(ours))
 
+    @classmethod
+    def identical(cls, dump: Any) -> PairAnalysis:
+        """Two dumps found equal entry for entry without reading their calls: nothing differs, nothing pairs
+        apart; the calls are read only if asked for (``calls``)."""
+        analysis = cls.__new__(cls)
+        analysis.ours, analysis.theirs, analysis.pairing = [], [], Pairing()
+        analysis.extra, analysis.missing, analysis.unpaired = set(), set(), 0
+        analysis._dump = dump
+        return analysis
+
+    def calls(self) -> list[Call]:
+        """This run's calls in order (read now for dumps found identical whole)."""
+        if not self.ours and getattr(self, "_dump", None) is not None:
+            from msprobe.core.diagnosis.calls import calls_of
+
+            self.ours = calls_of(self._dump)
+        return self.ours
+
     # -- what differs ----------------------------------------------------------------------------------
     def difference(self, call: Call) -> Difference:
         found = self._differences.get(call.order)
