@@ -652,6 +652,81 @@ GPT_FAULTS = [
 ]  # fmt: skip
 
 
+# -- three more zoo models, their faults first written as a held-out set (run before any rule was fitted) ----------
+
+
+def _used_embedding_row(path: str, amount: float) -> Callable[[Setup], None]:
+    """One element of the embedding row of the first token of step 0's batch: a row the forward reads."""
+
+    def apply(setup: Setup) -> None:
+        token = int(setup.batch(0)[0, 0])
+        with torch.no_grad():
+            setup.model.get_parameter(path)[token, 5] += amount
+
+    return apply
+
+
+def _recurrent_input_scaled(self: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    x, _ = self.lstm(self.embed(tokens) * 1.5)
+    x, _ = self.gru(x)
+    return self.head(x)
+
+
+V = "vit.layers"
+T = "encoder.block.0.layer"
+MORE = [
+    Fault("vit.weight", "vit", "weights", _nudge(f"{V}.1.mlp.fc2.weight", (3, 9), 0.4),
+          Expect(f"{V}.1.mlp.fc2", "Functional.linear")),
+    Fault("vit.patch_weight", "vit", "weights",
+          _nudge("vit.embeddings.patch_embeddings.projection.weight", (0, 0, 1, 1), 0.4),
+          Expect("vit.embeddings.patch_embeddings.projection", "Functional.conv2d")),
+    Fault("vit.pixel", "vit", "data", _batch(_pixel(0, 5.0)),
+          Expect("vit.embeddings.patch_embeddings.projection", "Functional.conv2d")),
+    Fault("vit.ln_eps", "vit", "argument", _set(f"{V}.0.layernorm_after", "eps", 1e-2),
+          Expect(f"{V}.0.layernorm_after", "Functional.layer_norm")),
+    Fault("vit.gelu_to_relu", "vit", "swapped_op", _replace(f"{V}.0.mlp.activation_fn", nn.ReLU),
+          Expect(f"{V}.0.mlp.activation_fn", "Functional.relu")),
+    Fault("vit.attention_scale", "vit", "scale", _scale_attribute(f"{V}.1.attention", "scaling", 3.0),
+          Expect(f"{V}.1.attention", "Tensor.__mul__")),
+    Fault("vit.fc1_bfloat16", "vit", "precision", _forward(f"{V}.1.mlp.fc1", _o_proj_bfloat16),
+          Expect(f"{V}.1.mlp.fc1", "Functional.linear")),
+    Fault("vit.v_gradient", "vit", "backward", _gradient_scaled(f"{V}.0.attention.v_proj.weight", 2.0),
+          Expect(f"{V}.0.attention.v_proj", None, "backward")),
+    Fault("vit.classifier_lr", "vit", "optimizer", _optimizer(_head_group("classifier", lr=5e-3)),
+          Expect("classifier", "Tensor.mul_", "optimizer")),
+    Fault("vit.overflow_made_step1", "vit", "nan", _at_step(1, _scaled(f"{V}.1.mlp.fc1.weight", 1e38)),
+          Expect(f"{V}.1.mlp.fc1", "Functional.linear", step=1)),
+    Fault("vit.control_same", "vit", "control", None, None),
+    Fault("t5.weight", "t5", "weights", _nudge("decoder.block.0.layer.2.DenseReluDense.wi.weight", (4, 4), 0.5),
+          Expect("decoder.block.0.layer.2.DenseReluDense.wi", "Functional.linear")),
+    Fault("t5.data", "t5", "data", _batch(_token(0, 0, 1)), Expect(None, "Tensor.__getitem__")),
+    Fault("t5.rms_eps", "t5", "argument", _set(f"{T}.1.layer_norm", "variance_epsilon", 1e-2),
+          Expect(f"{T}.1.layer_norm", "Tensor.__add__")),
+    Fault("t5.relu_to_gelu", "t5", "swapped_op", _replace(f"{T}.1.DenseReluDense.act", nn.GELU),
+          Expect(f"{T}.1.DenseReluDense.act", "Functional.gelu")),
+    Fault("t5.o_autocast", "t5", "precision", _autocast("decoder.block.0.layer.0.SelfAttention.o"),
+          Expect("decoder.block.0.layer.0.SelfAttention.o", "Functional.linear")),
+    Fault("t5.q_gradient", "t5", "backward", _gradient_scaled(f"{T}.0.SelfAttention.q.weight", 1.7),
+          Expect(f"{T}.0.SelfAttention.q", None, "backward")),
+    # the tied embedding (shared) is first used by encoder.embed_tokens: its module, in call order
+    Fault("t5.weight_decay", "t5", "optimizer", _optimizer(_all(weight_decay=0.3)),
+          Expect("encoder.embed_tokens", "Tensor.mul_", "optimizer")),
+    Fault("t5.control_same", "t5", "control", None, None),
+    Fault("recurrent.head_weight", "recurrent", "weights", _nudge("head.weight", (2, 2), 0.5),
+          Expect("head", "Functional.linear")),
+    Fault("recurrent.embed_weight", "recurrent", "weights", _used_embedding_row("embed.weight", 0.5),
+          Expect("embed", "Functional.embedding")),
+    Fault("recurrent.input_scaled", "recurrent", "scale", _forward("", _recurrent_input_scaled),
+          Expect(None, "Tensor.__mul__")),
+    Fault("recurrent.data", "recurrent", "data", _batch(_token(0, 0, 1)), Expect(None, "Tensor.__getitem__")),
+    Fault("recurrent.lr", "recurrent", "optimizer", _optimizer(_all(lr=4e-3)),
+          Expect("embed", "Tensor.mul_", "optimizer")),
+    Fault("recurrent.head_gradient", "recurrent", "backward", _gradient_scaled("head.weight", 1.5),
+          Expect("head", None, "backward")),
+    Fault("recurrent.control_same", "recurrent", "control", None, None),
+]  # fmt: skip
+
+
 # -- data parallel: two processes, gradients averaged by all_reduce -----------------------------------------------
 
 RANKS = [
@@ -662,7 +737,7 @@ RANKS = [
     Fault("ranks.control_same", "attention", "control", None, None, world=2),
 ]  # fmt: skip
 
-FAULTS: list[Fault] = ATTENTION + CNN + MOE + LLAMA + BERT + GPT_FAULTS + RANKS
+FAULTS: list[Fault] = ATTENTION + CNN + MOE + LLAMA + BERT + GPT_FAULTS + MORE + RANKS
 ARCHS = sorted({fault.arch for fault in FAULTS})
 
 

@@ -35,6 +35,7 @@ from msprobe.core.diagnosis.calls import BACKWARD, FORWARD, OPTIMIZER, Call, Val
 from msprobe.core.diagnosis.nonfinite import makes_nonfinite
 from msprobe.core.diagnosis.values import ValueComparer
 
+FAR_OFF = 10.0  # outputs this far off (relative), from inputs far closer, are no rounding
 SYSTEMATIC = 3  # calls given cast inputs: from this many on, the casts are the run's precision, not a fault
 ROUNDING = 0.05  # a first difference larger than this (relative) is no rounding, whatever follows it
 AMPLIFICATION = 8.0  # a call whose error exceeds this many times the error it was given stands out
@@ -356,7 +357,10 @@ def _in_phase_words(found: Diagnosis) -> Diagnosis:
     optimizer step's; what differs there is kept in the detail. An extra or missing call stays itself."""
     if found.verdict != DIVERGENCE or found.cause in ("backward", "optimizer"):
         return found
-    if found.phase == BACKWARD and found.cause != "calls":
+    if found.cause == "weights" and found.phase != FORWARD:
+        # weights that differ although the forward agreed: no forward call read the values that differ
+        found.detail = _join(found.detail, f"first read in the {found.phase}: no forward call read what differs")
+    elif found.phase == BACKWARD and found.cause != "calls":
         found.detail = _join(found.detail, CAUSE_WORDS.get(found.cause or "", ""))
         found.cause = "backward"
     elif found.phase == OPTIMIZER:
@@ -729,7 +733,8 @@ def _evidence(
     analysis: PairAnalysis, call: Call, threshold: float, settled: bool, casts: bool = True
 ) -> Diagnosis | None:
     """What rounding cannot explain at ``call``: a weight (any difference in a settled step, where the weights
-    start equal; else only a non-finite one), a first inf or nan, an argument, a cast, a value an extra or a
+    start equal; else a non-finite one, or one ``FAR_OFF`` that puts the outputs as far off), a first inf or
+    nan, outputs far out of proportion to what the call was given, an argument, a cast, a value an extra or a
     missing call changed by more than ``threshold``."""
     difference = analysis.difference(call)
     partner = analysis.pairing.of(call)
@@ -740,12 +745,19 @@ def _evidence(
         is_param = value.path.startswith("parameters.") or owner or analysis.is_parameter(call, value)
         if other is not None and other.dtype != value.dtype:
             continue  # a cast, not another weight: the cast rule below decides
-        if is_param and (settled or (not value.finite and other is not None and other.finite)):
+        error = analysis.comparer.error(value, other) if other is not None else None
+        # a weight far off, whose forward call's outputs are far off too (a weight the benchmark holds near
+        # zero, such as a bias Adam moved by rounding alone, is far off relatively and changes no output much)
+        far = call.phase == FORWARD and _far(error) and _far(difference.output_error)
+        broken = other is not None and ((not value.finite and other.finite) or far)
+        if is_param and (settled or broken):
             found = _answer(call, "weights", _argument_name(value.path), owner or call.module)
-            found.error = analysis.comparer.error(value, other) if other is not None else None
+            found.error = error
             found.nonfinite = not value.finite
             return found
     if makes_nonfinite(call) and partner is not None and all(v.finite for v in partner.outputs):
+        return explain(analysis, call)
+    if call.phase == FORWARD and _far_out_of_proportion(difference):
         return explain(analysis, call)
     # after a step already noisy, state carried over (a norm's running statistics) differs too: only data that
     # is not finite then counts
@@ -776,6 +788,19 @@ def _evidence(
     if call.kind == "grads":
         return _gradient_made_by_extra(analysis, call)
     return None
+
+
+def _far(error: float | None) -> bool:
+    return error is not None and math.isfinite(error) and error > FAR_OFF
+
+
+def _far_out_of_proportion(difference: Difference) -> bool:
+    """Outputs more than ``FAR_OFF`` (relative) from the benchmark's, and ``AMPLIFICATION`` times further than
+    what the call was given: no rounding does that (a weight scaled a thousandfold, a scale gone wrong)."""
+    error = difference.output_error
+    if error is None or not math.isfinite(error) or error <= FAR_OFF:
+        return False
+    return error > AMPLIFICATION * difference.input_error
 
 
 def _beyond(analysis: PairAnalysis, call: Call, value: Value, threshold: float) -> bool:

@@ -11,6 +11,7 @@ rounding does not explain (an argument, a call, the data, a weight far off, a fi
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ import numpy as np
 from msprobe.core.diagnosis.align import pair_calls
 from msprobe.core.diagnosis.answer import DIVERGENCE, NONE, UNCERTAIN, Diagnosis
 from msprobe.core.diagnosis.calls import OPTIMIZER, PHASES, Call, Value, calls_of
-from msprobe.core.diagnosis.decide import PairAnalysis, decide, no_divergence_words
+from msprobe.core.diagnosis.decide import FAR_OFF, PairAnalysis, decide, no_divergence_words
 from msprobe.core.diagnosis.values import ValueComparer
 from msprobe.core.dump.layout import dump_folders, label_number
 from msprobe.core.dump.reader import Dump, read_dump
@@ -134,7 +135,8 @@ def _exact_evidence(found: Diagnosis) -> bool:
         return False
     if found.nonfinite or found.cause in ("argument", "calls", "data"):
         return True
-    return False
+    error = found.error
+    return found.cause == "weights" and error is not None and math.isfinite(error) and error > FAR_OFF
 
 
 def diagnose_runs(npu_root: str | Path, bench_root: str | Path, translate: Translate | None = None) -> Diagnosis:
