@@ -77,7 +77,7 @@ def test_an_injected_difference_is_found(tmp_path, mappings):
     assert summary.verdict == "SUSPICIOUS"
     # the activation between the cells changed, and no dumped call (level L0) made head's input
     assert (summary.diagnosis.api, summary.diagnosis.cause) == ("Cell.head.Dense.forward.0", "data")
-    assert "no dumped call made it" in summary.diagnosis.detail
+    assert "no dumped call made" in summary.diagnosis.detail
 
 
 def graph_compare(tmp_path, ms_dump):

@@ -25,7 +25,7 @@ from msprobe.core.compare.mapping import NameMapper
 from msprobe.core.compare.report import timestamp, write_result, write_text
 from msprobe.core.config import config_error_from_validation
 from msprobe.core.diagnosis import DIVERGENCE, NONE, Diagnosis, diagnose_dumps, diagnose_runs, diagnosis_fits
-from msprobe.core.diagnosis.runs import step_and_rank_of
+from msprobe.core.diagnosis.runs import COMPARE_DIAGNOSED_BYTES, step_and_rank_of
 from msprobe.core.dump.reader import read_dump
 from msprobe.core.errors import DataFileError, MsprobeError
 from msprobe.core.jobs import Engine, run_jobs
@@ -229,7 +229,7 @@ def _compare_pair(
 def _diagnose(npu_json: Path, bench_json: Path, npu: Any, bench: Any, translate: Any) -> Diagnosis:
     """Where the two dumps part ways (msprobe.core.diagnosis); dumps too large for it get an answer that says
     so rather than none."""
-    fits, why = diagnosis_fits(npu_json, bench_json)
+    fits, why = diagnosis_fits(npu_json, bench_json, limit=COMPARE_DIAGNOSED_BYTES)
     if not fits:
         return Diagnosis("uncertain", detail=why, confidence="low")
     if npu is None or bench is None:

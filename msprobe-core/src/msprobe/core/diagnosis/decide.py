@@ -216,6 +216,10 @@ class PairAnalysis:
         call of either run made."""
         if self.has_modules or call.phase != FORWARD or not value.requires_grad:
             return False
+        return self.made_by_no_call(call, value)
+
+    def made_by_no_call(self, call: Call, value: Value) -> bool:
+        """No earlier call of either run returned this input (or the benchmark's at its place)."""
         if self.producers("ours", value, call.order):
             return False
         partner = self.pairing.of(call)
@@ -262,11 +266,7 @@ class PairAnalysis:
         """An input no call of either run made, that is no parameter and needs no gradient: the data."""
         if call.phase != FORWARD or value.requires_grad or self.owners.get(value.fingerprint()):
             return False
-        if self.producers("ours", value, call.order):
-            return False
-        partner = self.pairing.of(call)
-        theirs = next((v for v in partner.inputs if v.path == value.path), None) if partner else None
-        return theirs is not None and not self.producers("theirs", theirs, partner.order)
+        return self.made_by_no_call(call, value)
 
     def owner(self, call: Call) -> str | None:
         """The module whose parameter (or parameter gradient) one of the call's inputs is."""
@@ -423,7 +423,7 @@ def _because(analysis: PairAnalysis, call: Call, difference: Difference) -> Diag
         if enclosing is not None:
             words = f"in its own code, between its submodules: {call.name} is given inputs no dumped call made"
             return _answer(enclosing, "computation", words, enclosing.module)
-        return _answer(call, "data", _data_words(difference.inputs), module)
+        return _answer(call, "data", _data_words(analysis, difference.inputs), module)
     hidden = _inside(analysis, call) or _upstream(analysis, call)
     if hidden is None and _returns_other_dtype(analysis, call):
         return _answer(call, "computation", _dtype_words(call, partner), module)
@@ -597,8 +597,13 @@ def _argument_name(path: str) -> str:
     return path
 
 
-def _data_words(values: list[Value]) -> str:
-    return f"{_inputs(values)}: no dumped call made it (the data, or code no dump records outside every module)"
+def _data_words(analysis: PairAnalysis, values: list[Value]) -> str:
+    """The inputs no dumped call made; in a dump of modules alone (L0) they may also come from code between
+    the modules."""
+    words = f"{_inputs(values)}, which no dumped call made"
+    if analysis.judged_kind == "module":
+        words += "; the data, or code outside every module that no dump records"
+    return words
 
 
 def _inputs(values: list[Value]) -> str:
@@ -767,7 +772,7 @@ def _evidence(
         if analysis.is_data(call, value) and (settled or not value.finite) and _beyond(analysis, call, value, threshold)
     ]
     if leaves:
-        return _answer(call, "data", _data_words(leaves), _module_of(analysis, call))
+        return _answer(call, "data", _data_words(analysis, leaves), _module_of(analysis, call))
     changed = [a for a in difference.arguments if a[1] is not None and a[2] is not None]
     if changed:
         return _answer(call, "argument", _arguments(changed), _module_of(analysis, call))

@@ -29,8 +29,10 @@ from msprobe.core.dump.writer import JOURNAL_NAME
 
 logger = logging.getLogger(__name__)
 
-# dump.json bytes (both runs together) the diagnosis reads into memory; it holds about eight times as much
+# dump.json bytes (both runs together) the diagnosis reads into memory; it holds about eight times as much. A
+# compare diagnoses on its own up to the size it starts to stream at; asked for (--first-divergence), up to more
 MAX_DIAGNOSED_BYTES = 512 * 1024 * 1024
+COMPARE_DIAGNOSED_BYTES = 64 * 1024 * 1024
 
 Translate = Callable[[str], str]
 
@@ -55,9 +57,10 @@ def _arrays(npu: Dump, bench: Dump) -> Callable[[str, Value], np.ndarray | None]
     return load
 
 
-def diagnosis_fits(*paths: Path) -> tuple[bool, str]:
-    """Whether the dumps at ``paths`` (dump.json files or their folders) are small enough to diagnose, and the
-    words to say when they are not."""
+def diagnosis_fits(*paths: Path, limit: int | None = None) -> tuple[bool, str]:
+    """Whether the dumps at ``paths`` (dump.json files or their folders) are small enough to diagnose (within
+    ``limit`` bytes of dump.json, ``MAX_DIAGNOSED_BYTES`` by default), and the words to say when they are not."""
+    limit = MAX_DIAGNOSED_BYTES if limit is None else limit
     size = 0
     for path in paths:
         folder = path if path.is_dir() else path.parent
@@ -65,12 +68,12 @@ def diagnosis_fits(*paths: Path) -> tuple[bool, str]:
             if (folder / name).exists():
                 size += (folder / name).stat().st_size
                 break
-    if size <= MAX_DIAGNOSED_BYTES:
+    if size <= limit:
         return True, ""
     return False, (
-        f"not diagnosed: the two dump.json files hold {size / 2**20:.0f} MiB, above the "
-        f"{MAX_DIAGNOSED_BYTES / 2**20:.0f} MiB the diagnosis reads into memory; dump fewer steps or ranks, or "
-        "a scope or list, and compare those"
+        f"not diagnosed: the two dump.json files hold {size / 2**20:.0f} MiB, above the {limit / 2**20:.0f} MiB "
+        "this diagnosis reads; ask for it with --first-divergence (up to "
+        f"{MAX_DIAGNOSED_BYTES / 2**20:.0f} MiB), or dump a scope or list and compare that"
     )
 
 
@@ -165,6 +168,9 @@ def diagnose_runs(npu_root: str | Path, bench_root: str | Path, translate: Trans
         analyses: dict[int | None, PairAnalysis] = {}
         uncertain_here: Diagnosis | None = None
         for rank, npu_folder, bench_folder in ranks:
+            fits, why = diagnosis_fits(npu_folder, bench_folder)
+            if not fits:
+                return Diagnosis(UNCERTAIN, step=step, rank=rank, detail=why, confidence="low")
             found, analysis = diagnose_dumps(read_dump(npu_folder), read_dump(bench_folder), translate, noisy is None)
             analyses[rank] = analysis
             compared += found.compared

@@ -109,24 +109,24 @@ def first_nonfinite(connection: Any, statistics: tuple[str, ...]) -> Finding | N
     ).fetchone()
     if made is None:
         return None
-    wanted = " OR ".join(f"NOT isfinite({s})" for s in statistics)
-    row = connection.execute(
-        f"SELECT step, rank, name, io, arg, {', '.join(statistics)} FROM matched "
-        f"WHERE step = $step AND rank = $rank AND name = $name AND io IN ('output', 'parameters_grad') "
-        f"AND ({wanted}) ORDER BY seq LIMIT 1",
-        {"step": made[0], "rank": made[1], "name": made[2]},
-    ).fetchone()
+    row = _nonfinite_output(connection, made, statistics)
     if row is None:  # the inf or nan is in a statistic not asked for: name the call all the same
-        row = connection.execute(
-            f"SELECT step, rank, name, io, arg, {', '.join(STATISTICS)} FROM matched "
-            f"WHERE step = $step AND rank = $rank AND name = $name AND io IN ('output', 'parameters_grad') "
-            f"AND ({condition}) ORDER BY seq LIMIT 1",
-            {"step": made[0], "rank": made[1], "name": made[2]},
-        ).fetchone()
         statistics = STATISTICS
+        row = _nonfinite_output(connection, made, statistics)
     step, rank, name, io, arg, *values = row
     statistic, value = next((s, v) for s, v in zip(statistics, values) if v is not None and not math.isfinite(v))
     return Finding("nonfinite", int(step), int(rank), name, io, arg, statistic, None if math.isnan(value) else value)
+
+
+def _nonfinite_output(connection: Any, call: tuple, statistics: tuple[str, ...]) -> tuple | None:
+    """The first output row of ``call`` (step, rank, name) with an inf or nan among ``statistics``."""
+    wanted = " OR ".join(f"NOT isfinite({s})" for s in statistics)
+    return connection.execute(
+        f"SELECT step, rank, name, io, arg, {', '.join(statistics)} FROM matched "
+        f"WHERE step = $step AND rank = $rank AND name = $name AND io IN ('output', 'parameters_grad') "
+        f"AND ({wanted}) ORDER BY seq LIMIT 1",
+        {"step": call[0], "rank": call[1], "name": call[2]},
+    ).fetchone()
 
 
 def first_jump(connection: Any, statistics: tuple[str, ...], factor: float) -> Finding | None:
