@@ -7,7 +7,9 @@ for W in statistics and tensor mode, and time and peak memory for the
 synthetic dump at several sizes, to show they grow linearly. The synthetic
 sides differ by 0.1% in every statistic, so every cell holds a full-length
 float, as in real results.
-Last, an md5 compare of the largest size (every value differs).
+Last, an md5 compare of the largest size (every value differs). The compare ends with the diagnosis (where the
+runs part ways): its share is printed beside the W compare (against the same compare with -c) and the smaller
+synthetic sizes.
 Targets: W statistics compare <= 1 s wall including start-up; 1,000,000
 synthetic entries (a streamed compare) <= 30 s and <= 2 GB in the largest
 process (docs/performance.md).
@@ -44,16 +46,27 @@ def dump_workload(out: Path, task: str) -> Path:
     return out / "step0" / "rank" / "dump.json"
 
 
-def cli_compare(npu: Path, bench: Path, out: Path) -> float:
+def cli_compare(npu: Path, bench: Path, out: Path, *options: str) -> float:
     out.mkdir(parents=True, exist_ok=True)
     spec = out / "compare.json"
     spec.write_text(json.dumps({"npu_path": str(npu), "bench_path": str(bench)}))
     start = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "msprobe.cli.main", "compare", "-i", str(spec), "-o", str(out / "result")],
+        [sys.executable, "-m", "msprobe.cli.main", "compare", "-i", str(spec), "-o", str(out / "result"), *options],
         check=False,
         capture_output=True,
     )
+    return time.perf_counter() - start
+
+
+def diagnosis_seconds(npu: Path, bench: Path) -> float:
+    """The diagnosis alone (where the runs part ways) on two dumps already read, as the compare runs it."""
+    from msprobe.core.diagnosis import diagnose_dumps
+    from msprobe.core.dump.reader import read_dump
+
+    first, second = read_dump(npu), read_dump(bench)
+    start = time.perf_counter()
+    diagnose_dumps(first, second)
     return time.perf_counter() - start
 
 
@@ -86,6 +99,20 @@ def synthetic(path: Path, entries: int, scale: float = 1.0, md5: bool = False) -
     return path / "dump.json"
 
 
+def synthetic_change(dump_json: Path, folder: Path) -> Path:
+    """``dump_json`` with one statistic of its middle entry changed: a run that parts ways there."""
+    raw = json.loads(dump_json.read_text())
+    names = list(raw["data"])
+    entry = raw["data"][names[len(names) // 2]]
+    for value in entry.get("output", []):
+        if isinstance(value, dict) and "Max" in value:
+            value["Max"] = float(value["Max"]) * 1.5 + 1.0
+            break
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "dump.json").write_text(json.dumps(raw))
+    return folder / "dump.json"
+
+
 def in_process_compare(npu: Path, bench: Path, out: Path) -> tuple[float, float]:
     """Seconds, and the peak memory of the largest process (the compare's helper process included)."""
     code = (
@@ -113,6 +140,11 @@ def main() -> None:
         entries = len(json.loads(npu.read_text())["data"])
         target = "  (target <= 1 s)" if task == "statistics" else ""
         print(f"W {task:<10} {entries} entries: msprobe compare {seconds:.2f} s wall{target}")
+        if task == "statistics":  # the same compare without the diagnosis (-c), and the diagnosis of a change
+            plain = cli_compare(npu, bench, args.out / f"{task}_plain", "-c")
+            changed = synthetic_change(npu, args.out / "W_changed")
+            print(f"W {task:<10} without the diagnosis (-c) {plain:.2f} s: with it {seconds / plain:.2f}x; "
+                  f"the diagnosis of a run with one value changed {diagnosis_seconds(changed, npu):.3f} s")  # fmt: skip
     sizes = sorted({max(args.entries // 100, 1), max(args.entries // 10, 1), args.entries})
     for size in sizes:
         npu = synthetic(args.out / f"syn{size}_a", size)
@@ -123,6 +155,10 @@ def main() -> None:
             f"synthetic {size:>9} entries: {seconds:8.2f} s, peak RSS {megabytes:8.0f} MB, "
             f"{seconds / size * 1e6:6.2f} us/entry{target}"
         )
+        if size < 200_000:  # larger dumps stream, and the compare leaves the diagnosis to --first-divergence
+            diagnosed = diagnosis_seconds(npu, bench)
+            print(f"  of which the diagnosis {diagnosed:.2f} s ({diagnosed / seconds:.0%}), "
+                  f"{diagnosed / size * 1e6:.1f} us/entry")  # fmt: skip
         shutil.rmtree(args.out / f"syn{size}_a")
         shutil.rmtree(args.out / f"syn{size}_b")
     npu = synthetic(args.out / "md5_a", args.entries, md5=True)
