@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 
 from msprobe.core.diagnosis.align import pair_calls
+from msprobe.core.diagnosis.analysis import FAR_OFF, PairAnalysis
 from msprobe.core.diagnosis.answer import DIVERGENCE, NONE, UNCERTAIN, Diagnosis
 from msprobe.core.diagnosis.calls import OPTIMIZER, PHASES, Call, Value, calls_of
-from msprobe.core.diagnosis.decide import FAR_OFF, PairAnalysis, decide, no_divergence_words
+from msprobe.core.diagnosis.decide import decide, no_divergence_words
 from msprobe.core.diagnosis.values import ValueComparer
 from msprobe.core.dump.layout import dump_folders, label_number
 from msprobe.core.dump.reader import Dump, read_dump

@@ -1,0 +1,337 @@
+"""Two runs' calls of one step, paired, and what can be asked of them: what differs in a pair, which call made
+a value (by its summary), which module owns a parameter, where a cast no dump records happened.
+
+The thresholds the rules judge rounding by live here with the data they judge.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from msprobe.core.diagnosis.align import Pairing
+from msprobe.core.diagnosis.calls import BACKWARD, FORWARD, Call, Value
+from msprobe.core.diagnosis.values import ValueComparer
+
+FAR_OFF = 10.0  # outputs this far off (relative), from inputs far closer, are no rounding
+SYSTEMATIC = 3  # calls given cast inputs: from this many on, the casts are the run's precision, not a fault
+ROUNDING = 0.05  # a first difference larger than this (relative) is no rounding, whatever follows it
+AMPLIFICATION = 8.0  # a call whose error exceeds this many times the error it was given stands out
+STANDOUT = 0.02  # ... and is at least this large (relative): below it nothing is out of proportion
+
+
+@dataclass
+class Difference:
+    """What differs between one paired call of the two runs."""
+
+    arguments: list[tuple[str, Any, Any]] = field(default_factory=list)
+    inputs: list[Value] = field(default_factory=list)  # ours
+    params: list[Value] = field(default_factory=list)
+    outputs: list[Value] = field(default_factory=list)
+    input_error: float = 0.0
+    output_error: float | None = 0.0
+
+    @property
+    def any(self) -> bool:
+        return bool(self.arguments or self.inputs or self.params or self.outputs)
+
+
+class PairAnalysis:
+    """Two runs' calls of one step and rank, paired, with what differs in each pair."""
+
+    def __init__(self, ours: list[Call], theirs: list[Call], pairing: Pairing, comparer: ValueComparer):
+        self.ours, self.theirs, self.pairing, self.comparer = ours, theirs, pairing, comparer
+        self.extra = {call.order for call in pairing.extra}
+        self.missing = {call.order for call in pairing.missing}
+        self.unpaired = len(self.extra) + len(self.missing)
+        self._differences: dict[int, Difference] = {}
+        self._producers = {"ours": _producers(ours), "theirs": _producers(theirs)}
+        self.owners = _owners(ours, gradients=False)  # a parameter's summary -> its module
+        self._gradient_owners = _owners(ours, gradients=True)
+        self._forward_names: dict[str, Call] | None = None
+        self._cast_sites: int | None = None
+        self._by_name = {call.name: call for call in ours}
+        self.has_modules = any(call.kind == "module" for call in ours)
+        # the calls whose errors are weighed against each other: the APIs, or the modules of a dump without any
+        self.judged_kind = "api" if any(c.kind == "api" and c.phase == FORWARD for c in ours) else "module"
+        self.first_backward = next((call.order for call in ours if call.phase == BACKWARD), len(ours))
+
+    @classmethod
+    def identical(cls, dump: Any) -> PairAnalysis:
+        """Two dumps found equal entry for entry without reading their calls: nothing differs, nothing pairs
+        apart; the calls are read only if asked for (``calls``)."""
+        analysis = cls.__new__(cls)
+        analysis.ours, analysis.theirs, analysis.pairing = [], [], Pairing()
+        analysis.extra, analysis.missing, analysis.unpaired = set(), set(), 0
+        analysis._dump = dump
+        return analysis
+
+    def calls(self) -> list[Call]:
+        """This run's calls in order (read now for dumps found identical whole)."""
+        if not self.ours and getattr(self, "_dump", None) is not None:
+            from msprobe.core.diagnosis.calls import calls_of
+
+            self.ours = calls_of(self._dump)
+        return self.ours
+
+    # -- what differs ----------------------------------------------------------------------------------
+    def difference(self, call: Call) -> Difference:
+        found = self._differences.get(call.order)
+        if found is None:
+            found = self._differences[call.order] = self._compare(call, self.pairing.of(call))
+        return found
+
+    def _compare(self, ours: Call, theirs: Call) -> Difference:
+        difference = Difference()
+        # a backward entry records what the autograd node behind the output saw, which a different kernel
+        # path (a contiguous or a strided operand) changes in shape and in number: its values are compared
+        # where both runs have one, reshaped
+        lenient = ours.direction == BACKWARD
+        same = self.comparer.same_content if lenient else self.comparer.same
+        error = self.comparer.error
+        their_inputs = {value.path: value for value in theirs.inputs}
+        for value in ours.inputs:
+            other = their_inputs.get(value.path)
+            if other is None and lenient:
+                continue
+            if other is None or not same(value, other):
+                if value.tensor and (other is None or other.tensor):
+                    difference.inputs.append(value)
+                    measured = error(value, other) if other is not None else None
+                    difference.input_error = max(difference.input_error, math.inf if measured is None else measured)
+                else:
+                    difference.arguments.append((value.path, _shown(value), _shown(other)))
+        for path in their_inputs.keys() - {value.path for value in ours.inputs}:
+            if not lenient:
+                difference.arguments.append((path, None, _shown(their_inputs[path])))
+        their_params = {value.path: value for value in theirs.params}
+        by_order = len(ours.params) == len(theirs.params)  # across frameworks: gamma and beta for weight and bias
+        for position, value in enumerate(ours.params):
+            other = their_params.get(value.path) or (theirs.params[position] if by_order else None)
+            if other is None or not same(value, other):
+                difference.params.append(value)
+                measured = error(value, other) if other is not None else None
+                difference.input_error = max(difference.input_error, math.inf if measured is None else measured)
+        their_outputs = {value.path: value for value in theirs.outputs}
+        worst: float | None = 0.0
+        for value in ours.outputs:
+            other = their_outputs.get(value.path)
+            if other is None and lenient:
+                continue
+            if other is None or not same(value, other):
+                difference.outputs.append(value)
+                measured = error(value, other) if other is not None else None
+                worst = None if measured is None or worst is None else max(worst, measured)
+        if len(their_outputs) != len(ours.outputs) and not difference.outputs and not lenient:
+            difference.outputs.extend(ours.outputs[:1])
+            worst = None
+        difference.output_error = worst
+        if difference.inputs and not difference.outputs and _reordered(ours.inputs, theirs.inputs):
+            difference.inputs.clear()  # operands in another order, the same result
+        return difference
+
+    def outputs_differ(self, call: Call) -> bool:
+        return call.order not in self.extra and bool(self.difference(call).outputs)
+
+    # -- where values came from ----------------------------------------------------------------------------
+    def producers(self, side: str, value: Value, before: int) -> list[Call]:
+        """The calls before ``before`` whose output has this value's summary, in call order."""
+        fingerprint = value.fingerprint()
+        if fingerprint is None:
+            return []
+        return [call for call in self._producers[side].get(fingerprint, []) if call.order < before]
+
+    def rewriter(self, ours: Value, theirs: Value, before: int) -> Call | None:
+        """A call of ours, before ``before``, that was given the benchmark's value and returned ours: it turned
+        one into the other (in place, typically)."""
+        wanted, made = theirs.fingerprint(), ours.fingerprint()
+        if wanted is None or made is None:
+            return None
+        for call in reversed(self._producers["ours"].get(made, [])):
+            if call.order < before and any(value.fingerprint() == wanted for value in call.inputs):
+                return call
+        return None
+
+    def equivalent(self, ours: Call, theirs: Call, threshold: float) -> bool:
+        """Two different calls in the same place whose outputs differ no more than what they were given does
+        explain (and at most ``threshold`` beyond it)."""
+
+        def worst(mine: list[Value], other: list[Value]) -> float | None:
+            by_path = {value.path: value for value in other}
+            errors = [self.comparer.error(v, by_path[v.path]) if v.path in by_path else None for v in mine if v.tensor]
+            return None if any(e is None for e in errors) else max(errors, default=0.0)
+
+        if ours.direction == BACKWARD:  # gradients amplify rounding as a matter of course: judge the forward
+            forward = self.forward_twin(ours)
+            stand_in = self.pairing.substitute.get(forward.order) if forward is not None else None
+            return stand_in is not None and self.equivalent(forward, stand_in, threshold)
+        given, made = worst(ours.inputs, theirs.inputs), worst(ours.outputs, theirs.outputs)
+        if given is None or made is None:
+            return False
+        return made <= max(threshold, AMPLIFICATION * given)
+
+    def forward_twin(self, call: Call) -> Call | None:
+        """The forward entry of a backward entry's call."""
+        if self._forward_names is None:
+            self._forward_names = {c.name: c for c in self.ours if c.direction == FORWARD}
+        return self._forward_names.get(call.name[: -len("backward")] + "forward")
+
+    def cast_sites(self) -> int:
+        """Forward calls given inputs cast just before them (see ``cast_words``), or returning another dtype than
+        the benchmark's from inputs of the same dtypes (autocast): many such calls are a precision the run
+        computes in throughout, not a fault at one place."""
+        if self._cast_sites is None:
+            self._cast_sites = sum(
+                1
+                for call in self.ours
+                if call.phase == FORWARD and call.order not in self.extra and self.difference(call).any
+                and (cast_words(self, call) or returns_other_dtype(self, call))
+            )  # fmt: skip
+        return self._cast_sites
+
+    def is_parameter(self, call: Call, value: Value) -> bool:
+        """Without modules in the dump (level L1), a parameter is an input that needs a gradient and that no
+        call of either run made."""
+        if self.has_modules or call.phase != FORWARD or not value.requires_grad:
+            return False
+        return self.made_by_no_call(call, value)
+
+    def made_by_no_call(self, call: Call, value: Value) -> bool:
+        """No earlier call of either run returned this input (or the benchmark's at its place)."""
+        if self.producers("ours", value, call.order):
+            return False
+        partner = self.pairing.of(call)
+        theirs = next((v for v in partner.inputs if v.path == value.path), None) if partner else None
+        return theirs is not None and not self.producers("theirs", theirs, partner.order)
+
+    def collective_before(self, call: Call, values: list[Value]) -> Call | None:
+        """The latest collective before ``call`` that wrote in place into a tensor like one of ``values``
+        (an all_reduce of gradients): what it received from other ranks is where they came from."""
+        sizes = {(value.dtype, value.size) for value in values}
+        for other in reversed(self.ours[: call.order]):
+            if other.kind == "api" and other.name.startswith("Distributed."):
+                if any((value.dtype, value.size) in sizes for value in other.tensors("inputs")):
+                    return other
+        return None
+
+    def enclosing(self, call: Call) -> Call | None:
+        """The innermost module around ``call`` whose inputs and parameters agree with the benchmark's."""
+        parent = call.parent
+        while parent:
+            module = self._by_name.get(parent)
+            if module is None or module.order in self.extra:
+                return None
+            difference = self.difference(module)
+            if not difference.inputs and not difference.params and not difference.arguments:
+                return module
+            parent = module.parent
+        return None
+
+    def agreed_before(self, call: Call) -> bool:
+        """An earlier call of the same kind (API, or module class) in the same phase returned bit-identical
+        outputs: the two runs compute this kind alike, so a difference here is no machine's rounding."""
+        kind = call.module_class if call.kind == "module" else call.key
+        for other in self.ours:
+            if other.order >= call.order:
+                return False
+            if other.phase != call.phase or other.order in self.extra or other.kind != call.kind:
+                continue
+            if (other.module_class if other.kind == "module" else other.key) == kind and not self.difference(other).any:
+                return True
+        return False
+
+    def is_data(self, call: Call, value: Value) -> bool:
+        """An input no call of either run made, that is no parameter and needs no gradient: the data."""
+        if call.phase != FORWARD or value.requires_grad or self.owners.get(value.fingerprint()):
+            return False
+        return self.made_by_no_call(call, value)
+
+    def owner(self, call: Call) -> str | None:
+        """The module whose parameter (or parameter gradient) one of the call's inputs is."""
+        for value in call.tensors("inputs"):
+            fingerprint = value.fingerprint()
+            found = self.owners.get(fingerprint) or self._gradient_owners.get(fingerprint)
+            if found:
+                return found
+        return None
+
+
+def _shown(value: Value | None) -> Any:
+    if value is None:
+        return None
+    if value.tensor:
+        return f"{value.dtype}{list(value.shape or ())}"
+    literal = value.literal
+    return literal[1] if isinstance(literal, tuple) and len(literal) == 2 else literal
+
+
+def _reordered(ours: list[Value], theirs: list[Value]) -> bool:
+    mine = sorted(repr(v.fingerprint() or v.literal) for v in ours)
+    other = sorted(repr(v.fingerprint() or v.literal) for v in theirs)
+    return mine == other
+
+
+def _producers(calls: list[Call]) -> dict[tuple, list[Call]]:
+    """Summary -> the calls that output it, in call order; an API is preferred to the module that returns the
+    same tensor after it (the module's entry is written later, the API made the value)."""
+    found: dict[tuple, list[Call]] = {}
+    for call in calls:
+        for value in call.outputs:
+            fingerprint = value.fingerprint()
+            if fingerprint is None:
+                continue
+            makers = found.setdefault(fingerprint, [])
+            if (
+                call.kind == "module"
+                and makers
+                and makers[-1].module
+                and call.module
+                and (makers[-1].module == call.module or makers[-1].module.startswith(call.module + "."))
+            ):
+                continue
+            makers.append(call)
+    return found
+
+
+def _owners(calls: list[Call], gradients: bool) -> dict[tuple, str]:
+    """A parameter's (``gradients``: a parameter gradient's) summary -> the first module, in call order, that
+    holds it (a tied weight belongs to the module that uses it first). Constant tensors (a bias of zeros, a
+    norm's weight of ones at the start) are left out: many modules hold the same."""
+    owners: dict[tuple, str] = {}
+    for call in calls:
+        if gradients:
+            values = call.outputs if call.kind == "grads" else []
+        else:
+            values = call.params if call.kind == "module" else []
+        for value in values:
+            fingerprint = value.fingerprint()
+            constant = value.stats is not None and value.stats[0] == value.stats[1]
+            if fingerprint is not None and not constant and call.module:
+                owners.setdefault(fingerprint, call.module)
+    return owners
+
+
+def cast_words(analysis: PairAnalysis, call: Call) -> str:
+    """Inputs given in another dtype that no dumped call returned in it: a cast no tool records
+    (Tensor.bfloat16, .half(), .to()) happened just before this call."""
+    partner = analysis.pairing.of(call)
+    if partner is None:
+        return ""
+    theirs = {value.path: value for value in partner.inputs}
+    for value in analysis.difference(call).inputs:
+        other = theirs.get(value.path)
+        if other is not None and other.tensor and other.dtype != value.dtype:
+            if not analysis.producers("ours", value, call.order):
+                return f"its inputs are {value.dtype} where the benchmark's are {other.dtype}: a cast, not dumped"
+    return ""
+
+
+def returns_other_dtype(analysis: PairAnalysis, call: Call) -> bool:
+    partner = analysis.pairing.of(call)
+    if partner is None:
+        return False
+    mine, theirs = call.tensors("inputs"), partner.tensors("inputs")
+    if [v.dtype for v in mine] != [v.dtype for v in theirs]:
+        return False
+    return [v.dtype for v in call.tensors("outputs")] != [v.dtype for v in partner.tensors("outputs")]

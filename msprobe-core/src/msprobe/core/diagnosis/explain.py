@@ -1,0 +1,289 @@
+"""The exact rules: why the first call whose outputs differ differs, read from what it was given.
+
+Calls are walked in the order they ran; the first paired call whose outputs are not bit-identical to the
+benchmark's is where a difference shows (everything before it agrees, so no tolerance is needed). Each
+differing input is traced back to the call that made it, by its summary: an extra call of this run (one that
+returned it, or wrote it in place) or a missing one of the benchmark's is named; so is a cast no dump records,
+a non-tensor argument, a parameter (the weights of the module that owns it), an input no call made (the data,
+or the own code of the innermost module whose inputs agree), or, when nothing it was given differs, the
+computation itself, looking inside a module and upstream through values a summary cannot tell apart. A
+difference born in the backward is the backward's, one after it the optimizer's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from msprobe.core.diagnosis.analysis import Difference, PairAnalysis, cast_words, returns_other_dtype
+from msprobe.core.diagnosis.answer import DIVERGENCE, Diagnosis
+from msprobe.core.diagnosis.calls import BACKWARD, FORWARD, OPTIMIZER, Call, Value, api_kind
+from msprobe.core.diagnosis.nonfinite import makes_nonfinite
+
+
+def first_difference(analysis: PairAnalysis) -> Call | None:
+    for call in analysis.ours:
+        if analysis.outputs_differ(call):
+            return call
+    return None
+
+
+def explain(analysis: PairAnalysis, call: Call) -> Diagnosis:
+    """Why ``call``, the first whose outputs differ, differs (see the module docstring)."""
+    difference = analysis.difference(call)
+    found = _because(analysis, call, difference)
+    found.nonfinite = makes_nonfinite(call)
+    found.error = param_error(analysis, call) if found.cause == "weights" else difference.output_error
+    return found
+
+
+def in_phase_words(found: Diagnosis) -> Diagnosis:
+    """A difference born in the backward is the backward's (the forward agreed), one in the optimizer the
+    optimizer step's; what differs there is kept in the detail. An extra or missing call stays itself."""
+    if found.verdict != DIVERGENCE or found.cause in ("backward", "optimizer"):
+        return found
+    if found.cause == "weights" and found.phase != FORWARD:
+        # weights that differ although the forward agreed: no forward call read the values that differ
+        found.detail = join(found.detail, f"first read in the {found.phase}: no forward call read what differs")
+    elif found.phase == BACKWARD and found.cause != "calls":
+        found.detail = join(found.detail, CAUSE_WORDS.get(found.cause or "", ""))
+        found.cause = "backward"
+    elif found.phase == OPTIMIZER:
+        found.detail = join(found.detail, CAUSE_WORDS.get(found.cause or "", ""))
+        found.cause = "optimizer"
+    return found
+
+
+CAUSE_WORDS = {"weights": "its parameters differ", "data": "its inputs differ", "computation": "",
+               "argument": "", "calls": ""}  # fmt: skip
+
+
+def join(*parts: str) -> str:
+    return "; ".join(part for part in parts if part)
+
+
+def answer_at(
+    call: Call, cause: str, detail: str = "", module: str | None = None, name: str | None = None
+) -> Diagnosis:
+    """A divergence at ``call``: its phase, its module (or ``module``), its name (or ``name``)."""
+    where = module if module is not None else call.module
+    return Diagnosis(DIVERGENCE, phase=call.phase, module=where, api=name or call.name, cause=cause, detail=detail)
+
+
+def _because(analysis: PairAnalysis, call: Call, difference: Difference) -> Diagnosis:
+    module = call.module
+    if call.phase == OPTIMIZER:
+        module = analysis.owner(call) or module
+    for value in difference.inputs:
+        traced = trace(analysis, call, value)
+        if traced is not None:
+            return traced
+    partner = analysis.pairing.of(call)
+    cast = cast_words(analysis, call)
+    if cast:
+        return answer_at(call, "calls", cast, module)
+    changed = [
+        (path, ours, theirs) for path, ours, theirs in difference.arguments if ours is not None and theirs is not None
+    ]
+    if changed:
+        return answer_at(call, "argument", arguments_words(changed), module)
+    if difference.params:
+        names = ", ".join(value.path.split(".", 1)[1] for value in difference.params)
+        return answer_at(call, "weights", names, module)
+    if difference.arguments:
+        return answer_at(call, "argument", arguments_words(difference.arguments), module)
+    if call.kind == "grads":
+        names = ", ".join(value.path.split(".", 1)[1] for value in difference.outputs)
+        made = gradient_made_by_extra(analysis, call)
+        return made or answer_at(call, "computation", f"parameter gradients {names}", module)
+    for value in difference.inputs:
+        owner = analysis.owners.get(value.fingerprint())
+        if owner or analysis.is_parameter(call, value):
+            return answer_at(call, "weights", argument_name(value.path), owner or module)
+    if difference.inputs:
+        # made by no dumped call of either run: a collective that wrote other ranks' values into it, code no
+        # dump records inside a module whose own inputs agree, or else the data
+        received = analysis.collective_before(call, difference.inputs)
+        if received is not None:
+            words = f"{inputs_words(difference.inputs)}: received from other ranks through {received.name}"
+            return answer_at(received, "data", words, received.module or module, received.name)
+        enclosing = analysis.enclosing(call)
+        if enclosing is not None:
+            words = f"in its own code, between its submodules: {call.name} is given inputs no dumped call made"
+            return answer_at(enclosing, "computation", words, enclosing.module)
+        return answer_at(call, "data", data_words(analysis, difference.inputs), module)
+    hidden = _inside(analysis, call) or _upstream(analysis, call)
+    if hidden is None and returns_other_dtype(analysis, call):
+        return answer_at(call, "computation", dtype_words(call, partner), module)
+    return hidden or answer_at(call, "computation", _class_change(call, partner), module)
+
+
+def dtype_words(call: Call, partner: Call | None) -> str:
+    ours = call.tensors("outputs")[0].dtype if call.tensors("outputs") else "?"
+    theirs = partner.tensors("outputs")[0].dtype if partner is not None and partner.tensors("outputs") else "?"
+    return f"it returns {ours} where the benchmark's returns {theirs}: it computes in another precision (autocast?)"
+
+
+def _class_change(call: Call, partner: Call | None) -> str:
+    if partner is not None and call.module_class and partner.module_class and call.module_class != partner.module_class:
+        return f"{call.module} is a {call.module_class} here and a {partner.module_class} in the benchmark"
+    return ""
+
+
+def trace(analysis: PairAnalysis, call: Call, value: Value, threshold: float | None = None) -> Diagnosis | None:
+    """Where a differing input came from: an extra call of ours (one that made it, or wrote it in place), or
+    a missing call of the benchmark's. ``threshold`` (among rounding differences): an extra call standing in
+    for a missing one counts only when their outputs differ by more than that."""
+    partner = analysis.pairing.of(call)
+    theirs = next((v for v in partner.inputs if v.path == value.path), None) if partner else None
+    makers = analysis.producers("ours", value, call.order)
+    extra = [maker for maker in makers if maker.order in analysis.extra and maker.kind == "api"]
+    writer = analysis.rewriter(value, theirs, call.order) if theirs is not None else None
+    culprit = writer if writer is not None and writer.order in analysis.extra and writer.kind == "api" else None
+    culprit = culprit or (extra[-1] if extra else None)
+    if culprit is not None:
+        stand_in = analysis.pairing.substitute.get(culprit.order)
+        if stand_in is not None and threshold is not None and analysis.equivalent(culprit, stand_in, threshold):
+            return None
+        words = _extra_words(analysis, culprit, call)
+        if stand_in is not None:
+            words = f"it calls {api_kind(culprit.name)} where the benchmark calls {api_kind(stand_in.name)}"
+        module = (
+            culprit.module if culprit.module or culprit.phase == FORWARD else _hooked_module(analysis, culprit, call)
+        )
+        return answer_at(culprit, "calls", words, module, culprit.name)
+    if theirs is not None:
+        made = analysis.producers("theirs", theirs, partner.order)
+        missing = [maker for maker in made if maker.order in analysis.missing and maker.kind == "api"]
+        if missing:
+            gone = missing[-1]
+            words = f"this run does not call {gone.name}"
+            return answer_at(gone, "calls", words, gone.module or call.module, gone.name)
+    return None
+
+
+def _hooked_module(analysis: PairAnalysis, culprit: Call, consumer: Call) -> str | None:
+    """A call outside every module amid the backward is a hook's: it changed the gradient of the module whose
+    backward entry returned what it made (a module's own backward hook), else of the module that received
+    what it made (a hook on a tensor)."""
+    made = {value.fingerprint() for value in culprit.tensors("outputs")} - {None}
+    for other in analysis.ours:
+        if other.kind == "module" and other.direction == BACKWARD and other.order > culprit.order:
+            if any(value.fingerprint() in made for value in other.outputs):
+                return other.module
+    return consumer.module
+
+
+def gradient_made_by_extra(analysis: PairAnalysis, call: Call) -> Diagnosis | None:
+    """A parameter gradient some extra call returned (a gradient hook's arithmetic): that call, in the module
+    whose gradient it is."""
+    for value in analysis.difference(call).outputs:
+        # the gradient is final only after every hook on it ran, which may be after the module's backward entry
+        makers = analysis.producers("ours", value, len(analysis.ours))
+        after = analysis.first_backward
+        extra = [m for m in makers if m.order in analysis.extra and m.kind == "api" and m.order > after]
+        if extra:
+            maker = extra[-1]
+            words = (
+                f"{_extra_words(analysis, maker, call)}, which returned the gradient of {value.path.split('.', 1)[1]}"
+            )
+            found = answer_at(maker, "calls", words, call.module, maker.name)
+            found.phase = BACKWARD
+            return found
+    return None
+
+
+def _inside(analysis: PairAnalysis, call: Call) -> Diagnosis | None:
+    """A module whose inputs agree and outputs do not: an extra call inside it, else a missing one."""
+    if call.kind != "module" or call.module is None:
+        return None
+    inside = call.module + "."
+
+    def within(other: Call) -> bool:
+        return other.module is not None and (other.module == call.module or other.module.startswith(inside))
+
+    for other in analysis.pairing.extra:
+        if other.kind == "api" and other.order < call.order and other.phase == call.phase and within(other):
+            return answer_at(other, "calls", _extra_words(analysis, other, call), other.module, other.name)
+    partner = analysis.pairing.of(call)
+    for other in analysis.pairing.missing:
+        if other.kind != "api" or partner is None:
+            continue
+        if other.order < partner.order and other.phase == call.phase and within(other):
+            detail = f"this run does not call {other.name}"
+            return answer_at(other, "calls", join(detail, _class_change(call, partner)), other.module, other.name)
+    return None
+
+
+def _upstream(analysis: PairAnalysis, call: Call, limit: int = 64) -> Diagnosis | None:
+    """What a summary could not show: inputs that look the same yet were made by a call given another
+    argument, or by an extra call. Followed back through the producers of the call's inputs."""
+    seen: set[int] = set()
+    pending = [call]
+    while pending and len(seen) < limit:
+        current = pending.pop(0)
+        for value in current.tensors("inputs"):
+            for maker in analysis.producers("ours", value, current.order)[-1:]:
+                if maker.order in seen:
+                    continue
+                seen.add(maker.order)
+                if maker.order in analysis.extra and maker.kind == "api":
+                    return answer_at(maker, "calls", _extra_words(analysis, maker, call), maker.module, maker.name)
+                changed = [a for a in analysis.difference(maker).arguments if a[1] is not None and a[2] is not None]
+                if changed:
+                    return answer_at(maker, "argument", arguments_words(changed), maker.module)
+                pending.append(maker)
+    return None
+
+
+def arguments_words(arguments: list[tuple[str, Any, Any]]) -> str:
+    return ", ".join(f"{argument_name(path)}: {ours!r} vs {theirs!r}" for path, ours, theirs in arguments[:3])
+
+
+def _extra_words(analysis: PairAnalysis, first: Call, consumer: Call) -> str:
+    """The extra calls from ``first`` to the call whose inputs they changed, counted by API."""
+    counts: dict[str, int] = {}
+    for order in range(first.order, max(consumer.order, first.order + 1)):
+        if order in analysis.extra:
+            kind = api_kind(analysis.ours[order].name)
+            counts[kind] = counts.get(kind, 0) + 1
+    extra = ", ".join(f"{kind} x{count}" if count > 1 else kind for kind, count in counts.items())
+    return f"extra: {extra}"
+
+
+def argument_name(path: str) -> str:
+    """``input.kw.approximate`` -> ``approximate``; ``input.4`` -> ``argument 4``."""
+    parts = path.split(".")
+    if len(parts) >= 3 and parts[1] == "kw":
+        return ".".join(parts[2:])
+    if len(parts) >= 2 and parts[1].isdigit():
+        return "argument " + ".".join(parts[1:])
+    return path
+
+
+def data_words(analysis: PairAnalysis, values: list[Value]) -> str:
+    """The inputs no dumped call made; in a dump of modules alone (L0) they may also come from code between
+    the modules."""
+    words = f"{inputs_words(values)}, which no dumped call made"
+    if analysis.judged_kind == "module":
+        words += "; the data, or code outside every module that no dump records"
+    return words
+
+
+def inputs_words(values: list[Value]) -> str:
+    return ", ".join(argument_name(value.path) for value in values[:3])
+
+
+def param_error(analysis: PairAnalysis, call: Call) -> float | None:
+    """The largest relative error of the call's differing parameters (or parameter inputs)."""
+    partner = analysis.pairing.of(call)
+    if partner is None:
+        return None
+    difference = analysis.difference(call)
+    theirs = {value.path: value for value in (*partner.params, *partner.inputs)}
+    errors = []
+    for value in (*difference.params, *difference.inputs):
+        other = theirs.get(value.path)
+        errors.append(analysis.comparer.error(value, other) if other is not None else None)
+    if not errors or any(error is None for error in errors):
+        return None
+    return max(errors)

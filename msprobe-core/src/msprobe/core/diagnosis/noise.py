@@ -1,0 +1,236 @@
+"""Runs that differ everywhere by rounding (other hardware, another precision): what rounding cannot explain.
+
+When the first difference is a computation differing by a rounding-sized amount, and no earlier call of its
+kind agreed bit for bit, it is not the answer. The calls are walked again for evidence no rounding makes: a
+weight (in a step where the weights start equal), the data, a first inf or nan, outputs far out of proportion
+to what a call was given, an argument, a cast, a call returning another dtype, an extra or missing call whose
+effect is larger than the noise. Failing that, the first forward call whose error is out of proportion to
+the error it was given; failing that, "uncertain".
+"""
+
+from __future__ import annotations
+
+import math
+
+from msprobe.core.diagnosis.analysis import (
+    AMPLIFICATION,
+    FAR_OFF,
+    STANDOUT,
+    SYSTEMATIC,
+    Difference,
+    PairAnalysis,
+    cast_words,
+    returns_other_dtype,
+)
+from msprobe.core.diagnosis.answer import UNCERTAIN, Diagnosis
+from msprobe.core.diagnosis.calls import FORWARD, OPTIMIZER, Call, Value
+from msprobe.core.diagnosis.explain import (
+    answer_at,
+    argument_name,
+    arguments_words,
+    data_words,
+    dtype_words,
+    explain,
+    gradient_made_by_extra,
+    join,
+    trace,
+)
+from msprobe.core.diagnosis.nonfinite import makes_nonfinite
+
+
+def noise_floor(analysis: PairAnalysis) -> float:
+    """What rounding alone does to an output here: the typical error of the forward calls given bit-identical
+    inputs and returning different outputs (none: the lowest quarter of every forward call's error)."""
+    fresh, every = [], []
+    judged = analysis.judged_kind
+    for call in analysis.ours:
+        if call.phase != FORWARD or call.kind != judged or call.order in analysis.extra:
+            continue
+        difference = analysis.difference(call)
+        error = difference.output_error
+        if not difference.outputs or error is None or not math.isfinite(error):
+            continue
+        every.append(error)
+        if not difference.inputs and not difference.params:
+            fresh.append(error)
+    chosen = sorted(fresh) or sorted(every)[: max(1, len(every) // 4)]
+    return chosen[len(chosen) // 2] if chosen else 0.0
+
+
+def noisy(analysis: PairAnalysis, first: Call, settled: bool = True) -> Diagnosis:
+    """The runs differ by rounding from ``first`` on: name what rounding does not explain, or say uncertain.
+    A cast is evidence, unless this run casts before many calls: that is the precision it runs in."""
+    casts = analysis.cast_sites() < SYSTEMATIC
+    floor = noise_floor(analysis)
+    threshold = max(STANDOUT, AMPLIFICATION * floor)
+    for call in analysis.ours:
+        if call.order in analysis.extra or call.order < first.order or not analysis.difference(call).outputs:
+            continue
+        found = _evidence(analysis, call, threshold, settled, casts)
+        if found is not None:
+            found.confidence = "high"
+            found.detail = join(found.detail, f"beside rounding differences from {first.name} on")
+            return found
+    standout = _standout(analysis, first, threshold)
+    if standout is not None:
+        call, ratio = standout
+        found = explain(analysis, call)
+        found.cause = "computation"
+        found.detail = join(found.detail, f"its error is {_times(ratio)} the error of what it was given")
+        found.confidence = "medium" if ratio < 4 * AMPLIFICATION else "high"
+        return found
+    error = analysis.difference(first).output_error
+    if not casts:
+        return Diagnosis(
+            UNCERTAIN, phase=first.phase, module=first.module, api=first.name, cause="calls",
+            detail=f"from {first.name} on, {analysis.cast_sites()} calls are given or return another dtype than the "
+            "benchmark's: this run computes in another precision throughout, and nothing else differs beyond "
+            "rounding",
+            confidence="low",
+        )  # fmt: skip
+    if error is None and _fresh_differences(analysis) < 2:
+        # checksums only, and one call alone computes differently from the same inputs: that call
+        found = explain(analysis, first)
+        found.confidence = "low"
+        found.detail = join(found.detail, "checksums cannot tell rounding from a fault")
+        return found
+    if error is None:
+        return Diagnosis(
+            UNCERTAIN, phase=first.phase, module=first.module, api=first.name, cause="computation",
+            detail=f"the runs differ from {first.name} on, in several calls given bit-identical inputs; checksums "
+            "cannot tell rounding from a fault, and nothing else differs", confidence="low",
+        )  # fmt: skip
+    return Diagnosis(
+        UNCERTAIN,
+        phase=first.phase,
+        module=first.module,
+        api=first.name,
+        cause="computation",
+        detail=f"the runs differ from {first.name} on by amounts rounding explains (relative error {error:.1e}, "
+        f"typical {floor:.1e}); no call's error is out of proportion to what it was given",
+        confidence="low",
+    )
+
+
+def _fresh_differences(analysis: PairAnalysis) -> int:
+    """Forward calls given bit-identical inputs that return different outputs: more than one means the runs
+    compute differently in several places, as other hardware does."""
+    count = 0
+    for call in analysis.ours:
+        if call.phase == FORWARD and call.kind == "api" and call.order not in analysis.extra:
+            difference = analysis.difference(call)
+            if difference.outputs and not (difference.inputs or difference.params or difference.arguments):
+                count += 1
+    return count
+
+
+def _times(ratio: float) -> str:
+    return "many times" if math.isinf(ratio) else f"{ratio:.0f}x"
+
+
+def _evidence(
+    analysis: PairAnalysis, call: Call, threshold: float, settled: bool, casts: bool = True
+) -> Diagnosis | None:
+    """What rounding cannot explain at ``call``: a weight (any difference in a settled step, where the weights
+    start equal; else a non-finite one, or one ``FAR_OFF`` that puts the outputs as far off), a first inf or
+    nan, outputs far out of proportion to what the call was given, an argument, a cast, a value an extra or a
+    missing call changed by more than ``threshold``."""
+    difference = analysis.difference(call)
+    partner = analysis.pairing.of(call)
+    theirs = {value.path: value for value in (*partner.params, *partner.inputs)} if partner else {}
+    for value in (*difference.params, *difference.inputs):
+        owner = analysis.owners.get(value.fingerprint())
+        other = theirs.get(value.path)
+        is_param = value.path.startswith("parameters.") or owner or analysis.is_parameter(call, value)
+        if other is not None and other.dtype != value.dtype:
+            continue  # a cast, not another weight: the cast rule below decides
+        error = analysis.comparer.error(value, other) if other is not None else None
+        # a weight far off, whose forward call's outputs are far off too (a weight the benchmark holds near
+        # zero, such as a bias Adam moved by rounding alone, is far off relatively and changes no output much)
+        far = call.phase == FORWARD and _far(error) and _far(difference.output_error)
+        broken = other is not None and ((not value.finite and other.finite) or far)
+        if is_param and (settled or broken):
+            found = answer_at(call, "weights", argument_name(value.path), owner or call.module)
+            found.error = error
+            found.nonfinite = not value.finite
+            return found
+    if makes_nonfinite(call) and partner is not None and all(v.finite for v in partner.outputs):
+        return explain(analysis, call)
+    if call.phase == FORWARD and _far_out_of_proportion(difference):
+        return explain(analysis, call)
+    # after a step already noisy, state carried over (a norm's running statistics) differs too: only data that
+    # is not finite then counts
+    leaves = [
+        value
+        for value in difference.inputs
+        if analysis.is_data(call, value) and (settled or not value.finite) and _beyond(analysis, call, value, threshold)
+    ]
+    if leaves:
+        return answer_at(call, "data", data_words(analysis, leaves), _module_of(analysis, call))
+    changed = [a for a in difference.arguments if a[1] is not None and a[2] is not None]
+    if changed:
+        return answer_at(call, "argument", arguments_words(changed), _module_of(analysis, call))
+    # among rounding differences, a backward's dtypes follow its forward's: only the forward's casts count
+    cast = cast_words(analysis, call) if casts and call.phase == FORWARD else ""
+    if cast:
+        return answer_at(call, "calls", cast, _module_of(analysis, call))
+    if casts and call.phase == FORWARD and returns_other_dtype(analysis, call):
+        return answer_at(call, "computation", dtype_words(call, partner), _module_of(analysis, call))
+    for value in difference.inputs:
+        other = theirs.get(value.path)
+        error = analysis.comparer.error(value, other) if other is not None else None
+        if error is not None and error <= threshold:
+            continue
+        traced = trace(analysis, call, value, threshold)
+        if traced is not None:
+            return traced
+    if call.kind == "grads":
+        return gradient_made_by_extra(analysis, call)
+    return None
+
+
+def _far(error: float | None) -> bool:
+    return error is not None and math.isfinite(error) and error > FAR_OFF
+
+
+def _far_out_of_proportion(difference: Difference) -> bool:
+    """Outputs more than ``FAR_OFF`` (relative) from the benchmark's, and ``AMPLIFICATION`` times further than
+    what the call was given: no rounding does that (a weight scaled a thousandfold, a scale gone wrong)."""
+    error = difference.output_error
+    if error is None or not math.isfinite(error) or error <= FAR_OFF:
+        return False
+    return error > AMPLIFICATION * difference.input_error
+
+
+def _beyond(analysis: PairAnalysis, call: Call, value: Value, threshold: float) -> bool:
+    """The input differs from the benchmark's by more than ``threshold`` (or by what no distance measures):
+    an input no dumped call made, but only rounding apart, is an undumped computation's output, not new data."""
+    partner = analysis.pairing.of(call)
+    other = next((v for v in partner.inputs if v.path == value.path), None) if partner else None
+    error = analysis.comparer.error(value, other) if other is not None else None
+    return error is None or error > threshold
+
+
+def _module_of(analysis: PairAnalysis, call: Call) -> str | None:
+    return (analysis.owner(call) or call.module) if call.phase == OPTIMIZER else call.module
+
+
+def _standout(analysis: PairAnalysis, first: Call, threshold: float) -> tuple[Call, float] | None:
+    """The first forward call (API; module at L0) whose output error is both above ``threshold`` and out of
+    proportion to the
+    error of what it was given. Only the forward is judged: gradients that cancel (a normalisation's, Adam's
+    first steps) turn rounding into large relative errors as a matter of course."""
+    for call in analysis.ours:
+        judged = call.kind == analysis.judged_kind
+        if call.order < first.order or call.order in analysis.extra or not judged or call.phase != FORWARD:
+            continue
+        difference = analysis.difference(call)
+        error = difference.output_error
+        if not difference.outputs or error is None or error < threshold:
+            continue
+        given = difference.input_error
+        if math.isinf(error) and not math.isinf(given):
+            return call, math.inf
+        if given == 0 or error > AMPLIFICATION * given:
+            return call, (error / given if given else math.inf)
+    return None
