@@ -225,7 +225,7 @@ def test_a_write_that_fails_leaves_no_temporary_behind(tmp_path, monkeypatch):
 
     writer = DumpWriter(tmp_path, {"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": None})
     writer.add("Torch.add.0.forward", {"output": []})
-    real_open = writer_module.open_new_file
+    real_writable = writer_module.writable
 
     class FullDisk:
         def __init__(self, handle):
@@ -240,9 +240,7 @@ def test_a_write_that_fails_leaves_no_temporary_behind(tmp_path, monkeypatch):
         def write(self, data):
             raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(
-        writer_module, "open_new_file", lambda path, mode="w", **kw: FullDisk(real_open(path, mode, **kw))
-    )
+    monkeypatch.setattr(writer_module, "writable", lambda fd: FullDisk(real_writable(fd)))
     with pytest.raises(OSError):
         writer.close()
     assert not [path.name for path in tmp_path.iterdir() if path.name.endswith(".tmp")]

@@ -7,6 +7,7 @@ the synthetic run is written with.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -277,3 +278,30 @@ def test_trend_names_where_the_inf_is_made_in_the_order_calls_ran(tmp_path):
     summary = write_trend(tmp_path / "store", tmp_path / "trend.html", ".*")
     assert summary.nonfinite.name == "Tensor.__truediv__.0.forward" and summary.nonfinite.io == "output"
     assert summary.nonfinite.name == first_nonfinite(read_dump(folder)).name  # the flight recorder's rule
+
+
+def test_the_store_its_query_results_and_its_page_are_never_written_through_a_link(tmp_path, monkeypatch):
+    from links import plant_links, regular_results
+
+    from msprobe.core.jobs import Engine
+
+    small = write_run(tmp_path / "dump", 2, 2, 3)
+    planted = plant_links(tmp_path, monkeypatch)
+    build_store(small, tmp_path / "store", engine=Engine(workers=1))  # the links are planted in this process
+    runner = CliRunner()
+    result = runner.invoke(
+        cli, ["db", "query", str(tmp_path / "store"), "SELECT 1 AS one", "-o", str(tmp_path / "q.csv")]
+    )
+    assert result.exit_code == 0, result.output
+    write_trend(tmp_path / "store", tmp_path / "trend.html", ".*")
+    regular_results(tmp_path, planted, {".parquet", ".json", ".csv", ".html"})
+
+
+def test_query_results_keep_formulas_as_text(tmp_path):
+    small = write_run(tmp_path / "dump", 1, 1, 2)
+    build_store(small, tmp_path / "store")
+    sql = "SELECT '=HYPERLINK(\"http://x\")' AS cell, 1.5 AS number"
+    result = CliRunner().invoke(cli, ["db", "query", str(tmp_path / "store"), sql, "-o", str(tmp_path / "q.csv")])
+    assert result.exit_code == 0, result.output
+    rows = list(csv.reader((tmp_path / "q.csv").open(newline="")))
+    assert rows == [["cell", "number"], ['\'=HYPERLINK("http://x")', "1.5"]]

@@ -252,9 +252,9 @@ def _torch_input_gradients(
 
 
 def save_error_data(folder: Path, data: dict[str, np.ndarray]) -> None:
-    from msprobe.core.dump.writer import make_dir, open_new_file
+    from msprobe.core.dump.writer import make_dir, new_file
 
     make_dir(folder)
     for file_name, array in data.items():
-        with open_new_file(folder / file_name, "wb") as handle:
+        with new_file(folder / file_name) as handle:
             np.save(handle, array, allow_pickle=False)

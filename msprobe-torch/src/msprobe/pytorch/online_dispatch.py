@@ -31,6 +31,7 @@ from msprobe.core import spreadsheet
 from msprobe.core.dump.writer import make_dir, open_new_file
 from msprobe.core.errors import UsageError
 from msprobe.core.processes import worker_pool
+from msprobe.core.tensor_files import save_npy
 from msprobe.pytorch.tensor_io import map_tensors, tensor_to_numpy, tensors_in
 
 logger = logging.getLogger(__name__)
@@ -256,8 +257,8 @@ class PtdbgDispatch(TorchDispatchMode):
     def _dump(self, stem: str, inputs: list, device_outputs: list, bench: list) -> None:
         npu, cpu = make_dir(self.folder / "npu"), make_dir(self.folder / "cpu")
         for index, array in enumerate(inputs):
-            np.save(npu / f"{stem}_input.{index}.npy", array)
+            save_npy(array, npu / f"{stem}_input.{index}.npy")
         for index, array in enumerate(device_outputs):
-            np.save(npu / f"{stem}_output.{index}.npy", array)
+            save_npy(array, npu / f"{stem}_output.{index}.npy")
         for index, array in enumerate(bench):
-            np.save(cpu / f"{stem}_output.{index}.npy", array)
+            save_npy(array, cpu / f"{stem}_output.{index}.npy")

@@ -280,9 +280,9 @@ class ApiRunner:
 
 
 def save_error_data(folder: Path, data: dict[str, torch.Tensor]) -> None:
-    from msprobe.core.dump.writer import make_dir, open_new_file
+    from msprobe.core.dump.writer import make_dir, new_file
 
     make_dir(folder)
     for file_name, tensor in data.items():
-        with open_new_file(folder / file_name, "wb") as handle:
+        with new_file(folder / file_name) as handle:
             torch.save(tensor.clone(), handle)

@@ -22,11 +22,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from msprobe.core.compare.engine import CompareResult, compare_dumps, tensor_loader
 from msprobe.core.compare.highlight import failed_rows
 from msprobe.core.compare.mapping import NameMapper
-from msprobe.core.compare.report import timestamp, write_result, write_text
+from msprobe.core.compare.report import timestamp, write_result
 from msprobe.core.config import config_error_from_validation
 from msprobe.core.diagnosis import DIVERGENCE, NONE, Diagnosis, diagnose_dumps, diagnose_runs, diagnosis_fits
 from msprobe.core.diagnosis.runs import COMPARE_DIAGNOSED_BYTES, step_and_rank_of
 from msprobe.core.dump.reader import read_dump
+from msprobe.core.dump.writer import write_new_text
 from msprobe.core.errors import DataFileError, MsprobeError
 from msprobe.core.jobs import Engine, run_jobs
 from msprobe.core.tensor_files import load_npy
@@ -241,7 +242,7 @@ def _diagnose(npu_json: Path, bench_json: Path, npu: Any, bench: Any, translate:
 
 def _write_advisor(diagnosis: Diagnosis, output_dir: Path, prefix: str, stamp: str) -> Path:
     advisor_name = prefix.replace("compare_result", "advisor", 1)
-    return write_text(output_dir / f"{advisor_name}_{stamp}.txt", diagnosis.text() + "\n")
+    return write_new_text(output_dir / f"{advisor_name}_{stamp}.txt", diagnosis.text() + "\n")
 
 
 def compare(

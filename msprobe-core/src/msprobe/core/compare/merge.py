@@ -15,7 +15,7 @@ import pandas as pd
 from msprobe.core.compare.engine import STATISTICS_COLUMNS, STATISTICS_METRICS, TENSOR_COLUMNS, TENSOR_METRICS
 from msprobe.core.compare.mapping import _read_yaml
 from msprobe.core.compare.report import timestamp
-from msprobe.core.dump.writer import make_dir
+from msprobe.core.dump.writer import make_dir, new_file
 from msprobe.core.errors import DataFileError
 from msprobe.core.jobs import Engine, run_jobs
 from msprobe.core.spreadsheet import safe_table
@@ -76,8 +76,7 @@ def merge_results(
         mode = "tensor" if tensor_mode else "statistics"
         raise DataFileError(config_path, f"compare_index {wrong} is not a {mode}-mode metric ({', '.join(allowed)})")
     output = make_dir(Path(output_dir)) / f"multi_ranks_compare_merge_{timestamp()}.xlsx"
-    temporary = output.with_name(f".{output.name}.tmp.xlsx")
-    with pd.ExcelWriter(temporary, engine="xlsxwriter") as writer:
+    with new_file(output) as handle, pd.ExcelWriter(handle, engine="xlsxwriter") as writer:
         for index in indexes:
             columns = {}
             for rank, chosen in tables.items():
@@ -85,7 +84,6 @@ def merge_results(
             merged = pd.DataFrame(columns)
             merged.index.name = "NPU Name"
             safe_table(merged.reset_index()).to_excel(writer, sheet_name=index[:31], index=False)
-    temporary.replace(output)
     return output
 
 

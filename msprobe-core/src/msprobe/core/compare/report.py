@@ -11,11 +11,12 @@ import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from msprobe.core.compare.engine import CompareResult
-from msprobe.core.dump.writer import make_dir, write_new_file
+from msprobe.core.dump.writer import create_private, make_dir, new_file
 from msprobe.core.spreadsheet import write_csv_table
 
 XLSX_ROW_LIMIT = 1_048_575
@@ -27,16 +28,16 @@ def timestamp() -> str:
 
 
 def replace_file(temporary: Path, final: Path) -> Path:
-    os.chmod(temporary, 0o640)
+    """A finished temporary (made by :func:`create_private`, its mode already set through its descriptor)
+    renamed onto ``final``: a link planted at ``final`` is replaced, never written through."""
     os.replace(temporary, final)
     return final
 
 
 def write_csv(table: pd.DataFrame, path: Path) -> Path:
-    temporary = path.with_name(f".{path.name}.tmp")
-    with open(temporary, "wb") as handle:
+    with new_file(path) as handle:
         write_csv_table(handle, table)
-    return replace_file(temporary, path)
+    return path
 
 
 class XlsxStream:
@@ -49,11 +50,18 @@ class XlsxStream:
 
         self.path = path
         self.rows = 0
-        self.temporary = path.with_name(f".{path.name}.tmp.xlsx")
+        fd, self.temporary = create_private(path)  # XlsxWriter writes through our handle, never by a name
+        self._handle = os.fdopen(fd, "w+b")
+        try:
+            self._begin(xlsxwriter, columns)
+        except BaseException:
+            self._handle.close()
+            self.temporary.unlink(missing_ok=True)
+            raise
+
+    def _begin(self, xlsxwriter: Any, columns: list[str]) -> None:
         # text that looks like a formula (an API name from someone's dump.json) stays text
-        self._workbook = xlsxwriter.Workbook(
-            str(self.temporary), {"constant_memory": True, "strings_to_formulas": False}
-        )
+        self._workbook = xlsxwriter.Workbook(self._handle, {"constant_memory": True, "strings_to_formulas": False})
         self._sheet = self._workbook.add_worksheet("Sheet")
         self._sheet.write_row(0, 0, columns, self._workbook.add_format({"bold": True}))
         self._fills = {color: self._workbook.add_format({"bg_color": "#" + argb[2:]}) for color, argb in FILLS.items()}
@@ -75,7 +83,9 @@ class XlsxStream:
         """The finished file, or None (and nothing left behind) when the table had too many rows."""
         try:
             self._workbook.close()
+            self._handle.close()
         except BaseException:
+            self._handle.close()
             self.temporary.unlink(missing_ok=True)
             raise
         if self.full:
@@ -88,6 +98,7 @@ class XlsxStream:
         try:
             self._workbook.close()
         finally:
+            self._handle.close()
             self.temporary.unlink(missing_ok=True)
 
 
@@ -112,8 +123,3 @@ def write_result(result: CompareResult, output_dir: Path, stamp: str, prefix: st
         written.append(xlsx)
     written.append(write_csv(result.table, output_dir / f"{prefix}_{stamp}.csv"))
     return written
-
-
-def write_text(path: Path, text: str) -> Path:
-    data = text.encode("utf-8")
-    return write_new_file(path, lambda handle: handle.write(data))

@@ -50,7 +50,7 @@ from msprobe.core.compare.report import XLSX_ROW_LIMIT, XlsxStream, replace_file
 from msprobe.core.compare.rows import Row, _tablerows, dump_rows
 from msprobe.core.dump import stream as dump_stream
 from msprobe.core.dump.reader import Dump, read_stacks
-from msprobe.core.dump.writer import make_dir
+from msprobe.core.dump.writer import create_private, make_dir
 from msprobe.core.errors import MsprobeError
 from msprobe.core.spreadsheet import CsvTableWriter
 
@@ -399,8 +399,10 @@ class _Blocks:
 
 def _later_half(matcher: _Matcher, npu_json: Path, part: tuple[int, int], part_file: Path,
                 metrics: Sequence[Any], stacks: Dump | None, progress: Counter) -> _PartOutcome:  # fmt: skip
-    """The helper's share: the later half of the NPU dump, its CSV rows to ``part_file``."""
-    with open(part_file, "wb") as handle:
+    """The helper's share: the later half of the NPU dump, its CSV rows to ``part_file`` (made, private, by the
+    parent: opened here without following a link and without creating anything)."""
+    fd = os.open(part_file, os.O_WRONLY | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "wb") as handle:
         blocks = _Blocks(matcher.mode, metrics, stacks, CsvTableWriter(handle, None), None)
         blocks.add(matcher.npu_pairs(npu_json, part, progress))
     return _PartOutcome(blocks.counts, bytes(matcher.matched), matcher.unpaired, matcher.entries_seen)
@@ -511,22 +513,21 @@ def stream_compare(
         created = not output_dir.exists()  # and so removed again if the compare fails
         make_dir(output_dir)
         csv_path = output_dir / f"{prefix}_{stamp}.csv"
-        csv_temporary = csv_path.with_name(f".{csv_path.name}.tmp")
-        # every bench name gets a row: past Excel's limit already, the xlsx is not begun
-        xlsx = (
-            XlsxStream(output_dir / f"{prefix}_{stamp}.xlsx", columns)
-            if len(bench.first_of) <= XLSX_ROW_LIMIT
-            else None
-        )
+        csv_fd, csv_temporary = create_private(csv_path)
+        csv_handle = os.fdopen(csv_fd, "wb")
         matcher = _Matcher(bench, bench_header, mode)
         size = npu_json.stat().st_size
-        helper = None
+        helper = xlsx = None
         try:
+            # every bench name gets a row: past Excel's limit already, the xlsx is not begun
+            if len(bench.first_of) <= XLSX_ROW_LIMIT:
+                xlsx = XlsxStream(output_dir / f"{prefix}_{stamp}.xlsx", columns)
             if processes > 1 and xlsx is None and size >= HELPER_FROM_BYTES and _can_fork():
-                part_file = csv_path.with_name(f".{csv_path.name}.part.tmp")
+                part_fd, part_file = create_private(csv_path.with_name(f"{csv_path.name}.part"))
+                os.close(part_fd)
                 helper = _Forked(_later_half, matcher, npu_json, (size // 2, size + 1), part_file, metrics, stacks,
                                  progress.for_helper(), leaves=part_file)  # fmt: skip
-            with open(csv_temporary, "wb") as handle:
+            with csv_handle as handle:
                 blocks = _Blocks(mode, metrics, stacks, CsvTableWriter(handle, columns), xlsx)
                 part = (0, size // 2) if helper is not None else None
                 blocks.add(matcher.npu_pairs(npu_json, part, progress.for_this_process()))
@@ -542,6 +543,7 @@ def stream_compare(
         except BaseException:
             if helper is not None:
                 helper.stop()
+            csv_handle.close()
             csv_temporary.unlink(missing_ok=True)
             if xlsx is not None:
                 xlsx.discard()

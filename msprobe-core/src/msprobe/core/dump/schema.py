@@ -18,6 +18,8 @@ from typing import Any, Union
 from pydantic import BaseModel, ConfigDict, Field, RootModel, TypeAdapter, model_validator
 from typing_extensions import TypeAliasType
 
+from msprobe.core.dump.writer import write_new_file
+
 Number = Union[float, int, bool, str, None]  # noqa: UP007 - the schema's own spelling of the alternatives
 
 
@@ -116,12 +118,10 @@ def json_schemas() -> dict[str, dict[str, Any]]:
 
 
 def write_schemas(folder: Path) -> list[Path]:
-    folder.mkdir(parents=True, exist_ok=True)
     written = []
     for file_name, schema in json_schemas().items():
-        path = folder / file_name
-        path.write_text(json.dumps(schema, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        written.append(path)
+        text = (json.dumps(schema, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+        written.append(write_new_file(folder / file_name, lambda handle, text=text: handle.write(text)))
     return written
 
 

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import io
 import json
 import logging
 import mmap
 import os
+import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -92,21 +94,79 @@ def open_new_file(
     return os.fdopen(fd, mode, buffering=buffering, encoding=encoding, newline=newline)
 
 
-def write_new_file(path: Path, write: Callable[[BinaryIO], Any]) -> Path:
-    """A new file at ``path`` (0o640), written by ``write(handle)`` into a temporary beside it and renamed into
-    place: nothing goes through a symlink at the path or its folder, and a failed write leaves nothing."""
+def temporary_name(path: Path) -> Path:
+    """A name beside ``path`` that nobody can guess, for the file :func:`create_private` makes."""
+    return path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+
+
+def create_private(path: Path) -> tuple[int, Path]:
+    """A file made new beside ``path``, under a name nobody can guess (``.{name}.{random}.tmp``): created with
+    O_CREAT|O_EXCL|O_NOFOLLOW, so nothing planted there (a file, a link) is opened, and given 0o640 through its
+    descriptor, not its path. Returns the descriptor, open for writing, and the name."""
+    path = Path(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(16):
+        temporary = temporary_name(path)
+        try:
+            fd = os.open(temporary, flags, 0o600)
+        except FileExistsError:
+            continue  # taken (by a planted file or link): another name
+        except OSError as exc:
+            raise DataFileError(path, f"cannot be written ({exc.strerror})") from None
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, FILE_MODE)
+        return fd, temporary
+    raise DataFileError(path.parent, "no temporary file could be made beside the result: every name was taken")
+
+
+def writable(fd: int) -> BinaryIO:
+    """The binary file object of a descriptor made for writing (one place a test can make the disk full)."""
+    return os.fdopen(fd, "wb")
+
+
+def open_private(path: Path, mode: str = "wb", encoding: str = "utf-8", newline: str | None = None) -> tuple[Any, Path]:
+    """A file object (binary, or text for a ``mode`` without "b") on a private temporary beside ``path``
+    (:func:`create_private`), and the temporary's name, for a caller that renames it later itself."""
+    fd, temporary = create_private(Path(path))
+    try:
+        binary = writable(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    if "b" in mode:
+        return binary, temporary
+    return io.TextIOWrapper(binary, encoding=encoding, newline=newline), temporary
+
+
+@contextlib.contextmanager
+def new_file(path: Path, mode: str = "wb", encoding: str = "utf-8", newline: str | None = None) -> Iterator[Any]:
+    """Write a new file at ``path`` (0o640) through the handle this yields (text for a ``mode`` without "b"):
+    it goes to a private temporary (:func:`create_private`) renamed onto ``path`` when the block ends, which
+    replaces a link planted at ``path`` instead of writing through it; a block that fails leaves nothing."""
     path = Path(path)
     make_dir(path.parent)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    handle, temporary = open_private(path, mode, encoding, newline)
     try:
-        with open_new_file(temporary, "wb") as handle:
-            write(handle)
+        with handle:
+            yield handle
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
-    return path
+
+
+def write_new_file(path: Path, write: Callable[[BinaryIO], Any]) -> Path:
+    """A new file at ``path``, written by ``write(handle)`` (see :func:`new_file`)."""
+    with new_file(path) as handle:
+        write(handle)
+    return Path(path)
+
+
+def write_new_text(path: Path, text: str) -> Path:
+    """``text`` as a new UTF-8 file at ``path`` (see :func:`new_file`)."""
+    data = text.encode("utf-8")
+    return write_new_file(path, lambda handle: handle.write(data))
 
 
 def _writev(fd: int, views: list[memoryview]) -> int:

@@ -17,7 +17,7 @@ import numpy as np
 from msprobe.core import spreadsheet
 from msprobe.core.dump.file_pool import FilePool
 from msprobe.core.dump.npy_file import write_npy
-from msprobe.core.dump.writer import make_dir, open_new_file
+from msprobe.core.dump.writer import make_dir, open_private
 
 logger = logging.getLogger(__name__)
 
@@ -139,9 +139,9 @@ class GradSummaryWriter:
         columns = header(self.level, self.bounds)
         direction_dir = make_dir(folder / f"step{step}") if self.level in ("L1", "L2") else None
         path = folder / f"grad_summary_{step}.csv"
-        temporary = folder / f".grad_summary_{step}.csv.tmp"
         directions = []
-        with open_new_file(temporary) as handle:
+        handle, temporary = open_private(path, "w")
+        with handle:
             writer = spreadsheet.writer(handle)
             writer.write_header(columns)
             for record in records:

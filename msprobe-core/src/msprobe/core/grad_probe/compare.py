@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from msprobe.core import spreadsheet
-from msprobe.core.dump.writer import make_dir, open_new_file
+from msprobe.core.dump.writer import make_dir, new_file
 from msprobe.core.errors import DataFileError
 from msprobe.core.grad_probe.collect import _SUMMARY, FIRST_STEP_FLOOR, MAX_DROP, wait_for_writers
 from msprobe.core.jobs import Engine, run_jobs
@@ -135,14 +135,13 @@ def _compare_rank_job(job: tuple[Path, Path, Path, str]) -> RankComparison:
 
 def _write_similarities(result: RankComparison, folder: Path) -> None:
     path = folder / "similarities.csv"
-    with open_new_file(path.with_name(".similarities.csv.tmp")) as handle:
+    with new_file(path, "w") as handle:
         writer = spreadsheet.writer(handle)
         writer.writerow(["step", *result.similarities, "summary"])
         for position, step in enumerate(result.steps):
             writer.writerow(
                 [step, *(values[position] for values in result.similarities.values()), result.overall[position]]
             )
-    path.with_name(".similarities.csv.tmp").replace(path)
     _plot(result, folder / "similarities_picture")
 
 

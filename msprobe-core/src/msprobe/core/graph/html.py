@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from msprobe.core.diagnosis import Diagnosis
+from msprobe.core.dump.writer import write_new_text
 from msprobe.core.graph.compare import BANDS, UNMATCHED_COLOR, GraphComparison, band, colors, is_suspect
 from msprobe.core.graph.divergence import located_nodes
 from msprobe.core.graph.model import Graph
-from msprobe.core.graph.vis import row_fields, write_atomically
+from msprobe.core.graph.vis import row_fields
 from msprobe.core.pages import fill, html_text, script_json
 
 OVERFLOW_COLORS = {"critical": "#FF704D", "high": "#FFC62E", "medium": "#FFEDBE"}
@@ -116,7 +117,7 @@ def page(title: str, info: str, sides: list[dict[str, Any]], legend: list[list[s
 def write_build_page(path: Path, graph: Graph, title: str, overflow: bool) -> Path:
     info = f"{len(graph.nodes)} nodes, {graph.micro_steps} micro-step(s), {graph.dump.task or 'unknown'} dump"
     sides = [_side(graph, "Debug side", None, None)]
-    return write_atomically(path, page(title, info, sides, _legend(None, overflow)))
+    return write_new_text(path, page(title, info, sides, _legend(None, overflow)))
 
 
 def write_compare_page(
@@ -140,4 +141,4 @@ def write_compare_page(
         _side(npu, "Debug side", comparison, comparison.metrics, located_nodes(npu, diagnosis)),
         _side(bench, "Bench side", comparison, None),
     ]
-    return write_atomically(path, page(title, info, sides, _legend(comparison, overflow), answer))
+    return write_new_text(path, page(title, info, sides, _legend(comparison, overflow), answer))

@@ -13,7 +13,7 @@ from typing import Any
 
 from msprobe.core.compare.metrics import NA
 from msprobe.core.compare.rows import Row
-from msprobe.core.dump.writer import write_new_file
+from msprobe.core.dump.writer import write_new_text
 from msprobe.core.graph.compare import GraphComparison, _format, colors
 from msprobe.core.graph.model import Graph, Node
 
@@ -106,15 +106,8 @@ def compare_vis(npu: Graph, bench: Graph, comparison: GraphComparison, overflow_
     }
 
 
-def write_atomically(path: Path, text: str) -> Path:
-    """Write next to the target and rename, so a crash never leaves a half file that looks complete (and
-    nothing is written through a symlink, see write_new_file)."""
-    data = text.encode("utf-8")
-    return write_new_file(Path(path), lambda handle: handle.write(data))
-
-
 def write_vis(path: Path, content: dict[str, Any]) -> Path:
-    return write_atomically(path, json.dumps(content, ensure_ascii=False, default=_default))
+    return write_new_text(path, json.dumps(content, ensure_ascii=False, default=_default))
 
 
 def _default(value: Any) -> Any:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from msprobe.core import spreadsheet
-from msprobe.core.dump.writer import make_dir, open_new_file
+from msprobe.core.dump.writer import make_dir, new_file, open_new_file
 from msprobe.core.monitor.config import OUTPUT_ENV, RUN_FOLDER_TIME, MonitorConfig
 
 logger = logging.getLogger(__name__)
@@ -42,13 +42,10 @@ def _resumed_folder(root: Path, rank: int, append_output: list[str]) -> Path | N
 def _write_csv_files(files: list[tuple[Path, list[str], list[list[Any]]]]) -> None:
     """Each file written beside its name and renamed: a reader never sees half a file."""
     for path, header, rows in files:
-        partial = path.with_name(f".{path.name}.partial")
-        with open_new_file(partial, newline="") as handle:
+        with new_file(path, "w", newline="") as handle:
             writer = spreadsheet.writer(handle)
             writer.writerow(header)
             writer.writerows(rows)
-        os.chmod(partial, 0o640)
-        os.replace(partial, path)
 
 
 class MonitorOutput:

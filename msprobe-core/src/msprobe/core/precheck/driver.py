@@ -20,7 +20,7 @@ from typing import Any
 
 from msprobe.core import spreadsheet
 from msprobe.core.dump.reader import read_dump
-from msprobe.core.dump.writer import open_new_file
+from msprobe.core.dump.writer import new_file
 from msprobe.core.jobs import Engine, run_jobs
 from msprobe.core.precheck.metrics import DETAIL_COLUMNS, RESULT_COLUMNS, SKIP
 from msprobe.core.precheck.results import ResultFiles
@@ -188,12 +188,10 @@ def _reorder(files: ResultFiles, order: list[str]) -> None:
         rows.sort(
             key=lambda row, owner=owner: position.get(owner(row[0]), len(position))
         )  # stable: keeps each API's order
-        temporary = path.with_name(f".{path.name}.tmp")
-        with open_new_file(temporary, encoding="utf-8-sig", newline="") as handle:
+        with new_file(path, "w", encoding="utf-8-sig", newline="") as handle:
             writer = spreadsheet.writer(handle)
             writer.writerow(columns)
             writer.writerows(rows)
-        temporary.replace(path)
 
 
 def summarize(files: ResultFiles) -> RunSummary:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from msprobe.core import spreadsheet
-from msprobe.core.dump.writer import make_dir, open_new_file
+from msprobe.core.dump.writer import make_dir, new_file
 from msprobe.core.errors import DataFileError
 from msprobe.core.precheck.metrics import DETAIL_COLUMNS, ERROR, NA, PASS, RESULT_COLUMNS, WARNING, overall
 from msprobe.core.precheck.results import _api_of
@@ -160,7 +160,7 @@ def api_precision_compare(npu_csv: str | Path, gpu_csv: str | Path, output_dir: 
     result_path = folder / f"api_precision_compare_result_{stamp}.csv"
     per_api: dict[str, dict[str, list[str]]] = {}
     messages: dict[str, list[str]] = {}
-    with open_new_file(details_path, encoding="utf-8-sig", newline="") as handle:
+    with new_file(details_path, "w", encoding="utf-8-sig", newline="") as handle:
         writer = spreadsheet.writer(handle)
         writer.writerow(COMPARE_DETAIL_COLUMNS)
         for name, npu_row in npu.items():
@@ -185,7 +185,7 @@ def api_precision_compare(npu_csv: str | Path, gpu_csv: str | Path, output_dir: 
             if judged.failed:
                 messages.setdefault(api, []).append(f"{name}: {', '.join(judged.failed)}")
     errors = 0
-    with open_new_file(result_path, encoding="utf-8-sig", newline="") as handle:
+    with new_file(result_path, "w", encoding="utf-8-sig", newline="") as handle:
         writer = spreadsheet.writer(handle)
         writer.writerow(RESULT_COLUMNS)
         for api, statuses in per_api.items():

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from msprobe.core import spreadsheet
-from msprobe.core.dump.writer import make_dir, open_new_file
+from msprobe.core.dump.writer import make_dir, new_file
 from msprobe.core.errors import DataFileError
 from msprobe.core.precheck.metrics import DETAIL_COLUMNS, RESULT_COLUMNS, Detail
 
@@ -72,12 +72,10 @@ class ResultFiles:
         details = _read_rows(self.details, DETAIL_COLUMNS) if self.details.exists() else []
         kept = [row for row in details if row and _api_of(row[0]) in done]
         if len(kept) != len(details):  # an API was cut between its details and its result
-            temporary = self.details.with_name(f".{self.details.name}.tmp")
-            with open_new_file(temporary, newline="", encoding="utf-8-sig") as handle:
+            with new_file(self.details, "w", newline="", encoding="utf-8-sig") as handle:
                 writer = spreadsheet.writer(handle)
                 writer.writerow(DETAIL_COLUMNS)
                 writer.writerows(kept)
-            temporary.replace(self.details)
         return done
 
     def write_api(self, api_name: str, forward: str, backward: str, message: str, details: Iterable[Detail]) -> None:

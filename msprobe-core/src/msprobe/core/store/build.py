@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from msprobe.core.dump.reader import read_dump
+from msprobe.core.dump.writer import new_file, write_new_text
 from msprobe.core.errors import DataFileError, UsageError
 from msprobe.core.jobs import LOCAL, Engine, run_jobs
 from msprobe.core.monitor.tensorboard import CSV_FILE
@@ -156,10 +156,8 @@ def find_sources(root: Path, data_format: str = "auto") -> list[Source]:
 
 def _write_part(table: Any, folder: Path, name: str) -> None:
     pq = require("pyarrow.parquet")
-    folder.mkdir(parents=True, exist_ok=True)
-    temporary = folder / f".{name}.{os.getpid()}.tmp"
-    pq.write_table(table, temporary, compression="zstd")
-    os.replace(temporary, folder / name)  # a part is there whole or not at all
+    with new_file(folder / name) as handle:  # a part is there whole or not at all
+        pq.write_table(table, handle, compression="zstd")
 
 
 def _partition(store: Path, table: str, step: int, rank: int) -> Path:
@@ -216,9 +214,7 @@ def _read_manifest(store: Path) -> dict[str, Any]:
 
 
 def _write_manifest(store: Path, manifest: dict[str, Any]) -> None:
-    temporary = store / f".{MANIFEST}.tmp"
-    temporary.write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")
-    os.replace(temporary, store / MANIFEST)
+    write_new_text(store / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
 
 
 def read_mapping(path: str | Path | None) -> dict[str, str] | None:

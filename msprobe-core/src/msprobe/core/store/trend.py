@@ -25,8 +25,8 @@ from typing import Any
 
 import pandas as pd
 
+from msprobe.core.dump.writer import write_new_text
 from msprobe.core.errors import UsageError
-from msprobe.core.graph.vis import write_atomically
 from msprobe.core.pages import fill, html_text, script_json
 from msprobe.core.store.query import connect
 from msprobe.core.store.rows import STATISTICS
@@ -218,7 +218,7 @@ def write_trend(
         ],
     }
     output = Path(output)
-    write_atomically(output, _page(data))
+    write_new_text(output, _page(data))
     return TrendSummary(output, matched, len(series), nonfinite, jump)
 
 

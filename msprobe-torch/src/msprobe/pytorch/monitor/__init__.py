@@ -16,6 +16,7 @@ import torch
 
 from msprobe.core.monitor import MonitorSession
 from msprobe.pytorch.modules import hookable_modules, warn_unhooked
+from msprobe.pytorch.tensor_io import save_pt
 
 logger = logging.getLogger(__name__)
 
@@ -286,7 +287,7 @@ class TrainerMon(MonitorSession):
         for parameter_name, parameter in self._parameters():
             grad = self._gradient(parameter)
             if parameter_name == name and grad is not None:
-                torch.save(grad.detach().cpu().clone(), self.output.folder / f"anomaly_step{step}_{name}.pt")
+                save_pt(grad, self.output.folder / f"anomaly_step{step}_{name}.pt")
 
     def finish(self) -> None:
         """Write what is pending and remove every hook."""
