@@ -17,9 +17,18 @@ from msprobe.core.online import protocol
 from msprobe.core.online.receiver import Limits, Receiver
 
 
+class _Transport:
+    def __init__(self, reader):
+        self.reader = reader
+
+    def abort(self):
+        self.reader.set_exception(ConnectionResetError())
+
+
 class _Writer:
-    def __init__(self):
+    def __init__(self, reader=None):
         self.closed = False
+        self.transport = _Transport(reader)
 
     def get_extra_info(self, name):
         return ("203.0.113.9", 40000)
@@ -58,7 +67,7 @@ def _drive(receiver, *frames, eof=True):
         reader.feed_data(b"".join(frames))
         if eof:
             reader.feed_eof()
-        writer = _Writer()
+        writer = _Writer(reader)
         await receiver.handle(reader, writer)
         return writer
 
@@ -121,7 +130,7 @@ def test_a_half_frame_times_out(receiver):
 
 def test_connections_past_the_limit_are_refused(receiver):
     full = receiver(limits=Limits(max_connections=2))
-    full.open_connections = 2
+    full.admitted = 2
     writer = _drive(full, HELLO, _api())
     assert writer.closed and full.refused_connections == 1 and full.checked_names == []
 
@@ -130,6 +139,58 @@ def test_oversized_frames_are_refused_before_they_are_read(receiver):
     small = receiver(limits=Limits(max_frame=1000))
     _drive(small, HELLO, protocol.PREFIX.pack(protocol.MAGIC, protocol.VERSION, protocol.API, 10**12))
     assert small.rejected_frames == 1 and small.checked_names == []
+
+
+def _prefix(kind, length):
+    return protocol.PREFIX.pack(protocol.MAGIC, protocol.VERSION, kind, length)
+
+
+@pytest.mark.parametrize("token", [None, "s3cret"])
+def test_a_hello_over_4_kib_is_refused_from_its_header(receiver, caplog, token):
+    guarded = receiver(token=token)
+    writer = _drive(guarded, _prefix(protocol.HELLO, 199 << 20), b"x" * 5000)
+    assert writer.closed and guarded.rejected_frames == 1
+    assert "bytes is over 4096" in caplog.text or "over the limit of 4096" in caplog.text
+
+
+def test_before_its_hello_a_connection_may_send_no_large_frame(receiver, caplog):
+    guarded = receiver(token="s3cret")  # the frame limit is 256 MiB, but not for strangers
+    _drive(guarded, _prefix(protocol.API, 100 << 20), b"x" * 5000)
+    assert guarded.rejected_frames == 1 and "over the limit of 4096" in caplog.text
+
+
+def test_a_connection_that_says_no_hello_in_time_is_closed(receiver, caplog):
+    guarded = receiver(token="s3cret", limits=Limits(hello_timeout=0.2, idle_timeout=300))
+    writer = _drive(guarded, HELLO[:5], eof=False)  # a slow start, then nothing
+    assert writer.closed and guarded.open_connections == 0 and "no HELLO in time" in caplog.text
+
+
+def test_strangers_neither_take_the_senders_slots_nor_keep_them_out(receiver):
+    guarded = receiver(token="s3cret", limits=Limits(max_connections=2, max_unauthenticated=3, hello_timeout=60))
+    hello = protocol.encode_json(protocol.HELLO, {"sender": "rank0-a", "token": "s3cret"})
+
+    async def run():
+        stalled = []
+        for _ in range(10):  # connect and say nothing, as an attacker reconnecting would
+            reader = asyncio.StreamReader()
+            stalled.append((reader, asyncio.ensure_future(guarded.handle(reader, _Writer(reader)))))
+            await asyncio.sleep(0)
+        await asyncio.sleep(0.01)
+        waiting, dropped = len(guarded.strangers), guarded.dropped_strangers
+        honest = asyncio.StreamReader()
+        honest.feed_data(hello + _api())
+        honest.feed_eof()
+        await guarded.handle(honest, _Writer(honest))
+        for reader, task in stalled:
+            if not task.done():
+                reader.feed_eof()
+        await asyncio.gather(*(task for _, task in stalled))
+        return waiting, dropped
+
+    waiting, dropped = asyncio.run(run())
+    assert (waiting, dropped) == (3, 7)
+    assert guarded.checked_names == ["Torch.add.0.forward"] and guarded.refused_connections == 0
+    assert guarded.admitted == 0 and guarded.open_connections == 0 and not guarded.strangers
 
 
 def test_shared_folder_files_that_are_no_frames_go_to_rejected(receiver, tmp_path):
@@ -162,12 +223,12 @@ def test_shared_folder_files_that_are_no_frames_go_to_rejected(receiver, tmp_pat
 
 def test_the_summary_counts_what_was_refused(receiver):
     counted = receiver(limits=Limits(max_connections=1))
-    counted.open_connections = 1
+    counted.admitted = 1
     _drive(counted, HELLO)
     summary = counted.write_summary()
     saved = json.loads(next(counted.files.result.parent.glob("online_summary_*.json")).read_text())
     assert summary["refused_connections"] == saved["refused_connections"] == 1
-    assert {"evicted_forwards", "rejected_frames", "interrupted"} <= set(saved)
+    assert {"evicted_forwards", "rejected_frames", "interrupted", "dropped_unauthenticated"} <= set(saved)
 
 
 def test_accept_errors_at_fd_exhaustion_are_logged_once_a_minute():

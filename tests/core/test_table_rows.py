@@ -337,3 +337,24 @@ def test_a_comma_after_the_last_entry_is_an_error_either_way(tmp_path, monkeypat
     for in_c in (False, True):
         with pytest.raises(DataFileError, match="at byte"):
             _read_rows(path, monkeypatch, in_c, 65536)
+
+
+def test_a_dict_section_with_many_keys_goes_to_the_python_path(monkeypatch):
+    """Repeated keys are checked pairwise in C, so a large section would take quadratic time there; it is
+    handed back whole. The Python rows are the rows either way."""
+    tensor = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2], "Max": 1.5, "Min": -0.5,
+              "Mean": 0.25, "Norm": 2.0}  # fmt: skip
+    small = {f"k{index}": tensor for index in range(64)}
+    large = {f"k{index}": tensor for index in range(20_000)}
+    members = {"Torch.small.0.forward": {"input_kwargs": small}, "Torch.large.0.forward": {"input_kwargs": large}}
+    text = ", ".join(f"{json.dumps(name)}: {json.dumps(value)}" for name, value in members.items()).encode()
+    found, names, handed = [], [], []
+    commas, _ = _jsonscan.member_ends(text, 0)
+    rows._tablerows.parse_rows(
+        text, 0, len(text), commas, found, names, lambda first, end: handed.append(text[first:end])
+    )
+    assert names == ["Torch.small.0.forward"]
+    assert len(found) == 64
+    assert [json.loads(b"{" + member + b"}") for member in handed] == [
+        {"Torch.large.0.forward": {"input_kwargs": large}}
+    ]

@@ -34,6 +34,7 @@ static int reserve(Buffer *buffer, Py_ssize_t more) {
 }
 
 static int put(Buffer *buffer, const char *text, Py_ssize_t size) {
+    if (size == 0) return 0; /* the buffer may still be NULL, and memcpy from or to NULL is undefined */
     if (reserve(buffer, size) < 0) return -1;
     memcpy(buffer->data + buffer->size, text, size);
     buffer->size += size;

@@ -324,6 +324,12 @@ class RunUtSection(_Section):
     max_waiting_forwards: int = Field(
         default=4096, gt=0, description="Online pre-check: forwards kept waiting for their backward (oldest dropped)."
     )
+    max_unauthenticated: int = Field(
+        default=8, gt=0, description="Online pre-check: connections waiting to show the token (oldest dropped)."
+    )
+    hello_timeout: float = Field(
+        default=5.0, gt=0, description="Online pre-check: seconds a new connection has to show the token."
+    )
 
 
 class OverflowCheckSection(_Section):

@@ -787,6 +787,10 @@ static Summary *next_summary(Summaries *all) {
     return &all->items[all->count++];
 }
 
+/* Keys of one dict section that this file checks for repeats, each against every earlier one; a larger
+   section (never seen in a real dump, easy to forge) goes to the Python path, whose dict is linear. */
+#define DICT_KEYS_IN_C 64
+
 /* the value of an entry: 1 when it is plainly a call of summaries (they are in ``all``), 0 when not, -1 on
    an error of memory */
 static int plain_call(Cursor *c, Summaries *all) {
@@ -806,6 +810,7 @@ static int plain_call(Cursor *c, Summaries *all) {
                 item->section = s;
                 if (!section_is_list[s]) {
                     if (!plain_string(c, &item->key_start, &item->key_end) || !take(c, ':')) return 0;
+                    if (all->count - first > DICT_KEYS_IN_C) return 0;
                     for (Py_ssize_t k = first; k < all->count - 1; k++) { /* a key twice: dict semantics */
                         Summary *other = &all->items[k];
                         if (other->key_end - other->key_start == item->key_end - item->key_start &&

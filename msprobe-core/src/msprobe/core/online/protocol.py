@@ -28,6 +28,7 @@ HELLO, API, DONE = 1, 2, 3
 KINDS = {HELLO, API, DONE}
 PREFIX = struct.Struct(">4sBBQ")
 DEFAULT_MAX_FRAME = 1 << 30  # 1 GiB
+MAX_HELLO = 4096  # a HELLO holds a sender name and a token; it is read before the token is checked
 
 
 class ProtocolError(Exception):

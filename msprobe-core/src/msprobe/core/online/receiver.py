@@ -79,6 +79,11 @@ class Limits:
     max_frame: int = 256 << 20
     idle_timeout: float = 120.0  # seconds a connection may wait between frames or mid-frame
     max_waiting_forwards: int = 4096
+    # Before a connection has shown the token it is nobody: few of them at once (the oldest makes room for
+    # a newcomer), a short time to say HELLO, and a small first frame, so strangers hold neither the honest
+    # senders' slots nor memory.
+    max_unauthenticated: int = 8
+    hello_timeout: float = 5.0
 
 
 def is_loopback(host: str) -> bool:
@@ -158,6 +163,9 @@ class Receiver:
         self.futures: list[Future] = []
         self.senders: dict[str, SenderStats] = {}
         self.open_connections = 0
+        self.admitted = 0  # connections holding one of the max_connections slots
+        self.strangers: dict[asyncio.StreamWriter, None] = {}  # connected, no token shown yet; oldest first
+        self.dropped_strangers = 0
         self.stopped = asyncio.Event()
         self.rejected_frames = 0
         self.checked = 0
@@ -235,35 +243,45 @@ class Receiver:
     # -- TCP / TLS -----------------------------------------------------------------------------
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
-        if self.open_connections >= self.limits.max_connections:
-            self.refused_connections += 1
-            self.log.note(
-                "connections", "online run_ut: %s refused: %d connections are open", peer, self.open_connections
-            )
+        sender = f"{peer}"
+        authenticated = self.token is None  # mutual TLS or a loopback-only listener; else the HELLO's token
+        if authenticated and not self._admit(peer):
             writer.close()
             return
         self.open_connections += 1
-        sender = f"{peer}"
-        authenticated = self.token is None  # mutual TLS or a loopback-only listener; else the HELLO's token
+        if not authenticated:
+            self._meet_stranger(writer)
+        deadline = time.monotonic() + self.limits.hello_timeout
         try:
             while True:
+                # a stranger's one frame may be a HELLO, small and soon; then the configured limits
+                limit = self.max_frame if authenticated else protocol.MAX_HELLO
+                timeout = self.limits.idle_timeout if authenticated else max(0.0, deadline - time.monotonic())
                 try:
-                    prefix = await self._read(reader, protocol.PREFIX.size)
+                    prefix = await self._read(reader, protocol.PREFIX.size, timeout)
                 except asyncio.IncompleteReadError as exc:
                     if exc.partial:
                         raise
                     break  # the sender went away between frames
-                kind, length = protocol.parse_prefix(prefix, self.max_frame)
-                payload = await self._read(reader, length)
+                kind, length = protocol.parse_prefix(prefix, limit)
+                if kind == protocol.HELLO and length > protocol.MAX_HELLO:
+                    raise protocol.ProtocolError(f"a HELLO of {length} bytes is over {protocol.MAX_HELLO}")
+                if not authenticated and kind != protocol.HELLO:
+                    raise protocol.ProtocolError("a frame before the HELLO that names this receiver's token")
+                if not authenticated:
+                    timeout = max(0.0, deadline - time.monotonic())
+                payload = await self._read(reader, length, timeout)
                 if kind == protocol.HELLO:
                     name, token = protocol.decode_hello(payload)
                     if self.token is not None and (token is None or not hmac.compare_digest(token, self.token)):
                         raise protocol.ProtocolError("wrong or missing token")
-                    authenticated = True
+                    if not authenticated:
+                        self.strangers.pop(writer, None)
+                        if not self._admit(peer):
+                            break
+                        authenticated = True
                     sender = name or sender
                     self.senders.setdefault(sender, SenderStats()).connections += 1
-                elif not authenticated:
-                    raise protocol.ProtocolError("a frame before the HELLO that names this receiver's token")
                 elif kind == protocol.API:
                     self.on_api(protocol.decode_api(payload))
                 elif kind == protocol.DONE:
@@ -272,19 +290,45 @@ class Receiver:
             self.rejected_frames += 1
             self.log.note("frame", "online run_ut: %s sent a bad frame (%s); connection closed", peer, exc)
         except asyncio.TimeoutError:
-            self.log.note("idle", "online run_ut: %s was idle too long; connection closed", peer)
+            if authenticated:
+                self.log.note("idle", "online run_ut: %s was idle too long; connection closed", peer)
+            else:
+                self.log.note("hello", "online run_ut: %s sent no HELLO in time; connection closed", peer)
         except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
             self.log.note("cut", "online run_ut: %s disconnected mid-frame (%s)", peer, type(exc).__name__)
         finally:
+            if authenticated:
+                self.admitted -= 1
+            self.strangers.pop(writer, None)
             self.open_connections -= 1
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
             self._maybe_stop()
 
-    async def _read(self, reader: asyncio.StreamReader, size: int) -> bytes:
+    def _admit(self, peer: Any) -> bool:
+        """A slot among max_connections for a connection known to be a sender, or a refusal that is counted."""
+        if self.admitted >= self.limits.max_connections:
+            self.refused_connections += 1
+            self.log.note("connections", "online run_ut: %s refused: %d connections are open", peer, self.admitted)
+            return False
+        self.admitted += 1
+        return True
+
+    def _meet_stranger(self, writer: asyncio.StreamWriter) -> None:
+        """A connection that has not shown the token yet. When max_unauthenticated are already waiting, the
+        oldest is dropped: an honest sender says HELLO at once, so only a stalling one loses its place."""
+        while len(self.strangers) >= self.limits.max_unauthenticated:
+            oldest = next(iter(self.strangers))
+            self.strangers.pop(oldest)
+            self.dropped_strangers += 1
+            oldest.transport.abort()
+            self.log.note("strangers", "online run_ut: a connection without a HELLO made room for a newer one")
+        self.strangers[writer] = None
+
+    async def _read(self, reader: asyncio.StreamReader, size: int, timeout: float) -> bytes:
         """Exactly ``size`` bytes, or a timeout: a half-sent frame never holds a connection open for good."""
-        return await asyncio.wait_for(reader.readexactly(size), self.limits.idle_timeout)
+        return await asyncio.wait_for(reader.readexactly(size), timeout)
 
     def check_exposure(self, host: str, tls_path: str | None) -> None:
         """Plain TCP with no token is for this machine only, unless the config says otherwise."""
@@ -298,7 +342,8 @@ class Receiver:
     async def serve_tcp(self, host: str, port: int, tls_path: str | None) -> None:
         self.check_exposure(host, tls_path)
         context = server_ssl_context(tls_path) if tls_path else None
-        server = await asyncio.start_server(self.handle, host, port, ssl=context)
+        handshake = {"ssl_handshake_timeout": self.limits.hello_timeout} if context else {}
+        server = await asyncio.start_server(self.handle, host, port, ssl=context, **handshake)
         how = "TLS" if context else "plain TCP"
         logger.warning("online run_ut: listening on %s:%d (%s%s)", host, port, how, ", token" if self.token else "")
         async with server:
@@ -405,6 +450,7 @@ class Receiver:
             "checked": self.checked,
             "rejected_frames": self.rejected_frames,
             "refused_connections": self.refused_connections,
+            "dropped_unauthenticated": self.dropped_strangers,
             "evicted_forwards": self.evicted_forwards,
             "interrupted": self.interrupted,
             "senders": {name: vars(stats) for name, stats in self.senders.items()},

@@ -28,6 +28,7 @@ from msprobe.core.online import protocol
 logger = logging.getLogger(__name__)
 
 _STOP = object()
+IDLE_BEFORE_CHECK = 0.5  # seconds without a write after which the connection is checked before the next
 
 
 def client_ssl_context(tls_path: str) -> ssl.SSLContext:
@@ -65,6 +66,8 @@ class OnlineSender:
         self.sent = 0
         self.dropped = 0
         self._sequence = 0
+        self._reader: asyncio.StreamReader | None = None
+        self._last_write = 0.0
         self._thread = threading.Thread(target=self._run, name="msprobe-online-sender", daemon=True)
         self._thread.start()
 
@@ -117,7 +120,7 @@ class OnlineSender:
     async def _connect(self) -> asyncio.StreamWriter | None:
         context = client_ssl_context(self.tls_path) if self.tls_path else None
         try:
-            _reader, writer = await asyncio.wait_for(
+            reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(self.host, self.port, ssl=context), self.connect_timeout
             )
             hello = self._stats() if self.token is None else {**self._stats(), "token": self.token}
@@ -126,12 +129,22 @@ class OnlineSender:
         except (OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
             logger.debug("online pre-check: cannot reach %s:%s (%s)", self.host, self.port, exc)
             return None
+        self._reader = reader
+        self._last_write = time.monotonic()
         return writer
 
-    @staticmethod
-    async def _write(writer: asyncio.StreamWriter, data: bytes) -> None:
+    async def _still_open(self, writer: asyncio.StreamWriter) -> bool:
+        """Whether the receiver still holds the connection. It closes one that stayed idle past its
+        idle_timeout; a write into it would seem to succeed and be lost, the DONE frame with it. Only a
+        connection idle for a while is looked at, so a busy sender pays nothing."""
+        if time.monotonic() - self._last_write > IDLE_BEFORE_CHECK:
+            await asyncio.sleep(0.005)  # the loop polls the socket and its reader sees an end that arrived
+        return not (writer.is_closing() or self._reader is None or self._reader.at_eof())
+
+    async def _write(self, writer: asyncio.StreamWriter, data: bytes) -> None:
         writer.write(data)
         await writer.drain()
+        self._last_write = time.monotonic()
 
     def _run_tcp(self) -> None:
         """A plain thread with its own event loop: blocking on the queue never touches an executor."""
@@ -143,6 +156,9 @@ class OnlineSender:
                 item = self.queue.get()
                 if item is _STOP:
                     break
+                if writer is not None and not loop.run_until_complete(self._still_open(writer)):
+                    writer.close()
+                    writer = None
                 if writer is None and time.monotonic() >= next_attempt:
                     writer = loop.run_until_complete(self._connect())
                     if writer is None:
@@ -159,6 +175,9 @@ class OnlineSender:
                 except (ConnectionError, OSError, ssl.SSLError):
                     self.dropped += 1
                     writer = None
+            if writer is not None and not loop.run_until_complete(self._still_open(writer)):
+                writer.close()
+                writer = None
             writer = writer or loop.run_until_complete(self._connect())
             if writer is not None:
                 with contextlib.suppress(ConnectionError, OSError, ssl.SSLError):

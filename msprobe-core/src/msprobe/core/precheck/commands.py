@@ -91,7 +91,12 @@ def run_ut_commands(runner: str, saver: str, devices: Callable[[str | None], lis
         if not section.nfs_path and not section.port:
             raise click.UsageError(f"{config}: run_ut needs port (or nfs_path) for online pre-check")
         limits = Limits(
-            section.max_connections, section.max_frame_mb << 20, section.idle_timeout, section.max_waiting_forwards
+            max_connections=section.max_connections,
+            max_frame=section.max_frame_mb << 20,
+            idle_timeout=section.idle_timeout,
+            max_waiting_forwards=section.max_waiting_forwards,
+            max_unauthenticated=section.max_unauthenticated,
+            hello_timeout=section.hello_timeout,
         )
         receiver = Receiver(
             output,
