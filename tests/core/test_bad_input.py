@@ -75,3 +75,17 @@ def test_parse_pt_shows_nonfinite_values(tmp_path, values):
     np.save(tmp_path / "v.npy", np.array(values, dtype=np.float32))
     result = CliRunner().invoke(cli, ["parse", "pt", "-n", str(tmp_path / "v.npy")])
     assert result.exit_code == 0 and ("nan" in result.output or "inf" in result.output), result.output
+
+
+@pytest.mark.parametrize("stream", ["always", "never"])
+@pytest.mark.parametrize("where", ["name", "dtype"])
+def test_a_lone_surrogate_escape_in_dump_json(tmp_path, monkeypatch, stream, where):
+    monkeypatch.setenv("MSPROBE_COMPARE_STREAM", stream)
+    text = DUMP.read_bytes()
+    target = b'"Functional.relu.0.forward"' if where == "name" else b'"torch.float32"'
+    at = text.index(target) + 5
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(text[:at] + b"\\udc00" + text[at:])
+    result = _compare(tmp_path, npu=bad)
+    _one_clear_line(result, str(bad), f"at byte {at}: \\udc00 is half of a UTF-16 pair")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

@@ -160,3 +160,27 @@ def test_a_bad_name_regex_is_refused_when_the_config_is_read(tmp_path):
     path = write(tmp_path, {"dump_path": "./a", "statistics": {"list": ["name-regex(conv[)"]}})
     with pytest.raises(ConfigError, match=r"statistics\.list.*not a valid regular expression"):
         load_config(path)
+
+
+def test_a_config_larger_than_4_mib_is_refused_before_it_is_parsed(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"task": "statistics", "dump_path": "out", "statistics": {"list": ["x" * 1000] * 5000}}))
+    with pytest.raises(ConfigError, match=r"config\.json: is larger than a config may be \(4 MiB\)"):
+        load_config(path)
+
+
+def test_a_huge_bad_value_is_not_echoed_whole(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"task": "statistics", "dump_path": "out", "step": ["x" * 1_000_000]}))
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    assert "step" in str(raised.value) and len(str(raised.value)) < 1000
+
+
+def test_many_problems_are_named_a_few_at_a_time(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"task": "statistics", "dump_path": "out", **{f"unknown{n}": 1 for n in range(500)}}))
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    message = str(raised.value)
+    assert "unknown0: unknown key" in message and "and 490 more problems" in message and len(message) < 2000

@@ -231,7 +231,7 @@ def test_multi_rank_and_multi_step_layouts(tmp_path):
 
 
 def test_page_is_self_contained_and_escapes_names(tmp_path):
-    folder = copy_dump(STEP0, tmp_path / "npu")
+    folder = copy_dump(STEP0, tmp_path / "npu<!--<script>")  # the page shows the dump's path
     stack_path = folder / "stack.json"
     stacks = json.loads(stack_path.read_text())
     stacks["Functional.relu.0.forward"] = ["File </script><b>x.py, line 1, in f, \n y = 1"]
@@ -239,6 +239,7 @@ def test_page_is_self_contained_and_escapes_names(tmp_path):
     [summary] = run_graph(write_compare_json(tmp_path, folder), tmp_path / "out")
     page = summary.files[1].read_text(encoding="utf-8")
     assert page.count("</script>") == 3  # the tree, the packed details and the viewer, nothing injected
+    assert "<!--" not in page  # it would hide the real end of a script element, and blank the page
     for external in ("http://", "https://", "src=", "<link"):
         assert external not in page, external
     start = page.index('id="graph-data">') + len('id="graph-data">')

@@ -8,6 +8,7 @@ inputs do. Expected names are derived from that script by hand.
 """
 
 import json
+import re
 
 import pytest
 import torch
@@ -119,3 +120,43 @@ def test_bench_path_needs_checksums(tmp_path):
     config.write_text(json.dumps({"task": "tensor", "dump_path": str(tmp_path), "tensor": {"bench_path": "x"}}))
     with pytest.raises(ConfigError, match="bench_path: needs summary_mode 'md5'"):
         PrecisionDebugger(config_path=str(config))
+
+
+def test_one_bench_dump_given_for_every_step_is_parsed_once(tmp_path, golden, monkeypatch):
+    from msprobe.core.dump import reader
+
+    bench = golden / "step0" / "rank"  # holds a dump.json: it stands for every step
+    parsed = []
+    read_dump = reader.read_dump
+    monkeypatch.setattr(reader, "read_dump", lambda folder: parsed.append(folder) or read_dump(folder))
+    torch.manual_seed(0)
+    fc = torch.nn.Linear(8, 8)
+    config = {"task": "tensor", "level": "L1", "dump_path": str(tmp_path / "steps"),
+              "tensor": {"summary_mode": "md5", "bench_path": str(bench)}}  # fmt: skip
+    (tmp_path / "steps.json").write_text(json.dumps(config))
+    debugger = PrecisionDebugger(config_path=str(tmp_path / "steps.json"))
+    for _ in range(3):
+        debugger.start()
+        F.relu(fc(torch.ones(4, 8)))
+        debugger.stop()
+        debugger.step()
+    assert [folder for folder in parsed if folder == bench] == [bench]  # the bench once, each step's own too
+    reports = [
+        json.loads((tmp_path / "steps" / f"step{n}" / "rank" / "diff_report.json").read_text()) for n in range(3)
+    ]
+    assert all(report["bench"] == str(bench) for report in reports)
+    answers = {re.sub(r"step \d", "step N", report["answer"]) for report in reports}
+    assert len(answers) == 1  # the kept bench is not changed by a step's diagnosis
+
+
+def test_a_bench_that_cannot_be_read_is_named_in_the_report_and_training_goes_on(tmp_path, golden, caplog):
+    bench = golden / "step0" / "rank" / "dump.json"
+    text = bench.read_bytes()
+    at = text.index(b'"Functional.relu.0.forward"') + 5
+    bench.write_bytes(text[:at] + b"\\ud800" + text[at:])
+    run = _run(tmp_path, "debug", "changed", golden)
+    report = json.loads((run / "diff_report.json").read_text())
+    assert "is half of a UTF-16 pair" in report["error"] and str(bench) in report["error"]
+    assert report["first_divergence"] is None and _files(run) == []
+    assert json.loads((run / "dump.json").read_text())["data"]  # the step itself is dumped
+    assert caplog.text.count("is dumped without a diff") == 1

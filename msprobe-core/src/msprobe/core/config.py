@@ -649,18 +649,28 @@ def _message(error: dict[str, Any]) -> str:
     return msg
 
 
+# A config is a page of settings: larger files are refused before they are parsed, and one message names
+# at most a few problems, each shortened, so a bad value is never echoed whole into a training log.
+MAX_CONFIG_BYTES = 4 << 20
+_MOST_PROBLEMS = 10
+_LONGEST_PROBLEM = 300
+
+
+def _shortened(text: str) -> str:
+    return text if len(text) <= _LONGEST_PROBLEM else f"{text[: _LONGEST_PROBLEM - 3]}..."
+
+
 def config_error_from_validation(exc: ValidationError, path: str | Path | None) -> ConfigError:
     """One message for all problems, each naming its field."""
     errors = exc.errors()
     parts = []
-    for error in errors:
+    for error in errors[:_MOST_PROBLEMS]:
         loc = tuple(p for p in error.get("loc", ()) if not str(p).startswith(("function-", "literal[", "list[")))
-        where = _field_path(loc)
-        parts.append(f"{where}: {_message(error)}" if where else _message(error))
-    first = parts[0]
-    rest = "; ".join(parts[1:])
-    message = first if not rest else f"{first}; {rest}"
-    return ConfigError(message, path=path)
+        where = _shortened(_field_path(loc))
+        parts.append(f"{where}: {_shortened(_message(error))}" if where else _shortened(_message(error)))
+    if len(errors) > _MOST_PROBLEMS:
+        parts.append(f"and {len(errors) - _MOST_PROBLEMS} more problems")
+    return ConfigError("; ".join(parts), path=path)
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
@@ -671,7 +681,11 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     if not file.is_file():
         raise ConfigError("is not a file", path=file)
     try:
-        text = file.read_text(encoding="utf-8")
+        with open(file, "rb") as handle:  # bounded, though the file may grow while it is read
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"is larger than a config may be ({MAX_CONFIG_BYTES >> 20} MiB)", path=file)
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot be read ({exc.__class__.__name__}: {exc})", path=file) from None
     if file.suffix.lower() in (".yaml", ".yml"):

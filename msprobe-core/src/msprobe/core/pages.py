@@ -16,10 +16,15 @@ def html_text(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+_SCRIPT_UNSAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+
 def script_json(value: Any, compact: bool = False) -> str:
-    """JSON safe inside a <script> element: it must not close it."""
+    """JSON safe inside a <script> element. Not only ``</script>`` ends it early: ``<!--`` followed by
+    ``<script`` puts the parser in a state where the real end tag is missed and the page goes blank. Every
+    ``<``, ``>`` and ``&`` (they occur only inside JSON strings) is written as a unicode escape."""
     separators = (",", ":") if compact else None
-    return json.dumps(value, ensure_ascii=False, separators=separators).replace("</", "<\\/")
+    return json.dumps(value, ensure_ascii=False, separators=separators).translate(_SCRIPT_UNSAFE)
 
 
 def fill(package: str, asset: str, fields: dict[str, str]) -> str:

@@ -23,7 +23,7 @@ import json
 import logging
 import re
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +105,9 @@ class LiveDiff:
         self.written = 0  # divergent calls whose tensors were written
         self.bench_folder: Path | None = None
         self.bench_dump: Any = None
+        self.unreadable: str | None = None  # why this step's bench could not be read: no diff this step
         self._structures: dict[str, list[Any]] = {}
+        self._read: tuple[Any, Any] | None = None  # (the bench file's identity, its dump): parsed once
 
     # -- a step ----------------------------------------------------------------------
     def open_step(self) -> None:
@@ -115,12 +117,27 @@ class LiveDiff:
         self.by_kind = defaultdict(list)
         self._structures = {}
         self.written = 0
-        self.bench_folder = self._bench_folder()
-        dump = read_dump(self.bench_folder)
+        self.unreadable, self.bench_folder = None, None
+        try:
+            self.bench_folder = self._bench_folder()
+            dump = self._bench_dump(self.bench_folder, read_dump)
+        except (DataFileError, OSError) as exc:
+            self.unreadable, self.bench_dump = str(exc), None
+            logger.warning("msprobe live diff: step %d is dumped without a diff: %s", self.session.step, exc)
+            return
         self.bench_dump = dump
         self.bench = dict(dump.data)
         for name in self.bench:
             self.by_kind[_kind(name)].append(name)
+
+    def _bench_dump(self, folder: Path, read_dump: Callable[[Path], Any]) -> Any:
+        """The bench's dump, parsed again only when its file changed: one bench dump.json given for every
+        step would otherwise be read whole at each step (seconds for a large model)."""
+        info = (folder / "dump.json").stat()
+        identity = (folder.resolve(), info.st_ino, info.st_size, info.st_mtime_ns)
+        if self._read is None or self._read[0] != identity:
+            self._read = (identity, read_dump(folder))
+        return self._read[1]
 
     def _bench_folder(self) -> Path:
         """The bench step folder matching this one: ``bench_path/step{N}/rank{R}``, or bench_path itself when
@@ -144,7 +161,9 @@ class LiveDiff:
 
     # -- a call -------------------------------------------------------------------------
     def check(self, name: str, entry: Any) -> str:
-        """'same', 'divergent' or 'extra' (no partner in the bench)."""
+        """'same', 'divergent', 'extra' (no partner in the bench), or 'unchecked' (no bench this step)."""
+        if self.unreadable is not None:
+            return "unchecked"
         partner = self._partner(name, entry)
         if partner is None:
             self.extra.append(name)
@@ -191,6 +210,11 @@ class LiveDiff:
     def write_report(self, folder: Path) -> None:
         """``diff_report.json``, once the step's own files are written: the diagnosis compares them with the
         bench's (the call-by-call checksums only chose which tensors to write)."""
+        if self.unreadable is not None:  # the report says so, rather than counting every call as extra
+            report = {"bench": str(self.bench_folder or self.bench_root), "error": self.unreadable,
+                      "answer": None, "diagnosis": None, "first_divergence": None}  # fmt: skip
+            write_json_atomic(folder / REPORT_NAME, report, indent=2)
+            return
         missing = [name for name in self.bench if name not in self.paired]
         diagnosis = self._diagnose(folder)
         first = self.first

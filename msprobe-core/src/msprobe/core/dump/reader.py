@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from msprobe.core.dump.surrogates import lone_surrogate_message
 from msprobe.core.dump.writer import JOURNAL_NAME
 from msprobe.core.errors import DataFileError
 
@@ -97,8 +98,12 @@ class Dump:
 
 def _load_json(path: Path, what: str) -> Any:
     try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
+        with open(path, "rb") as handle:
+            text = handle.read()
+        lone = lone_surrogate_message(text)
+        if lone is not None:
+            raise DataFileError(path, lone)
+        return json.loads(text.decode("utf-8"))
     except FileNotFoundError:
         raise DataFileError(path, f"{what} not found") from None
     except json.JSONDecodeError as exc:

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from msprobe.core.dump.surrogates import lone_surrogate_message
 from msprobe.core.errors import DataFileError
 
 try:
@@ -151,7 +152,7 @@ class DumpStream:
     def members(self, start: int, stop: int) -> dict[str, Any]:
         """The entries in bytes [start, stop) of the text read now (while a ``parse`` given to ``blocks``
         runs), as a dict; each must be an object."""
-        block = self._loads(b"{" + self._data[start:stop] + b"}", start)
+        block = self._loads(b"{" + self._data[start:stop] + b"}", start, added=1)
         if not isinstance(block, dict):
             raise self._invalid(start, "'data' is not an object")
         for name, entry in block.items():
@@ -177,12 +178,16 @@ class DumpStream:
                 return end, self._loads(self._data[at:end], at)
             at = self._more(at)
 
-    def _loads(self, text: bytes, at: int) -> Any:
+    def _loads(self, text: bytes, at: int, added: int = 0) -> Any:
+        """``text`` from byte ``at`` of the buffer, with ``added`` bytes put in front of it."""
         if _LONG_DIGIT_RUN not in text.translate(_DIGITS_AS_D):
             try:
                 return orjson.loads(text)
             except orjson.JSONDecodeError:
                 pass
+        lone = lone_surrogate_message(text, self._base + at - added)  # orjson refuses these; json would take them
+        if lone is not None:
+            raise DataFileError(self.path, lone)
         try:
             return json.loads(text.decode("utf-8"))
         except UnicodeDecodeError:
