@@ -481,3 +481,66 @@ print(",".join(used))
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.split() == ["_later_bench_rows,_later_half"]
+
+
+def test_entries_with_no_values_keep_the_compare_streamed(tmp_path, monkeypatch, caplog):
+    """Empty entries ({}) give no rows; a bench of many of them once read as "a name appears twice" and
+    went to the in-memory compare silently, losing its memory bound."""
+    rng = random.Random(5)
+    npu = _entries(rng, 50)
+    bench = {**npu, **{f"Torch.empty.{index}.forward": {} for index in range(2000)}}
+    _write(tmp_path / "npu" / "dump.json", npu)
+    _write(tmp_path / "bench" / "dump.json", bench)
+    paths = tmp_path / "npu" / "dump.json", tmp_path / "bench" / "dump.json"
+    memory = _run(*paths, tmp_path / "memory", monkeypatch, "never")
+    streamed_at = []
+    real = stream.stream_compare
+
+    def streamed_compare(*arguments):
+        done = real(*arguments)  # NotStreamable when it falls back
+        streamed_at.append(done)
+        return done
+
+    monkeypatch.setattr(stream, "stream_compare", streamed_compare)
+    with caplog.at_level(logging.WARNING):
+        streamed = _run(*paths, tmp_path / "streamed", monkeypatch, "always")
+    assert streamed_at and "in memory" not in caplog.text
+    _same_result(memory, streamed)
+
+
+def test_a_fallback_to_memory_says_why(tmp_path, monkeypatch, caplog):
+    text = (REFERENCE_DUMPS / "pytorch" / "statistics_L1" / "step0" / "rank" / "dump.json").read_text()
+    document = json.loads(text)
+    name, entry = next(iter(document["data"].items()))
+    body = json.dumps(document["data"])[1:-1]
+    twice = tmp_path / "twice.json"  # one name twice: a dict keeps the last, as the in-memory reader does
+    twice.write_text(
+        '{"task": "statistics", "level": "L1", "data": {' + body + f", {json.dumps(name)}: {json.dumps(entry)}" + "}}"
+    )
+    with caplog.at_level(logging.WARNING):
+        _run(twice, twice, tmp_path / "out", monkeypatch, "always")
+    assert "an entry name appears twice; comparing in memory" in caplog.text
+
+
+def test_an_in_memory_compare_too_large_for_the_machine_is_refused(tmp_path, monkeypatch):
+    from msprobe.core.errors import UsageError
+
+    dump = REFERENCE_DUMPS / "pytorch" / "statistics_L1" / "step0" / "rank" / "dump.json"
+    monkeypatch.setenv("MSPROBE_COMPARE_MEMORY_MAX_GB", "0.000001")  # about a kilobyte
+    with pytest.raises(
+        UsageError, match=r"fuzzy_match and name mappings are compared in memory.*MSPROBE_COMPARE_MEMORY_MAX_GB"
+    ):
+        compare({"npu_json_path": str(dump), "bench_json_path": str(dump)}, tmp_path / "out", fuzzy_match=True)
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_the_diagnosis_size_limit_counts_dump_files_of_any_name(tmp_path):
+    """A compare may name its files npu.json and bench.json; the diagnosis, which reads them whole, once
+    saw no dump.json beside them, counted 0 bytes, and read 90 MB of them into 2.4 GB."""
+    from msprobe.core.diagnosis import diagnosis_fits
+
+    npu, bench = tmp_path / "npu.json", tmp_path / "bench.json"
+    npu.write_bytes(b" " * 100)
+    bench.write_bytes(b" " * 100)
+    assert diagnosis_fits(npu, bench, limit=150)[0] is False
+    assert diagnosis_fits(npu, bench, limit=200)[0] is True

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,7 +29,7 @@ from msprobe.core.diagnosis import DIVERGENCE, NONE, Diagnosis, diagnose_dumps, 
 from msprobe.core.diagnosis.runs import COMPARE_DIAGNOSED_BYTES, step_and_rank_of
 from msprobe.core.dump.reader import read_dump
 from msprobe.core.dump.writer import write_new_text
-from msprobe.core.errors import DataFileError, MsprobeError
+from msprobe.core.errors import DataFileError, MsprobeError, UsageError
 from msprobe.core.jobs import Engine, run_jobs
 from msprobe.core.tensor_files import load_npy
 
@@ -151,6 +152,31 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+IN_MEMORY_MAX_ENV = "MSPROBE_COMPARE_MEMORY_MAX_GB"
+IN_MEMORY_MAX_GB = 2.0  # of dump.json: the in-memory compare holds some 15 bytes for each byte of them
+
+
+def _why_in_memory(fuzzy_match: bool, mapped: bool) -> str:
+    if fuzzy_match or mapped:
+        return "fuzzy_match and name mappings are compared in memory"
+    return "MSPROBE_COMPARE_STREAM=never, or no streamed reader here"
+
+
+def _may_compare_in_memory(npu_json: Path, bench_json: Path, why: str) -> None:
+    """Refuse an in-memory compare of dumps so large it would exhaust the machine, saying why it is needed."""
+    try:
+        limit = float(os.environ.get(IN_MEMORY_MAX_ENV, IN_MEMORY_MAX_GB))
+    except ValueError:
+        raise UsageError(f"{IN_MEMORY_MAX_ENV} must be a number of GiB") from None
+    size = sum(path.stat().st_size for path in (npu_json, bench_json) if path.is_file())
+    if size > limit * 2**30:
+        raise UsageError(
+            f"{npu_json} and {bench_json} hold {size / 2**30:.1f} GiB of dump.json, to be compared in memory "
+            f"({why}): that needs about {size * 15 / 2**30:.0f} GiB. Set {IN_MEMORY_MAX_ENV} to a larger "
+            f"number of GiB to allow it (now {limit:g})"
+        )
+
+
 def compare_pair(
     npu_json: Path,
     bench_json: Path,
@@ -189,7 +215,8 @@ def _compare_pair(
                 Path(npu_json), Path(bench_json), Path(output_dir), stamp, prefix, stack_mode, registered_metrics()
             )
         except stream.NotStreamable as reason:
-            logger.debug("compared in memory: %s", reason)
+            _may_compare_in_memory(Path(npu_json), Path(bench_json), str(reason))
+            logger.warning("msprobe compare: %s; comparing in memory, which holds both dumps whole", reason)
         else:
             diagnosis = None
             if auto_analyze:
@@ -199,6 +226,8 @@ def _compare_pair(
                 streamed.mode, streamed.rows, streamed.suspicious, streamed.unmatched, diagnosis, streamed.files
             )
             return summary, None
+    else:
+        _may_compare_in_memory(Path(npu_json), Path(bench_json), _why_in_memory(fuzzy_match, bool(options)))
     npu, bench = read_dump(npu_json), read_dump(bench_json)
     readers = tensor_readers()
     check_tensor_readers((npu, bench), readers)

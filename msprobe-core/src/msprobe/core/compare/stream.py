@@ -27,6 +27,7 @@ import logging
 import os
 import shutil
 import sys
+from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +78,32 @@ def wanted(npu_json: Path, bench_json: Path, fuzzy: bool, mapped: bool) -> bool:
 
 
 Counter = Callable[[int], None]  # told the bytes one reader has parsed so far
+
+
+class _NameHashes:
+    """The entry names read so far, kept as 8-byte hashes: whether one occurs twice is all the compare asks,
+    and a set of the names themselves would grow by some 100 bytes an entry (a gigabyte for a dump of ten
+    million empty entries). Two names with one hash would read as a repeat: the pair is then compared in
+    memory, with that reason logged."""
+
+    def __init__(self, hashes: bytes = b"") -> None:
+        self._hashes = array("q", hashes)
+
+    def add(self, names: list[str]) -> None:
+        self._hashes.extend(map(hash, names))
+
+    def has_repeat(self) -> bool:
+        ordered = np.sort(np.frombuffer(self._hashes, dtype=np.int64))
+        return bool(np.any(ordered[1:] == ordered[:-1]))
+
+    def take(self, other: _NameHashes) -> None:
+        self._hashes.extend(other._hashes)
+
+    def __len__(self) -> int:
+        return len(self._hashes)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # crosses to the parent from a helper as bytes
+        return (_NameHashes, (self._hashes.tobytes(),))
 
 
 class Progress:
@@ -185,15 +212,17 @@ class _BenchSide:
         return [] if start is None else self.rows[start : self.call_ends[entry]]
 
 
-def _bench_rows(path: Path, part: tuple[int, int] | None, progress: Counter) -> tuple[list[Row], int, dict[str, Any]]:
-    """The rows of (a part of) the bench dump, the number of entries read, and the header fields."""
+def _bench_rows(
+    path: Path, part: tuple[int, int] | None, progress: Counter
+) -> tuple[list[Row], _NameHashes, dict[str, Any]]:
+    """The rows of (a part of) the bench dump, the names of its entries, and the header fields."""
     reader = dump_stream.DumpStream(path)
     rows: list[Row] = []
-    entries = 0
+    entries = _NameHashes()
     for block_rows, names in _row_blocks(reader, part):
         _check_header(reader.header, path)
         rows.extend(block_rows)
-        entries += len(names)
+        entries.add(names)
         progress(reader.parsed_bytes)
     _check_header(reader.header, path)
     return rows, entries, reader.header
@@ -224,7 +253,9 @@ def _row_blocks(reader: dump_stream.DumpStream, part: tuple[int, int] | None) ->
     yield from reader.blocks(part, parse)
 
 
-def _later_bench_rows(path: Path, part: tuple[int, int], progress: Counter) -> tuple[list[tuple], int, dict[str, Any]]:
+def _later_bench_rows(
+    path: Path, part: tuple[int, int], progress: Counter
+) -> tuple[list[tuple], _NameHashes, dict[str, Any]]:
     """A helper's share of the bench dump, as tuples: they cross between processes three times faster."""
     rows, entries, header = _bench_rows(path, part, progress)
     return (
@@ -252,11 +283,11 @@ def _read_bench(path: Path, processes: int = 1, progress: Progress | None = None
             helper.stop()
             raise
         bench.add(_tablerows.rows_of(later) if _tablerows is not None else [Row(*fields) for fields in later])
-        entries += later_entries
+        entries.take(later_entries)
     else:
         rows, entries, header = _bench_rows(path, None, progress.for_this_process())
         bench.add(rows)
-    if len(bench.call_starts) != entries:
+    if entries.has_repeat():
         raise NotStreamable(f"{path}: an entry name appears twice")
     return bench, header
 
@@ -290,21 +321,17 @@ class _Matcher:
         self.bench_header = bench_header
         self.matched = bytearray(len(bench.rows))
         self.unpaired: list[Row] = []  # bench rows set free by the structure check, listed last
-        self.entries_seen: set[str] = set()
+        self.entries_seen = _NameHashes()
 
     def npu_pairs(self, path: Path, part: tuple[int, int] | None = None, progress: Counter | None = None
                   ) -> Iterator[list[tuple]]:  # fmt: skip
         reader = dump_stream.DumpStream(path)
         bench, matched, first_of = self.bench, self.matched, self.bench.first_of
-        entries_seen = self.entries_seen
         for rows, names in _row_blocks(reader, part):
             _check_header(reader.header, path)
             if str(reader.header.get("framework", "")) != str(self.bench_header.get("framework", "")):
                 raise NotStreamable("the dumps come from different frameworks: their names are mapped")
-            size = len(entries_seen)
-            entries_seen.update(names)
-            if len(entries_seen) != size + len(names):
-                raise NotStreamable(f"{path}: an entry name appears twice")
+            self.entries_seen.add(names)
             if self.mode != "md5" and bench.has_md5 and _holds_md5(rows):
                 raise NotStreamable("md5 values past the NPU dump's first block: its mode was chosen there")
             if _tablerows is not None:
@@ -318,6 +345,8 @@ class _Matcher:
             if progress is not None:
                 progress(reader.parsed_bytes)
         _check_header(reader.header, path)  # fields written after data
+        if self.entries_seen.has_repeat():
+            raise NotStreamable(f"{path}: an entry name appears twice")
 
     def _paired(self, rows: list[Row]) -> tuple[list[tuple[Row, Row | None]], list[Row]]:
         """``_tablerows.pair_calls`` in Python."""
@@ -336,7 +365,8 @@ class _Matcher:
         """Take in what a helper matched on the later part of the NPU dump."""
         mine = np.frombuffer(self.matched, dtype=np.uint8)
         theirs = np.frombuffer(outcome.matched, dtype=np.uint8)
-        if np.any(mine & theirs) or not self.entries_seen.isdisjoint(outcome.entries):
+        self.entries_seen.take(outcome.entries)
+        if np.any(mine & theirs) or self.entries_seen.has_repeat():
             raise NotStreamable("a name appears in both halves of the NPU dump")
         self.matched = bytearray(mine | theirs)
         self.unpaired.extend(outcome.unpaired)
@@ -366,7 +396,7 @@ class _PartOutcome:
     counts: StreamedCompare
     matched: bytes
     unpaired: list[Row]
-    entries: set[str]
+    entries: _NameHashes
 
 
 class _Blocks:

@@ -64,7 +64,10 @@ def diagnosis_fits(*paths: Path, limit: int | None = None) -> tuple[bool, str]:
     limit = MAX_DIAGNOSED_BYTES if limit is None else limit
     size = 0
     for path in paths:
-        folder = path if path.is_dir() else path.parent
+        if path.is_file():  # a dump.json by any name
+            size += path.stat().st_size
+            continue
+        folder = path if path.is_dir() else path.parent  # a killed run's folder: its journal
         for name in ("dump.json", JOURNAL_NAME):
             if (folder / name).exists():
                 size += (folder / name).stat().st_size
