@@ -64,7 +64,7 @@ def test_validate_broken_configs_one_line_each(tmp_path):
         path.write_text(content)
         bad.append(str(path))
     result = CliRunner().invoke(cli, ["config", "validate", *bad])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     lines = [line for line in result.output.splitlines() if line]
     assert len(lines) == len(bad)
     for path, line in zip(bad, lines, strict=False):
@@ -157,3 +157,41 @@ def test_an_optional_extra_that_is_missing_is_named_in_one_line(tmp_path, monkey
     result = CliRunner().invoke(cli, [a.format(tmp=tmp_path) for a in arguments])
     assert result.exit_code != 0 and message in result.output, result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ["compare", "-i", "{missing}/compare.json", "-o", "{out}"],
+        ["config", "validate", "{missing}/config.json"],
+        ["checkpoint_compare", "{bad}", "{bad}", "-o", "{out}/r.json"],
+        ["config_check", "-c", "{bad}", "{bad}", "-o", "{out}/r.json"],
+        ["api_precision_compare", "-npu", "{bad}", "-gpu", "{bad}", "-o", "{out}"],
+        ["merge_result", "-i", "{missing}", "-o", "{out}", "-config", "{missing}/merge.yaml"],
+        ["compare", "--no-such-option"],
+    ],
+)
+def test_bad_input_exits_2_in_every_command(tmp_path, arguments):
+    """2 is bad input or usage everywhere: a script tells it from 1, two runs that differ."""
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"not a checkpoint")
+    places = {"missing": tmp_path / "missing", "out": tmp_path / "out", "bad": bad}
+    result = CliRunner().invoke(cli, [argument.format(**places) for argument in arguments])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+
+
+def test_an_internal_error_exits_3(tmp_path, monkeypatch, capsys):
+    from msprobe.cli.main import main
+    from msprobe.core.compare import api
+
+    def broken(*_arguments, **_options):
+        raise KeyError("a bug")
+
+    monkeypatch.setattr(api, "run_compare_json", broken)
+    spec = tmp_path / "compare.json"
+    spec.write_text(json.dumps({"npu_path": "a", "bench_path": "b"}))
+    with pytest.raises(SystemExit) as ended:
+        main(["compare", "-i", str(spec), "-o", str(tmp_path / "out")])
+    assert ended.value.code == 3
+    assert "internal error KeyError" in capsys.readouterr().err

@@ -84,7 +84,7 @@ def test_example_plugin_lifecycle(installed_plugin, tmp_path):
     config = tmp_path / "heartbeat.json"
     config.write_text(json.dumps({"task": "heartbeat", "dump_path": "out", "heartbeat": {"every": 0}}))
     refused = msprobe("config", "validate", str(config))
-    assert refused.returncode == 1 and "heartbeat.every: Input should be greater than 0" in refused.stderr
+    assert refused.returncode == 2 and "heartbeat.every: Input should be greater than 0" in refused.stderr
     config.write_text(json.dumps({"task": "heartbeat", "dump_path": "out", "heartbeat": {"every": 2}}))
     assert msprobe("config", "validate", str(config)).returncode == 0
 

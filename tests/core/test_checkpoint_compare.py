@@ -134,11 +134,11 @@ def test_the_command_writes_the_json_and_never_overwrites_it(tmp_path, command):
     first, second, before, _ = two_steps(tmp_path)
     output = tmp_path / "similarity.json"
     result = CliRunner().invoke(cli, [*command, str(first), str(second), "-o", str(output)])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # tensors differ: as compare says it
     assert f"{len(before)} tensors, {len(before)} differ (first: embed.weight)" in result.output
     assert sorted(json.loads(output.read_text())) == sorted(before)
     again = CliRunner().invoke(cli, [*command, str(first), str(second), "-o", str(output)])
-    assert again.exit_code != 0 and "exists already" in again.output
+    assert again.exit_code == 2 and "exists already" in again.output
 
 
 def test_an_unknown_file_is_named(tmp_path):

@@ -174,4 +174,4 @@ def test_merge_result(tmp_path):
             str(tmp_path / "bad.yaml"),
         ],
     )
-    assert bad.exit_code == 1 and "not a statistics-mode metric" in bad.output
+    assert bad.exit_code == 2 and "not a statistics-mode metric" in bad.output

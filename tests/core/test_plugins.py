@@ -269,7 +269,7 @@ def test_a_plugin_command_that_raises_is_blamed_on_the_plugin(monkeypatch):
 
     cli, _ = _cli_with(monkeypatch, ("fireworks", _commands_plugin(explode)))
     result = CliRunner().invoke(cli, ["explode"])
-    assert result.exit_code == 1
+    assert result.exit_code == 3  # an internal error, the plugin's
     assert "plugin 'fireworks' failed: RuntimeError: kaboom" in result.output and "internal error" not in result.output
 
 
@@ -474,7 +474,7 @@ def test_msprobe_config_validate_knows_the_plugin_tasks(monkeypatch, tmp_path):
     config_file = tmp_path / "config.json"
     config_file.write_text(json.dumps({"task": "heatmap", "dump_path": "out"}))
     before = CliRunner().invoke(cli, ["config", "validate", str(config_file)])
-    assert before.exit_code == 1 and "unknown task 'heatmap'" in before.stderr
+    assert before.exit_code == 2 and "unknown task 'heatmap'" in before.stderr
     monkeypatch.setattr(plugins, "_registry", PluginRegistry(load_entry_points=False, extra_plugins=[("p", Plugin())]))
     after = CliRunner().invoke(cli, ["config", "validate", str(config_file)])
     assert after.exit_code == 0 and "(task heatmap," in after.stdout

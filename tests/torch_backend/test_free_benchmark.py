@@ -181,7 +181,7 @@ def test_config_validate_checks_pert_mode_against_the_installed_plugins(tmp_path
 
     twist, noise = config_file("twist"), config_file("add_noise")
     result = CliRunner().invoke(cli, ["config", "validate", twist, noise])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert f"invalid: {twist}: field free_benchmark.pert_mode: 'twist'" in result.output
     assert "add_noise" in result.output.split("available: ")[1]  # the message lists what is there
     assert f"valid: {noise}" in result.output and "Traceback" not in result.output

@@ -106,7 +106,7 @@ def test_monitor_needs_the_task_and_a_module(tmp_path):
 def test_comparing_folders_without_data_is_a_clear_error(tmp_path):
     (tmp_path / "x").mkdir()
     result = CliRunner().invoke(cli, ["grad_probe", "-i1", str(tmp_path / "x"), "-i2", str(tmp_path), "-o", "o"])
-    assert result.exit_code == 1 and "no rank folder in common" in result.output
+    assert result.exit_code == 2 and "no rank folder in common" in result.output
 
 
 def test_a_dump_beside_the_probe_records_none_of_the_probe_s_arithmetic(tmp_path):

@@ -48,7 +48,7 @@ def test_pk_shows_one_entry_with_the_reference_underscore_spelling():
     assert result.exit_code == 0 and "[Functional.conv2d.0.forward.output.0]" in result.output
     assert "Stack Info:" in result.output
     missing = run("pk", "-f", RANK / "dump.json", "-n", "Functional.gelu.0.forward")
-    assert missing.exit_code == 1 and "has no entry" in missing.output
+    assert missing.exit_code == 2 and "has no entry" in missing.output
 
 
 def test_convert_round_trip(tmp_path):
@@ -59,13 +59,13 @@ def test_convert_round_trip(tmp_path):
 
 def test_acl_commands_are_refused_clearly():
     result = run("cad", "-m", "/some/dump")
-    assert result.exit_code == 1 and "Ascend CANN" in result.output
+    assert result.exit_code == 2 and "Ascend CANN" in result.output
 
 
 def test_missing_file_is_one_line(tmp_path):
     result = run("pt", "-n", tmp_path / "nope.npy")
     assert (
-        result.exit_code == 1
+        result.exit_code == 2
         and "nope.npy: tensor file not found" in result.output
         and "Traceback" not in result.output
     )

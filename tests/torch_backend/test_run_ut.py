@@ -201,7 +201,7 @@ def test_resume_refuses_a_file_that_is_not_a_result(tmp_path, dumps):
     bogus = tmp_path / "results.csv"
     bogus.write_text("a,b\n")
     result = run_ut("-api_info", dumps["statistics"], "-csv_path", bogus)
-    assert result.exit_code == 1 and "accuracy_checking_result_" in result.output
+    assert result.exit_code == 2 and "accuracy_checking_result_" in result.output
 
 
 def test_run_overflow_check_tells_normal_from_abnormal(tmp_path):
@@ -266,7 +266,7 @@ def test_api_precision_compare_flags_the_worse_device(dumps, tmp_path, monkeypat
     relu = next(d for d in details if d["API Name"] == "Functional.relu.0.forward.output.0")
     assert relu["比对算法"] == "二进制一致法" and relu["二进制一致错误率判定结果"] == "pass"
     bad = CliRunner().invoke(cli, ["api_precision_compare", "-npu", str(dumps["tensor"]), "-gpu", str(gpu)])
-    assert bad.exit_code == 1 and "not an accuracy_checking_details file" in bad.output
+    assert bad.exit_code == 2 and "not an accuracy_checking_details file" in bad.output
 
 
 def test_a_data_name_outside_the_dump_is_never_read(tmp_path):

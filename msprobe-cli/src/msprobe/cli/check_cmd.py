@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from msprobe.core.errors import UsageError
+from msprobe.core.errors import EXIT_DIFFERENT, UsageError
 
 _DEFAULT_CKPT_OUTPUT = Path("ckpt_similarity.json")
 _DEFAULT_PACK = Path("config_check_pack.zip")
@@ -53,6 +53,8 @@ def run_checkpoint_compare(
         + (f" (first: {differing[0]})" if differing else "")
         + f"; written to {output}"
     )
+    if differing:
+        raise SystemExit(EXIT_DIFFERENT)
 
 
 @click.command("checkpoint_compare")
@@ -108,7 +110,7 @@ def config_check_command(
             result = compare_packs(first, second, output or _DEFAULT_RESULT)
             click.echo(result.summary_line())
             if not result.passed:
-                raise SystemExit(1)
+                raise SystemExit(EXIT_DIFFERENT)
             return
         run_checkpoint_compare(first, second, output or _DEFAULT_CKPT_OUTPUT, data_mapping, layer_mapping)
         return

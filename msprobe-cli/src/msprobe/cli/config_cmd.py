@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from msprobe.core.config import TASKS, DebuggerConfig, load_config
 from msprobe.core.dump.writer import write_new_file
+from msprobe.core.errors import EXIT_BAD_INPUT
 
 # Sections worth writing for each task; the others keep their defaults.
 _TASK_SECTIONS = {
@@ -116,7 +117,7 @@ def config_group() -> None:
 def init_command(framework: str | None, task: str, dump_path: str, output: Path, spelling: str, force: bool) -> None:
     """Write a valid config for TASK with every field at its default."""
     if output.exists() and not force:
-        raise click.ClickException(f"{output} exists; pass --force to overwrite it")
+        raise click.UsageError(f"{output} exists; pass --force to overwrite it")
     data = starter_config(task, framework, dump_path, spelling)
     if output.suffix.lower() in (".yaml", ".yml"):
         text = commented_yaml(data)
@@ -149,7 +150,7 @@ def validate_command(files: tuple[Path, ...]) -> None:
             continue
         click.echo(f"valid: {file} (task {config.task}, level {config.level}, dump_path {config.dump_path})")
     if failures:
-        raise SystemExit(1)
+        raise SystemExit(EXIT_BAD_INPUT)
 
 
 def _unavailable_perturbation(config: DebuggerConfig) -> str | None:

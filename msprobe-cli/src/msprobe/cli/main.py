@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import click
 
-from msprobe.core.errors import MsprobeError
+from msprobe.core.errors import EXIT_INTERNAL, MsprobeError
 from msprobe.core.plugins import get_registry
 from msprobe.core.version import __version__
 
@@ -99,7 +99,7 @@ class MsprobeGroup(click.Group):
         try:
             return super().invoke(ctx)
         except MsprobeError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise _exiting(click.ClickException(str(exc)), exc.exit_code) from None
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort, SystemExit):
             raise
         except Exception as exc:
@@ -107,7 +107,13 @@ class MsprobeGroup(click.Group):
             if plugin is None or os.environ.get("MSPROBE_DEBUG"):
                 raise
             # a third party's command failed: say whose, not "internal error" of msprobe
-            raise click.ClickException(f"plugin '{plugin}' failed: {exc.__class__.__name__}: {exc}") from None
+            failed = click.ClickException(f"plugin '{plugin}' failed: {exc.__class__.__name__}: {exc}")
+            raise _exiting(failed, EXIT_INTERNAL) from None
+
+
+def _exiting(error: click.ClickException, code: int) -> click.ClickException:
+    error.exit_code = code
+    return error
 
 
 _WARNED: set[str] = set()
@@ -215,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(
             f"Error: internal error {exc.__class__.__name__}: {exc} (set MSPROBE_DEBUG=1 for the traceback)", err=True
         )
-        sys.exit(3)
+        sys.exit(EXIT_INTERNAL)
 
 
 if __name__ == "__main__":  # pragma: no cover

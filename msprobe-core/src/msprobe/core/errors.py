@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+EXIT_SAME, EXIT_DIFFERENT, EXIT_BAD_INPUT, EXIT_INTERNAL = 0, 1, 2, 3  # every command, docs/cli.md
+
 
 class MsprobeError(Exception):
-    """An error whose message is written for the user, not for a debugger."""
+    """An error whose message is written for the user, not for a debugger: bad input or usage (exit 2), so a
+    script can tell a broken dump from two runs that differ (exit 1)."""
 
-    exit_code = 1
+    exit_code = EXIT_BAD_INPUT
 
 
 class ConfigError(MsprobeError):
