@@ -2,8 +2,8 @@
 
     python bench/bench_receiver_abuse.py [--hostile 200] [--apis 200]
 
-The receiver (``msprobe -f pytorch run_ut`` with is_online) listens on loopback, twice: once open to this
-machine, once asking for a token (``auth_token_path``). The honest sender connects first and streams
+The receiver (``msprobe -f pytorch run_ut`` with is_online) listens on loopback, twice: with the token it
+makes for its own user (the default), and with a configured one (``auth_token_path``). The honest sender connects first and streams
 ``--apis`` small ``torch.add`` calls; meanwhile ``--hostile`` connections send garbage, half frames that then
 stall, length prefixes of a terabyte, and (before any token) HELLOs announcing 199 MiB and connections that
 say nothing and reconnect as soon as they are dropped. Prints how many honest APIs were checked (all must be)
@@ -125,7 +125,7 @@ def _scenario(hostile: int, apis: int, token: str | None) -> None:
     sender = OnlineSender(rank=0, host="127.0.0.1", port=port, queue_size=apis + 1, block_seconds=30, token=token)
     sender.send(_api(0))  # the honest connection is open before the flood
     time.sleep(0.5)
-    kinds = 5 if token else 3  # before a token is asked for, every connection is already trusted
+    kinds = 5
     attackers = [
         threading.Thread(target=_squatter, args=(port, 10.0), daemon=True)
         if index % kinds == 4
@@ -149,7 +149,7 @@ def _scenario(hostile: int, apis: int, token: str | None) -> None:
     results = next((folder / "out").glob("accuracy_checking_result_*.csv"))
     checked = sum(1 for line in results.read_text(encoding="utf-8-sig").splitlines()[1:] if line.strip())
     summary = json.loads(next((folder / "out").glob("online_summary_*.json")).read_text())
-    print(f"receiver {'with a token' if token else 'open to this machine'}:")
+    print(f"receiver {'with a configured token' if token else 'with the token it makes (default)'}:")
     print(f"  honest APIs checked: {checked}/{apis} (sender dropped {sender.dropped})")
     print(
         f"  hostile connections: {hostile}; refused {summary['refused_connections']}, "

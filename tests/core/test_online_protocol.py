@@ -91,3 +91,35 @@ def test_a_sender_whose_connection_the_receiver_closed_reconnects_for_its_done()
     sender.close(timeout=10)
     thread.join(10)
     assert kinds_per_connection == [[protocol.HELLO, protocol.DONE]]
+
+
+def test_a_receiver_on_this_machine_admits_only_senders_of_its_user(tmp_path, monkeypatch):
+    """With no token configured, a loopback receiver makes one in a file only this user can read: another
+    local process that cannot read it adds nothing and cannot end the run; a sender of this user can."""
+    from msprobe.core.online.receiver import Receiver
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "runtime"))
+    receiver = Receiver(tmp_path / "out", "unused:runner", rank_list=[0], workers=1)
+    checked = []
+    receiver._submit = lambda item, name: checked.append(name)
+    thread = threading.Thread(target=receiver.run, args=("127.0.0.1", 0), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while receiver.token_file is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    token_file = receiver.token_file
+    port = int(token_file.stem.rsplit("-", 1)[1])
+    assert token_file.parent == tmp_path / "runtime" / "msprobe"
+    assert token_file.stat().st_mode & 0o777 == 0o600 and token_file.parent.stat().st_mode & 0o777 == 0o700
+    entry = {"input_args": [], "input_kwargs": {}, "output": []}
+    api = protocol.encode_api(protocol.ApiMessage(0, 0, {"Torch.add.0.forward": entry}, {}))
+    with socket.create_connection(("127.0.0.1", port)) as stranger:  # knows the protocol, not the token
+        stranger.sendall(protocol.encode_json(protocol.HELLO, {"sender": "x"}) + api)
+        stranger.sendall(protocol.encode_json(protocol.DONE, {"sent": 1}))
+        assert stranger.recv(1) == b""  # closed by the receiver
+    assert checked == [] and not receiver.stopped.is_set() and receiver.rejected_frames == 1
+    sender = OnlineSender(rank=0, port=port, block_seconds=5)
+    sender.send(protocol.ApiMessage(0, 0, {"Torch.add.0.forward": entry}, {}))
+    sender.close(timeout=10)
+    thread.join(30)
+    assert checked == ["Torch.add.0.forward"] and not token_file.exists()

@@ -324,6 +324,11 @@ class RunUtSection(_Section):
     max_waiting_forwards: int = Field(
         default=4096, gt=0, description="Online pre-check: forwards kept waiting for their backward (oldest dropped)."
     )
+    loopback_token: bool = Field(
+        default=True,
+        description="Online pre-check: on this machine with no token configured, make one that only senders of "
+        "this user can read.",
+    )
     max_unauthenticated: int = Field(
         default=8, gt=0, description="Online pre-check: connections waiting to show the token (oldest dropped)."
     )

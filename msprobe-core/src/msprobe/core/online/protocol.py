@@ -11,8 +11,13 @@ they are read.
 
 from __future__ import annotations
 
+import contextlib
 import io
+import ipaddress
 import json
+import os
+import secrets
+import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +60,56 @@ def read_token(path: str | Path | None) -> str | None:
     if not token:
         raise DataFileError(file, "the token file is empty")
     return token
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve anywhere
+
+
+def loopback_token_path(port: int) -> Path:
+    """Where a receiver listening on this machine without a configured token keeps the one it made: a
+    folder of this user's only, so a sender of the same user finds it and other users cannot (as Jupyter
+    does with its runtime files)."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or str(Path.home() / ".cache")
+    return Path(base) / "msprobe" / f"receiver-{port}.token"
+
+
+def write_loopback_token(port: int) -> tuple[str, Path]:
+    """A new random token in a file only this user can read (0600, in a 0700 folder, never through a link)."""
+    path = loopback_token_path(port)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.parent.is_symlink() or path.parent.stat().st_uid != os.getuid():
+        raise DataFileError(path.parent, "is not a folder of this user's own; no token is written there")
+    os.chmod(path.parent, 0o700)
+    token = secrets.token_hex(32)
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()  # a token left by a receiver that was killed
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        os.fchmod(handle.fileno(), 0o600)
+        handle.write(token)
+    return token, path
+
+
+def read_loopback_token(port: int) -> str | None:
+    """The token a receiver on this machine made for ``port``, when this user may read it; None when there
+    is none (a receiver with a configured token, or of another tool)."""
+    path = loopback_token_path(port)
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    with os.fdopen(descriptor, "r", encoding="utf-8") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+            return None  # not a file this user alone wrote: not to be trusted with the token
+        token = handle.read(256).strip()
+    return token or None
 
 
 def frame(kind: int, payload: bytes) -> bytes:

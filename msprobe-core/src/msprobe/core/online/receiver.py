@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import ipaddress
 import logging
 import os
 import signal
@@ -31,6 +30,7 @@ from msprobe.core.dump.reader import Dump
 from msprobe.core.dump.writer import write_json_atomic
 from msprobe.core.errors import UsageError
 from msprobe.core.online import protocol
+from msprobe.core.online.protocol import is_loopback
 from msprobe.core.precheck.driver import load, select
 from msprobe.core.precheck.results import ResultFiles
 from msprobe.core.processes import worker_pool
@@ -86,15 +86,6 @@ class Limits:
     hello_timeout: float = 5.0
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False  # a host name: it may resolve anywhere
-
-
 class _RateLimitedLog:
     """The first few warnings of a kind, then one in a thousand: a flood of bad peers cannot flood the log."""
 
@@ -142,12 +133,15 @@ class Receiver:
         token: str | None = None,
         limits: Limits | None = None,
         allow_plain_remote: bool = False,
+        loopback_token: bool = True,
     ):
         self.limits = limits or Limits()
         if max_frame is not None:
             self.limits.max_frame = max_frame
         self.token = token
         self.allow_plain_remote = allow_plain_remote
+        self.loopback_token = loopback_token
+        self.token_file: Path | None = None  # the token this receiver made, when it made one
         self.log = _RateLimitedLog()
         self.refused_connections = 0
         self.evicted_forwards = 0
@@ -343,11 +337,23 @@ class Receiver:
         self.check_exposure(host, tls_path)
         context = server_ssl_context(tls_path) if tls_path else None
         handshake = {"ssl_handshake_timeout": self.limits.hello_timeout} if context else {}
-        server = await asyncio.start_server(self.handle, host, port, ssl=context, **handshake)
+        server = await asyncio.start_server(self.handle, host, port, ssl=context, start_serving=False, **handshake)
+        port = server.sockets[0].getsockname()[1]
         how = "TLS" if context else "plain TCP"
-        logger.warning("online run_ut: listening on %s:%d (%s%s)", host, port, how, ", token" if self.token else "")
-        async with server:
-            await self.stopped.wait()
+        if context is None and self.token is None and self.loopback_token and is_loopback(host):
+            # any process of this machine could otherwise send: only this user's may, through a file they read
+            self.token, self.token_file = protocol.write_loopback_token(port)
+            how += f", token in {self.token_file}"
+        elif self.token:
+            how += ", token"
+        logger.warning("online run_ut: listening on %s:%d (%s)", host, port, how)
+        try:
+            async with server:
+                await server.start_serving()
+                await self.stopped.wait()
+        finally:
+            if self.token_file is not None:
+                self.token_file.unlink(missing_ok=True)
 
     # -- shared directory ----------------------------------------------------------------------
     async def serve_directory(self, folder: str | Path, poll_seconds: float = 0.05) -> None:

@@ -107,6 +107,7 @@ def run_ut_commands(runner: str, saver: str, devices: Callable[[str | None], lis
             token=read_token(section.auth_token_path),
             limits=limits,
             allow_plain_remote=section.allow_plain_remote,
+            loopback_token=section.loopback_token,
         )
         click.echo(f"online run_ut: results go to {receiver.files.result}")
         summary = receiver.run(section.host, section.port, section.tls_path, section.nfs_path or None)
