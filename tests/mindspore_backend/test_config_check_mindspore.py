@@ -60,7 +60,7 @@ def test_ckpt_files_compare_tensor_by_tensor(tmp_path):
     output = tmp_path / "out.json"
     result = CliRunner().invoke(cli, ["checkpoint_compare", str(tmp_path / "a.ckpt"), str(tmp_path / "b.ckpt"),
                                       "-o", str(output)])  # fmt: skip
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # every parameter changed
     rows = json.loads(output.read_text())
     assert sorted(rows) == sorted(before)
     for name, a in before.items():

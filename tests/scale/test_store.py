@@ -305,3 +305,79 @@ def test_query_results_keep_formulas_as_text(tmp_path):
     assert result.exit_code == 0, result.output
     rows = list(csv.reader((tmp_path / "q.csv").open(newline="")))
     assert rows == [["cell", "number"], ['\'=HYPERLINK("http://x")', "1.5"]]
+
+
+def test_a_folder_gone_from_the_data_is_removed_from_the_store(tmp_path):
+    import shutil
+
+    write_run(tmp_path / "dump", 3, 2, 2)
+    build_store(tmp_path / "dump", tmp_path / "store")
+    shutil.rmtree(tmp_path / "dump" / "step1" / "rank2")
+    again = build_store(tmp_path / "dump", tmp_path / "store")
+    assert again.removed == ["dump/step1/rank2"] and again.unchanged == 5
+    ranks = run_query(tmp_path / "store", "SELECT DISTINCT step, rank FROM stats ORDER BY step, rank")
+    assert list(zip(ranks["step"], ranks["rank"])) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
+
+
+def test_two_folders_for_one_step_are_refused_naming_both(tmp_path):
+    write_run(tmp_path / "dump", 1, 2, 1)
+    write_rank(tmp_path / "dump", 1, 0, 1)
+    (tmp_path / "dump" / "step1").rename(tmp_path / "dump" / "step01")
+    write_rank(tmp_path / "dump", 1, 0, 1)  # step1 beside step01
+    with pytest.raises(
+        DataFileError, match=r"step01.*is step1/rank0 of the store, as .*step1/rank0 is|step1.*as .*step01"
+    ):
+        build_store(tmp_path / "dump", tmp_path / "store")
+
+
+def test_a_first_build_killed_midway_is_resumed(tmp_path):
+    """The build is killed with SIGKILL after its first rank: the next one keeps that rank and does the rest."""
+    import signal
+    import subprocess
+    import sys
+
+    write_run(tmp_path / "dump", 4, 2, 2)
+    script = (
+        "import os, signal, sys\n"
+        "from msprobe.core.store import build\n"
+        "real = build._write_manifest\n"
+        "calls = []\n"
+        "def write(store, manifest):\n"
+        "    real(store, manifest)\n"
+        "    calls.append(1)\n"
+        "    if len(calls) == 2: os.kill(os.getpid(), signal.SIGKILL)  # after the first rank's parts\n"
+        "build._write_manifest = write\n"
+        "from msprobe.core.jobs import Engine\n"
+        f"build.build_store({str(tmp_path / 'dump')!r}, {str(tmp_path / 'store')!r}, engine=Engine(workers=1))\n"
+    )
+    killed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    resumed = build_store(tmp_path / "dump", tmp_path / "store")
+    assert resumed.unchanged == 2 and len(resumed.added) == 6  # rank 0's two steps were kept
+    assert run_query(tmp_path / "store", "SELECT count(*) AS n FROM stats")["n"].tolist() == [4 * 2 * 2 * 2]
+
+
+def test_a_damaged_part_is_named_by_the_query_and_repaired_by_the_next_build(tmp_path):
+    write_run(tmp_path / "dump", 2, 2, 2)
+    build_store(tmp_path / "dump", tmp_path / "store")
+    part = tmp_path / "store" / "stats" / "step=1" / "rank=0" / "dump.parquet"
+    part.write_bytes(part.read_bytes()[:100])  # cut short
+    with pytest.raises(DataFileError, match="a part is damaged.*run msprobe db build again"):
+        run_query(tmp_path / "store", "SELECT count(*) AS n FROM stats")
+    again = build_store(tmp_path / "dump", tmp_path / "store")
+    assert again.repaired == ["dump/step1/rank0"] and again.unchanged == 3
+    assert run_query(tmp_path / "store", "SELECT count(*) AS n FROM stats")["n"].tolist() == [2 * 2 * 2 * 2]
+
+
+@pytest.mark.parametrize(
+    "sources",
+    [{"dump/step0/rank0": "x"}, {"dump/step0/rank0": {"fingerprint": [1, 2], "parts": ["../../etc/passwd"]}}],
+)
+def test_a_tampered_manifest_is_one_line(tmp_path, sources):
+    write_run(tmp_path / "dump", 1, 1, 1)
+    build_store(tmp_path / "dump", tmp_path / "store")
+    manifest = json.loads((tmp_path / "store" / MANIFEST).read_text())
+    manifest["sources"] = sources
+    (tmp_path / "store" / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(DataFileError, match=r"msprobe_store.json: field 'sources\.dump/step0/rank0"):
+        build_store(tmp_path / "dump", tmp_path / "store")

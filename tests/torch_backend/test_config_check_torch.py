@@ -98,7 +98,7 @@ def test_checkpoints_one_optimizer_step_apart_name_every_parameter(tmp_path):
     result = CliRunner().invoke(
         cli, ["config_check", "-c", str(tmp_path / "step0.pt"), str(tmp_path / "step1.pth"), "-o", str(output)]
     )
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # every parameter moved: they differ
     rows = json.loads(output.read_text())
     assert sorted(rows) == sorted(before)
     for name in before:
@@ -138,7 +138,7 @@ def test_megatron_checkpoint_folders_compare_shard_with_shard(tmp_path):
     result = CliRunner().invoke(
         cli, ["checkpoint_compare", str(tmp_path / "a"), str(tmp_path / "b"), "-o", str(output)]
     )
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # the second checkpoint is a step later
     rows = json.loads(output.read_text())
     assert sorted(rows) == sorted([f"mp_rank_00/{n}" for n in half] + [f"mp_rank_01/{n}" for n in other])
 

@@ -86,10 +86,13 @@ class BuildSummary:
     added: list[str] = field(default_factory=list)
     unchanged: int = 0
     rows: int = 0
+    removed: list[str] = field(default_factory=list)
+    repaired: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         return (
             f"store {self.store}: {len(self.added)} source(s) added or updated, {self.unchanged} unchanged, "
+            f"{len(self.removed)} removed (gone from the data), {len(self.repaired)} repaired, "
             f"{self.rows} rows written"
         )
 
@@ -114,6 +117,18 @@ def find_dump_sources(root: Path) -> list[Source]:
             step, rank = int(step_match.group(1)), int(rank_match.group(1) or 0)
             key = f"dump/step{step}/rank{rank}"
             sources.append(Source(key, str(rank_dir), "dump", rank, step, _fingerprint(dump_json)))
+    return _one_per_key(sources)
+
+
+def _one_per_key(sources: list[Source]) -> list[Source]:
+    """step01 and step1 (or rank and rank0) are one step and rank of the store: one would overwrite the other."""
+    seen: dict[str, Source] = {}
+    for source in sources:
+        other = seen.setdefault(source.key, source)
+        if other is not source:
+            raise DataFileError(
+                source.path, f"is {source.key.split('/', 1)[1]} of the store, as {other.path} is; keep one of them"
+            )
     return sources
 
 
@@ -164,36 +179,36 @@ def _partition(store: Path, table: str, step: int, rank: int) -> Path:
     return store / table / f"step={step}" / f"rank={rank}"
 
 
-def build_rank(job: tuple[list[Source], str, dict[str, str] | None]) -> list[tuple[str, int]]:
+def build_rank(job: tuple[list[Source], str, dict[str, str] | None]) -> list[tuple[str, int, list[str]]]:
     """One job: the new sources of one rank; returns (key, rows written) for each. Runs in a worker."""
     sources, store, rename = job
     return [build_source(source, Path(store), rename) for source in sources]
 
 
-def build_source(source: Source, store: Path, rename: dict[str, str] | None) -> tuple[str, int]:
-    """Read one source and write its part(s)."""
+def build_source(source: Source, store: Path, rename: dict[str, str] | None) -> tuple[str, int, list[str]]:
+    """Read one source and write its part(s); returns its key, the rows written and the parts (relative to
+    the store), so a later build can remove or check them."""
     pa = require("pyarrow")
     schema = stats_schema()
     if source.kind == "dump":
         columns, stacks = dump_columns(read_dump(source.path), rename)
-        _write_part(
-            pa.Table.from_pydict(columns, schema=schema),
-            _partition(store, "stats", source.step, source.rank),
-            source.part,
-        )
+        stats = _partition(store, "stats", source.step, source.rank)
+        _write_part(pa.Table.from_pydict(columns, schema=schema), stats, source.part)
         stack_table = pa.Table.from_pydict(
             {"stack_id": list(stacks), "stack": list(stacks.values())},
             schema=pa.schema([("stack_id", pa.int64()), ("stack", pa.string())]),
         )
-        _write_part(stack_table, _partition(store, "stacks", source.step, source.rank), source.part)
-        return source.key, len(columns["seq"])
-    written = 0
+        stacks_folder = _partition(store, "stacks", source.step, source.rank)
+        _write_part(stack_table, stacks_folder, source.part)
+        parts = [str((folder / source.part).relative_to(store)) for folder in (stats, stacks_folder)]
+        return source.key, len(columns["seq"]), parts
+    written, parts = 0, []
     for step, columns in monitor_columns(Path(source.path), source.kind, rename).items():
-        _write_part(
-            pa.Table.from_pydict(columns, schema=schema), _partition(store, "stats", step, source.rank), source.part
-        )
+        folder = _partition(store, "stats", step, source.rank)
+        _write_part(pa.Table.from_pydict(columns, schema=schema), folder, source.part)
+        parts.append(str((folder / source.part).relative_to(store)))
         written += len(columns["seq"])
-    return source.key, written
+    return source.key, written, parts
 
 
 def _read_manifest(store: Path) -> dict[str, Any]:
@@ -210,7 +225,41 @@ def _read_manifest(store: Path) -> dict[str, Any]:
         raise DataFileError(path, "field 'sources': expected an object")
     if manifest.get("version") != STORE_VERSION:
         raise DataFileError(path, f"field 'version': store version {manifest.get('version')!r}, not {STORE_VERSION}")
+    for key, entry in manifest["sources"].items():
+        fingerprint = entry.get("fingerprint") if isinstance(entry, dict) else None
+        parts = entry.get("parts", []) if isinstance(entry, dict) else None
+        if not (isinstance(fingerprint, list) and isinstance(parts, list) and all(isinstance(p, str) for p in parts)):
+            raise DataFileError(path, f"field 'sources.{key}': expected an object with a fingerprint and parts")
+        if any(Path(part).is_absolute() or ".." in Path(part).parts for part in parts):
+            raise DataFileError(path, f"field 'sources.{key}.parts': a part outside the store")
     return manifest
+
+
+def _parts_of(key: str, entry: dict[str, Any]) -> list[str]:
+    """The parts a source wrote (stores from before parts were listed: a dump source's two)."""
+    if "parts" in entry:
+        return entry["parts"]
+    match = re.fullmatch(r"dump/step(\d+)/rank(\d+)", key)
+    if match is None:
+        return []
+    step, rank = match.groups()
+    return [f"{table}/step={step}/rank={rank}/dump.parquet" for table in ("stats", "stacks")]
+
+
+def _parts_intact(store: Path, parts: list[str]) -> bool:
+    """Each part is there and its Parquet footer reads: a part cut short or damaged is built again."""
+    pq = require("pyarrow.parquet")
+    for part in parts:
+        try:
+            pq.read_metadata(store / part)
+        except Exception:  # pyarrow raises several kinds for a damaged file
+            return False
+    return True
+
+
+def _remove_parts(store: Path, parts: list[str]) -> None:
+    for part in parts:
+        (store / part).unlink(missing_ok=True)
 
 
 def _write_manifest(store: Path, manifest: dict[str, Any]) -> None:
@@ -250,23 +299,38 @@ def build_store(
     if manifest.get("mapping") != mapping_text and known:
         raise UsageError(f"{store} was built with another --mapping; build a new store (-o)")
     manifest["mapping"] = mapping_text
+    _write_manifest(store, manifest)  # first of all: a build killed before its end is resumed, not refused
     summary = BuildSummary(store)
+    scanned = {"auto": ("dump/", "monitor/"), "dump": ("dump/",), "monitor": ("monitor/",)}[data_format]
+    present = {source.key for source in sources}
+    for key in [key for key in known if key.startswith(scanned) and key not in present]:
+        _remove_parts(store, _parts_of(key, known.pop(key)))  # its folder is gone from the data
+        summary.removed.append(key)
     todo = []
     for source in sources:
-        if known.get(source.key, {}).get("fingerprint") == list(source.fingerprint):
-            summary.unchanged += 1
-        else:
+        entry = known.get(source.key)
+        if entry is None or entry.get("fingerprint") != list(source.fingerprint):
             todo.append(source)
+        elif not _parts_intact(store, _parts_of(source.key, entry)):
+            summary.repaired.append(source.key)
+            todo.append(source)
+        else:
+            summary.unchanged += 1
     by_key = {source.key: source for source in todo}
     by_rank: dict[int, list[Source]] = {}
     for source in todo:
         by_rank.setdefault(source.rank, []).append(source)
     jobs = [(sources, str(store), rename) for _, sources in sorted(by_rank.items())]
-    for key, rows in (done for results in run_jobs(build_rank, jobs, engine, "ranks") for done in results):
-        source = by_key[key]
-        known[key] = {"path": source.path, "fingerprint": list(source.fingerprint), "rows": rows}
-        summary.added.append(key)
-        summary.rows += rows
-    _write_manifest(store, manifest)
+
+    def record(_index: int, results: list[tuple[str, int, list[str]]]) -> None:
+        for key, rows, parts in results:
+            source = by_key[key]
+            known[key] = {"path": source.path, "fingerprint": list(source.fingerprint), "rows": rows, "parts": parts}
+            summary.added.append(key)
+            summary.rows += rows
+        _write_manifest(store, manifest)  # each rank as it is done: a killed build keeps what it finished
+
+    run_jobs(build_rank, jobs, engine, "ranks", on_result=record)
+    _write_manifest(store, manifest)  # sources removed above, when nothing was built
     logger.info("%s", summary.line())
     return summary

@@ -31,8 +31,20 @@ def connect(store: str | Path) -> Any:
         files = _quoted(str(store / view / "step=*" / "rank=*" / "*.parquet"))
         options = "hive_partitioning = true, hive_types = {'step': BIGINT, 'rank': BIGINT}, union_by_name = true"
         select = "SELECT DISTINCT stack_id, stack" if view == "stacks" else "SELECT *"
-        connection.execute(f"CREATE VIEW {view} AS {select} FROM read_parquet({files}, {options})")
+        try:
+            connection.execute(f"CREATE VIEW {view} AS {select} FROM read_parquet({files}, {options})")
+        except duckdb.Error as exc:
+            connection.close()
+            raise _failure(store, exc) from None
     return connection
+
+
+def _failure(store: Path, exc: Exception) -> Exception:
+    """One line: a part damaged on disk (the next build repairs it), else the query's own mistake."""
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if ".parquet" in message:
+        return DataFileError(store, f"a part is damaged ({message}); run msprobe db build again to repair it")
+    return UsageError(f"query failed: {message}")
 
 
 def run_query(store: str | Path, sql: str) -> Any:
@@ -42,7 +54,6 @@ def run_query(store: str | Path, sql: str) -> Any:
     try:
         return connection.execute(sql).df()
     except duckdb.Error as exc:
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"query failed: {message}") from None
+        raise _failure(Path(store), exc) from None
     finally:
         connection.close()
