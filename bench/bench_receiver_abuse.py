@@ -3,12 +3,12 @@
     python bench/bench_receiver_abuse.py [--hostile 200] [--apis 200]
 
 The receiver (``msprobe -f pytorch run_ut`` with is_online) listens on loopback, twice: with the token it
-makes for its own user (the default), and with a configured one (``auth_token_path``). The honest sender connects first and streams
-``--apis`` small ``torch.add`` calls; meanwhile ``--hostile`` connections send garbage, half frames that then
-stall, length prefixes of a terabyte, and (before any token) HELLOs announcing 199 MiB and connections that
-say nothing and reconnect as soon as they are dropped. Prints how many honest APIs were checked (all must be)
-and the receiver's peak resident memory against a stated bound. Traffic goes to 127.0.0.1 only, and every
-loop is bounded in count and time.
+makes for its own user (the default), and with a configured one (``auth_token_path``). The honest sender
+connects first and streams ``--apis`` small ``torch.add`` calls; meanwhile ``--hostile`` connections send
+garbage, half frames that then stall, length prefixes of a terabyte, HELLOs announcing 199 MiB, and
+connections that say nothing and reconnect as soon as they are dropped. Prints how many honest APIs were
+checked (all must be) and the receiver's peak resident memory against a stated bound. Traffic goes to
+127.0.0.1 only, and every loop is bounded in count and time.
 """
 
 from __future__ import annotations
