@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,25 +30,69 @@ def _ray(*arguments: str, env: dict) -> None:
 
 
 @contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _processes_using(folder: str) -> list[int]:
+    """The processes whose command line names ``folder``: this cluster's, not another user's or test's."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            if folder.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+    return found
+
+
+def _stop(folder: str, env: dict) -> None:
+    """Stop this cluster's processes only (``ray stop`` would stop every Ray process of the machine)."""
+    for signal_number in (signal.SIGTERM, signal.SIGKILL):
+        for pid in _processes_using(folder):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal_number)
+        deadline = time.monotonic() + 15
+        while _processes_using(folder) and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+
+@contextlib.contextmanager
 def two_nodes(python_path: list[str] | None = None) -> Iterator[tuple[str, int]]:
-    """Yields (the head's address, the worker node's manager port); every Ray process of the machine is
-    stopped after. ``python_path``: folders the workers import from (beside the installed packages)."""
+    """Yields (the head's address, the worker node's manager port); this cluster's processes are stopped
+    after. ``python_path``: folders the workers import from (beside the installed packages). Every node and
+    this process use one token made here (Ray 2.52 and later; older versions ignore it), so a token Ray
+    left in ~/.ray by an earlier local cluster makes no difference."""
     temp = tempfile.mkdtemp(prefix="msray", dir="/tmp")  # Ray's socket paths must stay short
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    auth = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **auth}
     if python_path:
         env["PYTHONPATH"] = os.pathsep.join(python_path)
     port, worker_port = free_port(), free_port()
     common = ["--num-cpus=1", "--node-ip-address=127.0.0.1", f"--object-store-memory={OBJECT_STORE_BYTES}",
               "--disable-usage-stats"]  # fmt: skip
-    _ray("start", "--head", f"--port={port}", "--include-dashboard=false", f"--temp-dir={temp}", *common, env=env)
-    address = f"127.0.0.1:{port}"
-    try:
-        _ray("start", f"--address={address}", f"--node-manager-port={worker_port}", *common, env=env)
-        yield address, worker_port
-    finally:
-        with contextlib.suppress(ImportError):
-            import ray
+    with _environment(auth):
+        try:
+            _ray("start", "--head", f"--port={port}", "--include-dashboard=false", f"--temp-dir={temp}", *common,
+                 env=env)  # fmt: skip
+            address = f"127.0.0.1:{port}"
+            # the worker node's files go under the head's temp folder too, so _stop finds its processes
+            _ray("start", f"--address={address}", f"--node-manager-port={worker_port}", f"--temp-dir={temp}",
+                 *common, env=env)  # fmt: skip
+            yield address, worker_port
+        finally:
+            with contextlib.suppress(ImportError):
+                import ray
 
-            if ray.is_initialized():
-                ray.shutdown()
-        subprocess.run([RAY, "stop", "--force"], env=env, capture_output=True, timeout=120)
+                if ray.is_initialized():
+                    ray.shutdown()
+            _stop(temp, env)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -210,3 +211,24 @@ def test_a_cluster_that_does_not_answer_is_one_line_at_once(tmp_path, address, m
     result = CliRunner().invoke(cli, ["compare", "-i", str(spec), "-o", str(tmp_path / "out"), "--engine", "ray",
                                       "--ray-address", address])  # fmt: skip
     assert result.exit_code != 0 and message in result.output, result.output  # before Ray's minutes of waiting
+
+
+@pytest.mark.parametrize("auth_mode", ["disabled", "token"])
+def test_a_local_cluster_works_with_ray_s_token_on_or_off(tmp_path, auth_mode):
+    """--engine ray with no address starts a cluster of this machine alone; with RAY_AUTH_MODE=token (Ray 2.52
+    and later) it asks for Ray's token, here one that is not the one Ray keeps in ~/.ray."""
+    script = (
+        "import ray\n"
+        "from msprobe.core.jobs import Engine, run_jobs\n"
+        "assert run_jobs(abs, [-1, -2], Engine('ray'), 'items') == [1, 2]\n"
+        "print(len(ray.nodes()))\n"
+        "ray.shutdown()\n"
+    )
+    env = {key: value for key, value in os.environ.items() if not key.startswith("RAY_")}
+    env.update(RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE=auth_mode)
+    if auth_mode == "token":
+        env["RAY_AUTH_TOKEN"] = "msprobe-test-" + os.urandom(16).hex()
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env,
+                          cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-1] == "1"
