@@ -14,6 +14,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from unittest import mock
 
 RAY = str(Path(sys.executable).parent / "ray")
 OBJECT_STORE_BYTES = 80 * 1024 * 1024
@@ -27,20 +28,6 @@ def free_port() -> int:
 
 def _ray(*arguments: str, env: dict) -> None:
     subprocess.run([RAY, *arguments], env=env, check=True, capture_output=True, text=True, timeout=120)
-
-
-@contextlib.contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def _processes_using(folder: str) -> list[int]:
@@ -80,7 +67,7 @@ def two_nodes(python_path: list[str] | None = None) -> Iterator[tuple[str, int]]
     port, worker_port = free_port(), free_port()
     common = ["--num-cpus=1", "--node-ip-address=127.0.0.1", f"--object-store-memory={OBJECT_STORE_BYTES}",
               "--disable-usage-stats"]  # fmt: skip
-    with _environment(auth):
+    with mock.patch.dict(os.environ, auth):  # for ray.init in this process
         try:
             _ray("start", "--head", f"--port={port}", "--include-dashboard=false", f"--temp-dir={temp}", *common,
                  env=env)  # fmt: skip
