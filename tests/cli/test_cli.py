@@ -195,3 +195,40 @@ def test_an_internal_error_exits_3(tmp_path, monkeypatch, capsys):
         main(["compare", "-i", str(spec), "-o", str(tmp_path / "out")])
     assert ended.value.code == 3
     assert "internal error KeyError" in capsys.readouterr().err
+
+
+def test_a_full_disk_is_one_line_naming_the_file_and_leaves_no_result(tmp_path, monkeypatch):
+    import errno
+
+    from msprobe.core.compare import report
+    from paths import REFERENCE_DUMPS
+
+    dump = REFERENCE_DUMPS / "pytorch" / "statistics_L1" / "step0" / "rank" / "dump.json"
+    real = report.new_file
+
+    def full(path, *arguments, **options):
+        handle = real(path, *arguments, **options)
+
+        class Full:
+            def __enter__(self):
+                opened = handle.__enter__()
+
+                def write(_data):
+                    raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+                opened.write = write
+                return opened
+
+            def __exit__(self, *exc):
+                return handle.__exit__(*exc)
+
+        return Full()
+
+    monkeypatch.setattr(report, "new_file", full)
+    monkeypatch.setenv("MSPROBE_COMPARE_STREAM", "never")
+    spec = tmp_path / "compare.json"
+    spec.write_text(json.dumps({"npu_path": str(dump), "bench_path": str(dump)}))
+    result = CliRunner().invoke(cli, ["compare", "-i", str(spec), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert "No space left on device" in result.output and ".csv" in result.output and "internal" not in result.output
+    assert not list((tmp_path / "out").glob("*.csv")) and not list((tmp_path / "out").glob(".*.tmp"))

@@ -119,6 +119,11 @@ def _with_header(header: bytes, data: bytes = b"") -> bytes:
         (_with_header(b'{"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 4]}}', b"\0" * 4), "bytes for 4"),
         (_with_header(b'{"w": {"dtype": "F8_E9", "shape": [1], "data_offsets": [0, 1]}}', b"\0"), "not supported"),
         (_with_header(b'{"w": {"shape": [1]}}'), "malformed"),
+        # sizes whose product is 2**64, 0 in 64-bit arithmetic: no values, yet not an empty tensor
+        (
+            _with_header(b'{"w": {"dtype": "F32", "shape": [4294967296, 4294967296], "data_offsets": [0, 0]}}', b"\0"),
+            "0 bytes for 18446744073709551616 F32 values",
+        ),
     ],
 )
 def test_a_malformed_file_is_one_error_naming_it(tmp_path, content, problem):

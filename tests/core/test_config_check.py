@@ -110,6 +110,9 @@ def test_secrets_are_not_collected(tmp_path):
         ({"env.json": "{}"}, "no msprobe manifest"),
         ({"manifest.json": '{"tool": "msprobe"}', "run.sh": "rm -rf /"}, "not one a pack holds"),
         ({"manifest.json": "{not json"}, "not valid JSON"),
+        ({"manifest.json": '{"tool": "msprobe"}', "env.json": "[" * 100_000 + "]" * 100_000}, "nested too deeply"),
+        ({"manifest.json": '{"tool": "msprobe"}', "env.json": "[1, 2]"}, "'env.json': expected an object, not list"),
+        ({"manifest.json": '{"tool": "msprobe"}', "weights/rank0/step0.json": "3"}, "expected an object or a list"),
     ],
 )
 def test_a_bad_pack_is_one_error_naming_it(tmp_path, members, problem):

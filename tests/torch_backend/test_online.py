@@ -298,3 +298,12 @@ def test_sigterm_stops_the_tcp_receiver_within_seconds_with_a_peer_stalled_mid_f
         assert time.monotonic() - started < 5
     summary = json.loads(next((tmp_path / "stalled").glob("online_summary_*.json")).read_text())
     assert summary["interrupted"] is True
+
+
+def test_a_receiver_refused_at_start_leaves_no_result_files(tmp_path):
+    config = tmp_path / "recv.json"
+    section = {"is_online": True, "host": "0.0.0.0", "port": 29999, "rank_list": [0], "tls_path": ""}
+    config.write_text(json.dumps({"task": "run_ut", "run_ut": section}))
+    result = CliRunner().invoke(cli, ["-f", "pytorch", "run_ut", "-config", str(config), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "plain TCP with no token" in result.output
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())  # no header-only CSVs

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import click
 
-from msprobe.core.errors import EXIT_INTERNAL, MsprobeError
+from msprobe.core.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, MsprobeError
 from msprobe.core.plugins import get_registry
 from msprobe.core.version import __version__
 
@@ -102,6 +102,11 @@ class MsprobeGroup(click.Group):
             raise _exiting(click.ClickException(str(exc)), exc.exit_code) from None
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort, SystemExit):
             raise
+        except OSError as exc:  # a full disk, a folder that may not be written: the file and why, one line
+            if exc.errno is None or os.environ.get("MSPROBE_DEBUG"):
+                raise
+            where = f"{exc.filename}: " if exc.filename else ""
+            raise _exiting(click.ClickException(f"{where}{exc.strerror}"), EXIT_BAD_INPUT) from None
         except Exception as exc:
             plugin = (ctx.obj or {}).get("plugin")
             if plugin is None or os.environ.get("MSPROBE_DEBUG"):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import mmap
 import struct
 from collections.abc import Callable, Iterator, Mapping
@@ -102,7 +103,7 @@ def _safetensors_array(path: Path, data: Any, start: int, name: str, info: Any) 
     if any(n < 0 for n in shape) or not (0 <= begin <= end <= len(data) - start):
         raise DataFileError(path, f"tensor {name!r}: shape or offsets outside the file")
     raw = np.frombuffer(data, dtype=np.uint8, count=end - begin, offset=start + begin) if end > begin else None
-    count = int(np.prod(shape)) if shape else 1
+    count = math.prod(shape)  # Python integers: numpy's product wraps at 64 bits and could match any size
     if dtype_name == "BF16":  # numpy has no bfloat16: its bits are a float32's upper half
         if end - begin != 2 * count:
             raise DataFileError(path, f"tensor {name!r}: {end - begin} bytes for {count} bfloat16 values")

@@ -171,6 +171,17 @@ def collect_static(files: Iterable[str | Path], output: str | Path) -> Path:
     return write_pack(members, output)
 
 
+_OBJECT_MEMBERS = ("manifest.json", "env.json", "pip.json", "hyperparameters.json")
+
+
+def _check_member_type(path: Path, name: str, value: Any) -> None:
+    """A member of the kind its item compares: an object of settings, or a per-step object or list."""
+    if name in _OBJECT_MEMBERS and not isinstance(value, dict):
+        raise DataFileError(path, f"member {name!r}: expected an object, not {type(value).__name__}")
+    if name.startswith(("dataset/", "weights/", "random/")) and not isinstance(value, (dict, list)):
+        raise DataFileError(path, f"member {name!r}: expected an object or a list, not {type(value).__name__}")
+
+
 def read_pack(path: str | Path) -> dict[str, Any]:
     """A pack's members as values by name; anything but bounded JSON members is refused."""
     path = Path(path)
@@ -192,6 +203,9 @@ def read_pack(path: str | Path) -> dict[str, Any]:
                 members[info.filename] = json.loads(archive.read(info))
             except (ValueError, zipfile.BadZipFile) as exc:
                 raise DataFileError(path, f"member {info.filename!r} is not valid JSON ({exc})") from None
+            except RecursionError:
+                raise DataFileError(path, f"member {info.filename!r} is nested too deeply") from None
+            _check_member_type(path, info.filename, members[info.filename])
     manifest = members.get("manifest.json")
     if not isinstance(manifest, dict) or manifest.get("tool") != "msprobe":
         raise DataFileError(path, "has no msprobe manifest.json: not a pack config_check -d or ConfigChecker wrote")

@@ -86,6 +86,16 @@ class Limits:
     hello_timeout: float = 5.0
 
 
+def check_exposure(host: str, tls_path: str | None, token: str | None, allow_plain_remote: bool) -> None:
+    """Plain TCP with no token is for this machine only, unless the config says otherwise."""
+    if not tls_path and token is None and not is_loopback(host) and not allow_plain_remote:
+        raise UsageError(
+            f"online run_ut would listen on {host} over plain TCP with no token: anyone who can reach it "
+            "could add results or end the run. Set run_ut.tls_path (mutual TLS) or run_ut.auth_token_path, "
+            "or run_ut.allow_plain_remote: true to accept that"
+        )
+
+
 class _RateLimitedLog:
     """The first few warnings of a kind, then one in a thousand: a flood of bad peers cannot flood the log."""
 
@@ -325,13 +335,7 @@ class Receiver:
         return await asyncio.wait_for(reader.readexactly(size), timeout)
 
     def check_exposure(self, host: str, tls_path: str | None) -> None:
-        """Plain TCP with no token is for this machine only, unless the config says otherwise."""
-        if not tls_path and self.token is None and not is_loopback(host) and not self.allow_plain_remote:
-            raise UsageError(
-                f"online run_ut would listen on {host} over plain TCP with no token: anyone who can reach it "
-                "could add results or end the run. Set run_ut.tls_path (mutual TLS) or run_ut.auth_token_path, "
-                "or run_ut.allow_plain_remote: true to accept that"
-            )
+        check_exposure(host, tls_path, self.token, self.allow_plain_remote)
 
     async def serve_tcp(self, host: str, port: int, tls_path: str | None) -> None:
         self.check_exposure(host, tls_path)

@@ -85,7 +85,7 @@ def run_ut_commands(runner: str, saver: str, devices: Callable[[str | None], lis
     def receive(config: Path, output: Path) -> None:
         from msprobe.core.config import load_config
         from msprobe.core.online.protocol import read_token
-        from msprobe.core.online.receiver import Limits, Receiver
+        from msprobe.core.online.receiver import Limits, Receiver, check_exposure
 
         section = load_config(config).run_ut
         if not section.nfs_path and not section.port:
@@ -98,13 +98,16 @@ def run_ut_commands(runner: str, saver: str, devices: Callable[[str | None], lis
             max_unauthenticated=section.max_unauthenticated,
             hello_timeout=section.hello_timeout,
         )
+        token = read_token(section.auth_token_path)
+        if not section.nfs_path:  # refused before any result file is made
+            check_exposure(section.host or "127.0.0.1", section.tls_path, token, section.allow_plain_remote)
         receiver = Receiver(
             output,
             runner,
             section.rank_list,
             section.white_list,
             section.black_list,
-            token=read_token(section.auth_token_path),
+            token=token,
             limits=limits,
             allow_plain_remote=section.allow_plain_remote,
             loopback_token=section.loopback_token,
