@@ -18,6 +18,7 @@ nox.options.sessions = [
     "docs",
     "core",
     "core_lowest_python",
+    "sanitizers",
     "torch",
     "mindspore",
     "mindspore_torch",
@@ -68,6 +69,42 @@ def _python(version: str) -> str:
         if candidate and subprocess.run([candidate, "--version"], capture_output=True).returncode == 0:
             return candidate
     return version  # nox then says it is missing
+
+
+SANITIZE = "-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O1"
+SANITIZED_TESTS = [  # every test that drives msprobe-core's C extensions, the fuzz targets among them
+    "tests/core/test_c_entry_points.py", "tests/core/test_fuzz.py", "tests/core/test_table_rows.py",
+    "tests/core/test_compare_stream.py", "tests/core/test_float_stats.py", "tests/core/test_stack.py",
+    "tests/core/test_spreadsheet.py", "tests/core/test_api_patch.py",
+]  # fmt: skip
+
+
+@nox.session
+def sanitizers(session: nox.Session) -> None:
+    """msprobe-core's C extensions built with AddressSanitizer and UndefinedBehaviorSanitizer, and the tests
+    that drive them: any read or write out of bounds or undefined operation ends the run. Built from a copy
+    of the sources, so no earlier build of the extensions is reused."""
+    compiler = shutil.which("gcc")
+    runtimes = [
+        subprocess.run([compiler, f"-print-file-name={name}"], capture_output=True, text=True).stdout.strip()
+        for name in ("libasan.so", "libubsan.so")
+    ] if compiler else []  # fmt: skip
+    if not runtimes or not all(os.path.isabs(path) for path in runtimes):
+        session.skip("no gcc with the sanitizer runtimes here")
+    source = session.create_tmp()
+    shutil.rmtree(source)
+    for folder in ("msprobe-core", "msprobe-cli"):
+        shutil.copytree(folder, os.path.join(source, folder), ignore=shutil.ignore_patterns("build", "*.so"))
+    shutil.copy("VERSION", source)
+    session.install(*TEST_DEPS, "setuptools>=77", "wheel")
+    flags = {"CFLAGS": SANITIZE, "LDFLAGS": "-fsanitize=address,undefined"}
+    session.install("--no-build-isolation", "--no-cache-dir", os.path.join(source, "msprobe-core"),
+                    os.path.join(source, "msprobe-cli"), env=flags)  # fmt: skip
+    session.run(
+        "pytest", "-p", "no:cacheprovider", *SANITIZED_TESTS, *session.posargs,
+        env={"LD_PRELOAD": ":".join(runtimes), "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
+             "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1", "PYTHONMALLOC": "malloc"},
+    )  # fmt: skip
 
 
 @nox.session(python=_python("3.10"))

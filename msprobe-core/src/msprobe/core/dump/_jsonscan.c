@@ -65,10 +65,19 @@ static PyObject *invalid(Py_ssize_t at) {
 }
 
 /* value_end(buffer, pos) -> end of the value at pos (after spaces), -1 when the buffer ends first */
+/* a position before the buffer would be read from memory that is not its own: refused (the buffer released) */
+static int out_of_range(Py_buffer *view, Py_ssize_t at) {
+    if (at >= 0 && at <= view->len) return 0;
+    PyBuffer_Release(view);
+    PyErr_Format(PyExc_ValueError, "position %zd is outside the buffer of %zd bytes", at, view->len);
+    return 1;
+}
+
 static PyObject *value_end(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t at;
     if (!PyArg_ParseTuple(args, "y*n", &view, &at)) return NULL;
+    if (out_of_range(&view, at)) return NULL;
     const char *text = view.buf;
     Py_ssize_t size = view.len;
     at = skip_space(text, at, size);
@@ -89,6 +98,7 @@ static PyObject *member_ends(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t at;
     if (!PyArg_ParseTuple(args, "y*n", &view, &at)) return NULL;
+    if (out_of_range(&view, at)) return NULL;
     const char *text = view.buf;
     Py_ssize_t size = view.len, close = -1, bad = -1;
     PyObject *ends = PyList_New(0);
