@@ -267,3 +267,24 @@ def test_the_report_names_the_call_the_diagnosis_names(tmp_path):
         "Torch.log.0.forward",
         None,
     )
+
+
+def test_a_full_disk_loses_the_steps_it_must_and_still_writes_the_report(tmp_path, monkeypatch, caplog):
+    """Step 4 cannot be written (ENOSPC): the log names it and its folder, the other steps are written, and
+    the report lists it under steps_lost."""
+    import errno
+
+    from msprobe.core.dump import flight
+
+    real = flight.BufferedWriter.go_live
+
+    def go_live(writer):
+        if writer.step == 4:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(writer)
+
+    monkeypatch.setattr(flight.BufferedWriter, "go_live", go_live)
+    dump = _train(tmp_path, 10, {"window": 5})
+    record = _report(dump)["triggers"][0]
+    assert record["steps_written"] == [3, 5, 6, 7] and record["steps_lost"] == [4]
+    assert f"step 4 could not be written to {dump / 'step4' / 'rank'}: No space left on device" in caplog.text

@@ -160,15 +160,20 @@ class FlightRecorder:
     # -- writing out -------------------------------------------------------------------------
     def trigger(self, kind: str, reason: str | None = None) -> None:
         """Write the window's steps and the step under way, and the report."""
-        steps = []
-        while self.window:
-            writer = self.window.popleft()
-            writer.go_live()
-            steps.append(writer.step)
-        if self.current is not None:
-            self.current.go_live()
-            steps.append(self.current.step)
+        steps, lost = [], []
+        writers = [*self.window, *([self.current] if self.current is not None else [])]
+        self.window.clear()
+        for writer in writers:
+            try:
+                writer.go_live()
+                steps.append(writer.step)
+            except OSError as exc:  # a full disk: the other steps and the report are still tried
+                lost.append(writer.step)
+                logger.warning("msprobe flight recorder: step %d could not be written to %s: %s", writer.step,
+                               writer.folder, exc.strerror or exc)  # fmt: skip
         record = {"trigger": kind, "step": self.session.step, "steps_written": steps}
+        if lost:
+            record["steps_lost"] = lost
         if reason:
             record["reason"] = reason
         self.triggered.append(record)
@@ -180,10 +185,12 @@ class FlightRecorder:
             "last_finite_step": self.last_finite_step,
             "triggers": self.triggered,
         }
+        path = Path(self.session.config.dump_path) / REPORT_NAME
         try:
-            write_json_atomic(Path(self.session.config.dump_path) / REPORT_NAME, report, indent=2)
+            write_json_atomic(path, report, indent=2)
         except Exception as exc:  # the training goes on; the steps are written all the same
-            logger.warning("msprobe flight recorder: %s could not be written: %s", REPORT_NAME, exc)
+            logger.warning("msprobe flight recorder: the report of step %d could not be written to %s: %s",
+                           self.session.step, path, exc)  # fmt: skip
 
     def _name_first_nonfinite(self, folder: Path) -> None:
         """The step that made the first inf or nan is written: the report names the call by the diagnosis's
