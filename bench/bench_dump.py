@@ -5,7 +5,7 @@
 
 All configurations are measured in one run, one thread, after a warm-up;
 each against a plain twin of the workload stepped in turn with it.
-Targets on the CPU (docs/performance.md, as raised by issue 37; TARGETS
+Targets on the CPU (docs/performance.md; TARGETS
 below): statistics L1 <= 1.25x, mix <= 1.4x, md5 <= 1.5x, tensor L1 within
 1.5x of writing the same bytes with numpy.save, overflow_check L1 <= 1.1x,
 grad_probe L1 <= 1.2x, free benchmark (improve_precision, forward, all
@@ -53,7 +53,7 @@ CONFIGS = [
     ("free_benchmark", {"task": "free_benchmark", "level": "L1", "free_benchmark": {"pert_mode": "improve_precision"}}),
     ("flight_recorder L1", {"task": "flight_recorder", "level": "L1", "flight_recorder": {"window": 5}}),
 ]
-TARGETS = {  # on the CPU, as raised by issue 37 (the earlier ones: 1.5, 1.7, 2.0, 1.3, 5.0)
+TARGETS = {  # on the CPU, the tightened ones (before: 1.5, 1.7, 2.0, 1.3, 5.0)
     "statistics L1": 1.25,
     "statistics mix": 1.4,
     "md5 L1": 1.5,

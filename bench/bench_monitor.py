@@ -2,7 +2,7 @@
 
     python bench/bench_monitor.py [--steps 20]
 
-Targets (issue 9): weight gradients <= 1.02x, optimizer state <= 1.05x,
+Targets (the monitor's cost budget in docs/performance.md): weight gradients <= 1.02x, optimizer state <= 1.05x,
 activations of all modules <= 1.3x.
 """
 

@@ -11,7 +11,6 @@ they are read.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import ipaddress
 import json
@@ -25,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from msprobe.core.dump.writer import new_file
 from msprobe.core.errors import DataFileError
 
 MAGIC = b"MSPB"
@@ -87,10 +87,7 @@ def write_loopback_token(port: int) -> tuple[str, Path]:
         raise DataFileError(path.parent, "is not a folder of this user's own; no token is written there")
     os.chmod(path.parent, 0o700)
     token = secrets.token_hex(32)
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()  # a token left by a receiver that was killed
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+    with new_file(path, "w") as handle:  # the project's one private writer; this file is the user's alone
         os.fchmod(handle.fileno(), 0o600)
         handle.write(token)
     return token, path
