@@ -178,7 +178,38 @@ def step_differences(ours: dict[str, Any], theirs: dict[str, Any], perturbed: bo
         ]
     if set(ours["stack"]) != {k for k in theirs["stack"] if k not in skipped}:
         problems.append("stack.json keys differ")
+    else:
+        problems += stack_differences(ours["stack"], theirs["stack"])
     return problems
+
+
+def _frame(text: str) -> str:
+    """A frame with its file's path from site-packages on: the two tools run from different environments."""
+    head, _, rest = text.partition("site-packages/")
+    return rest if rest else head
+
+
+def stack_differences(ours: dict[str, list[str]], theirs: dict[str, list[str]]) -> list[str]:
+    """docs/differences.md: the reference's frames, less its own wrapper's at the top, are ours; a Module entry
+    of ours starts with the two torch frames that ran its hook."""
+    problems = []
+    for name, mine in ours.items():
+        reference = [_frame(f) for f in theirs[name] if "site-packages/msprobe/" not in f]
+        mine = [_frame(f) for f in mine]
+        if name.startswith("Module."):
+            leading = [f.split(", in ")[1].split(",")[0] for f in mine[:2]]
+            if leading != ["inner", "_call_impl"] or not all(f.startswith(TORCH_MODULE_FILE) for f in mine[:2]):
+                problems.append(f"stack {name}: starts with {mine[:2]!r}, not the torch frames that ran its hook")
+            mine = mine[2:]
+        if mine != reference:
+            at = next((i for i, (a, b) in enumerate(zip(mine, reference)) if a != b), min(len(mine), len(reference)))
+            problems.append(
+                f"stack {name}: frame {at} differs: {mine[at : at + 1]!r} != reference {reference[at : at + 1]!r}"
+            )
+    return problems
+
+
+TORCH_MODULE_FILE = "torch/nn/modules/module.py"
 
 
 def _in_place_module(name: str, theirs: dict) -> bool:

@@ -46,3 +46,21 @@ def dumps(tmp_path_factory):
         return made[key]
 
     return dump
+
+
+@pytest.fixture(scope="session")
+def untouched(tmp_path_factory):
+    """A zoo model's run with no tool at all (dump_zoo.py's ``untouched``): its losses and its linear layers'
+    output CRCs, per step."""
+    made: dict[str, Path] = {}
+
+    def run(model: str) -> Path:
+        if model not in made:
+            folder = tmp_path_factory.mktemp(f"{model}-untouched")
+            command = [sys.executable, str(DRIVER), model, "untouched", "L1", str(folder)]
+            done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+            made[model] = folder
+        return made[model]
+
+    return run

@@ -36,9 +36,11 @@ PAIRS = [
     ("llama", "statistics", "mix"),
     ("vit", "statistics", "L0"),
     ("cnn", "md5", "L1"),
+    ("moe", "md5", "L1"),  # experts called a different number of times per step: NPU values with no partner
     ("llama", "md5", "mix"),
     ("cnn", "tensor", "L1"),
     ("moe", "tensor", "L0"),
+    ("mamba", "tensor", "L1"),  # F.conv1d(..., weight=, bias=): keyword tensors, rows named after their files
 ]
 SIDES = ("reference", "ours", "ours-vs-reference")
 
@@ -48,15 +50,23 @@ def _step(root: Path, step: int) -> Path:
 
 
 def _run_compare(
-    msprobe: list[str], npu: Path, bench: Path, out: Path, stack: bool = True, env: dict[str, str] | None = None
+    msprobe: list[str],
+    npu: Path,
+    bench: Path,
+    out: Path,
+    stack: bool = True,
+    env: dict[str, str] | None = None,
+    flags: tuple[str, ...] = (),
 ) -> pd.DataFrame:
+    """``stack``: compare.json names the stack.json (the column then comes with ``-s`` alone); without it,
+    both tools add the column because a stack.json lies beside the NPU dump."""
     out.mkdir(parents=True)
     config = out / "compare.json"
     spec = {"npu_path": str(npu), "bench_path": str(bench)}
-    if stack:  # 1.2.2 reads only its own stack.json format
+    if stack:
         spec["stack_path"] = str(npu.with_name("stack.json"))
     config.write_text(json.dumps(spec))
-    command = [*msprobe, "-f", "pytorch", "compare", "-i", str(config), "-o", str(out)]
+    command = [*msprobe, "-f", "pytorch", "compare", "-i", str(config), "-o", str(out), *flags]
     run = subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})})
     results = sorted(out.glob("compare_result_*.xlsx"))
     assert results, f"{command[0]} wrote no table (exit {run.returncode}):\n{run.stdout[-2000:]}{run.stderr[-2000:]}"
@@ -123,3 +133,49 @@ def test_our_compare_table_is_the_references(dumps, tmp_path, model, task, level
         if not _same_cell(ours.iloc[index][column], value)
     ]
     assert not problems, f"{len(problems)} cells differ:\n" + "\n".join(problems[:30])
+
+
+def _table_problems(ours: pd.DataFrame, theirs: pd.DataFrame) -> list[str]:
+    assert list(ours.columns) == list(theirs.columns)
+    assert len(ours) >= len(theirs) > 0
+    return [
+        f"row {index} {theirs.iloc[index, 0]} {column}: ours {ours.iloc[index][column]!r}, reference {value!r}"
+        for index in range(len(theirs))
+        for column, value in theirs.iloc[index].items()
+        if not _same_cell(ours.iloc[index][column], value)
+    ]
+
+
+@pytest.mark.parametrize(("stack", "flags"), [(False, ()), (True, ("-s",))], ids=["beside", "stack_path-s"])
+@pytest.mark.parametrize("side", ["reference", "ours"])
+def test_the_stack_column_is_the_references(dumps, tmp_path, stack, flags, side):
+    """NPU_Stack_Info: present with no stack_path (a stack.json lies beside the NPU dump), or with stack_path and
+    -s; the frames' list text on a call's first input row, None on its others: the same cells as the reference."""
+    ours_root, reference_root = dumps("cnn", "statistics", "mix")
+    root = reference_root if side == "reference" else ours_root
+    npu, bench = _step(root, 0), _step(root, 1)
+    reference_cli = [str(Path(reference_python()).with_name("msprobe"))]
+    theirs = _run_compare(reference_cli, npu, bench, tmp_path / "reference", stack=stack, flags=flags)
+    ours = _run_compare([str(Path(sys.executable).with_name("msprobe"))], npu, bench, tmp_path / "ours",
+                        stack=stack, flags=flags)  # fmt: skip
+    assert "NPU_Stack_Info" in theirs.columns
+    assert (theirs["NPU_Stack_Info"].str.startswith("['File ")).sum() > 5
+    problems = _table_problems(ours, theirs)
+    assert not problems, f"{len(problems)} cells differ:\n" + "\n".join(problems[:30])
+
+
+@pytest.mark.parametrize("direction", ["ours-vs-reference", "reference-vs-ours"])
+def test_tensor_dumps_with_keyword_tensors_match_across_tools(dumps, tmp_path, direction):
+    """Mamba passes F.conv1d its weight and bias as keywords: each tool's compare of one tool's tensor dump
+    against the other's pairs every NPU value (the reference names those rows after their files)."""
+    ours_root, reference_root = dumps("mamba", "tensor", "L1")
+    first, second = (ours_root, reference_root) if direction == "ours-vs-reference" else (reference_root, ours_root)
+    npu, bench = _step(first, 0), _step(second, 1)
+    keywords = [name for name in json.loads(npu.read_text())["data"] if name.startswith("Functional.conv1d.")]
+    assert keywords, "the model no longer calls F.conv1d"
+    reference_cli = [str(Path(reference_python()).with_name("msprobe"))]
+    for label, cli in (("reference", reference_cli), ("ours", [str(Path(sys.executable).with_name("msprobe"))])):
+        table = _run_compare(cli, npu, bench, tmp_path / label)
+        unmatched = table[(table["NPU Name"] != "N/A") & (table["Bench Name"] == "N/A")]
+        assert unmatched.empty, f"{label}: {unmatched['NPU Name'].tolist()[:10]}"
+        assert table["NPU Name"].str.contains(r"^Functional\.conv1d\.\d+\.forward\.kwargs\.weight$").any(), label

@@ -9,23 +9,26 @@ must be equal and which documented differences are allowed.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from agreement import read_step, step_differences
-from zoo import ZOO
+from zoo import SEEDED, ZOO
 
 # A module handed one tensor in several positional arguments takes another branch under the reference: its
 # module hooks give each argument an object of its own, and nn.MultiheadAttention tests `query is key`.
 # Ours leaves the model's computation alone, so that model is checked on its own below.
 IDENTITY_TESTING = "attention"
 
-# (task, level) runs per model: every architecture at every level, the tasks on a few
+# (task, level) runs per model: every architecture at every level, the tasks on a few. The models run after
+# seed_all() with dropout left on are compared at L0 alone: at L1 and mix the reference's wrapper runs the
+# dropout that seed_all took out (checked below)
 RUNS = [
     (model, "statistics", level)
     for level in ("L1", "L0", "mix")
     for model in ZOO
-    if level == "L1" or model != IDENTITY_TESTING
+    if (level == "L1" or model != IDENTITY_TESTING) and (level == "L0" or model not in SEEDED)
 ] + [
     ("cnn", "md5", "L1"),
     ("moe", "md5", "L1"),
@@ -84,3 +87,46 @@ def test_a_module_that_tests_its_inputs_for_identity_differs_only_there(dumps, l
         and not p.startswith("Tensor.addcdiv_.")  # AdamW's update of the in_proj bias, from those gradients
     ]
     assert problems and not elsewhere, "\n".join(elsewhere[:40])
+
+
+def _losses(root: Path) -> list[float]:
+    return json.loads((root.parent / "losses.json").read_text())
+
+
+@pytest.mark.parametrize("level", ["L0", "L1", "mix"])
+def test_seed_all_keeps_dropout_off_at_every_level(dumps, untouched, level):
+    """docs/differences.md: after seed_all() the training under our tool is the run with dropout built as 0, to
+    the last bit, at every level; the reference's L1/mix wrapper calls the F.dropout it saved at import, so
+    there its losses are another run's."""
+    ours, reference = dumps("gpt2", "statistics", level)
+    plain = json.loads((untouched("gpt2") / "losses.json").read_text())
+    assert _losses(ours) == plain
+    theirs = _losses(reference)
+    if level == "L0":
+        assert all(abs(a - b) <= 1e-4 * abs(b) for a, b in zip(theirs, plain, strict=True))
+    else:
+        assert abs(theirs[0] - plain[0]) > 1e-4 * abs(plain[0]), "the reference no longer runs dropout here"
+
+
+def test_md5_where_the_tools_disagree_ours_are_the_untouched_runs(dumps, untouched):
+    """The CRC-32 of each linear layer's output (GPT-2's Conv1D is torch.addmm, its head F.linear), in call order,
+    against a run with no tool whose plain forward hooks took them: ours are equal; the reference's differ
+    where its wrapper ran a dropout."""
+    ours, reference = dumps("gpt2", "md5", "L1")
+    taken = json.loads((untouched("gpt2") / "crcs.json").read_text())
+    prefixes = {"Conv1D": "Torch.addmm.", "Linear": "Functional.linear."}
+    disagreeing = 0
+    for step in (0, 1):
+        plain = {kind: [crc for k, crc in taken[step] if k == kind] for kind in prefixes}
+        for root, is_ours in ((ours, True), (reference, False)):
+            data = read_step(root, step)["dump"]["data"]
+            for kind, prefix in prefixes.items():
+                dumped = [
+                    e["output"][0]["md5"] for n, e in data.items() if n.startswith(prefix) and n.endswith(".forward")
+                ]
+                assert len(dumped) == len(plain[kind]) > 0, (kind, step)
+                if is_ours:
+                    assert dumped == plain[kind], (kind, step)
+                else:
+                    disagreeing += sum(a != b for a, b in zip(dumped, plain[kind], strict=True))
+    assert disagreeing > 0

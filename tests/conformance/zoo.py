@@ -5,7 +5,9 @@ torch and transformers. Each builder returns (model, batch) where ``batch()``
 gives the next step's inputs and ``loss(model, inputs)`` the training loss.
 Dropout probabilities are kept as the architectures have them where they are
 0 (LLaMA's attention dropout, a case the reference records) and set to 0
-elsewhere, so both tools see the same values.
+elsewhere, so both tools see the same values; but for GPT-2, which keeps its
+dropout of 0.1 and is run after ``seed_all()`` (see ``SEEDED``): the tool's
+promise there is that dropout stays off.
 """
 
 from __future__ import annotations
@@ -32,6 +34,15 @@ def _lm_loss(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
 
 
+def _causal_lm(model: nn.Module) -> tuple:
+    """A HuggingFace causal language model on the zoo's tokens: next-token loss on its logits."""
+
+    def loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+        return _lm_loss(model(input_ids=tokens[:, :-1]).logits, tokens)
+
+    return model, _tokens(64, 2, 8), loss
+
+
 def llama() -> tuple:
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -46,12 +57,7 @@ def llama() -> tuple:
         attention_dropout=0.0,
     )
     config._attn_implementation = "eager"
-    model = LlamaForCausalLM(config)
-
-    def loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
-        return _lm_loss(model(input_ids=tokens[:, :-1]).logits, tokens)
-
-    return model, _tokens(64, 2, 8), loss
+    return _causal_lm(LlamaForCausalLM(config))
 
 
 def bert() -> tuple:
@@ -266,6 +272,37 @@ def attention() -> tuple:
     return model, _tokens(64, 2, 8), loss
 
 
+def gpt2(dropout: float = 0.1) -> tuple:
+    """Conv1D layers (torch.addmm), and dropout of 0.1 on the embeddings, attention and residuals."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(
+        vocab_size=64,
+        n_positions=32,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        resid_pdrop=dropout,
+        embd_pdrop=dropout,
+        attn_pdrop=dropout,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    config._attn_implementation = "eager"
+    return _causal_lm(GPT2LMHeadModel(config))
+
+
+def mamba() -> tuple:
+    """The slow (pure torch) path: F.conv1d called with its weight and bias as keywords, a selective scan."""
+    from transformers import MambaConfig, MambaForCausalLM
+
+    config = MambaConfig(vocab_size=64, hidden_size=32, state_size=4, num_hidden_layers=2, expand=2, conv_kernel=4)
+    return _causal_lm(MambaForCausalLM(config))
+
+
+# models run after seed_all(), with their dropout left on: the tools must keep it off (docs/differences.md)
+SEEDED = ("gpt2",)
+
 ZOO: dict[str, Builder] = {
     "llama": llama,
     "bert": bert,
@@ -275,4 +312,6 @@ ZOO: dict[str, Builder] = {
     "cnn": cnn,
     "recurrent": recurrent,
     "attention": attention,
+    "gpt2": gpt2,
+    "mamba": mamba,
 }

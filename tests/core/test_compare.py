@@ -26,7 +26,8 @@ def test_a_dump_against_itself_passes_with_every_row_matched(tmp_path):
     assert summary.verdict == "PASS" and summary.unmatched == 0 and summary.mode == "statistics"
     csv = next(tmp_path.glob("compare_result_*.csv"))
     table = pd.read_csv(csv, keep_default_na=False)
-    assert list(table.columns) == STATISTICS_COLUMNS
+    # no stack_path and a stack.json beside the NPU dump: the reference adds the stack column, -s or not
+    assert list(table.columns) == [*STATISTICS_COLUMNS, "NPU_Stack_Info"]
     tensors = table["NPU Dtype"].str.startswith("torch.")
     assert (table.loc[tensors, "Max diff"].astype(float) == 0).all() and (table["Result"] == "").all()
     # values that are not numbers (None, bool, text) get N/A, as in the reference's table
@@ -69,12 +70,17 @@ def test_fuzzy_match_ignores_call_counts(tmp_path):
     assert (fuzzy.table["Bench Name"] == "N/A").sum() == 0
 
 
-def test_md5_mode(tmp_path):
-    data = json.loads(json_of(0).read_text())
+def _with_md5(data: dict) -> dict:
+    """The dump with one CRC, 0badf00d, on every tensor."""
     for entry in data["data"].values():
         for leaf in entry.get("input_args", []) + entry.get("output", []) + entry.get("input", []):
             if isinstance(leaf, dict) and "dtype" in leaf:
                 leaf["md5"] = "0badf00d"
+    return data
+
+
+def test_md5_mode(tmp_path):
+    data = _with_md5(json.loads(json_of(0).read_text()))
     (tmp_path / "a").mkdir()
     (tmp_path / "a" / "dump.json").write_text(json.dumps(data))
     data["data"]["Functional.relu.0.forward"]["output"][0]["md5"] = "12345678"
@@ -85,6 +91,59 @@ def test_md5_mode(tmp_path):
     table = result.table.set_index("NPU Name")
     assert table.loc["Functional.relu.0.forward.output.0", "Result"] == "Different"
     assert table.loc["Functional.relu.0.forward.input.0", "Result"] == "pass"  # the reference's spelling
+
+
+def test_md5_an_npu_value_without_partner_shows_no_crc(tmp_path):
+    """The reference 1.2.2 fills NPU MD5, BENCH MD5 and Result of an unmatched NPU value with N/A."""
+    data = _with_md5(json.loads(json_of(0).read_text()))
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "dump.json").write_text(json.dumps(data))
+    del data["data"]["Functional.relu.0.forward"]
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "dump.json").write_text(json.dumps(data))
+    table = compare_dumps(read_dump(tmp_path / "a" / "dump.json"), read_dump(tmp_path / "b" / "dump.json")).table
+    alone = table.set_index("NPU Name").loc["Functional.relu.0.forward.output.0"]
+    assert (alone["Bench Name"], alone["NPU MD5"], alone["BENCH MD5"], alone["Result"]) == ("N/A",) * 4
+    paired = table.set_index("NPU Name").loc["Functional.conv2d.0.forward.output.0"]
+    assert (paired["NPU MD5"], paired["Result"]) == ("0badf00d", "pass")
+
+
+def _stack_table(tmp_path, spec, *flags):
+    config = tmp_path / "compare.json"
+    config.write_text(json.dumps({"npu_path": str(json_of(0)), "bench_path": str(json_of(1)), **spec}))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["compare", "-i", str(config), "-o", str(out), "-c", *flags])
+    assert result.exit_code in (0, 1), result.output
+    table = pd.read_csv(next(out.glob("compare_result_*.csv")), keep_default_na=False, dtype=str)
+    shutil.rmtree(out)
+    return table
+
+
+def test_the_stack_column_follows_the_references_rule_and_form(tmp_path):
+    """With no stack_path the column comes whenever stack.json lies beside the NPU dump; with one, -s decides.
+    Its cell, as the reference writes it: the text of the frames list on a call's first (input) row, "None" on
+    the call's other rows."""
+    stacks = json.loads((json_of(0).parent / "stack.json").read_text())
+    for spec, flags, wanted in [
+        ({}, (), True),
+        ({}, ("-s",), True),
+        ({"stack_path": str(json_of(0).parent / "stack.json")}, (), False),
+        ({"stack_path": str(json_of(0).parent / "stack.json")}, ("-s",), True),
+    ]:
+        table = _stack_table(tmp_path, spec, *flags)
+        assert ("NPU_Stack_Info" in table.columns) == wanted, (spec, flags)
+    rows = table[table["NPU Name"].str.startswith("Functional.conv2d.0.forward.")]
+    assert rows["NPU_Stack_Info"].tolist() == [str(stacks["Functional.conv2d.0.forward"])] + ["None"] * (len(rows) - 1)
+    assert len(rows) > 2 and rows.iloc[0]["NPU Name"].endswith(".input.0")
+
+
+def test_a_stack_path_that_names_no_file_is_one_clear_error(tmp_path):
+    config = tmp_path / "compare.json"
+    config.write_text(json.dumps({"npu_path": str(json_of(0)), "bench_path": str(json_of(1)),
+                                  "stack_path": str(tmp_path / "missing.json")}))  # fmt: skip
+    result = CliRunner().invoke(cli, ["compare", "-i", str(config), "-o", str(tmp_path / "out"), "-s"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "missing.json" in result.output and "stack_path" in result.output
 
 
 def test_multi_rank_step_folders(tmp_path):

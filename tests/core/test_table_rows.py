@@ -73,7 +73,8 @@ def test_c_rows_by_hand(monkeypatch):
                             "Max": 1.5, "Min": -2.0, "Mean": 0.25, "Norm": 3.0, "md5": "0a1b2c3d"}],
             "input_kwargs": {},
             "output": [{"type": "torch.Tensor", "dtype": "torch.float16", "shape": [2, 4],
-                        "Max": 4.0, "Min": 0.0, "Mean": 1.0, "Norm": 5.0, "data_name": "fc.output.0.pt"}],
+                        "Max": 4.0, "Min": 0.0, "Mean": 1.0, "Norm": 5.0,
+                        "data_name": "Module.fc.Linear.forward.0.output.0.pt"}],
             "parameters": {"weight": {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [4, 3],
                                       "Max": 0.5, "Min": -0.5, "Mean": 0.0, "Norm": 1.0}},
         }
@@ -83,7 +84,7 @@ def test_c_rows_by_hand(monkeypatch):
         (f"{entry}.input.0", entry, "torch.float16", [2, 3], (1.5, -2.0, 0.25, 3.0), "0a1b2c3d", None, "input", ""),
         (f"{entry}.parameters.weight", entry, "torch.float32", [4, 3], (0.5, -0.5, 0.0, 1.0), None, None,
          "parameters", ""),
-        (f"{entry}.output.0", entry, "torch.float16", [2, 4], (4.0, 0.0, 1.0, 5.0), None, "fc.output.0.pt",
+        (f"{entry}.output.0", entry, "torch.float16", [2, 4], (4.0, 0.0, 1.0, 5.0), None, f"{entry}.output.0.pt",
          "output", ""),
     ]  # fmt: skip
 

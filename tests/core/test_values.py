@@ -40,4 +40,4 @@ def test_a_namedtuple_is_written_by_field_name():
 
 def test_an_object_nobody_knows_is_null():
     assert encoder().encode(object(), "input.cache") is None
-    assert encoder().encode_args((object(),), {"cache": object()}, "X.input") == ([None], {"cache": None})
+    assert encoder().encode_args((object(),), {"cache": object()}, "X") == ([None], {"cache": None})

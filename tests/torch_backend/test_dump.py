@@ -1260,3 +1260,51 @@ def test_our_dump_files_fit_the_published_models(tmp_path, task, level, extra):
     assert dump.task == task and dump.data
     StackFile.model_validate(json.loads((folder / "stack.json").read_text()))
     ConstructFile.model_validate(json.loads((folder / "construct.json").read_text()))
+
+
+@pytest.mark.parametrize("with_lane", [True, False])
+def test_keyword_tensors_files_are_named_kwargs_as_the_references(tmp_path, monkeypatch, with_lane):
+    """mindstudio-probe 1.2.2 writes ``F.linear(x, weight=w)``'s weight to Functional.linear.0.forward.kwargs.weight
+    (seen in its tensor dumps); its tensor-mode compare names the row after the file, so the name must match."""
+    from msprobe.pytorch.dump import lane
+
+    monkeypatch.setattr(lane, "AVAILABLE", with_lane and lane.AVAILABLE)
+    x, w = torch.randn(2, 4), torch.randn(3, 4)
+    debugger = PrecisionDebugger(task="tensor", level="L1", dump_path=str(tmp_path / "d"))
+    debugger.start()
+    F.linear(x, weight=w)
+    debugger.stop()
+    debugger.step()
+    dump = load(tmp_path / "d")
+    entry = dump.data["Functional.linear.0.forward"]
+    assert entry["input_args"][0]["data_name"] == "Functional.linear.0.forward.input.0.pt"
+    assert entry["input_kwargs"]["weight"]["data_name"] == "Functional.linear.0.forward.kwargs.weight.pt"
+    torch.testing.assert_close(torch.load(dump.tensor_dir() / "Functional.linear.0.forward.kwargs.weight.pt"), w)
+
+
+@pytest.mark.parametrize("with_lane", [True, False])
+def test_zero_dimensional_tensors_are_written_as_the_reference_writes_them(tmp_path, monkeypatch, with_lane):
+    """mindstudio-probe 1.2.2's own dump of these calls: a 0-d tensor's value is all four statistics, an int for
+    an integer tensor; inf or nan also gets the ``*_except_inf_nan`` pair, the value itself."""
+    from msprobe.pytorch.dump import lane
+
+    monkeypatch.setattr(lane, "AVAILABLE", with_lane and lane.AVAILABLE)
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path / "d"))
+    debugger.start()
+    torch.tensor(float("inf")) * 1
+    torch.tensor(float("nan")) * 1
+    torch.tensor(-3, dtype=torch.int8) * 1
+    torch.tensor(2.5, dtype=torch.float16) * 1
+    debugger.stop()
+    debugger.step()
+    text = (tmp_path / "d" / "step0" / "rank" / "dump.json").read_text()
+    outputs = [json.dumps(entry["output"][0]) for entry in json.loads(text)["data"].values()]
+    stats = '"Max": {0}, "Min": {0}, "Mean": {0}, "Norm": {0}, "requires_grad": false'
+    assert outputs == [
+        f'{{"type": "torch.Tensor", "dtype": "torch.float32", "shape": [], {stats.format("Infinity")}, '
+        '"Max_except_inf_nan": Infinity, "Min_except_inf_nan": Infinity}',
+        f'{{"type": "torch.Tensor", "dtype": "torch.float32", "shape": [], {stats.format("NaN")}, '
+        '"Max_except_inf_nan": NaN, "Min_except_inf_nan": NaN}',
+        f'{{"type": "torch.Tensor", "dtype": "torch.int8", "shape": [], {stats.format("-3")}}}',
+        f'{{"type": "torch.Tensor", "dtype": "torch.float16", "shape": [], {stats.format("2.5")}}}',
+    ]

@@ -184,29 +184,34 @@ def _values() -> tuple[tuple, dict]:
     return args, kwargs
 
 
-def _record(tmp_path: Path, monkeypatch, with_lane: bool, output) -> dict:
-    """One call of the recorder's API handler, under no_grad, with every kind of value in and out."""
-    monkeypatch.setattr(lane, "AVAILABLE", with_lane)
-    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path))
-    debugger.start()
-    recorder = debugger._hooks
-    assert (recorder.lane is not None) == with_lane
-    args, kwargs = _values()
-    seen = []
+def record_call(folder: Path, with_lane: bool, args: tuple, kwargs: dict, output) -> dict:
+    """One call of the recorder's API handler, under no_grad, through the lane or the Python recorder; the
+    call must get its very arguments and return its own result. Returns the call's entry."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(lane, "AVAILABLE", with_lane)
+        debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(folder))
+        debugger.start()
+        recorder = debugger._hooks
+        assert (recorder.lane is not None) == with_lane
+        seen = []
 
-    def original(*call_args, **call_kwargs):
-        seen.append((call_args, call_kwargs))
-        return output
+        def original(*call_args, **call_kwargs):
+            seen.append((call_args, call_kwargs))
+            return output
 
-    with torch.no_grad():
-        result = recorder.patcher.handler(original, "Torch.fake", args, kwargs)
-    debugger.stop()
-    debugger.step()
-    monkeypatch.undo()
+        with torch.no_grad():
+            result = recorder.patcher.handler(original, "Torch.fake", args, kwargs)
+        debugger.stop()
+        debugger.step()
     assert result is output and len(seen) == 1  # called once, with the very same values
     assert len(seen[0][0]) == len(args) and all(a is b for a, b in zip(seen[0][0], args))
     assert seen[0][1].keys() == kwargs.keys() and all(seen[0][1][k] is v for k, v in kwargs.items())
-    return json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]["Torch.fake.0.forward"]
+    return json.loads((folder / "step0" / "rank" / "dump.json").read_text())["data"]["Torch.fake.0.forward"]
+
+
+def _record(tmp_path: Path, with_lane: bool, output) -> dict:
+    """Every kind of value in and out."""
+    return record_call(tmp_path, with_lane, *_values(), output)
 
 
 @pytest.mark.parametrize(
@@ -223,7 +228,7 @@ def _record(tmp_path: Path, monkeypatch, with_lane: bool, output) -> dict:
     ids=["tensor", "tuple", "list", "return_types", "Size", "None", "str"],
 )
 def test_every_kind_of_value_is_encoded_as_the_python_recorder_encodes_it(tmp_path, monkeypatch, output):
-    by_lane, by_python = [_record(tmp_path / str(on), monkeypatch, on, output) for on in (True, False)]
+    by_lane, by_python = [_record(tmp_path / str(on), on, output) for on in (True, False)]
     assert list(by_lane) == ["input_args", "input_kwargs", "is_recompute", "output"]
     assert by_lane == by_python
     assert by_lane["input_args"][24]["value"] == _values()[0][24]  # the text came through whole

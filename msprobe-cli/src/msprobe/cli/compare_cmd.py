@@ -26,7 +26,13 @@ from msprobe.cli.options import (
     type=click.Path(file_okay=False, path_type=Path),
     help="Folder for the result files.",
 )
-@click.option("-s", "--stack_mode", is_flag=True, help="Add the NPU_Stack_Info column.")
+@click.option(
+    "-s",
+    "--stack_mode",
+    is_flag=True,
+    help="Add the NPU_Stack_Info column from compare.json's stack_path (without a stack_path, the column comes "
+    "whenever a stack.json lies beside the NPU dump).",
+)
 @click.option(
     "-c", "--compare_only", is_flag=True, help="Skip the diagnosis (where the runs part ways) and its advisor file."
 )

@@ -27,7 +27,7 @@ from msprobe.core.compare.report import timestamp, write_result
 from msprobe.core.config import config_error_from_validation
 from msprobe.core.diagnosis import DIVERGENCE, NONE, Diagnosis, diagnose_dumps, diagnose_runs, diagnosis_fits
 from msprobe.core.diagnosis.runs import COMPARE_DIAGNOSED_BYTES, step_and_rank_of
-from msprobe.core.dump.reader import read_dump
+from msprobe.core.dump.reader import read_dump, read_stack_file
 from msprobe.core.dump.writer import write_new_text
 from msprobe.core.errors import DataFileError, MsprobeError, UsageError
 from msprobe.core.jobs import Engine, run_jobs
@@ -177,17 +177,37 @@ def _may_compare_in_memory(npu_json: Path, bench_json: Path, why: str) -> None:
         )
 
 
+def stack_source(npu_json: Path, stack_path: str | None, stack_mode: bool) -> Path | None:
+    """The stack.json whose frames fill NPU_Stack_Info, or None for no such column.
+
+    As the reference's compare: a compare.json naming ``stack_path`` gets the column when ``-s`` asks for it;
+    one that does not gets it whenever a stack.json lies beside the NPU dump.json, ``-s`` or not."""
+    if stack_path is not None:
+        if not stack_mode:
+            return None
+        file = Path(stack_path)
+        if not file.is_file():
+            raise DataFileError(file, "compare.json's stack_path: no such file")
+        return file
+    beside = Path(npu_json).parent / "stack.json"
+    if beside.is_file():
+        logger.warning("compare.json names no stack_path: NPU_Stack_Info comes from %s", beside)
+        return beside
+    return None
+
+
 def compare_pair(
     npu_json: Path,
     bench_json: Path,
     output_dir: Path,
-    stack_mode: bool = False,
+    stack_mode: bool | Path = False,
     auto_analyze: bool = True,
     fuzzy_match: bool = False,
     stamp: str | None = None,
     prefix: str = "compare_result",
     mappings: dict[str, Any] | None = None,
 ) -> tuple[CompareSummary, CompareResult]:
+    """``stack_mode``: True for the stacks of the stack.json beside the NPU dump, or the stack.json to read."""
     with collector_paused():
         return _compare_pair(
             npu_json, bench_json, output_dir, stack_mode, auto_analyze, fuzzy_match, stamp, prefix, mappings
@@ -198,7 +218,7 @@ def _compare_pair(
     npu_json: Path,
     bench_json: Path,
     output_dir: Path,
-    stack_mode: bool,
+    stack_mode: bool | Path,
     auto_analyze: bool,
     fuzzy_match: bool,
     stamp: str | None,
@@ -229,6 +249,8 @@ def _compare_pair(
     else:
         _may_compare_in_memory(Path(npu_json), Path(bench_json), _why_in_memory(fuzzy_match, bool(options)))
     npu, bench = read_dump(npu_json), read_dump(bench_json)
+    if isinstance(stack_mode, Path):
+        npu.stack = read_stack_file(stack_mode)
     readers = tensor_readers()
     check_tensor_readers((npu, bench), readers)
     cross = bool(npu.framework and bench.framework and npu.framework != bench.framework)
@@ -238,7 +260,7 @@ def _compare_pair(
         npu,
         bench,
         fuzzy=fuzzy_match,
-        stack=stack_mode,
+        stack=bool(stack_mode),
         load=tensor_loader(readers),
         mapping=mapper if mapper.active else None,
         metrics=registered_metrics(),
@@ -291,8 +313,9 @@ def compare(
     bench = input_param.get("bench_json_path") or input_param.get("bench_path")
     if not npu or not bench:
         raise MsprobeError("input_param needs npu_json_path and bench_json_path")
+    stacks = stack_source(Path(npu), input_param.get("stack_json_path") or input_param.get("stack_path"), stack_mode)
     summary, _ = compare_pair(
-        Path(npu), Path(bench), Path(output_path), stack_mode, auto_analyze, fuzzy_match, mappings=mappings
+        Path(npu), Path(bench), Path(output_path), stacks or False, auto_analyze, fuzzy_match, mappings=mappings
     )
     return summary
 
@@ -376,8 +399,9 @@ def run_compare_json(
         return compare_distributed(
             npu, bench, output_path, stack_mode, not compare_only, fuzzy_match, mappings=mappings, engine=engine
         )
+    stacks = stack_source(npu, spec.stack_path, stack_mode)
     summary, _ = compare_pair(
-        npu, bench, Path(output_path), stack_mode, not compare_only, fuzzy_match, mappings=mappings
+        npu, bench, Path(output_path), stacks or False, not compare_only, fuzzy_match, mappings=mappings
     )
     return [summary]
 

@@ -386,8 +386,9 @@ class _MetricColumn:
 
 def md5_table(pairs: list[tuple[Row | None, Row | None]]) -> pd.DataFrame:
     columns = _base_columns(pairs)
-    columns["NPU MD5"] = [(n.md5 or "None") if n else NA for n, _ in pairs]
-    columns["BENCH MD5"] = [(b.md5 or "None") if b else NA for _, b in pairs]
+    # a value with no partner on the other side shows N/A for both CRCs, as the reference's table does
+    columns["NPU MD5"] = [(n.md5 or "None") if n and b else NA for n, b in pairs]
+    columns["BENCH MD5"] = [(b.md5 or "None") if n and b else NA for n, b in pairs]
     columns["Result"] = [  # the reference's spelling: "pass", "Different"
         NA if n is None or b is None else ("pass" if n.md5 == b.md5 else "Different") for n, b in pairs
     ]
@@ -501,7 +502,11 @@ def finish_table(
     """The stack column (from ``stack_of``'s stacks, when given) and the highlighting rules' messages, added to
     a table of whole calls; returns the rows to colour."""
     if stack_of is not None:
-        table[STACK_COLUMN] = [_stack_text(stack_of, n) for n, _ in pairs]
+        stack_cells = _stack_cells(stack_of.stack, pairs)
+        if DATA_NAME_COLUMN in table.columns:  # the reference's order: the stacks, then the file names
+            table.insert(table.columns.get_loc(DATA_NAME_COLUMN), STACK_COLUMN, stack_cells)
+        else:
+            table[STACK_COLUMN] = stack_cells
     from msprobe.core.compare.highlight import highlight_rows
 
     highlights = highlight_rows(mode, table, pairs)
@@ -517,13 +522,20 @@ def _with_messages(current: list[str], messages: dict[int, list[str]]) -> list[s
     return current
 
 
-def _stack_text(dump: Dump, row: Row | None) -> str:
-    if row is None:
-        return NA
-    frames = dump.stack.get(row.entry)
-    if not frames:
-        return NA
-    return "\n".join(frames) if isinstance(frames, list) else str(frames)
+def _stack_cells(stacks: dict[str, Any], pairs: list[tuple[Row | None, Row | None]]) -> list[str]:
+    """NPU_Stack_Info as the reference writes it: the call's frames (Python's text of the list) on its first
+    row, when that row is an input or the call has no partner, and "None" on every other row (and for a call
+    stack.json does not hold: a backward)."""
+    cells = []
+    previous = None
+    for npu_row, bench_row in pairs:
+        if npu_row is None:  # a bench value listed by ours alone
+            cells.append(NA)
+            continue
+        first, previous = npu_row.entry != previous, npu_row.entry
+        frames = stacks.get(npu_row.entry) if first and (bench_row is None or npu_row.role == "input") else None
+        cells.append("None" if frames is None else str(frames))
+    return cells
 
 
 def tensor_loader(readers: dict[str, Callable[[Path], np.ndarray]]) -> TensorLoader:

@@ -10,6 +10,7 @@ objects too, shown as the reference shows them.
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -206,10 +207,25 @@ def dump_rows(dump: Dump, every_value: bool = False) -> list[Row]:
     if every_value and _tablerows is not None and type(dump.data) is dict:
         # the C builder makes the rows of entries that hold only tensor summaries, and gives the rest here
         _tablerows.table_rows(dump.data, rows, entry_rows)
-        return rows
-    for entry, content in dump.data.items():
-        entry_rows(entry, content)
+    else:
+        for entry, content in dump.data.items():
+            entry_rows(entry, content)
+    return named_after_files(rows)
+
+
+def named_after_files(rows: list[Row]) -> list[Row]:
+    """A value with a tensor file is named after the file, less its suffix, as the reference's compare names
+    it: a keyword tensor's row is ``X.forward.kwargs.weight`` in a tensor dump, ``X.forward.input.weight`` in
+    a dump of statistics (no files). A data_name that is no plain file name keeps the row its place's name:
+    reading its file is refused later, naming the entry."""
+    for row in rows:
+        data_name = row.data_name
+        if data_name and type(data_name) is str and data_name != "-1" and not _PATH_PARTS.search(data_name):
+            row.name = data_name.rsplit(".", 1)[0]
     return rows
+
+
+_PATH_PARTS = re.compile(r"[/\\]|^\.\.?$")
 
 
 def _plain_tensor_row(name: str, entry: str, leaf: Any, role: str) -> Row | None:

@@ -48,9 +48,9 @@ from msprobe.core.compare.engine import (
 from msprobe.core.compare.highlight import statistics_suspects
 from msprobe.core.compare.metrics import NA
 from msprobe.core.compare.report import XLSX_ROW_LIMIT, XlsxStream, replace_file
-from msprobe.core.compare.rows import Row, _tablerows, dump_rows
+from msprobe.core.compare.rows import Row, _tablerows, dump_rows, named_after_files
 from msprobe.core.dump import stream as dump_stream
-from msprobe.core.dump.reader import Dump, read_stacks
+from msprobe.core.dump.reader import Dump, read_stack_file, read_stacks
 from msprobe.core.dump.writer import create_private, make_dir
 from msprobe.core.errors import MsprobeError
 from msprobe.core.spreadsheet import CsvTableWriter
@@ -248,7 +248,7 @@ def _row_blocks(reader: dump_stream.DumpStream, part: tuple[int, int] | None) ->
             names.extend(block)
 
         _tablerows.parse_rows(text, start, stop, commas, rows, names, other)
-        return rows, names
+        return named_after_files(rows), names
 
     yield from reader.blocks(part, parse)
 
@@ -521,7 +521,7 @@ def stream_compare(
     output_dir: Path,
     stamp: str,
     prefix: str,
-    stack_mode: bool,
+    stack_mode: bool | Path,
     metrics: Sequence[Any],
     processes: int = 2,
 ) -> StreamedCompare:
@@ -535,7 +535,7 @@ def stream_compare(
         bench, bench_header = _read_bench(bench_json, processes, progress)
         stacks = Dump.from_header(npu_json, {}, {}) if stack_mode else None
         if stacks is not None:
-            stacks.stack = read_stacks(npu_json.parent)
+            stacks.stack = read_stack_file(stack_mode) if isinstance(stack_mode, Path) else read_stacks(npu_json.parent)
         mode = _mode(npu_json, bench)
         served = [metric for metric in metrics if metric.serves("statistics")]
         columns = MD5_COLUMNS if mode == "md5" else with_plugin_columns(STATISTICS_COLUMNS, served)

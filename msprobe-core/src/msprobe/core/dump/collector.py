@@ -247,7 +247,7 @@ class DumpCollector:
             return {}
         if not self.modes.inputs:
             return {"input_args": [], "input_kwargs": {}}
-        encoded_args, encoded_kwargs = self.encoder.encode_args(args, kwargs, f"{name}.input")
+        encoded_args, encoded_kwargs = self.encoder.encode_args(args, kwargs, name)
         return {"input_args": encoded_args, "input_kwargs": encoded_kwargs}
 
     def forward(

@@ -168,7 +168,12 @@ def read_dump(path: str | Path) -> Dump:
 
 def read_stacks(folder: Path) -> dict:
     """The folder's stack.json as name -> frames ({} when there is none)."""
-    return _stacks_by_name(_optional(folder / "stack.json"))
+    return read_stack_file(folder / "stack.json")
+
+
+def read_stack_file(path: Path) -> dict:
+    """A stack.json as name -> frames ({} when there is none)."""
+    return _stacks_by_name(_optional(path))
 
 
 def _stacks_by_name(stack: dict) -> dict:

@@ -75,10 +75,11 @@ class ValueEncoder:
             return self.summarize(value, "slice")
         return str(value)
 
-    def encode_args(self, args: tuple, kwargs: dict, prefix: str) -> tuple[list, dict]:
-        """input_args and input_kwargs; tensor files are named prefix.0, prefix.1, prefix.key."""
-        encoded_args = [self.encode(arg, f"{prefix}.{index}") for index, arg in enumerate(args)]
-        encoded_kwargs = {key: self.encode(value, f"{prefix}.{key}") for key, value in kwargs.items()}
+    def encode_args(self, args: tuple, kwargs: dict, call: str) -> tuple[list, dict]:
+        """input_args and input_kwargs; tensor files are named call.input.0, call.input.1 and call.kwargs.key,
+        as the reference names them (its tensor-mode compare names the rows after the files)."""
+        encoded_args = [self.encode(arg, f"{call}.input.{index}") for index, arg in enumerate(args)]
+        encoded_kwargs = {key: self.encode(value, f"{call}.kwargs.{key}") for key, value in kwargs.items()}
         return encoded_args, encoded_kwargs
 
     def any_nonfinite(self, value: Any) -> bool:

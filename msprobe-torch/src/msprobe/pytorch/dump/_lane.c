@@ -928,8 +928,9 @@ static int encode_outputs(Lane *self, Text *out, PyObject *output, PyObject *nam
     return status;
 }
 
+/* Keyword tensors' files are "{name}.kwargs.{key}", as the reference names them. */
 static int encode_inputs(Lane *self, Text *out, PyObject *args, PyObject *kwargs, PyObject *name) {
-    Where where = {name, "input", NULL};
+    Where where = {name, "input", NULL}, keywords = {name, "kwargs", NULL};
     int status = TEXT_ADD(out, "{\"input_args\":") < 0 || encode_items(self, out, args, &where) < 0 ||
                          TEXT_ADD(out, ",\"input_kwargs\":{") < 0
                      ? -1
@@ -937,8 +938,9 @@ static int encode_inputs(Lane *self, Text *out, PyObject *args, PyObject *kwargs
     Py_ssize_t position = 0;
     PyObject *key, *value;
     for (int first = 1; status == 0 && PyDict_Next(kwargs, &position, &key, &value); first = 0)
-        if (text_member_key(out, key, first) < 0 || encode_value(self, out, value, &where, key) < 0) status = -1;
+        if (text_member_key(out, key, first) < 0 || encode_value(self, out, value, &keywords, key) < 0) status = -1;
     Py_XDECREF(where.prefix);
+    Py_XDECREF(keywords.prefix);
     return status < 0 || TEXT_ADD(out, "}") < 0 ? -1 : 0;
 }
 

@@ -73,10 +73,15 @@ def _measure(tensor: torch.Tensor) -> dict[str, Any]:
         if dtype == torch.bool:
             return {"Max": bool(data.any()), "Min": bool(data.all()), "Mean": None, "Norm": None}
         data = data.abs() if data.is_complex() else data
-        data = data if data.dtype in _MEASURED_AS_IS else data.float()
+        # a 0-d integer is its own statistics, an int as the reference writes it; any other data is widened
+        data = data if data.dtype in _MEASURED_AS_IS or not (data.dim() or data.is_floating_point()) else data.float()
     if not data.dim():
         value = data.item()
-        return {"Max": value, "Min": value, "Mean": value, "Norm": value}
+        scalar = {"Max": value, "Min": value, "Mean": value, "Norm": value}
+        if _finite(value):
+            return scalar
+        scalar.update(_extremes_except_inf_nan(data.reshape(1), value, value))  # inf or nan, as the reference
+        return {key: json_number(number) for key, number in scalar.items()}
     if dtype not in _MEASURED_AS_IS:  # widened from float16, bfloat16, an integer or complex magnitudes
         stats = kernel_stats(data, nonfinite=True)
         if stats is not None:
