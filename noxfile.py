@@ -76,14 +76,16 @@ SANITIZED_TESTS = [  # every test that drives msprobe-core's C extensions, the f
     "tests/core/test_c_entry_points.py", "tests/core/test_fuzz.py", "tests/core/test_table_rows.py",
     "tests/core/test_compare_stream.py", "tests/core/test_float_stats.py", "tests/core/test_stack.py",
     "tests/core/test_spreadsheet.py", "tests/core/test_api_patch.py",
+    # msprobe-torch's per-call path in C, its fuzz target among them
+    "tests/torch_backend/test_lane.py", "tests/torch_backend/test_lane_fuzz.py",
 ]  # fmt: skip
 
 
 @nox.session
 def sanitizers(session: nox.Session) -> None:
-    """msprobe-core's C extensions built with AddressSanitizer and UndefinedBehaviorSanitizer, and the tests
-    that drive them: any read or write out of bounds or undefined operation ends the run. Built from a copy
-    of the sources, so no earlier build of the extensions is reused."""
+    """msprobe-core's and msprobe-torch's C extensions built with AddressSanitizer and UndefinedBehaviorSanitizer,
+    and the tests that drive them: any read or write out of bounds or undefined operation ends the run. Built
+    from a copy of the sources, so no earlier build of the extensions is reused."""
     compiler = shutil.which("gcc")
     runtimes = [
         subprocess.run([compiler, f"-print-file-name={name}"], capture_output=True, text=True).stdout.strip()
@@ -93,13 +95,14 @@ def sanitizers(session: nox.Session) -> None:
         session.skip("no gcc with the sanitizer runtimes here")
     source = session.create_tmp()
     shutil.rmtree(source)
-    for folder in ("msprobe-core", "msprobe-cli"):
+    folders = ("msprobe-core", "msprobe-cli", "msprobe-torch")
+    for folder in folders:
         shutil.copytree(folder, os.path.join(source, folder), ignore=shutil.ignore_patterns("build", "*.so"))
     shutil.copy("VERSION", source)
+    session.install(TORCH)
     session.install(*TEST_DEPS, "setuptools>=77", "wheel")
     flags = {"CFLAGS": SANITIZE, "LDFLAGS": "-fsanitize=address,undefined"}
-    session.install("--no-build-isolation", "--no-cache-dir", os.path.join(source, "msprobe-core"),
-                    os.path.join(source, "msprobe-cli"), env=flags)  # fmt: skip
+    session.install("--no-build-isolation", "--no-cache-dir", *(os.path.join(source, f) for f in folders), env=flags)
     session.run(
         "pytest", "-p", "no:cacheprovider", *SANITIZED_TESTS, *session.posargs,
         env={"LD_PRELOAD": ":".join(runtimes), "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",

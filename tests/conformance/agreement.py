@@ -45,6 +45,8 @@ def _number(value: Any) -> bool:
 def _same_number(ours: Any, theirs: Any) -> bool:
     if isinstance(ours, float) and isinstance(theirs, float) and math.isnan(ours) and math.isnan(theirs):
         return True
+    if {type(ours), type(theirs)} == {int, float}:  # 3 and 3.0 read alike but are written differently
+        return False
     return ours == theirs
 
 
