@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import click
 
 from msprobe.core.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, MsprobeError
+from msprobe.core.messages import StderrHandler, show_messages
 from msprobe.core.plugins import get_registry
 from msprobe.core.version import __version__
 
@@ -131,39 +132,13 @@ def _warn_once(message: str) -> None:
         logger.warning(message)
 
 
-class _Stderr(logging.StreamHandler):
-    """Writes to the sys.stderr of the moment (click's test runner swaps it)."""
-
-    @property
-    def stream(self) -> Any:
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, _value: Any) -> None:
-        pass
-
-
-class _Prefixed(logging.Formatter):
-    """Every message of the command line with one prefix: ``msprobe: warning: ...``."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        text = record.getMessage()
-        if text.startswith("msprobe: "):  # library messages that carry the prefix already
-            text = text[len("msprobe: ") :]
-        level = {logging.WARNING: "warning: ", logging.ERROR: "error: ", logging.CRITICAL: "error: "}
-        return f"msprobe: {level.get(record.levelno, '')}{text}"
-
-
 def _show_logging(verbose: bool | None = None) -> None:
     """One handler on the ``msprobe`` logger, installed before plugin discovery can say anything."""
-    root = logging.getLogger("msprobe")
-    if not any(isinstance(handler, _Stderr) for handler in root.handlers):
-        handler = _Stderr()
-        handler.setFormatter(_Prefixed())
-        root.addHandler(handler)
-        root.setLevel(logging.WARNING)
-    if verbose is not None:
-        root.setLevel(logging.DEBUG if verbose else logging.WARNING)
+    if verbose is None:
+        logger = logging.getLogger("msprobe")
+        show_messages(logger.level if any(isinstance(h, StderrHandler) for h in logger.handlers) else logging.WARNING)
+    else:
+        show_messages(logging.DEBUG if verbose else logging.WARNING)
 
 
 def _choose_verbosity(_ctx: click.Context, _param: click.Parameter, value: bool) -> bool:

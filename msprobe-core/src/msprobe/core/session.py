@@ -18,6 +18,7 @@ from typing import Any
 
 from msprobe.core.config import DebuggerConfig, load_config
 from msprobe.core.errors import BackendError, ConfigError, DataFileError, MsprobeError, UsageError
+from msprobe.core.messages import show_in_training
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +111,10 @@ class BaseDebugger:
         self._running = False
         self._start_called = False
         self._saver: Any = None
+        self._dumping_starts = 0  # start() calls that put hooks in: none at the end says why nothing was written
+        self._told_grad_probe = False
         type(self)._current = self
+        show_in_training()
         atexit.register(_finish_at_exit, weakref.ref(self))
 
     def _make_dump_path(self) -> None:
@@ -209,6 +213,12 @@ class BaseDebugger:
             return
         self.check_execution_mode()
         self._start_called = True
+        if self.config.task == "grad_probe" and self._hooks is None and not self._told_grad_probe:
+            self._told_grad_probe = True
+            logger.warning(
+                "msprobe: task grad_probe records through debugger.monitor(model), called once before training; "
+                "start(), stop() and step() alone write nothing"
+            )
         if self._running or self.config.level == "debug" or self.config.task == "grad_probe":
             return  # save() and monitor() need no start/stop
         if not (self.step_selected() and self.rank_selected()) or self.config.dump_enable is False:
@@ -228,6 +238,7 @@ class BaseDebugger:
             self._hooks_failed("install", exc)
             return
         self._running = True
+        self._dumping_starts += 1
 
     def stop(self) -> None:
         if not self._start_called:
@@ -307,13 +318,60 @@ class BaseDebugger:
         raise UsageError(f"save() is not available for {self.framework}")
 
     def finish(self) -> None:
-        """Remove every hook and write what was collected (also run at interpreter exit)."""
+        """Remove every hook and write what was collected (also run at interpreter exit), then say in one line
+        where the dump went and what it holds, or why nothing was written."""
         if self._saver is not None:
             self._saver.close()
         if self._running:
             self.stop()
         self._call_hooks("close")
         self._call_hooks("end_step")
+        if not self.__dict__.get("_reported"):
+            self._reported = True
+            self._report()
+
+    def _report(self) -> None:
+        config = self.config
+        if config.level in ("debug", "L2") or self._plugin_task:
+            return
+        if config.task == "grad_probe":
+            if self._hooks is None and self._start_called:
+                logger.warning("msprobe: task grad_probe wrote nothing: debugger.monitor(model) was never called")
+            return
+        summary = getattr(self._hooks, "summary", None)
+        totals = summary() if callable(summary) else None
+        if totals is not None and totals.entries:
+            logger.info(totals.line(str(config.dump_path)))
+            return
+        why = self._why_nothing(totals)
+        if why:
+            logger.warning("msprobe: nothing was dumped: %s", why)
+
+    def _why_nothing(self, totals: Any) -> str | None:
+        config = self.config
+        rank = self.current_rank()
+        if not self._start_called:
+            return "start() was never called"
+        if not self.rank_selected():
+            return f"this process is rank {rank or 0}, and the config's rank list is {list(config.rank)}"
+        if config.dump_enable is False:
+            return "the config's dump_enable is false"
+        if not self._dumping_starts:
+            if config.step:
+                steps = list(config.step)
+                shown = steps if len(steps) <= 8 else [*steps[:8], "..."]
+                return f"the config's steps {shown} were never reached (the run ended in step {self.current_step})"
+            return "no start() put the hooks in"
+        if totals is None:
+            return None  # a task that reports in its own way
+        chosen = []
+        if config.scope:
+            chosen.append(f"scope {list(config.scope)}")
+        if config.api_list:
+            chosen.append(f"list {list(config.api_list)}")
+        if chosen:
+            return f"{' and '.join(chosen)} matched no call in {self._dumping_starts} dumped start()-stop() spans"
+        return f"no call was made between start() and stop() in {self._dumping_starts} spans"
 
     def forward_backward_dump_end(self) -> None:
         """Stop collecting for this step while leaving the step counter alone."""

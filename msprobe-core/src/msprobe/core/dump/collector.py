@@ -21,6 +21,7 @@ from msprobe.core.dump.backward_names import BackwardNumbering
 from msprobe.core.dump.filters import DataModeFilter, NameFilter, ScopeFilter
 from msprobe.core.dump.numbers import NonFinite
 from msprobe.core.dump.overflow import InputScreen, OverflowCounter, has_nonfinite
+from msprobe.core.dump.totals import DumpTotals
 from msprobe.core.dump.values import ValueEncoder
 from msprobe.core.dump.writer import JOURNAL_NAME, NO_PARENT, DumpWriter, make_dir, refuse_links_below
 from msprobe.core.errors import DataFileError
@@ -112,6 +113,7 @@ class DumpCollector:
         self.modes = DataModeFilter(config.data_mode)
         self.scope = ScopeFilter(config.scope)
         self.writer: DumpWriter | None = None
+        self.written = DumpTotals()  # what the closed steps wrote, for the line at the end of the run
         self.deferred = config.async_dump
         self.overflow = OverflowCounter(config.overflow_check.overflow_nums) if self.task == "overflow_check" else None
         self.hardware_flag: Callable[[], bool | None] | None = None
@@ -183,6 +185,7 @@ class DumpCollector:
         try:
             self._settle_values()
             writer.close()
+            self.written.add(Path(writer.folder), len(getattr(writer, "data", ())))
             if self.live is not None:  # after the step's files: the diagnosis reads them
                 self.live.write_report(writer.folder)
             if self.flight is not None:

@@ -23,6 +23,7 @@ from typing import Any
 from msprobe.core.api_patch import ApiPatcher
 from msprobe.core.dump.collector import DumpCollector
 from msprobe.core.dump.stack import stack_capture
+from msprobe.core.dump.totals import DumpTotals
 from msprobe.core.dump.writer import NO_PARENT
 from msprobe.core.session import TaskSession
 
@@ -148,6 +149,10 @@ class DumpRecorder:
 
     def close(self) -> None:
         self.summarizer.close()
+
+    def summary(self) -> DumpTotals:
+        """What the closed steps wrote (the session's line at the end of the run)."""
+        return self.collector.written
 
     def observe_loss(self, loss: Any) -> None:
         """The flight recorder's loss-spike trigger (``debugger.step(loss=...)``); other tasks ignore it."""

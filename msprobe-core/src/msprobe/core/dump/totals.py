@@ -1,0 +1,55 @@
+"""What a run's dump came to: the line a user reads at the end of a run."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class DumpTotals:
+    """The step folders the run wrote and the entries in them."""
+
+    folders: list[Path] = field(default_factory=list)
+    entries: int = 0
+
+    def add(self, folder: Path, entries: int) -> None:
+        if folder not in self.folders:
+            self.folders.append(folder)
+        self.entries += entries
+
+    def files_and_bytes(self) -> tuple[int, int]:
+        """Every file under the folders (tensor files included), read from the directory entries alone; the
+        tool's hidden working files (a journal kept ready for the next step) are not the dump's."""
+        files = size = 0
+        for folder in self.folders:
+            for root, _dirs, names in os.walk(folder):
+                for name in names:
+                    if name.startswith("."):
+                        continue
+                    try:
+                        size += os.lstat(os.path.join(root, name)).st_size
+                    except OSError:  # removed meanwhile
+                        continue
+                    files += 1
+        return files, size
+
+    def line(self, dump_path: str) -> str:
+        files, size = self.files_and_bytes()
+        steps = len({folder.parent for folder in self.folders})
+        return (
+            f"msprobe: the dump is in {dump_path}: {steps} step{'s' * (steps != 1)}, {self.entries:,} "
+            f"entr{'ies' if self.entries != 1 else 'y'}, {files:,} file{'s' * (files != 1)}, {_size(size)}"
+        )
+
+
+def _size(count: int) -> str:
+    if count < 1000:
+        return f"{count} B"
+    value = float(count)
+    for unit in ("KB", "MB", "GB", "TB"):
+        value /= 1000
+        if value < 1000 or unit == "TB":
+            break
+    return f"{value:.1f} {unit}"
