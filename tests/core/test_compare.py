@@ -157,6 +157,23 @@ def test_multi_rank_step_folders(tmp_path):
     assert len(list((tmp_path / "out").glob("advisor_rank*_*.txt"))) == 2
 
 
+def test_a_multi_rank_compare_ends_with_the_verdict_over_all_ranks(tmp_path):
+    """Ranks 0 and 2 compare a step with itself; rank 1 against the next step, whose values differ."""
+    for rank in ("rank0", "rank1", "rank2"):
+        shutil.copytree(STATS_L1 / "step0" / "rank", tmp_path / "npu" / rank)
+        shutil.copytree(STATS_L1 / ("step1" if rank == "rank1" else "step0") / "rank", tmp_path / "bench" / rank)
+    spec = tmp_path / "compare.json"
+    spec.write_text(json.dumps({"npu_path": str(tmp_path / "npu"), "bench_path": str(tmp_path / "bench")}))
+    result = run_cli("compare", "-i", str(spec), "-o", str(tmp_path / "out"), "-c")
+    assert result.exit_code == 1
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("overall: SUSPICIOUS: 2 of 3 ranks pass; not passing: rank 1 (SUSPICIOUS); worst: rank 1")
+    shutil.rmtree(tmp_path / "bench" / "rank1")
+    shutil.copytree(STATS_L1 / "step0" / "rank", tmp_path / "bench" / "rank1")
+    result = run_cli("compare", "-i", str(spec), "-o", str(tmp_path / "out2"), "-c")
+    assert result.exit_code == 0 and result.output.strip().splitlines()[-1] == "overall: PASS: all 3 ranks pass"
+
+
 def test_a_killed_dump_can_be_compared(tmp_path):
     folder = tmp_path / "killed"
     folder.mkdir()

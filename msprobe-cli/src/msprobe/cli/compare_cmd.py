@@ -81,7 +81,7 @@ def compare_command(
 ) -> None:
     """Compare two dumps (statistics, tensor or md5 mode, picked from the dumps); the ranks of a multi-rank
     compare run on --engine."""
-    from msprobe.core.compare.api import run_compare_json
+    from msprobe.core.compare.api import overall_line, run_compare_json
 
     mappings = {
         "data_mapping": data_mapping,
@@ -105,6 +105,8 @@ def compare_command(
         if written is not None:
             files.append(str(written))
     click.echo(f"results: {', '.join(files)}")
+    if several:
+        click.echo(overall_line(summaries))
     code = max((s.exit_code for s in summaries), default=2)  # NO DATA (2) outranks SUSPICIOUS (1)
     if code:
         raise SystemExit(code)

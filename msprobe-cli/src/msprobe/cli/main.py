@@ -161,7 +161,13 @@ def _choose_framework(ctx: click.Context, _param: click.Parameter, value: str | 
     return backend.name
 
 
-@click.group(cls=MsprobeGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=MsprobeGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="mindstudio-probe 26.x's spellings work too: "
+    + ", ".join(f"{alias} (= {name})" for alias, name in COMMAND_ALIASES.items())
+    + ".",
+)
 @click.option(
     "--verbose",
     is_flag=True,

@@ -83,6 +83,21 @@ class CompareSummary:
         )
 
 
+def overall_line(summaries: list[CompareSummary]) -> str:
+    """The verdict over the ranks of a multi-rank compare: how many pass, which do not, and the worst one (no
+    data first, then the most suspicious values)."""
+    failing = [s for s in summaries if s.verdict != "PASS"]
+    if not failing:
+        return f"overall: PASS: all {len(summaries)} ranks pass"
+    worst = max(failing, key=lambda s: (s.exit_code, s.suspicious, s.unmatched))
+    verdict = "NO DATA" if all(s.verdict == "NO DATA" for s in summaries) else "SUSPICIOUS"
+    listed = ", ".join(f"rank {s.rank} ({s.verdict})" for s in failing[:8]) + (", ..." if len(failing) > 8 else "")
+    return (
+        f"overall: {verdict}: {len(summaries) - len(failing)} of {len(summaries)} ranks pass; not passing: {listed}; "
+        f"worst: rank {worst.rank} ({worst.suspicious} suspicious, {worst.unmatched} unmatched)"
+    )
+
+
 def read_compare_json(path: str | Path, model: type[BaseModel] = CompareInput) -> Any:
     """compare.json validated against ``model`` (the graph command allows a missing bench_path)."""
     file = Path(path)
