@@ -27,7 +27,7 @@ TRAINING = textwrap.dedent(
     from msprobe.core.config_check import ConfigChecker
     ConfigChecker.apply_patches("pytorch")
     import torch
-    torch.manual_seed(0)
+    torch.manual_seed(int(sys.argv[4]) if len(sys.argv) > 4 else 0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.1), torch.nn.Linear(4, 2))
     ConfigChecker(model=model, shell_path=[sys.argv[1]], output_zip_path=sys.argv[2], fmk="pytorch")
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -49,14 +49,15 @@ def _site(tmp_path, name, version):
     return tmp_path / name
 
 
-def _run(tmp_path, name, version, script_text, batch):
+def _run(tmp_path, name, version, script_text, batch, *seed):
     (tmp_path / "train.py").write_text(TRAINING)
     script = tmp_path / f"{name}.sh"
     script.write_text(script_text)
     pack = tmp_path / f"{name}.zip"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(_site(tmp_path, name, version)),
                                                        os.environ.get("PYTHONPATH", "")])}  # fmt: skip
-    subprocess.run([sys.executable, str(tmp_path / "train.py"), str(script), str(pack), batch], check=True, env=env)
+    command = [sys.executable, str(tmp_path / "train.py"), str(script), str(pack), batch, *seed]
+    subprocess.run(command, check=True, env=env)
     return pack
 
 
@@ -78,6 +79,26 @@ def test_two_runs_differ_in_a_package_a_hyperparameter_and_a_batch(tmp_path):
     assert {key.split("/")[1] for key in differing["weights"]} == {"step2"}
     assert differing["random"] == []  # the same random calls, in the same order, from the same places
     assert {item.item: item.verdict for item in result.items}["random"] == "pass"
+
+
+def test_another_seed_is_a_difference_and_the_first_one_is_named_in_the_documented_order(tmp_path):
+    """manual_seed(0) against manual_seed(1): the random item differs at that call, with both seeds; the
+    weights differ from the first micro-step, and the summary names them first although a batch differs too
+    (the documented order: env, pip, hyperparameters, weights, dataset, random)."""
+    bench = _run(tmp_path, "bench", "1.0", "python train.py\n", "same", "0")
+    cmp = _run(tmp_path, "cmp", "1.0", "python train.py\n", "changed", "1")
+    result = compare_packs(bench, cmp, tmp_path / "result")
+    [random_item] = [item for item in result.items if item.item == "random"]
+    [seeding] = [row for row in random_item.rows if row["verdict"] != "pass"]
+    assert (seeding["bench"]["api"], seeding["bench"]["seed"], seeding["cmp"]["seed"]) == (
+        "torch.manual_seed",
+        "0",
+        "1",
+    )
+    assert [item.item for item in result.items] == ["env", "pip", "hyperparameters", "weights", "dataset", "random"]
+    item, row = result.first_difference()
+    assert (item, row["key"].split("/")[:2]) == ("weights", ["rank0", "step0"])
+    assert result.summary_line().startswith("config_check: weights differs first at rank0/step0/")
 
 
 def _state_dicts(tmp_path):

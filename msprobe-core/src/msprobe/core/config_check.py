@@ -34,7 +34,7 @@ from msprobe.core.errors import DataFileError, UsageError
 logger = logging.getLogger(__name__)
 
 PACK_FORMAT = 1
-ITEMS = ("env", "pip", "dataset", "weights", "hyperparameters", "random")
+ITEMS = ("env", "pip", "hyperparameters", "weights", "dataset", "random")  # the documented order
 # environment variables that change what a run computes or how (not, say, PATH or a token)
 _ENV_PREFIXES = ("ASCEND_", "HCCL_", "NCCL_", "CUDA_", "CUBLAS_", "CUDNN_", "TORCH_", "PYTORCH_", "OMP_", "MKL_",
                  "MS_", "MINDSPORE_", "GLOG_", "TASK_QUEUE_", "INF_NAN_", "COMBINED_", "ACL_", "ATB_", "HF_", "NVTE_",
@@ -293,9 +293,9 @@ def compare_packs(bench_path: str | Path, cmp_path: str | Path, output: str | Pa
     items = [
         _compare_maps("env", bench.get("env.json"), cmp.get("env.json")),
         _compare_maps("pip", bench.get("pip.json"), cmp.get("pip.json"), _pip_severity),
-        _compare_maps("dataset", _grouped(bench, "dataset"), _grouped(cmp, "dataset")),
-        _compare_maps("weights", _grouped(bench, "weights"), _grouped(cmp, "weights")),
         _compare_maps("hyperparameters", bench.get("hyperparameters.json"), cmp.get("hyperparameters.json")),
+        _compare_maps("weights", _grouped(bench, "weights"), _grouped(cmp, "weights")),
+        _compare_maps("dataset", _grouped(bench, "dataset"), _grouped(cmp, "dataset")),
         _compare_maps("random", _grouped(bench, "random"), _grouped(cmp, "random")),
     ]
     result = PackComparison(items, Path(output))
@@ -342,6 +342,13 @@ class ConfigCheckProbe(Protocol):
     def on_forward(self, model: Any, callback: Callable[[tuple, dict], None]) -> Any: ...
 
     def random_targets(self) -> list[tuple[Any, str, str]]: ...
+
+
+def _seed_text(args: tuple, kwargs: dict) -> str:
+    """The seed a seeding call was given, as text (None for a call that draws one itself)."""
+    value = args[0] if args else kwargs.get("seed", kwargs.get("a"))
+    text = repr(value)
+    return text if len(text) <= 64 else text[:61] + "..."
 
 
 def _python_random_targets() -> list[tuple[Any, str, str]]:
@@ -401,8 +408,11 @@ class ConfigChecker:
         framework_targets = _probe(fmk or "pytorch").random_targets()
 
         def log(original: Callable, key: str, args: tuple, kwargs: dict) -> Any:
+            call = {"api": key, "location": _caller()}
+            if "seed" in key.rsplit(".", 1)[-1]:  # manual_seed(0) and manual_seed(1) are different setups
+                call["seed"] = _seed_text(args, kwargs)
             with cls._lock:
-                cls._random_calls.append({"api": key, "location": _caller()})
+                cls._random_calls.append(call)
             return original(*args, **kwargs)
 
         cls._patcher = ApiPatcher(log, lambda: _python_random_targets() + framework_targets)
