@@ -37,6 +37,8 @@ def test_a_plugin_task_runs_with_its_section(tmp_path, example_plugin):
     run_steps(tmp_path / "config.json", 4)
     written = sorted(p.relative_to(tmp_path / "dump").as_posix() for p in (tmp_path / "dump").rglob("heartbeat.json"))
     assert written == ["step0/rank/heartbeat.json", "step2/rank/heartbeat.json"]  # every second step
+    PrecisionDebugger._current.finish()  # as at exit: step 4 never ran, so the task hears nothing of it
+    assert not (tmp_path / "dump" / "step4").exists()
     record = json.loads((tmp_path / "dump" / "step2" / "rank" / "heartbeat.json").read_text())
     assert record["step"] == 2 and record["seconds"] >= 0
 
@@ -93,3 +95,32 @@ def test_a_plugin_task_whose_hooks_raise_is_logged_once_and_training_goes_on(tmp
     finally:
         registry.unregister("fragile")
     assert caplog.text.count(f"the hooks of task 'fragile' failed in {failing}()") == 1
+
+
+def test_a_plugin_taking_over_a_built_in_perturbation_is_warned_about_once(caplog):
+    import types
+
+    import pluggy
+
+    from msprobe.core.backend import Perturbation
+
+    def ours(tensor):
+        return tensor
+
+    plugin = types.ModuleType("noise_override")
+    hookimpl = pluggy.HookimplMarker("msprobe")
+
+    @hookimpl
+    def msprobe_free_benchmark_perturbations():
+        return [Perturbation("add_noise", ours, None, "the plugin's own add_noise")]
+
+    plugin.msprobe_free_benchmark_perturbations = msprobe_free_benchmark_perturbations
+    registry = get_registry()
+    registry.register(plugin, name="noise-override")
+    try:
+        for _ in range(3):
+            assert registry.perturbations("pytorch")["add_noise"].function is ours
+    finally:
+        registry.unregister("noise-override")
+    said = [r.getMessage() for r in caplog.records if "takes over" in r.getMessage()]
+    assert said == ["perturbation 'add_noise' of plugin 'noise-override' takes over the one plugin 'pytorch' provides"]

@@ -31,6 +31,7 @@ from msprobe.core.backend import KNOWN_BACKENDS, Backend, CompareMetric, Perturb
 from msprobe.core.errors import BackendError, MsprobeError
 
 logger = logging.getLogger(__name__)
+_TAKEN_OVER_SAID: set[tuple[str, ...]] = set()  # warnings a registry made afresh (tests, workers) must not repeat
 trace_logger = logging.getLogger("msprobe.plugins.trace")
 
 DISABLE_ENV = "MSPROBE_DISABLE_PLUGINS"
@@ -391,11 +392,22 @@ class PluginRegistry:
         """Perturbations usable on ``framework`` (those for any framework included); ``every_framework``: all of
         them, as ``msprobe plugins`` lists them."""
         found: dict[str, Perturbation] = {}
+        owners: dict[str, str] = {}
         for plugin_name, item in self._listed("msprobe_free_benchmark_perturbations"):
             if every_framework or item.framework in (None, framework):
+                if item.name in found and owners[item.name] != plugin_name:
+                    self._taken_over("perturbation", item.name, owners[item.name], plugin_name)
+                owners.setdefault(item.name, plugin_name)
                 found.setdefault(item.name, item)
                 _note(self._info(plugin_name).perturbations, item.name)
         return found
+
+    def _taken_over(self, kind: str, name: str, newer: str, older: str) -> None:
+        """A newer plugin's item shadows an older one's of the same name: said once per process."""
+        said = (kind, name, newer, older)
+        if said not in _TAKEN_OVER_SAID:
+            _TAKEN_OVER_SAID.add(said)
+            logger.warning("%s %r of plugin %r takes over the one plugin %r provides", kind, name, newer, older)
 
     def tasks(self) -> dict[str, Task]:
         """Every task name the config accepts, built-in ones first; the first plugin to name a task keeps it."""

@@ -112,6 +112,7 @@ class BaseDebugger:
         self._start_called = False
         self._saver: Any = None
         self._dumping_starts = 0  # start() calls that put hooks in: none at the end says why nothing was written
+        self._step_open = False  # hooks went in since the last step(): the step has something to end
         self._told_grad_probe = False
         type(self)._current = self
         show_in_training()
@@ -239,6 +240,7 @@ class BaseDebugger:
             return
         self._running = True
         self._dumping_starts += 1
+        self._step_open = True
 
     def stop(self) -> None:
         if not self._start_called:
@@ -256,6 +258,7 @@ class BaseDebugger:
         if loss is not None:
             self._call_hooks("observe_loss", loss)
         self._call_hooks("end_step")
+        self._step_open = False
         self.current_step += 1
 
     def flush(self) -> None:
@@ -325,7 +328,9 @@ class BaseDebugger:
         if self._running:
             self.stop()
         self._call_hooks("close")
-        self._call_hooks("end_step")
+        if self._step_open or not self._plugin_task:  # a plugin task hears of no step that never ran
+            self._call_hooks("end_step")
+        self._step_open = False
         if not self.__dict__.get("_reported"):
             self._reported = True
             self._report()
