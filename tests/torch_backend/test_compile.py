@@ -3,6 +3,7 @@
 import csv
 import json
 import logging
+import re
 import sys
 import types
 
@@ -269,5 +270,7 @@ def test_without_stances_the_escape_is_ready_for_a_model_compiled_after_the_firs
 
 
 def _tool_warnings(stderr: str) -> list[str]:
-    """msprobe's lines but the one that ends every run (where the dump went)."""
-    return [line for line in stderr.splitlines() if "msprobe" in line and "the dump is in" not in line]
+    """Lines naming msprobe but its own information (where the dump went, what a step cost): its warnings and
+    errors, and anything else (dynamo's warnings name the files they trace)."""
+    information = re.compile(r"msprobe: (?!warning: |error: )")
+    return [line for line in stderr.splitlines() if "msprobe" in line and not information.match(line)]

@@ -67,3 +67,20 @@ def test_grad_probe_without_monitor_says_so_at_the_first_start_and_at_the_end(tm
     said = _said(caplog)
     assert sum("monitor(model)" in m and "start()" in m for m in said) == 1  # once, not per step
     assert any("grad_probe wrote nothing" in m for m in said)
+
+
+def test_the_first_dumped_step_says_what_it_cost(tmp_path, caplog):
+    """Step 0 runs without the dump, step 1 with it: the line gives step 1's entries and bytes on disk, its
+    time, and that time beside step 0's."""
+    caplog.set_level(logging.INFO, logger="msprobe")
+    _run(PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path / "d"), step=[1]), steps=3)
+    folder = tmp_path / "d" / "step1" / "rank"
+    entries = len(json.loads((folder / "dump.json").read_text())["data"])
+    size = sum(p.stat().st_size for p in folder.iterdir() if not p.name.startswith("."))
+    [line] = [m for m in _said(caplog) if "dumped on" in m]
+    assert line.startswith(
+        f"msprobe: step 1 dumped on this process: {entries} entries, {size / 1000:.1f} KB in 3 files, "
+    )
+    assert "x a step without the dump" in line and line.endswith(
+        f"each dumped step writes {size / 1000:.1f} KB per rank"
+    )

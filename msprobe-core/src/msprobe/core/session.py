@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import time
 import weakref
 from pathlib import Path
 from typing import Any
@@ -113,6 +114,8 @@ class BaseDebugger:
         self._saver: Any = None
         self._dumping_starts = 0  # start() calls that put hooks in: none at the end says why nothing was written
         self._step_open = False  # hooks went in since the last step(): the step has something to end
+        self._step_began: float | None = None  # when the step began (the last step(), or the first start())
+        self._plain_step_seconds: float | None = None  # a step without the dump, for the cost line
         self._told_grad_probe = False
         type(self)._current = self
         show_in_training()
@@ -198,6 +201,8 @@ class BaseDebugger:
             self.config = config
 
     def start(self, model: Any = None) -> None:
+        if self._step_began is None:  # the first step's time counts from here (later ones from step())
+            self._step_began = time.perf_counter()
         if self._config_seen is not None and not self._running:
             self._reread_config()
         if model is not None:
@@ -257,9 +262,25 @@ class BaseDebugger:
             self.stop()
         if loss is not None:
             self._call_hooks("observe_loss", loss)
+        dumped = self._step_open
         self._call_hooks("end_step")
         self._step_open = False
+        now = time.perf_counter()
+        if dumped and self._dumping_starts == 1 and not self._plugin_task:
+            self._report_first_step(now - (self._step_began or now))
+        elif not dumped and self._step_began is not None:
+            self._plain_step_seconds = now - self._step_began
+        self._step_began = now
         self.current_step += 1
+
+    def _report_first_step(self, seconds: float) -> None:
+        """What one dumped step costs, said once after the first: what it wrote, and its time beside that of
+        a step without the dump where one ran before."""
+        summary = getattr(self._hooks, "summary", None)
+        totals = summary() if callable(summary) else None
+        if totals is None or not totals.folders:
+            return
+        logger.info(totals.first_step_line(self.current_step, self.current_rank(), seconds, self._plain_step_seconds))
 
     def flush(self) -> None:
         """Flight recorder: write the steps in its window now (other tasks: nothing to do)."""

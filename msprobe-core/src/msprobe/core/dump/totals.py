@@ -39,8 +39,21 @@ class DumpTotals:
         files, size = self.files_and_bytes()
         steps = len({folder.parent for folder in self.folders})
         return (
-            f"msprobe: the dump is in {dump_path}: {steps} step{'s' * (steps != 1)}, {self.entries:,} "
-            f"entr{'ies' if self.entries != 1 else 'y'}, {files:,} file{'s' * (files != 1)}, {_size(size)}"
+            f"msprobe: the dump is in {dump_path}: {_count(steps, 'step', 'steps')}, "
+            f"{_count(self.entries, 'entry', 'entries')}, {_count(files, 'file', 'files')}, {_size(size)}"
+        )
+
+    def first_step_line(self, step: int, rank: int | None, seconds: float, plain_seconds: float | None) -> str:
+        """The cost of the first dumped step: what it wrote on this rank and how long it took."""
+        files, size = DumpTotals(self.folders[:1]).files_and_bytes()
+        where = f"rank {rank}" if rank is not None else "this process"
+        time = f"{seconds:.2f} s from its start to step()"
+        if plain_seconds:
+            time += f" ({seconds / plain_seconds:.1f}x a step without the dump, {plain_seconds:.2f} s)"
+        return (
+            f"msprobe: step {step} dumped on {where}: {_count(self.entries, 'entry', 'entries')}, {_size(size)} in "
+            f"{_count(files, 'file', 'files')}, "
+            f"{time}; at this rate each dumped step writes {_size(size)} per rank"
         )
 
 
@@ -53,3 +66,7 @@ def _size(count: int) -> str:
         if value < 1000 or unit == "TB":
             break
     return f"{value:.1f} {unit}"
+
+
+def _count(number: int, one: str, many: str) -> str:
+    return f"{number:,} {one if number == 1 else many}"
