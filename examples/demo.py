@@ -60,6 +60,7 @@ def run(dump_path: Path, leaky: bool) -> None:
         optimizer.zero_grad()
         debugger.stop()
         debugger.step()
+    debugger.finish()  # the files are complete, and msprobe says where they went (else it would at exit)
 
 
 def main() -> int:

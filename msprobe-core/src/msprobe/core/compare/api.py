@@ -206,7 +206,7 @@ def stack_source(npu_json: Path, stack_path: str | None, stack_mode: bool) -> Pa
         return file
     beside = Path(npu_json).parent / "stack.json"
     if beside.is_file():
-        logger.warning("compare.json names no stack_path: NPU_Stack_Info comes from %s", beside)
+        logger.info("compare.json names no stack_path: NPU_Stack_Info comes from %s", beside)
         return beside
     return None
 
