@@ -584,3 +584,25 @@ def test_discovery_warnings_print_once_with_one_prefix(monkeypatch):
     lines = [line for line in result.stderr.splitlines() if "broken" in line]
     expected = "msprobe: warning: plugin 'broken' failed to load and is skipped: No module named 'no_such_module_"
     assert len(lines) == 1 and lines[0].startswith(expected)
+
+
+def test_the_wrapper_example_of_the_plugins_page_does_what_it_says(monkeypatch):
+    """docs/plugins.md: its wrapper leaves out the example plugin's MeanShift; what stays keeps its plugin."""
+    import importlib
+    import re
+    import textwrap
+
+    from paths import REPO_ROOT
+
+    page = (REPO_ROOT / "docs" / "plugins.md").read_text()
+    [snippet] = re.findall(r"```python\n( *@hookimpl\(wrapper=True\)\n.*?) *```", page, flags=re.S)
+    namespace = {"hookimpl": hookimpl}
+    exec(textwrap.dedent(snippet), namespace)  # the page's own code
+    wrapper = type("Wrapper", (), {"msprobe_compare_metrics": staticmethod(namespace["msprobe_compare_metrics"])})
+    monkeypatch.syspath_prepend(str(REPO_ROOT / "examples" / "msprobe-example-plugin" / "src"))
+    example = importlib.import_module("msprobe_example_plugin")
+    registry = PluginRegistry(load_entry_points=False, extra_plugins=[("example", example), ("wrapper", wrapper())])
+    names = _names(registry)
+    assert "MeanShift" not in names and "SignFlipRatio" in names and "Cosine" in names
+    assert all(registry.origin(metric) != "?" for metric in registry.compare_metrics())
+    assert "?" not in registry.infos
