@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import click
 
 from msprobe.core.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, MsprobeError
-from msprobe.core.messages import StderrHandler, show_messages
+from msprobe.core.messages import show_messages
 from msprobe.core.plugins import get_registry
 from msprobe.core.version import __version__
 
@@ -134,11 +134,7 @@ def _warn_once(message: str) -> None:
 
 def _show_logging(verbose: bool | None = None) -> None:
     """One handler on the ``msprobe`` logger, installed before plugin discovery can say anything."""
-    if verbose is None:
-        logger = logging.getLogger("msprobe")
-        show_messages(logger.level if any(isinstance(h, StderrHandler) for h in logger.handlers) else logging.WARNING)
-    else:
-        show_messages(logging.DEBUG if verbose else logging.WARNING)
+    show_messages(None if verbose is None else logging.DEBUG if verbose else logging.WARNING)
 
 
 def _choose_verbosity(_ctx: click.Context, _param: click.Parameter, value: bool) -> bool:

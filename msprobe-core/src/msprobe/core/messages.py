@@ -37,14 +37,17 @@ class Prefixed(logging.Formatter):
         return f"msprobe: {_LEVEL_WORDS.get(record.levelno, '')}{text}"
 
 
-def show_messages(level: int = logging.WARNING) -> None:
-    """One stderr handler on the ``msprobe`` logger (installed once), showing ``level`` and above."""
+def show_messages(level: int | None = logging.WARNING) -> None:
+    """One stderr handler on the ``msprobe`` logger (installed once), showing ``level`` and above; ``None``:
+    the level it has once the handler is there (warnings, when it is installed now)."""
     logger = logging.getLogger("msprobe")
     if not any(isinstance(handler, StderrHandler) for handler in logger.handlers):
         handler = StderrHandler()
         handler.setFormatter(Prefixed())
         logger.addHandler(handler)
-    logger.setLevel(level)
+        level = logging.WARNING if level is None else level
+    if level is not None:
+        logger.setLevel(level)
 
 
 def show_in_training() -> None:

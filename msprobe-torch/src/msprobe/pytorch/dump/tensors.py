@@ -69,20 +69,14 @@ def _measure(tensor: torch.Tensor) -> dict[str, Any]:
             return stats
     data = tensor.detach()
     dtype = data.dtype
-    if dtype not in _MEASURED_AS_IS:
-        if dtype == torch.bool:
-            return {"Max": bool(data.any()), "Min": bool(data.all()), "Mean": None, "Norm": None}
-        data = data.abs() if data.is_complex() else data
-        # a 0-d integer is its own statistics, an int as the reference writes it; any other data is widened
-        data = data if data.dtype in _MEASURED_AS_IS or not (data.dim() or data.is_floating_point()) else data.float()
+    if dtype == torch.bool:
+        return {"Max": bool(data.any()), "Min": bool(data.all()), "Mean": None, "Norm": None}
+    if data.is_complex():
+        data = data.abs()
     if not data.dim():
-        value = data.item()
-        scalar = {"Max": value, "Min": value, "Mean": value, "Norm": value}
-        if _finite(value):
-            return scalar
-        scalar.update(_extremes_except_inf_nan(data.reshape(1), value, value))  # inf or nan, as the reference
-        return {key: json_number(number) for key, number in scalar.items()}
+        return _scalar_stats(data.item())
     if dtype not in _MEASURED_AS_IS:  # widened from float16, bfloat16, an integer or complex magnitudes
+        data = data if data.dtype in _MEASURED_AS_IS else data.float()
         stats = kernel_stats(data, nonfinite=True)
         if stats is not None:
             return stats
@@ -97,6 +91,16 @@ def _measure(tensor: torch.Tensor) -> dict[str, Any]:
     if not (_finite(maximum) and _finite(minimum)):
         stats.update(_extremes_except_inf_nan(data, maximum, minimum))
     return {key: json_number(value) for key, value in stats.items()}
+
+
+def _scalar_stats(value: float | int) -> dict[str, Any]:
+    """A 0-d tensor's value is all four statistics, as the reference writes them: an int for an integer tensor;
+    inf or nan also as its own ``*_except_inf_nan`` pair (the one element is what is left of it)."""
+    stats: dict[str, Any] = {"Max": value, "Min": value, "Mean": value, "Norm": value}
+    if _finite(value):
+        return stats
+    stats["Max_except_inf_nan"] = stats["Min_except_inf_nan"] = value
+    return {key: json_number(number) for key, number in stats.items()}
 
 
 def _extremes_except_inf_nan(data: torch.Tensor, maximum: float, minimum: float) -> dict[str, float]:
