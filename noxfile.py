@@ -6,6 +6,7 @@ torch is pinned so pip takes the CPU wheel instead of several GB of CUDA package
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import shutil
@@ -28,6 +29,7 @@ nox.options.sessions = [
 ]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
+KEEP_ENVIRONMENTS = bool(os.environ.get("MSPROBE_KEEP_VENVS"))
 
 TORCH = "torch==2.13.0"
 MINDSPORE = "mindspore==2.10.0"
@@ -37,21 +39,55 @@ REFERENCE_26 = ["mindstudio-probe==26.2.0", "service_identity"]  # its newest re
 CORE = ["-e", "./msprobe-core[plots,tensorboard]", "-e", "./msprobe-cli"]
 
 
-@nox.session
+def session(*args, **kwargs):
+    """A nox session whose virtual environments go once it ends, unless MSPROBE_KEEP_VENVS is set: most sessions
+    install torch or MindSpore (1 to 4 GB each), and a full run keeping them all needs about 18 GB of free disk,
+    instead of about 6 GB. Set it while working on one session, so that reruns reuse its environment."""
+
+    def register(body):
+        @functools.wraps(body)
+        def run_then_free(session: nox.Session) -> None:
+            try:
+                body(session)
+            finally:
+                if not KEEP_ENVIRONMENTS:
+                    _free_environments(session)
+
+        return nox.session(*args, **kwargs)(run_then_free)
+
+    if len(args) == 1 and callable(args[0]) and not kwargs:
+        body, args = args[0], ()
+        return register(body)
+    return register
+
+
+def _free_environments(session: nox.Session) -> None:
+    """The session's virtual environment and those it made beside it (the conformance session's reference tools)."""
+    location = getattr(session.virtualenv, "location", None)
+    if not location or not os.path.isdir(location):
+        return
+    for folder in [location, *_REFERENCE_FOLDERS.pop(session.name, [])]:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+_REFERENCE_FOLDERS: dict[str, list[str]] = {}
+
+
+@session
 def lint(session: nox.Session) -> None:
     session.install("ruff==0.17.6")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
 
 
-@nox.session
+@session
 def docs(session: nox.Session) -> None:
     """The documentation site from docs/ (MkDocs, Material); --strict: a broken link or anchor fails."""
     session.install("mkdocs==1.6.1", "mkdocs-material==9.8.2", "mkdocstrings[python]==1.0.8")
     session.run("mkdocs", "build", "--strict", "--site-dir", "site", env={"NO_MKDOCS_2_WARNING": "1"})
 
 
-@nox.session
+@session
 def core(session: nox.Session) -> None:
     """msprobe-core and msprobe-cli with no framework installed (tb-graph-ascend: the reference's graph viewer)."""
     _core_tests(session)
@@ -81,7 +117,7 @@ SANITIZED_TESTS = [  # every test that drives msprobe-core's C extensions, the f
 ]  # fmt: skip
 
 
-@nox.session
+@session
 def sanitizers(session: nox.Session) -> None:
     """msprobe-core's and msprobe-torch's C extensions built with AddressSanitizer and UndefinedBehaviorSanitizer,
     and the tests that drive them: any read or write out of bounds or undefined operation ends the run. Built
@@ -110,7 +146,7 @@ def sanitizers(session: nox.Session) -> None:
     )  # fmt: skip
 
 
-@nox.session(python=_python("3.10"))
+@session(python=_python("3.10"))
 def core_lowest_python(session: nox.Session) -> None:
     """The lowest Python the packages claim (requires-python >= 3.10): core and CLI, no framework (torch's CPU
     wheel on this machine is for 3.11 only, and pip would fetch a CUDA build instead)."""
@@ -127,7 +163,7 @@ def _ensure_chromium(session: nox.Session) -> None:
     session.run("sh", "-c", command, external=True)
 
 
-@nox.session
+@session
 def torch(session: nox.Session) -> None:
     _ensure_chromium(session)
     session.install(TORCH)
@@ -135,7 +171,7 @@ def torch(session: nox.Session) -> None:
     session.run("pytest", "tests/torch_backend", *session.posargs)
 
 
-@nox.session
+@session
 def scale(session: nox.Session) -> None:
     """The Parquet store (pyarrow), SQL over it (DuckDB), the trend page, and the Ray engine (compare, db build,
     run_ut) on a cluster of two nodes started on this machine."""
@@ -147,7 +183,7 @@ def scale(session: nox.Session) -> None:
     session.run("pytest", "tests/scale", *session.posargs)
 
 
-@nox.session
+@session
 def screenshots(session: nox.Session) -> None:
     """The graph-page pictures of docs/img, taken afresh by the browser tests (not a CI session: it rewrites them)."""
     _ensure_chromium(session)
@@ -156,7 +192,7 @@ def screenshots(session: nox.Session) -> None:
     session.run("pytest", "tests/torch_backend/test_graph_browser.py", env={"MSPROBE_TEST_ARTIFACTS": "docs/img"})
 
 
-@nox.session
+@session
 def mindspore(session: nox.Session) -> None:
     session.install("numpy<2", MINDSPORE)
     session.install(*TEST_DEPS, "numpy<2", *CORE, "-e", "./msprobe-mindspore")
@@ -164,7 +200,7 @@ def mindspore(session: nox.Session) -> None:
     session.run("pytest", "tests/mindspore_backend", "tests/core/test_npy_file.py", *session.posargs)
 
 
-@nox.session
+@session
 def mindspore_torch(session: nox.Session) -> None:
     """MindSpore with torch beside it: run_ut's benchmark is then the PyTorch twin; both backends measure alike."""
     session.install("numpy<2", MINDSPORE, TORCH)
@@ -172,7 +208,7 @@ def mindspore_torch(session: nox.Session) -> None:
     session.run("pytest", "tests/mindspore_torch", "tests/mindspore_backend/test_run_ut.py", *session.posargs)
 
 
-@nox.session
+@session
 def conformance(session: nox.Session) -> None:
     """Our dumps of a zoo of real models against the reference tool's, made in the same run.
 
@@ -191,6 +227,7 @@ def conformance(session: nox.Session) -> None:
 def _reference_env(session: nox.Session, name: str, packages: list[str]) -> str:
     """A virtual environment of its own beside the session's, made once: its Python."""
     folder = os.path.join(os.path.dirname(session.virtualenv.location), name)
+    _REFERENCE_FOLDERS.setdefault(session.name, []).append(folder)
     python = os.path.join(folder, "bin", "python")
     marker = os.path.join(folder, "installed")
     wanted = "\n".join([TORCH, *packages])
@@ -204,14 +241,14 @@ def _reference_env(session: nox.Session, name: str, packages: list[str]) -> str:
     return python
 
 
-@nox.session
+@session
 def packaging(session: nox.Session) -> None:
     """Each distribution installs alone into a fresh virtual environment; so do the plugin tutorial's plugins."""
     session.install(*TEST_DEPS, *CORE)
     session.run("pytest", "tests/packaging", *session.posargs, env={"MSPROBE_TORCH_REQUIREMENT": TORCH})
 
 
-@nox.session
+@session
 def demo(session: nox.Session) -> None:
     """Dump a small model twice, compare the two runs, print the verdict."""
     session.install(TORCH)
