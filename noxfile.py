@@ -167,7 +167,7 @@ def _ensure_chromium(session: nox.Session) -> None:
 def torch(session: nox.Session) -> None:
     _ensure_chromium(session)
     session.install(TORCH)
-    session.install(*TEST_DEPS, "playwright", *CORE, "-e", "./msprobe-torch[huggingface]")
+    session.install(*TEST_DEPS, "playwright", *CORE, "-e", "./msprobe-torch[huggingface,lightning]")
     session.run("pytest", "tests/torch_backend", *session.posargs)
 
 

@@ -30,3 +30,23 @@ def test_the_tutorial_finds_the_changed_operator(tmp_path):
                            capture_output=True, text=True)  # fmt: skip
     assert graph.returncode == 0, graph.stderr
     assert list((tmp_path / "graph").glob("*.html"))
+
+
+def test_the_quickest_way_in_works_as_written(tmp_path):
+    """Section 2's two commands, run as shown (comments dropped) on a script with no msprobe in it."""
+    import os
+
+    section = DOC.read_text().split("## 2.", 1)[1].split("## 3.", 1)[0]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    commands = [line.split("#", 1)[0].strip() for line in block.splitlines() if line.strip()]
+    assert [c.split()[:2] for c in commands] == [["msprobe", "config"], ["msprobe", "run"]]
+    (tmp_path / "train.py").write_text(
+        "import torch\nmodel = torch.nn.Linear(3, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for _ in range(2):\n    model(torch.randn(4, 3)).sum().backward()\n    optimizer.step()\n"
+    )
+    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}
+    for command in commands:
+        done = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+    assert sorted(p.parent.parent.name for p in tmp_path.glob("dump_path/step*/rank/dump.json")) == ["step0", "step1"]
+    assert "the dump is in ./dump_path: 2 steps" in done.stderr

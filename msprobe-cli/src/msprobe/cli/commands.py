@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "recover_cmd",
     "check_cmd",
     "db_cmd",
+    "run_cmd",
 )
 
 

@@ -38,6 +38,7 @@ class Backend:
     import_name: str = ""  # the framework's top-level module, e.g. "torch"
     tensor_suffix: str = ""  # suffix of tensor files in dump_tensor_data
     debugger_path: str = ""  # "module:attribute" of the framework's PrecisionDebugger
+    autostart_path: str = ""  # "module:function" that ``msprobe run`` calls with the config once the framework imports
 
     # -- availability -------------------------------------------------------
     def is_available(self) -> bool:

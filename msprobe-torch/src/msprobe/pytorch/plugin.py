@@ -22,6 +22,7 @@ class TorchBackend(Backend):
     import_name = "torch"
     tensor_suffix = ".pt"
     debugger_path = "msprobe.pytorch.debugger:PrecisionDebugger"
+    autostart_path = "msprobe.pytorch.autostart:begin"
 
     def load_tensor(self, path: str | Path) -> Any:
         from msprobe.pytorch.tensor_io import load_pt

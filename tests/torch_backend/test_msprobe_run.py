@@ -1,0 +1,225 @@
+"""``msprobe run -c config.json -- python train.py``: scripts with no msprobe in them, dumped step by step."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from dump_values import leaves
+
+BIN = Path(sys.executable).parent
+
+TRAIN = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    x = torch.randn(5, 4)
+    model(x).sum().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+print("trained")
+"""
+
+DDP = """
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+dist.init_process_group("gloo")
+torch.manual_seed(0)
+model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2)))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(2):
+    x = torch.randn(5, 4) + dist.get_rank()
+    model(x).sum().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+dist.destroy_process_group()
+"""
+
+
+def write(folder: Path, name: str, text: str) -> Path:
+    path = folder / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def config(folder: Path, **fields) -> Path:
+    data = {"task": "statistics", "dump_path": str(folder / "dump"), "level": "mix", "rank": [], "step": []}
+    return write(folder, "config.json", json.dumps({**data, **fields}))
+
+
+def msprobe_run(folder: Path, *command: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    env = {key: value for key, value in os.environ.items() if key not in ("MSPROBE_DISABLE_PLUGINS",)}
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.update(env_extra or {})
+    return subprocess.run(
+        [str(BIN / "msprobe"), "run", "-c", str(folder / "config.json"), "--", *command],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def dumped(folder: Path) -> dict[str, dict]:
+    """step/rank folder -> its dump.json's data."""
+    return {
+        f"{path.parent.parent.name}/{path.parent.name}": json.loads(path.read_text())["data"]
+        for path in sorted((folder / "dump").glob("step*/*/dump.json"))
+    }
+
+
+def statistics(values: torch.Tensor) -> dict:
+    return {"Max": values.max().item(), "Min": values.min().item(), "Mean": values.mean().item()}
+
+
+def close(entry: dict, expected: dict) -> bool:
+    return all(abs(entry[key] - value) <= 1e-5 * max(1.0, abs(value)) for key, value in expected.items())
+
+
+def test_an_unchanged_script_is_dumped_one_step_per_optimizer_step(tmp_path):
+    script = write(tmp_path, "train.py", TRAIN)
+    config(tmp_path)
+    finished = msprobe_run(tmp_path, sys.executable, str(script))
+    assert finished.returncode == 0, finished.stderr
+    assert finished.stdout.strip() == "trained"
+    assert "msprobe" not in script.read_text()
+    dumps = dumped(tmp_path)
+    assert list(dumps) == ["step0/rank", "step1/rank", "step2/rank"]  # three optimizer steps, no empty fourth
+    for data in dumps.values():
+        names = set(data)
+        assert {"Module.0.Linear.forward.0", "Module.1.ReLU.forward.0", "Module.2.Linear.backward.0"} <= names
+        assert {"Functional.linear.0.forward", "Functional.relu.0.backward", "Module.0.Linear.parameters_grad"} <= names
+        # SGD's update of the four parameters falls inside the step, as with start() ... step() around it
+        assert {f"Tensor.add_.{n}.forward" for n in range(4)} <= names
+    # each step's input is the script's own: the same seed replayed here gives the same statistics
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):
+        x = torch.randn(5, 4)
+        hidden = model[0](x)
+        entry = dumps[f"step{step}/rank"]["Module.0.Linear.forward.0"]
+        assert close(entry["input_args"][0], statistics(x))
+        assert close(entry["output"][0], statistics(hidden.detach()))
+        model(x).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    assert "the dump is in" in finished.stderr
+
+
+def test_torchrun_with_two_processes_dumps_both_ranks(tmp_path):
+    script = write(tmp_path, "ddp.py", DDP)
+    config(tmp_path, level="L0")
+    port = str(29400 + os.getpid() % 500)
+    finished = msprobe_run(tmp_path, str(BIN / "torchrun"), "--nproc_per_node", "2", "--master_port", port, str(script))
+    assert finished.returncode == 0, finished.stderr
+    dumps = dumped(tmp_path)
+    assert list(dumps) == ["step0/rank0", "step0/rank1", "step1/rank0", "step1/rank1"]  # the launcher wrote none
+    for rank in (0, 1):  # rank r's input is the shared random batch plus r
+        torch.manual_seed(0)
+        torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+        x = torch.randn(5, 4) + rank
+        entry = dumps[f"step0/rank{rank}"]["Module.module.0.Linear.forward.0"]
+        assert close(entry["input_args"][0], statistics(x))
+        assert not any(name.startswith(("Functional.", "Tensor.", "Torch.")) for name in dumps[f"step0/rank{rank}"])
+
+
+def test_a_script_with_its_own_debugger_keeps_it(tmp_path):
+    own = tmp_path / "own"
+    script = write(
+        tmp_path,
+        "train.py",
+        f"""
+        import torch
+        from msprobe.pytorch import PrecisionDebugger
+        debugger = PrecisionDebugger(task="statistics", level="L1", dump_path={str(own)!r})
+        model = torch.nn.Linear(4, 2)
+        for _ in range(2):
+            debugger.start()
+            model(torch.randn(3, 4)).sum().backward()
+            debugger.stop()
+            debugger.step()
+    """,
+    )
+    config(tmp_path)
+    finished = msprobe_run(tmp_path, sys.executable, str(script))
+    assert finished.returncode == 0, finished.stderr
+    assert "leaves the dump to it" in finished.stderr
+    assert not (tmp_path / "dump").exists() or not list((tmp_path / "dump").iterdir())
+    assert sorted(p.parent.parent.name for p in own.glob("step*/rank/dump.json")) == ["step0", "step1"]
+
+
+def test_dataloader_workers_write_nothing(tmp_path):
+    script = write(
+        tmp_path,
+        "loader.py",
+        """
+        import torch
+        class Data(torch.utils.data.Dataset):
+            scale = torch.nn.Linear(4, 4)  # a module the workers call
+            def __len__(self):
+                return 8
+            def __getitem__(self, index):
+                with torch.no_grad():
+                    return self.scale(torch.full((4,), float(index)))
+        if __name__ == "__main__":
+            torch.manual_seed(0)
+            model = torch.nn.Linear(4, 1)
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(2):  # the second epoch forks its workers after a dumped step
+                for batch in torch.utils.data.DataLoader(Data(), batch_size=4, num_workers=2):
+                    model(batch).sum().backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
+    """,
+    )
+    config(tmp_path, task="tensor")  # tensor files are written as calls happen: a worker's would show
+    finished = msprobe_run(tmp_path, sys.executable, str(script))
+    assert finished.returncode == 0, finished.stderr
+    dumps = dumped(tmp_path)
+    assert list(dumps) == [f"step{n}/rank" for n in range(4)]
+    for step, data in dumps.items():
+        named = {item["data_name"] for entry in data.values() for item in leaves(entry) if "data_name" in item}
+        written = {path.name for path in (tmp_path / "dump" / step / "dump_tensor_data").iterdir()}
+        assert written == named
+    for data in dumps.values():
+        modules = sorted(name.rsplit(".", 2)[-2] for name in data if name.startswith("Module."))
+        assert modules == ["Linear", "backward", "forward"]  # the model's one call; a worker's would add more
+        assert sum(name.startswith("Functional.linear.") and name.endswith(".forward") for name in data) == 1
+
+
+def test_another_sitecustomize_still_runs(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    write(site, "sitecustomize.py", f"open({str(tmp_path / 'marker')!r}, 'w').write('ran')\n")
+    script = write(tmp_path, "train.py", TRAIN)
+    config(tmp_path)
+    finished = msprobe_run(tmp_path, sys.executable, str(script), env_extra={"PYTHONPATH": str(site)})
+    assert finished.returncode == 0, finished.stderr
+    assert (tmp_path / "marker").read_text() == "ran"
+    assert len(dumped(tmp_path)) == 3
+
+
+def test_the_exit_status_is_the_commands(tmp_path):
+    script = write(tmp_path, "fails.py", "import torch\nraise SystemExit(3)\n")
+    config(tmp_path)
+    assert msprobe_run(tmp_path, sys.executable, str(script)).returncode == 3
+
+
+@pytest.mark.parametrize(
+    "fields, command, message",
+    [
+        ({"level": "L9"}, [sys.executable, "-c", "pass"], "level"),
+        ({}, ["no-such-command-here"], "command not found: no-such-command-here"),
+    ],
+)
+def test_bad_input_is_told_before_the_job_starts(tmp_path, fields, command, message):
+    config(tmp_path, **fields)
+    finished = msprobe_run(tmp_path, *command)
+    assert finished.returncode == 2
+    assert message in finished.stderr and "Traceback" not in finished.stderr
+    if fields:
+        assert "config.json" in finished.stderr
