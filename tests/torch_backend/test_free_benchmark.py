@@ -278,3 +278,55 @@ def test_a_plugin_perturbation_may_fix_only_if_it_declares_so(tmp_path, fake_npu
         assert out.dtype == torch.float16 and torch.allclose(out, x, rtol=1e-3)  # the float64 run kept it
     finally:
         registry.unregister("exact")
+
+
+def _run_and_finish(tmp_path, fake_npu, caplog, calls, **section):
+    d = debugger(tmp_path, **section)
+    x = torch.tensor([0.3, 1.7, -2.2], dtype=torch.float16)
+    caplog.set_level("INFO", logger="msprobe")
+    d.start()
+    for call in calls:
+        {
+            "rotary": lambda: fake_npu.npu_rotary_mul(x, x, x),
+            "relu": lambda: torch.relu(x),
+            "matmul": lambda: torch.matmul(x.reshape(3, 1), x.reshape(1, 3)),
+            "layer_norm": lambda: torch.nn.functional.layer_norm(x, (3,)),
+        }[call]()
+    d.stop()
+    d.step()
+    d.finish()
+    return [r for r in caplog.records if "free benchmark (" in r.getMessage()]
+
+
+def test_a_run_ends_with_its_verdict_naming_the_worst_failure(tmp_path, fake_npu, caplog):
+    said = _run_and_finish(tmp_path, fake_npu, caplog, ["rotary", "relu", "matmul", "layer_norm"])
+    [row] = rows(tmp_path)  # six checks: matmul's two reshapes are APIs too
+    assert [r.levelname for r in said] == ["WARNING"]
+    assert said[0].getMessage() == (
+        "free benchmark (improve_precision, forward): 1 of 6 checks failed, in 1 of 5 APIs; the worst is "
+        f"NPU.npu_rotary_mul.0.forward (max_rel {float(row['max_rel']):.3g}, threshold {2**-8:.3g}); "
+        f"see {tmp_path / 'free_benchmark.csv'}"
+    )
+
+
+def test_a_run_with_no_failure_says_how_much_it_checked(tmp_path, fake_npu, caplog):
+    said = _run_and_finish(tmp_path, fake_npu, caplog, ["relu", "matmul", "layer_norm", "relu"])
+    assert [(r.levelname, r.getMessage()) for r in said] == [
+        ("INFO", "free benchmark (improve_precision, forward): 6 checks of 4 APIs, none moved beyond its threshold; "
+                 "nothing was written"),
+    ]  # fmt: skip
+    assert rows(tmp_path) == []
+
+
+def test_a_run_that_checked_nothing_says_why(tmp_path, fake_npu, caplog):
+    said = _run_and_finish(tmp_path, fake_npu, caplog, ["rotary", "relu"], list=["softmax"])
+    assert [(r.levelname, r.getMessage()) for r in said] == [
+        ("WARNING", "free benchmark (improve_precision, forward) checked nothing: no selected call had a "
+                    "floating-point input"),
+    ]  # fmt: skip
+    (tmp_path / "p").mkdir()
+    said = _run_and_finish(tmp_path / "p", fake_npu, caplog, ["rotary", "relu"], if_preheat=True, preheat_step=3)
+    assert said[-1].getMessage() == (
+        "free benchmark (improve_precision, forward) made 2 checks, all in the first 3 steps (preheat_step), which "
+        "learn thresholds and report nothing"
+    )

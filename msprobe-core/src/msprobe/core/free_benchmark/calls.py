@@ -133,6 +133,11 @@ class FreeBenchmarkCalls:
                         return item
         return None
 
+    def verdict(self) -> tuple[int, str]:
+        """The end-of-run line: what failed and the worst, or how many checks passed, or why none was made."""
+        rank = self.session.rank
+        return self.judge.verdict(self.stage, "" if rank is None else f" on rank {rank}")
+
     # -- one call -------------------------------------------------------------------------------
     def end_step(self) -> None:
         self.counts.clear()

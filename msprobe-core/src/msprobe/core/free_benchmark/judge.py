@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections import defaultdict
 from dataclasses import dataclass
@@ -103,6 +104,10 @@ class FreeBenchmarkJudge:
         self.max_sample = max_sample
         self.samples: dict[str, list[float]] = defaultdict(list)
         self.rows_written = 0
+        self.checks = 0  # judged after the preheat
+        self.preheat_checks = 0
+        self.apis: set[str] = set()  # base names judged after the preheat
+        self.worst: dict[str, tuple[float, float, str]] = {}  # base name -> (max_rel, threshold, call) that failed
 
     def threshold(self, api: str, dtype: str) -> float:
         base = THRESHOLDS.get(dtype, DEFAULT_THRESHOLD)[0]
@@ -126,13 +131,18 @@ class FreeBenchmarkJudge:
         max_rel = max_relative_difference(original, perturbed, small)
         base = _base_name(api)
         if step < self.preheat_steps:
+            self.preheat_checks += 1
             samples = self.samples[base]
             if len(samples) < self.max_sample and np.isfinite(max_rel):
                 samples.append(max_rel)
             return Verdict(max_rel, self.threshold(base, dtype), True)
         threshold = self.threshold(base, dtype)
         passed = max_rel <= threshold
+        self.checks += 1
+        self.apis.add(base)
         if not passed:
+            if base not in self.worst or not max_rel <= self.worst[base][0]:  # NaN counts as the worst
+                self.worst[base] = (max_rel, threshold, api)
             self._write(
                 [
                     rank,
@@ -158,6 +168,31 @@ class FreeBenchmarkJudge:
                 writer.writerow(CSV_COLUMNS)
             writer.writerow(row)
         self.rows_written += 1
+
+    def verdict(self, stage: str, where: str) -> tuple[int, str]:
+        """The run's answer in one line, and its logging level: the failures and the worst of them, or how many
+        checks passed, or why none was made."""
+        mode = f"free benchmark ({self.pert_mode}, {stage}){where}"
+        if self.checks == 0:
+            if self.preheat_checks:
+                return logging.WARNING, (
+                    f"{mode} made {self.preheat_checks} checks, all in the first {self.preheat_steps} "
+                    "steps (preheat_step), which learn thresholds and report nothing"
+                )
+            return logging.WARNING, f"{mode} checked nothing: no selected call had a floating-point input"
+        if not self.worst:
+            return logging.INFO, (
+                f"{mode}: {self.checks} checks of {len(self.apis)} APIs, none moved beyond its threshold; "
+                "nothing was written"
+            )
+        failed = len(self.worst)
+        max_rel, threshold, call = max(
+            self.worst.values(), key=lambda item: (math.isnan(item[0]), 0.0 if math.isnan(item[0]) else item[0])
+        )
+        return logging.WARNING, (
+            f"{mode}: {self.rows_written} of {self.checks} checks failed, in {failed} of {len(self.apis)} APIs; "
+            f"the worst is {call} (max_rel {max_rel:.3g}, threshold {threshold:.3g}); see {self.path}"
+        )
 
 
 def _base_name(api: str) -> str:
