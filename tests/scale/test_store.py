@@ -381,3 +381,18 @@ def test_a_tampered_manifest_is_one_line(tmp_path, sources):
     (tmp_path / "store" / MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(DataFileError, match=r"msprobe_store.json: field 'sources\.dump/step0/rank0"):
         build_store(tmp_path / "dump", tmp_path / "store")
+
+
+def test_db_build_shows_a_bar_on_a_terminal_only(tmp_path):
+    import subprocess
+    import sys
+
+    from terminal import on_a_terminal
+
+    small = write_run(tmp_path / "dump", 3, 2, 3)
+    line = [sys.executable, "-m", "msprobe.cli.main", "db", "build", "-i", str(small), "-o"]
+    shown = on_a_terminal([*line, str(tmp_path / "tty")], tmp_path)
+    assert "ranks: " in shown and "/3 [" in shown  # a bar over each step's three ranks
+    piped = subprocess.run([*line, str(tmp_path / "pipe")], capture_output=True, text=True)
+    assert piped.returncode == 0, piped.stderr
+    assert "ranks: " not in piped.stdout + piped.stderr

@@ -335,3 +335,16 @@ def test_a_helper_that_dies_loses_no_api(dumps, tmp_path, monkeypatch, caplog):
     assert single.exit_code == 0 and summary.checked == len(names)
     assert victim in by_process[os.getpid()]  # the parent ran the dead helper's chunk
     assert outputs(tmp_path / "DyingHelperRunner") == outputs(tmp_path / "one")
+
+
+@pytest.mark.parametrize("command, bar", [(["run_ut"], "run_ut: "), (["multi_run_ut", "-n", "2"], "run_ut: ")])
+def test_run_ut_shows_a_bar_on_a_terminal_only(dumps, tmp_path, command, bar):
+    from terminal import on_a_terminal
+
+    line = [sys.executable, "-m", "msprobe.cli.main", "-f", "pytorch", command[0]]
+    line += ["-api_info", str(dumps["statistics"])]
+    shown = on_a_terminal([*line, "-o", str(tmp_path / "tty"), *command[1:]], tmp_path)
+    assert bar in shown and "%|" in shown
+    piped = subprocess.run([*line, "-o", str(tmp_path / "pipe"), *command[1:]], capture_output=True, text=True)
+    assert piped.returncode == 0, piped.stderr
+    assert bar not in piped.stdout + piped.stderr
