@@ -606,3 +606,35 @@ def test_the_wrapper_example_of_the_plugins_page_does_what_it_says(monkeypatch):
     assert "MeanShift" not in names and "SignFlipRatio" in names and "Cosine" in names
     assert all(registry.origin(metric) != "?" for metric in registry.compare_metrics())
     assert "?" not in registry.infos
+
+
+def test_trace_shows_what_a_hook_raised_and_the_wrappers(monkeypatch, capsys):
+    import json
+
+    from msprobe.core import plugins
+    from msprobe.core.hookspecs import hookimpl
+
+    class Broken:
+        @hookimpl
+        def msprobe_compare_metrics(self):
+            raise ValueError("no metrics today")
+
+    class Wrapping:
+        @hookimpl(wrapper=True)
+        def msprobe_compare_metrics(self):
+            answers = yield
+            return answers[:1]
+
+    monkeypatch.setenv("MSPROBE_TRACE_PLUGINS", "1")
+    monkeypatch.setattr(plugins.trace_logger, "handlers", [])
+    registry = PluginRegistry(
+        load_entry_points=False, default_plugins=(),
+        extra_plugins=[("m", _metric_plugin("X")), ("broken", Broken()), ("wrap", Wrapping())],
+    )  # fmt: skip
+    registry.compare_metrics()
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("msprobe trace: ")]
+    calls = {r["plugin"]: r for r in map(json.loads, (x[len("msprobe trace: ") :] for x in lines))}
+    assert calls["broken"]["errors"] == ["ValueError: no metrics today"] and calls["broken"]["result"] == "None"
+    assert "errors" not in calls["m"] and "wrapper" not in calls["m"]
+    assert calls["wrap"]["wrapper"] is True and calls["wrap"]["ms"] >= calls["m"]["ms"]
+    assert "X" in calls["wrap"]["result"] and "errors" not in calls["wrap"]

@@ -108,6 +108,7 @@ class PluginRegistry:
         self._origins: dict[int, tuple[str, Any]] = {}  # id(item) -> (plugin, item) of every list item returned
         self._disabled = disabled_plugin_names()
         self._tracing = bool(os.environ.get(TRACE_ENV))
+        self._traced_errors: list[str] = []  # while tracing: failures of the hook call being traced
         if self._tracing:
             _show_trace()
         for name, module_name in default_plugins:
@@ -204,10 +205,10 @@ class PluginRegistry:
         if impl.hookwrapper:  # old-style wrappers see pluggy's Result; left as pluggy runs them
             return function
         if impl.wrapper:
-            return self._guard_wrapper(function, plugin, hook_name)
+            return self._guard_wrapper(function, plugin, hook_name, argnames)
 
         def guarded(*args: Any) -> Any:
-            started = time.perf_counter()
+            started, seen = time.perf_counter(), len(self._traced_errors)
             try:
                 value = function(*args)
             except MsprobeError:
@@ -218,17 +219,37 @@ class PluginRegistry:
             else:
                 value = self._checked(plugin, hook_name, value)
             if self._tracing:
-                _trace(hook_name, plugin, dict(zip(argnames, args)), started, value)
+                _trace(hook_name, plugin, dict(zip(argnames, args)), started, value, self._traced_errors[seen:])
+                del self._traced_errors[seen:]
             return value
 
         guarded.__msprobe_guarded__ = True  # type: ignore[attr-defined]
         return guarded
 
-    def _guard_wrapper(self, function: Callable[..., Any], plugin: str, hook_name: str) -> Callable[..., Any]:
+    def _guard_wrapper(
+        self, function: Callable[..., Any], plugin: str, hook_name: str, argnames: tuple[str, ...]
+    ) -> Callable[..., Any]:
         """A ``wrapper=True`` implementation, guarded before and after its ``yield``; an exception of the inner
-        calls is still thrown into it, as pluggy does."""
+        calls is still thrown into it, as pluggy does. The trace shows it once, around the calls it wraps."""
 
         def guarded(*args: Any) -> Generator[None, Any, Any]:
+            started, seen = time.perf_counter(), len(self._traced_errors)
+            value, raised = None, None
+            try:
+                value = yield from wrapped(*args)
+            except BaseException as exc:  # the inner calls' exception, passed on by the wrapper
+                raised = exc
+                raise
+            finally:
+                if self._tracing:
+                    errors = self._traced_errors[seen:]
+                    if raised is not None:
+                        errors.append(f"{raised.__class__.__name__}: {raised} (raised through)")
+                    _trace(hook_name, plugin, dict(zip(argnames, args)), started, value, errors, wrapper=True)
+                    del self._traced_errors[seen:]
+            return value
+
+        def wrapped(*args: Any) -> Generator[None, Any, Any]:
             generator = function(*args)
             try:
                 next(generator)
@@ -322,6 +343,8 @@ class PluginRegistry:
     def _record_failure(self, plugin_name: str, hook_name: str, exc: Exception) -> None:
         info = self._info(plugin_name)
         error = f"{exc.__class__.__name__}: {exc}"
+        if self._tracing:
+            self._traced_errors.append(error)
         message = f"{hook_name}: {error}"
         if message not in info.errors:
             info.errors.append(message)
@@ -478,14 +501,25 @@ def _show_trace() -> None:
         trace_logger.propagate = False
 
 
-def _trace(hook_name: str, plugin: str, kwargs: dict[str, Any], started: float, value: Any) -> None:
-    record = {
-        "hook": hook_name,
-        "plugin": plugin,
-        "kwargs": {key: _short_repr(value) for key, value in kwargs.items()},
-        "ms": round((time.perf_counter() - started) * 1000, 3),
-        "result": _short_repr(value),
-    }
+def _trace(
+    hook_name: str,
+    plugin: str,
+    kwargs: dict[str, Any],
+    started: float,
+    value: Any,
+    errors: list[str],
+    wrapper: bool = False,
+) -> None:
+    """One JSON line: a wrapper's ``ms`` includes the calls it wraps; ``errors`` are what the plugin raised or
+    returned wrongly in this call (its ``result`` is then what the hook went on with)."""
+    record: dict[str, Any] = {"hook": hook_name, "plugin": plugin}
+    if wrapper:
+        record["wrapper"] = True
+    record["kwargs"] = {key: _short_repr(value) for key, value in kwargs.items()}
+    record["ms"] = round((time.perf_counter() - started) * 1000, 3)
+    record["result"] = _short_repr(value)
+    if errors:
+        record["errors"] = list(errors)
     trace_logger.info(json.dumps(record))
 
 
