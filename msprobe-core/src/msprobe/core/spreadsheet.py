@@ -17,7 +17,7 @@ import io
 import math
 import re
 from collections.abc import Iterable
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import pandas as pd
 
@@ -86,13 +86,27 @@ def _csv_column(column: list[Any]) -> list[str]:
     return _quoted(_floats_put_as_text(column, cells, ""))
 
 
-def _floats_as_text(column: list[Any]) -> tuple[Any, bool]:
+class TableColumns(NamedTuple):
+    """A table block's columns as lists, each column of floats only also packed (see ``packed_float_texts``):
+    made once for the CSV and the xlsx of the same block."""
+
+    values: list[list[Any]]
+    packed: list[Any]  # per column: packed_float_texts' answer, or None
+
+
+def table_columns(table: pd.DataFrame) -> TableColumns:
+    values = [table[column].tolist() for column in table.columns]
+    packed = [packed_float_texts(v) if v and set(map(type, v)) <= {float} else None for v in values]
+    return TableColumns(values, packed)
+
+
+def _floats_as_text(column: list[Any], packed: Any = False) -> tuple[Any, bool]:
     """The column for the C helper with its floats as text (made in bulk, faster than its repr), and whether
     that text is all the column holds (then it needs no quoting nor making safe). A column of floats only is
-    passed packed: orjson's text as it is, with repr's where they differ."""
+    passed packed: orjson's text as it is, with repr's where they differ (``packed``: made already)."""
     kinds = set(map(type, column))
     if kinds <= {float}:
-        packed = packed_float_texts(column)
+        packed = packed_float_texts(column) if packed is False else packed
         if packed is not None:
             texts, count, fixed, fixes = packed
             return (texts, count, fixed, ["" if text == "nan" else text for text in fixes]), True
@@ -154,7 +168,8 @@ class CsvTableWriter:
             csv.writer(header, lineterminator="\n").writerow([str(column) for column in columns])
             handle.write(header.getvalue().encode("utf-8"))
 
-    def write(self, table: pd.DataFrame) -> None:
+    def write(self, table: pd.DataFrame, columns: TableColumns | None = None) -> None:
+        """``columns``: the table's, made already by :func:`table_columns`."""
         if table.empty:
             return
         if len(table.columns) == 1:  # csv.writer's own rule for a row of one empty cell: leave it to it
@@ -163,8 +178,9 @@ class CsvTableWriter:
             self._handle.write(text.getvalue().encode("utf-8"))
             return
         if _csvtext is not None:
-            columns, raw = zip(*(_floats_as_text(table[column].tolist()) for column in table.columns))
-            self._handle.write(_csvtext.lines(list(columns), list(raw), _QUOTES_CR))
+            columns = columns or TableColumns([table[c].tolist() for c in table.columns], [False] * len(table.columns))
+            texts, raw = zip(*(_floats_as_text(v, p) for v, p in zip(columns.values, columns.packed)))
+            self._handle.write(_csvtext.lines(list(texts), list(raw), _QUOTES_CR))
             return
         columns = [_csv_column(table[column].tolist()) for column in table.columns]
         self._handle.write(("\n".join(map(",".join, zip(*columns))) + "\n").encode("utf-8"))

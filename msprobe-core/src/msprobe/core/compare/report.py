@@ -6,21 +6,16 @@ run never leaves a result that looks complete.
 
 from __future__ import annotations
 
-import math
 import os
 import time
-from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from msprobe.core.compare.engine import CompareResult
-from msprobe.core.dump.writer import create_private, make_dir, new_file
+from msprobe.core.compare.xlsx import XLSX_ROW_LIMIT, XlsxStream
+from msprobe.core.dump.writer import make_dir, new_file
 from msprobe.core.spreadsheet import write_csv_table
-
-XLSX_ROW_LIMIT = 1_048_575
-FILLS = {"red": "FFFF0000", "yellow": "FFFFFF00"}
 
 
 def timestamp() -> str:
@@ -40,75 +35,13 @@ def write_csv(table: pd.DataFrame, path: Path) -> Path:
     return path
 
 
-class XlsxStream:
-    """compare_result_*.xlsx written a block of rows at a time with XlsxWriter's constant memory, suspicious
-    rows coloured. inf and nan go in as the text "inf\t", "-inf\t", "nan\t", as the reference writes them (a
-    cell cannot hold them as numbers). Past Excel's row limit the file is given up: the CSV has everything."""
-
-    def __init__(self, path: Path, columns: list[str]):
-        import xlsxwriter
-
-        self.path = path
-        self.rows = 0
-        fd, self.temporary = create_private(path)  # XlsxWriter writes through our handle, never by a name
-        self._handle = os.fdopen(fd, "w+b")
-        try:
-            self._begin(xlsxwriter, columns)
-        except BaseException:
-            self._handle.close()
-            self.temporary.unlink(missing_ok=True)
-            raise
-
-    def _begin(self, xlsxwriter: Any, columns: list[str]) -> None:
-        # text that looks like a formula (an API name from someone's dump.json) stays text
-        self._workbook = xlsxwriter.Workbook(self._handle, {"constant_memory": True, "strings_to_formulas": False})
-        self._sheet = self._workbook.add_worksheet("Sheet")
-        self._sheet.write_row(0, 0, columns, self._workbook.add_format({"bold": True}))
-        self._fills = {color: self._workbook.add_format({"bg_color": "#" + argb[2:]}) for color, argb in FILLS.items()}
-
-    @property
-    def full(self) -> bool:
-        return self.rows > XLSX_ROW_LIMIT
-
-    def add(self, rows: Iterable[tuple], highlight: dict[int, str]) -> None:
-        """Rows in table order; ``highlight`` keyed by their position in ``rows``."""
-        for index, row in enumerate(rows):
-            self.rows += 1
-            if self.full:
-                return
-            cells = [f"{v}\t" if isinstance(v, float) and not math.isfinite(v) else v for v in row]
-            self._sheet.write_row(self.rows, 0, cells, self._fills.get(highlight.get(index, ""), None))
-
-    def close(self) -> Path | None:
-        """The finished file, or None (and nothing left behind) when the table had too many rows."""
-        try:
-            self._workbook.close()
-            self._handle.close()
-        except BaseException:
-            self._handle.close()
-            self.temporary.unlink(missing_ok=True)
-            raise
-        if self.full:
-            self.temporary.unlink(missing_ok=True)
-            return None
-        return replace_file(self.temporary, self.path)
-
-    def discard(self) -> None:
-        """Nothing left behind: the compare failed part way."""
-        try:
-            self._workbook.close()
-        finally:
-            self._handle.close()
-            self.temporary.unlink(missing_ok=True)
-
-
 def write_xlsx(table: pd.DataFrame, highlight: dict[int, str], path: Path) -> Path | None:
     """The whole table at once; None when Excel cannot hold it (the CSV has everything)."""
     if len(table) > XLSX_ROW_LIMIT:
         return None
     stream = XlsxStream(path, list(table.columns))
     try:
-        stream.add(table.itertuples(index=False, name=None), highlight)
+        stream.add_table(table, highlight)
     except BaseException:
         stream.discard()
         raise

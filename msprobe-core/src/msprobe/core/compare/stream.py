@@ -53,7 +53,7 @@ from msprobe.core.dump import stream as dump_stream
 from msprobe.core.dump.reader import Dump, read_stack_file, read_stacks
 from msprobe.core.dump.writer import create_private, make_dir
 from msprobe.core.errors import MsprobeError
-from msprobe.core.spreadsheet import CsvTableWriter
+from msprobe.core.spreadsheet import CsvTableWriter, table_columns
 
 logger = logging.getLogger(__name__)
 
@@ -417,9 +417,10 @@ class _Blocks:
             counts.rows += len(table)
             counts.unmatched += names.count(NA) + bench_names.count(NA)  # no row lacks both sides
             counts.suspicious += int(failing.sum())
-            self.writer.write(table)
+            columns = table_columns(table) if self.xlsx is not None else None  # made once for both files
+            self.writer.write(table, columns)
             if self.xlsx is not None:
-                self.xlsx.add(table.itertuples(index=False, name=None), marks)
+                self.xlsx.add_table(table, marks, columns)
 
     def take(self, outcome: _PartOutcome) -> None:
         self.counts.rows += outcome.counts.rows

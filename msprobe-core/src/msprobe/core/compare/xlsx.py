@@ -1,0 +1,203 @@
+"""compare_result_*.xlsx, fast: the sheet's rows are made as XML text a block at a time (in C where msprobe-core
+was built with it), and everything else in the file (styles, workbook, properties) by XlsxWriter.
+
+XlsxWriter alone spends about 15 us a cell in Python, several times the whole compare. The rows here follow its
+constant-memory writer cell for cell: inf and nan as the text ``"inf\\t"``, text as an inline string with
+Excel's ``_xHHHH_`` escapes and cut at 32767 UTF-16 units, no element for an empty cell without a style. Three
+differences, all in the user's favour: a number is written as ``repr`` writes it (its exact value, as in the
+CSV; XlsxWriter's 16 digits can miss the last bit), text that looks like a URL stays text, and a row with an
+over-long cell keeps the cells after it (XlsxWriter drops them).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import re
+import shutil
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from msprobe.core.dump.writer import create_private
+from msprobe.core.spreadsheet import TableColumns, table_columns
+
+try:
+    from msprobe.core._csvtext import sheet_rows as _c_sheet_rows
+except ImportError:  # built without a C compiler
+    _c_sheet_rows = None
+
+XLSX_ROW_LIMIT = 1_048_575
+FILLS = {"red": "FFFF0000", "yellow": "FFFFFF00"}
+SHEET = "xl/worksheets/sheet1.xml"
+
+
+class XlsxStream:
+    """compare_result_*.xlsx written a block of rows at a time, suspicious rows coloured; memory stays flat (the
+    rows wait in a temporary file until the package is put together). Past Excel's row limit the file is given
+    up: the CSV has everything."""
+
+    def __init__(self, path: Path, columns: list[str]):
+        self.path = path
+        self.columns = list(columns)
+        self.rows = 0
+        fd, self.temporary = create_private(path)  # the package goes through our handle, never by a name
+        self._handle = os.fdopen(fd, "w+b")
+        self._rows_file = tempfile.TemporaryFile(dir=path.parent)
+        self._template, self._styles = _template(self.columns)
+
+    @property
+    def full(self) -> bool:
+        return self.rows > XLSX_ROW_LIMIT
+
+    def add_table(self, table: pd.DataFrame, highlight: dict[int, str], columns: TableColumns | None = None) -> None:
+        """A block of the table; ``highlight`` keyed by row position in ``table``; ``columns``: the table's, made
+        already by :func:`~msprobe.core.spreadsheet.table_columns` (for its CSV)."""
+        if self.full or table.empty:
+            return
+        count = len(table)
+        keep = min(count, XLSX_ROW_LIMIT + 1 - self.rows)
+        styles = [self._styles.get(highlight.get(index, ""), 0) for index in range(keep)]
+        if keep < count:  # the file is given up at close; the rows past the limit need no text
+            table, columns = table.iloc[:keep], None
+        columns = columns or table_columns(table)
+        self._rows_file.write(sheet_rows(columns.values, self.rows + 2, styles, columns.packed))  # 1: the header
+        self.rows += count
+
+    def close(self) -> Path | None:
+        """The finished file, or None (and nothing left behind) when the table had too many rows."""
+        try:
+            if not self.full:
+                self._rows_file.seek(0)
+                _assemble(self._handle, self._template, self._rows_file, self.rows, len(self.columns))
+            self._handle.close()
+        except BaseException:
+            self.discard()
+            raise
+        finally:
+            self._rows_file.close()
+        if self.full:
+            self.temporary.unlink(missing_ok=True)
+            return None
+        from msprobe.core.compare.report import replace_file
+
+        return replace_file(self.temporary, self.path)
+
+    def discard(self) -> None:
+        """Nothing left behind: the compare failed part way."""
+        self._rows_file.close()
+        self._handle.close()
+        self.temporary.unlink(missing_ok=True)
+
+
+def _template(columns: list[str]) -> tuple[bytes, dict[str, int]]:
+    """An xlsx holding only the bold header row, made by XlsxWriter, and the style index of each fill."""
+    import xlsxwriter
+
+    buffer = io.BytesIO()
+    workbook = xlsxwriter.Workbook(buffer, {"constant_memory": True, "strings_to_formulas": False})
+    sheet = workbook.add_worksheet("Sheet")
+    sheet.write_row(0, 0, columns, workbook.add_format({"bold": True}))
+    fills = {color: workbook.add_format({"bg_color": "#" + argb[2:]}) for color, argb in FILLS.items()}
+    styles = {color: fill._get_xf_index() for color, fill in fills.items()}  # given before close: then written
+    workbook.close()
+    return buffer.getvalue(), styles
+
+
+def _column_letters(index: int) -> str:
+    letters = ""
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        letters = chr(ord("A") + rest) + letters
+    return letters
+
+
+def _assemble(handle: Any, template: bytes, rows_file: Any, rows: int, width: int) -> None:
+    """The template's package with the rows put into its sheet, after the header, and the sheet's extent set."""
+    last = f"{_column_letters(max(width, 1) - 1)}{rows + 1}"
+    with zipfile.ZipFile(io.BytesIO(template)) as source, zipfile.ZipFile(
+        handle, "w", zipfile.ZIP_DEFLATED, compresslevel=1
+    ) as target:  # fmt: skip
+        for info in source.infolist():
+            data = source.read(info.filename)
+            if info.filename != SHEET:
+                target.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED)
+                continue
+            text = data.decode("utf-8")
+            text = re.sub(r'<dimension ref="[^"]*"/>', f'<dimension ref="A1:{last}"/>', text, count=1)
+            head, tail = text.split("</sheetData>", 1)
+            with target.open(SHEET, "w", force_zip64=True) as member:  # the file's compression and level
+                member.write(head.encode("utf-8"))
+                shutil.copyfileobj(rows_file, member, 1 << 20)
+                member.write(("</sheetData>" + tail).encode("utf-8"))
+
+
+def sheet_rows(columns: list[list], first_row: int, styles: list[int], packed: list[Any] | None = None) -> bytes:
+    """``<row>`` elements for rows ``first_row``... (1-based) of equal-length column lists; ``styles[r]`` is row
+    r's cell style index, 0 for none. ``packed``: per column of floats only, its text in one piece (see
+    ``packed_float_texts``), so that the C helper makes no float's text itself."""
+    if _c_sheet_rows is None:
+        return python_sheet_rows(columns, first_row, styles)
+    packed = packed or [None] * len(columns)
+    return _c_sheet_rows([p if p is not None else v for v, p in zip(columns, packed)], first_row, styles)
+
+
+_ESCAPED_ESCAPE = re.compile("(_x[0-9a-fA-F]{4}_)")
+_CONTROL = re.compile("([\x00-\x08\x0b-\x1f\ufffe\uffff])")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_STRING_UNITS = 32767
+
+
+def python_sheet_rows(columns: list[list], first_row: int, styles: list[int]) -> bytes:
+    """The rules of the C ``sheet_rows``, in Python (the fallback, and the tests' second opinion)."""
+    letters = [_column_letters(index) for index in range(len(columns))]
+    out: list[str] = []
+    for offset, (style, row) in enumerate(zip(styles, zip(*columns) if columns else [() for _ in styles])):
+        number = first_row + offset
+        cells = [_cell(f"{letter}{number}", style, value) for letter, value in zip(letters, row)]
+        cells = [cell for cell in cells if cell]
+        if cells:
+            out.append(f'<row r="{number}">{"".join(cells)}</row>')
+    return "".join(out).encode("utf-8")
+
+
+def _cell(reference: str, style: int, value: Any) -> str:
+    start = f'<c r="{reference}" s="{style}"' if style else f'<c r="{reference}"'
+    if isinstance(value, bool):
+        return f'{start} t="b"><v>{int(value)}</v></c>'
+    if isinstance(value, int):
+        return f"{start}><v>{int(value)}</v></c>"
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return f"{start}><v>{float(value)!r}</v></c>"
+        value = "nan\t" if math.isnan(value) else ("inf\t" if value > 0 else "-inf\t")
+    if value is None or value == "":
+        return f"{start}/>" if style else ""
+    if not isinstance(value, str):
+        try:
+            return _cell(reference, style, float(value))
+        except (TypeError, ValueError):
+            return _cell(reference, style, str(value))
+    text = _cut(value)
+    text = _ESCAPED_ESCAPE.sub(r"_x005F\1", text)
+    text = _CONTROL.sub(lambda match: f"_x{ord(match.group(1)):04X}_", text)
+    preserve = ' xml:space="preserve"' if text[:1].isspace() or text[-1:].isspace() else ""
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    text = _SURROGATE.sub("\ufffd", text)  # a lone surrogate (from a JSON "\ud800") is no UTF-8
+    return f'{start} t="inlineStr"><is><t{preserve}>{text}</t></is></c>'
+
+
+def _cut(text: str) -> str:
+    if len(text) <= _STRING_UNITS // 2:
+        return text
+    units = 0
+    for index, char in enumerate(text):
+        units += 2 if ord(char) > 0xFFFF else 1
+        if units > _STRING_UNITS:
+            return text[:index]
+    return text
