@@ -180,3 +180,29 @@ def test_level_l2_is_refused_with_a_reason(tmp_path):
     debugger = RecordingDebugger(dump_path=str(tmp_path), level="L2")
     with pytest.raises(UsageError, match="level L2 .*kernel dump.* use level L1"):
         debugger.start()
+
+
+def test_the_front_door_takes_what_the_framework_debuggers_take():
+    import inspect
+
+    door = inspect.signature(frontdoor.PrecisionDebugger.__init__).parameters
+    base = inspect.signature(BaseDebugger.__init__).parameters
+    assert [name for name in door if name != "framework"] == list(base)
+    for name, parameter in base.items():
+        assert door[name].default == parameter.default, name
+    for method in ("start", "stop", "step", "save", "finish", "flush", "forward_backward_dump_end"):
+        ours = inspect.signature(getattr(frontdoor.PrecisionDebugger, method)).parameters
+        theirs = inspect.signature(getattr(BaseDebugger.__dict__[method], "function", BaseDebugger.__dict__[method]))
+        theirs = theirs.parameters
+        assert list(ours) == list(theirs), method
+
+
+def test_strict_and_the_steps_loss_reach_the_framework_debugger(monkeypatch, tmp_path):
+    reg = registry(AlphaBackend(), BetaBackend())
+    monkeypatch.setattr(frontdoor, "get_registry", lambda: reg)
+    seen = []
+    monkeypatch.setattr(RecordingDebugger, "_call_hooks", lambda self, method, *args: seen.append((method, args)))
+    debugger = frontdoor.PrecisionDebugger(dump_path=str(tmp_path), framework="alpha", strict=True, level="L1")
+    assert debugger.debugger.config.strict is True and RecordingDebugger.created[-1]["strict"] is True
+    debugger.step(loss=2.5)
+    assert ("observe_loss", (2.5,)) in seen and debugger.debugger.current_step == 1

@@ -684,3 +684,23 @@ def test_flight_recorder_writes_the_window_at_the_first_nan(tmp_path):
     report = json.loads((tmp_path / "dump" / "flight_recorder_report.json").read_text())
     assert report["first_nonfinite"]["api"] == "Functional.log.0.forward" and report["last_finite_step"] == 3
     assert (tmp_path / "dump" / "step4" / "rank" / "dump_tensor_data").is_dir()
+
+
+def test_operators_that_only_look_in_place_keep_their_backward(tmp_path):
+    """``x * w + b`` (``__mul__``, ``__add__``) is no in-place write: its gradient, w for x, is dumped."""
+    weight = ms.Parameter(Tensor(np.array([2.0, 3.0], np.float32)), name="weight")
+
+    def loss(x):
+        return (x * weight + 1.0).sum()
+
+    debugger = PrecisionDebugger(task="tensor", level="L1", dump_path=str(tmp_path / "d"))
+    debugger.start()
+    ms.value_and_grad(loss, 0)(Tensor(np.array([1.0, 1.0], np.float32)))
+    debugger.stop()
+    debugger.step()
+    dump = read_dump(tmp_path / "d" / "step0" / "rank")
+    backward = [name for name in dump.data if name.endswith(".backward")]
+    assert any("__mul__" in name for name in backward) and any("__add__" in name for name in backward), backward
+    mul = next(name for name in backward if "__mul__" in name)
+    first = dump.data[mul]["output"][0]
+    np.testing.assert_array_equal(np.load(dump.tensor_dir() / first["data_name"]), [2.0, 3.0])  # d(x*w)/dx = w

@@ -63,13 +63,16 @@ class PrecisionDebugger:
         level: str | None = None,
         model: Any = None,
         step: list[Any] | None = None,
+        strict: bool | None = None,
         framework: str | None = None,
     ):
-        config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step)
+        """``BaseDebugger``'s arguments (a test keeps the two alike), and ``framework`` to choose the backend."""
+        config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step, strict=strict)
         self.backend = select_backend(get_registry(), framework or config.framework, model)
         self.debugger = self.backend.create_debugger(
-            config_path=config_path, task=task, dump_path=dump_path, level=level, model=model, step=step
-        )
+            config_path=config_path, task=task, dump_path=dump_path, level=level, model=model, step=step,
+            strict=strict,
+        )  # fmt: skip
 
     @property
     def framework(self) -> str:
@@ -81,8 +84,14 @@ class PrecisionDebugger:
     def stop(self) -> None:
         self.debugger.stop()
 
-    def step(self) -> None:
-        self.debugger.step()
+    def step(self, loss: Any = None) -> None:
+        self.debugger.step(loss=loss)
+
+    def finish(self) -> None:
+        self.debugger.finish()
+
+    def flush(self) -> None:
+        self.debugger.flush()
 
     def forward_backward_dump_end(self) -> None:
         self.debugger.forward_backward_dump_end()

@@ -30,10 +30,20 @@ from msprobe.core.session import TaskSession
 ENTRY_LEVELS = ("L0", "L1", "mix")  # the levels whose entries come from the recorder's hooks
 
 
+_IN_PLACE_OPERATORS = frozenset(
+    f"__i{name}__"
+    for name in ("add", "sub", "mul", "matmul", "truediv", "floordiv", "div", "mod", "pow", "lshift", "rshift",
+                 "and", "or", "xor")
+)  # fmt: skip
+
+
 def in_place_by_name(key: str) -> bool:
-    """APIs whose names say they write their first argument: ``add_``, ``__iadd__``, ``__setitem__``."""
+    """APIs whose names say they write their first argument: ``add_``, ``__iadd__``, ``__setitem__`` (and not
+    ``__add__``, ``__invert__`` or ``__index__``, which only look like it)."""
     api = key.rsplit(".", 1)[-1]
-    return (api.endswith("_") and not api.endswith("__")) or api.startswith("__i") or api == "__setitem__"
+    if api.startswith("__") and api.endswith("__"):
+        return api in _IN_PLACE_OPERATORS or api == "__setitem__"
+    return api.endswith("_")
 
 
 class WriteRule:

@@ -31,7 +31,7 @@ from mindspore import ops
 from mindspore.ops import Primitive
 from msprobe.core.api_patch import ApiPatcher, resolve_attribute
 from msprobe.core.dump.collector import dump_task
-from msprobe.core.dump.recorder import DumpRecorder, ModuleHooks, WriteRule, each_model, module_label
+from msprobe.core.dump.recorder import DumpRecorder, ModuleHooks, WriteRule, each_model, in_place_by_name, module_label
 from msprobe.core.dump.values import ValueEncoder
 from msprobe.core.errors import UsageError
 from msprobe.core.session import TaskSession
@@ -161,8 +161,9 @@ def _inside_jit(root: Any) -> set[int]:
 
 
 def _inplace(key: str) -> bool:
+    """Core's rule, and MindSpore's writing primitives (``assign``, ``scatter_update``)."""
     api = key.rsplit(".", 1)[-1]
-    return api.endswith("_") or api.startswith("__i") or "assign" in api or api in ("__setitem__", "scatter_update")
+    return in_place_by_name(key) or "assign" in api or api == "scatter_update"
 
 
 _WRITING_WORDS = ("assign", "scatter", "inplace", "update")
