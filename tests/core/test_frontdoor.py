@@ -206,3 +206,12 @@ def test_strict_and_the_steps_loss_reach_the_framework_debugger(monkeypatch, tmp
     assert debugger.debugger.config.strict is True and RecordingDebugger.created[-1]["strict"] is True
     debugger.step(loss=2.5)
     assert ("observe_loss", (2.5,)) in seen and debugger.debugger.current_step == 1
+
+
+def test_task_run_ut_in_a_training_job_says_what_runs_it(monkeypatch, tmp_path):
+    reg = registry(AlphaBackend(), BetaBackend())
+    monkeypatch.setattr(frontdoor, "get_registry", lambda: reg)
+    monkeypatch.setattr("msprobe.core.plugins.get_registry", lambda: reg)
+    debugger = frontdoor.PrecisionDebugger(dump_path=str(tmp_path), framework="alpha", task="run_ut", level="L1")
+    with pytest.raises(UsageError, match=r"task 'run_ut' is not run by start\(\) and stop\(\): .*msprobe run_ut"):
+        debugger.start()

@@ -31,19 +31,11 @@ from pydantic import (
 
 from msprobe.core.dump.filters import REGEX_PREFIX
 from msprobe.core.errors import ConfigError
+from msprobe.core.tasks import BUILTIN_TASKS
 
 logger = logging.getLogger(__name__)
 
-TASKS = (
-    "statistics",
-    "tensor",
-    "structure",
-    "overflow_check",
-    "flight_recorder",
-    "free_benchmark",
-    "run_ut",
-    "grad_probe",
-)
+TASKS = tuple(task.name for task in BUILTIN_TASKS)
 LEVELS = ("L0", "L1", "mix", "L2", "debug")
 RISK_LEVELS = ("ALL", "CORE", "FOCUS")
 SUMMARY_MODES = ("statistics", "md5", "xor")

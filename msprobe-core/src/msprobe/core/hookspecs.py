@@ -139,16 +139,6 @@ def msprobe_free_benchmark_hooks(session: TaskSession) -> TaskHooks | None:
 
 
 @hookspec(firstresult=True)
-def msprobe_grad_probe_hooks(session: TaskSession) -> TaskHooks | None:
-    """Return the hooks for task ``grad_probe`` (``PrecisionDebugger.monitor``)."""
-
-
-@hookspec(firstresult=True)
-def msprobe_accuracy_check_hooks(session: TaskSession) -> TaskHooks | None:
-    """Return the hooks for online accuracy checking (task ``run_ut`` in a training job)."""
-
-
-@hookspec(firstresult=True)
 def msprobe_task_hooks(session: TaskSession) -> TaskHooks | None:
     """Return hooks for a task no dedicated hook serves: the way a third party adds a task.
 
@@ -163,7 +153,5 @@ TASK_HOOK_NAMES = (
     "msprobe_dump_hooks",
     "msprobe_overflow_check_hooks",
     "msprobe_free_benchmark_hooks",
-    "msprobe_grad_probe_hooks",
-    "msprobe_accuracy_check_hooks",
     "msprobe_task_hooks",
 )

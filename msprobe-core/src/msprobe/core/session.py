@@ -414,6 +414,8 @@ class BaseDebugger:
 
         registry = get_registry()
         task = registry.tasks().get(self.config.task)
+        if task is not None and not task.hook:  # a built-in task that start() does not run
+            raise UsageError(f"task '{task.name}' is not run by start() and stop(): {task.description}")
         hook_name = task.hook if task is not None else "msprobe_task_hooks"
         hooks = registry.call_first(hook_name, session=self.session)
         if hooks is None and hook_name != "msprobe_task_hooks":

@@ -2,6 +2,7 @@
 
 Each names the hook that supplies its framework side; a backend answers those
 hooks. A third-party task is declared the same way, through ``msprobe_tasks``.
+This tuple is where the built-in names live; the config reads them from here.
 """
 
 from __future__ import annotations
@@ -22,8 +23,14 @@ BUILTIN_TASKS = (
     Task(
         "free_benchmark", "perturb inputs and compare outputs, without a benchmark run", "msprobe_free_benchmark_hooks"
     ),
-    Task("grad_probe", "gradient statistics per parameter and step", "msprobe_grad_probe_hooks"),
-    Task("run_ut", "online accuracy check of APIs against a CPU re-run", "msprobe_accuracy_check_hooks"),
+    # the two below are not run by start()/stop(): no hook, and the description says what runs them
+    Task(
+        "run_ut",
+        "the accuracy pre-check, run on a dump by `msprobe run_ut -config` (in a training job: task "
+        "'tensor' with tensor.online_run_ut)",
+        "",
+    ),
+    Task("grad_probe", "gradient statistics per parameter and step, recorded through debugger.monitor(model)", ""),
 )
 
 
