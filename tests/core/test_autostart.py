@@ -9,7 +9,21 @@ import textwrap
 from click.testing import CliRunner
 
 from msprobe.cli.main import cli
-from msprobe.core.autostart import BOOT_FOLDER, CONFIG_VARIABLE, STARTERS_VARIABLE, job_environment, parse_starters
+from msprobe.core.autostart import BOOT_FOLDER, CONFIG_VARIABLE, STARTERS_VARIABLE, job_environment
+
+
+def _boot_module():
+    """boot/sitecustomize.py loaded under another name: it then installs nothing."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("msprobe_boot_under_test", BOOT_FOLDER / "sitecustomize.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def parse_starters(text):
+    return _boot_module().parse_starters(text)
 
 
 def test_the_job_environment_puts_boot_first_and_keeps_the_users_path(tmp_path):
@@ -51,8 +65,9 @@ def test_the_starter_runs_once_after_the_framework_finished_importing(tmp_path):
 
 
 def test_a_process_that_never_imports_the_framework_runs_nothing(tmp_path):
-    calls, out = _run(tmp_path, "import sys; print('starter' in sys.modules, 'fakefw' in sys.modules)")
-    assert calls == [] and out.strip() == "False False"
+    code = "import sys; print('starter' in sys.modules, 'fakefw' in sys.modules, 'msprobe.core' in sys.modules)"
+    calls, out = _run(tmp_path, code)
+    assert calls == [] and out.strip() == "False False False"  # msprobe itself is not imported either
 
 
 def test_without_a_backend_that_starts_by_itself_msprobe_run_says_what_to_install(tmp_path, monkeypatch):
@@ -61,3 +76,8 @@ def test_without_a_backend_that_starts_by_itself_msprobe_run_says_what_to_instal
     result = CliRunner().invoke(cli, ["run", "-c", str(config), "--", sys.executable, "-c", "pass"])
     assert result.exit_code == 2
     assert "msprobe run needs the mindspore backend" in result.output
+
+
+def test_the_boot_module_reads_the_variables_the_command_sets():
+    boot = _boot_module()
+    assert (boot.CONFIG_VARIABLE, boot.STARTERS_VARIABLE) == (CONFIG_VARIABLE, STARTERS_VARIABLE)
