@@ -61,3 +61,17 @@ def test_the_metric_and_the_perturbation_work_in_a_real_run(tutorial_venv):
     assert float(summary["RelL2Err"]["Functional.linear.0.forward.input.0"]) == 0.0  # the same input data
     # a sum of 64 values in [1, 2] rounded to bfloat16 (8 significant bits) moves far beyond float32's threshold
     assert summary["bf16_inputs"] and {mode for _, mode in summary["bf16_inputs"]} == {"bf16_inputs"}
+
+
+def test_msprobe_run_works_from_an_installed_wheel(tutorial_venv, tmp_path):
+    """The start-up module ships in msprobe-core's wheel and finds torch's backend in a plain install."""
+    bin_dir, _ = tutorial_venv
+    (tmp_path / "train.py").write_text(
+        "import torch\nmodel = torch.nn.Linear(3, 1)\noptimizer = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for _ in range(2):\n    model(torch.randn(4, 3)).sum().backward()\n    optimizer.step()\n"
+    )
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"task": "statistics", "level": "L1", "dump_path": str(tmp_path / "dump")}))
+    done = run(bin_dir, "msprobe", "run", "-c", str(config), "--", str(bin_dir / "python"), str(tmp_path / "train.py"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(p.parent.parent.name for p in (tmp_path / "dump").glob("step*/rank/dump.json")) == ["step0", "step1"]
