@@ -176,17 +176,23 @@ def _fills(path):
     return [row[0].fill.fgColor.rgb for row in sheet.iter_rows(min_row=2) if row[0].fill.fill_type]
 
 
-def test_a_helper_process_takes_the_later_half(varied_pair, tmp_path, monkeypatch):
-    npu, bench = varied_pair
+def _helper_forced(monkeypatch) -> list[str]:
+    """Small blocks and a helper process whatever the size; the list fills with what each helper ran."""
     monkeypatch.setattr(dump_stream, "BLOCK_BYTES", 4096)
     monkeypatch.setattr(stream, "HELPER_FROM_BYTES", 0)
     monkeypatch.setattr(stream, "_can_fork", lambda: True)  # other tests may leave threads in this process
-    monkeypatch.setattr(stream, "XLSX_ROW_LIMIT", 0)  # the helper runs where no xlsx is written
-    started = []
+    started: list[str] = []
     original = stream._Forked.__init__
     monkeypatch.setattr(
         stream._Forked, "__init__", lambda self, *a, **k: started.append(a[0].__name__) or original(self, *a, **k)
     )
+    return started
+
+
+def test_a_helper_process_takes_the_later_half(varied_pair, tmp_path, monkeypatch):
+    npu, bench = varied_pair
+    monkeypatch.setattr(stream, "XLSX_ROW_LIMIT", 0)  # no xlsx: the CSV alone
+    started = _helper_forced(monkeypatch)
     memory = _run(npu, bench, tmp_path / "memory", monkeypatch, "never")
     streamed = _run(npu, bench, tmp_path / "streamed", monkeypatch, "always")
     assert started == ["_later_bench_rows", "_later_half"]
@@ -194,6 +200,35 @@ def test_a_helper_process_takes_the_later_half(varied_pair, tmp_path, monkeypatc
     assert streamed[3] == []  # no xlsx, and nothing else left behind
     left = sorted(path.name.split("_2")[0] for path in (tmp_path / "streamed").iterdir())
     assert left == ["advisor", "compare_result"]
+
+
+def test_a_helper_process_writes_its_share_of_the_xlsx_too(varied_pair, tmp_path, monkeypatch):
+    """Its sheet rows, numbered from 1, go after this process's renumbered: the file equals the in-memory one."""
+    import openpyxl
+
+    npu, bench = varied_pair
+    started = _helper_forced(monkeypatch)
+    memory = _run(npu, bench, tmp_path / "memory", monkeypatch, "never")
+    streamed = _run(npu, bench, tmp_path / "streamed", monkeypatch, "always")
+    assert started == ["_later_bench_rows", "_later_half"]
+    _same_result(memory, streamed)
+    ours, theirs = memory[3][0], streamed[3][0]
+    assert pd.read_excel(ours, dtype=object).equals(pd.read_excel(theirs, dtype=object))
+    assert _fills(ours) == _fills(theirs) and _fills(ours)
+    mine, other = openpyxl.load_workbook(ours).active, openpyxl.load_workbook(theirs).active
+    assert mine.dimensions == other.dimensions and other.max_row == memory[0].rows + 1
+    left = sorted(path.name.split("_2")[0] for path in (tmp_path / "streamed").iterdir())
+    assert left == ["advisor", "compare_result", "compare_result"]  # the csv and xlsx; no part file
+
+
+def test_shifted_rows_are_renumbered_in_c_and_in_python():
+    from msprobe.core.compare import xlsx
+
+    text = xlsx.python_sheet_rows([["a<c r=", None, "b"], [1.5, 2.5, None]], 1, [0, 2, 0])
+    shifted = xlsx.python_sheet_rows([["a<c r=", None, "b"], [1.5, 2.5, None]], 41, [0, 2, 0])
+    assert xlsx.shift_rows(text, 40) == shifted
+    monkeypatch_free = xlsx._ROW_NUMBER.sub(lambda m: m.group(1) + str(int(m.group(2)) + 40).encode(), text)
+    assert monkeypatch_free == shifted
 
 
 @pytest.mark.parametrize(

@@ -49,6 +49,7 @@ from msprobe.core.compare.highlight import statistics_suspects
 from msprobe.core.compare.metrics import NA
 from msprobe.core.compare.report import XLSX_ROW_LIMIT, XlsxStream, replace_file
 from msprobe.core.compare.rows import Row, _tablerows, dump_rows, named_after_files
+from msprobe.core.compare.xlsx import SheetRows
 from msprobe.core.dump import stream as dump_stream
 from msprobe.core.dump.reader import Dump, read_stack_file, read_stacks
 from msprobe.core.dump.writer import create_private, make_dir
@@ -429,14 +430,22 @@ class _Blocks:
 
 
 def _later_half(matcher: _Matcher, npu_json: Path, part: tuple[int, int], part_file: Path,
-                metrics: Sequence[Any], stacks: Dump | None, progress: Counter) -> _PartOutcome:  # fmt: skip
-    """The helper's share: the later half of the NPU dump, its CSV rows to ``part_file`` (made, private, by the
-    parent: opened here without following a link and without creating anything)."""
-    fd = os.open(part_file, os.O_WRONLY | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0))
-    with os.fdopen(fd, "wb") as handle:
-        blocks = _Blocks(matcher.mode, metrics, stacks, CsvTableWriter(handle, None), None)
+                metrics: Sequence[Any], stacks: Dump | None, progress: Counter,
+                sheet_part: Path | None = None, styles: dict[str, int] | None = None) -> _PartOutcome:  # fmt: skip
+    """The helper's share: the later half of the NPU dump, its CSV rows to ``part_file`` and, when the compare
+    writes an xlsx, its sheet rows to ``sheet_part`` (both made, private, by the parent: opened here without
+    following a link and without creating anything)."""
+    with _open_part(part_file) as handle, _open_part(sheet_part) as sheet:
+        rows = SheetRows(sheet, styles or {}) if sheet is not None else None
+        blocks = _Blocks(matcher.mode, metrics, stacks, CsvTableWriter(handle, None), rows)
         blocks.add(matcher.npu_pairs(npu_json, part, progress))
     return _PartOutcome(blocks.counts, bytes(matcher.matched), matcher.unpaired, matcher.entries_seen)
+
+
+def _open_part(path: Path | None) -> Any:
+    if path is None:
+        return contextlib.nullcontext()
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)), "wb")
 
 
 def _run_forked(connection: Any, target: Any, args: tuple) -> None:
@@ -452,12 +461,12 @@ class _Forked:
     """``target(*args)`` in a forked process (which shares this one's memory as it was), while this one works
     on; ``outcome()`` waits for its return value or raises its exception."""
 
-    def __init__(self, target: Any, *args: Any, leaves: Path | None = None):
+    def __init__(self, target: Any, *args: Any, leaves: Sequence[Path] = ()):
         import multiprocessing
 
         context = multiprocessing.get_context("fork")
         self._receive, send = context.Pipe(duplex=False)
-        self.leaves = leaves  # a file it writes, removed when it is stopped
+        self.leaves = list(leaves)  # files it writes, removed when it is stopped
         self._process = context.Process(target=_run_forked, args=(send, target, args), daemon=True)
         self._process.start()
         send.close()
@@ -482,8 +491,8 @@ class _Forked:
         if self._process.is_alive():
             self._process.kill()
         self._process.join()
-        if self.leaves is not None:
-            self.leaves.unlink(missing_ok=True)
+        for leaf in self.leaves:
+            leaf.unlink(missing_ok=True)
 
 
 def _append(source: Any, target: Any) -> None:
@@ -528,7 +537,7 @@ def stream_compare(
 ) -> StreamedCompare:
     """Compare two statistics (or md5) dumps block by block and write the result files; NotStreamable when the pair
     needs the in-memory compare (nothing is left behind then). With ``processes`` 2, a forked helper compares
-    the later half of the NPU dump (when no xlsx is written: that file has one writer). A progress bar counts
+    the later half of the NPU dump; its CSV rows and sheet rows are put after this process's. A progress bar counts
     the bytes of both files read, on a terminal."""
     from msprobe.core.compare.engine import STACK_COLUMN
 
@@ -548,16 +557,21 @@ def stream_compare(
         csv_handle = os.fdopen(csv_fd, "wb")
         matcher = _Matcher(bench, bench_header, mode)
         size = npu_json.stat().st_size
-        helper = xlsx = None
+        helper = xlsx = sheet_part = None
         try:
             # every bench name gets a row: past Excel's limit already, the xlsx is not begun
             if len(bench.first_of) <= XLSX_ROW_LIMIT:
                 xlsx = XlsxStream(output_dir / f"{prefix}_{stamp}.xlsx", columns)
-            if processes > 1 and xlsx is None and size >= HELPER_FROM_BYTES and _can_fork():
+            if processes > 1 and size >= HELPER_FROM_BYTES and _can_fork():
                 part_fd, part_file = create_private(csv_path.with_name(f"{csv_path.name}.part"))
                 os.close(part_fd)
+                if xlsx is not None:  # the helper's sheet rows too, numbered from 1, put after ours at the end
+                    sheet_fd, sheet_part = create_private(csv_path.with_name(f"{csv_path.name}.sheet"))
+                    os.close(sheet_fd)
+                styles = xlsx.styles if xlsx is not None else None
                 helper = _Forked(_later_half, matcher, npu_json, (size // 2, size + 1), part_file, metrics, stacks,
-                                 progress.for_helper(), leaves=part_file)  # fmt: skip
+                                 progress.for_helper(), sheet_part, styles,
+                                 leaves=[p for p in (part_file, sheet_part) if p is not None])  # fmt: skip
             with csv_handle as handle:
                 blocks = _Blocks(mode, metrics, stacks, CsvTableWriter(handle, columns), xlsx)
                 part = (0, size // 2) if helper is not None else None
@@ -570,6 +584,9 @@ def stream_compare(
                     with open(part_file, "rb") as part:
                         _append(part, handle)
                     part_file.unlink()
+                    if sheet_part is not None:
+                        xlsx.append_rows(sheet_part, outcome.counts.rows)
+                        sheet_part.unlink()
                 blocks.add(matcher.bench_only(BENCH_ONLY_BLOCK))
         except BaseException:
             if helper is not None:

@@ -28,8 +28,9 @@ from msprobe.core.spreadsheet import TableColumns, table_columns
 
 try:
     from msprobe.core._csvtext import sheet_rows as _c_sheet_rows
+    from msprobe.core._csvtext import shift_rows as _c_shift_rows
 except ImportError:  # built without a C compiler
-    _c_sheet_rows = None
+    _c_sheet_rows = _c_shift_rows = None
 
 XLSX_ROW_LIMIT = 1_048_575
 FILLS = {"red": "FFFF0000", "yellow": "FFFFFF00"}
@@ -54,6 +55,11 @@ class XlsxStream:
     def full(self) -> bool:
         return self.rows > XLSX_ROW_LIMIT
 
+    @property
+    def styles(self) -> dict[str, int]:
+        """The style index of each fill, for a :class:`SheetRows` writing part of this sheet elsewhere."""
+        return dict(self._styles)
+
     def add_table(self, table: pd.DataFrame, highlight: dict[int, str], columns: TableColumns | None = None) -> None:
         """A block of the table; ``highlight`` keyed by row position in ``table``; ``columns``: the table's, made
         already by :func:`~msprobe.core.spreadsheet.table_columns` (for its CSV)."""
@@ -66,6 +72,17 @@ class XlsxStream:
             table, columns = table.iloc[:keep], None
         columns = columns or table_columns(table)
         self._rows_file.write(sheet_rows(columns.values, self.rows + 2, styles, columns.packed))  # 1: the header
+        self.rows += count
+
+    def append_rows(self, part: Path, count: int) -> None:
+        """``count`` rows a :class:`SheetRows` wrote to ``part`` (numbered from 1), put after the rows so far."""
+        if not self.full and self.rows + count <= XLSX_ROW_LIMIT:
+            with open(part, "rb") as source:
+                carry = b""
+                while chunk := source.read(1 << 22):
+                    whole, carry = _split_after_last_row(carry + chunk)
+                    self._rows_file.write(shift_rows(whole, self.rows + 1))
+                self._rows_file.write(shift_rows(carry, self.rows + 1))
         self.rows += count
 
     def close(self) -> Path | None:
@@ -92,6 +109,37 @@ class XlsxStream:
         self._rows_file.close()
         self._handle.close()
         self.temporary.unlink(missing_ok=True)
+
+
+class SheetRows:
+    """Rows of a sheet, numbered from 1, written to ``handle`` for :meth:`XlsxStream.append_rows`: a forked
+    helper process's share of the table (it compares the later half of the NPU dump)."""
+
+    def __init__(self, handle: Any, styles: dict[str, int]):
+        self._handle, self._styles, self.rows = handle, styles, 0
+
+    def add_table(self, table: pd.DataFrame, highlight: dict[int, str], columns: TableColumns | None = None) -> None:
+        if table.empty:
+            return
+        columns = columns or table_columns(table)
+        styles = [self._styles.get(highlight.get(index, ""), 0) for index in range(len(table))]
+        self._handle.write(sheet_rows(columns.values, self.rows + 1, styles, columns.packed))
+        self.rows += len(table)
+
+
+def _split_after_last_row(data: bytes) -> tuple[bytes, bytes]:
+    end = data.rfind(b"</row>")
+    return (data[: end + 6], data[end + 6 :]) if end >= 0 else (b"", data)
+
+
+def shift_rows(text: bytes, offset: int) -> bytes:
+    """``sheet_rows``' text with every row number raised by ``offset``."""
+    if _c_shift_rows is not None:
+        return _c_shift_rows(text, offset)
+    return _ROW_NUMBER.sub(lambda match: match.group(1) + str(int(match.group(2)) + offset).encode(), text)
+
+
+_ROW_NUMBER = re.compile(rb'(<row r="|<c r="[A-Z]*)([0-9]+)(?=")')
 
 
 def _template(columns: list[str]) -> tuple[bytes, dict[str, int]]:
