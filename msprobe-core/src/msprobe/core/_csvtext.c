@@ -45,6 +45,14 @@ static int put(Buffer *buffer, const char *text, Py_ssize_t size) {
     return 0;
 }
 
+/* The buffer's text as bytes; the buffer is freed. */
+static PyObject *take_bytes(Buffer *buffer) {
+    PyObject *result = PyBytes_FromStringAndSize(buffer->data ? buffer->data : "", buffer->size);
+    PyMem_Free(buffer->data);
+    buffer->data = NULL;
+    return result;
+}
+
 static int is_trigger(char c) { return c == '=' || c == '+' || c == '-' || c == '@' || c == '\t' || c == '\r'; }
 
 /* float(text) succeeds: such text stays as it is though it begins like a formula ("-0.5", "-inf") */
@@ -234,9 +242,7 @@ static PyObject *lines(PyObject *self, PyObject *args) {
     }
     if (packs_used_up(packed, width, rows) < 0) goto fail;
     PyMem_Free(packed);
-    PyObject *result = PyBytes_FromStringAndSize(buffer.data ? buffer.data : "", buffer.size);
-    PyMem_Free(buffer.data);
-    return result;
+    return take_bytes(&buffer);
 fail:
     PyMem_Free(packed);
     PyMem_Free(buffer.data);
@@ -489,9 +495,7 @@ static PyObject *sheet_rows(PyObject *self, PyObject *args) {
     if (packs_used_up(packed, width, rows) < 0) goto fail;
     PyMem_Free(packed);
     PyMem_Free(letters);
-    PyObject *result = PyBytes_FromStringAndSize(buffer.data ? buffer.data : "", buffer.size);
-    PyMem_Free(buffer.data);
-    return result;
+    return take_bytes(&buffer);
 fail:
     PyMem_Free(packed);
     PyMem_Free(letters);
@@ -532,9 +536,7 @@ static PyObject *shift_rows(PyObject *self, PyObject *args) {
         copied = i;
     }
     if (put(&buffer, text + copied, size - copied) < 0) goto fail;
-    PyObject *result = PyBytes_FromStringAndSize(buffer.data ? buffer.data : "", buffer.size);
-    PyMem_Free(buffer.data);
-    return result;
+    return take_bytes(&buffer);
 fail:
     PyMem_Free(buffer.data);
     return NULL;

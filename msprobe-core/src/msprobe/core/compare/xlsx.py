@@ -67,11 +67,9 @@ class XlsxStream:
             return
         count = len(table)
         keep = min(count, XLSX_ROW_LIMIT + 1 - self.rows)
-        styles = [self._styles.get(highlight.get(index, ""), 0) for index in range(keep)]
         if keep < count:  # the file is given up at close; the rows past the limit need no text
             table, columns = table.iloc[:keep], None
-        columns = columns or table_columns(table)
-        self._rows_file.write(sheet_rows(columns.values, self.rows + 2, styles, columns.packed))  # 1: the header
+        self._rows_file.write(_table_rows(table, highlight, columns, self.rows + 2, self._styles))  # 1: the header
         self.rows += count
 
     def append_rows(self, part: Path, count: int) -> None:
@@ -121,10 +119,17 @@ class SheetRows:
     def add_table(self, table: pd.DataFrame, highlight: dict[int, str], columns: TableColumns | None = None) -> None:
         if table.empty:
             return
-        columns = columns or table_columns(table)
-        styles = [self._styles.get(highlight.get(index, ""), 0) for index in range(len(table))]
-        self._handle.write(sheet_rows(columns.values, self.rows + 1, styles, columns.packed))
+        self._handle.write(_table_rows(table, highlight, columns, self.rows + 1, self._styles))
         self.rows += len(table)
+
+
+def _table_rows(
+    table: pd.DataFrame, highlight: dict[int, str], columns: TableColumns | None, first_row: int, fills: dict[str, int]
+) -> bytes:
+    """A table block's sheet rows from ``first_row`` on, each highlighted row in its fill's style."""
+    columns = columns or table_columns(table)
+    styles = [fills.get(highlight.get(index, ""), 0) for index in range(len(table))]
+    return sheet_rows(columns.values, first_row, styles, columns.packed)
 
 
 def _split_after_last_row(data: bytes) -> tuple[bytes, bytes]:
