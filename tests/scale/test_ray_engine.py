@@ -232,3 +232,38 @@ def test_a_local_cluster_works_with_ray_s_token_on_or_off(tmp_path, auth_mode):
                           cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[-1] == "1"
+
+
+def test_a_cluster_started_for_the_run_refuses_a_stranger(tmp_path):
+    """With RAY_AUTH_MODE unset, the cluster msprobe starts asks for a token of its own: another process of
+    this machine, with or without Ray's token in ~/.ray, cannot join it while the run holds it."""
+    stranger = (
+        "import ray, sys\n"
+        "try:\n"
+        "    ray.init(address=sys.argv[1], log_to_driver=False)\n"
+        "except ConnectionError:\n"
+        "    print('refused')\n"
+        "else:\n"
+        "    print('joined')\n"
+    )
+    script = (
+        "import os, subprocess, sys\n"
+        "from msprobe.core.jobs import Engine, run_jobs\n"
+        "assert 'ray' not in sys.modules\n"  # msprobe can ask for the token only before Ray's import
+        "assert run_jobs(abs, [-3], Engine('ray'), 'items') == [3]\n"
+        "import ray\n"
+        "assert os.environ['RAY_AUTH_MODE'] == 'token'\n"
+        "env = {k: v for k, v in os.environ.items() if not k.startswith('RAY_')}\n"
+        "for mode in ('disabled', 'token'):\n"
+        "    env.update(RAY_USAGE_STATS_ENABLED='0', RAY_AUTH_MODE=mode)\n"
+        "    done = subprocess.run([sys.executable, '-c', sys.argv[1], ray.get_runtime_context().gcs_address],\n"
+        "                          env=env, capture_output=True, text=True, timeout=200)\n"
+        "    print(mode, done.stdout.strip())\n"
+        "ray.shutdown()\n"
+    )
+    env = {key: value for key, value in os.environ.items() if not key.startswith("RAY_")}
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    done = subprocess.run([sys.executable, "-c", script, stranger], capture_output=True, text=True, timeout=600,
+                          env=env, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split("\n")[-3:-1] == ["disabled refused", "token refused"], done.stdout

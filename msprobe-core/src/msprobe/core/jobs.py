@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import socket
+import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import as_completed
 from dataclasses import dataclass
@@ -100,6 +102,20 @@ def import_ray() -> Any:
     return ray
 
 
+def _guard_own_cluster(address: str | None) -> None:
+    """Ray's servers listen on every interface, so a cluster started for this run asks for a token of its
+    own (Ray 2.52 and later; older versions ignore it). Ray reads the setting at import, and the cluster's
+    processes inherit it from this one; a choice the user made in ``RAY_AUTH_MODE`` stands."""
+    if address or "RAY_AUTH_MODE" in os.environ:
+        return
+    if "ray" in sys.modules:
+        logger.warning("ray was imported before msprobe could ask for a token: the cluster it starts takes "
+                       "work from anyone who can reach this machine; set RAY_AUTH_MODE=token to close it")  # fmt: skip
+        return
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+
+
 def _check_reachable(address: str | None) -> None:
     """A head that does not answer makes Ray wait for minutes; a plain host:port is tried first, briefly."""
     if not address or "://" in address or address in ("auto", "local"):
@@ -125,9 +141,11 @@ def _run_on_ray(
     what: str,
     arrived: Callable[[int, Any], None],
 ) -> None:
-    ray = import_ray()
     address = engine.address or os.environ.get("RAY_ADDRESS") or None
     _check_reachable(address)
+    if not ("ray" in sys.modules and sys.modules["ray"].is_initialized()):
+        _guard_own_cluster(address)
+    ray = import_ray()
     global _joined
     if ray.is_initialized() and _joined is not None and _joined != (address or ""):
         ray.shutdown()  # this process joined another cluster for an earlier job: the one asked for now counts
