@@ -505,24 +505,30 @@ fail:
 
 /* shift_rows(text, offset) -> bytes: sheet_rows' text with every row number (in <row r="N"> and in each cell's
  * r="AB{N}") raised by offset: rows a helper process numbered from 1, put after this process's rows. Text never
- * holds "<row r=" or "<c r=" (sheet_rows escapes '<'), so only elements are rewritten. */
+ * holds '<' (sheet_rows escapes it), so every '<' opens an element and only elements are rewritten. */
 static PyObject *shift_rows(PyObject *self, PyObject *args) {
     const char *text;
     Py_ssize_t size, offset;
     if (!PyArg_ParseTuple(args, "y#n", &text, &size, &offset)) return NULL;
     Buffer buffer = {NULL, 0, 0};
     if (reserve(&buffer, size + size / 8 + 64) < 0) return NULL;
-    Py_ssize_t i = 0, copied = 0; /* text[copied:i] is still to be copied */
+    Py_ssize_t i = 0, copied = 0;  /* text[copied:i] is still to be copied */
+    Py_ssize_t last = -1;          /* the row number shifted last, and its text: the cells of a row repeat it */
+    char shifted[32];
+    int shifted_length = 0;
     while (i < size) {
-        const char *found = memchr(text + i, 'r', size - i); /* the r of ' r="', after "<row" or "<c" */
+        const char *found = memchr(text + i, '<', size - i); /* every '<' opens an element: text escapes its own */
         if (found == NULL) break;
         Py_ssize_t at = found - text;
         i = at + 1;
-        int in_row = at >= 4 && memcmp(text + at - 4, "row ", 4) == 0 && at >= 5 && text[at - 5] == '<';
-        int in_cell = at >= 3 && memcmp(text + at - 3, "<c ", 3) == 0;
-        if (!(in_row || in_cell) || size - at < 3 || text[at + 1] != '=' || text[at + 2] != '"') continue;
-        i = at + 3;
-        while (i < size && text[i] >= 'A' && text[i] <= 'Z') i++;
+        if (size - at >= 8 && memcmp(text + at, "<row r=\"", 8) == 0) {
+            i = at + 8;
+        } else if (size - at >= 6 && memcmp(text + at, "<c r=\"", 6) == 0) {
+            i = at + 6;
+            while (i < size && text[i] >= 'A' && text[i] <= 'Z') i++;
+        } else {
+            continue;
+        }
         if (put(&buffer, text + copied, i - copied) < 0) goto fail;
         Py_ssize_t number = 0, digits = 0;
         while (i < size && text[i] >= '0' && text[i] <= '9' && digits < 18) number = number * 10 + (text[i++] - '0'), digits++;
@@ -530,9 +536,11 @@ static PyObject *shift_rows(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "a row or cell reference without a row number");
             goto fail;
         }
-        char shifted[32];
-        int n = snprintf(shifted, sizeof shifted, "%zd", number + offset);
-        if (put(&buffer, shifted, n) < 0) goto fail;
+        if (number != last) {
+            shifted_length = snprintf(shifted, sizeof shifted, "%zd", number + offset);
+            last = number;
+        }
+        if (put(&buffer, shifted, shifted_length) < 0) goto fail;
         copied = i;
     }
     if (put(&buffer, text + copied, size - copied) < 0) goto fail;

@@ -15,7 +15,6 @@ import io
 import math
 import os
 import re
-import shutil
 import tempfile
 import zipfile
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 
+from msprobe.core.compare.zipping import DeflatedPart, ZipWriter, crc32_combine, deflate_bytes
 from msprobe.core.dump.writer import create_private
 from msprobe.core.spreadsheet import TableColumns, table_columns
 
@@ -39,16 +39,17 @@ SHEET = "xl/worksheets/sheet1.xml"
 
 class XlsxStream:
     """compare_result_*.xlsx written a block of rows at a time, suspicious rows coloured; memory stays flat (the
-    rows wait in a temporary file until the package is put together). Past Excel's row limit the file is given
-    up: the CSV has everything."""
+    rows wait, deflated as they come, in a temporary file until the package is put together). Past Excel's row
+    limit the file is given up: the CSV has everything."""
 
     def __init__(self, path: Path, columns: list[str]):
         self.path = path
         self.columns = list(columns)
         self.rows = 0
         fd, self.temporary = create_private(path)  # the package goes through our handle, never by a name
-        self._handle = os.fdopen(fd, "w+b")
+        self._handle = os.fdopen(fd, "wb")
         self._rows_file = tempfile.TemporaryFile(dir=path.parent)
+        self._rows_text = DeflatedPart(self._rows_file)
         self._template, self._styles = _template(self.columns)
 
     @property
@@ -69,7 +70,7 @@ class XlsxStream:
         keep = min(count, XLSX_ROW_LIMIT + 1 - self.rows)
         if keep < count:  # the file is given up at close; the rows past the limit need no text
             table, columns = table.iloc[:keep], None
-        self._rows_file.write(_table_rows(table, highlight, columns, self.rows + 2, self._styles))  # 1: the header
+        self._rows_text.write(_table_rows(table, highlight, columns, self.rows + 2, self._styles))  # 1: the header
         self.rows += count
 
     def append_rows(self, part: Path, count: int) -> None:
@@ -79,16 +80,19 @@ class XlsxStream:
                 carry = b""
                 while chunk := source.read(1 << 22):
                     whole, carry = _split_after_last_row(carry + chunk)
-                    self._rows_file.write(shift_rows(whole, self.rows + 1))
-                self._rows_file.write(shift_rows(carry, self.rows + 1))
+                    self._rows_text.write(shift_rows(whole, self.rows + 1))
+                self._rows_text.write(shift_rows(carry, self.rows + 1))
         self.rows += count
 
     def close(self) -> Path | None:
         """The finished file, or None (and nothing left behind) when the table had too many rows."""
         try:
             if not self.full:
+                self._rows_text.end()
                 self._rows_file.seek(0)
-                _assemble(self._handle, self._template, self._rows_file, self.rows, len(self.columns))
+                _assemble(
+                    self._handle, self._template, (self._rows_text, self._rows_file), self.rows, len(self.columns)
+                )
             self._handle.close()
         except BaseException:
             self.discard()
@@ -170,24 +174,29 @@ def _column_letters(index: int) -> str:
     return letters
 
 
-def _assemble(handle: Any, template: bytes, rows_file: Any, rows: int, width: int) -> None:
-    """The template's package with the rows put into its sheet, after the header, and the sheet's extent set."""
-    last = f"{_column_letters(max(width, 1) - 1)}{rows + 1}"
-    with zipfile.ZipFile(io.BytesIO(template)) as source, zipfile.ZipFile(
-        handle, "w", zipfile.ZIP_DEFLATED, compresslevel=1
-    ) as target:  # fmt: skip
+def _assemble(handle: Any, template: bytes, rows: tuple[DeflatedPart, Any], count: int, width: int) -> None:
+    """The template's package with the rows (deflated already, and their file) put into its sheet after the
+    header, and the sheet's extent set."""
+    last = f"{_column_letters(max(width, 1) - 1)}{count + 1}"
+    part, rows_file = rows
+    archive = ZipWriter(handle)
+    with zipfile.ZipFile(io.BytesIO(template)) as source:
         for info in source.infolist():
             data = source.read(info.filename)
             if info.filename != SHEET:
-                target.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED)
+                archive.add(info.filename, data)
                 continue
             text = data.decode("utf-8")
             text = re.sub(r'<dimension ref="[^"]*"/>', f'<dimension ref="A1:{last}"/>', text, count=1)
-            head, tail = text.split("</sheetData>", 1)
-            with target.open(SHEET, "w", force_zip64=True) as member:  # the file's compression and level
-                member.write(head.encode("utf-8"))
-                shutil.copyfileobj(rows_file, member, 1 << 20)
-                member.write(("</sheetData>" + tail).encode("utf-8"))
+            head, tail = (piece.encode("utf-8") for piece in text.split("</sheetData>", 1))
+            tail = b"</sheetData>" + tail
+            head_deflated, head_crc = deflate_bytes(head, last=False)
+            tail_deflated, tail_crc = deflate_bytes(tail, last=True)
+            crc = crc32_combine(crc32_combine(head_crc, part.crc, part.size), tail_crc, len(tail))
+            archive.add_deflated(
+                SHEET, [head_deflated, rows_file, tail_deflated], crc, len(head) + part.size + len(tail)
+            )
+    archive.close()
 
 
 def sheet_rows(columns: list[list], first_row: int, styles: list[int], packed: list[Any] | None = None) -> bytes:
