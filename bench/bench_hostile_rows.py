@@ -44,19 +44,19 @@ def main() -> None:
     parser.add_argument("--largest", type=int, default=80_000)
     largest = parser.parse_args().largest
     sizes = [largest >> shift for shift in range(4, -1, -1)]
-    c_reader = rows._tablerows
+    c_reader = rows.c_rows
     with tempfile.TemporaryDirectory() as folder:
         paths = [_write(Path(folder), keys) for keys in sizes]
         for label, reader in (("C row reader", c_reader), ("Python path", None)):
             if label.startswith("C") and reader is None:
                 print("C row reader: not built here")
                 continue
-            stream._tablerows = reader
+            rows.c_rows = reader
             _seconds(paths[0])  # imports and first allocations out of the figures
             rates = [_seconds(path) / keys * 1000 for path, keys in zip(paths, sizes)]
             cells = "  ".join(f"{keys}: {rate * 1000:.2f} ms" for keys, rate in zip(sizes, rates))
             print(f"{label:13s} per 1000 keys  {cells}  largest/smallest {rates[-1] / rates[0]:.2f}x")
-    stream._tablerows = c_reader
+    rows.c_rows = c_reader
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from msprobe.core import spreadsheet
 from msprobe.core.compare import rows
 from msprobe.core.dump import _jsonscan, float_stats
 
-pytestmark = pytest.mark.skipif(_jsonscan is None or rows._tablerows is None, reason="built without a C compiler")
+pytestmark = pytest.mark.skipif(_jsonscan is None or rows.c_rows is None, reason="built without a C compiler")
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 json_values = st.recursive(
@@ -66,7 +66,7 @@ def test_member_ends_are_the_commas_between_members(members):
 def test_the_row_reader_takes_any_bytes_and_any_commas(data, cuts):
     handed, found, names = [], [], []
     try:
-        rows._tablerows.parse_rows(data, 0, len(data), sorted(cuts), found, names, lambda a, b: handed.append((a, b)))
+        rows.c_rows.parse_rows(data, 0, len(data), sorted(cuts), found, names, lambda a, b: handed.append((a, b)))
     except (ValueError, TypeError, OverflowError):
         pass
     assert len(names) <= len(cuts) + 1

@@ -410,9 +410,9 @@ def test_float_texts_are_reprs():
 @pytest.mark.parametrize("in_c", [True, False])
 def test_csv_writer_writes_what_pandas_writes(monkeypatch, in_c):
     if not in_c:
-        monkeypatch.setattr(spreadsheet, "_csvtext", None)
+        monkeypatch.setattr(spreadsheet, "c_text", None)
     else:
-        assert spreadsheet._csvtext is not None, "msprobe-core was built without its C helpers"
+        assert spreadsheet.c_text is not None, "msprobe-core was built without its C helpers"
     rng = random.Random(11)
     kinds = [lambda: rng.uniform(-1e20, 1e20), lambda: rng.random() * 1e-7, lambda: math.nan, lambda: -math.inf,
              lambda: rng.randrange(-10**6, 10**6), lambda: True, lambda: None, lambda: "N/A",

@@ -223,10 +223,18 @@ def test_receiver_connections(receiver, stream, tail):
 @BUDGET
 @given(data=st.binary(max_size=200))
 @example(data=b"\x93NUMPY\x01\x00v\x00{'descr': '|O', 'fortran_order': False, 'shape': (1,), }" + b" " * 60)
+@example(data=b"PK\x03\x04" + b"\x00" * 40)  # numpy would take it for an .npz
 def test_npy_reader(tmp_path, data):
     path = tmp_path / "x.npy"
     path.write_bytes(data)
     _only_our_error(lambda: load_npy(path))
+
+
+def test_an_npz_named_npy_is_refused_in_one_line(tmp_path):
+    np.savez(tmp_path / "x.npz", x=np.ones(3))
+    (tmp_path / "x.npz").rename(tmp_path / "x.npy")
+    with pytest.raises(MsprobeError, match="not an .npy file"):
+        load_npy(tmp_path / "x.npy")
 
 
 def test_npy_reader_reads_what_numpy_writes(tmp_path):
@@ -271,11 +279,12 @@ streamed_entries = st.dictionaries(
 def _streamed_rows(path, in_c: bool):
     from dataclasses import astuple
 
+    from msprobe.core.compare import rows as table_rows
     from msprobe.core.compare import stream
     from msprobe.core.dump.stream import DumpStream
 
-    kept = stream._tablerows
-    stream._tablerows = kept if in_c else None
+    kept = table_rows.c_rows
+    table_rows.c_rows = kept if in_c else None
     try:
         found, names = [], []
         for rows, block_names in stream._row_blocks(DumpStream(path, 256), None):
@@ -285,7 +294,7 @@ def _streamed_rows(path, in_c: bool):
     except MsprobeError:
         return "error", None, None
     finally:
-        stream._tablerows = kept
+        table_rows.c_rows = kept
 
 
 @BUDGET

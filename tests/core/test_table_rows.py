@@ -23,12 +23,12 @@ from msprobe.core.dump import stream as dump_stream
 from msprobe.core.dump.reader import Dump
 from msprobe.core.errors import DataFileError
 
-pytestmark = pytest.mark.skipif(rows._tablerows is None, reason="built without a C compiler")
+pytestmark = pytest.mark.skipif(rows.c_rows is None, reason="built without a C compiler")
 
 
 def _rows(data: dict, in_c: bool, monkeypatch) -> list[tuple]:
     if not in_c:
-        monkeypatch.setattr(rows, "_tablerows", None)
+        monkeypatch.setattr(rows, "c_rows", None)
     built = rows.dump_rows(Dump.from_header(Path("dump.json"), {}, data), every_value=True)
     monkeypatch.undo()
     return [astuple(row) for row in built]
@@ -113,7 +113,7 @@ def test_only_other_entries_go_to_the_python_path():
     other = {"input_args": [_tensor(rng), {"type": "int", "value": 3}], "output": [_tensor(rng)]}
     data = {"Torch.a.0.forward": plain, "Torch.b.0.forward": other, "Torch.c.0.forward": plain}
     built, handed_back = [], []
-    rows._tablerows.table_rows(data, built, lambda entry, content: handed_back.append((entry, len(built))))
+    rows.c_rows.table_rows(data, built, lambda entry, content: handed_back.append((entry, len(built))))
     assert handed_back == [("Torch.b.0.forward", 3)]  # in order: after the first entry's three rows
     assert [row.name for row in built] == [
         "Torch.a.0.forward.input.0", "Torch.a.0.forward.input.y", "Torch.a.0.forward.output.0",
@@ -136,8 +136,7 @@ def test_a_streamed_compare_gives_the_same_files_without_the_builder(tmp_path, m
     monkeypatch.setattr(stream, "XLSX_ROW_LIMIT", 0)
     npu, bench = write_varied_pair(tmp_path)
     with_c = _run(npu, bench, tmp_path / "c", monkeypatch, "always")
-    for module in (rows, stream, engine):  # every C path, the bench index and pairing too
-        monkeypatch.setattr(module, "_tablerows", None)
+    monkeypatch.setattr(rows, "c_rows", None)  # every C path, the bench index and pairing too
     without = _run(npu, bench, tmp_path / "python", monkeypatch, "always")
     assert with_c[1:3] == without[1:3] and with_c[0].line() == without[0].line()
     assert with_c[1].count(b"\n") > 3000
@@ -152,7 +151,7 @@ def test_table_columns_are_the_python_ones(monkeypatch):
     pairs += [(None, row) for row in built[:50]]
     engine._SHAPE_TEXTS.clear()
     in_c = engine._pair_columns(pairs)
-    monkeypatch.setattr(engine, "_tablerows", None)
+    monkeypatch.setattr(rows, "c_rows", None)
     in_python = engine._pair_columns(pairs)
     assert in_c == in_python
     assert in_c[0]["NPU Name"][:2] == [built[0].name, built[1].name]
@@ -162,8 +161,8 @@ def test_table_columns_are_the_python_ones(monkeypatch):
 
 def test_table_columns_take_only_pairs_of_rows():
     row = rows.Row("a", "e", "torch.float32", [2], (1.0, 2.0, 3.0, 4.0), None, None, "input")
-    assert engine._tablerows.pair_columns([(row, row), (row, "not a row")], engine.NA, {}) is None
-    assert engine._tablerows.pair_columns([(row, None), [row, row]], engine.NA, {}) is None
+    assert rows.c_rows.pair_columns([(row, row), (row, "not a row")], engine.NA, {}) is None
+    assert rows.c_rows.pair_columns([(row, None), [row, row]], engine.NA, {}) is None
 
 
 # rows straight from the text (parse_rows): the same rows and names as parsing each block as a dict
@@ -263,7 +262,7 @@ def _varied_text(rng: random.Random, count: int) -> str:
 
 def _read_rows(path: Path, monkeypatch, in_c: bool, block_bytes: int) -> tuple[list[tuple], list[str]]:
     if not in_c:
-        monkeypatch.setattr(stream, "_tablerows", None)
+        monkeypatch.setattr(rows, "c_rows", None)
     try:
         reader = dump_stream.DumpStream(path, block_bytes)
         found, names = [], []
@@ -319,9 +318,7 @@ def test_only_other_members_are_handed_back():
     text = f'"Torch.a.0.forward": {plain}, "Torch.b.0.forward": {odd}, "Torch.c.0.forward": {plain}'.encode()
     found, names, handed = [], [], []
     commas, _ = _jsonscan.member_ends(text, 0)  # where the scanner finds the members end
-    rows._tablerows.parse_rows(
-        text, 0, len(text), commas, found, names, lambda first, end: handed.append(text[first:end])
-    )
+    rows.c_rows.parse_rows(text, 0, len(text), commas, found, names, lambda first, end: handed.append(text[first:end]))
     assert handed == [f'"Torch.b.0.forward": {odd}'.encode()]
     assert names == ["Torch.a.0.forward", "Torch.c.0.forward"]
     assert [row.name for row in found] == [
@@ -351,9 +348,7 @@ def test_a_dict_section_with_many_keys_goes_to_the_python_path(monkeypatch):
     text = ", ".join(f"{json.dumps(name)}: {json.dumps(value)}" for name, value in members.items()).encode()
     found, names, handed = [], [], []
     commas, _ = _jsonscan.member_ends(text, 0)
-    rows._tablerows.parse_rows(
-        text, 0, len(text), commas, found, names, lambda first, end: handed.append(text[first:end])
-    )
+    rows.c_rows.parse_rows(text, 0, len(text), commas, found, names, lambda first, end: handed.append(text[first:end]))
     assert names == ["Torch.small.0.forward"]
     assert len(found) == 64
     assert [json.loads(b"{" + member + b"}") for member in handed] == [

@@ -12,6 +12,7 @@ import xlsxwriter
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from msprobe.core import spreadsheet
 from msprobe.core.compare import xlsx
 from msprobe.core.compare.xlsx import FILLS, XlsxStream, python_sheet_rows
 from msprobe.core.spreadsheet import table_columns
@@ -76,10 +77,10 @@ def same_value(mine, theirs, exact) -> bool:
 
 @pytest.mark.parametrize("in_c", [True, False], ids=["C", "Python"])
 def test_every_cell_and_fill_equals_what_xlsxwriter_writes(tmp_path, monkeypatch, in_c):
-    if in_c and xlsx._c_sheet_rows is None:
+    if in_c and spreadsheet.c_text is None:
         pytest.skip("msprobe-core was built without its C helpers")
     if not in_c:
-        monkeypatch.setattr(xlsx, "_c_sheet_rows", None)
+        monkeypatch.setattr(spreadsheet, "c_text", None)
     frame = table()
     highlight = {i: ("red" if i % 5 == 0 else "yellow") for i in range(0, len(frame), 2)}
     ours(frame, highlight, tmp_path / "ours.xlsx")
@@ -105,7 +106,7 @@ def test_every_cell_and_fill_equals_what_xlsxwriter_writes(tmp_path, monkeypatch
 
 
 def test_the_c_and_python_rows_are_the_same_text():
-    if xlsx._c_sheet_rows is None:
+    if spreadsheet.c_text is None:
         pytest.skip("msprobe-core was built without its C helpers")
     frame = table(200)
     frame["Tiny"] = [10.0 ** -(i % 320) for i in range(len(frame))]  # orjson and repr write some differently
@@ -154,7 +155,7 @@ cell_values = st.one_of(
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.lists(cell_values, min_size=3, max_size=3), min_size=1, max_size=12), st.integers(1, 5000))
 def test_c_and_python_agree_on_any_cells(rows, first_row):
-    if xlsx._c_sheet_rows is None:
+    if spreadsheet.c_text is None:
         pytest.skip("msprobe-core was built without its C helpers")
     columns = [list(column) for column in zip(*rows)]
     styles = [index % 3 for index in range(len(rows))]

@@ -37,7 +37,7 @@ def test_a_plugin_task_runs_with_its_section(tmp_path, example_plugin):
     run_steps(tmp_path / "config.json", 4)
     written = sorted(p.relative_to(tmp_path / "dump").as_posix() for p in (tmp_path / "dump").rglob("heartbeat.json"))
     assert written == ["step0/rank/heartbeat.json", "step2/rank/heartbeat.json"]  # every second step
-    PrecisionDebugger._current.finish()  # as at exit: step 4 never ran, so the task hears nothing of it
+    PrecisionDebugger.current().finish()  # as at exit: step 4 never ran, so the task hears nothing of it
     assert not (tmp_path / "dump" / "step4").exists()
     record = json.loads((tmp_path / "dump" / "step2" / "rank" / "heartbeat.json").read_text())
     assert record["step"] == 2 and record["seconds"] >= 0

@@ -108,7 +108,7 @@ def _guard_own_cluster(address: str | None) -> None:
     processes inherit it from this one; a choice the user made in ``RAY_AUTH_MODE`` stands."""
     if address or "RAY_AUTH_MODE" in os.environ:
         return
-    if "ray" in sys.modules:
+    if sys.modules.get("ray") is not None:
         logger.warning("ray was imported before msprobe could ask for a token: the cluster it starts takes "
                        "work from anyone who can reach this machine; set RAY_AUTH_MODE=token to close it")  # fmt: skip
         return
@@ -143,7 +143,8 @@ def _run_on_ray(
 ) -> None:
     address = engine.address or os.environ.get("RAY_ADDRESS") or None
     _check_reachable(address)
-    if not ("ray" in sys.modules and sys.modules["ray"].is_initialized()):
+    loaded = sys.modules.get("ray")
+    if loaded is None or not loaded.is_initialized():
         _guard_own_cluster(address)
     ray = import_ray()
     global _joined

@@ -121,6 +121,11 @@ class BaseDebugger:
         show_in_training()
         atexit.register(_finish_at_exit, weakref.ref(self))
 
+    @classmethod
+    def current(cls) -> BaseDebugger | None:
+        """The newest debugger of this framework, which the class-level calls (``save``, ...) act on."""
+        return cls._current
+
     def _make_dump_path(self) -> None:
         """A dump_path that cannot be written is a config error, found before the training starts."""
         if self.config.dump_path is None:

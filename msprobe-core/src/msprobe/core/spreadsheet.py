@@ -24,9 +24,10 @@ import pandas as pd
 from msprobe.core.floattext import float_texts, packed_float_texts
 
 try:
-    from msprobe.core import _csvtext
+    from msprobe.core import _csvtext as c_text
 except ImportError:  # built without a C compiler: the same text, made in Python
-    _csvtext = None
+    c_text = None
+# c_text: the C text maker of the CSV and the xlsx rows, or None; the one switch (tests set it to None)
 
 _TRIGGERS = ("=", "+", "-", "@", "\t", "\r")
 
@@ -177,10 +178,10 @@ class CsvTableWriter:
             csv.writer(text, lineterminator="\n").writerows([csv_cell(value)] for value in table.iloc[:, 0].tolist())
             self._handle.write(text.getvalue().encode("utf-8"))
             return
-        if _csvtext is not None:
+        if c_text is not None:
             columns = columns or TableColumns([table[c].tolist() for c in table.columns], [False] * len(table.columns))
             texts, raw = zip(*(_floats_as_text(v, p) for v, p in zip(columns.values, columns.packed)))
-            self._handle.write(_csvtext.lines(list(texts), list(raw), _QUOTES_CR))
+            self._handle.write(c_text.lines(list(texts), list(raw), _QUOTES_CR))
             return
         columns = [_csv_column(table[column].tolist()) for column in table.columns]
         self._handle.write(("\n".join(map(",".join, zip(*columns))) + "\n").encode("utf-8"))

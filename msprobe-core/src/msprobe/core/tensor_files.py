@@ -14,7 +14,11 @@ from msprobe.core.errors import DataFileError
 def load_npy(path: str | Path) -> np.ndarray:
     """Load without pickle: a dump file must never run code."""
     try:
-        return np.load(path, allow_pickle=False)
+        with open(path, "rb") as handle:
+            if handle.read(6) != b"\x93NUMPY":  # np.load would open an .npz (a zip) lazily, or a pickle
+                raise DataFileError(path, "not an .npy file: it does not start with numpy's magic bytes")
+            handle.seek(0)
+            return np.lib.format.read_array(handle, allow_pickle=False)
     except FileNotFoundError:
         raise DataFileError(path, "tensor file not found") from None
     except (ValueError, OSError, EOFError) as exc:

@@ -74,7 +74,7 @@ class AutoDump:
                 register_optimizer_step_pre_hook(self.before_optimizer_step)
                 logger.info("msprobe: msprobe run dumps %s from its first call", type(module).__name__)
                 self.debugger.start(model=module)
-            elif type(self.debugger)._current is not self.debugger:
+            elif type(self.debugger).current() is not self.debugger:
                 self._give_up(UsageError("the script made a PrecisionDebugger of its own; it has the dump now"))
             else:
                 self.debugger.start()
@@ -105,7 +105,7 @@ class AutoDump:
         """Not where the script made a debugger of its own."""
         from msprobe.pytorch.debugger import PrecisionDebugger
 
-        if PrecisionDebugger._current is not None:
+        if PrecisionDebugger.current() is not None:
             logger.warning("msprobe: the script makes its own PrecisionDebugger; msprobe run leaves the dump to it")
             return False
         return True

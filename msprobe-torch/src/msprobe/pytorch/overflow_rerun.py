@@ -12,7 +12,7 @@ import torch
 
 from msprobe.core.dump.overflow import has_nonfinite
 from msprobe.core.dump.reader import Dump
-from msprobe.pytorch.run_ut import InputBuilder, Unsupported, _prepare, resolve
+from msprobe.pytorch.run_ut import InputBuilder, Unsupported, prepare_inputs, resolve
 from msprobe.pytorch.tensor_io import tensors_in
 
 
@@ -26,8 +26,8 @@ def rerun_overflows(dump: Dump) -> list[tuple[str, str]]:
             continue
         try:
             builder = InputBuilder(dump, name)
-            args = _prepare(builder.value(entry.get("input_args", [])), "cpu", bench=False)
-            kwargs = _prepare(builder.value(entry.get("input_kwargs", {})), "cpu", bench=False)
+            args = prepare_inputs(builder.value(entry.get("input_args", [])), "cpu", bench=False)
+            kwargs = prepare_inputs(builder.value(entry.get("input_kwargs", {})), "cpu", bench=False)
             with torch.no_grad():
                 outputs = tensors_in(resolve(name)(*args, **kwargs))
         except Unsupported as exc:

@@ -139,7 +139,7 @@ class InputBuilder:
         return values.to(dtype).reshape(shape)
 
 
-def _prepare(args: Any, device: str, bench: bool) -> Any:
+def prepare_inputs(args: Any, device: str, bench: bool) -> Any:
     """A copy of the arguments for one side: float64 on the CPU for the benchmark."""
 
     def convert(tensor: torch.Tensor) -> torch.Tensor:
@@ -197,8 +197,8 @@ class ApiRunner:
             return ApiOutcome(name, SKIP, "", f"the call failed: {type(exc).__name__}: {exc}")
 
     def _side(self, function: Callable, args: Any, kwargs: Any, bench: bool, inplace: bool) -> tuple[Any, Any, Any]:
-        side_args = _prepare(args, self.device, bench)
-        side_kwargs = _prepare(kwargs, self.device, bench)
+        side_args = prepare_inputs(args, self.device, bench)
+        side_kwargs = prepare_inputs(kwargs, self.device, bench)
         if inplace:  # as in training (optimizer updates): no autograd through in-place calls on leaves
             side_args, side_kwargs = map_tensors(side_args, _no_grad), map_tensors(side_kwargs, _no_grad)
             with torch.no_grad():

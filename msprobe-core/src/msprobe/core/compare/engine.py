@@ -28,7 +28,7 @@ from msprobe.core.compare.metrics import (
     accuracy_reached,
     pair_metrics,
 )
-from msprobe.core.compare.rows import Row, _tablerows, dump_rows
+from msprobe.core.compare.rows import Row, c_builder, dump_rows
 from msprobe.core.dump.reader import Dump
 
 logger = logging.getLogger(__name__)
@@ -296,8 +296,9 @@ def _pair_columns(
     """The columns taken straight from the rows: names, dtypes, shapes; the pairs with both sides and their
     statistics; the statistics as shown. Built in C where it was compiled (a Python object per cell is the
     cost of a large table)."""
-    if _tablerows is not None and type(pairs) is list:
-        built = _tablerows.pair_columns(pairs, NA, _SHAPE_TEXTS)
+    builder = c_builder()
+    if builder is not None and type(pairs) is list:
+        built = builder.pair_columns(pairs, NA, _SHAPE_TEXTS)
         if built is not None:
             return (
                 dict(zip(BASE_COLUMNS, built[:6])),

@@ -22,7 +22,8 @@ from msprobe.core.errors import DataFileError
 _ARG = re.compile(r"^(?P<entry>.+?\.(?:forward|backward))\.(?P<side>input|output)\.(?P<index>\d+)(?P<rest>.*)$")
 
 
-def _read_yaml(path: str | Path, what: str) -> Any:
+def read_yaml(path: str | Path, what: str) -> Any:
+    """A mapping or config YAML, safely loaded; ``what`` names it in the one-line error a bad file gets."""
     file = Path(path)
     try:
         return yaml.safe_load(file.read_text(encoding="utf-8"))
@@ -45,7 +46,7 @@ class ApiRule:
 
 
 def read_api_mapping(path: str | Path) -> dict[str, ApiRule]:
-    raw = _read_yaml(path, "api_mapping")
+    raw = read_yaml(path, "api_mapping")
     items = raw if isinstance(raw, list) else [raw]
     rules: dict[str, ApiRule] = {}
     for number, item in enumerate(items):
@@ -64,7 +65,7 @@ def read_api_mapping(path: str | Path) -> dict[str, ApiRule]:
 
 
 def read_flat_mapping(path: str | Path, what: str) -> dict[str, str]:
-    raw = _read_yaml(path, what)
+    raw = read_yaml(path, what)
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -74,7 +75,7 @@ def read_flat_mapping(path: str | Path, what: str) -> dict[str, str]:
 
 def read_layer_mapping(path: str | Path) -> dict[str, str]:
     """Layer renames, flattened to path-segment renames (the layer class is not needed to apply them)."""
-    raw = _read_yaml(path, "layer_mapping")
+    raw = read_yaml(path, "layer_mapping")
     if not isinstance(raw, dict):
         raise DataFileError(path, "the layer_mapping file must map layer names to {ms_name: pt_name}")
     renames: dict[str, str] = {}

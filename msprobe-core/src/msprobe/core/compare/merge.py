@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from msprobe.core.compare.engine import STATISTICS_COLUMNS, STATISTICS_METRICS, TENSOR_COLUMNS, TENSOR_METRICS
-from msprobe.core.compare.mapping import _read_yaml
+from msprobe.core.compare.mapping import read_yaml
 from msprobe.core.compare.report import timestamp
 from msprobe.core.dump.writer import make_dir, new_file
 from msprobe.core.errors import DataFileError
@@ -60,7 +60,7 @@ def _matches(name: str, apis: list[str]) -> bool:
 def merge_results(
     input_dir: str | Path, output_dir: str | Path, config_path: str | Path, engine: Engine | None = None
 ) -> Path:
-    config = _read_yaml(config_path, "merge_result config")
+    config = read_yaml(config_path, "merge_result config")
     if not isinstance(config, dict) or not config.get("api"):
         raise DataFileError(config_path, "api: name at least one API or module to merge")
     apis = [str(api) for api in config["api"]]

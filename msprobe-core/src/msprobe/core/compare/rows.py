@@ -204,9 +204,9 @@ def dump_rows(dump: Dump, every_value: bool = False) -> list[Row]:
                 for leaf_name, leaf in _leaves(item, name, every_value, 1):
                     add(leaf_name, entry, leaf, role)
 
-    if every_value and _tablerows is not None and type(dump.data) is dict:
+    if every_value and c_rows is not None and type(dump.data) is dict:
         # the C builder makes the rows of entries that hold only tensor summaries, and gives the rest here
-        _tablerows.table_rows(dump.data, rows, entry_rows)
+        c_rows.table_rows(dump.data, rows, entry_rows)
     else:
         for entry, content in dump.data.items():
             entry_rows(entry, content)
@@ -244,11 +244,17 @@ def _plain_tensor_row(name: str, entry: str, leaf: Any, role: str) -> Row | None
 
 
 try:  # optional: built where a C compiler was found (setup.py)
-    from msprobe.core.compare import _tablerows
+    from msprobe.core.compare import _tablerows as c_rows
 
-    _tablerows.configure(Row)
+    c_rows.configure(Row)
 except ImportError:
-    _tablerows = None  # type: ignore[assignment]
+    c_rows = None  # type: ignore[assignment]
+
+
+def c_builder() -> Any | None:
+    """The C row builder (``_tablerows``), or None for the Python path. ``c_rows`` is the one switch (tests set
+    it to None); the compare's modules ask here at each use."""
+    return c_rows
 
 
 def _strip_single_index(name: str) -> str:

@@ -48,7 +48,7 @@ from msprobe.core.compare.engine import (
 from msprobe.core.compare.highlight import statistics_suspects
 from msprobe.core.compare.metrics import NA
 from msprobe.core.compare.report import XLSX_ROW_LIMIT, XlsxStream, replace_file
-from msprobe.core.compare.rows import Row, _tablerows, dump_rows, named_after_files
+from msprobe.core.compare.rows import Row, c_builder, dump_rows, named_after_files
 from msprobe.core.compare.xlsx import SheetRows
 from msprobe.core.dump import stream as dump_stream
 from msprobe.core.dump.reader import Dump, read_stack_file, read_stacks
@@ -184,8 +184,8 @@ class _BenchSide:
         self._interned: dict[Any, Any] = {}
 
     def add(self, rows: list[Row]) -> None:
-        if _tablerows is not None:
-            has_md5 = _tablerows.index_rows(
+        if (builder := c_builder()) is not None:
+            has_md5 = builder.index_rows(
                 rows, len(self.rows), self.first_of, self.call_starts, self.call_ends, self._interned
             )
             self.has_md5 = self.has_md5 or has_md5
@@ -234,7 +234,8 @@ def _row_blocks(reader: dump_stream.DumpStream, part: tuple[int, int] | None) ->
     twice). With the C builder, rows come straight from the text for the common entry (``parse_rows``); any
     other entry is parsed as a dict and goes the Python way."""
     path = reader.path
-    if _tablerows is None:
+    builder = c_builder()
+    if builder is None:
         for block in reader.blocks(part):
             yield dump_rows(Dump.from_header(path, reader.header, block), every_value=True), list(block)
         return
@@ -248,7 +249,7 @@ def _row_blocks(reader: dump_stream.DumpStream, part: tuple[int, int] | None) ->
             rows.extend(dump_rows(Dump.from_header(path, reader.header, block), every_value=True))
             names.extend(block)
 
-        _tablerows.parse_rows(text, start, stop, commas, rows, names, other)
+        builder.parse_rows(text, start, stop, commas, rows, names, other)
         return named_after_files(rows), names
 
     yield from reader.blocks(part, parse)
@@ -283,7 +284,8 @@ def _read_bench(path: Path, processes: int = 1, progress: Progress | None = None
         except BaseException:
             helper.stop()
             raise
-        bench.add(_tablerows.rows_of(later) if _tablerows is not None else [Row(*fields) for fields in later])
+        builder = c_builder()
+        bench.add(builder.rows_of(later) if builder is not None else [Row(*fields) for fields in later])
         entries.take(later_entries)
     else:
         rows, entries, header = _bench_rows(path, None, progress.for_this_process())
@@ -335,8 +337,8 @@ class _Matcher:
             self.entries_seen.add(names)
             if self.mode != "md5" and bench.has_md5 and _holds_md5(rows):
                 raise NotStreamable("md5 values past the NPU dump's first block: its mode was chosen there")
-            if _tablerows is not None:
-                pairs, unpaired = _tablerows.pair_calls(
+            if (builder := c_builder()) is not None:
+                pairs, unpaired = builder.pair_calls(
                     rows, first_of, matched, bench.rows, bench.call_starts, bench.call_ends, same_structure
                 )
             else:
@@ -350,7 +352,7 @@ class _Matcher:
             raise NotStreamable(f"{path}: an entry name appears twice")
 
     def _paired(self, rows: list[Row]) -> tuple[list[tuple[Row, Row | None]], list[Row]]:
-        """``_tablerows.pair_calls`` in Python."""
+        """The C builder's ``pair_calls``, in Python."""
         bench, matched, first_of = self.bench, self.matched, self.bench.first_of
         pairs: list[tuple[Row, Row | None]] = []
         for row in rows:

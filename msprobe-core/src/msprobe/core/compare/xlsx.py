@@ -22,15 +22,10 @@ from typing import Any
 
 import pandas as pd
 
+from msprobe.core import spreadsheet
 from msprobe.core.compare.zipping import DeflatedPart, ZipWriter, crc32_combine, deflate_bytes
 from msprobe.core.dump.writer import create_private
 from msprobe.core.spreadsheet import TableColumns, table_columns
-
-try:
-    from msprobe.core._csvtext import sheet_rows as _c_sheet_rows
-    from msprobe.core._csvtext import shift_rows as _c_shift_rows
-except ImportError:  # built without a C compiler
-    _c_sheet_rows = _c_shift_rows = None
 
 XLSX_ROW_LIMIT = 1_048_575
 FILLS = {"red": "FFFF0000", "yellow": "FFFFFF00"}
@@ -143,8 +138,8 @@ def _split_after_last_row(data: bytes) -> tuple[bytes, bytes]:
 
 def shift_rows(text: bytes, offset: int) -> bytes:
     """``sheet_rows``' text with every row number raised by ``offset``."""
-    if _c_shift_rows is not None:
-        return _c_shift_rows(text, offset)
+    if spreadsheet.c_text is not None:
+        return spreadsheet.c_text.shift_rows(text, offset)
     return _ROW_NUMBER.sub(lambda match: match.group(1) + str(int(match.group(2)) + offset).encode(), text)
 
 
@@ -203,10 +198,12 @@ def sheet_rows(columns: list[list], first_row: int, styles: list[int], packed: l
     """``<row>`` elements for rows ``first_row``... (1-based) of equal-length column lists; ``styles[r]`` is row
     r's cell style index, 0 for none. ``packed``: per column of floats only, its text in one piece (see
     ``packed_float_texts``), so that the C helper makes no float's text itself."""
-    if _c_sheet_rows is None:
+    if spreadsheet.c_text is None:
         return python_sheet_rows(columns, first_row, styles)
     packed = packed or [None] * len(columns)
-    return _c_sheet_rows([p if p is not None else v for v, p in zip(columns, packed)], first_row, styles)
+    return spreadsheet.c_text.sheet_rows(
+        [p if p is not None else v for v, p in zip(columns, packed)], first_row, styles
+    )
 
 
 _ESCAPED_ESCAPE = re.compile("(_x[0-9a-fA-F]{4}_)")

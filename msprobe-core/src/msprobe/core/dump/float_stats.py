@@ -31,6 +31,12 @@ if switched_off("MSPROBE_NO_KERNELS"):
 
 AVAILABLE = _kernels is not None  # the one switch every caller reads (tests turn it off to compare)
 
+
+def c_api() -> Any:
+    """The kernels' C-level API (a capsule, as ``_kernels._C_API``) for another extension to call, or None."""
+    return _kernels._C_API if AVAILABLE and _kernels is not None else None
+
+
 FLOAT32, FLOAT64, FLOAT16, BFLOAT16 = "f", "d", "e", "b"
 
 Stats = tuple[float, float, float, float]  # Max, Min, Mean, Norm

@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 
 FIRST_STEP_FLOOR = 0.97
 MAX_DROP = 0.03
-_SUMMARY = re.compile(r"^grad_summary_(\d+)\.csv$")
+SUMMARY_FILE = re.compile(r"^grad_summary_(\d+)\.csv$")
 
 
 def interval_names(bounds: list[float]) -> list[str]:

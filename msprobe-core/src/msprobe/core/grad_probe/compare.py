@@ -14,7 +14,7 @@ import numpy as np
 from msprobe.core import spreadsheet
 from msprobe.core.dump.writer import make_dir, new_file
 from msprobe.core.errors import DataFileError
-from msprobe.core.grad_probe.collect import _SUMMARY, FIRST_STEP_FLOOR, MAX_DROP, wait_for_writers
+from msprobe.core.grad_probe.collect import FIRST_STEP_FLOOR, MAX_DROP, SUMMARY_FILE, wait_for_writers
 from msprobe.core.jobs import Engine, run_jobs
 
 logger = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ def _load_signs(path: Path, count: int) -> np.ndarray | None:
 
 
 def _steps(rank_dir: Path) -> dict[int, Path]:
-    return {int(m.group(1)): p for p in rank_dir.iterdir() if (m := _SUMMARY.match(p.name))}
+    return {int(m.group(1)): p for p in rank_dir.iterdir() if (m := SUMMARY_FILE.match(p.name))}
 
 
 @dataclass

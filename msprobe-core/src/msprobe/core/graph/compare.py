@@ -231,7 +231,7 @@ def _row_key(row: Row, node_id: str) -> str:
     return row.name[len(node_id) :]
 
 
-def _format(value: Any) -> str:
+def format_value(value: Any) -> str:
     """Numbers as the reference's .vis holds them: strings, six decimals or six significant digits."""
     if value is None or value == NA:
         return NA
@@ -250,7 +250,7 @@ def _format(value: Any) -> str:
 def _percent(value: Any) -> str:
     if isinstance(value, str) and value.endswith("%"):
         return f"{float(value[:-1]):.6f}%"
-    return _format(value)
+    return format_value(value)
 
 
 @dataclass
@@ -303,7 +303,7 @@ def compare_graphs(
         if npu_row is None or bench_row is None:
             continue
         metrics[npu_row.name] = {
-            key: (_percent(value) if key.endswith("RelativeErr") and mode == "statistics" else _format(value))
+            key: (_percent(value) if key.endswith("RelativeErr") and mode == "statistics" else format_value(value))
             for key, value in record.items()
         }
     partners = {n.name: b for n, b in pairs if n is not None and b is not None}

@@ -14,7 +14,7 @@ from typing import Any
 from msprobe.core.compare.metrics import NA
 from msprobe.core.compare.rows import Row
 from msprobe.core.dump.writer import write_new_text
-from msprobe.core.graph.compare import GraphComparison, _format, colors
+from msprobe.core.graph.compare import GraphComparison, colors, format_value
 from msprobe.core.graph.model import Graph, Node
 
 TOOLTIPS = {
@@ -42,7 +42,7 @@ def _scalar_type(row: Row) -> bool:
 def row_fields(row: Row, framework: str, metrics: dict[str, str] | None = None) -> dict[str, str]:
     """One input or output as the reference writes it in a node's input_data/output_data."""
     if _scalar_type(row):
-        value = _format(row.stats[0])
+        value = format_value(row.stats[0])
         fields = {"type": row.dtype, "value": value, "dtype": f"<class {row.dtype}>", "shape": "[]"}
     else:
         fields = {
@@ -51,7 +51,7 @@ def row_fields(row: Row, framework: str, metrics: dict[str, str] | None = None) 
             "shape": str(list(row.shape)),
         }
     for key, value in zip(("Max", "Min", "Mean", "Norm"), row.stats):
-        fields[key] = _format(value)
+        fields[key] = format_value(value)
     fields["data_name"] = row.data_name or "-1"
     fields["md5"] = row.md5 or "00000000"
     if metrics:

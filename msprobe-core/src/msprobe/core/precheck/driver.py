@@ -176,12 +176,12 @@ def run_ut(
 
 def _reorder(files: ResultFiles, order: list[str]) -> None:
     """Workers finish in any order; the files list the APIs as the dump does."""
-    from msprobe.core.precheck.results import _api_of
+    from msprobe.core.precheck.results import api_of_detail
 
     position = {name: index for index, name in enumerate(order)}
     for path, columns, owner in (
         (files.result, RESULT_COLUMNS, lambda name: name),
-        (files.details, DETAIL_COLUMNS, _api_of),
+        (files.details, DETAIL_COLUMNS, api_of_detail),
     ):
         with open(path, encoding="utf-8-sig", newline="") as handle:
             rows = list(csv.reader(handle))[1:]

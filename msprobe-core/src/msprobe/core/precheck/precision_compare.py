@@ -20,7 +20,7 @@ from msprobe.core import spreadsheet
 from msprobe.core.dump.writer import make_dir, new_file
 from msprobe.core.errors import DataFileError
 from msprobe.core.precheck.metrics import DETAIL_COLUMNS, ERROR, NA, PASS, RESULT_COLUMNS, WARNING, overall
-from msprobe.core.precheck.results import _api_of
+from msprobe.core.precheck.results import api_of_detail
 from msprobe.core.precheck.standards import ABSOLUTE, ALGORITHM_NAMES, BENCHMARK, BINARY, THOUSANDTH, ULP, standard_for
 
 COMPARE_DETAIL_COLUMNS = [
@@ -179,7 +179,7 @@ def api_precision_compare(npu_csv: str | Path, gpu_csv: str | Path, output_dir: 
             else:
                 judged = judge_row(name, npu_row, gpu_row)
             writer.writerow([judged.row[column] for column in COMPARE_DETAIL_COLUMNS])
-            api = _api_of(name)
+            api = api_of_detail(name)
             direction = "backward" if ".backward." in name else "forward"
             per_api.setdefault(api, {"forward": [], "backward": []})[direction].append(judged.status)
             if judged.failed:

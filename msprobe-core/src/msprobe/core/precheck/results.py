@@ -70,7 +70,7 @@ class ResultFiles:
         results = _read_rows(self.result, RESULT_COLUMNS)
         done = {row[0] for row in results if row}
         details = _read_rows(self.details, DETAIL_COLUMNS) if self.details.exists() else []
-        kept = [row for row in details if row and _api_of(row[0]) in done]
+        kept = [row for row in details if row and api_of_detail(row[0]) in done]
         if len(kept) != len(details):  # an API was cut between its details and its result
             with new_file(self.details, "w", newline="", encoding="utf-8-sig") as handle:
                 writer = spreadsheet.writer(handle)
@@ -86,7 +86,7 @@ class ResultFiles:
         self.done.add(api_name)
 
 
-def _api_of(detail_name: str) -> str:
+def api_of_detail(detail_name: str) -> str:
     """'Functional.relu.0.backward.output.0' -> 'Functional.relu.0.forward' (its result row)."""
     for marker in (".forward.", ".backward."):
         position = detail_name.find(marker)

@@ -101,10 +101,8 @@ def summaries(log: Any, checksum: Callable[[torch.Tensor], str] | None = None) -
     ``checksum(tensor)``: summary_mode md5's CRC-32, cached with the statistics."""
     if not (AVAILABLE and float_stats.AVAILABLE):
         return None
-    from msprobe.core.dump import _kernels
-
     return _lane.Summaries(
-        log, torch.Tensor, torch.nn.Parameter, torch.float32, torch.float64, _kernels._C_API, checksum=checksum
+        log, torch.Tensor, torch.nn.Parameter, torch.float32, torch.float64, float_stats.c_api(), checksum=checksum
     )
 
 
@@ -173,7 +171,6 @@ def make_lane(
     encoder = collector.encoder
     screening = {}
     if collector.overflow is not None:
-        from msprobe.core.dump import _kernels
         from msprobe.pytorch.dump.tensors import SCREEN_KINDS
 
         screening = {
@@ -181,7 +178,7 @@ def make_lane(
             "overflowed": recorder._forward_overflowed,
             "nonfinite": summarizer.nonfinite,
             "screen_kinds": SCREEN_KINDS,
-            "kernels": _kernels._C_API,
+            "kernels": float_stats.c_api(),
         }
     return _lane.Lane(
         summaries=summarizer.quick_texts,

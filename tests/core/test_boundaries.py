@@ -1,0 +1,82 @@
+"""No module reaches into another's private names, and each C accelerator is imported by one Python module only:
+the one that holds its switch. Read from the packages' source with ast, so a new shortcut fails here."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = [ROOT / name / "src" for name in ("msprobe-core", "msprobe-torch", "msprobe-mindspore", "msprobe-cli")]
+
+# each C extension and the one module that imports it (and may read its members)
+WRAPPERS = {
+    "msprobe.core._attributes": "msprobe.core.api_patch",
+    "msprobe.core._csvtext": "msprobe.core.spreadsheet",
+    "msprobe.core.dump._kernels": "msprobe.core.dump.float_stats",
+    "msprobe.core.dump._jsonscan": "msprobe.core.dump.stream",
+    "msprobe.core.dump._frames": "msprobe.core.dump.stack",
+    "msprobe.core.compare._tablerows": "msprobe.core.compare.rows",
+    "msprobe.pytorch.dump._lane": "msprobe.pytorch.dump.lane",
+}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _sources() -> list[tuple[str, ast.Module]]:
+    found = []
+    for package in PACKAGES:
+        for path in sorted(package.rglob("*.py")):
+            module = ".".join(path.relative_to(package).with_suffix("").parts).removesuffix(".__init__")
+            found.append((module, ast.parse(path.read_text(encoding="utf-8"))))
+    return found
+
+
+def crossings(sources: list[tuple[str, ast.Module]]) -> list[str]:
+    """Every private name one module takes from another, as 'module:line: what'."""
+    found = []
+    for module, tree in sources:
+        imported: dict[str, str] = {}  # local name -> the msprobe module or name it stands for
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("msprobe"):
+                for alias in node.names:
+                    target = f"{node.module}.{alias.name}"
+                    imported[alias.asname or alias.name] = target
+                    if WRAPPERS.get(target) == module or WRAPPERS.get(node.module) == module:
+                        continue
+                    if _private(alias.name) or any(_private(part) for part in node.module.split(".")):
+                        found.append(f"{module}:{node.lineno}: from {node.module} import {alias.name}")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.startswith("msprobe") and any(_private(p) for p in alias.name.split(".")):
+                        found.append(f"{module}:{node.lineno}: import {alias.name}")
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and _private(node.attr)):
+                continue
+            owner = imported.get(node.value.id)
+            if owner is not None and WRAPPERS.get(owner) != module:
+                found.append(f"{module}:{node.lineno}: {node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_module_takes_another_module_s_private_names():
+    assert crossings(_sources()) == []
+
+
+def test_the_check_sees_each_kind_of_crossing():
+    """The rule is itself tested: each shortcut it exists to catch is caught, and a wrapper's own use is not."""
+    cases = {
+        "from msprobe.core.compare.mapping import _read": 1,
+        "from msprobe.core.compare import _tablerows": 1,
+        "from msprobe.core._csvtext import lines": 1,
+        "import msprobe.core.dump._kernels": 1,
+        "from msprobe.pytorch.debugger import PrecisionDebugger\nPrecisionDebugger._current": 1,
+        "from msprobe.core.compare import rows\nrows.c_rows": 0,
+        "from msprobe.core.compare.rows import Row": 0,
+    }
+    for code, expected in cases.items():
+        assert len(crossings([("msprobe.core.compare.engine", ast.parse(code))])) == expected, code
+    wrapper = "from msprobe.core.compare import _tablerows\n_tablerows.configure"
+    assert crossings([("msprobe.core.compare.rows", ast.parse(wrapper))]) == []
