@@ -390,6 +390,7 @@ class _Matcher:
 
 BENCH_ONLY_BLOCK = 50_000
 HELPER_FROM_BYTES = 32 << 20  # an NPU dump.json smaller than this is not worth a second process
+MAIN_SHARE = 0.5  # of the NPU dump.json, by bytes: this process's part; the helper compares the rest
 
 
 @dataclass
@@ -559,6 +560,7 @@ def stream_compare(
         csv_handle = os.fdopen(csv_fd, "wb")
         matcher = _Matcher(bench, bench_header, mode)
         size = npu_json.stat().st_size
+        split = int(size * MAIN_SHARE)
         helper = xlsx = sheet_part = None
         try:
             # every bench name gets a row: past Excel's limit already, the xlsx is not begun
@@ -571,12 +573,12 @@ def stream_compare(
                     sheet_fd, sheet_part = create_private(csv_path.with_name(f"{csv_path.name}.sheet"))
                     os.close(sheet_fd)
                 styles = xlsx.styles if xlsx is not None else None
-                helper = _Forked(_later_half, matcher, npu_json, (size // 2, size + 1), part_file, metrics, stacks,
+                helper = _Forked(_later_half, matcher, npu_json, (split, size + 1), part_file, metrics, stacks,
                                  progress.for_helper(), sheet_part, styles,
                                  leaves=[p for p in (part_file, sheet_part) if p is not None])  # fmt: skip
             with csv_handle as handle:
                 blocks = _Blocks(mode, metrics, stacks, CsvTableWriter(handle, columns), xlsx)
-                part = (0, size // 2) if helper is not None else None
+                part = (0, split) if helper is not None else None
                 blocks.add(matcher.npu_pairs(npu_json, part, progress.for_this_process()))
                 if helper is not None:
                     outcome = helper.outcome(progress.refresh)
