@@ -11,6 +11,7 @@ import glob
 import os
 import shutil
 import subprocess
+import sys
 
 import nox
 
@@ -254,3 +255,12 @@ def demo(session: nox.Session) -> None:
     session.install(TORCH)
     session.install(*CORE, "-e", "./msprobe-torch")
     session.run("python", "examples/demo.py", *session.posargs)
+
+
+@nox.session(python=False)
+def device(session: nox.Session) -> None:
+    """The checks that need a GPU or an Ascend NPU (bench/device_check.py), run by the interpreter that runs nox:
+    on a lent machine that is the image's own Python, which holds torch and has no network to fill a new
+    environment (bench/device_wheels.sh gathers the other wheels it needs). With no CUDA or NPU device it
+    prints one line and passes. Not part of a plain `nox` run."""
+    session.run(sys.executable, "bench/device_check.py", *session.posargs, external=True)

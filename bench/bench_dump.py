@@ -74,15 +74,17 @@ def _saved_arrays(tensor_dir: Path) -> list:
     return [torch.load(path, weights_only=True).numpy() for path in sorted(tensor_dir.glob("*.pt"))]
 
 
-def time_config(config: dict | None, steps: int, out: Path, device: str = "cpu", size: str = "W") -> Timing:
+def time_config(
+    config: dict | None, steps: int, out: Path, device: str = "cpu", size: str = "W", dtype: str = "fp32"
+) -> Timing:
     """Median step time with this configuration and of a plain twin, one step of each in turn.
 
     Alternating keeps drifts in machine speed out of the ratio. The tensor
     task also times its yardstick in turn: a plain step plus numpy.save of
     the arrays the dump wrote.
     """
-    model, train_step = make_workload(device=device, size=size)
-    _plain_model, plain_step = make_workload(device=device, size=size)
+    model, train_step = make_workload(device=device, size=size, dtype=dtype)
+    _plain_model, plain_step = make_workload(device=device, size=size, dtype=dtype)
     _reset_peak(device)
     debugger = None
     if config is not None:
@@ -166,8 +168,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("/tmp/msprobe_bench"))
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda or npu")
     parser.add_argument(
-        "--sizes", default=None, help="workloads, comma-separated: W, large (default: W on cpu, both on a device)"
+        "--sizes",
+        default=None,
+        help="workloads, comma-separated: W, large, gpt2 (default: W on cpu, W,large on a device)",
     )
+    parser.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="the workload's parameters")
     add_only_option(parser)
     args = parser.parse_args()
     configs = chosen(parser, args.only, CONFIGS)
@@ -177,23 +182,23 @@ def main() -> None:
         torch.set_num_threads(1)
     for size in sizes:
         if len(sizes) > 1 or device != "cpu":
-            print(f"workload {size} on {device}")
+            print(f"workload {size} ({args.dtype}) on {device}")
         run_configs(configs_for(size, configs, bool(args.only)), args.steps,
-                    args.out / size if len(sizes) > 1 else args.out, device, size)  # fmt: skip
+                    args.out / size if len(sizes) > 1 else args.out, device, size, args.dtype)  # fmt: skip
 
 
 def configs_for(size: str, configs: list, named: bool) -> list:
     """The configurations to run on workload ``size``: on the large one, those that need far more disk than a
     benchmark should take are left out (with a line saying so) unless ``--only`` named them."""
-    if size != "large" or named:
+    if size == "W" or named:
         return configs
     for label, _config in configs:
         if label in LEFT_OUT_ON_LARGE:
-            print(f"{label} left out on the large workload: {LEFT_OUT_ON_LARGE[label]} (name it in --only to run it)")
+            print(f"{label} left out on the {size} workload: {LEFT_OUT_ON_LARGE[label]} (name it in --only to run it)")
     return [(label, config) for label, config in configs if label not in LEFT_OUT_ON_LARGE]
 
 
-def run_configs(configs: list, steps: int, out: Path, device: str, size: str) -> None:
+def run_configs(configs: list, steps: int, out: Path, device: str, size: str, dtype: str = "fp32") -> None:
     timings: dict[str, Timing] = {}
     HOST_READS.clear()
     PEAK_MEMORY.clear()
@@ -201,7 +206,7 @@ def run_configs(configs: list, steps: int, out: Path, device: str, size: str) ->
         folder = out / label.replace(" ", "_")
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-        timings[label] = time_config(config, steps, folder, device, size)
+        timings[label] = time_config(config, steps, folder, device, size, dtype)
         HOST_READS[label] = HOST_READS.pop(folder.name, "-")
         if folder.name in PEAK_MEMORY:
             PEAK_MEMORY[label] = PEAK_MEMORY.pop(folder.name)

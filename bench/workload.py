@@ -2,6 +2,8 @@
 
 W: vocab 512, width 128, 4 heads, sequence 64, batch 8, AdamW.
 large: vocab 32000, width 1024, 16 heads, 12 layers, sequence 512, batch 8 (about a second a step on one GPU).
+gpt2: GPT-2 small's shape: vocab 50257, width 768, 12 heads, 12 layers, sequence 1024, batch 8.
+``dtype`` (fp32, bf16) sets the parameters' type; the tokens stay integers.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ VOCAB, WIDTH, HEADS, LAYERS, SEQUENCE, BATCH = 512, 128, 4, 4, 64, 8
 SIZES = {
     "W": (VOCAB, WIDTH, HEADS, LAYERS, SEQUENCE, BATCH),
     "large": (32000, 1024, 16, 12, 512, 8),
+    "gpt2": (50257, 768, 12, 12, 1024, 8),
 }
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
 class Layer(nn.Module):
@@ -60,10 +64,10 @@ def synchronize(device: str) -> None:
         torch.npu.synchronize()
 
 
-def make_workload(seed: int = 0, device: str = "cpu", size: str = "W"):
+def make_workload(seed: int = 0, device: str = "cpu", size: str = "W", dtype: str = "fp32"):
     torch.manual_seed(seed)
     vocab, _width, _heads, _layers, sequence, batch = SIZES[size]
-    model = LanguageModel(size).to(device)
+    model = LanguageModel(size).to(device=device, dtype=DTYPES[dtype])
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     generator = torch.Generator().manual_seed(seed)
     tokens = torch.randint(0, vocab, (batch, sequence + 1), generator=generator).to(device)
