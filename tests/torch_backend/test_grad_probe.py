@@ -35,6 +35,7 @@ def train(tmp_path, level="L1", diverge_from=None, steps=6, **section):
         debugger.stop()
         debugger.step()
     wait_for_writers()  # the last step's direction files are written while training would go on
+    train.last_reads = debugger._hooks.host_reads
     return model
 
 
@@ -134,3 +135,53 @@ def test_a_dump_beside_the_probe_records_none_of_the_probe_s_arithmetic(tmp_path
         assert [row["Param_name"] for row in csv.DictReader(handle)] == ["weight", "bias"]
     probe.finish()
     dump.finish()
+
+
+def _files(folder, steps=6):
+    """The run's files; an earlier run's probe, still hooked to every optimizer, adds empty later steps."""
+    found = {path.relative_to(folder): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+    return {path: data for path, data in found.items() if int("".join(filter(str.isdigit, path.parts[1]))) < steps}
+
+
+@pytest.mark.parametrize("level", ["L0", "L1", "L2"])
+def test_device_gradients_are_read_back_once_a_step_with_the_same_files(tmp_path, monkeypatch, level):
+    """The device path (forced on CPU tensors) joins every gradient's numbers and sign bits (L0: bytes for
+    md5) into one transfer a step, and writes the files the one-read-per-parameter path writes (torch's
+    reductions in float32 there too: the C kernels, which sum in float64, are turned off)."""
+    from msprobe.core.dump import float_stats
+    from msprobe.pytorch import grad_probe
+
+    section = {"bounds": [-0.01, 0, 0.01]} if level == "L2" else {}
+    monkeypatch.setattr(float_stats, "AVAILABLE", False)
+    train(tmp_path / "direct", level=level, **section)
+    monkeypatch.setattr(grad_probe, "FORCE_DEVICE_PATH", True)
+    train(tmp_path / "device", level=level, **section)
+    assert train.last_reads == 1
+    direct, device = _files(tmp_path / "direct"), _files(tmp_path / "device")
+    assert len(direct) >= 6 and device == direct
+
+
+def test_device_sign_bits_and_numbers_match_numpy(monkeypatch):
+    """An outside check of the joined read: numpy.packbits of the gradient's signs, and its extremes and norm."""
+    from msprobe.pytorch import grad_probe
+
+    generator = torch.Generator().manual_seed(4)
+    grads = [torch.randn(shape, generator=generator) for shape in ((13,), (4, 5), (64, 3), ())]
+    reads = grad_probe._DeviceReads("L1", None)
+    indices = [reads.add(f"p{i}", grad) for i, grad in enumerate(grads)]
+    reads.read_back()
+    assert reads.reads == 1
+    for index, grad in zip(indices, grads):
+        record, array = reads.records[index], grad.numpy().astype(np.float64)
+        assert record.signs.tolist() == np.packbits((array > 0).reshape(-1)).tolist()
+        assert (record.maximum, record.minimum) == (array.max(), array.min())
+        assert record.norm == pytest.approx(np.linalg.norm(array), rel=1e-6)
+    monkeypatch.setattr(grad_probe, "TRANSFER_BYTES", 64)  # a bound on what one transfer joins
+    reads = grad_probe._DeviceReads("L0", None)
+    for i, grad in enumerate(grads):
+        reads.add(f"p{i}", grad)
+    reads.read_back()
+    assert reads.reads == 4  # the 13-, 20- and 192-value gradients each pass 64 bytes; the 0-d one, at the end
+    import hashlib
+
+    assert [r.md5 for r in reads.records] == [hashlib.md5(g.numpy().tobytes()).hexdigest() for g in grads]

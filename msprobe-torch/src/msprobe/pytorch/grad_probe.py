@@ -3,8 +3,10 @@
 Gradients are read when an optimizer is about to apply them (the
 reference counts steps as optimizer calls, so a step skipped for a nan loss
 is not a step), measured in one pass by the core's C kernels when they lie in
-CPU memory, else on the device with one host transfer per parameter, and
-handed to the core's summary writer.
+CPU memory, else on the device, where every parameter's numbers, sign bits
+(or, at L0, bytes for md5) are joined into one buffer and read back in one
+transfer a step (one per ``TRANSFER_BYTES``), and handed to the core's
+summary writer.
 """
 
 from __future__ import annotations
@@ -19,9 +21,12 @@ import torch
 from msprobe.core.api_patch import unrecorded
 from msprobe.core.grad_probe import GradProbeHooks, GradRecord, GradSummaryWriter
 from msprobe.core.session import TaskSession
-from msprobe.pytorch.dump.tensors import kernel_stats
+from msprobe.pytorch.dump.tensors import FORCE_DEVICE_PATH, kernel_stats
 
 logger = logging.getLogger(__name__)
+
+TRANSFER_BYTES = 1 << 30  # at most this much joined on the device for one read back (L0 moves every gradient)
+_BIT_WEIGHTS = (128, 64, 32, 16, 8, 4, 2, 1)  # numpy.packbits' order: the first element in the highest bit
 
 
 def measure(name: str, grad: torch.Tensor, level: str, bounds: torch.Tensor | None) -> GradRecord:
@@ -43,20 +48,81 @@ def measure(name: str, grad: torch.Tensor, level: str, bounds: torch.Tensor | No
 def _measure_with_torch(
     name: str, data: torch.Tensor, values: torch.Tensor, level: str, bounds: torch.Tensor | None
 ) -> GradRecord:
-    """On the device, one host transfer for all the numbers."""
-    low, high = torch.aminmax(values)
-    norm = torch.linalg.vector_norm(values)
+    """Where the C kernels cannot read (L2, a 0-d gradient): the numbers in torch, one read."""
     record = GradRecord(name, list(data.shape), 0.0, 0.0, 0.0)
-    parts = [high, low, norm]
+    _fill_numbers(record, _numbers(values, level, bounds).tolist(), level, bounds)
+    return record
+
+
+def _numbers(values: torch.Tensor, level: str, bounds: torch.Tensor | None) -> torch.Tensor:
+    """Max, Min, Norm (and at L2 the share of each interval, then of zeros) in ``values``' dtype, as float64."""
+    low, high = torch.aminmax(values)
+    parts = [high, low, torch.linalg.vector_norm(values)]
     if level == "L2" and bounds is not None:
         counts = torch.bincount(torch.bucketize(values.reshape(-1), bounds), minlength=len(bounds) + 1)
         parts += [*list((counts.to(values.dtype) / values.numel()).unbind()), (values == 0).to(values.dtype).mean()]
-    numbers = torch.stack([p.to(values.dtype) for p in parts]).tolist()
+    return torch.stack([p.to(values.dtype) for p in parts]).to(torch.float64)
+
+
+def _fill_numbers(record: GradRecord, numbers: list[float], level: str, bounds: torch.Tensor | None) -> None:
     record.maximum, record.minimum, record.norm = numbers[:3]
     if level == "L2" and bounds is not None:
         record.buckets = numbers[3:-1]
         record.zeros = numbers[-1]
-    return record
+
+
+def _packed_signs(values: torch.Tensor) -> torch.Tensor:
+    """``numpy.packbits(values > 0)``, made where ``values`` lie."""
+    bits = (values > 0).reshape(-1).to(torch.uint8)
+    if bits.numel() % 8:
+        bits = torch.cat((bits, bits.new_zeros(8 - bits.numel() % 8)))
+    weights = torch.tensor(_BIT_WEIGHTS, dtype=torch.uint8, device=bits.device)
+    return (bits.view(-1, 8) * weights).sum(dim=1, dtype=torch.uint8)
+
+
+class _DeviceReads:
+    """A step's device gradients, measured where they lie and read back together: each one's numbers (float64)
+    and sign bits, or at L0 its bytes for md5, joined into one uint8 buffer, one transfer per TRANSFER_BYTES."""
+
+    def __init__(self, level: str, bounds: torch.Tensor | None):
+        self.level, self.bounds = level, bounds
+        self.records: list[GradRecord] = []
+        self.reads = 0
+        self._pieces: list[torch.Tensor] = []
+        self._waiting: list[tuple[GradRecord, int, int]] = []  # record, bytes of numbers, bytes after them
+        self._bytes = 0
+
+    def add(self, name: str, grad: torch.Tensor) -> int:
+        """Queues ``grad``; its record will be ``records[index]``, filled by :meth:`read_back`."""
+        data = grad.detach()
+        values = data.float() if data.dtype != torch.float64 else data
+        numbers = _numbers(values, self.level, self.bounds).view(torch.uint8)
+        after = data.contiguous().reshape(-1).view(torch.uint8) if self.level == "L0" else _packed_signs(values)
+        record = GradRecord(name, list(data.shape), 0.0, 0.0, 0.0)
+        self.records.append(record)
+        self._waiting.append((record, numbers.numel(), after.numel()))
+        self._pieces += [numbers, after]
+        self._bytes += numbers.numel() + after.numel()
+        if self._bytes >= TRANSFER_BYTES:
+            self.read_back()
+        return len(self.records) - 1
+
+    def read_back(self) -> None:
+        if not self._waiting:
+            return
+        host = torch.cat(self._pieces).cpu().numpy()
+        self.reads += 1
+        offset = 0
+        for record, numbers_size, after_size in self._waiting:
+            numbers = np.frombuffer(host[offset : offset + numbers_size].tobytes(), dtype=np.float64).tolist()
+            after = host[offset + numbers_size : offset + numbers_size + after_size]
+            offset += numbers_size + after_size
+            _fill_numbers(record, numbers, self.level, self.bounds)
+            if self.level == "L0":
+                record.md5 = hashlib.md5(after.tobytes()).hexdigest()
+            else:
+                record.signs = after.copy()
+        self._pieces, self._waiting, self._bytes = [], [], 0
 
 
 def _applied_gradient(parameter: torch.Tensor) -> torch.Tensor | None:
@@ -76,10 +142,20 @@ class GradProbe(GradProbeHooks):
         self.level = section.grad_level
         self.wanted = section.param_list
         self.bounds = torch.tensor(section.bounds, dtype=torch.float64) if self.level == "L2" else None
+        self._bounds_by_device: dict[torch.device, torch.Tensor] = {}
         self.writer = GradSummaryWriter(session.config.dump_path, self.level, section.bounds)
         self.parameters = [(n, p) for n, p in model.named_parameters() if p.requires_grad and self.watched(n)]
         self.step = 0
+        self.host_reads = 0  # the device reads of the last step recorded
         self.handle: Any = None
+
+    def _bounds_on(self, device: torch.device) -> torch.Tensor | None:
+        """L2's interval bounds where the gradient lies (copied there once)."""
+        if self.bounds is None:
+            return None
+        if device not in self._bounds_by_device:
+            self._bounds_by_device[device] = self.bounds.to(device)
+        return self._bounds_by_device[device]
 
     def install(self) -> None:
         if self.handle is None:
@@ -100,16 +176,23 @@ class GradProbe(GradProbeHooks):
         if (config.step and step not in config.step) or (config.rank and rank not in config.rank):
             return
         try:
-            bounds = self.bounds
-            records = []
+            readers: dict[torch.device, _DeviceReads] = {}  # one per device: its gradients read back together
+            order: list[GradRecord | tuple[_DeviceReads, int]] = []  # a record, or where a device read puts it
             with unrecorded():  # a dump running beside the probe does not record the probe's arithmetic
                 for name, parameter in self.parameters:
                     grad = _applied_gradient(parameter)
                     if grad is None:
                         continue
-                    if bounds is not None and bounds.device != grad.device:
-                        bounds = self.bounds = self.bounds.to(grad.device)
-                    records.append(measure(name, grad, self.level, bounds))
+                    bounds = self._bounds_on(grad.device)
+                    if grad.is_cpu and not FORCE_DEVICE_PATH:
+                        order.append(measure(name, grad, self.level, bounds))
+                        continue
+                    reads = readers.setdefault(grad.device, _DeviceReads(self.level, bounds))
+                    order.append((reads, reads.add(name, grad)))
+                for reads in readers.values():
+                    reads.read_back()
+            self.host_reads = sum(reads.reads for reads in readers.values())
+            records = [item if isinstance(item, GradRecord) else item[0].records[item[1]] for item in order]
             self.writer.write_step(step, rank, records)
         except Exception as exc:  # never break training
             if self.session.config.strict:
