@@ -15,6 +15,7 @@ and how gradients are caught, through the methods marked "a backend's".
 from __future__ import annotations
 
 import contextlib
+import threading
 import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -116,6 +117,10 @@ class DumpRecorder:
         self.stack = stack_capture(tool_root)
         self.with_construct = self.level in ("L0", "mix")
         self._module_hooks: dict[str, ModuleHooks] = {}  # by label: made once, put on at every start()
+        # held for the tool's own work (never while a recorded call itself runs): hooks may run on several threads
+        # at once (backward on a device's threads, a user's threads), and the names, batches and step they share
+        # must stay whole
+        self.lock = threading.RLock()
 
     @property
     def state(self) -> Any:
@@ -124,6 +129,10 @@ class DumpRecorder:
 
     # -- TaskHooks ------------------------------------------------------------------
     def install(self) -> None:
+        with self.lock:
+            self._install()
+
+    def _install(self) -> None:
         self.summarizer.clear()  # what happened while the dump was off went unseen: measure afresh
         self.collector.open_step()
         self.starting()
@@ -137,6 +146,10 @@ class DumpRecorder:
         self.started()
 
     def remove(self) -> None:
+        with self.lock:
+            self._remove()
+
+    def _remove(self) -> None:
         self.stopping()
         self.patcher.remove()
         self.write_watch.remove()
@@ -150,6 +163,10 @@ class DumpRecorder:
         self.stopped()
 
     def end_step(self) -> None:
+        with self.lock:
+            self._end_step()
+
+    def _end_step(self) -> None:
         self.finish_step()
         self.guard(self.flush_values, "tensor files")
         self.guard(self.collector.close_step, "dump files")
@@ -178,10 +195,11 @@ class DumpRecorder:
 
     def guard(self, action: Callable[[], None], what: str) -> None:
         """Run tool work outside any call: a failure is reported under ``what``, never raised into training."""
-        try:
-            action()
-        except Exception as exc:
-            self.collector.report_failure(what, exc)
+        with self.lock:
+            try:
+                action()
+            except Exception as exc:
+                self.collector.report_failure(what, exc)
 
     @contextlib.contextmanager
     def tool_running(self) -> Iterator[None]:
@@ -190,7 +208,8 @@ class DumpRecorder:
         busy = state.busy
         state.busy = True
         try:
-            yield
+            with self.lock:
+                yield
         finally:
             state.busy = busy
 
@@ -219,42 +238,47 @@ class DumpRecorder:
         """The handler of every patched API: the call always runs, whatever the tool's own work does."""
         state = self.state
         state.busy = True
+        lock = self.lock
         try:
-            name, backward_name = self.api_names(key)
-            writes = self.writes_in_place(key, kwargs)
-            call = None
-            try:
-                call, args, kwargs = self.open_call(name, backward_name, key, args, kwargs, writes)
-            except Exception as exc:
-                self.collector.report_failure(name, exc)
-                self.collector.leave(name)
-            if writes:  # the inputs were measured as they are now: the call is about to change them
+            with lock:
+                name, backward_name = self.api_names(key)
+                writes = self.writes_in_place(key, kwargs)
+                call = None
                 try:
-                    self.before_write(key, args, kwargs)
+                    call, args, kwargs = self.open_call(name, backward_name, key, args, kwargs, writes)
                 except Exception as exc:
                     self.collector.report_failure(name, exc)
+                    self.collector.leave(name)
+                if writes:  # the inputs were measured as they are now: the call is about to change them
+                    try:
+                        self.before_write(key, args, kwargs)
+                    except Exception as exc:
+                        self.collector.report_failure(name, exc)
             try:
                 output = self.run(original, args, kwargs, call, writes)
             except BaseException:
                 if call is not None:  # the call never returned: it gets no entry, and a scope it ends still ends
-                    self.collector.leave(name)
+                    with lock:
+                        self.collector.leave(name)
                 raise
             if call is not None:
-                try:
-                    output = self.close_call(call, output)
-                except Exception as exc:
-                    self.collector.report_failure(name, exc)
-                    self.collector.leave(name)
+                with lock:
+                    try:
+                        output = self.close_call(call, output)
+                    except Exception as exc:
+                        self.collector.report_failure(name, exc)
+                        self.collector.leave(name)
             return output
         finally:
             state.busy = False
 
     def note_write(self, original: Callable, key: str, args: tuple, kwargs: dict) -> Any:
         """The handler of the writes that get no entry: the statistics cache must still hear of them."""
-        try:
-            self.before_write(key, args, kwargs)
-        except Exception as exc:
-            self.collector.report_failure(key, exc)
+        with self.lock:
+            try:
+                self.before_write(key, args, kwargs)
+            except Exception as exc:
+                self.collector.report_failure(key, exc)
         return self.run(original, args, kwargs, None, True)
 
     # -- L0: modules -----------------------------------------------------------------------
@@ -350,6 +374,18 @@ class ModuleHooks:
         return self.module() is module
 
     def pre(self, args: tuple, kwargs: dict) -> Any:
+        with self.recorder.lock:
+            return self._pre(args, kwargs)
+
+    def forward(self, args: tuple, kwargs: dict, output: Any) -> Any:
+        with self.recorder.lock:
+            return self._forward(args, kwargs, output)
+
+    def close(self) -> None:
+        with self.recorder.lock:
+            self._close()
+
+    def _pre(self, args: tuple, kwargs: dict) -> Any:
         recorder = self.recorder
         state = recorder.state
         if state.busy:
@@ -369,7 +405,7 @@ class ModuleHooks:
             state.busy = False
         return replaced
 
-    def forward(self, args: tuple, kwargs: dict, output: Any) -> Any:
+    def _forward(self, args: tuple, kwargs: dict, output: Any) -> Any:
         recorder = self.recorder
         state = recorder.state
         if state.busy or not self.pending:
@@ -392,7 +428,7 @@ class ModuleHooks:
         finally:
             state.busy = False
 
-    def close(self) -> None:
+    def _close(self) -> None:
         if self.recorder.state.busy or not self.pending:
             return
         call, pushed = self.pending.pop()  # both None when forward() closed the call

@@ -38,13 +38,13 @@ typedef struct {
     int (*any_nonfinite)(const void *data, Py_ssize_t n, char kind);
 } KernelsAPI;
 
-#define LANE_INTERFACE_VERSION 2 /* see INTERFACE in PyInit__lane */
+#define LANE_INTERFACE_VERSION 3 /* see INTERFACE in PyInit__lane */
 
 static PyObject *one; /* the int 1 */
 static PyObject *s_version, *s_data_ptr, *s_dtype, *s_shape, *s_requires_grad, *s_is_cpu, *s_is_neg,
     *s_is_contiguous, *s_stride, *s_untyped_storage, *s_busy, *s_count, *s_written_at, *s_out, *s_inplace, *s_writer,
     *s_open_step, *s_add_journaled, *s_journal, *s_journal_failed, *s_dirty, *s_data, *s_stack, *s_construct,
-    *s_names, *s_write, *s_limit, *s_map, *s_position, *s_size, *s_grad_fn, *s_register_hook;
+    *s_names, *s_write, *s_limit, *s_map, *s_position, *s_size, *s_grad_fn, *s_register_hook, *s_acquire, *s_release;
 
 /* What configure() gave: torch's own descriptors of the tensor attributes read per call (each read then skips
  * the lookup by name, which costs a dict lookup per class in the MRO and one in the tensor's __dict__), and
@@ -705,12 +705,15 @@ typedef struct {
     /* the overflow check: late_backward(name, backward_name, parent) -> the recorder's node hook for a call whose
      * leaving gradients hold inf or nan, made only then (see ScreenFirst); or None */
     PyObject *late_backward;
+    /* the recorder's RLock, held for the tool's own work on a call (never while the call itself runs), so that
+     * threads recording at once (backward hooks on a device's threads) keep its state whole; or None */
+    PyObject *lock;
 } Lane;
 
 #define LANE_OBJECTS(X)                                                                                            \
     X(log) X(slow) X(state) X(counts) X(in_place_keys) X(classify) X(grad_enabled) X(graph_task_id) X(module_stack) \
         X(no_parent) X(stack) X(collector) X(encode_value) X(encode_outputs) X(overwritten) X(report) X(watch)     \
-            X(overflow) X(overflowed) X(nonfinite) X(screen_kinds) X(nodes_of) X(handoff) X(late_backward)
+            X(overflow) X(overflowed) X(nonfinite) X(screen_kinds) X(nodes_of) X(handoff) X(late_backward) X(lock)
 
 static PyObject *lane_vectorcall(Lane *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames);
 
@@ -719,19 +722,19 @@ static int lane_init(Lane *self, PyObject *args, PyObject *kwargs) {
                             "grad_enabled", "graph_task_id", "module_stack", "no_parent", "stack", "collector",
                             "encode_value", "encode_outputs", "overwritten", "report", "watch", "backward",
                             "overflow", "overflowed", "nonfinite", "screen_kinds", "kernels", "parameter_type",
-                            "nodes_of", "handoff", "late_backward", NULL};
+                            "nodes_of", "handoff", "late_backward", "lock", NULL};
     PyObject *summaries, *tensor_type, *log, *slow, *state, *counts, *classify, *grad_enabled, *graph_task_id,
         *module_stack, *no_parent, *stack, *collector, *encode_value, *encode_outputs, *overwritten, *report, *watch;
     PyObject *overflow = Py_None, *overflowed = Py_None, *nonfinite = Py_None, *screen_kinds = Py_None,
              *capsule = Py_None, *parameter_type = Py_None, *nodes_of = Py_None, *handoff = Py_None,
-             *late_backward = Py_None;
+             *late_backward = Py_None, *lock = Py_None;
     int with_values, backward;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OpOO!OOO!OOOOOOOOOOOOp|$OOOOOOOOO", names, &summaries, &with_values,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OpOO!OOO!OOOOOOOOOOOOp|$OOOOOOOOOO", names, &summaries, &with_values,
                                      &log, &PyType_Type, &tensor_type, &slow, &state, &PyDict_Type, &counts, &classify,
                                      &grad_enabled, &graph_task_id, &module_stack, &no_parent, &stack, &collector,
                                      &encode_value, &encode_outputs, &overwritten, &report, &watch, &backward,
                                      &overflow, &overflowed, &nonfinite, &screen_kinds, &capsule, &parameter_type,
-                                     &nodes_of, &handoff, &late_backward))
+                                     &nodes_of, &handoff, &late_backward, &lock))
         return -1;
     Py_XSETREF(self->parameter_type, (PyTypeObject *)Py_NewRef(parameter_type == Py_None ? tensor_type : parameter_type));
     if (overflow != Py_None) { /* the overflow check needs the screen, version 2 of the kernels */
@@ -782,6 +785,7 @@ static int lane_init(Lane *self, PyObject *args, PyObject *kwargs) {
     SET(nodes_of)
     SET(handoff)
     SET(late_backward)
+    SET(lock)
 #undef SET
     return 0;
 }
@@ -1300,6 +1304,29 @@ static PyObject *watch_backward(Lane *self, PyObject *key, long long index, PyOb
     return result;
 }
 
+/* The recorder's lock around the tool's own work on a call. Waiting in acquire lets go of the GIL, so a thread
+ * that waits does not stop the one that holds it. -1 on an error (set). */
+static int tool_lock(Lane *self) {
+    if (self->lock == Py_None) return 0;
+    PyObject *got = PyObject_CallMethodNoArgs(self->lock, s_acquire);
+    if (got == NULL) return -1;
+    Py_DECREF(got);
+    return 0;
+}
+
+/* Lets the lock go, keeping whatever error is set. */
+static void tool_unlock(Lane *self) {
+    if (self->lock == Py_None) return;
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyObject *done = PyObject_CallMethodNoArgs(self->lock, s_release);
+    if (done == NULL)
+        PyErr_Clear();
+    else
+        Py_DECREF(done);
+    PyErr_Restore(type, value, traceback);
+}
+
 /* The end of every recorded call: not busy any more; the call's own error, if it raised, is what the caller sees. */
 static PyObject *leave_call(Lane *self, PyObject *output) {
     PyObject *type, *value, *traceback;
@@ -1452,6 +1479,9 @@ static PyObject *lane_screen_call(Lane *self, PyObject *original, PyObject *key,
                                   PyObject *grad_inputs) {
     PyObject *name = NULL, *output = NULL, *nodes_before = NULL;
     if (set_busy(self, Py_True) < 0) return NULL;
+    int held = 0;
+    if (tool_lock(self) < 0) goto leave;
+    held = 1;
     long long index;
     name = count_call(self, key, &index);
     if (name == NULL) goto leave;
@@ -1486,8 +1516,15 @@ static PyObject *lane_screen_call(Lane *self, PyObject *original, PyObject *key,
             if (report_failure(self, name) < 0) goto leave;
         }
     }
+    tool_unlock(self);
+    held = 0;
     output = PyObject_Call(original, args, PyDict_GET_SIZE(kwargs) ? kwargs : NULL);
     if (output == NULL || !keep) goto leave;
+    if (tool_lock(self) < 0) {
+        Py_CLEAR(output);
+        goto leave;
+    }
+    held = 1;
     PyObject *parent = parent_of(self);
     int outputs_nonfinite = any_nonfinite(self, output, 0);
     PyObject *result = Py_NewRef(Py_None);
@@ -1510,7 +1547,9 @@ static PyObject *lane_screen_call(Lane *self, PyObject *original, PyObject *key,
 leave:
     Py_XDECREF(nodes_before);
     Py_XDECREF(name);
-    return leave_call(self, output);
+    output = leave_call(self, output);
+    if (held) tool_unlock(self);
+    return output;
 }
 
 /* Whether JSON text holds one of the tokens the encoder writes for inf and nan (Infinity, -Infinity, NaN): a
@@ -1545,6 +1584,9 @@ static PyObject *lane_record_call(Lane *self, PyObject *original, PyObject *key,
     Text entry;
     text_init(&entry);
     if (set_busy(self, Py_True) < 0) return NULL;
+    int held = 0;
+    if (tool_lock(self) < 0) goto leave;
+    held = 1;
     long long index;
     name = count_call(self, key, &index);
     if (name == NULL) goto leave;
@@ -1569,8 +1611,15 @@ static PyObject *lane_record_call(Lane *self, PyObject *original, PyObject *key,
             if (report_failure(self, name) < 0) goto leave;
         }
     }
+    tool_unlock(self);
+    held = 0;
     output = PyObject_Call(original, args, PyDict_GET_SIZE(kwargs) ? kwargs : NULL);
     if (output == NULL || !keep) goto leave;
+    if (tool_lock(self) < 0) {
+        Py_CLEAR(output);
+        goto leave;
+    }
+    held = 1;
     PyObject *stack = NULL, *result = NULL, *parent = parent_of(self);
     Py_ssize_t outputs_at = entry.len;
     int failed = self->with_values ? TEXT_ADD(&entry, ",\"is_recompute\":false,\"output\":") < 0 ||
@@ -1594,7 +1643,9 @@ leave:
     text_free(&entry);
     Py_XDECREF(nodes_before);
     Py_XDECREF(name);
-    return leave_call(self, output);
+    output = leave_call(self, output);
+    if (held) tool_unlock(self);
+    return output;
 }
 
 static PyObject *lane_vectorcall(Lane *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames) {
@@ -1827,6 +1878,8 @@ PyMODINIT_FUNC PyInit__lane(void) {
     INTERN(s_stride, "stride")
     INTERN(s_untyped_storage, "untyped_storage")
     INTERN(s_busy, "busy")
+    INTERN(s_acquire, "acquire")
+    INTERN(s_release, "release")
     INTERN(s_count, "count")
     INTERN(s_written_at, "written_at")
     INTERN(s_out, "out")

@@ -46,7 +46,7 @@ logger = logging.getLogger(__name__)
 
 # The _lane.c this module is written for: it reads and writes the recorder's state by attribute name
 # (_lane.INTERFACE lists them by owner), so both sides change together and bump this number.
-INTERFACE_VERSION = 2
+INTERFACE_VERSION = 3
 
 if switched_off("MSPROBE_NO_LANE"):
     _lane = None
@@ -205,5 +205,6 @@ def make_lane(
         parameter_type=torch.nn.Parameter,
         handoff=collector.flight_handoff if collector.flight is not None else None,
         late_backward=recorder._late_backward_hook if collector.overflow is not None else None,
+        lock=recorder.lock,
         **screening,
     )

@@ -209,15 +209,17 @@ class TorchDumpRecorder(DumpRecorder):
 
         def pre(optimizer: Any, args: tuple, kwargs: dict) -> None:
             if not self.state.busy:
-                self._close_raised_optimizer()
-                self.collector.parent("optimizer", None)
-                self.module_stack.append("optimizer")
-                self._optimizer_frame = sys._getframe(1)  # torch's wrapper around step(), which calls the hooks
+                with self.lock:
+                    self._close_raised_optimizer()
+                    self.collector.parent("optimizer", None)
+                    self.module_stack.append("optimizer")
+                    self._optimizer_frame = sys._getframe(1)  # torch's wrapper around step(), which calls the hooks
 
         def post(optimizer: Any, args: tuple, kwargs: dict) -> None:
-            if not self.state.busy and self.module_stack and self.module_stack[-1] == "optimizer":
-                self.module_stack.pop()
-                self._optimizer_frame = None
+            with self.lock:
+                if not self.state.busy and self.module_stack and self.module_stack[-1] == "optimizer":
+                    self.module_stack.pop()
+                    self._optimizer_frame = None
 
         self.handles.append(register_optimizer_step_pre_hook(pre))
         self.handles.append(register_optimizer_step_post_hook(post))
@@ -380,7 +382,8 @@ class TorchDumpRecorder(DumpRecorder):
         state = self.state
         busy, state.busy = state.busy, True
         try:
-            self._write_backward(record, grads_in)
+            with self.lock:
+                self._write_backward(record, grads_in)
         finally:
             state.busy = busy
 
