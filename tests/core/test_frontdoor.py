@@ -197,6 +197,25 @@ def test_the_front_door_takes_what_the_framework_debuggers_take():
         assert list(ours) == list(theirs), method
 
 
+def test_the_config_file_is_read_and_checked_once(monkeypatch, tmp_path):
+    """The front door reads the config to learn the framework; the framework's debugger takes that very object.
+    A debugger made alone, or with other arguments, still reads its own."""
+    from msprobe.core import config as config_module
+
+    reg = registry(AlphaBackend(), BetaBackend())
+    monkeypatch.setattr(frontdoor, "get_registry", lambda: reg)
+    reads = []
+    real_read = config_module.read_config_file
+    monkeypatch.setattr(config_module, "read_config_file", lambda path: reads.append(path) or real_read(path))
+    config = tmp_path / "c.json"
+    config.write_text(f'{{"dump_path": "{tmp_path}", "framework": "alpha", "level": "L0"}}')
+    debugger = frontdoor.PrecisionDebugger(config_path=str(config), model=AlphaModel(), step=[0, 2])
+    assert reads == [str(config)]
+    assert debugger.debugger.config.step == [0, 2] and debugger.debugger.config.level == "L0"
+    RecordingDebugger(config_path=str(config), model=AlphaModel())
+    assert reads == [str(config)] * 2  # made alone: nothing is handed over
+
+
 def test_strict_and_the_steps_loss_reach_the_framework_debugger(monkeypatch, tmp_path):
     reg = registry(AlphaBackend(), BetaBackend())
     monkeypatch.setattr(frontdoor, "get_registry", lambda: reg)

@@ -10,11 +10,13 @@ A bad file never starts anything: :func:`load_config` raises one
 from __future__ import annotations
 
 import bisect
+import contextlib
 import itertools
 import json
 import logging
 import re
 from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
@@ -724,6 +726,35 @@ def load_config(path: str | Path | None = None, **overrides: Any) -> DebuggerCon
         return DebuggerConfig.model_validate(raw)
     except ValidationError as exc:
         raise config_error_from_validation(exc, path if path is not None else "PrecisionDebugger arguments") from None
+
+
+_LOADED: ContextVar[tuple[str, DebuggerConfig] | None] = ContextVar("msprobe_loaded_config", default=None)
+
+
+def _load_key(path: str | Path | None, overrides: dict[str, Any]) -> str:
+    return repr((str(path) if path is not None else None, sorted(overrides.items())))
+
+
+@contextlib.contextmanager
+def loaded_once(path: str | Path | None = None, **overrides: Any) -> Iterator[DebuggerConfig]:
+    """The config, loaded here, and taken as it is by the debugger made inside (:func:`load_config_once`) instead
+    of read and checked again: the front door reads it to learn the framework, then makes that framework's
+    debugger with the same arguments."""
+    config = load_config(path, **overrides)
+    token = _LOADED.set((_load_key(path, overrides), config))
+    try:
+        yield config
+    finally:
+        _LOADED.reset(token)
+
+
+def load_config_once(path: str | Path | None = None, **overrides: Any) -> DebuggerConfig:
+    """:func:`load_config`, or the config :func:`loaded_once` loaded with the same arguments (taken once)."""
+    loaded = _LOADED.get()
+    if loaded is not None and loaded[0] == _load_key(path, overrides):
+        _LOADED.set(None)
+        return loaded[1]
+    return load_config(path, **overrides)
 
 
 def validate_config_dict(data: dict[str, Any], source: str = "config") -> DebuggerConfig:

@@ -1,10 +1,11 @@
 """``msprobe.core.PrecisionDebugger``: one entry point for every framework.
 
-It reads the config once to learn the framework, then hands the same
-arguments to that framework's own ``PrecisionDebugger`` and forwards every
-call to it. The backend is chosen, in order, from the config's
-``framework`` field, from the model passed in, or from the single installed
-backend; anything ambiguous is an error that says what to do.
+It reads the config to learn the framework, then hands the same arguments
+to that framework's own ``PrecisionDebugger``, which takes the config as it
+was read (it is read and checked once), and forwards every call to it.
+The backend is chosen, in order, from the config's ``framework`` field,
+from the model passed in, or from the single installed backend; anything
+ambiguous is an error that says what to do.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from msprobe.core.backend import Backend
-from msprobe.core.config import load_config
+from msprobe.core.config import loaded_once
 from msprobe.core.errors import BackendError
 from msprobe.core.plugins import PluginRegistry, get_registry
 
@@ -67,12 +68,10 @@ class PrecisionDebugger:
         framework: str | None = None,
     ):
         """``BaseDebugger``'s arguments (a test keeps the two alike), and ``framework`` to choose the backend."""
-        config = load_config(config_path, task=task, dump_path=dump_path, level=level, step=step, strict=strict)
-        self.backend = select_backend(get_registry(), framework or config.framework, model)
-        self.debugger = self.backend.create_debugger(
-            config_path=config_path, task=task, dump_path=dump_path, level=level, model=model, step=step,
-            strict=strict,
-        )  # fmt: skip
+        overrides = {"task": task, "dump_path": dump_path, "level": level, "step": step, "strict": strict}
+        with loaded_once(config_path, **overrides) as config:  # the framework's debugger takes it as it is
+            self.backend = select_backend(get_registry(), framework or config.framework, model)
+            self.debugger = self.backend.create_debugger(config_path=config_path, model=model, **overrides)
 
     @property
     def framework(self) -> str:

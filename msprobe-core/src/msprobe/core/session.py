@@ -17,7 +17,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from msprobe.core.config import DebuggerConfig, load_config
+from msprobe.core.config import DebuggerConfig, load_config, load_config_once
 from msprobe.core.errors import BackendError, ConfigError, DataFileError, MsprobeError, UsageError
 from msprobe.core.messages import show_in_training
 
@@ -101,7 +101,7 @@ class BaseDebugger:
         strict: bool | None = None,
     ):
         self._overrides = {"task": task, "dump_path": dump_path, "level": level, "step": step, "strict": strict}
-        self.config = load_config(config_path, **self._overrides)
+        self.config = load_config_once(config_path, **self._overrides)  # the front door's, where it made us
         self.config_path = config_path
         self._config_seen = _file_state(config_path) if self.config.dump_enable is not None else None
         self._make_dump_path()
