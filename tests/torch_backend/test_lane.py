@@ -546,10 +546,10 @@ def test_md5_checksums_come_with_the_cached_statistics_and_are_the_bytes_crc32(t
 @pytest.mark.parametrize("with_lane", [True, False])
 def test_the_overflow_check_hands_only_nonfinite_gradients_to_python(tmp_path, monkeypatch, with_lane):
     """The lane screens the gradients leaving each call's node in C; the recorder's hook sees only inf or nan."""
-    from msprobe.pytorch.dump import recorder as recorder_module
+    from msprobe.pytorch.dump import call_record
 
     monkeypatch.setattr(lane, "AVAILABLE", with_lane)
-    record_type = recorder_module._CallRecord
+    record_type = call_record.CallRecord
     seen = []
     original_hook = record_type._node_hook
 
