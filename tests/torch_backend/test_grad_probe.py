@@ -167,21 +167,20 @@ def test_device_sign_bits_and_numbers_match_numpy(monkeypatch):
 
     generator = torch.Generator().manual_seed(4)
     grads = [torch.randn(shape, generator=generator) for shape in ((13,), (4, 5), (64, 3), ())]
-    reads = grad_probe._DeviceReads("L1", None)
-    indices = [reads.add(f"p{i}", grad) for i, grad in enumerate(grads)]
+    reads = grad_probe._DeviceReads("L1", None, torch.device("cpu"))
+    records = [reads.add(f"p{i}", grad) for i, grad in enumerate(grads)]
     reads.read_back()
     assert reads.reads == 1
-    for index, grad in zip(indices, grads):
-        record, array = reads.records[index], grad.numpy().astype(np.float64)
+    for record, grad in zip(records, grads):
+        array = grad.numpy().astype(np.float64)
         assert record.signs.tolist() == np.packbits((array > 0).reshape(-1)).tolist()
         assert (record.maximum, record.minimum) == (array.max(), array.min())
         assert record.norm == pytest.approx(np.linalg.norm(array), rel=1e-6)
     monkeypatch.setattr(grad_probe, "TRANSFER_BYTES", 64)  # a bound on what one transfer joins
-    reads = grad_probe._DeviceReads("L0", None)
-    for i, grad in enumerate(grads):
-        reads.add(f"p{i}", grad)
+    reads = grad_probe._DeviceReads("L0", None, torch.device("cpu"))
+    records = [reads.add(f"p{i}", grad) for i, grad in enumerate(grads)]
     reads.read_back()
     assert reads.reads == 4  # the 13-, 20- and 192-value gradients each pass 64 bytes; the 0-d one, at the end
     import hashlib
 
-    assert [r.md5 for r in reads.records] == [hashlib.md5(g.numpy().tobytes()).hexdigest() for g in grads]
+    assert [r.md5 for r in records] == [hashlib.md5(g.numpy().tobytes()).hexdigest() for g in grads]

@@ -71,12 +71,11 @@ def _fill_numbers(record: GradRecord, numbers: list[float], level: str, bounds: 
         record.zeros = numbers[-1]
 
 
-def _packed_signs(values: torch.Tensor) -> torch.Tensor:
-    """``numpy.packbits(values > 0)``, made where ``values`` lie."""
+def _packed_signs(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``numpy.packbits(values > 0)``, made where ``values`` lie (``weights``: _BIT_WEIGHTS there)."""
     bits = (values > 0).reshape(-1).to(torch.uint8)
     if bits.numel() % 8:
         bits = torch.cat((bits, bits.new_zeros(8 - bits.numel() % 8)))
-    weights = torch.tensor(_BIT_WEIGHTS, dtype=torch.uint8, device=bits.device)
     return (bits.view(-1, 8) * weights).sum(dim=1, dtype=torch.uint8)
 
 
@@ -84,28 +83,30 @@ class _DeviceReads:
     """A step's device gradients, measured where they lie and read back together: each one's numbers (float64)
     and sign bits, or at L0 its bytes for md5, joined into one uint8 buffer, one transfer per TRANSFER_BYTES."""
 
-    def __init__(self, level: str, bounds: torch.Tensor | None):
+    def __init__(self, level: str, bounds: torch.Tensor | None, device: torch.device):
         self.level, self.bounds = level, bounds
-        self.records: list[GradRecord] = []
+        self.weights = torch.tensor(_BIT_WEIGHTS, dtype=torch.uint8, device=device)  # copied there once a step
         self.reads = 0
         self._pieces: list[torch.Tensor] = []
         self._waiting: list[tuple[GradRecord, int, int]] = []  # record, bytes of numbers, bytes after them
         self._bytes = 0
 
-    def add(self, name: str, grad: torch.Tensor) -> int:
-        """Queues ``grad``; its record will be ``records[index]``, filled by :meth:`read_back`."""
+    def add(self, name: str, grad: torch.Tensor) -> GradRecord:
+        """Queues ``grad``; its record is filled by :meth:`read_back`."""
         data = grad.detach()
         values = data.float() if data.dtype != torch.float64 else data
         numbers = _numbers(values, self.level, self.bounds).view(torch.uint8)
-        after = data.contiguous().reshape(-1).view(torch.uint8) if self.level == "L0" else _packed_signs(values)
+        if self.level == "L0":
+            after = data.contiguous().reshape(-1).view(torch.uint8)
+        else:
+            after = _packed_signs(values, self.weights)
         record = GradRecord(name, list(data.shape), 0.0, 0.0, 0.0)
-        self.records.append(record)
         self._waiting.append((record, numbers.numel(), after.numel()))
         self._pieces += [numbers, after]
         self._bytes += numbers.numel() + after.numel()
         if self._bytes >= TRANSFER_BYTES:
             self.read_back()
-        return len(self.records) - 1
+        return record
 
     def read_back(self) -> None:
         if not self._waiting:
@@ -177,7 +178,7 @@ class GradProbe(GradProbeHooks):
             return
         try:
             readers: dict[torch.device, _DeviceReads] = {}  # one per device: its gradients read back together
-            order: list[GradRecord | tuple[_DeviceReads, int]] = []  # a record, or where a device read puts it
+            records: list[GradRecord] = []  # a device gradient's is filled when its device is read back
             with unrecorded():  # a dump running beside the probe does not record the probe's arithmetic
                 for name, parameter in self.parameters:
                     grad = _applied_gradient(parameter)
@@ -185,14 +186,15 @@ class GradProbe(GradProbeHooks):
                         continue
                     bounds = self._bounds_on(grad.device)
                     if grad.is_cpu and not FORCE_DEVICE_PATH:
-                        order.append(measure(name, grad, self.level, bounds))
+                        records.append(measure(name, grad, self.level, bounds))
                         continue
-                    reads = readers.setdefault(grad.device, _DeviceReads(self.level, bounds))
-                    order.append((reads, reads.add(name, grad)))
+                    reads = readers.get(grad.device)
+                    if reads is None:
+                        reads = readers[grad.device] = _DeviceReads(self.level, bounds, grad.device)
+                    records.append(reads.add(name, grad))
                 for reads in readers.values():
                     reads.read_back()
             self.host_reads = sum(reads.reads for reads in readers.values())
-            records = [item if isinstance(item, GradRecord) else item[0].records[item[1]] for item in order]
             self.writer.write_step(step, rank, records)
         except Exception as exc:  # never break training
             if self.session.config.strict:
