@@ -14,11 +14,22 @@ window's memory at most window x one step's dump.json, printed after the
 table). The columns "host reads/step" and "peak device mem" are counted on
 the device path (``MSPROBE_FORCE_DEVICE_PATH=1`` sends CPU tensors through
 it); tests/torch_backend/test_device_batch.py runs this with --device cpu.
+
+The "floor" row is the least any statistics dump must do: the plain step,
+then one reduction over a tensor of each distinct shape and dtype that
+statistics L1 dumps (listed from one step of its dump.json; an input equal
+in summary to an earlier output is the same tensor and is read once),
+results discarded, nothing recorded. The column "to floor" is each
+configuration's ratio over the floor's; goals: statistics L1 <= 1.15x of
+the floor, mix <= 1.3x. The floor depends on the machine's memory speed
+as the statistics do, so it reads the same on every machine where the
+plain step's ratio does not.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import sys
@@ -37,12 +48,15 @@ from in_turn import (
     report_tensor_dump,
     time_in_turn,
 )
-from workload import make_workload
+from workload import make_workload, synchronize
 
+from msprobe.core.dump.live_diff import value_summaries
 from msprobe.pytorch import PrecisionDebugger
 
+FLOOR = {"task": "floor"}  # not a task: the step with each dumped tensor read once (see the module's docstring)
 CONFIGS = [
     ("none", None),
+    ("floor", FLOOR),
     ("statistics L1", {"task": "statistics", "level": "L1"}),
     ("statistics mix", {"task": "statistics", "level": "mix"}),
     ("md5 L1", {"task": "statistics", "level": "L1", "statistics": {"summary_mode": "md5"}}),
@@ -61,6 +75,7 @@ TARGETS = {  # on the CPU, the tightened ones (before: 1.5, 1.7, 2.0, 1.3, 5.0)
     "grad_probe L1": 1.2,
     "free_benchmark": 2.5,
 }  # flight_recorder L1: at most statistics L1's ratio in the same run
+FLOOR_TARGETS = {"statistics L1": 1.15, "statistics mix": 1.3}  # ratio over the floor's ratio
 # what the large transformer's defaults leave out: one step of it writes 38 GB of tensors (counted from the
 # shapes in its statistics dump), 17 steps with the numpy.save yardstick's copies would fill most disks, and the
 # yardstick holds a step's arrays in host memory; name it in --only to run it all the same
@@ -85,6 +100,9 @@ def time_config(
     """
     model, train_step = make_workload(device=device, size=size, dtype=dtype)
     _plain_model, plain_step = make_workload(device=device, size=size, dtype=dtype)
+    if config is FLOOR:
+        train_step = floor_step(train_step, dumped_tensors(out / "probe", device, size, dtype), device)
+        config = None
     _reset_peak(device)
     debugger = None
     if config is not None:
@@ -116,6 +134,69 @@ def time_config(
     return result
 
 
+def dumped_tensors(folder: Path, device: str, size: str, dtype: str) -> list[tuple[str, int]]:
+    """(dtype, element count) of each distinct tensor that one step of statistics L1 dumps.
+
+    A summary equal (shape, dtype and statistics) to one seen before in the
+    same direction is taken for the same tensor: a call's output is the next
+    call's input, read once by a dump that remembers what it measured.
+    """
+    import json
+
+    model, train_step = make_workload(device=device, size=size, dtype=dtype)
+    config_file = folder / "config.json"
+    folder.mkdir(parents=True, exist_ok=True)
+    config_file.write_text(json.dumps({"task": "statistics", "level": "L1", "dump_path": str(folder / "dump")}))
+    debugger = PrecisionDebugger(config_path=str(config_file), model=model)
+    dumped_step(debugger, train_step)()
+    debugger.finish()
+    data = json.loads((folder / "dump" / "step0" / "rank" / "dump.json").read_text())["data"]
+    shutil.rmtree(folder, ignore_errors=True)
+    return distinct_tensors(data)
+
+
+def distinct_tensors(data: dict) -> list[tuple[str, int]]:
+    """(dtype, element count) of each distinct tensor in dump.json's ``data``, in order (see ``dumped_tensors``)."""
+    seen: set[tuple] = set()
+    tensors = []
+    for name, entry in data.items():
+        direction = "backward" if name.endswith(".backward") else "forward"
+        for summary in _summaries(entry):
+            key = (direction, summary["dtype"], tuple(summary["shape"]), *(str(summary.get(k)) for k in STATS))
+            if key not in seen:
+                seen.add(key)
+                tensors.append((summary["dtype"].removeprefix("torch."), math.prod(summary["shape"])))
+    return tensors
+
+
+STATS = ("Max", "Min", "Mean", "Norm")
+
+
+def _summaries(entry: dict):
+    """The tensor summaries in an entry of dump.json, in order."""
+    return (summary for summary in value_summaries(entry) if summary.get("type") == "torch.Tensor")
+
+
+def floor_step(train_step, tensors: list[tuple[str, int]], device: str):
+    """The step, then one sum over each listed tensor's worth of elements (views of one buffer per dtype, made
+    once: the floor times the reading, not the allocating)."""
+    largest: dict[str, int] = {}
+    for dtype, count in tensors:
+        largest[dtype] = max(largest.get(dtype, 0), count)
+    buffers = {dtype: torch.ones(count, dtype=getattr(torch, dtype), device=device) for dtype, count in largest.items()}
+    views = [buffers[dtype][:count] for dtype, count in tensors if count]
+    size = sum(view.numel() * view.element_size() for view in views)
+    print(f"floor: {len(views)} tensors, {size / 1e6:.1f} MB a step")
+
+    def step() -> None:
+        train_step()
+        for view in views:
+            view.sum()
+        synchronize(device)
+
+    return step
+
+
 def _reset_peak(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
@@ -141,6 +222,16 @@ def _device(name: str) -> str:
     elif name.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("--device cuda: no CUDA device is available")
     return name
+
+
+def report_floor(timings: dict[str, Timing]) -> None:
+    """Each statistics configuration's ratio over the floor's, against its goal."""
+    floor = timings["floor"].ratio
+    for label, goal in FLOOR_TARGETS.items():
+        if label in timings:
+            over = timings[label].ratio / floor
+            print(f"{label}: {over:.3f}x the floor ({floor:.3f}x the plain step); goal <= {goal}x  "
+                  f"{'met' if over <= goal else 'NOT met'}")  # fmt: skip
 
 
 def report_flight_memory(out: Path, timings: dict[str, Timing]) -> None:
@@ -175,7 +266,7 @@ def main() -> None:
     parser.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="the workload's parameters")
     add_only_option(parser)
     args = parser.parse_args()
-    configs = chosen(parser, args.only, CONFIGS)
+    configs = with_floor(chosen(parser, args.only, CONFIGS))
     device = _device(args.device)
     sizes = (args.sizes or ("W" if device == "cpu" else "W,large")).split(",")
     if device == "cpu":
@@ -185,6 +276,14 @@ def main() -> None:
             print(f"workload {size} ({args.dtype}) on {device}")
         run_configs(configs_for(size, configs, bool(args.only)), args.steps,
                     args.out / size if len(sizes) > 1 else args.out, device, size, args.dtype)  # fmt: skip
+
+
+def with_floor(configs: list) -> list:
+    """The floor runs whenever a statistics configuration does: their ratios over it are the point."""
+    labels = [label for label, _ in configs]
+    if "floor" in labels or not any(label in FLOOR_TARGETS for label in labels):
+        return configs
+    return [*configs[:1], ("floor", FLOOR), *configs[1:]]
 
 
 def configs_for(size: str, configs: list, named: bool) -> list:
@@ -215,7 +314,13 @@ def run_configs(configs: list, steps: int, out: Path, device: str, size: str, dt
     if "statistics L1" in timings:
         targets["flight_recorder L1"] = round(timings["statistics L1"].ratio, 3)
     columns = {"host reads/step": HOST_READS, "peak device mem": PEAK_MEMORY}  # "-" on the CPU
+    if "floor" in timings:
+        floor = timings["floor"].ratio
+        columns = {"to floor": {label: f"{t.ratio / floor:.3f}x" for label, t in timings.items() if label != "none"},
+                   **columns}  # fmt: skip
     print_ratios(timings, targets, columns)
+    if "floor" in timings:
+        report_floor(timings)
     if FLIGHT_MEMORY:
         report_flight_memory(out, timings)
     if "tensor L1" in timings:

@@ -187,7 +187,7 @@ def test_host_reads_per_step_are_bounded_by_the_batches(tmp_path, level):
 
 
 def test_the_device_benchmark_runs_on_the_cpu_and_prints_every_column(tmp_path):
-    """Issue 37's GPU benchmark, with --device cpu and the device path forced: what a GPU run will print."""
+    """The GPU benchmark, with --device cpu and the device path forced: what a GPU run will print."""
     bench = tensors.Path(__file__).parents[2] / "bench" / "bench_dump.py"
     env = {**os.environ, "MSPROBE_FORCE_DEVICE_PATH": "1", "MSPROBE_STATS_BATCH": "64"}
     command = [sys.executable, str(bench), "--device", "cpu", "--steps", "1", "--only", "statistics L1",
@@ -195,22 +195,50 @@ def test_the_device_benchmark_runs_on_the_cpu_and_prints_every_column(tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, env=env, check=True)
     lines = result.stdout.splitlines()
     header = next(line for line in lines if line.startswith("configuration"))
-    for column in ("step (ms)", "plain (ms)", "ratio", "middle half", "host reads/step", "peak device mem", "target"):
+    for column in ("step (ms)", "plain (ms)", "ratio", "middle half", "to floor", "host reads/step",
+                   "peak device mem", "target"):  # fmt: skip
         assert column in header, column
     row = next(line for line in lines if line.startswith("statistics L1")).split()
-    reads, memory = row[6], row[7]  # after the label's two words, step, plain, ratio and middle half
+    over_floor, reads, memory = row[6], row[7], row[8]  # after the label's two words, step, plain, ratio, middle half
     assert reads.isdigit() and int(reads) > 0, row  # counted on the device path
     assert memory == "-", row  # no device memory to report on the CPU
+    floor = next(line for line in lines if line.startswith("floor ")).split()
+    assert floor[5] == "1.000x", floor  # the floor over itself
+    expected = float(row[4].rstrip("x")) / float(floor[3].rstrip("x"))  # the printed ratios, rounded to 3 places
+    assert abs(float(over_floor.rstrip("x")) - expected) < 0.01, (row, floor)
+    assert any(line.startswith("statistics L1: ") and "the floor" in line for line in lines)
     assert (tmp_path / "statistics_L1" / "dump" / "step0" / "rank" / "dump.json").exists()
+
+
+def test_the_floor_reads_each_distinct_dumped_tensor_once(tmp_path):
+    """The floor's list of tensors, against a dump.json whose tensors are counted by hand: an output that is the
+    next call's input (same summary, same direction) is one tensor; a gradient equal to it is another."""
+    bench = _bench_module()
+    summary = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2, 3], "Max": 1.0, "Min": 0.0,
+               "Mean": 0.5, "Norm": 2.0}  # fmt: skip
+    other = {**summary, "dtype": "torch.bfloat16", "shape": [4], "Max": 3.0}
+    data = {
+        "Torch.add.0.forward": {"input_args": [summary, 1.0], "input_kwargs": {}, "output": [other]},
+        "Torch.mul.0.forward": {"input_args": [other, other], "input_kwargs": {"out": None}, "output": [summary]},
+        "Torch.add.0.backward": {"input": [other], "output": [summary, None]},
+    }
+    found = [summary for entry in data.values() for summary in bench._summaries(entry)]
+    assert len(found) == 7
+    assert bench.distinct_tensors(data) == [("float32", 6), ("bfloat16", 4), ("bfloat16", 4), ("float32", 6)]
+
+
+def _bench_module():
+    path = tensors.Path(__file__).parents[2] / "bench" / "bench_dump.py"
+    spec = importlib.util.spec_from_file_location("bench_dump_under_test", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
 
 
 def test_the_large_workload_leaves_the_tensor_dump_out_unless_named(capsys):
     """One step of the large transformer writes about 38 GB of tensors: `--device cuda` must run unchanged on one
     GPU machine, so its defaults leave the tensor task out, and say so."""
-    path = tensors.Path(__file__).parents[2] / "bench" / "bench_dump.py"
-    spec = importlib.util.spec_from_file_location("bench_dump_under_test", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _bench_module()
     labels = [label for label, _ in bench.CONFIGS]
     assert "tensor L1" in labels
     on_large = [label for label, _ in bench.configs_for("large", bench.CONFIGS, named=False)]
