@@ -474,12 +474,13 @@ OVERFLOW = textwrap.dedent("""
 """)
 
 
-def test_the_overflow_checks_reads_on_a_device_are_counted(tmp_path):
-    """The overflow check decides at each call, so on a device each screened output costs one read: they are
-    counted with the batch's, so the benchmark's host reads/step says what a GPU would do."""
+def test_the_overflow_checks_reads_on_a_device_wait_for_the_batch(tmp_path):
+    """On a device the overflow check screens each output by its sum, which waits in the batch: a step with no
+    overflow costs the batch's one read, and only a call whose sum is not finite is looked into."""
     reads = [step["reads"] for step in _json_lines(_run(tmp_path, OVERFLOW, tmp_path / "dump").stdout)]
-    # step 0: ten float outputs (five matmuls, five tanhs), one sum read each, and no in-place call to screen
-    # step 1: those ten and the multiplication's; exp's sum is inf, so its min and max are read (2); exp is kept:
-    # its statistics go through the batch, read back at step end (1), with its output's *_except_inf_nan pair (1)
-    assert reads == [10, 10 + 1 + 2 + 2]
+    # step 0: ten float outputs (five matmuls, five tanhs), their sums read together at step end (1)
+    # step 1: those, the multiplication's and exp's sums (1); exp's sum is inf, so it is looked into: its sum (1)
+    # and min and max (1), its input's sum (1); kept, its statistics are read at step end (1) with its output's
+    # *_except_inf_nan pair (1)
+    assert reads == [1, 1 + 3 + 2]
     assert list(read_dump(tmp_path / "dump" / "step1" / "rank").data) == ["Torch.exp.0.forward"]

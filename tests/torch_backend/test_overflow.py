@@ -1,14 +1,28 @@
-"""Task overflow_check: only calls with finite inputs and inf/nan outputs are dumped."""
+"""Task overflow_check: only calls with finite inputs and inf/nan outputs are dumped.
+
+Every case runs twice: on the CPU's path (exponent bits read in C) and on the
+device path forced onto the CPU (sums waiting in the device batch, decided
+at its read-back), with the same expected dump.
+"""
 
 import json
 import math
 import sys
 import types
 
+import pytest
 import torch
 
 from msprobe.core.dump.reader import read_dump
 from msprobe.pytorch import PrecisionDebugger
+from msprobe.pytorch.dump import tensors
+
+
+@pytest.fixture(autouse=True, params=["cpu path", "device path"])
+def path(request, monkeypatch):
+    if request.param == "device path":
+        monkeypatch.setattr(tensors, "FORCE_DEVICE_PATH", True)
+    return request.param
 
 
 class HalfNet(torch.nn.Module):
@@ -116,3 +130,87 @@ def test_an_in_place_call_that_overflows_its_finite_input_is_kept(tmp_path):
     dump = run_function(tmp_path, in_place)
     assert list(dump.data) == ["Tensor.mul_.0.forward"]
     assert dump.data["Tensor.mul_.0.forward"]["output"][0]["Max"] == math.inf
+
+
+def test_a_gradient_that_overflows_in_backward_is_kept(tmp_path):
+    def backward_overflow():
+        x = torch.full((4,), 300.0, dtype=torch.float16, requires_grad=True)
+        y = torch.pow(x * 0.01, 2)  # 9: finite
+        y.backward(torch.full_like(y, 20000.0))  # pow's gradient 2 * 3 * 20000 is beyond float16
+
+    dump = run_function(tmp_path, backward_overflow)
+    assert list(dump.data) == ["Torch.pow.0.backward"]  # mul's backward gets inf: not its overflow
+    assert dump.data["Torch.pow.0.backward"]["output"][0]["Max"] == math.inf
+
+
+def test_a_call_after_the_limit_is_not_kept_though_decided_later(tmp_path):
+    """On the device path the decision waits for the batch: the limit still counts in the order calls ran."""
+    config = {"task": "overflow_check", "dump_path": str(tmp_path), "level": "L1"}  # overflow_nums: 1
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    debugger = PrecisionDebugger(config_path=str(tmp_path / "c.json"))
+    debugger.start()
+    big = torch.full((4,), 300.0, dtype=torch.float16)
+    torch.mul(big, 300.0)
+    torch.add(big, 65500.0)
+    debugger.stop()
+    debugger.step()
+    assert list(read_dump(tmp_path / "step0" / "rank").data) == ["Torch.mul.0.forward"]
+
+
+def test_an_output_overwritten_before_the_decision_is_still_kept(tmp_path, path):
+    """On the device path the decision waits for the batch: an output made inf, then zeroed in place before the
+    read-back, is an overflow all the same (its sum was taken at the call); its entry shows it as it is then."""
+
+    def overwritten():
+        values = torch.full((4,), 300.0, dtype=torch.float16)
+        made = torch.mul(values, 300.0)  # inf
+        made.zero_()
+
+    dump = run_function(tmp_path, overwritten)
+    assert list(dump.data) == ["Torch.mul.0.forward"]
+    shown = dump.data["Torch.mul.0.forward"]["output"][0]["Max"]
+    assert shown == (0.0 if path == "device path" else math.inf)
+
+
+class Stack(torch.nn.Module):
+    """Four blocks of linear, gelu, linear: a call's place is its block and its linear (2 * block, + 1)."""
+
+    def __init__(self, dtype):
+        super().__init__()
+        torch.manual_seed(0)
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16)) for _ in range(4)
+        ).to(dtype)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = x + block(x)
+        return x
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("place", [None, (0, 0), (1, 2), (2, 0), (3, 2)])
+def test_the_first_overflow_is_named_where_it_was_injected(tmp_path, dtype, place):
+    """One linear of one block given every weight half its dtype's largest value: its output, that value times a
+    row's sum of inputs (one of them at least 2 in size, over the batch), is inf from finite inputs; no injection
+    (None) is the negative control."""
+    model = Stack(dtype)
+    if place is not None:
+        block, layer = place
+        with torch.no_grad():
+            model.blocks[block][layer].weight.fill_(torch.finfo(dtype).max / 2)
+    config = {"task": "overflow_check", "dump_path": str(tmp_path), "level": "L1"}
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    debugger = PrecisionDebugger(config_path=str(tmp_path / "c.json"), model=model)
+    debugger.start()
+    x = torch.randn(8, 16).to(dtype).requires_grad_()
+    model(x).float().sum().backward()
+    debugger.stop()
+    debugger.step()
+    folder = tmp_path / "step0" / "rank"
+    found = list(read_dump(folder).data) if (folder / "dump.json").exists() else []
+    if place is None:
+        assert found == []
+    else:
+        block, layer = place
+        assert found == [f"Functional.linear.{2 * block + layer // 2}.forward"]

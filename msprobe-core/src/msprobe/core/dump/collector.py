@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -20,7 +21,7 @@ from typing import Any
 from msprobe.core.dump.backward_names import BackwardNumbering
 from msprobe.core.dump.filters import DataModeFilter, NameFilter, ScopeFilter
 from msprobe.core.dump.numbers import NonFinite
-from msprobe.core.dump.overflow import InputScreen, OverflowCounter, has_nonfinite
+from msprobe.core.dump.overflow import InputScreen, LaterScreen, OverflowCounter, has_nonfinite
 from msprobe.core.dump.totals import DumpTotals
 from msprobe.core.dump.values import ValueEncoder
 from msprobe.core.dump.writer import JOURNAL_NAME, NO_PARENT, DumpWriter, make_dir, refuse_links_below
@@ -88,6 +89,16 @@ class _WaitingEntry:
     forward: bool = True
 
 
+@dataclasses.dataclass(slots=True)
+class _ScreenedCall:
+    """An overflow check's call whose screen waits for a device batch: ``record`` decides on it and writes it,
+    as for a call screened at once, should ``screen`` find a sum that is not finite."""
+
+    name: str
+    screen: LaterScreen
+    record: Callable[[], Any]
+
+
 def dump_task(task: str) -> str:
     """The dump task whose entries a task writes: the flight recorder's steps are statistics dumps."""
     return "statistics" if task == "flight_recorder" else task
@@ -146,6 +157,8 @@ class DumpCollector:
         # the flight recorder's look for the first inf or nan, at entries whose values were still on their way
         # (one read each would undo the batch): taken when they are read back, in the order the calls ran
         self._nonfinite_waiting: list[_WaitingEntry] = []
+        # the overflow check's calls whose tensors' sums are still on the device, in the order they ran
+        self._screens_waiting: list[_ScreenedCall] = []
 
     # -- step folders ------------------------------------------------------------
     def open_step(self) -> DumpWriter:
@@ -177,6 +190,8 @@ class DumpCollector:
     def close_step(self) -> None:
         """Write the step's files. The writer is let go first, whatever happens: a step whose files cannot be
         written (a full disk) must never lend its folder and journal to the next step's entries."""
+        if self._screens_waiting:  # decided into this step, before its writer is let go
+            self._settle_values()
         writer, self.writer = self.writer, None
         self.backward_numbering.reset()
         if writer is None:
@@ -208,6 +223,8 @@ class DumpCollector:
         """Every value of the deferred entries so far is final (see ``settle_values``): journal them."""
         if self._nonfinite_waiting:
             self._look_for_the_first_nonfinite()
+        if self._screens_waiting:
+            self._decide_screened()
         settle = getattr(self.writer, "settle", None)
         if settle is not None:
             settle()
@@ -242,7 +259,10 @@ class DumpCollector:
         only if an output is not finite, and are looked at then.
         """
         if self.overflow is not None:
-            return InputScreen(self.encoder.any_nonfinite((args, kwargs))) if eager else None
+            if not eager:
+                return None
+            later = self.encoder.screen_later((args, kwargs)) if self._hardware_absent() else None
+            return InputScreen(later if later is not None else self.encoder.any_nonfinite((args, kwargs)))
         return self._encode_inputs(name, args, kwargs)
 
     def _encode_inputs(self, name: str, args: tuple, kwargs: dict) -> dict[str, Any]:
@@ -270,12 +290,39 @@ class DumpCollector:
         their summaries taken before it stand, and no tensor file is made of them.
 
         ``stack`` is called only for an entry that is kept. False when the
-        overflow check decided not to keep it. ``recompute`` marks a forward
-        run again during backward (activation checkpointing).
+        overflow check decided not to keep it, or has yet to (its screen
+        waits for a device batch). ``recompute`` marks a forward run again
+        during backward (activation checkpointing).
         """
+        if self.overflow is not None and self._hardware_absent():
+            later = self.encoder.screen_later(output)
+            if later is not None:
+                if not later.finite:
+                    stack_value = stack() if stack is not None else None  # where the call was made: now
+                    record = functools.partial(self._record_forward, name, inputs, output, parameters, raw_inputs,
+                                               lambda: stack_value, parent, recompute, in_place, later)  # fmt: skip
+                    self._screens_waiting.append(_ScreenedCall(name, later, record))
+                return False
+        return self._record_forward(name, inputs, output, parameters, raw_inputs, stack, parent, recompute, in_place)
+
+    def _record_forward(
+        self,
+        name: str,
+        inputs: Any,
+        output: Any,
+        parameters: dict[str, Any] | None,
+        raw_inputs: tuple[tuple, dict] | None,
+        stack: Callable[[], Any] | None,
+        parent: Any,
+        recompute: bool,
+        in_place: bool,
+        screened: LaterScreen | None = None,
+    ) -> bool:
         if self.overflow is not None:
-            flag = self._hardware()
-            outputs_nonfinite = flag is None and self.encoder.any_nonfinite(output)
+            flag = None if screened is not None else self._hardware()
+            outputs_nonfinite = flag is None and (
+                self.encoder.any_nonfinite(output) or (screened is not None and screened.nonfinite_then())
+            )
             if flag is None and not outputs_nonfinite:
                 return False  # the common case: one look at the outputs and done
             raw_inputs = raw_inputs or ((), {})
@@ -316,6 +363,22 @@ class DumpCollector:
         if first_nonfinite:  # after the entry is in: the trigger writes the step so far
             self.flight.nonfinite(name, stack_value, parent)
         return True
+
+    def _decide_screened(self) -> None:
+        """The overflow check's waiting calls, their sums read: each whose sums are not all finite is decided on
+        with its tensors as they are now (an in-place write since the call is not undone; see
+        docs/overflow_check.md), in the order the calls ran."""
+        waiting, self._screens_waiting = self._screens_waiting, []
+        for call in waiting:
+            if self.overflow.exhausted:
+                return
+            try:
+                if call.screen.maybe_nonfinite():
+                    call.record()
+            except self.device_errors:
+                raise
+            except Exception as exc:  # one call's failure leaves the others to be decided
+                self.report_failure(call.name, exc)
 
     def _look_for_the_first_nonfinite(self) -> None:
         """The flight recorder's look at the entries that waited for their values (``forward``, ``backward``).
@@ -389,9 +452,24 @@ class DumpCollector:
 
     def backward(self, name: str, grad_of_outputs: Any, grad_of_inputs: Any, parent: Any = NO_PARENT) -> bool:
         """Reference naming: ``input`` holds the gradients arriving (w.r.t. outputs), ``output`` those leaving."""
+        if self.overflow is not None and self._hardware_absent():
+            later = self.encoder.screen_later(grad_of_inputs)
+            if later is not None:
+                if not later.finite:
+                    record = functools.partial(self._record_backward, name, grad_of_outputs, grad_of_inputs, parent,
+                                               later)  # fmt: skip
+                    self._screens_waiting.append(_ScreenedCall(name, later, record))
+                return False
+        return self._record_backward(name, grad_of_outputs, grad_of_inputs, parent)
+
+    def _record_backward(
+        self, name: str, grad_of_outputs: Any, grad_of_inputs: Any, parent: Any, screened: LaterScreen | None = None
+    ) -> bool:
         if self.overflow is not None:
-            flag = self._hardware()
-            leaving_nonfinite = flag is None and self.encoder.any_nonfinite(grad_of_inputs)
+            flag = None if screened is not None else self._hardware()
+            leaving_nonfinite = flag is None and (
+                self.encoder.any_nonfinite(grad_of_inputs) or (screened is not None and screened.nonfinite_then())
+            )
             if flag is None and not leaving_nonfinite:
                 return False
             arriving_nonfinite = self.encoder.any_nonfinite(grad_of_outputs)
@@ -457,6 +535,10 @@ class DumpCollector:
 
     def _values_pending(self) -> bool:
         return self.values_pending is not None and self.values_pending()
+
+    def _hardware_absent(self) -> bool:
+        """No hardware overflow flag: the flag is read per call, so only the values' screen can wait."""
+        return self.hardware_flag is None
 
     def _hardware(self) -> bool | None:
         return self.hardware_flag() if self.hardware_flag is not None else None

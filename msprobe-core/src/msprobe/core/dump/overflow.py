@@ -36,13 +36,49 @@ def has_nonfinite(encoded: Any) -> bool:
     return has_nonfinite(value()) if callable(value) else False
 
 
+class LaterScreen:
+    """A screen whose answer waits on a device: the sums of a value's tensors, read back with their batch.
+
+    ``sums``: objects whose ``finite()`` reads the batch if it has not been
+    read yet, and whose ``written_since()`` tells an in-place write since.
+    A finite sum proves its tensor finite; a sum that is not may come from
+    inf or nan, or from finite values that overflowed it, so a "maybe" is
+    looked into with the tensors themselves.
+    """
+
+    __slots__ = ("known", "sums")
+
+    def __init__(self, sums: list[Any], known: bool = False):
+        self.sums = sums
+        self.known = known  # an inf or nan seen without the device (a plain float)
+
+    @property
+    def finite(self) -> bool:
+        """Proved finite already, with nothing to wait for."""
+        return not self.known and not self.sums
+
+    def maybe_nonfinite(self) -> bool:
+        return self.known or not all(item.finite() for item in self.sums)
+
+    def nonfinite_then(self) -> bool:
+        """A sum that was not finite, of a tensor written in place since: its values then can no longer be
+        looked into, and the sum's word stands."""
+        return any(not item.finite() and item.written_since() for item in self.sums)
+
+
 class InputScreen:
-    """What the overflow check saw in a call's inputs before an in-place call changed them."""
+    """What the overflow check saw in a call's inputs before an in-place call changed them (``screen``: the
+    answer, or a :class:`LaterScreen` taken before the call and read when its batch is)."""
 
-    __slots__ = ("nonfinite",)
+    __slots__ = ("screen",)
 
-    def __init__(self, nonfinite: bool):
-        self.nonfinite = nonfinite
+    def __init__(self, screen: bool | LaterScreen):
+        self.screen = screen
+
+    @property
+    def nonfinite(self) -> bool:
+        screen = self.screen
+        return screen.maybe_nonfinite() if isinstance(screen, LaterScreen) else bool(screen)
 
 
 class OverflowCounter:

@@ -15,6 +15,7 @@ from dataclasses import is_dataclass
 from typing import Any
 
 from msprobe.core.dump.numbers import json_number
+from msprobe.core.dump.overflow import LaterScreen
 
 # summarize(tensor, suffix) -> dict ; suffix names the value inside the entry, e.g. "input.0"
 Summarize = Callable[[Any, str], dict]
@@ -30,6 +31,8 @@ class ValueEncoder:
         self.summarize = summarize
         self.describe = describe
         self._nonfinite = getattr(summarize, "nonfinite", None)
+        # nonfinite_later(tensor): True or False now, an item whose finite() waits for a device batch, or None
+        self._nonfinite_later = getattr(summarize, "nonfinite_later", None)
 
     def encode(self, value: Any, suffix: str) -> Any:
         if isinstance(value, self.tensor_type):
@@ -102,6 +105,36 @@ class ValueEncoder:
         if isinstance(value, dict):
             return any(self.any_nonfinite(part) for part in value.values())
         return False
+
+    def screen_later(self, value: Any) -> LaterScreen | None:
+        """``any_nonfinite`` without a read from a device: the tensors' sums wait in the summarizer's batch.
+
+        None where some tensor in ``value`` cannot wait (a CPU tensor, an odd
+        dtype, no batch): then it is screened now.
+        """
+        later = self._nonfinite_later
+        if later is None:
+            return None
+        waiting: list[Any] = []
+        items = [value]
+        while items:
+            item = items.pop()
+            if isinstance(item, self.tensor_type):
+                found = later(item)
+                if found is None:
+                    return None
+                if found is True:
+                    return LaterScreen([], known=True)
+                if found is not False:
+                    waiting.append(found)
+            elif isinstance(item, float):
+                if not math.isfinite(item):
+                    return LaterScreen([], known=True)
+            elif isinstance(item, (list, tuple)):
+                items.extend(item)
+            elif isinstance(item, dict):
+                items.extend(item.values())
+        return LaterScreen(waiting)
 
     def encode_outputs(self, output: Any, prefix: str) -> list:
         """The reference always writes an output list, even for a single result."""

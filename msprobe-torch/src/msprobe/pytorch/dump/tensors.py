@@ -56,6 +56,7 @@ def _unwrapped(function: Any) -> Any:
 
 # the tool's own reductions call torch's functions, not the dump's wrappers around them (one hop less per tensor)
 _sum = _unwrapped(torch.Tensor.sum)
+_sum_into = _unwrapped(torch.sum)  # with dims and out=: into a cell of the batch's buffer
 _vector_norm = _unwrapped(torch.linalg.vector_norm)
 _aminmax = _unwrapped(torch.aminmax)
 _copy = _unwrapped(torch.Tensor.copy_)
@@ -278,6 +279,30 @@ class BatchedStat:
         return self.stats.value(self.index)
 
 
+class BatchedSum:
+    """One device tensor's sum for the overflow screen, waiting in a cell of a row of a :class:`DeviceBatch`'s
+    buffer (four sums to a row)."""
+
+    __slots__ = ("batch", "cell", "data", "place", "row", "value", "version")
+
+    def __init__(self, batch: DeviceBatch, place: tuple, row: int, cell: int, data: torch.Tensor):
+        self.batch, self.place, self.row, self.cell = batch, place, row, cell
+        self.data, self.version = data, data._version  # to tell a write since the sum was taken
+        self.value: float | None = None
+
+    def fill(self, row: list[float]) -> None:
+        self.value = row[self.cell]
+
+    def finite(self) -> bool:
+        if self.value is None:
+            self.batch.read_back()  # the whole batch, never one tensor
+        return _finite(self.value)
+
+    def written_since(self) -> bool:
+        """Whether the tensor was written in place after its sum was taken (its values now are others)."""
+        return self.data._version != self.version
+
+
 class BatchedChecksum:
     """One device tensor's checksum, waiting for its batch: for CRC-32 ``data`` is the tensor, whose bytes
     move to the host with the batch's; for xor it is the one word already folded on the device."""
@@ -344,24 +369,65 @@ class DeviceBatch:
         self.buffers: dict[tuple, torch.Tensor] = {}
         self.cells: dict[tuple, list[tuple[torch.Tensor, ...]]] = {}
         self.rows_used: dict[tuple, int] = {}
+        # the overflow screen's sums, four to a row: per place, the row being filled and its next cell
+        self.open_sum_rows: dict[tuple, tuple[int, int]] = {}
+        self.sum_rows = 0  # rows begun by sums since the last read-back
+        self.sums = 0  # and the sums in them
         self.write_out = True  # the reductions write into the buffer (off if the device lacks their out= kernels)
         self.backward_task = -1  # the backward pass whose end reads the batch back (-1: none queued, -2: unable)
         # the recorder's read_back at the end of a backward pass, as the tool's own work (its torch calls undumped);
         # it runs inside the user's backward(), so it must not raise: the recorder's guard reports a failure
         self.after_backward: Callable[[], None] | None = None
 
+    def _next_row(self, place: tuple) -> tuple[list[tuple[torch.Tensor, ...]], int]:
+        """The cells of the buffer for ``place`` (device, dtype), made at its first use, and its next free row."""
+        cells = self.cells.get(place)
+        if cells is None:
+            with torch.inference_mode(False):  # made in an inference_mode block, it could not be written after it
+                buffer = self.buffers[place] = torch.empty((self.limit, 4), dtype=place[1], device=place[0])
+                cells = self.cells[place] = [tuple(row.unbind(0)) for row in buffer.unbind(0)]
+        row = self.rows_used.get(place, 0)
+        if row >= self.limit:  # full (sums share rows, so rows and items are not counted alike): read it first
+            self.read_back()
+            row = 0
+        self.rows_used[place] = row + 1
+        return cells, row
+
+    def sum_later(self, data: torch.Tensor) -> BatchedSum:
+        """The overflow screen's sum of a floating tensor, into the batch (accumulated in float32, or float64
+        for float64 tensors, without a copy); read back with the rest."""
+        place = (data.device, torch.float64 if data.dtype == torch.float64 else torch.float32)
+        open_row = self.open_sum_rows.get(place)
+        if open_row is not None and open_row[1] < 4 and self.rows_used.get(place, 0) > open_row[0]:
+            row, cell_index = open_row[0], open_row[1]
+            cells = self.cells[place]
+        else:
+            cells, row = self._next_row(place)
+            cell_index = 0
+        self.open_sum_rows[place] = (row, cell_index + 1)
+        cell = cells[row][cell_index]
+        if self.write_out:
+            try:
+                _sum_into(data, tuple(range(data.dim())), dtype=place[1], out=cell)
+            except Exception as error:  # a backend without this out= kernel: summed, then copied
+                self.write_out = False
+                logger.debug("msprobe: device sums copied, not written in place (%s)", error)
+        if not self.write_out:
+            _copy(cell, _sum(data, dtype=place[1]))
+        item = BatchedSum(self, place, row, cell_index, data)
+        self.pending.append(item)
+        self.sums += 1
+        if cell_index == 0:
+            self.sum_rows += 1
+        self._added()
+        return item
+
     def measure(self, tensor: torch.Tensor) -> dict[str, Any]:
         held = data = tensor.detach()
         if data.dtype not in _MEASURED_AS_IS:
             data = data.float()  # a temporary: the batch holds the tensor itself, never this copy (bf16: 2x)
         place = (data.device, data.dtype)
-        cells = self.cells.get(place)
-        if cells is None:
-            with torch.inference_mode(False):  # made in an inference_mode block, it could not be written after it
-                buffer = self.buffers[place] = torch.empty((self.limit, 4), dtype=data.dtype, device=data.device)
-                cells = self.cells[place] = [tuple(row.unbind(0)) for row in buffer.unbind(0)]
-        row = self.rows_used.get(place, 0)
-        self.rows_used[place] = row + 1
+        cells, row = self._next_row(place)
         if self.write_out:
             try:
                 maximum, minimum, mean, norm = cells[row]
@@ -417,10 +483,13 @@ class DeviceBatch:
         return item
 
     def waiting(self) -> int:
-        return len(self.pending) + len(self.checksums) + len(self.xors)
+        """Rows and checksums waiting: a row holds one tensor's statistics, or up to four sums."""
+        return len(self.pending) - self.sums + self.sum_rows + len(self.checksums) + len(self.xors)
 
     def read_back(self) -> None:
         pending, self.pending = self.pending, []
+        self.open_sum_rows.clear()
+        self.sum_rows = self.sums = 0
         checksums, self.checksums = self.checksums, []
         self.checksum_bytes = 0
         xors, self.xors = self.xors, []
@@ -528,6 +597,19 @@ def _plain_device_tensor(tensor: torch.Tensor) -> bool:
         and tensor.dim() > 0
         and tensor.dtype != torch.bool
         and not tensor.is_complex()
+        and not tensor.is_meta
+        and tensor.numel() > 0
+        and not tensor.is_inference()
+        and not func_transforms.wrapped(tensor)
+    )
+
+
+def _summable_later(tensor: torch.Tensor) -> bool:
+    """What the overflow screen's sum can wait for: as the batch's statistics, and a tensor of one element (an
+    optimizer's step count, a loss), which a sum reads as well as any."""
+    return (
+        type(tensor) in _PLAIN_TYPES
+        and tensor.layout == torch.strided
         and not tensor.is_meta
         and tensor.numel() > 0
         and not tensor.is_inference()
@@ -781,6 +863,20 @@ class TensorSummarizer:
         tensor), else as ``nonfinite`` measures it."""
         found = _kernel_screen(tensor.detach()) if type(tensor) in _PLAIN_TYPES else None
         return self.nonfinite(tensor) if found is None else found
+
+    def nonfinite_later(self, tensor: torch.Tensor) -> bool | BatchedSum | None:
+        """The overflow check's screen of a device tensor without a read: its sum waits in the batch (see
+        ``ValueEncoder.screen_later``). False: it cannot hold inf or nan; None: it is screened now instead."""
+        if not self.with_stats:
+            return False
+        if self.task != "overflow_check" or self.save_files or self.batch is None:
+            return None
+        if not (FORCE_DEVICE_PATH or not tensor.is_cpu) or not _summable_later(tensor):
+            return None
+        data = tensor.detach()
+        if not data.is_floating_point():
+            return False  # integers cannot hold inf or nan
+        return self.batch.sum_later(data) if data.dtype in _SCREENED_BY_SUM else None
 
     def nonfinite(self, tensor: torch.Tensor) -> bool:
         """Overflow screening of one tensor, with the statistics the entry would show (cached)."""
