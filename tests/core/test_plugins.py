@@ -408,7 +408,8 @@ def test_built_in_features_are_plugins_listed_as_built_in():
     assert infos["builtin-metrics"].builtin and "Cosine" in infos["builtin-metrics"].metrics
     assert "L2norm diff" in infos["builtin-metrics"].metrics
     assert infos["builtin-tasks"].tasks == [
-        "statistics", "tensor", "structure", "overflow_check", "flight_recorder", "free_benchmark", "run_ut",
+        "statistics", "tensor", "structure", "overflow_check", "nan_check", "flight_recorder", "free_benchmark",
+        "run_ut",
         "grad_probe",
     ]  # fmt: skip
     assert "compare" in infos["builtin-commands"].commands

@@ -28,6 +28,22 @@ def test_float16_overflow_is_the_only_entry(tmp_path):
     assert np.isinf(np.load(dump.tensor_dir() / output["data_name"])).all()
 
 
+def test_nan_check_keeps_the_statistics_and_writes_no_tensor_files(tmp_path):
+    debugger = PrecisionDebugger(task="nan_check", level="L1", dump_path=str(tmp_path))
+    x = Tensor(np.full((4, 4), 300.0, np.float16))
+    debugger.start()
+    y = mint.matmul(x, x)  # 360000 > 65504: inf in float16
+    mint.abs(y)
+    debugger.stop()
+    debugger.step()
+    folder = tmp_path / "step0" / "rank"
+    dump = read_dump(folder / "dump.json")
+    assert list(dump.data) == ["Mint.matmul.0.forward"]
+    output = dump.data["Mint.matmul.0.forward"]["output"][0]
+    assert output["Max"] == math.inf and "Norm" in output and "data_name" not in output
+    assert not (folder / "dump_tensor_data").exists()
+
+
 def test_screening_tells_a_large_finite_sum_from_inf_and_nan(tmp_path):
     """One sum clears a finite tensor; a sum past float16's range alone is not an overflow."""
     debugger = PrecisionDebugger(task="overflow_check", level="L1", dump_path=str(tmp_path))

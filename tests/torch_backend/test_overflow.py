@@ -214,3 +214,25 @@ def test_the_first_overflow_is_named_where_it_was_injected(tmp_path, dtype, plac
     else:
         block, layer = place
         assert found == [f"Functional.linear.{2 * block + layer // 2}.forward"]
+
+
+def test_nan_check_names_the_call_with_statistics_and_no_tensor_files(tmp_path):
+    """26.x's nan_check: the overflow check's decision, its entries' full statistics, no dump_tensor_data."""
+    model = Stack(torch.float16)
+    with torch.no_grad():
+        model.blocks[2][0].weight.fill_(torch.finfo(torch.float16).max / 2)
+    config = {"task": "nan_check", "dump_path": str(tmp_path), "level": "L1"}
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    debugger = PrecisionDebugger(config_path=str(tmp_path / "c.json"), model=model)
+    for _ in range(2):
+        debugger.start()
+        model(torch.randn(8, 16).half())
+        debugger.stop()
+        debugger.step()
+    folder = tmp_path / "step0" / "rank"
+    dump = read_dump(folder)
+    assert list(dump.data) == ["Functional.linear.4.forward"]
+    (output,) = dump.data["Functional.linear.4.forward"]["output"]
+    assert output["Max"] == math.inf and "Mean" in output and "Norm" in output and "data_name" not in output
+    assert not (folder / "dump_tensor_data").exists()
+    assert dump.task == "overflow_check"  # its layout is the overflow check's, as every reader knows it

@@ -19,6 +19,7 @@ _TASK_SECTIONS = {
     "tensor": ("tensor",),
     "structure": (),
     "overflow_check": ("overflow_check",),
+    "nan_check": ("overflow_check",),
     "free_benchmark": ("free_benchmark",),
     "run_ut": ("run_ut",),
     "grad_probe": ("grad_probe",),

@@ -16,6 +16,11 @@ BUILTIN_TASKS = (
     Task("structure", "the call structure only, without values", "msprobe_dump_hooks"),
     Task("overflow_check", "the APIs whose outputs overflow", "msprobe_overflow_check_hooks"),
     Task(
+        "nan_check",
+        "26.x: the APIs whose outputs overflow, with their statistics and no tensor files",
+        "msprobe_overflow_check_hooks",
+    ),
+    Task(
         "flight_recorder",
         "the last steps' statistics in memory, written when an inf/nan, a loss spike or flush() comes",
         "msprobe_dump_hooks",

@@ -100,8 +100,12 @@ class _ScreenedCall:
 
 
 def dump_task(task: str) -> str:
-    """The dump task whose entries a task writes: the flight recorder's steps are statistics dumps."""
-    return "statistics" if task == "flight_recorder" else task
+    """The dump task whose entries a task writes: the flight recorder's steps are statistics dumps, and 26.x's
+    nan_check is the overflow check without its tensor files."""
+    return _DUMP_TASKS.get(task, task)
+
+
+_DUMP_TASKS = {"flight_recorder": "statistics", "nan_check": "overflow_check"}
 
 
 class DumpCollector:
@@ -120,6 +124,8 @@ class DumpCollector:
         self._saving_files = saving_files
         config = session.config
         self.task = dump_task(config.task)
+        # the overflow check keeps the tensors of each call it finds; nan_check keeps their statistics only
+        self.keeps_tensors = self.task == "tensor" or config.task == "overflow_check"
         self.names = NameFilter(config.api_list)
         self.modes = DataModeFilter(config.data_mode)
         self.scope = ScopeFilter(config.scope)
@@ -164,7 +170,7 @@ class DumpCollector:
     def open_step(self) -> DumpWriter:
         if self.writer is None:
             folder = self.session.dump_dir
-            tensor_dir = folder / "dump_tensor_data" if self.task in ("tensor", "overflow_check") else None
+            tensor_dir = folder / "dump_tensor_data" if self.keeps_tensors else None
             header = {
                 "task": self.task,
                 "level": self.session.config.level,
@@ -544,7 +550,8 @@ class DumpCollector:
         return self.hardware_flag() if self.hardware_flag is not None else None
 
     def _files(self, on: bool = True) -> contextlib.AbstractContextManager[None]:
-        """Overflow check: tensor files only for the calls that overflowed (a shared no-op otherwise)."""
+        """Overflow check: full statistics, and tensor files where the step has a folder for them, only for the
+        calls that overflowed (a shared no-op otherwise)."""
         if not on or self._saving_files is None:
             return _UNCHANGED
         return self._saving()

@@ -114,7 +114,7 @@ def eligible(recorder: TorchDumpRecorder) -> bool:
     return (
         AVAILABLE
         and recorder.level in ("L0", "L1", "mix")
-        and config.task in ("statistics", "tensor", "structure", "overflow_check", "flight_recorder")
+        and config.task in ("statistics", "tensor", "structure", "overflow_check", "nan_check", "flight_recorder")
         # the overflow check screens in C with the kernels; the NPU's hardware flag is read the Python way
         and (collector.overflow is None or (float_stats.AVAILABLE and collector.hardware_flag is None))
         and not collector.deferred
