@@ -120,7 +120,8 @@ def _relative(got: float, want: float) -> float:
 def check_statistics(device: str) -> list[tuple[str, bool, str]]:
     import torch
 
-    from msprobe.pytorch.dump.tensors import DeviceBatch, _extremes_except_inf_nan
+    from msprobe.pytorch.dump.device_batch import DeviceBatch
+    from msprobe.pytorch.dump.measuring import extremes_except_inf_nan
 
     results = []
     batch = DeviceBatch()
@@ -131,7 +132,7 @@ def check_statistics(device: str) -> list[tuple[str, bool, str]]:
         want = _expected(tensor.cpu().to(torch.float64).numpy())
         got = {key: value.resolve() for key, value in measured[name].items()}
         if not (math.isfinite(got["Max"]) and math.isfinite(got["Min"])):  # the pair, as the device path adds it
-            got.update(_extremes_except_inf_nan(tensor.detach().float(), got["Max"], got["Min"]))
+            got.update(extremes_except_inf_nan(tensor.detach().float(), got["Max"], got["Min"]))
         wrong = [key for key, value in want.items() if not _close(key, float(got.get(key, "nan")), value)]
         worst = max(_relative(float(got.get(key, "nan")), want[key]) for key in ("Mean", "Norm"))
         detail = "; ".join(f"{key} {got.get(key)} against {want[key]!r}" for key in wrong)
@@ -143,7 +144,7 @@ def check_checksums(device: str) -> list[tuple[str, bool, str]]:
     import numpy as np
     import torch
 
-    from msprobe.pytorch.dump.tensors import DeviceBatch
+    from msprobe.pytorch.dump.device_batch import DeviceBatch
 
     results = []
     batch = DeviceBatch()

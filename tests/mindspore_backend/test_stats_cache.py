@@ -125,3 +125,13 @@ def test_at_l0_the_listed_writers_are_watched():
     l1 = {key for _owner, _name, key in _undumped_writers("L1")}
     assert {"Functional.assign", "Tensor.copy_", "Tensor.__setitem__"} <= l0
     assert "Functional.assign" not in l1 and "Tensor.copy_" in l1  # at L1 the listed ones are recorded instead
+
+
+def test_the_summarizer_keeps_the_core_s_contract():
+    from msprobe.core.dump.summarizer import TensorSummarizer as Contract
+
+    for task in ("statistics", "tensor", "overflow_check"):
+        summarizer = tensors.TensorSummarizer(task, "statistics", caches=True)
+        assert isinstance(summarizer, Contract), task
+        assert summarizer.caches
+    assert not tensors.TensorSummarizer("structure", "statistics", caches=True).caches  # nothing to reuse

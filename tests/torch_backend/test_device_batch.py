@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,8 +25,9 @@ import torch
 from msprobe.core.dump.live_diff import value_summaries
 from msprobe.core.dump.numbers import json_number
 from msprobe.core.dump.reader import read_dump
-from msprobe.pytorch.dump import tensors
-from msprobe.pytorch.dump.tensors import DeviceBatch, _extremes_except_inf_nan
+from msprobe.pytorch.dump import device_batch, measuring, tensors
+from msprobe.pytorch.dump.device_batch import DeviceBatch
+from msprobe.pytorch.dump.measuring import extremes_except_inf_nan
 
 
 def _direct(tensor):
@@ -34,7 +36,7 @@ def _direct(tensor):
     data = data if data.dtype in (torch.float32, torch.float64) else data.float()
     low, high = torch.aminmax(data)
     values = torch.stack((high, low, data.mean(), torch.linalg.vector_norm(data))).tolist()
-    extremes = _extremes_except_inf_nan(data, values[0], values[1]) if not all(map(math.isfinite, values[:2])) else {}
+    extremes = extremes_except_inf_nan(data, values[0], values[1]) if not all(map(math.isfinite, values[:2])) else {}
     return values, extremes
 
 
@@ -64,7 +66,7 @@ def _samples():
 
 @pytest.mark.parametrize("limit", [1, 3, 256])
 def test_batched_values_are_the_direct_paths_bit_for_bit(monkeypatch, limit):
-    monkeypatch.setattr(tensors, "FORCE_DEVICE_PATH", True)
+    monkeypatch.setattr(device_batch, "FORCE_DEVICE_PATH", True)
     summarizer = tensors.TensorSummarizer("statistics", "statistics")
     summarizer.batch = batch = DeviceBatch(limit)
     samples = _samples()
@@ -123,7 +125,7 @@ def test_a_device_without_out_kernels_gets_the_same_values(monkeypatch):
             raise RuntimeError("aminmax.out is not implemented for this device")
         return aminmax(data, **kwargs)
 
-    monkeypatch.setattr(tensors, "_aminmax", without_out)
+    monkeypatch.setattr(measuring, "torch_aminmax", without_out)
     batch = DeviceBatch(limit=4)
     samples = _samples()
     summaries = [batch.measure(tensor) for tensor in samples]
@@ -177,7 +179,7 @@ for step in range(2):
 
 @pytest.mark.parametrize("level", ["L1", "mix"])
 def test_host_reads_per_step_are_bounded_by_the_batches(tmp_path, level):
-    text = RUN.format(bench=str(tensors.Path(__file__).parents[2] / "bench"))
+    text = RUN.format(bench=str(Path(__file__).parents[2] / "bench"))
     steps = _json_lines(_run(tmp_path, text, tmp_path / "dump", level, batch=64).stdout)
     dump = read_dump(tmp_path / "dump" / "step1" / "rank")
     measured = sum(1 for _ in _tensor_summaries(dump.data))
@@ -188,7 +190,7 @@ def test_host_reads_per_step_are_bounded_by_the_batches(tmp_path, level):
 
 def test_the_device_benchmark_runs_on_the_cpu_and_prints_every_column(tmp_path):
     """The GPU benchmark, with --device cpu and the device path forced: what a GPU run will print."""
-    bench = tensors.Path(__file__).parents[2] / "bench" / "bench_dump.py"
+    bench = Path(__file__).parents[2] / "bench" / "bench_dump.py"
     env = {**os.environ, "MSPROBE_FORCE_DEVICE_PATH": "1", "MSPROBE_STATS_BATCH": "64"}
     command = [sys.executable, str(bench), "--device", "cpu", "--steps", "1", "--only", "statistics L1",
                "--out", str(tmp_path)]  # fmt: skip
@@ -228,7 +230,7 @@ def test_the_floor_reads_each_distinct_dumped_tensor_once(tmp_path):
 
 
 def _bench_module():
-    path = tensors.Path(__file__).parents[2] / "bench" / "bench_dump.py"
+    path = Path(__file__).parents[2] / "bench" / "bench_dump.py"
     spec = importlib.util.spec_from_file_location("bench_dump_under_test", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

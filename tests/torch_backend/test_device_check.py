@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from msprobe.pytorch.dump import tensors
+from msprobe.pytorch.dump import device_batch, measuring
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "device_check.py"
 
@@ -53,14 +53,14 @@ def test_a_wrong_mean_and_a_wrong_xor_are_reported(monkeypatch):
         value = torch.mean(data, *args, **kwargs) * 1.001
         return out.copy_(value) if out is not None else value
 
-    monkeypatch.setattr(tensors, "_mean", mean_off_by_a_thousandth)
+    monkeypatch.setattr(measuring, "torch_mean", mean_off_by_a_thousandth)
     results = {name: ok for name, ok, _ in check.check_statistics("cpu")}
     failed = sorted(name for name, ok in results.items() if not ok)
     assert failed == sorted(name for name in results if "inf/nan" not in name)  # nan stays nan: not seen there
     monkeypatch.undo()
 
-    real_xor = tensors.xor_word
-    monkeypatch.setattr(tensors, "xor_word", lambda tensor: real_xor(tensor) ^ 1)
+    real_xor = device_batch.xor_word
+    monkeypatch.setattr(device_batch, "xor_word", lambda tensor: real_xor(tensor) ^ 1)
     results = check.check_checksums("cpu")
     assert [name for name, ok, _ in results if not ok] == [name for name, _, _ in results if name.startswith("xor")]
     assert all(ok for name, ok, _ in results if name.startswith("crc32"))

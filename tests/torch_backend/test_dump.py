@@ -290,16 +290,16 @@ def test_training_is_bit_identical_with_and_without_the_tool(tmp_path):
 def _measure_with(monkeypatch, measure):
     """Every tensor's statistics taken by ``measure``: the usual entries' path in C is turned off too
     (test_lane.py injects failures into that one)."""
-    from msprobe.pytorch.dump import lane, tensors
+    from msprobe.pytorch.dump import lane, measuring
 
-    monkeypatch.setattr(tensors, "_measure", measure)
+    monkeypatch.setattr(measuring, "measure", measure)
     monkeypatch.setattr(lane, "AVAILABLE", False)
 
 
 def test_an_exception_inside_the_tool_is_logged_once_and_training_goes_on(tmp_path, monkeypatch, caplog):
-    from msprobe.pytorch.dump import tensors
+    from msprobe.pytorch.dump import measuring
 
-    original = tensors._measure
+    original = measuring.measure
 
     def flaky(tensor):
         if tensor.dim() == 2 and tensor.shape[-1] == 16:
@@ -685,19 +685,19 @@ def test_torch_npu_is_never_imported_by_the_tool(tmp_path):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_the_fast_mean_is_torch_mean_to_the_last_bit(dtype):
-    from msprobe.pytorch.dump.tensors import _mean_from_sum
+    from msprobe.pytorch.dump.measuring import mean_from_sum
 
     generator = torch.Generator().manual_seed(3)
     for shape in [(7,), (8, 64, 128), (1000003,), (3, 5)]:
         for scale in (1e-3, 1.0, 1e4):
             x = (torch.randn(shape, generator=generator) * scale + 0.3).to(dtype)
-            assert _mean_from_sum(x) == x.mean().item(), (shape, scale)
+            assert mean_from_sum(x) == x.mean().item(), (shape, scale)
     for length in range(1, 300):  # every size a vectorised sum handles in its own way
         x = torch.randn(length, generator=generator).to(dtype) * 37.1
-        assert _mean_from_sum(x) == x.mean().item(), length
+        assert mean_from_sum(x) == x.mean().item(), length
     # more elements than float32 counts exactly: the count itself is rounded, as torch rounds it
     x = torch.full(((1 << 24) + 3,), 0.7, dtype=dtype)
-    assert _mean_from_sum(x) == x.mean().item()
+    assert mean_from_sum(x) == x.mean().item()
 
 
 @pytest.mark.parametrize("archive_limit", [1 << 30, 0])
@@ -799,7 +799,7 @@ def test_module_parameters_follow_writes_through_data_at_l0(tmp_path):
     ],
 )
 def test_crc32_hex_reads_every_dtype_in_place_as_zlib_would(dtype):
-    from msprobe.pytorch.dump.tensors import crc32_hex
+    from msprobe.pytorch.dump.measuring import crc32_hex
 
     values = (torch.randn(6, 5) * 10).to(dtype)
     for tensor in (values, values.t(), values[0, 0], values[:0]):  # contiguous, transposed, 0-d, empty

@@ -107,7 +107,7 @@ def test_xor_checksums_work_as_md5_does(tmp_path):
 
 
 def test_xor_is_the_xor_of_the_64_bit_words():
-    from msprobe.pytorch.dump.tensors import xor_checksum_hex
+    from msprobe.pytorch.dump.measuring import xor_checksum_hex
 
     words = torch.tensor([0x0102030405060708, 0x1111111111111111, 0x00000000000000FF], dtype=torch.int64)
     assert xor_checksum_hex(words) == f"{0x0102030405060708 ^ 0x1111111111111111 ^ 0xFF:016x}"

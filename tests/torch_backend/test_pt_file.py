@@ -8,8 +8,8 @@ import zipfile
 import pytest
 import torch
 
+from msprobe.pytorch.dump.measuring import crc32_hex
 from msprobe.pytorch.dump.pt_file import PtWriter, tensor_pickle
-from msprobe.pytorch.dump.tensors import crc32_hex
 
 CASES = {
     "float32 2-d": lambda: torch.randn(3, 4),

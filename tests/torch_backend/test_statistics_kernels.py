@@ -9,7 +9,7 @@ import torch
 from summaries import summary_of
 
 from msprobe.core.dump import float_stats
-from msprobe.pytorch.dump import tensors
+from msprobe.pytorch.dump import measuring
 from msprobe.pytorch.dump.tensors import TensorSummarizer
 
 KEYS = ("Max", "Min", "Mean", "Norm")
@@ -83,7 +83,7 @@ def test_the_kernels_measure_plain_cpu_tensors(monkeypatch):
     monkeypatch.setattr(float_stats, "stats_at", lambda *args: calls.append(args[1:]) or original(*args))
     cases = _cases()
     for case in ("float32", "float64", "offset view", "parameter", "float16"):
-        tensors._measure(cases[case])
+        measuring.measure(cases[case])
     # float16 is widened to float32 by torch first, then read by the kernel
     assert calls == [(1000, "f"), (333, "d"), (480, "f"), (400, "f"), (257, "f")]
     calls.clear()
@@ -92,14 +92,14 @@ def test_the_kernels_measure_plain_cpu_tensors(monkeypatch):
     monkeypatch.setattr(float_stats, "nonfinite_stats_at", lambda *args: special.append(args[1:]) or found(*args))
     monkeypatch.setattr(torch, "aminmax", None)  # nothing below is measured by torch
     for case in ("transposed", "with inf", "causal mask"):
-        tensors._measure(cases[case])
+        measuring.measure(cases[case])
     # a transpose fills its block of memory; an inf is measured by the second kernel, which knows the pair
     assert [count for count, _ in calls] == [3072, 100, 4096] and special == [(100, "f"), (4096, "f")]
     monkeypatch.undo()
     calls.clear()
     monkeypatch.setattr(float_stats, "stats_at", lambda *args: calls.append(args[1:]) or original(*args))
     for case in ("sliced", "negative view"):
-        tensors._measure(cases[case])
+        measuring.measure(cases[case])
     assert calls == []  # a slice of columns and a negative view do not fill a block: torch measures them
 
 

@@ -72,9 +72,9 @@ def test_a_sparse_embedding_gradient_is_dumped(tmp_path, task):
 @pytest.mark.parametrize("layout", ["coo", "uncoalesced", "hybrid", "csr", "bsr", "empty"])
 def test_the_crc_of_a_sparse_tensor_is_that_of_its_dense_form_taken_in_pieces(layout, monkeypatch):
     """The dense form is built a block of rows at a time (here a few rows, so the pieces meet in every test)."""
-    from msprobe.pytorch.dump import tensors
+    from msprobe.pytorch.dump import unusual
 
-    monkeypatch.setattr(tensors, "_DENSE_PIECE_BYTES", 3 * 8 * 4)  # three rows of eight float32 per piece
+    monkeypatch.setattr(unusual, "DENSE_PIECE_BYTES", 3 * 8 * 4)  # three rows of eight float32 per piece
     torch.manual_seed(0)
     dense = torch.randn(10, 8)
     dense[dense.abs() < 0.8] = 0.0
@@ -95,5 +95,15 @@ def test_the_crc_of_a_sparse_tensor_is_that_of_its_dense_form_taken_in_pieces(la
         raise AssertionError("the whole dense form was built")
 
     monkeypatch.setattr(torch.Tensor, "to_dense", whole)
-    assert tensors.sparse_crc32_hex(sparse) == expected
+    assert unusual.sparse_crc32_hex(sparse) == expected
     assert summary_of(TensorSummarizer("statistics", "md5"), sparse)["md5"] == expected
+
+
+def test_the_summarizer_keeps_the_core_s_contract():
+    from msprobe.core.dump.summarizer import TensorSummarizer as Contract
+
+    for task in ("statistics", "tensor", "overflow_check", "structure"):
+        summarizer = TensorSummarizer(task, "statistics")
+        assert isinstance(summarizer, Contract), task
+        assert summarizer.caches == (task != "structure")
+    assert not isinstance(object(), Contract)  # the check can fail

@@ -21,7 +21,8 @@ import torch
 from msprobe.core.api_patch import unrecorded
 from msprobe.core.grad_probe import GradProbeHooks, GradRecord, GradSummaryWriter
 from msprobe.core.session import TaskSession
-from msprobe.pytorch.dump.tensors import FORCE_DEVICE_PATH, kernel_stats
+from msprobe.pytorch.dump.device_batch import FORCE_DEVICE_PATH
+from msprobe.pytorch.dump.measuring import kernel_stats
 
 logger = logging.getLogger(__name__)
 

@@ -24,6 +24,7 @@ from typing import Any
 from msprobe.core.api_patch import ApiPatcher
 from msprobe.core.dump.collector import DumpCollector
 from msprobe.core.dump.stack import stack_capture
+from msprobe.core.dump.summarizer import TensorSummarizer
 from msprobe.core.dump.totals import DumpTotals
 from msprobe.core.dump.writer import NO_PARENT
 from msprobe.core.session import TaskSession
@@ -98,18 +99,18 @@ class DumpRecorder:
     def __init__(
         self,
         session: TaskSession,
-        summarizer: Any,
+        summarizer: TensorSummarizer,
         encoder: Any,
         tool_root: str,
         writes: WriteRule,
-        caching: bool,
     ):
         self.session = session
         self.level = session.config.level
         self.summarizer = summarizer
         self.collector = DumpCollector(session, encoder, summarizer.set_tensor_dir, summarizer.set_saving)
         self.writes_in_place = writes
-        self.watches_writes = caching and self.level in ENTRY_LEVELS  # cached statistics must see every write
+        # cached statistics must see every write
+        self.watches_writes = summarizer.caches and self.level in ENTRY_LEVELS
         self.api_counts: dict[str, int] = defaultdict(int)
         self.module_counts: dict[str, int] = defaultdict(int)
         self.module_stack: list[str] = []  # forward names of the module calls running, innermost last

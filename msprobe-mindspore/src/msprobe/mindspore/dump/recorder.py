@@ -300,9 +300,9 @@ class MindSporeDumpRecorder(DumpRecorder):
         # lazy reads, except for ``strict``, which raises the tool's errors from the call that met them, and for
         # the flight recorder, which looks at each call's values as it is recorded
         lazy = not config.strict and config.task != "flight_recorder"
-        summarizer = TensorSummarizer(dump_task(config.task), config.summary_mode, caching=True, lazy=lazy)
+        summarizer = TensorSummarizer(dump_task(config.task), config.summary_mode, caches=True, lazy=lazy)
         encoder = ValueEncoder(ms.Tensor, summarizer, describe_object)
-        super().__init__(session, summarizer, encoder, _TOOL_ROOT, WRITES_IN_PLACE, summarizer.caching)
+        super().__init__(session, summarizer, encoder, _TOOL_ROOT, WRITES_IN_PLACE)
         if summarizer.lazy:
             self.collector.deferred = summarizer.lazy_values  # entries are journaled once their tensors are read
             self.collector.settle_values = self._settle

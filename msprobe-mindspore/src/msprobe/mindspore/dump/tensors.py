@@ -200,7 +200,8 @@ def _drop(summary: dict[str, Any], keys: dict[str, Any]) -> None:
 
 
 class TensorSummarizer:
-    """``caching``: reuse the values of a tensor seen before, for a dump that reports every write it sees (clear()).
+    """Keeps msprobe.core.dump.summarizer's contract. ``caches``: reuse the values of a tensor seen before,
+    for a dump that reports every write it sees (clear()).
 
     ``lazy`` (CPU MindSpore, statistics, tensor, overflow_check): a tensor is read
     at the next ``settle()``, not when its call returns. Each read of a
@@ -215,13 +216,13 @@ class TensorSummarizer:
     filled in all the same).
     """
 
-    def __init__(self, task: str, summary_mode: str, caching: bool = False, lazy: bool = False):
+    def __init__(self, task: str, summary_mode: str, caches: bool = False, lazy: bool = False):
         self.task = task
         self.with_stats = task in ("statistics", "tensor", "overflow_check")
         self.with_crc = summary_mode == "md5"
         self.save_files = task == "tensor"
         self.tensor_dir: Path | None = None
-        self.caching = caching and (self.with_stats or self.with_crc)
+        self.caches = caches and (self.with_stats or self.with_crc)
         self._cache: dict[tuple[int, str], tuple[Any, Any]] = {}  # (id, kind) -> (weak reference, value)
         self.lazy = lazy and task in ("statistics", "tensor", "overflow_check") and _on_host()
         self.lazy_values = self.lazy and task in ("statistics", "tensor")  # the overflow check defers whole records
@@ -312,7 +313,7 @@ class TensorSummarizer:
             self.when_full()
 
     def _cached(self, kind: str, tensor: ms.Tensor, dtype: Any, compute: Callable[[ms.Tensor, Any], Any]) -> Any:
-        if not self.caching or isinstance(tensor, ms.Parameter):
+        if not self.caches or isinstance(tensor, ms.Parameter):
             return compute(tensor, dtype)
         key = (id(tensor), kind)
         cached = self._cache.get(key)

@@ -171,7 +171,7 @@ def make_lane(
     encoder = collector.encoder
     screening = {}
     if collector.overflow is not None:
-        from msprobe.pytorch.dump.tensors import SCREEN_KINDS
+        from msprobe.pytorch.dump.measuring import SCREEN_KINDS
 
         screening = {
             "overflow": collector.overflow,

@@ -140,7 +140,7 @@ class TorchDumpRecorder(DumpRecorder):
             dump_task(config.task), config.summary_mode, deferred=config.async_dump, live_diff=bool(config.live_diff)
         )
         encoder = ValueEncoder(torch.Tensor, summarizer, describe_object)
-        super().__init__(session, summarizer, encoder, _TOOL_ROOT, WRITES_IN_PLACE, summarizer.caches)
+        super().__init__(session, summarizer, encoder, _TOOL_ROOT, WRITES_IN_PLACE)
         self.collector.hardware_flag = npu_overflow_flag()
         self.collector.device_errors = _DEVICE_ERRORS
         self.host_reads = 0  # the device path's reads back to the host in the last step (see DeviceBatch)
