@@ -14,7 +14,7 @@ WRAPPERS = {
     "msprobe.core._attributes": "msprobe.core.api_patch",
     "msprobe.core._csvtext": "msprobe.core.spreadsheet",
     "msprobe.core.dump._kernels": "msprobe.core.dump.float_stats",
-    "msprobe.core.dump._jsonscan": "msprobe.core.dump.stream",
+    "msprobe.core.dump._jsonscan": "msprobe.core.dump.block_reader",
     "msprobe.core.dump._frames": "msprobe.core.dump.stack",
     "msprobe.core.compare._tablerows": "msprobe.core.compare.rows",
     "msprobe.pytorch.dump._lane": "msprobe.pytorch.dump.lane",

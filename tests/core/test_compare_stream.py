@@ -26,7 +26,7 @@ from msprobe.core import spreadsheet
 from msprobe.core.compare import stream
 from msprobe.core.compare.api import compare
 from msprobe.core.compare.metrics import statistic_columns
-from msprobe.core.dump import stream as dump_stream
+from msprobe.core.dump import block_reader
 from msprobe.core.errors import DataFileError
 from msprobe.core.floattext import float_texts
 from msprobe.core.spreadsheet import safe_table, write_csv_table
@@ -153,8 +153,8 @@ def _same_result(memory, streamed):
 @pytest.mark.parametrize("stack_mode", [False, True])
 def test_streamed_files_are_the_in_memory_ones_on_varied_dumps(varied_pair, tmp_path, monkeypatch, stack_mode):
     npu, bench = varied_pair
-    monkeypatch.setattr(dump_stream, "BLOCK_BYTES", 4096)  # dozens of blocks
-    assert len(list(dump_stream.DumpStream(npu).blocks())) > 50
+    monkeypatch.setattr(block_reader, "BLOCK_BYTES", 4096)  # dozens of blocks
+    assert len(list(block_reader.DumpStream(npu).blocks())) > 50
     memory = _run(npu, bench, tmp_path / "memory", monkeypatch, "never", stack_mode=stack_mode)
     streamed = _run(npu, bench, tmp_path / "streamed", monkeypatch, "always", stack_mode=stack_mode)
     _same_result(memory, streamed)
@@ -178,7 +178,7 @@ def _fills(path):
 
 def _helper_forced(monkeypatch) -> list[str]:
     """Small blocks and a helper process whatever the size; the list fills with what each helper ran."""
-    monkeypatch.setattr(dump_stream, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(block_reader, "BLOCK_BYTES", 4096)
     monkeypatch.setattr(stream, "HELPER_FROM_BYTES", 0)
     monkeypatch.setattr(stream, "_can_fork", lambda: True)  # other tests may leave threads in this process
     started: list[str] = []
@@ -237,7 +237,7 @@ def test_shifted_rows_are_renumbered_in_c_and_in_python():
      (("statistics_mix", 1), ("statistics_L1", 1)), (("statistics_mix", 1), ("statistics_mix", 0))],
 )  # fmt: skip
 def test_streamed_files_are_the_in_memory_ones_on_reference_dumps(npu, bench, tmp_path, monkeypatch):
-    monkeypatch.setattr(dump_stream, "BLOCK_BYTES", 2048)
+    monkeypatch.setattr(block_reader, "BLOCK_BYTES", 2048)
     npu_json, bench_json = fixture(*npu), fixture(*bench)
     memory = _run(npu_json, bench_json, tmp_path / "memory", monkeypatch, "never", stack_mode=True)
     streamed = _run(npu_json, bench_json, tmp_path / "streamed", monkeypatch, "always", stack_mode=True)
@@ -277,7 +277,7 @@ def test_md5_pairs_stream_to_the_in_memory_files(varied_pair, tmp_path, monkeypa
     rng = random.Random(4)
     _md5_written(npu, rng, 0.0)
     _md5_written(bench, rng, 0.05)
-    monkeypatch.setattr(dump_stream, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(block_reader, "BLOCK_BYTES", 4096)
     if helper:
         monkeypatch.setattr(stream, "HELPER_FROM_BYTES", 0)
         monkeypatch.setattr(stream, "_can_fork", lambda: True)  # other tests may leave threads in this process
@@ -302,7 +302,7 @@ def test_md5_values_past_the_first_block_send_the_compare_to_memory(varied_pair,
     rng = random.Random(5)
     _md5_written(npu, rng, 0.0, from_entry=400)
     _md5_written(bench, rng, 0.05)
-    monkeypatch.setattr(dump_stream, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(block_reader, "BLOCK_BYTES", 4096)
     memory = _run(npu, bench, tmp_path / "memory", monkeypatch, "never")
     with caplog.at_level(logging.DEBUG, logger="msprobe.core.compare.api"):
         streamed = _run(npu, bench, tmp_path / "streamed", monkeypatch, "always")
@@ -317,7 +317,7 @@ def test_a_broken_npu_dump_leaves_no_result_behind(varied_pair, tmp_path, monkey
     npu, bench = varied_pair
     text = npu.read_text()
     npu.write_text(text[: len(text) * 3 // 4] + '"broken": {,}}}')
-    monkeypatch.setattr(dump_stream, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(block_reader, "BLOCK_BYTES", 4096)
     monkeypatch.setattr(stream, "HELPER_FROM_BYTES", 0)
     monkeypatch.setattr(stream, "_can_fork", lambda: True)  # other tests may leave threads in this process
     if not with_xlsx:
@@ -347,7 +347,7 @@ def test_blocks_hold_what_json_load_reads(tmp_path, block_bytes):
         '\n {"data" :\t{' + ",\n".join(f"{json.dumps(k)} : {json.dumps(v, indent=3)}" for k, v in data.items())
         + '} , "task": "statistics", "nan_here": NaN, "framework": "pytorch"}\n'
     )  # fmt: skip
-    reader = dump_stream.DumpStream(path, block_bytes=block_bytes)
+    reader = block_reader.DumpStream(path, block_bytes=block_bytes)
     found = {}
     for block in reader.blocks():
         found.update(block)
@@ -360,8 +360,8 @@ def test_parts_split_the_blocks_between_two_readers(tmp_path):
     path = tmp_path / "dump.json"
     _write(path, _entries(random.Random(3), 300))
     size = path.stat().st_size
-    first = [b for b in dump_stream.DumpStream(path, block_bytes=1024).blocks((0, size // 2))]
-    second = [b for b in dump_stream.DumpStream(path, block_bytes=1024).blocks((size // 2, size + 1))]
+    first = [b for b in block_reader.DumpStream(path, block_bytes=1024).blocks((0, size // 2))]
+    second = [b for b in block_reader.DumpStream(path, block_bytes=1024).blocks((size // 2, size + 1))]
     assert first and second
     merged = {k: v for block in first + second for k, v in block.items()}
     assert list(merged.items()) == list(json.loads(path.read_text())["data"].items())
@@ -383,7 +383,7 @@ def test_bad_dump_files_get_one_message_naming_the_file(tmp_path, text, message)
     path = tmp_path / "dump.json"
     path.write_text(text)
     with pytest.raises(DataFileError, match=message) as error:
-        for _ in dump_stream.DumpStream(path, block_bytes=8).blocks():
+        for _ in block_reader.DumpStream(path, block_bytes=8).blocks():
             pass
     assert str(path) in str(error.value)
 
@@ -392,7 +392,7 @@ def test_a_dump_that_is_not_utf8_is_named(tmp_path):
     path = tmp_path / "dump.json"
     path.write_bytes(b'{"data": {"\xff\xfe": {}}}')
     with pytest.raises(DataFileError, match="not UTF-8"):
-        list(dump_stream.DumpStream(path).blocks())
+        list(block_reader.DumpStream(path).blocks())
 
 
 # the pieces, against outside oracles
@@ -459,7 +459,7 @@ def test_the_size_decides_unless_the_environment_does(varied_pair, tmp_path, mon
         streamed.clear()
         _run(npu, bench, tmp_path / f"out{mode}{threshold}", monkeypatch, mode)
         assert len(streamed) == expected, (mode, threshold)
-    monkeypatch.setattr(dump_stream, "_jsonscan", None)  # installed without a C compiler: read whole
+    monkeypatch.setattr(block_reader, "_jsonscan", None)  # installed without a C compiler: read whole
     streamed.clear()
     summary, *_ = _run(npu, bench, tmp_path / "without_c", monkeypatch, "always")
     assert streamed == [] and summary.rows > 0
@@ -483,7 +483,7 @@ def test_a_progress_bar_counts_both_processes_bytes(varied_pair, tmp_path, monke
             pass
 
     monkeypatch.setattr(tqdm, "tqdm", Bar)
-    monkeypatch.setattr(dump_stream, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(block_reader, "BLOCK_BYTES", 4096)
     monkeypatch.setattr(stream, "HELPER_FROM_BYTES", 0)
     monkeypatch.setattr(stream, "XLSX_ROW_LIMIT", 0)
     monkeypatch.setattr(stream, "_can_fork", lambda: True)

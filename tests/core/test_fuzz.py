@@ -281,7 +281,7 @@ def _streamed_rows(path, in_c: bool):
 
     from msprobe.core.compare import rows as table_rows
     from msprobe.core.compare import stream
-    from msprobe.core.dump.stream import DumpStream
+    from msprobe.core.dump.block_reader import DumpStream
 
     kept = table_rows.c_rows
     table_rows.c_rows = kept if in_c else None

@@ -18,8 +18,7 @@ import pytest
 from test_compare_stream import _entries, _run, _tensor, write_varied_pair
 
 from msprobe.core.compare import engine, rows, stream
-from msprobe.core.dump import _jsonscan
-from msprobe.core.dump import stream as dump_stream
+from msprobe.core.dump import _jsonscan, block_reader
 from msprobe.core.dump.reader import Dump
 from msprobe.core.errors import DataFileError
 
@@ -130,7 +129,7 @@ def test_a_section_of_the_wrong_kind_is_named():
 def test_a_streamed_compare_gives_the_same_files_without_the_builder(tmp_path, monkeypatch):
     """The helper's rows (rows_of), the bench side's index (index_rows) and the table's columns
     (pair_columns), in C and in Python."""
-    monkeypatch.setattr(dump_stream, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(block_reader, "BLOCK_BYTES", 4096)
     monkeypatch.setattr(stream, "HELPER_FROM_BYTES", 0)  # the helper reads part of the bench side
     monkeypatch.setattr(stream, "_can_fork", lambda: True)  # other tests may leave threads in this process
     monkeypatch.setattr(stream, "XLSX_ROW_LIMIT", 0)
@@ -264,7 +263,7 @@ def _read_rows(path: Path, monkeypatch, in_c: bool, block_bytes: int) -> tuple[l
     if not in_c:
         monkeypatch.setattr(rows, "c_rows", None)
     try:
-        reader = dump_stream.DumpStream(path, block_bytes)
+        reader = block_reader.DumpStream(path, block_bytes)
         found, names = [], []
         for block_rows, block_names in stream._row_blocks(reader, None):
             found += [astuple(row) for row in block_rows]

@@ -42,7 +42,7 @@ TRACE_ENV = "MSPROBE_TRACE_PLUGINS"
 DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     ("builtin-tasks", "msprobe.core.tasks"),
     ("builtin-metrics", "msprobe.core.compare.builtin_metrics"),
-    ("builtin-commands", "msprobe.cli.commands"),
+    ("builtin-commands", "msprobe.cli.builtin_commands"),
 )
 
 

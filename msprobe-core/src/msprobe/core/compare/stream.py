@@ -50,7 +50,7 @@ from msprobe.core.compare.metrics import NA
 from msprobe.core.compare.report import XLSX_ROW_LIMIT, XlsxStream, replace_file
 from msprobe.core.compare.rows import Row, c_builder, dump_rows, named_after_files
 from msprobe.core.compare.xlsx import SheetRows
-from msprobe.core.dump import stream as dump_stream
+from msprobe.core.dump import block_reader
 from msprobe.core.dump.reader import Dump, read_stack_file, read_stacks
 from msprobe.core.dump.writer import create_private, make_dir
 from msprobe.core.errors import MsprobeError
@@ -69,7 +69,7 @@ class NotStreamable(Exception):
 def wanted(npu_json: Path, bench_json: Path, fuzzy: bool, mapped: bool) -> bool:
     """Whether to stream this pair: possible here, and the files large enough (or ``MSPROBE_COMPARE_STREAM``)."""
     choice = os.environ.get(STREAM_ENV, "").strip().lower()
-    if choice == "never" or fuzzy or mapped or not dump_stream.available():
+    if choice == "never" or fuzzy or mapped or not block_reader.available():
         return False
     if not (npu_json.is_file() and bench_json.is_file()):
         return False  # a folder, or a killed run's journal: the reader knows what to do
@@ -217,7 +217,7 @@ def _bench_rows(
     path: Path, part: tuple[int, int] | None, progress: Counter
 ) -> tuple[list[Row], _NameHashes, dict[str, Any]]:
     """The rows of (a part of) the bench dump, the names of its entries, and the header fields."""
-    reader = dump_stream.DumpStream(path)
+    reader = block_reader.DumpStream(path)
     rows: list[Row] = []
     entries = _NameHashes()
     for block_rows, names in _row_blocks(reader, part):
@@ -229,7 +229,7 @@ def _bench_rows(
     return rows, entries, reader.header
 
 
-def _row_blocks(reader: dump_stream.DumpStream, part: tuple[int, int] | None) -> Iterator[tuple[list[Row], list]]:
+def _row_blocks(reader: block_reader.DumpStream, part: tuple[int, int] | None) -> Iterator[tuple[list[Row], list]]:
     """The rows of each block of a dump.json and the names of its entries (a name twice: the file holds it
     twice). With the C builder, rows come straight from the text for the common entry (``parse_rows``); any
     other entry is parsed as a dict and goes the Python way."""
@@ -305,7 +305,7 @@ def _mode(npu_json: Path, bench: _BenchSide) -> str:
     tells (a dump whose later blocks alone hold them is sent to the in-memory compare)."""
     if not bench.has_md5:
         return "statistics"
-    for rows, _names in _row_blocks(dump_stream.DumpStream(npu_json), None):
+    for rows, _names in _row_blocks(block_reader.DumpStream(npu_json), None):
         return "md5" if _holds_md5(rows) else "statistics"
     return "statistics"
 
@@ -328,7 +328,7 @@ class _Matcher:
 
     def npu_pairs(self, path: Path, part: tuple[int, int] | None = None, progress: Counter | None = None
                   ) -> Iterator[list[tuple]]:  # fmt: skip
-        reader = dump_stream.DumpStream(path)
+        reader = block_reader.DumpStream(path)
         bench, matched, first_of = self.bench, self.matched, self.bench.first_of
         for rows, names in _row_blocks(reader, part):
             _check_header(reader.header, path)

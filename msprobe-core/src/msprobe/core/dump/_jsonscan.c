@@ -1,7 +1,7 @@
 /* Where the members of a JSON object end, found without building them.
  *
  * A dump.json of a million entries is several hundred megabytes: parsed
- * whole it takes gigabytes of Python objects.  The reader (dump/stream.py)
+ * whole it takes gigabytes of Python objects.  The reader (dump/block_reader.py)
  * reads it in blocks, asks here where each complete entry of "data" ends,
  * and hands a run of whole entries at a time to a JSON parser.  Nothing is
  * decoded here: strings are skipped with their escapes, brackets counted,

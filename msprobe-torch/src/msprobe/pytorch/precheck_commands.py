@@ -51,6 +51,6 @@ def run_overflow_check_command(api_info: Path, jit_compile: bool, device: str | 
 
 
 def commands() -> list[click.Command]:
-    from msprobe.core.precheck.commands import run_ut_commands
+    from msprobe.core.precheck.run_ut_cli import run_ut_commands
 
     return [*run_ut_commands(RUNNER, SAVER, lambda device: _devices(device, 1)), run_overflow_check_command]
