@@ -118,7 +118,7 @@ def synthetic_change(dump_json: Path, folder: Path) -> Path:
 def in_process_compare(npu: Path, bench: Path, out: Path) -> tuple[float, float]:
     """Seconds, and the peak memory of the largest process (the compare's helper process included)."""
     code = (
-        "import resource, sys, time; from msprobe.core.compare.api import compare; s = time.perf_counter();"
+        "import resource, sys, time; from msprobe.core.compare.run import compare; s = time.perf_counter();"
         f"compare({{'npu_json_path': {str(npu)!r}, 'bench_json_path': {str(bench)!r}}}, {str(out)!r});"
         "peak = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN));"
         "print(time.perf_counter() - s, peak / 1024)"

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from msprobe.core.graph.api import run_graph
+from msprobe.core.graph.run import run_graph
 
 TARGET_OPEN_SECONDS = 0.5
 TARGET_PAGE_MB = 10.0

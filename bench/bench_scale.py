@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from msprobe.core.compare.api import compare_distributed
+from msprobe.core.compare.run import compare_distributed
 from msprobe.core.jobs import Engine
 from msprobe.core.store.build import build_store
 from ray_cluster import two_nodes

@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from msprobe.core.compare.api import compare
-from msprobe.core.graph.api import run_graph
+from msprobe.core.compare.run import compare
+from msprobe.core.graph.run import run_graph
 from msprobe.pytorch import PrecisionDebugger, seed_all
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from msprobe.core.compare.api import compare
+from msprobe.core.compare.run import compare
 from msprobe.pytorch import PrecisionDebugger, seed_all
 
 

@@ -183,12 +183,12 @@ def test_bad_input_exits_2_in_every_command(tmp_path, arguments):
 
 def test_an_internal_error_exits_3(tmp_path, monkeypatch, capsys):
     from msprobe.cli.main import main
-    from msprobe.core.compare import api
+    from msprobe.core.compare import run as compare_run
 
     def broken(*_arguments, **_options):
         raise KeyError("a bug")
 
-    monkeypatch.setattr(api, "run_compare_json", broken)
+    monkeypatch.setattr(compare_run, "run_compare_json", broken)
     spec = tmp_path / "compare.json"
     spec.write_text(json.dumps({"npu_path": "a", "bench_path": "b"}))
     with pytest.raises(SystemExit) as ended:

@@ -80,3 +80,16 @@ def test_the_check_sees_each_kind_of_crossing():
         assert len(crossings([("msprobe.core.compare.engine", ast.parse(code))])) == expected, code
     wrapper = "from msprobe.core.compare import _tablerows\n_tablerows.configure"
     assert crossings([("msprobe.core.compare.rows", ast.parse(wrapper))]) == []
+
+
+def test_the_entry_points_old_module_names_still_import_them():
+    """Scripts written against msprobe.core.compare.api and msprobe.core.graph.api keep working."""
+    from msprobe.core.compare import api as compare_api
+    from msprobe.core.compare import run as compare_run
+    from msprobe.core.graph import api as graph_api
+    from msprobe.core.graph import run as graph_run
+
+    for old, new in ((compare_api, compare_run), (graph_api, graph_run)):
+        public = [name for name in vars(new) if not name.startswith("_") and callable(getattr(new, name))]
+        defined = [name for name in public if getattr(getattr(new, name), "__module__", None) == new.__name__]
+        assert defined and all(getattr(old, name) is getattr(new, name) for name in defined), old.__name__

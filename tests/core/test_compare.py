@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from msprobe.cli.main import cli
-from msprobe.core.compare.api import compare, compare_distributed, run_compare_json
 from msprobe.core.compare.engine import STATISTICS_COLUMNS, compare_dumps
+from msprobe.core.compare.run import compare, compare_distributed, run_compare_json
 from msprobe.core.dump.reader import read_dump
 from msprobe.core.errors import DataFileError
 from paths import REFERENCE_DUMPS

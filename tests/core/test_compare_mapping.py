@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from msprobe.cli.main import cli
-from msprobe.core.compare.api import compare, compare_distributed
 from msprobe.core.compare.mapping import NameMapper, default_api_mapping
+from msprobe.core.compare.run import compare, compare_distributed
 from msprobe.core.errors import DataFileError
 from paths import REFERENCE_DUMPS
 

@@ -24,8 +24,8 @@ import pytest
 
 from msprobe.core import spreadsheet
 from msprobe.core.compare import stream
-from msprobe.core.compare.api import compare
 from msprobe.core.compare.metrics import statistic_columns
+from msprobe.core.compare.run import compare
 from msprobe.core.dump import block_reader
 from msprobe.core.errors import DataFileError
 from msprobe.core.floattext import float_texts
@@ -304,7 +304,7 @@ def test_md5_values_past_the_first_block_send_the_compare_to_memory(varied_pair,
     _md5_written(bench, rng, 0.05)
     monkeypatch.setattr(block_reader, "BLOCK_BYTES", 4096)
     memory = _run(npu, bench, tmp_path / "memory", monkeypatch, "never")
-    with caplog.at_level(logging.DEBUG, logger="msprobe.core.compare.api"):
+    with caplog.at_level(logging.DEBUG, logger="msprobe.core.compare.run"):
         streamed = _run(npu, bench, tmp_path / "streamed", monkeypatch, "always")
     _same_result(memory, streamed)
     assert streamed[0].mode == "md5"
@@ -503,7 +503,7 @@ def test_a_plain_process_uses_the_helper(varied_pair, tmp_path):
 import os
 os.environ["{stream.STREAM_ENV}"] = "always"
 from msprobe.core.compare import stream
-from msprobe.core.compare.api import compare
+from msprobe.core.compare.run import compare
 stream.HELPER_FROM_BYTES, stream.XLSX_ROW_LIMIT = 0, 0
 used = []
 original = stream._Forked.__init__

@@ -11,10 +11,10 @@ from click.testing import CliRunner
 from msprobe.cli.main import cli
 from msprobe.core.dump.reader import read_dump
 from msprobe.core.errors import DataFileError
-from msprobe.core.graph.api import run_graph
 from msprobe.core.graph.compare import compare_graphs
 from msprobe.core.graph.model import build_graph
 from msprobe.core.graph.overflow import overflow_level
+from msprobe.core.graph.run import run_graph
 from paths import REFERENCE_DUMPS, REFERENCE_GRAPHS
 
 MIX = REFERENCE_DUMPS / "pytorch" / "statistics_mix"

@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from msprobe.core.graph.api import run_graph
+from msprobe.core.graph.run import run_graph
 from paths import REFERENCE_DUMPS, REFERENCE_GRAPHS
 
 MIX = REFERENCE_DUMPS / "pytorch" / "statistics_mix"

@@ -56,7 +56,7 @@ def test_graph_writes_no_page_through_a_link(tmp_path, monkeypatch):
 
 
 def test_merge_result_writes_no_workbook_through_a_link(tmp_path, monkeypatch):
-    from msprobe.core.compare.api import compare_distributed
+    from msprobe.core.compare.run import compare_distributed
 
     source = REFERENCE_DUMPS / "pytorch" / "statistics_L1"
     for side, step in (("npu", "step1"), ("bench", "step0")):

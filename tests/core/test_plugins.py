@@ -548,7 +548,7 @@ def test_a_broken_metric_plugin_leaves_the_good_plugins_columns_in_the_compare(m
     import json
 
     from msprobe.core import plugins
-    from msprobe.core.compare.api import compare_pair
+    from msprobe.core.compare.run import compare_pair
 
     def failing(actual, expected):
         raise ZeroDivisionError("no")

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from mindspore import Tensor, mint, nn
 
-from msprobe.core.compare.api import compare
-from msprobe.core.graph.api import run_graph
+from msprobe.core.compare.run import compare
+from msprobe.core.graph.run import run_graph
 from msprobe.mindspore import PrecisionDebugger
 from paths import TEST_DATA
 

@@ -7,8 +7,8 @@ import numpy as np
 from mindspore import Tensor, mint, nn
 
 from msprobe.core.dump.reader import read_dump
-from msprobe.core.graph.api import run_graph
 from msprobe.core.graph.model import API, build_graph
+from msprobe.core.graph.run import run_graph
 from msprobe.mindspore import PrecisionDebugger
 
 ms.set_context(mode=ms.PYNATIVE_MODE)

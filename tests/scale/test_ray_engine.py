@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from msprobe.core.compare.api import compare_distributed
+from msprobe.core.compare.run import compare_distributed
 from msprobe.core.jobs import Engine, run_jobs
 from msprobe.core.store.build import build_store
 from msprobe.core.store.query import run_query
@@ -167,7 +167,7 @@ def test_graph_batch_and_merge_result_on_ray_equal_the_local_engines(cluster, tm
     import json
 
     from msprobe.core.compare.merge import merge_results
-    from msprobe.core.graph.api import run_graph
+    from msprobe.core.graph.run import run_graph
 
     address, _ = cluster
     write_run(tmp_path / "npu", 4, 2, 6)

@@ -22,9 +22,9 @@ import bench_diagnosis as bench
 from diagnosis_faults import FAULTS
 
 from msprobe.cli.main import cli
-from msprobe.core.compare.api import compare_pair
+from msprobe.core.compare.run import compare_pair
 from msprobe.core.diagnosis import diagnose_pair, diagnose_runs
-from msprobe.core.graph.api import run_graph
+from msprobe.core.graph.run import run_graph
 
 BY_NAME = {fault.name: fault for fault in FAULTS}
 

@@ -16,7 +16,7 @@ from torch import nn
 
 from msprobe.cli.main import cli
 from msprobe.core.diagnosis import diagnose_pair
-from msprobe.core.graph.api import run_graph
+from msprobe.core.graph.run import run_graph
 from msprobe.pytorch import PrecisionDebugger
 
 MODULE = "Module.blocks.1.ffn.up.Linear.forward.0"

@@ -18,8 +18,8 @@ from torch import nn
 
 from browser import launch, open_page
 from msprobe.core.dump.reader import read_dump
-from msprobe.core.graph.api import run_graph
 from msprobe.core.graph.model import API, build_graph
+from msprobe.core.graph.run import run_graph
 from msprobe.pytorch import PrecisionDebugger, seed_all
 from paths import REPO_ROOT
 

@@ -81,7 +81,7 @@ def compare_command(
 ) -> None:
     """Compare two dumps (statistics, tensor or md5 mode, picked from the dumps); the ranks of a multi-rank
     compare run on --engine."""
-    from msprobe.core.compare.api import overall_line, run_compare_json
+    from msprobe.core.compare.run import overall_line, run_compare_json
 
     mappings = {
         "data_mapping": data_mapping,
@@ -98,7 +98,7 @@ def compare_command(
     files = [str(f) for s in summaries for f in s.files]
     several = len(summaries) > 1
     if first_divergence or (several and not compare_only):
-        from msprobe.core.compare.api import diagnose_compare_json
+        from msprobe.core.compare.run import diagnose_compare_json
 
         diagnosis, written = diagnose_compare_json(input_path, output_path if first_divergence else None)
         click.echo(f"all ranks: {diagnosis.line()}" if several else diagnosis.line())

@@ -42,7 +42,7 @@ def graph_command(
 ) -> None:
     """Build the module/API graph of a dump, or compare two; writes .vis and a self-contained .html. The
     graphs of a multi-step or multi-rank dump run on --engine."""
-    from msprobe.core.graph.api import run_graph
+    from msprobe.core.graph.run import run_graph
 
     summaries = run_graph(
         input_path,

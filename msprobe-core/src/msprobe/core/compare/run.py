@@ -1,0 +1,440 @@
+"""The compare entry points: the reference's Python functions and what the CLI calls.
+
+``compare(input_param, output_path, ...)`` compares two single-rank dumps;
+``compare_distributed(npu_dump_dir, bench_dump_dir, output_path, ...)``
+compares every rank pair of two step folders, one process per pair.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from msprobe.core.compare.engine import CompareResult, compare_dumps, tensor_loader
+from msprobe.core.compare.highlight import failed_rows
+from msprobe.core.compare.mapping import NameMapper
+from msprobe.core.compare.report import timestamp, write_result
+from msprobe.core.config import config_error_from_validation
+from msprobe.core.diagnosis import DIVERGENCE, NONE, Diagnosis, diagnose_dumps, diagnose_runs, diagnosis_fits
+from msprobe.core.diagnosis.runs import COMPARE_DIAGNOSED_BYTES, step_and_rank_of
+from msprobe.core.dump.reader import read_dump, read_stack_file
+from msprobe.core.dump.writer import write_new_text
+from msprobe.core.errors import DataFileError, MsprobeError, UsageError
+from msprobe.core.jobs import Engine, run_jobs
+from msprobe.core.tensor_files import load_npy
+
+logger = logging.getLogger(__name__)
+
+
+class CompareInput(BaseModel):
+    """compare.json (the reference's fields)."""
+
+    model_config = ConfigDict(extra="forbid")
+    npu_path: str
+    bench_path: str
+    stack_path: str | None = None
+    is_print_compare_log: bool = True
+
+
+@dataclass
+class CompareSummary:
+    mode: str
+    rows: int
+    suspicious: int
+    unmatched: int
+    diagnosis: Diagnosis | None  # where the runs part ways (None: not asked for, with -c)
+    files: list[Path] = field(default_factory=list)
+    rank: str | None = None
+
+    @property
+    def verdict(self) -> str:
+        """NO DATA when no value of one side found a partner (an empty side included): nothing was compared.
+        Else the diagnosis decides when it is sure (the runs part ways, or every output is bit-identical), and
+        the count of values beyond the reference's thresholds when it is not (or was not asked)."""
+        if self.rows == self.unmatched:
+            return "NO DATA"
+        if self.diagnosis is not None and self.diagnosis.verdict in (DIVERGENCE, NONE):
+            return "SUSPICIOUS" if self.diagnosis.verdict == DIVERGENCE else "PASS"
+        if self.suspicious == 0:
+            return "PASS"
+        return "SUSPICIOUS"
+
+    @property
+    def exit_code(self) -> int:
+        return {"PASS": 0, "SUSPICIOUS": 1}.get(self.verdict, 2)
+
+    def line(self) -> str:
+        where = f"rank {self.rank}: " if self.rank else ""
+        answer = f"; {self.diagnosis.line()}" if self.diagnosis is not None else ""
+        compared = self.rows - self.unmatched
+        return (
+            f"{where}{self.verdict}: {compared} values compared in {self.mode} mode, {self.suspicious} suspicious, "
+            f"{self.unmatched} unmatched{answer}"
+        )
+
+
+def overall_line(summaries: list[CompareSummary]) -> str:
+    """The verdict over the ranks of a multi-rank compare: how many pass, which do not, and the worst one (no
+    data first, then the most suspicious values)."""
+    failing = [s for s in summaries if s.verdict != "PASS"]
+    if not failing:
+        return f"overall: PASS: all {len(summaries)} ranks pass"
+    worst = max(failing, key=lambda s: (s.exit_code, s.suspicious, s.unmatched))
+    verdict = "NO DATA" if all(s.verdict == "NO DATA" for s in summaries) else "SUSPICIOUS"
+    listed = ", ".join(f"rank {s.rank} ({s.verdict})" for s in failing[:8]) + (", ..." if len(failing) > 8 else "")
+    return (
+        f"overall: {verdict}: {len(summaries) - len(failing)} of {len(summaries)} ranks pass; not passing: {listed}; "
+        f"worst: rank {worst.rank} ({worst.suspicious} suspicious, {worst.unmatched} unmatched)"
+    )
+
+
+def read_compare_json(path: str | Path, model: type[BaseModel] = CompareInput) -> Any:
+    """compare.json validated against ``model`` (the graph command allows a missing bench_path)."""
+    file = Path(path)
+    try:
+        raw = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataFileError(file, "compare.json not found") from None
+    except json.JSONDecodeError as exc:
+        raise DataFileError(file, f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except UnicodeDecodeError:
+        raise DataFileError(file, "is not UTF-8 text") from None
+    except RecursionError:
+        raise DataFileError(file, "nested too deeply to be a compare.json") from None
+    except OSError as exc:  # a folder given for the file, no permission...
+        raise DataFileError(file, f"cannot be read ({exc.strerror})") from None
+    if not isinstance(raw, dict):
+        raise DataFileError(file, "top level must be an object")
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise config_error_from_validation(exc, file) from None
+
+
+def tensor_readers() -> dict[str, Any]:
+    """Tensor file readers by suffix; a backend's framework is imported only when its first file is read."""
+    readers: dict[str, Any] = {".npy": load_npy}
+    try:
+        from msprobe.core.plugins import get_registry
+
+        for backend in get_registry().backends().values():
+            if backend.tensor_suffix and backend.tensor_suffix not in readers:
+                readers[backend.tensor_suffix] = backend.load_tensor
+    except Exception as exc:  # compare without plugins still works for statistics and .npy
+        logger.debug("no tensor readers from plugins: %s", exc)
+    return readers
+
+
+def registered_metrics() -> tuple:
+    """Every metric column, built-in and plugins'; each plugin is isolated by the registry, so one broken
+    plugin drops only its own."""
+    from msprobe.core.plugins import get_registry
+
+    return tuple(get_registry().compare_metrics())
+
+
+def check_tensor_readers(result_dumps: tuple, readers: dict[str, Any]) -> None:
+    for dump in result_dumps:
+        if dump.task != "tensor":
+            continue
+        for entry in dump.data.values():
+            names = json.dumps(entry)
+            if '.pt"' in names and ".pt" not in readers:
+                raise MsprobeError(f"{dump.path}: tensor files are .pt; install msprobe-torch to read them")
+            break
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cycle collector off while a compare builds millions of small objects: it would walk them all
+    again and again (half the time of a large compare) to find no cycles. It is restored afterwards."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+IN_MEMORY_MAX_ENV = "MSPROBE_COMPARE_MEMORY_MAX_GB"
+IN_MEMORY_MAX_GB = 2.0  # of dump.json: the in-memory compare holds some 15 bytes for each byte of them
+
+
+def _why_in_memory(fuzzy_match: bool, mapped: bool) -> str:
+    if fuzzy_match or mapped:
+        return "fuzzy_match and name mappings are compared in memory"
+    return "MSPROBE_COMPARE_STREAM=never, or no streamed reader here"
+
+
+def _may_compare_in_memory(npu_json: Path, bench_json: Path, why: str) -> None:
+    """Refuse an in-memory compare of dumps so large it would exhaust the machine, saying why it is needed."""
+    try:
+        limit = float(os.environ.get(IN_MEMORY_MAX_ENV, IN_MEMORY_MAX_GB))
+    except ValueError:
+        raise UsageError(f"{IN_MEMORY_MAX_ENV} must be a number of GiB") from None
+    size = sum(path.stat().st_size for path in (npu_json, bench_json) if path.is_file())
+    if size > limit * 2**30:
+        raise UsageError(
+            f"{npu_json} and {bench_json} hold {size / 2**30:.1f} GiB of dump.json, to be compared in memory "
+            f"({why}): that needs about {size * 15 / 2**30:.0f} GiB. Set {IN_MEMORY_MAX_ENV} to a larger "
+            f"number of GiB to allow it (now {limit:g})"
+        )
+
+
+def stack_source(npu_json: Path, stack_path: str | None, stack_mode: bool) -> Path | None:
+    """The stack.json whose frames fill NPU_Stack_Info, or None for no such column.
+
+    As the reference's compare: a compare.json naming ``stack_path`` gets the column when ``-s`` asks for it;
+    one that does not gets it whenever a stack.json lies beside the NPU dump.json, ``-s`` or not."""
+    if stack_path is not None:
+        if not stack_mode:
+            return None
+        file = Path(stack_path)
+        if not file.is_file():
+            raise DataFileError(file, "compare.json's stack_path: no such file")
+        return file
+    beside = Path(npu_json).parent / "stack.json"
+    if beside.is_file():
+        logger.info("compare.json names no stack_path: NPU_Stack_Info comes from %s", beside)
+        return beside
+    return None
+
+
+def compare_pair(
+    npu_json: Path,
+    bench_json: Path,
+    output_dir: Path,
+    stack_mode: bool | Path = False,
+    auto_analyze: bool = True,
+    fuzzy_match: bool = False,
+    stamp: str | None = None,
+    prefix: str = "compare_result",
+    mappings: dict[str, Any] | None = None,
+) -> tuple[CompareSummary, CompareResult]:
+    """``stack_mode``: True for the stacks of the stack.json beside the NPU dump, or the stack.json to read."""
+    with collector_paused():
+        return _compare_pair(
+            npu_json, bench_json, output_dir, stack_mode, auto_analyze, fuzzy_match, stamp, prefix, mappings
+        )
+
+
+def _compare_pair(
+    npu_json: Path,
+    bench_json: Path,
+    output_dir: Path,
+    stack_mode: bool | Path,
+    auto_analyze: bool,
+    fuzzy_match: bool,
+    stamp: str | None,
+    prefix: str,
+    mappings: dict[str, Any] | None,
+) -> tuple[CompareSummary, CompareResult | None]:
+    from msprobe.core.compare import stream  # for large dumps only: not imported by a small compare's start
+
+    options = {key: value for key, value in (mappings or {}).items() if value}
+    stamp = stamp or timestamp()
+    if stream.wanted(Path(npu_json), Path(bench_json), fuzzy_match, bool(options)):
+        try:
+            streamed = stream.stream_compare(
+                Path(npu_json), Path(bench_json), Path(output_dir), stamp, prefix, stack_mode, registered_metrics()
+            )
+        except stream.NotStreamable as reason:
+            _may_compare_in_memory(Path(npu_json), Path(bench_json), str(reason))
+            logger.warning("msprobe compare: %s; comparing in memory, which holds both dumps whole", reason)
+        else:
+            diagnosis = None
+            if auto_analyze:
+                diagnosis = _diagnose(Path(npu_json), Path(bench_json), None, None, None)
+                streamed.files.append(_write_advisor(diagnosis, Path(output_dir), prefix, stamp))
+            summary = CompareSummary(
+                streamed.mode, streamed.rows, streamed.suspicious, streamed.unmatched, diagnosis, streamed.files
+            )
+            return summary, None
+    else:
+        _may_compare_in_memory(Path(npu_json), Path(bench_json), _why_in_memory(fuzzy_match, bool(options)))
+    npu, bench = read_dump(npu_json), read_dump(bench_json)
+    if isinstance(stack_mode, Path):
+        npu.stack = read_stack_file(stack_mode)
+    readers = tensor_readers()
+    check_tensor_readers((npu, bench), readers)
+    cross = bool(npu.framework and bench.framework and npu.framework != bench.framework)
+    cross = bool(options.pop("cross_framework", False)) or cross
+    mapper = NameMapper(cross_framework=cross, **options)
+    result = compare_dumps(
+        npu,
+        bench,
+        fuzzy=fuzzy_match,
+        stack=bool(stack_mode),
+        load=tensor_loader(readers),
+        mapping=mapper if mapper.active else None,
+        metrics=registered_metrics(),
+    )
+    files = write_result(result, Path(output_dir), stamp, prefix)
+    diagnosis = None
+    if auto_analyze:
+        translate = mapper if mapper.active else None
+        diagnosis = _diagnose(Path(npu_json), Path(bench_json), npu, bench, translate)
+        files.append(_write_advisor(diagnosis, Path(output_dir), prefix, stamp))
+    table = result.table
+    unmatched = int(((table["NPU Name"] == "N/A") | (table["Bench Name"] == "N/A")).sum())
+    suspicious = int(failed_rows(result).sum())
+    summary = CompareSummary(result.mode, len(table), suspicious, unmatched, diagnosis, files)
+    return summary, result
+
+
+def _diagnose(npu_json: Path, bench_json: Path, npu: Any, bench: Any, translate: Any) -> Diagnosis:
+    """Where the two dumps part ways (msprobe.core.diagnosis); dumps too large for it get an answer that says
+    so rather than none."""
+    fits, why = diagnosis_fits(npu_json, bench_json, limit=COMPARE_DIAGNOSED_BYTES)
+    if not fits:
+        return Diagnosis("uncertain", detail=why, confidence="low")
+    if npu is None or bench is None:
+        npu, bench = read_dump(npu_json), read_dump(bench_json)
+    found = diagnose_dumps(npu, bench, translate)[0]
+    found.step, found.rank = step_and_rank_of(npu.folder)
+    return found
+
+
+def _write_advisor(diagnosis: Diagnosis, output_dir: Path, prefix: str, stamp: str) -> Path:
+    advisor_name = prefix.replace("compare_result", "advisor", 1)
+    return write_new_text(output_dir / f"{advisor_name}_{stamp}.txt", diagnosis.text() + "\n")
+
+
+def compare(
+    input_param: dict[str, Any],
+    output_path: str | Path,
+    stack_mode: bool = False,
+    auto_analyze: bool = True,
+    fuzzy_match: bool = False,
+    mappings: dict[str, Any] | None = None,
+    **_ignored: Any,
+) -> CompareSummary:
+    """The reference's ``compare``: input_param holds npu_json_path/bench_json_path (or npu_path/bench_path).
+
+    ``mappings`` may hold api_mapping, cell_mapping, data_mapping and layer_mapping file paths.
+    """
+    npu = input_param.get("npu_json_path") or input_param.get("npu_path")
+    bench = input_param.get("bench_json_path") or input_param.get("bench_path")
+    if not npu or not bench:
+        raise MsprobeError("input_param needs npu_json_path and bench_json_path")
+    stacks = stack_source(Path(npu), input_param.get("stack_json_path") or input_param.get("stack_path"), stack_mode)
+    summary, _ = compare_pair(
+        Path(npu), Path(bench), Path(output_path), stacks or False, auto_analyze, fuzzy_match, mappings=mappings
+    )
+    return summary
+
+
+def _rank_folders(step_dir: Path) -> dict[str, Path]:
+    """rank, rank0, rank1... and the ``proc{pid}`` folder mindstudio-probe 26.x writes when there is no rank.
+
+    A pid differs from run to run, so a lone proc folder is filed under the name ``rank``: two such runs pair.
+    """
+    if not step_dir.is_dir():
+        raise DataFileError(step_dir, "not a folder")
+    folders = {p.name: p for p in sorted(step_dir.iterdir()) if p.is_dir() and p.name.startswith("rank")}
+    processes = [p for p in sorted(step_dir.iterdir()) if p.is_dir() and re.fullmatch(r"proc\d+", p.name)]
+    if not folders and len(processes) == 1:
+        folders = {"rank": processes[0]}
+    if not folders:
+        raise DataFileError(step_dir, "holds no rank folders (rank, rank0, rank1, ..., or one proc{pid})")
+    return folders
+
+
+def _compare_rank(args: tuple) -> CompareSummary:
+    rank, npu_json, bench_json, output_dir, stack_mode, auto_analyze, fuzzy_match, stamp, mappings = args
+    number = rank[len("rank") :]
+    prefix = f"compare_result_rank{number}" if number else "compare_result"
+    summary, _ = compare_pair(
+        npu_json, bench_json, output_dir, stack_mode, auto_analyze, fuzzy_match, stamp, prefix, mappings
+    )
+    summary.rank = number or None
+    return summary
+
+
+def compare_distributed(
+    npu_dump_dir: str | Path,
+    bench_dump_dir: str | Path,
+    output_path: str | Path,
+    stack_mode: bool = False,
+    auto_analyze: bool = True,
+    fuzzy_match: bool = False,
+    processes: int | None = None,
+    mappings: dict[str, Any] | None = None,
+    engine: Engine | None = None,
+    **_ignored: Any,
+) -> list[CompareSummary]:
+    """Compare each rank of two step folders; the rank pairs run on ``engine`` (default: ``processes`` local
+    worker processes)."""
+    npu_ranks, bench_ranks = _rank_folders(Path(npu_dump_dir)), _rank_folders(Path(bench_dump_dir))
+    missing = sorted(set(npu_ranks) ^ set(bench_ranks))
+    if missing:
+        logger.warning("ranks present on one side only are not compared: %s", ", ".join(missing))
+    stamp = timestamp()
+    jobs = [
+        (
+            rank,
+            npu_ranks[rank] / "dump.json",
+            bench_ranks[rank] / "dump.json",
+            Path(output_path),
+            stack_mode,
+            auto_analyze,
+            fuzzy_match,
+            stamp,
+            mappings,
+        )
+        for rank in sorted(set(npu_ranks) & set(bench_ranks))
+    ]
+    return run_jobs(_compare_rank, jobs, engine or Engine(workers=processes), "ranks")
+
+
+def run_compare_json(
+    compare_json: str | Path,
+    output_path: str | Path,
+    stack_mode: bool = False,
+    compare_only: bool = False,
+    fuzzy_match: bool = False,
+    mappings: dict[str, Any] | None = None,
+    engine: Engine | None = None,
+) -> list[CompareSummary]:
+    """What ``msprobe compare -i compare.json`` does: single or multi-rank, decided by the paths."""
+    spec = read_compare_json(compare_json)
+    npu, bench = Path(spec.npu_path), Path(spec.bench_path)
+    if npu.is_dir() and not (npu / "dump.json").exists() and not (npu / ".dump.json.journal").exists():
+        return compare_distributed(
+            npu, bench, output_path, stack_mode, not compare_only, fuzzy_match, mappings=mappings, engine=engine
+        )
+    stacks = stack_source(npu, spec.stack_path, stack_mode)
+    summary, _ = compare_pair(
+        npu, bench, Path(output_path), stacks or False, not compare_only, fuzzy_match, mappings=mappings
+    )
+    return [summary]
+
+
+def diagnose_compare_json(
+    compare_json: str | Path, output_path: str | Path | None = None
+) -> tuple[Diagnosis, Path | None]:
+    """Where the runs of compare.json part ways, over every step and rank its paths hold (one dump.json each,
+    or step/rank folders); written to ``first_divergence_{timestamp}.json`` in ``output_path`` when given."""
+    from msprobe.core.dump.writer import make_dir, write_json_atomic
+
+    spec = read_compare_json(compare_json)
+    npu, bench = Path(spec.npu_path), Path(spec.bench_path)
+    npu, bench = (npu.parent, bench.parent) if npu.is_file() else (npu, bench)
+    diagnosis = diagnose_runs(npu, bench)
+    if output_path is None:
+        return diagnosis, None
+    make_dir(Path(output_path))
+    written = Path(output_path) / f"first_divergence_{timestamp()}.json"
+    write_json_atomic(written, diagnosis.as_dict(), indent=2)
+    return diagnosis, written
