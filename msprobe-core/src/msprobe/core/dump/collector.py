@@ -325,7 +325,7 @@ class DumpCollector:
         screened: LaterScreen | None = None,
     ) -> bool:
         if self.overflow is not None:
-            flag = None if screened is not None else self._hardware()
+            flag = self._hardware()  # None: a screened call waited, as only without the flag
             outputs_nonfinite = flag is None and (
                 self.encoder.any_nonfinite(output) or (screened is not None and screened.nonfinite_then())
             )
@@ -472,7 +472,7 @@ class DumpCollector:
         self, name: str, grad_of_outputs: Any, grad_of_inputs: Any, parent: Any, screened: LaterScreen | None = None
     ) -> bool:
         if self.overflow is not None:
-            flag = None if screened is not None else self._hardware()
+            flag = self._hardware()  # None: a screened call waited, as only without the flag
             leaving_nonfinite = flag is None and (
                 self.encoder.any_nonfinite(grad_of_inputs) or (screened is not None and screened.nonfinite_then())
             )

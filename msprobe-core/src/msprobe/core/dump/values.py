@@ -31,7 +31,8 @@ class ValueEncoder:
         self.summarize = summarize
         self.describe = describe
         self._nonfinite = getattr(summarize, "nonfinite", None)
-        # nonfinite_later(tensor): True or False now, an item whose finite() waits for a device batch, or None
+        # nonfinite_later(tensor): True or False now, an item whose finite() waits for a device batch, or None;
+        # a summarizer whose screens never wait has none (or None)
         self._nonfinite_later = getattr(summarize, "nonfinite_later", None)
 
     def encode(self, value: Any, suffix: str) -> Any:

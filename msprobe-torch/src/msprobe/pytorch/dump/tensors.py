@@ -158,6 +158,9 @@ class TensorSummarizer:
         # device tensors' statistics, read back in batches (not with async_dump, which reads at step end)
         batched = (self.with_stats or self.with_xor) and not deferred
         self.batch = device_batch.DeviceBatch() if batched and device_batch.device_path_active() else None
+        # only the overflow check's screens wait in the batch; elsewhere the encoder does not ask, call by call
+        waits = self.batch is not None and task == "overflow_check"
+        self.nonfinite_later = self._nonfinite_later if waits else None
 
     def set_tensor_dir(self, folder: Path | None) -> None:
         self.tensor_dir = folder
@@ -264,12 +267,12 @@ class TensorSummarizer:
         found = _kernel_screen(tensor.detach()) if type(tensor) in measuring.PLAIN_TYPES else None
         return self.nonfinite(tensor) if found is None else found
 
-    def nonfinite_later(self, tensor: torch.Tensor) -> bool | device_batch.BatchedSum | None:
+    def _nonfinite_later(self, tensor: torch.Tensor) -> bool | device_batch.BatchedSum | None:
         """The overflow check's screen of a device tensor without a read: its sum waits in the batch (see
         ``ValueEncoder.screen_later``). False: it cannot hold inf or nan; None: it is screened now instead."""
         if not self.with_stats:
             return False
-        if self.task != "overflow_check" or self.save_files or self.batch is None:
+        if self.save_files:
             return None
         if not (device_batch.FORCE_DEVICE_PATH or not tensor.is_cpu) or not device_batch.summable_later(tensor):
             return None
