@@ -3,7 +3,8 @@
 The kernels (one-pass tensor statistics, see src/msprobe/core/dump/_kernels.c),
 the attribute swapping of src/msprobe/core/_attributes.c, the dump.json
 scanner (dump/_jsonscan.c), the CSV text maker (_csvtext.c), the compare
-row builder (compare/_tablerows.c) and the call-stack walker (dump/_frames.c)
+row builder (compare/_tablerows.c), the call-stack walker (dump/_frames.c) and the
+journal write (dump/_journal.c)
 are optional:
 without a C compiler the package installs all the same, measures tensors
 with the frameworks' own kernels, swaps attributes and writes CSV text in
@@ -36,7 +37,10 @@ CSVTEXT = Extension("msprobe.core._csvtext", ["src/msprobe/core/_csvtext.c"], op
 # the compare table's rows of the common dump.json entry (tensor summaries only), without Python code per row
 TABLEROWS = Extension("msprobe.core.compare._tablerows", ["src/msprobe/core/compare/_tablerows.c"], optional=True)
 
+# DumpWriter.add_journaled's usual case, for msprobe-torch's per-call path to call without touching the writer
+JOURNAL = Extension("msprobe.core.dump._journal", ["src/msprobe/core/dump/_journal.c"], optional=True)
+
 # the call stack of each recorded call (stack.json), walked without Python code per call; Python 3.11 and later
 FRAMES = Extension("msprobe.core.dump._frames", ["src/msprobe/core/dump/_frames.c"], optional=True)
 
-setup(version=VERSION, ext_modules=[KERNELS, ATTRIBUTES, JSONSCAN, CSVTEXT, TABLEROWS, FRAMES])
+setup(version=VERSION, ext_modules=[KERNELS, ATTRIBUTES, JSONSCAN, CSVTEXT, TABLEROWS, FRAMES, JOURNAL])

@@ -11,9 +11,13 @@ from setuptools import Extension, setup
 
 VERSION = (Path(__file__).resolve().parent.parent / "VERSION").read_text().strip()
 
+# one translation unit: _lane.c includes its parts, which the sdist carries and a change to which rebuilds it
+LANE_PARTS = ["text", "torch", "summaries", "entries", "call"]
+
 LANE = Extension(
     "msprobe.pytorch.dump._lane",
     ["src/msprobe/pytorch/dump/_lane.c"],
+    depends=[f"src/msprobe/pytorch/dump/_lane_{part}.c" for part in LANE_PARTS],
     optional=True,
     extra_compile_args=["-O2"],
 )

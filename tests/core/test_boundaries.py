@@ -16,6 +16,7 @@ WRAPPERS = {
     "msprobe.core.dump._kernels": "msprobe.core.dump.float_stats",
     "msprobe.core.dump._jsonscan": "msprobe.core.dump.block_reader",
     "msprobe.core.dump._frames": "msprobe.core.dump.stack",
+    "msprobe.core.dump._journal": "msprobe.core.dump.writer",
     "msprobe.core.compare._tablerows": "msprobe.core.compare.rows",
     "msprobe.pytorch.dump._lane": "msprobe.pytorch.dump.lane",
 }
@@ -93,3 +94,33 @@ def test_the_entry_points_old_module_names_still_import_them():
         public = [name for name in vars(new) if not name.startswith("_") and callable(getattr(new, name))]
         defined = [name for name in public if getattr(getattr(new, name), "__module__", None) == new.__name__]
         assert defined and all(getattr(old, name) is getattr(new, name) for name in defined), old.__name__
+
+
+def _core_private_attributes() -> set[str]:
+    """Every ``self._name`` msprobe-core's Python assigns: the state that is core's own."""
+    names = set()
+    for path in (ROOT / "msprobe-core" / "src").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+                if _private(node.attr) and isinstance(node.ctx, ast.Store):
+                    names.add(node.attr)
+    return names
+
+
+def _c_string_literals(path: Path) -> set[str]:
+    import re
+
+    return set(re.findall(r'"([A-Za-z_][A-Za-z0-9_]*)"', path.read_text(encoding="utf-8")))
+
+
+def test_no_other_package_s_c_code_names_core_s_private_state():
+    """The other packages' C extensions reach core's state through core's capsules, never by attribute name."""
+    private = _core_private_attributes()
+    assert {"_journal", "_map", "_position"} <= private  # the check sees the names it guards
+    found = {}
+    for package in PACKAGES[1:]:
+        for path in package.rglob("*.c"):
+            named = sorted(_c_string_literals(path) & private)
+            if named:
+                found[str(path.relative_to(ROOT))] = named
+    assert found == {}

@@ -190,7 +190,8 @@ def test_the_front_door_takes_what_the_framework_debuggers_take():
     assert [name for name in door if name != "framework"] == list(base)
     for name, parameter in base.items():
         assert door[name].default == parameter.default, name
-    for method in ("start", "stop", "step", "save", "finish", "flush", "forward_backward_dump_end"):
+    methods = ("start", "stop", "step", "save", "finish", "flush", "forward_backward_dump_end", "grad_probe", "monitor")
+    for method in methods:
         ours = inspect.signature(getattr(frontdoor.PrecisionDebugger, method)).parameters
         theirs = inspect.signature(getattr(BaseDebugger.__dict__[method], "function", BaseDebugger.__dict__[method]))
         theirs = theirs.parameters

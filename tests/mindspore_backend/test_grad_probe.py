@@ -23,7 +23,7 @@ def train(folder, level="L1", diverge_from=None, steps=5):
         json.dumps({"task": "grad_probe", "dump_path": str(folder), "grad_probe": {"grad_level": level}})
     )
     debugger = PrecisionDebugger(config_path=str(folder.parent / f"{folder.name}.json"))
-    debugger.monitor(optimizer)
+    debugger.grad_probe(optimizer)
     grad_fn = ms.value_and_grad(lambda x, y: ((net(x) - y) ** 2).mean(), None, optimizer.parameters)
     rng = np.random.default_rng(3)
     last = None

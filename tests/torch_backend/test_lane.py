@@ -441,6 +441,33 @@ def test_the_journal_holds_what_the_python_way_journals(tmp_path, monkeypatch):
     assert fast.data == slow.data and fast.stack == slow.stack and fast.construct == slow.construct
 
 
+@pytest.mark.parametrize("label", ["statistics L1", "statistics mix"])
+def test_the_lane_journals_through_core_s_c_write_and_without_it_the_same(tmp_path, monkeypatch, label):
+    """The lane hands each entry to msprobe-core's C add_journaled; the writer's Python add_journaled sees only
+    what that leaves (the step's first entry, which opens the journal). Without the capsule, every entry goes to
+    the Python, and the files are the same."""
+    calls = []
+    original = DumpWriter.add_journaled
+
+    def counted(writer, *args):
+        calls.append(args[0])
+        return original(writer, *args)
+
+    runs = []
+    for with_c in (True, False):
+        monkeypatch.setattr(DumpWriter, "add_journaled", counted)
+        if not with_c:
+            monkeypatch.setattr(lane, "journal_c_api", lambda: None)
+        calls.clear()
+        runs.append((_dump_mixed_net(tmp_path / str(with_c), CONFIGS[label], monkeypatch, True)[0], len(calls)))
+    (fast, python_calls_with_c), (slow, python_calls_without) = runs
+    assert_same_dump(fast, slow)
+    steps = {name.split("/")[0] for name in fast if name.endswith("dump.json")}
+    entries = sum(len(value["data"]) for name, value in fast.items() if name.endswith("dump.json"))
+    assert python_calls_with_c == len(steps)  # one per step: the entry that opens its journal
+    assert python_calls_without >= entries - len(steps) > 100
+
+
 def test_a_journal_that_fails_mid_step_is_reported_once_and_the_step_files_are_whole(tmp_path, monkeypatch, caplog):
     """A full disk: the journal cannot grow; the lane's entries still reach dump.json, and training goes on.
 

@@ -98,8 +98,11 @@ class PrecisionDebugger:
     def save(self, variable: Any, name: str, save_backward: bool = True) -> None:
         self.debugger.save(variable, name, save_backward=save_backward)
 
-    def monitor(self, model_or_optimizer: Any) -> None:
-        self.debugger.monitor(model_or_optimizer)
+    def grad_probe(self, target: Any) -> None:
+        self.debugger.grad_probe(target)
+
+    def monitor(self, target: Any) -> None:
+        self.debugger.monitor(target)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.__dict__["debugger"], name)

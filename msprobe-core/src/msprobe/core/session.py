@@ -227,11 +227,12 @@ class BaseDebugger:
         if self.config.task == "grad_probe" and self._hooks is None and not self._told_grad_probe:
             self._told_grad_probe = True
             logger.warning(
-                "msprobe: task grad_probe records through debugger.monitor(model), called once before training; "
+                "msprobe: task grad_probe records through debugger.grad_probe(model) (the reference's monitor(model)), "
+                "called once before training; "
                 "start(), stop() and step() alone write nothing"
             )
         if self._running or self.config.level == "debug" or self.config.task == "grad_probe":
-            return  # save() and monitor() need no start/stop
+            return  # save() and grad_probe() need no start/stop
         if not (self.step_selected() and self.rank_selected()) or self.config.dump_enable is False:
             return
         if self._hooks is None:
@@ -346,6 +347,25 @@ class BaseDebugger:
     def _make_saver(self) -> Any:
         raise UsageError(f"save() is not available for {self.framework}")
 
+    def grad_probe(self, target: Any) -> None:
+        """Grad probe (task grad_probe): record the gradients of ``target`` (what the backend watches: a
+        torch.nn.Module, a mindspore.nn.Optimizer) at each optimizer step, from now until finish()."""
+        if self.config.task != "grad_probe":
+            raise UsageError("grad_probe() needs task 'grad_probe' in the config")
+        probe = self.make_grad_probe(target)
+        if self._hooks is not None:
+            self._hooks.remove()
+        self._hooks = probe
+        probe.install()
+
+    def monitor(self, target: Any) -> None:
+        """The reference tool's name for :meth:`grad_probe`, kept so its scripts run unchanged."""
+        self.grad_probe(target)
+
+    def make_grad_probe(self, target: Any) -> Any:
+        """The backend's grad probe hooks (TaskHooks) on ``target``; a UsageError naming what it takes otherwise."""
+        raise UsageError(f"grad_probe() is not available for {self.framework}")
+
     def finish(self) -> None:
         """Remove every hook and write what was collected (also run at interpreter exit), then say in one line
         where the dump went and what it holds, or why nothing was written."""
@@ -367,7 +387,7 @@ class BaseDebugger:
             return
         if config.task == "grad_probe":
             if self._hooks is None and self._start_called:
-                logger.warning("msprobe: task grad_probe wrote nothing: debugger.monitor(model) was never called")
+                logger.warning("msprobe: task grad_probe wrote nothing: debugger.grad_probe(model) was never called")
             return
         verdict = getattr(self._hooks, "verdict", None)
         if callable(verdict) and self._dumping_starts:  # a task whose answer is a verdict (free benchmark)

@@ -1,7 +1,8 @@
 """Environment switches that turn one of msprobe's C accelerators off, to compare or to rule one out.
 
-``MSPROBE_NO_KERNELS`` (the one-pass statistics) and ``MSPROBE_NO_LANE`` (the
-PyTorch dump's per-call path); see docs/installation.md. And one that turns
+``MSPROBE_NO_KERNELS`` (the one-pass statistics), ``MSPROBE_NO_C_JOURNAL`` (the
+C journal write) and ``MSPROBE_NO_LANE`` (the PyTorch dump's per-call path);
+see docs/installation.md. And one that turns
 a path on where it would not run: ``MSPROBE_FORCE_DEVICE_PATH`` (CPU tensors
 measured the way device tensors are, so CI exercises that path).
 """

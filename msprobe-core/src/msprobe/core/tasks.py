@@ -35,7 +35,7 @@ BUILTIN_TASKS = (
         "'tensor' with tensor.online_run_ut)",
         "",
     ),
-    Task("grad_probe", "gradient statistics per parameter and step, recorded through debugger.monitor(model)", ""),
+    Task("grad_probe", "gradient statistics per parameter and step, recorded through debugger.grad_probe(model)", ""),
 )
 
 

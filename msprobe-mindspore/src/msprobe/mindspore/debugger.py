@@ -44,20 +44,15 @@ class PrecisionDebugger(BaseDebugger):
                 "ms.set_context(mode=ms.PYNATIVE_MODE); in graph mode use level L2 (MindSpore's kernel dump)"
             )
 
-    def monitor(self, optimizer: Any) -> None:
-        """Grad probe (task grad_probe): record the gradients the optimizer receives at each step."""
+    def make_grad_probe(self, optimizer: Any) -> Any:
+        """The gradients the optimizer receives at each step."""
         from mindspore import nn
         from msprobe.core.errors import UsageError
         from msprobe.mindspore.grad_probe import GradProbe
 
-        if self.config.task != "grad_probe":
-            raise UsageError("monitor() needs task 'grad_probe' in the config")
         if not isinstance(optimizer, nn.Optimizer):
-            raise UsageError(f"monitor() takes the mindspore.nn.Optimizer to watch, got {type(optimizer).__name__}")
-        if self._hooks is not None:
-            self._hooks.remove()
-        self._hooks = GradProbe(self.session, optimizer)
-        self._hooks.install()
+            raise UsageError(f"grad_probe() takes the mindspore.nn.Optimizer to watch, got {type(optimizer).__name__}")
+        return GradProbe(self.session, optimizer)
 
     def _make_saver(self) -> Any:
         import mindspore as ms

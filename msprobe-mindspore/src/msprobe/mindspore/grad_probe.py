@@ -1,4 +1,4 @@
-"""Grad probe on MindSpore: ``PrecisionDebugger.monitor(optimizer)``.
+"""Grad probe on MindSpore: ``PrecisionDebugger.grad_probe(optimizer)`` (the reference's ``monitor``).
 
 The gradients are those the optimizer receives (its forward pre-hook sees
 them), one step per optimizer call, as the reference counts steps.

@@ -26,19 +26,13 @@ class PrecisionDebugger(BaseDebugger):
     def is_model(self, obj: Any) -> bool:
         return isinstance(obj, torch.nn.Module)
 
-    def monitor(self, model: Any) -> None:
-        """Grad probe (task grad_probe): record every watched gradient at each optimizer step."""
+    def make_grad_probe(self, model: Any) -> Any:
         from msprobe.core.errors import UsageError
         from msprobe.pytorch.grad_probe import GradProbe
 
-        if self.config.task != "grad_probe":
-            raise UsageError("monitor() needs task 'grad_probe' in the config")
         if not isinstance(model, torch.nn.Module):
-            raise UsageError(f"monitor() takes the torch.nn.Module to watch, got {type(model).__name__}")
-        if self._hooks is not None:
-            self._hooks.remove()
-        self._hooks = GradProbe(self.session, model)
-        self._hooks.install()
+            raise UsageError(f"grad_probe() takes the torch.nn.Module to watch, got {type(model).__name__}")
+        return GradProbe(self.session, model)
 
     def _make_saver(self) -> Any:
         from msprobe.core.dump.debug_save import DebugSaver

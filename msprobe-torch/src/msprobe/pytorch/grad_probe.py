@@ -1,4 +1,4 @@
-"""Grad probe on PyTorch: ``PrecisionDebugger.monitor(model)``.
+"""Grad probe on PyTorch: ``PrecisionDebugger.grad_probe(model)`` (the reference's ``monitor(model)``).
 
 Gradients are read when an optimizer is about to apply them (the
 reference counts steps as optimizer calls, so a step skipped for a nan loss
@@ -136,7 +136,7 @@ def _applied_gradient(parameter: torch.Tensor) -> torch.Tensor | None:
 
 
 class GradProbe(GradProbeHooks):
-    """TaskHooks for task grad_probe: installed by monitor(), runs for the whole training."""
+    """TaskHooks for task grad_probe: installed by grad_probe(), runs for the whole training."""
 
     def __init__(self, session: TaskSession, model: torch.nn.Module):
         self.session = session

@@ -28,13 +28,35 @@ from typing import Any, BinaryIO
 
 from msprobe.core.dump.numbers import NonFinite
 from msprobe.core.errors import DataFileError
+from msprobe.core.switches import switched_off
 
 try:  # much faster than json for the dump's entries; the standard encoder stands in without it
     import orjson
 except ImportError:  # pragma: no cover - a dependency of msprobe-core
     orjson = None
 
+try:  # DumpWriter.add_journaled's usual case in C, for msprobe-torch's per-call path (see journal_c_api)
+    from msprobe.core.dump import _journal as _c_journal
+except ImportError:  # built without a C compiler: that path calls add_journaled instead
+    _c_journal = None
+
 logger = logging.getLogger(__name__)
+
+# The switch for the C journal write (tests turn it off; so does MSPROBE_NO_C_JOURNAL=1).
+C_JOURNAL_AVAILABLE = _c_journal is not None and not switched_off("MSPROBE_NO_C_JOURNAL")
+C_JOURNAL_VERSION = 1  # the layout of _journal.c's JournalAPI this package's callers declare
+
+
+def journal_c_api() -> Any:
+    """The C-level ``DumpWriter.add_journaled`` (a capsule named ``msprobe.core.dump._journal._C_API``) for another
+    extension to call per entry, or None where it is not built, switched off, or of another version.
+
+    It does the usual case (the step's journal open and sound) and answers 0 for the rest, which the caller then
+    hands to ``add_journaled``; so no other package reads the writer's private state."""
+    if not C_JOURNAL_AVAILABLE or _c_journal is None or _c_journal.API_VERSION != C_JOURNAL_VERSION:
+        return None
+    return _c_journal._C_API
+
 
 JOURNAL_NAME = ".dump.json.journal"
 FILE_MODE = 0o640
@@ -309,8 +331,8 @@ class _MappedJournal:
         self._size = size
 
     def write(self, data: bytes) -> None:
-        """The lines go to the mapping at ``_position``; msprobe-torch's per-call path (``_lane.c``,
-        ``write_mapped``) does the same itself while they fit, so the two must stay alike."""
+        """The lines go to the mapping at ``_position``; ``_journal.c``'s ``write_mapped`` does the same itself
+        while they fit (tests check that both leave the same bytes)."""
         start = self._position
         end = start + len(data)
         if end > self._size:  # grow: reserve the blocks first, then map them
@@ -534,7 +556,8 @@ class DumpWriter:
         self, name: str, name_text: str, text: str | None, stack_text: str | None, parent_text: str | None
     ) -> None:
         """Store an entry, its stack and its parent (each None where there is none), all JSON text already, and
-        journal them in one write: the path of every dumped call (the torch backend's C lane calls it directly)."""
+        journal them in one write: the path of every dumped call. ``_journal.c`` does the same in C for the torch
+        backend's per-call path (see :func:`journal_c_api`) and calls this for every case it leaves."""
         self._names[name] = name_text
         lines = ""
         if text is not None:

@@ -33,7 +33,7 @@ import orjson
 import torch
 
 from msprobe.core.dump import float_stats
-from msprobe.core.dump.writer import NO_PARENT, encode_json
+from msprobe.core.dump.writer import NO_PARENT, encode_json, journal_c_api
 from msprobe.core.switches import switched_off
 from msprobe.pytorch.dump import grad_taps
 
@@ -46,7 +46,7 @@ logger = logging.getLogger(__name__)
 
 # The _lane.c this module is written for: it reads and writes the recorder's state by attribute name
 # (_lane.INTERFACE lists them by owner), so both sides change together and bump this number.
-INTERFACE_VERSION = 3
+INTERFACE_VERSION = 4
 
 if switched_off("MSPROBE_NO_LANE"):
     _lane = None
@@ -206,5 +206,6 @@ def make_lane(
         handoff=collector.flight_handoff if collector.flight is not None else None,
         late_backward=recorder._late_backward_hook if collector.overflow is not None else None,
         lock=recorder.lock,
+        journal=journal_c_api(),
         **screening,
     )
