@@ -197,35 +197,34 @@ def test_an_internal_error_exits_3(tmp_path, monkeypatch, capsys):
     assert "internal error KeyError" in capsys.readouterr().err
 
 
-def test_a_full_disk_is_one_line_naming_the_file_and_leaves_no_result(tmp_path, monkeypatch):
+@pytest.mark.parametrize("way", ["never", "always"])  # the in-memory compare and the block compare
+def test_a_full_disk_is_one_line_naming_the_file_and_leaves_no_result(tmp_path, monkeypatch, way):
     import errno
 
-    from msprobe.core.compare import report
+    from msprobe.core.compare import pipeline
     from paths import REFERENCE_DUMPS
 
     dump = REFERENCE_DUMPS / "pytorch" / "statistics_L1" / "step0" / "rank" / "dump.json"
-    real = report.new_file
+    real = pipeline.os.fdopen
 
-    def full(path, *arguments, **options):
-        handle = real(path, *arguments, **options)
+    class Full:  # a result file on a full disk: its writes fail as the OS's do, naming no file
+        def __init__(self, handle):
+            self.handle = handle
 
-        class Full:
-            def __enter__(self):
-                opened = handle.__enter__()
+        def write(self, _data):
+            raise OSError(errno.ENOSPC, "No space left on device")
 
-                def write(_data):
-                    raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        def __getattr__(self, name):
+            return getattr(self.handle, name)
 
-                opened.write = write
-                return opened
+        def __enter__(self):
+            return self
 
-            def __exit__(self, *exc):
-                return handle.__exit__(*exc)
+        def __exit__(self, *exc):
+            self.handle.close()
 
-        return Full()
-
-    monkeypatch.setattr(report, "new_file", full)
-    monkeypatch.setenv("MSPROBE_COMPARE_STREAM", "never")
+    monkeypatch.setattr(pipeline.os, "fdopen", lambda *a, **k: Full(real(*a, **k)))
+    monkeypatch.setenv("MSPROBE_COMPARE_STREAM", way)
     spec = tmp_path / "compare.json"
     spec.write_text(json.dumps({"npu_path": str(dump), "bench_path": str(dump)}))
     result = CliRunner().invoke(cli, ["compare", "-i", str(spec), "-o", str(tmp_path / "out")])

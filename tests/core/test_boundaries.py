@@ -78,7 +78,7 @@ def test_the_check_sees_each_kind_of_crossing():
         "from msprobe.core.compare.rows import Row": 0,
     }
     for code, expected in cases.items():
-        assert len(crossings([("msprobe.core.compare.engine", ast.parse(code))])) == expected, code
+        assert len(crossings([("msprobe.core.compare.tables", ast.parse(code))])) == expected, code
     wrapper = "from msprobe.core.compare import _tablerows\n_tablerows.configure"
     assert crossings([("msprobe.core.compare.rows", ast.parse(wrapper))]) == []
 

@@ -8,8 +8,9 @@ import pytest
 from click.testing import CliRunner
 
 from msprobe.cli.main import cli
-from msprobe.core.compare.engine import STATISTICS_COLUMNS, compare_dumps
+from msprobe.core.compare.pipeline import compare_dumps
 from msprobe.core.compare.run import compare, compare_distributed, run_compare_json
+from msprobe.core.compare.tables import STATISTICS_COLUMNS
 from msprobe.core.dump.reader import read_dump
 from msprobe.core.errors import DataFileError
 from paths import REFERENCE_DUMPS
@@ -282,7 +283,7 @@ def test_tensor_mode_an_npu_value_without_partner_shows_the_references_cells(tmp
     called a different number of times per step)."""
     import numpy as np
 
-    from msprobe.core.compare.engine import tensor_loader
+    from msprobe.core.compare.tables import tensor_loader
     from msprobe.core.tensor_files import load_npy
 
     def write(folder, names):

@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from msprobe.core.compare.engine import compare_dumps
 from msprobe.core.compare.merge import merge_results
+from msprobe.core.compare.pipeline import compare_dumps
 from msprobe.core.config import load_config
 from msprobe.core.dump.reader import read_dump
 from msprobe.core.errors import MsprobeError
@@ -279,15 +279,15 @@ streamed_entries = st.dictionaries(
 def _streamed_rows(path, in_c: bool):
     from dataclasses import astuple
 
+    from msprobe.core.compare import large
     from msprobe.core.compare import rows as table_rows
-    from msprobe.core.compare import stream
     from msprobe.core.dump.block_reader import DumpStream
 
     kept = table_rows.c_rows
     table_rows.c_rows = kept if in_c else None
     try:
         found, names = [], []
-        for rows, block_names in stream._row_blocks(DumpStream(path, 256), None):
+        for rows, block_names in large._row_blocks(DumpStream(path, 256), None):
             found += [astuple(row) for row in rows]
             names += block_names
         return "read", str(found), names

@@ -177,7 +177,8 @@ def test_a_failing_metric_warns_once_not_once_per_row(tmp_path, caplog):
 
     import numpy as np
 
-    from msprobe.core.compare.engine import compare_dumps, tensor_loader
+    from msprobe.core.compare.pipeline import compare_dumps
+    from msprobe.core.compare.tables import tensor_loader
     from msprobe.core.dump.reader import read_dump
     from msprobe.core.tensor_files import load_npy
 
@@ -514,7 +515,7 @@ def test_metrics_serve_the_modes_they_declare(tmp_path):
     import json
 
     from msprobe.core.backend import Statistics
-    from msprobe.core.compare.engine import compare_dumps
+    from msprobe.core.compare.pipeline import compare_dumps
     from msprobe.core.dump.reader import read_dump
 
     def write(folder, maximum):

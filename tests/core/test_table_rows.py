@@ -15,9 +15,9 @@ from dataclasses import astuple
 from pathlib import Path
 
 import pytest
-from test_compare_stream import _entries, _run, _tensor, write_varied_pair
+from test_compare_large import _entries, _run, _tensor, write_varied_pair
 
-from msprobe.core.compare import engine, rows, stream
+from msprobe.core.compare import large, rows, tables
 from msprobe.core.dump import _jsonscan, block_reader
 from msprobe.core.dump.reader import Dump
 from msprobe.core.errors import DataFileError
@@ -130,9 +130,9 @@ def test_a_streamed_compare_gives_the_same_files_without_the_builder(tmp_path, m
     """The helper's rows (rows_of), the bench side's index (index_rows) and the table's columns
     (pair_columns), in C and in Python."""
     monkeypatch.setattr(block_reader, "BLOCK_BYTES", 4096)
-    monkeypatch.setattr(stream, "HELPER_FROM_BYTES", 0)  # the helper reads part of the bench side
-    monkeypatch.setattr(stream, "_can_fork", lambda: True)  # other tests may leave threads in this process
-    monkeypatch.setattr(stream, "XLSX_ROW_LIMIT", 0)
+    monkeypatch.setattr(large, "HELPER_FROM_BYTES", 0)  # the helper reads part of the bench side
+    monkeypatch.setattr(large, "_can_fork", lambda: True)  # other tests may leave threads in this process
+    monkeypatch.setattr(large, "XLSX_ROW_LIMIT", 0)
     npu, bench = write_varied_pair(tmp_path)
     with_c = _run(npu, bench, tmp_path / "c", monkeypatch, "always")
     monkeypatch.setattr(rows, "c_rows", None)  # every C path, the bench index and pairing too
@@ -148,20 +148,20 @@ def test_table_columns_are_the_python_ones(monkeypatch):
     assert {row.shown_dtype for row in built} >= {"", None, "<class 'int'>"}  # tensors, None, plain values
     pairs = [(row, built[-index - 1] if index % 3 else None) for index, row in enumerate(built)]
     pairs += [(None, row) for row in built[:50]]
-    engine._SHAPE_TEXTS.clear()
-    in_c = engine._pair_columns(pairs)
+    tables._SHAPE_TEXTS.clear()
+    in_c = tables._pair_columns(pairs)
     monkeypatch.setattr(rows, "c_rows", None)
-    in_python = engine._pair_columns(pairs)
+    in_python = tables._pair_columns(pairs)
     assert in_c == in_python
     assert in_c[0]["NPU Name"][:2] == [built[0].name, built[1].name]
-    assert in_c[0]["Bench Tensor Shape"][0] == engine.NA and in_c[1][:2] == [1, 2]
+    assert in_c[0]["Bench Tensor Shape"][0] == tables.NA and in_c[1][:2] == [1, 2]
     assert in_c[4]["NPU max"][0] == built[0].stats[0]
 
 
 def test_table_columns_take_only_pairs_of_rows():
     row = rows.Row("a", "e", "torch.float32", [2], (1.0, 2.0, 3.0, 4.0), None, None, "input")
-    assert rows.c_rows.pair_columns([(row, row), (row, "not a row")], engine.NA, {}) is None
-    assert rows.c_rows.pair_columns([(row, None), [row, row]], engine.NA, {}) is None
+    assert rows.c_rows.pair_columns([(row, row), (row, "not a row")], tables.NA, {}) is None
+    assert rows.c_rows.pair_columns([(row, None), [row, row]], tables.NA, {}) is None
 
 
 # rows straight from the text (parse_rows): the same rows and names as parsing each block as a dict
@@ -265,7 +265,7 @@ def _read_rows(path: Path, monkeypatch, in_c: bool, block_bytes: int) -> tuple[l
     try:
         reader = block_reader.DumpStream(path, block_bytes)
         found, names = [], []
-        for block_rows, block_names in stream._row_blocks(reader, None):
+        for block_rows, block_names in large._row_blocks(reader, None):
             found += [astuple(row) for row in block_rows]
             names += block_names
     finally:  # the builder back, also when reading raised

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from models import train_fixture_net, train_mixed_net
-from msprobe.core.compare.engine import TENSOR_COLUMNS, compare_dumps, tensor_loader
 from msprobe.core.compare.metrics import tensor_metrics
+from msprobe.core.compare.pipeline import compare_dumps
 from msprobe.core.compare.run import compare
+from msprobe.core.compare.tables import TENSOR_COLUMNS, tensor_loader
 from msprobe.core.dump.reader import read_dump
 from msprobe.pytorch import PrecisionDebugger
 from msprobe.pytorch.tensor_io import load_pt

@@ -464,7 +464,7 @@ static int same_field(PyObject *one, PyObject *other, int field) {
     return same;
 }
 
-/* the common case of same_structure in engine.py: role, dtype, shown dtype and shape equal row by row */
+/* the common case of same_structure in tables.py: role, dtype, shown dtype and shape equal row by row */
 static int plainly_same(PyObject *npu, PyObject *bench) {
     Py_ssize_t count = PyList_GET_SIZE(npu);
     if (count != PyList_GET_SIZE(bench)) return 0;

@@ -185,12 +185,16 @@ def statistics_suspects(table: pd.DataFrame) -> np.ndarray:
     return matched & ((np.nan_to_num(scaled, nan=0.0) > SCALED_TOLERANCE).any(axis=1) | nonfinite_mismatch.any(axis=1))
 
 
-def failed_rows(result: Any) -> np.ndarray:
-    """Which rows of a compare result count as failing: tensor accuracy 'No', md5 'Different', or the
+def failing_rows(mode: str, table: pd.DataFrame) -> np.ndarray:
+    """Which rows of a compare table count as failing: tensor accuracy 'No', md5 'Different', or the
     scale-aware statistics rule."""
-    table = result.table
-    if result.mode == "tensor":
+    if mode == "tensor":
         return (table["Accuracy Reached or Not"] == "No").to_numpy()
-    if result.mode == "md5":
+    if mode == "md5":
         return (table["Result"] == "Different").to_numpy()
     return statistics_suspects(table)
+
+
+def failed_rows(result: Any) -> np.ndarray:
+    """:func:`failing_rows` of a compare result."""
+    return failing_rows(result.mode, result.table)

@@ -20,10 +20,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from msprobe.core.compare.engine import CompareResult, compare_dumps, tensor_loader
-from msprobe.core.compare.highlight import failed_rows
 from msprobe.core.compare.mapping import NameMapper
-from msprobe.core.compare.report import timestamp, write_result
+from msprobe.core.compare.pipeline import compare_in_memory
+from msprobe.core.compare.report import timestamp
+from msprobe.core.compare.tables import CompareResult, tensor_loader
 from msprobe.core.config import config_error_from_validation
 from msprobe.core.diagnosis import DIVERGENCE, NONE, Diagnosis, diagnose_dumps, diagnose_runs, diagnosis_fits
 from msprobe.core.diagnosis.runs import COMPARE_DIAGNOSED_BYTES, step_and_rank_of
@@ -240,16 +240,16 @@ def _compare_pair(
     prefix: str,
     mappings: dict[str, Any] | None,
 ) -> tuple[CompareSummary, CompareResult | None]:
-    from msprobe.core.compare import stream  # for large dumps only: not imported by a small compare's start
+    from msprobe.core.compare import large  # for large dumps only: not imported by a small compare's start
 
     options = {key: value for key, value in (mappings or {}).items() if value}
     stamp = stamp or timestamp()
-    if stream.wanted(Path(npu_json), Path(bench_json), fuzzy_match, bool(options)):
+    if large.wanted(Path(npu_json), Path(bench_json), fuzzy_match, bool(options)):
         try:
-            streamed = stream.stream_compare(
+            streamed = large.compare_blockwise(
                 Path(npu_json), Path(bench_json), Path(output_dir), stamp, prefix, stack_mode, registered_metrics()
             )
-        except stream.NotStreamable as reason:
+        except large.NeedsWholeDumps as reason:
             _may_compare_in_memory(Path(npu_json), Path(bench_json), str(reason))
             logger.warning("msprobe compare: %s; comparing in memory, which holds both dumps whole", reason)
         else:
@@ -271,25 +271,24 @@ def _compare_pair(
     cross = bool(npu.framework and bench.framework and npu.framework != bench.framework)
     cross = bool(options.pop("cross_framework", False)) or cross
     mapper = NameMapper(cross_framework=cross, **options)
-    result = compare_dumps(
+    counts, result = compare_in_memory(
         npu,
         bench,
+        Path(output_dir),
+        stamp,
+        prefix,
         fuzzy=fuzzy_match,
         stack=bool(stack_mode),
         load=tensor_loader(readers),
         mapping=mapper if mapper.active else None,
         metrics=registered_metrics(),
     )
-    files = write_result(result, Path(output_dir), stamp, prefix)
     diagnosis = None
     if auto_analyze:
         translate = mapper if mapper.active else None
         diagnosis = _diagnose(Path(npu_json), Path(bench_json), npu, bench, translate)
-        files.append(_write_advisor(diagnosis, Path(output_dir), prefix, stamp))
-    table = result.table
-    unmatched = int(((table["NPU Name"] == "N/A") | (table["Bench Name"] == "N/A")).sum())
-    suspicious = int(failed_rows(result).sum())
-    summary = CompareSummary(result.mode, len(table), suspicious, unmatched, diagnosis, files)
+        counts.files.append(_write_advisor(diagnosis, Path(output_dir), prefix, stamp))
+    summary = CompareSummary(counts.mode, counts.rows, counts.suspicious, counts.unmatched, diagnosis, counts.files)
     return summary, result
 
 

@@ -27,7 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from msprobe.core.compare.engine import (
+from msprobe.core.compare.metrics import NA
+from msprobe.core.compare.rows import Row
+from msprobe.core.compare.tables import (
     STATISTICS_METRICS,
     TENSOR_METRICS,
     TensorLoader,
@@ -36,8 +38,6 @@ from msprobe.core.compare.engine import (
     statistics_table,
     tensor_table,
 )
-from msprobe.core.compare.metrics import NA
-from msprobe.core.compare.rows import Row
 from msprobe.core.graph.model import API, API_GROUP, Graph, Node
 
 _CALL_COUNT = re.compile(r"\.\d+\.(forward|backward)$")

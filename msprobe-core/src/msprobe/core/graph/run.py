@@ -16,10 +16,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from msprobe.core.compare.engine import tensor_loader
 from msprobe.core.compare.mapping import NameMapper, read_layer_mapping
 from msprobe.core.compare.report import timestamp
 from msprobe.core.compare.run import check_tensor_readers, read_compare_json, tensor_readers
+from msprobe.core.compare.tables import tensor_loader
 from msprobe.core.diagnosis import diagnose_dumps, diagnosis_fits
 from msprobe.core.diagnosis.runs import step_and_rank_of
 from msprobe.core.dump.layout import dump_folders

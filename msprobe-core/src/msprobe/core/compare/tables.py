@@ -1,10 +1,11 @@
-"""Compare two dumps into the reference's result table.
+"""The reference's compare table: rows matched, and the table of a block of matched pairs.
 
 The mode follows the dumps: ``tensor`` when both hold tensor files,
 ``md5`` when both carry CRC-32 values, ``statistics`` otherwise. Rows are
 matched by name (``-f`` fuzzy: ignoring call counts, by order of
 occurrence), NPU rows keep their order, and bench rows with no NPU partner
 are appended with N/A on the NPU side, so nothing is dropped silently.
+pipeline.py runs these on blocks of pairs and writes the result files.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from msprobe.core.compare.metrics import (
     accuracy_reached,
     pair_metrics,
 )
-from msprobe.core.compare.rows import Row, c_builder, dump_rows
+from msprobe.core.compare.rows import Row, c_builder
 from msprobe.core.dump.reader import Dump
 
 logger = logging.getLogger(__name__)
@@ -468,33 +469,6 @@ def _pair_arrays(
     if expected is None:
         return None, TensorMetrics(*unsupported, f"Dump file: {bench_row.data_name} not found.")
     return (actual, expected), TensorMetrics()
-
-
-def compare_dumps(
-    npu: Dump,
-    bench: Dump,
-    fuzzy: bool = False,
-    stack: bool = False,
-    load: TensorLoader | None = None,
-    mapping: Callable[[str], str] | None = None,
-    extra_metrics: Sequence[Any] = (),
-    metrics: Sequence[Any] | None = None,
-) -> CompareResult:
-    """``metrics``: every metric column (the plugin registry's); ``None``: the built-in ones, plus
-    ``extra_metrics``."""
-    npu_rows, bench_rows = dump_rows(npu, every_value=True), dump_rows(bench, every_value=True)
-    pairs = match_rows(npu_rows, bench_rows, fuzzy=fuzzy, mapping=mapping)
-    mode = detect_mode(npu_rows, bench_rows, npu, bench)
-    chosen = [*(default_metrics() if metrics is None else metrics), *extra_metrics]
-    if mode == "tensor" and load is not None:
-        table = tensor_table(pairs, npu, bench, load, chosen)
-    elif mode == "md5":
-        table = md5_table(pairs)
-    else:
-        mode = "statistics"
-        table = statistics_table(pairs, chosen)
-    marks = finish_table(mode, table, pairs, npu if stack else None)
-    return CompareResult(mode, table, marks, npu, bench)
 
 
 def finish_table(

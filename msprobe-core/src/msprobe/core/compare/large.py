@@ -4,10 +4,11 @@ The in-memory compare holds both dumps as Python objects and the whole
 table besides: about 8 KB per entry, 8 GB for a million entries. Here the
 bench side is read first and kept as rows (one copy of each shape and dtype
 text among them), and the NPU side is read a block of whole calls at a time.
-Each block is matched, tabled, highlighted and written to the CSV (and the
-xlsx) before the next is read, by the very functions the in-memory compare
-uses, so both give the same files: every rule there is local to one call.
-Bench values with no NPU partner follow at the end, as there.
+Each block is matched here, then tabled, highlighted and written to the CSV
+(and the xlsx) by the compare's one pipeline (pipeline.py) before the next is
+read; the in-memory compare passes its pairs through it as one block, so
+both give the same files. Bench values with no NPU partner follow at the
+end, as there.
 
 On two cores a forked helper reads part of the bench file, and, where no
 xlsx is written (its rows have one writer), compares the later half of the
@@ -15,7 +16,7 @@ NPU file into a file of its own, appended to the CSV in order. What it
 matched and what its advisor saw are merged back.
 
 Only what is local to a call is done this way: fuzzy matching, name
-mappings and the tensor mode stay in memory (``NotStreamable`` sends the
+mappings and the tensor mode stay in memory (``NeedsWholeDumps`` sends the
 compare there, even part way through, as when md5 values turn up in the NPU
 side only after its first block, which chose the mode).
 """
@@ -29,32 +30,27 @@ import shutil
 import sys
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from msprobe.core.compare.engine import (
+from msprobe.core.compare.pipeline import CompareCounts, ResultFiles, TableBlocks
+from msprobe.core.compare.rows import Row, c_builder, dump_rows, named_after_files
+from msprobe.core.compare.tables import (
     MD5_COLUMNS,
     STATISTICS_COLUMNS,
     calls_of_one_structure,
-    finish_table,
-    md5_table,
     same_structure,
-    statistics_table,
     with_plugin_columns,
 )
-from msprobe.core.compare.highlight import statistics_suspects
-from msprobe.core.compare.metrics import NA
-from msprobe.core.compare.report import XLSX_ROW_LIMIT, XlsxStream, replace_file
-from msprobe.core.compare.rows import Row, c_builder, dump_rows, named_after_files
-from msprobe.core.compare.xlsx import SheetRows
+from msprobe.core.compare.xlsx import XLSX_ROW_LIMIT, SheetRows
 from msprobe.core.dump import block_reader
 from msprobe.core.dump.reader import Dump, read_stack_file, read_stacks
-from msprobe.core.dump.writer import create_private, make_dir
+from msprobe.core.dump.writer import create_private
 from msprobe.core.errors import MsprobeError
-from msprobe.core.spreadsheet import CsvTableWriter, table_columns
+from msprobe.core.spreadsheet import CsvTableWriter
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +58,7 @@ STREAM_ENV = "MSPROBE_COMPARE_STREAM"  # "always" or "never"; unset: by size
 STREAM_FROM_BYTES = 64 << 20  # the two dump.json files together; below this the in-memory compare is as fast
 
 
-class NotStreamable(Exception):
+class NeedsWholeDumps(Exception):
     """This pair needs the in-memory compare; the message says why (logged at debug level)."""
 
 
@@ -160,15 +156,6 @@ class Progress:
         if self._bar is not None:
             self.refresh()
             self._bar.close()
-
-
-@dataclass
-class StreamedCompare:
-    mode: str = "statistics"  # or "md5": both dumps hold md5 values
-    rows: int = 0
-    suspicious: int = 0
-    unmatched: int = 0
-    files: list[Path] = field(default_factory=list)
 
 
 class _BenchSide:
@@ -291,7 +278,7 @@ def _read_bench(path: Path, processes: int = 1, progress: Progress | None = None
         rows, entries, header = _bench_rows(path, None, progress.for_this_process())
         bench.add(rows)
     if entries.has_repeat():
-        raise NotStreamable(f"{path}: an entry name appears twice")
+        raise NeedsWholeDumps(f"{path}: an entry name appears twice")
     return bench, header
 
 
@@ -312,7 +299,7 @@ def _mode(npu_json: Path, bench: _BenchSide) -> str:
 
 def _check_header(header: dict[str, Any], path: Path) -> None:
     if str(header.get("task", "")) == "tensor":
-        raise NotStreamable(f"{path}: a tensor dump")
+        raise NeedsWholeDumps(f"{path}: a tensor dump")
 
 
 class _Matcher:
@@ -333,10 +320,10 @@ class _Matcher:
         for rows, names in _row_blocks(reader, part):
             _check_header(reader.header, path)
             if str(reader.header.get("framework", "")) != str(self.bench_header.get("framework", "")):
-                raise NotStreamable("the dumps come from different frameworks: their names are mapped")
+                raise NeedsWholeDumps("the dumps come from different frameworks: their names are mapped")
             self.entries_seen.add(names)
             if self.mode != "md5" and bench.has_md5 and _holds_md5(rows):
-                raise NotStreamable("md5 values past the NPU dump's first block: its mode was chosen there")
+                raise NeedsWholeDumps("md5 values past the NPU dump's first block: its mode was chosen there")
             if (builder := c_builder()) is not None:
                 pairs, unpaired = builder.pair_calls(
                     rows, first_of, matched, bench.rows, bench.call_starts, bench.call_ends, same_structure
@@ -349,7 +336,7 @@ class _Matcher:
                 progress(reader.parsed_bytes)
         _check_header(reader.header, path)  # fields written after data
         if self.entries_seen.has_repeat():
-            raise NotStreamable(f"{path}: an entry name appears twice")
+            raise NeedsWholeDumps(f"{path}: an entry name appears twice")
 
     def _paired(self, rows: list[Row]) -> tuple[list[tuple[Row, Row | None]], list[Row]]:
         """The C builder's ``pair_calls``, in Python."""
@@ -370,7 +357,7 @@ class _Matcher:
         theirs = np.frombuffer(outcome.matched, dtype=np.uint8)
         self.entries_seen.take(outcome.entries)
         if np.any(mine & theirs) or self.entries_seen.has_repeat():
-            raise NotStreamable("a name appears in both halves of the NPU dump")
+            raise NeedsWholeDumps("a name appears in both halves of the NPU dump")
         self.matched = bytearray(mine | theirs)
         self.unpaired.extend(outcome.unpaired)
 
@@ -397,39 +384,10 @@ MAIN_SHARE = 0.5  # of the NPU dump.json, by bytes: this process's part; the hel
 class _PartOutcome:
     """What the helper process sends back for the later half of the NPU dump."""
 
-    counts: StreamedCompare
+    counts: CompareCounts
     matched: bytes
     unpaired: list[Row]
     entries: _NameHashes
-
-
-class _Blocks:
-    """Tables a block of pairs at a time: counted, highlighted, written."""
-
-    def __init__(self, mode: str, metrics: Sequence[Any], stacks: Dump | None, writer: CsvTableWriter, xlsx: Any):
-        self.mode, self.metrics, self.stacks, self.writer, self.xlsx = mode, metrics, stacks, writer, xlsx
-        self.counts = StreamedCompare(mode)
-
-    def add(self, blocks: Iterator[list[tuple]]) -> None:
-        counts = self.counts
-        for pairs in blocks:
-            md5 = self.mode == "md5"
-            table = md5_table(pairs) if md5 else statistics_table(pairs, self.metrics)
-            marks = finish_table(self.mode, table, pairs, self.stacks)
-            names, bench_names = table["NPU Name"].tolist(), table["Bench Name"].tolist()
-            failing = (table["Result"] == "Different").to_numpy() if md5 else statistics_suspects(table)
-            counts.rows += len(table)
-            counts.unmatched += names.count(NA) + bench_names.count(NA)  # no row lacks both sides
-            counts.suspicious += int(failing.sum())
-            columns = table_columns(table) if self.xlsx is not None else None  # made once for both files
-            self.writer.write(table, columns)
-            if self.xlsx is not None:
-                self.xlsx.add_table(table, marks, columns)
-
-    def take(self, outcome: _PartOutcome) -> None:
-        self.counts.rows += outcome.counts.rows
-        self.counts.unmatched += outcome.counts.unmatched
-        self.counts.suspicious += outcome.counts.suspicious
 
 
 def _later_half(matcher: _Matcher, npu_json: Path, part: tuple[int, int], part_file: Path,
@@ -440,8 +398,8 @@ def _later_half(matcher: _Matcher, npu_json: Path, part: tuple[int, int], part_f
     following a link and without creating anything)."""
     with _open_part(part_file) as handle, _open_part(sheet_part) as sheet:
         rows = SheetRows(sheet, styles or {}) if sheet is not None else None
-        blocks = _Blocks(matcher.mode, metrics, stacks, CsvTableWriter(handle, None), rows)
-        blocks.add(matcher.npu_pairs(npu_json, part, progress))
+        blocks = TableBlocks(matcher.mode, metrics, stacks)
+        blocks.add(matcher.npu_pairs(npu_json, part, progress), CsvTableWriter(handle, None), rows)
     return _PartOutcome(blocks.counts, bytes(matcher.matched), matcher.unpaired, matcher.entries_seen)
 
 
@@ -528,7 +486,7 @@ def _can_fork() -> bool:
     )
 
 
-def stream_compare(
+def compare_blockwise(
     npu_json: Path,
     bench_json: Path,
     output_dir: Path,
@@ -537,12 +495,12 @@ def stream_compare(
     stack_mode: bool | Path,
     metrics: Sequence[Any],
     processes: int = 2,
-) -> StreamedCompare:
-    """Compare two statistics (or md5) dumps block by block and write the result files; NotStreamable when the pair
+) -> CompareCounts:
+    """Compare two statistics (or md5) dumps block by block and write the result files; NeedsWholeDumps when the pair
     needs the in-memory compare (nothing is left behind then). With ``processes`` 2, a forked helper compares
     the later half of the NPU dump; its CSV rows and sheet rows are put after this process's. A progress bar counts
     the bytes of both files read, on a terminal."""
-    from msprobe.core.compare.engine import STACK_COLUMN
+    from msprobe.core.compare.tables import STACK_COLUMN
 
     with Progress(npu_json.stat().st_size + bench_json.stat().st_size) as progress:
         bench, bench_header = _read_bench(bench_json, processes, progress)
@@ -553,60 +511,43 @@ def stream_compare(
         served = [metric for metric in metrics if metric.serves("statistics")]
         columns = MD5_COLUMNS if mode == "md5" else with_plugin_columns(STATISTICS_COLUMNS, served)
         columns = columns + ([STACK_COLUMN] if stack_mode else [])
-        created = not output_dir.exists()  # and so removed again if the compare fails
-        make_dir(output_dir)
-        csv_path = output_dir / f"{prefix}_{stamp}.csv"
-        csv_fd, csv_temporary = create_private(csv_path)
-        csv_handle = os.fdopen(csv_fd, "wb")
         matcher = _Matcher(bench, bench_header, mode)
         size = npu_json.stat().st_size
         split = int(size * MAIN_SHARE)
-        helper = xlsx = sheet_part = None
-        try:
-            # every bench name gets a row: past Excel's limit already, the xlsx is not begun
-            if len(bench.first_of) <= XLSX_ROW_LIMIT:
-                xlsx = XlsxStream(output_dir / f"{prefix}_{stamp}.xlsx", columns)
-            if processes > 1 and size >= HELPER_FROM_BYTES and _can_fork():
-                part_fd, part_file = create_private(csv_path.with_name(f"{csv_path.name}.part"))
-                os.close(part_fd)
-                if xlsx is not None:  # the helper's sheet rows too, numbered from 1, put after ours at the end
-                    sheet_fd, sheet_part = create_private(csv_path.with_name(f"{csv_path.name}.sheet"))
-                    os.close(sheet_fd)
-                styles = xlsx.styles if xlsx is not None else None
-                helper = _Forked(_later_half, matcher, npu_json, (split, size + 1), part_file, metrics, stacks,
-                                 progress.for_helper(), sheet_part, styles,
-                                 leaves=[p for p in (part_file, sheet_part) if p is not None])  # fmt: skip
-            with csv_handle as handle:
-                blocks = _Blocks(mode, metrics, stacks, CsvTableWriter(handle, columns), xlsx)
+        helper = sheet_part = None
+        # every bench name gets a row: past Excel's limit already, the xlsx is not begun
+        with_xlsx = len(bench.first_of) <= XLSX_ROW_LIMIT
+        with ResultFiles(output_dir, prefix, stamp, columns, with_xlsx) as files:
+            xlsx, csv_path = files.xlsx, files.csv_path
+            try:
+                if processes > 1 and size >= HELPER_FROM_BYTES and _can_fork():
+                    part_fd, part_file = create_private(csv_path.with_name(f"{csv_path.name}.part"))
+                    os.close(part_fd)
+                    if xlsx is not None:  # the helper's sheet rows too, numbered from 1, put after ours at the end
+                        sheet_fd, sheet_part = create_private(csv_path.with_name(f"{csv_path.name}.sheet"))
+                        os.close(sheet_fd)
+                    styles = xlsx.styles if xlsx is not None else None
+                    helper = _Forked(_later_half, matcher, npu_json, (split, size + 1), part_file, metrics, stacks,
+                                     progress.for_helper(), sheet_part, styles,
+                                     leaves=[p for p in (part_file, sheet_part) if p is not None])  # fmt: skip
+                blocks = TableBlocks(mode, metrics, stacks)
                 part = (0, split) if helper is not None else None
-                blocks.add(matcher.npu_pairs(npu_json, part, progress.for_this_process()))
+                blocks.add(matcher.npu_pairs(npu_json, part, progress.for_this_process()), files.writer, xlsx)
                 if helper is not None:
                     outcome = helper.outcome(progress.refresh)
                     matcher.later_part(outcome)
-                    blocks.take(outcome)
-                    handle.flush()
+                    blocks.take(outcome.counts)
+                    files.csv.flush()
                     with open(part_file, "rb") as part:
-                        _append(part, handle)
+                        _append(part, files.csv)
                     part_file.unlink()
                     if sheet_part is not None:
                         xlsx.append_rows(sheet_part, outcome.counts.rows)
                         sheet_part.unlink()
-                blocks.add(matcher.bench_only(BENCH_ONLY_BLOCK))
-        except BaseException:
-            if helper is not None:
-                helper.stop()
-            csv_handle.close()
-            csv_temporary.unlink(missing_ok=True)
-            if xlsx is not None:
-                xlsx.discard()
-            if created:
-                with contextlib.suppress(OSError):  # not empty: something else was put there meanwhile
-                    output_dir.rmdir()
-            raise
-        result = blocks.counts
-        if xlsx is not None:
-            written = xlsx.close()
-            if written is not None:
-                result.files.append(written)
-        result.files.append(replace_file(csv_temporary, csv_path))
-        return result
+                blocks.add(matcher.bench_only(BENCH_ONLY_BLOCK), files.writer, xlsx)
+            except BaseException:
+                if helper is not None:
+                    helper.stop()
+                raise
+            blocks.counts.files = files.finish()
+        return blocks.counts

@@ -23,7 +23,7 @@ import pandas as pd
 import pytest
 
 from msprobe.core import spreadsheet
-from msprobe.core.compare import stream
+from msprobe.core.compare import large
 from msprobe.core.compare.metrics import statistic_columns
 from msprobe.core.compare.run import compare
 from msprobe.core.dump import block_reader
@@ -134,7 +134,7 @@ def varied_pair(tmp_path):
 
 
 def _run(npu, bench, out, monkeypatch, mode: str, **options):
-    monkeypatch.setenv(stream.STREAM_ENV, mode)
+    monkeypatch.setenv(large.STREAM_ENV, mode)
     summary = compare({"npu_json_path": str(npu), "bench_json_path": str(bench)}, out, **options)
     csv = next(out.glob("compare_result_*.csv")).read_bytes()
     advice = next(out.glob("advisor_*.txt")).read_text()
@@ -179,19 +179,19 @@ def _fills(path):
 def _helper_forced(monkeypatch) -> list[str]:
     """Small blocks and a helper process whatever the size; the list fills with what each helper ran."""
     monkeypatch.setattr(block_reader, "BLOCK_BYTES", 4096)
-    monkeypatch.setattr(stream, "HELPER_FROM_BYTES", 0)
-    monkeypatch.setattr(stream, "_can_fork", lambda: True)  # other tests may leave threads in this process
+    monkeypatch.setattr(large, "HELPER_FROM_BYTES", 0)
+    monkeypatch.setattr(large, "_can_fork", lambda: True)  # other tests may leave threads in this process
     started: list[str] = []
-    original = stream._Forked.__init__
+    original = large._Forked.__init__
     monkeypatch.setattr(
-        stream._Forked, "__init__", lambda self, *a, **k: started.append(a[0].__name__) or original(self, *a, **k)
+        large._Forked, "__init__", lambda self, *a, **k: started.append(a[0].__name__) or original(self, *a, **k)
     )
     return started
 
 
 def test_a_helper_process_takes_the_later_half(varied_pair, tmp_path, monkeypatch):
     npu, bench = varied_pair
-    monkeypatch.setattr(stream, "XLSX_ROW_LIMIT", 0)  # no xlsx: the CSV alone
+    monkeypatch.setattr(large, "XLSX_ROW_LIMIT", 0)  # no xlsx: the CSV alone
     started = _helper_forced(monkeypatch)
     memory = _run(npu, bench, tmp_path / "memory", monkeypatch, "never")
     streamed = _run(npu, bench, tmp_path / "streamed", monkeypatch, "always")
@@ -279,14 +279,17 @@ def test_md5_pairs_stream_to_the_in_memory_files(varied_pair, tmp_path, monkeypa
     _md5_written(bench, rng, 0.05)
     monkeypatch.setattr(block_reader, "BLOCK_BYTES", 4096)
     if helper:
-        monkeypatch.setattr(stream, "HELPER_FROM_BYTES", 0)
-        monkeypatch.setattr(stream, "_can_fork", lambda: True)  # other tests may leave threads in this process
-        monkeypatch.setattr(stream, "XLSX_ROW_LIMIT", 0)
+        monkeypatch.setattr(large, "HELPER_FROM_BYTES", 0)
+        monkeypatch.setattr(large, "_can_fork", lambda: True)  # other tests may leave threads in this process
+        monkeypatch.setattr(large, "XLSX_ROW_LIMIT", 0)
     modes = []
-    original = stream._Blocks.__init__
-    monkeypatch.setattr(
-        stream._Blocks, "__init__", lambda self, mode, *a: modes.append(mode) or original(self, mode, *a)
-    )
+
+    class Recording(large.TableBlocks):  # the block compare's tables (the in-memory one makes its own)
+        def __init__(self, mode, *args):
+            modes.append(mode)
+            super().__init__(mode, *args)
+
+    monkeypatch.setattr(large, "TableBlocks", Recording)
     memory = _run(npu, bench, tmp_path / "memory", monkeypatch, "never")
     streamed = _run(npu, bench, tmp_path / "streamed", monkeypatch, "always")
     assert modes == ["md5"]  # this process's (a helper's is in its own memory)
@@ -318,11 +321,11 @@ def test_a_broken_npu_dump_leaves_no_result_behind(varied_pair, tmp_path, monkey
     text = npu.read_text()
     npu.write_text(text[: len(text) * 3 // 4] + '"broken": {,}}}')
     monkeypatch.setattr(block_reader, "BLOCK_BYTES", 4096)
-    monkeypatch.setattr(stream, "HELPER_FROM_BYTES", 0)
-    monkeypatch.setattr(stream, "_can_fork", lambda: True)  # other tests may leave threads in this process
+    monkeypatch.setattr(large, "HELPER_FROM_BYTES", 0)
+    monkeypatch.setattr(large, "_can_fork", lambda: True)  # other tests may leave threads in this process
     if not with_xlsx:
-        monkeypatch.setattr(stream, "XLSX_ROW_LIMIT", 0)  # and so the helper compares half the NPU side
-    monkeypatch.setenv(stream.STREAM_ENV, "always")
+        monkeypatch.setattr(large, "XLSX_ROW_LIMIT", 0)  # and so the helper compares half the NPU side
+    monkeypatch.setenv(large.STREAM_ENV, "always")
     out = tmp_path / "out"
     if folder_existed:
         out.mkdir()
@@ -451,11 +454,11 @@ def test_statistic_columns_by_hand():
 def test_the_size_decides_unless_the_environment_does(varied_pair, tmp_path, monkeypatch):
     npu, bench = varied_pair
     streamed = []
-    original = stream.stream_compare
-    monkeypatch.setattr(stream, "stream_compare", lambda *a, **k: streamed.append(1) or original(*a, **k))
+    original = large.compare_blockwise
+    monkeypatch.setattr(large, "compare_blockwise", lambda *a, **k: streamed.append(1) or original(*a, **k))
     total = npu.stat().st_size + bench.stat().st_size
     for mode, threshold, expected in [("", total + 1, 0), ("", total, 1), ("never", 0, 0), ("always", total + 1, 1)]:
-        monkeypatch.setattr(stream, "STREAM_FROM_BYTES", threshold)
+        monkeypatch.setattr(large, "STREAM_FROM_BYTES", threshold)
         streamed.clear()
         _run(npu, bench, tmp_path / f"out{mode}{threshold}", monkeypatch, mode)
         assert len(streamed) == expected, (mode, threshold)
@@ -484,9 +487,9 @@ def test_a_progress_bar_counts_both_processes_bytes(varied_pair, tmp_path, monke
 
     monkeypatch.setattr(tqdm, "tqdm", Bar)
     monkeypatch.setattr(block_reader, "BLOCK_BYTES", 4096)
-    monkeypatch.setattr(stream, "HELPER_FROM_BYTES", 0)
-    monkeypatch.setattr(stream, "XLSX_ROW_LIMIT", 0)
-    monkeypatch.setattr(stream, "_can_fork", lambda: True)
+    monkeypatch.setattr(large, "HELPER_FROM_BYTES", 0)
+    monkeypatch.setattr(large, "XLSX_ROW_LIMIT", 0)
+    monkeypatch.setattr(large, "_can_fork", lambda: True)
     npu, bench = varied_pair
     _run(npu, bench, tmp_path / "out", monkeypatch, "always")
     (bar,) = bars
@@ -501,13 +504,13 @@ def test_a_plain_process_uses_the_helper(varied_pair, tmp_path):
     npu, bench = varied_pair
     script = f"""
 import os
-os.environ["{stream.STREAM_ENV}"] = "always"
-from msprobe.core.compare import stream
+os.environ["{large.STREAM_ENV}"] = "always"
+from msprobe.core.compare import large
 from msprobe.core.compare.run import compare
-stream.HELPER_FROM_BYTES, stream.XLSX_ROW_LIMIT = 0, 0
+large.HELPER_FROM_BYTES, large.XLSX_ROW_LIMIT = 0, 0
 used = []
-original = stream._Forked.__init__
-stream._Forked.__init__ = lambda self, target, *a, **k: used.append(target.__name__) or original(self, target, *a, **k)
+original = large._Forked.__init__
+large._Forked.__init__ = lambda self, target, *a, **k: used.append(target.__name__) or original(self, target, *a, **k)
 compare({{"npu_json_path": {str(npu)!r}, "bench_json_path": {str(bench)!r}}}, {str(tmp_path / "out")!r})
 print(",".join(used))
 """
@@ -529,14 +532,14 @@ def test_entries_with_no_values_keep_the_compare_streamed(tmp_path, monkeypatch,
     paths = tmp_path / "npu" / "dump.json", tmp_path / "bench" / "dump.json"
     memory = _run(*paths, tmp_path / "memory", monkeypatch, "never")
     streamed_at = []
-    real = stream.stream_compare
+    real = large.compare_blockwise
 
     def streamed_compare(*arguments):
-        done = real(*arguments)  # NotStreamable when it falls back
+        done = real(*arguments)  # NeedsWholeDumps when it falls back
         streamed_at.append(done)
         return done
 
-    monkeypatch.setattr(stream, "stream_compare", streamed_compare)
+    monkeypatch.setattr(large, "compare_blockwise", streamed_compare)
     with caplog.at_level(logging.WARNING):
         streamed = _run(*paths, tmp_path / "streamed", monkeypatch, "always")
     assert streamed_at and "in memory" not in caplog.text
