@@ -111,8 +111,9 @@ def _python(version: str) -> str:
 SANITIZE = "-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g -O1"
 SANITIZED_TESTS = [  # every test that drives msprobe-core's C extensions, the fuzz targets among them
     "tests/core/test_c_entry_points.py", "tests/core/test_fuzz.py", "tests/core/test_table_rows.py",
-    "tests/core/test_compare_stream.py", "tests/core/test_float_stats.py", "tests/core/test_stack.py",
+    "tests/core/test_compare_large.py", "tests/core/test_float_stats.py", "tests/core/test_stack.py",
     "tests/core/test_spreadsheet.py", "tests/core/test_api_patch.py", "tests/core/test_xlsx.py",
+    "tests/core/test_journal_c.py",
     # msprobe-torch's per-call path in C, its fuzz target among them
     "tests/torch_backend/test_lane.py", "tests/torch_backend/test_lane_fuzz.py",
 ]  # fmt: skip

@@ -289,14 +289,14 @@ def test_a_failure_inside_the_lane_is_logged_once_and_training_goes_on(tmp_path,
     API; their forward entries, every other entry and the training are as without the failure."""
     from msprobe.pytorch.dump.recorder import TorchDumpRecorder
 
-    original = TorchDumpRecorder._watch_backward
+    original = TorchDumpRecorder.watch_backward
 
     def failing(recorder, name, *args):
         if name.startswith("Functional.linear"):
             raise ValueError("simulated failure")
         return original(recorder, name, *args)
 
-    monkeypatch.setattr(TorchDumpRecorder, "_watch_backward", failing)
+    monkeypatch.setattr(TorchDumpRecorder, "watch_backward", failing)
     failures = train_beside_a_failing_tool(tmp_path, caplog)
     assert any("Functional.linear" in message for message in failures)
     data = json.loads((tmp_path / "step1" / "rank" / "dump.json").read_text())["data"]

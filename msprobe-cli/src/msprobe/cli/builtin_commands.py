@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "check_cmd",
     "db_cmd",
     "run_cmd",
+    "generation_cmd",
 )
 
 

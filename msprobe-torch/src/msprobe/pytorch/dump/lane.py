@@ -15,7 +15,7 @@ outputs show inf or nan, which goes with its text to the collector's
 ``flight_handoff`` (the first such call is the recorder's trigger).
 Within those it encodes the usual values itself and asks the Python encoder
 for the rest, one value at a time; a call's backward record is the
-recorder's (``_watch_backward``), and a call made while backward runs goes
+recorder's (``watch_backward``), and a call made while backward runs goes
 to the recorder whole.
 
 The extension is optional: without a C compiler at install time (or with
@@ -175,7 +175,7 @@ def make_lane(
 
         screening = {
             "overflow": collector.overflow,
-            "overflowed": recorder._forward_overflowed,
+            "overflowed": recorder.forward_overflowed,
             "nonfinite": summarizer.nonfinite,
             "screen_kinds": SCREEN_KINDS,
             "kernels": float_stats.c_api(),
@@ -199,12 +199,12 @@ def make_lane(
         encode_outputs=lambda output, prefix: encode_json(encoder.encode_outputs(output, prefix)),
         overwritten=overwritten,
         report=collector.report_failure,
-        watch=recorder._watch_backward,
+        watch=recorder.watch_backward,
         nodes_of=grad_taps.nodes_of,
         backward=collector.modes.backward,
         parameter_type=torch.nn.Parameter,
         handoff=collector.flight_handoff if collector.flight is not None else None,
-        late_backward=recorder._late_backward_hook if collector.overflow is not None else None,
+        late_backward=recorder.late_backward_hook if collector.overflow is not None else None,
         lock=recorder.lock,
         journal=journal_c_api(),
         **screening,

@@ -292,7 +292,7 @@ class TorchDumpRecorder(DumpRecorder):
         self.collector.leave(call.name)
         return output
 
-    def _watch_backward(
+    def watch_backward(
         self,
         name: str,
         backward_name: str,
@@ -309,9 +309,9 @@ class TorchDumpRecorder(DumpRecorder):
         record.nodes_before = nodes_before
         record.watch_node(output)
 
-    def _late_backward_hook(self, name: str, backward_name: str, parent: Any) -> Callable:
+    def late_backward_hook(self, name: str, backward_name: str, parent: Any) -> Callable:
         """The overflow check's node hook for a call whose leaving gradients the lane found inf or nan in (its
-        ScreenFirst hook, registered in C, makes the record only then): as ``_watch_backward``'s record would."""
+        ScreenFirst hook, registered in C, makes the record only then): as ``watch_backward``'s record would."""
         return self._lane_record(name, backward_name, parent)._node_hook
 
     def _lane_record(self, name: str, backward_name: str, parent: Any) -> CallRecord:
@@ -321,7 +321,7 @@ class TorchDumpRecorder(DumpRecorder):
         record.recorder = self
         return record
 
-    def _forward_overflowed(
+    def forward_overflowed(
         self, name: str, screened: bool | None, output: Any, args: tuple, kwargs: dict, parent: Any
     ) -> None:
         """The lane met inf or nan in a call's output: the collector decides whether it overflowed and writes it.

@@ -1,0 +1,1 @@
+"""Generated text (serving, RL rollouts): what the tokens and their probabilities say about a response."""

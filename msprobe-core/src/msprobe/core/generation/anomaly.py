@@ -1,0 +1,254 @@
+"""What went wrong in one generated response, from its own tokens and log-probabilities, with no golden run.
+
+Four kinds of finding, each with the span of tokens it covers:
+
+- ``nan``: a token whose log-probability (or entropy) is not a number or is
+  infinite: the forward pass that chose it overflowed.
+- ``repetition``: the same run of 1 to ``max_period`` tokens repeated back to
+  back, at least ``min_repeats`` times and over at least ``min_span`` tokens
+  (a model stuck in a loop).
+- ``entropy_collapse``: at least ``collapse_window`` tokens in a row whose
+  entropy is under ``collapse_ratio`` times the response's typical (median)
+  entropy, where that typical entropy is itself not small: the distribution
+  went to a point, as it does in a loop or after a broken layer.
+  Without entropies the chosen tokens' surprise (the negative
+  log-probability, whose mean estimates the entropy) stands in; it is the
+  weaker test, since a greedy decoder's surprise is near zero wherever the
+  text is predictable.
+- ``garbled``: a burst of unlikely tokens: at least ``burst_count`` of any
+  ``burst_window`` tokens in a row chosen with a probability under
+  ``rare_probability`` (sampled noise, a broken kernel's logits).
+
+The thresholds are arguments with defaults that pass ordinary sampled text;
+``bench`` and the tests measure them on injected faults with clean
+controls.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+KINDS = ("nan", "repetition", "entropy_collapse", "garbled")
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str  # one of KINDS
+    start: int  # the first token of the span
+    end: int  # one past its last token
+    detail: str
+
+    def line(self) -> str:
+        return f"{self.kind} at tokens {self.start}-{self.end - 1}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    max_period: int = 32
+    min_repeats: int = 3
+    min_span: int = 8
+    collapse_window: int = 24
+    collapse_ratio: float = 0.05
+    least_typical_entropy: float = 0.5  # nats; a response this certain throughout has nothing to collapse from
+    rare_probability: float = 1e-4
+    burst_window: int = 6
+    burst_count: int = 4
+
+
+def response_anomalies(
+    tokens: Sequence[int],
+    logprobs: Sequence[float],
+    entropies: Sequence[float] | None = None,
+    thresholds: Thresholds = Thresholds(),
+) -> list[Finding]:
+    """Every finding in one response, in token order. ``logprobs[i]`` is the log-probability of ``tokens[i]``
+    when it was chosen; ``entropies[i]``, when given, the entropy (nats) of that step's distribution."""
+    if len(tokens) != len(logprobs) or (entropies is not None and len(entropies) != len(tokens)):
+        raise ValueError("tokens, logprobs and entropies must have one value per token")
+    found = [
+        *_nonfinite(logprobs, entropies),
+        *_repetitions(list(tokens), thresholds),
+        *_collapse(logprobs, entropies, thresholds),
+        *_garbled(logprobs, thresholds),
+    ]
+    return sorted(found, key=lambda finding: (finding.start, KINDS.index(finding.kind)))
+
+
+def _spans(flags: Sequence[bool]) -> list[tuple[int, int]]:
+    """The runs of True, as (start, end)."""
+    spans, start = [], None
+    for index, flag in enumerate(flags):
+        if flag and start is None:
+            start = index
+        elif not flag and start is not None:
+            spans.append((start, index))
+            start = None
+    if start is not None:
+        spans.append((start, len(flags)))
+    return spans
+
+
+def _nonfinite(logprobs: Sequence[float], entropies: Sequence[float] | None) -> list[Finding]:
+    flags = [
+        not math.isfinite(value) or (entropies is not None and not math.isfinite(entropies[index]))
+        for index, value in enumerate(logprobs)
+    ]
+    return [Finding("nan", start, end, f"{end - start} token(s) chosen from a distribution that is not finite")
+            for start, end in _spans(flags)]  # fmt: skip
+
+
+def _repetitions(tokens: list[int], thresholds: Thresholds) -> list[Finding]:
+    """Back-to-back repeats of a period p: tokens[i] == tokens[i - p] over a stretch; the shortest period that
+    explains a stretch is named, and overlapping stretches are merged."""
+    found: list[tuple[int, int, int]] = []  # start, end, period
+    for period in range(1, thresholds.max_period + 1):
+        flags = [index >= period and tokens[index] == tokens[index - period] for index in range(len(tokens))]
+        for start, end in _spans(flags):
+            span_start = start - period  # the first copy of the repeated run
+            repeats = (end - span_start) / period
+            if repeats >= thresholds.min_repeats and end - span_start >= thresholds.min_span:
+                found.append((span_start, end, period))
+    merged: list[list[int]] = []
+    for start, end, period in sorted(found):
+        if merged and start < merged[-1][1]:
+            last = merged[-1]
+            last[1] = max(last[1], end)
+            last[2] = min(last[2], period)
+        else:
+            merged.append([start, end, period])
+    return [
+        Finding("repetition", start, end, f"a run of {period} token(s) repeated {(end - start) / period:.1f} times")
+        for start, end, period in merged
+    ]
+
+
+def _collapse(logprobs: Sequence[float], entropies: Sequence[float] | None, thresholds: Thresholds) -> list[Finding]:
+    values = list(entropies) if entropies is not None else [-value for value in logprobs]
+    finite = [value for value in values if math.isfinite(value)]
+    if len(finite) < thresholds.collapse_window * 2:
+        return []  # too short to know what is typical for it
+    # an entropy's typical value is its median; a surprise's mean is what estimates the entropy (most chosen
+    # tokens are likely ones, so its median sits far below)
+    typical = statistics.median(finite) if entropies is not None else statistics.fmean(finite)
+    if typical < thresholds.least_typical_entropy:
+        return []
+    floor = thresholds.collapse_ratio * typical
+    flags = [math.isfinite(value) and value < floor for value in values]
+    what = "entropy" if entropies is not None else "surprise"
+    return [
+        Finding("entropy_collapse", start, end, f"{what} under {floor:.3g} nats for {end - start} tokens "
+                f"(typical {typical:.3g})")
+        for start, end in _spans(flags)
+        if end - start >= thresholds.collapse_window
+    ]  # fmt: skip
+
+
+def _garbled(logprobs: Sequence[float], thresholds: Thresholds) -> list[Finding]:
+    rare = math.log(thresholds.rare_probability)
+    unlikely = [math.isfinite(value) and value < rare for value in logprobs]
+    window, count = thresholds.burst_window, thresholds.burst_count
+    flags = [False] * len(logprobs)
+    running = sum(unlikely[:window])
+    for start in range(0, max(len(logprobs) - window + 1, 0)):
+        if start:
+            running += unlikely[start + window - 1] - unlikely[start - 1]
+        if running >= count:
+            for index in range(start, start + window):
+                flags[index] = flags[index] or unlikely[index]
+    found = []
+    for start, end in _spans(_bridged(flags, window)):
+        rare_tokens = sum(unlikely[start:end])
+        found.append(Finding("garbled", start, end, f"{rare_tokens} of {end - start} tokens chosen with "
+                             f"probability under {thresholds.rare_probability:g}"))  # fmt: skip
+    return found
+
+
+def _bridged(flags: list[bool], gap: int) -> list[bool]:
+    """Flags with the gaps shorter than ``gap`` between two flagged tokens filled, so one burst is one span."""
+    bridged = list(flags)
+    last = None
+    for index, flag in enumerate(flags):
+        if flag:
+            if last is not None and 1 < index - last < gap:
+                for between in range(last + 1, index):
+                    bridged[between] = True
+            last = index
+    return bridged
+
+
+# -- reading responses and writing the report -------------------------------------------------------------------
+
+MOST_BYTES = 1 << 30  # a responses file larger than this is refused rather than read
+
+
+@dataclass(frozen=True)
+class Response:
+    name: str
+    tokens: list[int]
+    logprobs: list[float]
+    entropies: list[float] | None
+
+
+def read_responses(path: Path) -> list[Response]:
+    """The responses of a JSON-lines file, one object per line: ``tokens`` (ints), ``logprobs`` (floats; null,
+    NaN and -Infinity allowed), optional ``entropies`` and ``id``. Bad input is one DataFileError naming the
+    line and the field."""
+    from pydantic import BaseModel, ConfigDict, ValidationError
+
+    from msprobe.core.config import config_error_from_validation
+    from msprobe.core.errors import DataFileError
+
+    class Record(BaseModel):
+        model_config = ConfigDict(extra="ignore", strict=False)
+        id: str | int | None = None
+        tokens: list[int]
+        logprobs: list[float | None]
+        entropies: list[float | None] | None = None
+
+    if not path.is_file():
+        raise DataFileError(path, "is not a file")
+    if path.stat().st_size > MOST_BYTES:
+        raise DataFileError(path, f"is larger than {MOST_BYTES >> 20} MB")
+    responses = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                record = Record.model_validate(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise DataFileError(path, f"line {number} is not JSON ({exc.msg})") from None
+            except ValidationError as exc:
+                problem = config_error_from_validation(exc, None)
+                raise DataFileError(path, f"line {number}: {problem}") from None
+            for field_name in ("logprobs", "entropies"):
+                values = getattr(record, field_name)
+                if values is not None and len(values) != len(record.tokens):
+                    raise DataFileError(path, f"line {number}: field {field_name!r} has {len(values)} values for "
+                                              f"{len(record.tokens)} tokens")  # fmt: skip
+            entropies = None if record.entropies is None else [_number(value) for value in record.entropies]
+            name = str(record.id) if record.id is not None else f"line {number}"
+            responses.append(Response(name, record.tokens, [_number(v) for v in record.logprobs], entropies))
+    return responses
+
+
+def _number(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+def write_report(findings: list[tuple[str, Finding]], path: Path) -> Path:
+    """The findings as CSV (Response, Kind, Start, End, Detail), written whole or not at all."""
+    from msprobe.core.dump.writer import new_file
+    from msprobe.core.spreadsheet import SafeWriter
+
+    with new_file(path, "w", newline="") as handle:
+        writer = SafeWriter(handle, lineterminator="\n")
+        writer.write_header(["Response", "Kind", "Start", "End", "Detail"])
+        for name, finding in findings:
+            writer.writerow([name, finding.kind, finding.start, finding.end, finding.detail])
+    return path
