@@ -21,3 +21,41 @@ def test_anything_else_is_named_in_a_warning_and_the_default_used(monkeypatch, c
         assert number("MSPROBE_STATS_BATCH", 256) == 256
     assert len(caplog.records) == 1
     assert "MSPROBE_STATS_BATCH" in caplog.text and repr(text) in caplog.text
+
+
+def test_a_stale_build_is_not_used_and_named_once(caplog):
+    import types
+
+    from msprobe.core.switches import built_extension
+
+    current, stale, older = (types.ModuleType(name) for name in ("fresh", "msprobe.core._stale", "older"))
+    current.INTERFACE_VERSION, stale.INTERFACE_VERSION = 2, 1
+    with caplog.at_level(logging.WARNING):
+        assert built_extension(current, 2) is current
+        assert built_extension(None, 2) is None  # not built: nothing to say
+        assert built_extension(stale, 2) is None
+        assert built_extension(older, 2) is None  # from before the versions: none at all
+    assert len(caplog.records) == 2
+    assert "msprobe.core._stale is a stale build (interface 1, this code needs 2)" in caplog.records[0].getMessage()
+
+
+@pytest.mark.parametrize(
+    ("extension", "wrapper", "attribute"),
+    [
+        ("msprobe.core._attributes", "msprobe.core.api_patch", "_attributes"),
+        ("msprobe.core._csvtext", "msprobe.core.spreadsheet", "c_text"),
+        ("msprobe.core.dump._kernels", "msprobe.core.dump.float_stats", "_kernels"),
+        ("msprobe.core.dump._jsonscan", "msprobe.core.dump.block_reader", "_jsonscan"),
+        ("msprobe.core.dump._frames", "msprobe.core.dump.stack", "_frames"),
+        ("msprobe.core.compare._tablerows", "msprobe.core.compare.rows", "c_rows"),
+        ("msprobe.core.dump._journal", "msprobe.core.dump.writer", "_c_journal"),
+    ],
+)
+def test_each_built_extension_carries_the_version_its_wrapper_takes(extension, wrapper, attribute):
+    """Built here, each extension passes its wrapper's check (a mismatch would leave the C path off unseen)."""
+    import importlib
+    import sys
+
+    built = pytest.importorskip(extension, reason="not built (no C compiler, or a Python it does not support)")
+    assert isinstance(built.INTERFACE_VERSION, int)
+    assert getattr(importlib.import_module(wrapper), attribute) is sys.modules[extension]

@@ -15,6 +15,8 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+#define INTERFACE_VERSION 1 /* what its Python wrapper expects: bump both together */
 #include <math.h>
 #include <string.h>
 
@@ -559,4 +561,12 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_csvtext", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__csvtext(void) { return PyModule_Create(&module); }
+/* The module with INTERFACE_VERSION set: its Python wrapper checks it, so a build left from an older checkout
+ * is not used with newer Python (the wrapper's Python twin runs instead). */
+static PyObject *with_interface(PyObject *created) {
+    if (created != NULL && PyModule_AddIntConstant(created, "INTERFACE_VERSION", INTERFACE_VERSION) < 0)
+        Py_CLEAR(created);
+    return created;
+}
+
+PyMODINIT_FUNC PyInit__csvtext(void) { return with_interface(PyModule_Create(&module)); }

@@ -18,10 +18,13 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
+from msprobe.core.switches import built_extension
+
 try:  # the class case's loops in C (the rule is _OwnerPatches' below, which runs where it was not built)
     from msprobe.core import _attributes
 except ImportError:
     _attributes = None
+_attributes = built_extension(_attributes, 1)
 
 # handler(original, key, args, kwargs) -> result ; key is "Prefix.api", e.g. "Functional.relu"
 Handler = Callable[[Callable, str, tuple, dict], Any]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -34,3 +35,19 @@ def number(variable: str, default: int, least: int = 1) -> int:
     if text:
         logger.warning("msprobe: %s=%r is not a whole number; %d is used instead", variable, text, default)
     return default
+
+
+def built_extension(module: Any, expected: int) -> Any:
+    """``module`` (a C extension, or None where it was not built) when its ``INTERFACE_VERSION`` is ``expected``;
+    None otherwise, with one warning: a build left from an older checkout is not used with newer Python, whose
+    twin in Python runs instead."""
+    if module is None:
+        return None
+    found = getattr(module, "INTERFACE_VERSION", None)
+    if found != expected:
+        logger.warning(
+            "msprobe: %s is a stale build (interface %s, this code needs %s) and is not used; reinstalling the "
+            "package rebuilds it", module.__name__, found, expected,
+        )  # fmt: skip
+        return None
+    return module

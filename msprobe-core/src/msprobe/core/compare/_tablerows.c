@@ -1002,5 +1002,8 @@ PyMODINIT_FUNC PyInit__tablerows(void) {
         index_texts[i] = PyUnicode_FromFormat("%zd", i);
         if (index_texts[i] == NULL) return NULL;
     }
-    return PyModule_Create(&module);
+    PyObject *created = PyModule_Create(&module);
+    /* INTERFACE_VERSION: what rows.py expects (bump both together), so a stale build is not used */
+    if (created != NULL && PyModule_AddIntConstant(created, "INTERFACE_VERSION", 1) < 0) Py_CLEAR(created);
+    return created;
 }

@@ -18,6 +18,7 @@ from typing import Any
 
 from msprobe.core.dump.reader import Dump
 from msprobe.core.errors import DataFileError
+from msprobe.core.switches import built_extension
 
 STAT_KEYS = ("Max", "Min", "Mean", "Norm")
 
@@ -245,10 +246,11 @@ def _plain_tensor_row(name: str, entry: str, leaf: Any, role: str) -> Row | None
 
 try:  # optional: built where a C compiler was found (setup.py)
     from msprobe.core.compare import _tablerows as c_rows
-
-    c_rows.configure(Row)
 except ImportError:
     c_rows = None  # type: ignore[assignment]
+c_rows = built_extension(c_rows, 1)
+if c_rows is not None:
+    c_rows.configure(Row)
 
 
 def c_builder() -> Any | None:

@@ -313,7 +313,9 @@ PyMODINIT_FUNC PyInit__frames(void) {
     if (PyType_Ready(&WalkerType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
-    if (PyModule_AddObjectRef(m, "Walker", (PyObject *)&WalkerType) < 0) {
+    /* INTERFACE_VERSION: what stack.py expects (bump both together), so a stale build is not used */
+    if (PyModule_AddObjectRef(m, "Walker", (PyObject *)&WalkerType) < 0 ||
+        PyModule_AddIntConstant(m, "INTERFACE_VERSION", 1) < 0) {
         Py_DECREF(m);
         return NULL;
     }

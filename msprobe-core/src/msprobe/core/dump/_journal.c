@@ -213,7 +213,7 @@ PyMODINIT_FUNC PyInit__journal(void) {
     PyObject *capsule = PyCapsule_New((void *)&C_API, "msprobe.core.dump._journal._C_API", NULL);
     if (reads == NULL || capsule == NULL || PyModule_AddObjectRef(created, "_C_API", capsule) < 0 ||
         PyModule_AddObjectRef(created, "READS", reads) < 0 ||
-        PyModule_AddIntConstant(created, "API_VERSION", JOURNAL_API_VERSION) < 0) {
+        PyModule_AddIntConstant(created, "INTERFACE_VERSION", JOURNAL_API_VERSION) < 0) {
         Py_XDECREF(reads);
         Py_XDECREF(capsule);
         Py_DECREF(created);

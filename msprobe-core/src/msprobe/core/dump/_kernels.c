@@ -610,7 +610,10 @@ PyMODINIT_FUNC PyInit__kernels(void) {
     PyObject *created = PyModule_Create(&module);
     if (created == NULL) return NULL;
     PyObject *capsule = PyCapsule_New((void *)&C_API, "msprobe.core.dump._kernels._C_API", NULL);
-    if (capsule == NULL || PyModule_AddObject(created, "_C_API", capsule) < 0) {
+    /* INTERFACE_VERSION: what float_stats.py expects of the module's functions (bump both together); the
+     * capsule's table carries its own version for C callers */
+    if (capsule == NULL || PyModule_AddIntConstant(created, "INTERFACE_VERSION", 1) < 0 ||
+        PyModule_AddObject(created, "_C_API", capsule) < 0) {
         Py_XDECREF(capsule);
         Py_DECREF(created);
         return NULL;

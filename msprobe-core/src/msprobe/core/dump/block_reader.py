@@ -21,11 +21,13 @@ import orjson
 
 from msprobe.core.dump.surrogates import lone_surrogate_message
 from msprobe.core.errors import DataFileError
+from msprobe.core.switches import built_extension
 
 try:
     from msprobe.core.dump import _jsonscan
 except ImportError:  # built without a C compiler: callers read the whole file instead
     _jsonscan = None
+_jsonscan = built_extension(_jsonscan, 1)
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from msprobe.core.switches import switched_off
+from msprobe.core.switches import built_extension, switched_off
 
 try:
     from msprobe.core.dump import _kernels
@@ -28,6 +28,7 @@ except ImportError:  # built without a C compiler: the frameworks' kernels measu
 
 if switched_off("MSPROBE_NO_KERNELS"):
     _kernels = None
+_kernels = built_extension(_kernels, 1)
 
 AVAILABLE = _kernels is not None  # the one switch every caller reads (tests turn it off to compare)
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from msprobe.core.dump.writer import EncodedJSON
-from msprobe.core.switches import switched_off
+from msprobe.core.switches import built_extension, switched_off
 
 try:  # the walk in C; a Python before 3.11 or an install without a C compiler walks here
     from msprobe.core.dump import _frames
@@ -41,6 +41,7 @@ except ImportError:
     _frames = None
 if switched_off("MSPROBE_NO_LANE"):  # the per-call work in C is off as a whole
     _frames = None
+_frames = built_extension(_frames, 1)
 
 _CORE_ROOT = str(Path(__file__).resolve().parents[2])  # .../msprobe of msprobe-core
 # a generator's or coroutine's frame is resumed by different callers: what lies above it may change while it lives

@@ -28,7 +28,7 @@ from typing import Any, BinaryIO
 
 from msprobe.core.dump.numbers import NonFinite
 from msprobe.core.errors import DataFileError
-from msprobe.core.switches import switched_off
+from msprobe.core.switches import built_extension, switched_off
 
 try:  # much faster than json for the dump's entries; the standard encoder stands in without it
     import orjson
@@ -43,8 +43,9 @@ except ImportError:  # built without a C compiler: that path calls add_journaled
 logger = logging.getLogger(__name__)
 
 # The switch for the C journal write (tests turn it off; so does MSPROBE_NO_C_JOURNAL=1).
+C_JOURNAL_VERSION = 1  # _journal.c's INTERFACE_VERSION: the layout of the JournalAPI this package's callers declare
+_c_journal = built_extension(_c_journal, C_JOURNAL_VERSION)
 C_JOURNAL_AVAILABLE = _c_journal is not None and not switched_off("MSPROBE_NO_C_JOURNAL")
-C_JOURNAL_VERSION = 1  # the layout of _journal.c's JournalAPI this package's callers declare
 
 
 def journal_c_api() -> Any:
@@ -53,7 +54,7 @@ def journal_c_api() -> Any:
 
     It does the usual case (the step's journal open and sound) and answers 0 for the rest, which the caller then
     hands to ``add_journaled``; so no other package reads the writer's private state."""
-    if not C_JOURNAL_AVAILABLE or _c_journal is None or _c_journal.API_VERSION != C_JOURNAL_VERSION:
+    if not C_JOURNAL_AVAILABLE or _c_journal is None or _c_journal.INTERFACE_VERSION != C_JOURNAL_VERSION:
         return None
     return _c_journal._C_API
 
