@@ -139,6 +139,37 @@ static PyObject *screen_backward(Lane *self, PyObject *key, long long index, PyO
     Py_RETURN_NONE;
 }
 
+/* What both kinds of call do around the original: the writes an in-place call makes are noted (after its inputs
+ * were measured as they are now) and the autograd nodes of its inputs taken, since it replaces them; then it runs
+ * without the tool lock, taken again after when the entry is kept.  A failure to note costs the entry (*keep 0),
+ * not the call.  Returns the output, or NULL for the call's own error or an error of ours that is no Exception
+ * (report_failure's -1); *held says whether the lock is held. */
+static PyObject *run_original(Lane *self, PyObject *original, PyObject *key, PyObject *args, PyObject *kwargs,
+                              PyObject *name, PyObject *grad_inputs, int in_place, int *keep, int *held,
+                              PyObject **nodes_before) {
+    if (in_place > 0 && self->log != Py_None && note_overwritten(self, key, args, kwargs) < 0) {
+        *keep = 0;
+        if (report_failure(self, name) < 0) return NULL;
+    }
+    if (*keep && in_place > 0 && grad_inputs != NULL && self->nodes_of != Py_None) {
+        *nodes_before = PyObject_CallOneArg(self->nodes_of, grad_inputs);
+        if (*nodes_before == NULL) {
+            *keep = 0;
+            if (report_failure(self, name) < 0) return NULL;
+        }
+    }
+    tool_unlock(self);
+    *held = 0;
+    PyObject *output = PyObject_Call(original, args, PyDict_GET_SIZE(kwargs) ? kwargs : NULL);
+    if (output == NULL || !*keep) return output;
+    if (tool_lock(self) < 0) {
+        Py_DECREF(output);
+        return NULL;
+    }
+    *held = 1;
+    return output;
+}
+
 /* The overflow check's call: inputs screened before an in-place call (which changes them), outputs after; a call
  * whose outputs hold inf or nan is the recorder's to decide on and write.  No entry otherwise. */
 static PyObject *lane_screen_call(Lane *self, PyObject *original, PyObject *key, PyObject *args, PyObject *kwargs,
@@ -171,26 +202,8 @@ static PyObject *lane_screen_call(Lane *self, PyObject *original, PyObject *key,
             if (report_failure(self, name) < 0) goto leave;
         }
     }
-    if (in_place > 0 && self->log != Py_None && note_overwritten(self, key, args, kwargs) < 0) {
-        keep = 0;
-        if (report_failure(self, name) < 0) goto leave;
-    }
-    if (keep && in_place > 0 && grad_inputs != NULL && self->nodes_of != Py_None) {
-        nodes_before = PyObject_CallOneArg(self->nodes_of, grad_inputs); /* the call replaces them */
-        if (nodes_before == NULL) {
-            keep = 0;
-            if (report_failure(self, name) < 0) goto leave;
-        }
-    }
-    tool_unlock(self);
-    held = 0;
-    output = PyObject_Call(original, args, PyDict_GET_SIZE(kwargs) ? kwargs : NULL);
+    output = run_original(self, original, key, args, kwargs, name, grad_inputs, in_place, &keep, &held, &nodes_before);
     if (output == NULL || !keep) goto leave;
-    if (tool_lock(self) < 0) {
-        Py_CLEAR(output);
-        goto leave;
-    }
-    held = 1;
     PyObject *parent = parent_of(self);
     int outputs_nonfinite = any_nonfinite(self, output, 0);
     PyObject *result = Py_NewRef(Py_None);
@@ -266,26 +279,8 @@ static PyObject *lane_record_call(Lane *self, PyObject *original, PyObject *key,
         keep = 0;
         if (report_failure(self, name) < 0) goto leave;
     }
-    if (in_place > 0 && self->log != Py_None && note_overwritten(self, key, args, kwargs) < 0) {
-        keep = 0; /* after the inputs were measured as they are now, even if that failed */
-        if (report_failure(self, name) < 0) goto leave;
-    }
-    if (keep && in_place > 0 && grad_inputs != NULL && self->nodes_of != Py_None) {
-        nodes_before = PyObject_CallOneArg(self->nodes_of, grad_inputs); /* the call replaces them */
-        if (nodes_before == NULL) {
-            keep = 0;
-            if (report_failure(self, name) < 0) goto leave;
-        }
-    }
-    tool_unlock(self);
-    held = 0;
-    output = PyObject_Call(original, args, PyDict_GET_SIZE(kwargs) ? kwargs : NULL);
+    output = run_original(self, original, key, args, kwargs, name, grad_inputs, in_place, &keep, &held, &nodes_before);
     if (output == NULL || !keep) goto leave;
-    if (tool_lock(self) < 0) {
-        Py_CLEAR(output);
-        goto leave;
-    }
-    held = 1;
     PyObject *stack = NULL, *result = NULL, *parent = parent_of(self);
     Py_ssize_t outputs_at = entry.len;
     int failed = self->with_values ? TEXT_ADD(&entry, ",\"is_recompute\":false,\"output\":") < 0 ||
