@@ -31,7 +31,8 @@ def response_anomaly_command(input_path: Path, output_dir: Path) -> None:
     response has a finding, 0 when none has.
     """
     from msprobe.core.compare.report import timestamp
-    from msprobe.core.generation.anomaly import read_responses, response_anomalies, write_report
+    from msprobe.core.generation.anomaly import response_anomalies, write_report
+    from msprobe.core.generation.responses import read_responses
 
     responses = read_responses(input_path)
     findings = []

@@ -28,8 +28,9 @@ from msprobe.core.config import config_error_from_validation
 from msprobe.core.diagnosis import DIVERGENCE, NONE, Diagnosis, diagnose_dumps, diagnose_runs, diagnosis_fits
 from msprobe.core.diagnosis.runs import COMPARE_DIAGNOSED_BYTES, step_and_rank_of
 from msprobe.core.dump.reader import read_dump, read_stack_file
-from msprobe.core.dump.writer import write_new_text
+from msprobe.core.dump.writer import make_dir, write_new_text
 from msprobe.core.errors import DataFileError, MsprobeError, UsageError
+from msprobe.core.generation.compare import is_generation_file
 from msprobe.core.jobs import Engine, run_jobs
 from msprobe.core.tensor_files import load_npy
 
@@ -55,6 +56,7 @@ class CompareSummary:
     diagnosis: Diagnosis | None  # where the runs part ways (None: not asked for, with -c)
     files: list[Path] = field(default_factory=list)
     rank: str | None = None
+    answer: str = ""  # what a compare without a diagnosis says instead (two generations: where they part ways)
 
     @property
     def verdict(self) -> str:
@@ -76,6 +78,7 @@ class CompareSummary:
     def line(self) -> str:
         where = f"rank {self.rank}: " if self.rank else ""
         answer = f"; {self.diagnosis.line()}" if self.diagnosis is not None else ""
+        answer = answer or (f"; {self.answer}" if self.answer else "")
         compared = self.rows - self.unmatched
         return (
             f"{where}{self.verdict}: {compared} values compared in {self.mode} mode, {self.suspicious} suspicious, "
@@ -409,6 +412,8 @@ def run_compare_json(
     """What ``msprobe compare -i compare.json`` does: single or multi-rank, decided by the paths."""
     spec = read_compare_json(compare_json)
     npu, bench = Path(spec.npu_path), Path(spec.bench_path)
+    if is_generation_file(npu) or is_generation_file(bench):
+        return [compare_generations_pair(npu, bench, Path(output_path))]
     if npu.is_dir() and not (npu / "dump.json").exists() and not (npu / ".dump.json.journal").exists():
         return compare_distributed(
             npu, bench, output_path, stack_mode, not compare_only, fuzzy_match, mappings=mappings, engine=engine
@@ -418,6 +423,24 @@ def run_compare_json(
         npu, bench, Path(output_path), stacks or False, not compare_only, fuzzy_match, mappings=mappings
     )
     return [summary]
+
+
+def compare_generations_pair(npu: Path, bench: Path, output_dir: Path) -> CompareSummary:
+    """Two files of generated responses (JSON lines), token by token (msprobe.core.generation.compare)."""
+    from msprobe.core.generation.compare import compare_generation_files
+
+    for path in (npu, bench):
+        if not is_generation_file(path):
+            raise DataFileError(path, "is not a file of responses (.jsonl) like the other side")
+    make_dir(output_dir)
+    found = compare_generation_files(npu, bench, output_dir, timestamp())
+    answers = [answer.line() for answer in found.answers if not answer.agrees]
+    agreeing = len(found.answers) - len(answers)
+    answer = "; ".join(answers[:4]) + (f"; and {len(answers) - 4} more" if len(answers) > 4 else "")
+    if agreeing:
+        answer = (answer + "; " if answer else "") + f"{agreeing} request(s) agree"
+    rows = found.rows + found.unmatched  # an unpaired response is an unmatched row of its own
+    return CompareSummary("generation", rows, found.suspicious, found.unmatched, None, found.files, answer=answer)
 
 
 def diagnose_compare_json(

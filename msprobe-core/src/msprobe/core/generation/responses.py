@@ -1,0 +1,69 @@
+"""Generated responses as msprobe reads them: JSON lines, one response each, checked field by field."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+MOST_BYTES = 1 << 30  # a responses file larger than this is refused rather than read
+
+
+@dataclass(frozen=True)
+class Response:
+    name: str
+    tokens: list[int]
+    logprobs: list[float]
+    entropies: list[float] | None = None
+    top_logprobs: list[dict[int, float]] | None = None  # each position's candidates: token -> log-probability
+
+
+def read_responses(path: Path) -> list[Response]:
+    """The responses of a JSON-lines file, one object per line: ``tokens`` (ints), ``logprobs`` (floats; null,
+    NaN and -Infinity allowed), optional ``entropies``, ``top_logprobs`` (per position, ``{"token": logprob}``
+    or ``[[token, logprob], ...]``) and ``id``. Bad input is one DataFileError naming the line and the field."""
+    from pydantic import BaseModel, ConfigDict, ValidationError
+
+    from msprobe.core.config import config_error_from_validation
+    from msprobe.core.errors import DataFileError
+
+    class Record(BaseModel):
+        model_config = ConfigDict(extra="ignore")
+        id: str | int | None = None
+        tokens: list[int]
+        logprobs: list[float | None]
+        entropies: list[float | None] | None = None
+        top_logprobs: list[dict[int, float] | list[tuple[int, float]]] | None = None
+
+    if not path.is_file():
+        raise DataFileError(path, "is not a file")
+    if path.stat().st_size > MOST_BYTES:
+        raise DataFileError(path, f"is larger than {MOST_BYTES >> 20} MB")
+    responses = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                record = Record.model_validate(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise DataFileError(path, f"line {number} is not JSON ({exc.msg})") from None
+            except ValidationError as exc:
+                problem = config_error_from_validation(exc, None)
+                raise DataFileError(path, f"line {number}: {problem}") from None
+            for field_name in ("logprobs", "entropies", "top_logprobs"):
+                values = getattr(record, field_name)
+                if values is not None and len(values) != len(record.tokens):
+                    raise DataFileError(path, f"line {number}: field {field_name!r} has {len(values)} values for "
+                                              f"{len(record.tokens)} tokens")  # fmt: skip
+            entropies = None if record.entropies is None else [_number(value) for value in record.entropies]
+            tops = None if record.top_logprobs is None else [dict(top) for top in record.top_logprobs]
+            name = str(record.id) if record.id is not None else f"line {number}"
+            logprobs = [_number(value) for value in record.logprobs]
+            responses.append(Response(name, record.tokens, logprobs, entropies, tops))
+    return responses
+
+
+def _number(value: float | None) -> float:
+    return math.nan if value is None else float(value)

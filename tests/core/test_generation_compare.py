@@ -1,0 +1,47 @@
+"""Two generations token by token, on hand-made responses whose answers are known."""
+
+from __future__ import annotations
+
+import math
+
+from msprobe.core.generation.compare import compare_generations, compare_pair
+from msprobe.core.generation.responses import Response
+
+
+def test_the_first_logprob_and_the_first_token_that_part_ways_are_named():
+    npu = Response("r", [5, 6, 7, 8, 9], [-0.1, -0.2, -0.3, -0.4, -0.5])
+    bench = Response("r", [5, 6, 7, 1, 2], [-0.1, -0.2, -0.9, -0.4, -0.5])
+    rows, answer = compare_pair(npu, bench)
+    assert [row[-1] for row in rows] == ["pass", "pass", "logprob differs", "token differs", "after divergence"]
+    assert (answer.first_logprob, answer.first_token, answer.tokens) == (2, 3, (8, 1))
+    assert math.isclose(answer.logprob_gap, 0.6)
+    assert (
+        answer.line()
+        == "r: log-probabilities part ways at token 2 (by 0.6 nats), the chosen tokens at token 3 (8 vs 1)"
+    )
+
+
+def test_within_the_tolerance_is_agreement_and_a_longer_side_is_reported():
+    npu = Response("r", [1, 2, 3], [-0.1, -0.2, -0.3])
+    bench = Response("r", [1, 2, 3, 4], [-0.1, -0.2 + 1e-4, -0.3, -0.7])
+    rows, answer = compare_pair(npu, bench)
+    assert [row[-1] for row in rows] == ["pass", "pass", "pass", "missing"]
+    assert not answer.agrees and answer.first_logprob is None and answer.first_token is None
+    assert answer.line() == "r: the chosen tokens agree over 3 tokens, the NPU response has 3 tokens, the bench 4"
+    same = compare_pair(npu, Response("r", [1, 2, 3], [-0.1, -0.2, -0.3]))[1]
+    assert same.agrees and same.line() == "r: the generations agree over 3 tokens (log-probabilities within 0.001 nats)"
+
+
+def test_a_nan_on_one_side_is_a_difference_and_top_k_overlap_is_shared_over_k():
+    npu = Response("r", [1, 2], [-0.1, math.nan], top_logprobs=[{1: -0.1, 4: -2.0}, {2: -1.0, 3: -1.1}])
+    bench = Response("r", [1, 2], [-0.1, -0.2], top_logprobs=[{1: -0.1, 4: -2.0}, {2: -0.2, 9: -3.0}])
+    rows, answer = compare_pair(npu, bench)
+    assert answer.first_logprob == 1 and answer.logprob_gap == math.inf
+    assert [row[7] for row in rows] == [1.0, 0.5]
+
+
+def test_requests_pair_by_id_and_the_unpaired_are_counted():
+    a = [Response("x", [1], [-0.1]), Response("y", [1], [-0.1])]
+    b = [Response("y", [1], [-0.1]), Response("z", [1], [-0.1])]
+    rows, answers, unmatched = compare_generations(a, b)
+    assert [answer.response for answer in answers] == ["y"] and unmatched == 2 and len(rows) == 1

@@ -1,0 +1,131 @@
+"""Comparing two generations token by token: a fault injected into one layer at decode step k is found at token
+k, and a golden pair agrees; scored over many faults of several kinds, places and steps."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from click.testing import CliRunner  # noqa: E402
+
+from msprobe.cli.main import cli  # noqa: E402
+from msprobe.core.generation.compare import TOLERANCE, compare_generations  # noqa: E402
+from msprobe.core.generation.responses import Response  # noqa: E402
+
+NEW_TOKENS = 16
+
+
+def tiny_model(kind: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    if kind == "gpt2":
+        config = transformers.GPT2Config(n_layer=4, n_embd=64, n_head=4, vocab_size=500, n_positions=128)
+        return transformers.GPT2LMHeadModel(config).eval()
+    config = transformers.LlamaConfig(
+        num_hidden_layers=4, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=500, max_position_embeddings=128,
+    )  # fmt: skip
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def layers_of(model: torch.nn.Module) -> torch.nn.ModuleList:
+    return model.transformer.h if hasattr(model, "transformer") else model.model.layers
+
+
+def generate(model, prompts: torch.Tensor, fault=None) -> list[Response]:
+    """Greedy generation of each prompt, with its chosen tokens' log-probabilities and top-5 candidates."""
+    handle = None
+    if fault is not None:
+        layer, step, change = fault
+        calls = {"count": 0}
+
+        def hook(_module, _inputs, output):
+            calls["count"] += 1  # the layer runs once per forward: prefill is step 0, each decode step the next
+            if calls["count"] - 1 != step:
+                return None
+            hidden = output[0] if isinstance(output, tuple) else output
+            changed = change(hidden.clone())
+            return (changed, *output[1:]) if isinstance(output, tuple) else changed
+
+        handle = layers_of(model)[layer].register_forward_hook(hook)
+    try:
+        with torch.no_grad():
+            out = model.generate(prompts, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+                                 output_scores=True, return_dict_in_generate=True, pad_token_id=0)  # fmt: skip
+    finally:
+        if handle is not None:
+            handle.remove()
+    responses = []
+    new = out.sequences[:, prompts.shape[1] :]
+    logprobs = torch.stack([torch.log_softmax(score.double(), dim=-1) for score in out.scores], dim=1)
+    for row in range(prompts.shape[0]):
+        chosen = logprobs[row].gather(1, new[row].unsqueeze(1)).squeeze(1)
+        top = torch.topk(logprobs[row], 5, dim=-1)
+        tops = [dict(zip(i.tolist(), v.tolist())) for i, v in zip(top.indices, top.values)]
+        responses.append(Response(f"req-{row}", new[row].tolist(), chosen.tolist(), None, tops))
+    return responses
+
+
+FAULTS = {
+    "scale": lambda hidden: hidden * 1.25,
+    "noise": lambda hidden: hidden + 0.05 * torch.randn(hidden.shape, generator=torch.Generator().manual_seed(1)),
+    "one feature": lambda hidden: hidden.index_fill(-1, torch.tensor([3]), 4.0),
+}
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_a_decode_fault_is_found_at_its_token_and_a_golden_pair_agrees(kind):
+    model = tiny_model(kind)
+    prompts = torch.randint(1, 500, (2, 6), generator=torch.Generator().manual_seed(5))
+    golden = generate(model, prompts)
+    _, answers, unmatched = compare_generations(golden, generate(model, prompts))
+    assert unmatched == 0 and all(answer.agrees for answer in answers)  # negative control
+    rng = random.Random(11)
+    cases = found = unseen = 0
+    for change in FAULTS.values():
+        for layer in range(4):
+            step = rng.randrange(1, NEW_TOKENS)  # a decode step (0 is the prefill)
+            faulty = generate(model, prompts, (layer, step, change))
+            _, answers, _ = compare_generations(golden, faulty)
+            for answer, before, after in zip(answers, golden, faulty):
+                if max(abs(a - b) for a, b in zip(before.logprobs, after.logprobs)) <= TOLERANCE:
+                    # the fault changed no output beyond the tolerance (a norm after it undoes a uniform scale)
+                    unseen += 1
+                    assert answer.agrees
+                    continue
+                cases += 1
+                found += answer.first_logprob == step and (answer.first_token is None or answer.first_token >= step)
+    print(f"\n{kind}: decode faults found at their token: {found}/{cases} ({unseen} within the tolerance)")
+    assert cases >= 18 and found == cases
+
+
+def test_compare_reads_two_files_of_responses_and_says_where_they_part(tmp_path):
+    model = tiny_model("gpt2")
+    prompts = torch.randint(1, 500, (3, 5), generator=torch.Generator().manual_seed(2))
+    golden, faulty = generate(model, prompts), generate(model, prompts, (2, 4, FAULTS["scale"]))
+    for name, responses in (("a", golden), ("b", faulty), ("c", golden)):
+        lines = [json.dumps({"id": r.name, "tokens": r.tokens, "logprobs": r.logprobs,
+                             "top_logprobs": [[[t, v] for t, v in top.items()] for top in r.top_logprobs]})
+                 for r in responses]  # fmt: skip
+        (tmp_path / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
+    runner = CliRunner()
+    (tmp_path / "same.json").write_text(json.dumps({"npu_path": str(tmp_path / "a.jsonl"),
+                                                    "bench_path": str(tmp_path / "c.jsonl")}))  # fmt: skip
+    same = runner.invoke(cli, ["compare", "-i", str(tmp_path / "same.json"), "-o", str(tmp_path / "o1")])
+    assert same.exit_code == 0, same.output
+    assert "PASS" in same.output and "3 request(s) agree" in same.output
+    (tmp_path / "diff.json").write_text(json.dumps({"npu_path": str(tmp_path / "b.jsonl"),
+                                                    "bench_path": str(tmp_path / "a.jsonl")}))  # fmt: skip
+    diff = runner.invoke(cli, ["compare", "-i", str(tmp_path / "diff.json"), "-o", str(tmp_path / "o2")])
+    assert diff.exit_code == 1, diff.output
+    assert "req-0: log-probabilities part ways at token 4" in diff.output
+    (table,) = (tmp_path / "o2").glob("generation_compare_*.csv")
+    rows = [line.split(",") for line in table.read_text().splitlines()]
+    assert rows[0][:3] == ["Response", "Position", "NPU Token"]
+    first = [row for row in rows[1:] if row[0] == "req-0"]
+    assert [row[-1] for row in first[:4]] == ["pass"] * 4 and first[4][-1] in ("logprob differs", "token differs")
+    assert float(first[0][7]) == 1.0  # the same top-5 candidates before the fault
