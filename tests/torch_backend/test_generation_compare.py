@@ -1,5 +1,6 @@
-"""Comparing two generations token by token: a fault injected into one layer at decode step k is found at token
-k, and a golden pair agrees; scored over many faults of several kinds, places and steps."""
+"""Comparing two generations token by token, and dumping them a decode step at a time: a fault injected into one
+layer at decode step k is found at token k, and in the dumps at step k and that layer's call; a golden pair
+agrees. Scored over many faults of several kinds, places and steps."""
 
 from __future__ import annotations
 
@@ -23,11 +24,13 @@ NEW_TOKENS = 16
 def tiny_model(kind: str) -> torch.nn.Module:
     torch.manual_seed(0)
     if kind == "gpt2":
-        config = transformers.GPT2Config(n_layer=4, n_embd=64, n_head=4, vocab_size=500, n_positions=128)
+        config = transformers.GPT2Config(
+            n_layer=4, n_embd=64, n_head=4, vocab_size=500, n_positions=128, bos_token_id=1, eos_token_id=2
+        )
         return transformers.GPT2LMHeadModel(config).eval()
     config = transformers.LlamaConfig(
         num_hidden_layers=4, hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
-        vocab_size=500, max_position_embeddings=128,
+        vocab_size=500, max_position_embeddings=128, bos_token_id=1, eos_token_id=2,
     )  # fmt: skip
     return transformers.LlamaForCausalLM(config).eval()
 
@@ -129,3 +132,71 @@ def test_compare_reads_two_files_of_responses_and_says_where_they_part(tmp_path)
     first = [row for row in rows[1:] if row[0] == "req-0"]
     assert [row[-1] for row in first[:4]] == ["pass"] * 4 and first[4][-1] in ("logprob differs", "token differs")
     assert float(first[0][7]) == 1.0  # the same top-5 candidates before the fault
+
+
+class Gelu(torch.nn.Module):
+    """GPT-2's activation as one call, which at ``bad_step`` runs the exact GELU instead of the tanh form: a
+    kernel that computes something else for one token."""
+
+    def __init__(self, bad_step: int | None = None):
+        super().__init__()
+        self.calls, self.bad_step = 0, bad_step
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        bad = self.calls == self.bad_step
+        self.calls += 1
+        return torch.nn.functional.gelu(x, approximate="none" if bad else "tanh")
+
+
+def dump_generate(root, layer: int = 0, bad_step: int | None = None, per: str = "token", new_tokens: int = 8):
+    from msprobe.pytorch import PrecisionDebugger, dump_generation
+
+    model = tiny_model("gpt2")
+    for index, block in enumerate(model.transformer.h):
+        block.mlp.act = Gelu(bad_step if index == layer else None)
+    prompts = torch.randint(1, 500, (2, 6), generator=torch.Generator().manual_seed(5))
+    debugger = PrecisionDebugger(task="statistics", level="mix", dump_path=str(root))
+    with dump_generation(debugger, model, per=per), torch.no_grad():
+        model.generate(prompts, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False, pad_token_id=0)
+    assert not model._forward_hooks and not model._forward_pre_hooks and "generate" not in vars(model)
+    return model
+
+
+def test_a_decode_fault_is_named_at_its_step_layer_and_call_in_the_dumps(tmp_path):
+    from msprobe.core.diagnosis import diagnose_runs
+
+    dump_generate(tmp_path / "golden")
+    steps = sorted(path.name for path in (tmp_path / "golden").iterdir())
+    assert steps == [f"step{k}" for k in range(8)]  # prefill, then one step per decode step; none empty
+    assert all(json.loads((tmp_path / "golden" / s / "rank" / "dump.json").read_text())["data"] for s in steps)
+    assert diagnose_runs(tmp_path / "golden", tmp_path / "golden").verdict == "none"  # negative control
+    cases = named = 0
+    for layer in range(4):
+        for step in (1 + layer, 7 - layer):
+            dump_generate(tmp_path / f"f{layer}_{step}", layer, step)
+            answer = diagnose_runs(tmp_path / f"f{layer}_{step}", tmp_path / "golden")
+            cases += 1
+            named += (answer.step, answer.module, (answer.api or "").split(".")[:2]) == (
+                step, f"transformer.h.{layer}.mlp.act", ["Functional", "gelu"]
+            )  # fmt: skip
+    print(f"\ndecode faults named at their step, layer and call in the dumps: {named}/{cases}")
+    assert named == cases
+
+
+def test_one_step_per_request_is_a_choice(tmp_path):
+    dump_generate(tmp_path / "r", per="request", new_tokens=4)
+    assert sorted(path.name for path in (tmp_path / "r").iterdir()) == ["step0"]
+    data = json.loads((tmp_path / "r" / "step0" / "rank" / "dump.json").read_text())["data"]
+    assert sum(name.startswith("Module.transformer.GPT2Model.forward.") for name in data) == 4  # four forwards
+
+
+def test_an_unknown_per_is_one_clear_error(tmp_path):
+    from msprobe.core.errors import UsageError
+    from msprobe.pytorch import PrecisionDebugger, dump_generation
+
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path))
+    with (
+        pytest.raises(UsageError, match="'token' or 'request', not 'batch'"),
+        dump_generation(debugger, torch.nn.Linear(1, 1), per="batch"),
+    ):
+        pass

@@ -10,6 +10,7 @@ _EXPORTS = {
     "PrecisionDebugger": "msprobe.pytorch.debugger",
     "seed_all": "msprobe.pytorch.seed",
     "TrainerMon": "msprobe.pytorch.monitor",
+    "dump_generation": "msprobe.pytorch.generation",
 }
-__all__ = ["PrecisionDebugger", "TrainerMon", "seed_all"]
+__all__ = ["PrecisionDebugger", "TrainerMon", "dump_generation", "seed_all"]
 __getattr__ = lazy_exports(__name__, _EXPORTS)
