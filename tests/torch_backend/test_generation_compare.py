@@ -58,13 +58,14 @@ def generate(model, prompts: torch.Tensor, fault=None) -> list[Response]:
     try:
         with torch.no_grad():
             out = model.generate(prompts, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
-                                 output_scores=True, return_dict_in_generate=True, pad_token_id=0)  # fmt: skip
+                                 output_logits=True, return_dict_in_generate=True, pad_token_id=0)  # fmt: skip
     finally:
         if handle is not None:
             handle.remove()
     responses = []
     new = out.sequences[:, prompts.shape[1] :]
-    logprobs = torch.stack([torch.log_softmax(score.double(), dim=-1) for score in out.scores], dim=1)
+    # the model's own logits, before generate's processors (min_new_tokens masks the end token)
+    logprobs = torch.stack([torch.log_softmax(logit.double(), dim=-1) for logit in out.logits], dim=1)
     for row in range(prompts.shape[0]):
         chosen = logprobs[row].gather(1, new[row].unsqueeze(1)).squeeze(1)
         top = torch.topk(logprobs[row], 5, dim=-1)
@@ -200,3 +201,68 @@ def test_an_unknown_per_is_one_clear_error(tmp_path):
         dump_generation(debugger, torch.nn.Linear(1, 1), per="batch"),
     ):
         pass
+
+
+def _write(path, responses: list[Response]) -> None:
+    path.write_text("".join(json.dumps({"id": r.name, "tokens": r.tokens, "logprobs": r.logprobs}) + "\n"
+                            for r in responses))  # fmt: skip
+
+
+def test_train_infer_consistency_finds_where_a_training_forward_departs(tmp_path):
+    """The same tokens scored by generate (KV cache) and by a teacher-forced forward agree within the tolerance;
+    a training forward wrong from one position on is found at that token, for each layer and several places."""
+    from msprobe.pytorch.generation import teacher_forced_logprobs
+
+    model = tiny_model("gpt2")
+    prompts = torch.randint(1, 500, (2, 6), generator=torch.Generator().manual_seed(9))
+    inferred = generate(model, prompts)
+    sequences = torch.cat([prompts, torch.tensor([r.tokens for r in inferred])], dim=1)
+
+    def trained(fault=None) -> list[Response]:
+        handle = None
+        if fault is not None:
+            layer, position = fault
+
+            def hook(_module, _inputs, output):
+                hidden = (output[0] if isinstance(output, tuple) else output).clone()
+                hidden[:, prompts.shape[1] + position - 1 :] *= 1.3  # from the state that predicts token `position`
+                return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
+
+            handle = layers_of(model)[layer].register_forward_hook(hook)
+        try:
+            scores = teacher_forced_logprobs(model, sequences, prompts.shape[1])
+        finally:
+            if handle is not None:
+                handle.remove()
+        return [Response(r.name, r.tokens, s) for r, s in zip(inferred, scores)]
+
+    _write(tmp_path / "infer.jsonl", inferred)
+    _write(tmp_path / "train.jsonl", trained())
+    (tmp_path / "c.json").write_text(json.dumps({"npu_path": str(tmp_path / "train.jsonl"),
+                                                 "bench_path": str(tmp_path / "infer.jsonl")}))  # fmt: skip
+    runner = CliRunner()
+    clean = runner.invoke(cli, ["compare", "-i", str(tmp_path / "c.json"), "-o", str(tmp_path / "o"),
+                                "--consistent_check"])  # fmt: skip
+    assert clean.exit_code == 0, clean.output
+    assert f"train/infer: 0 of {2 * NEW_TOKENS} tokens differ by more than 0.001 nats" in clean.output
+    cases = found = 0
+    for layer in range(4):
+        for position in (2, 9):
+            _write(tmp_path / "train.jsonl", trained((layer, position)))
+            result = runner.invoke(cli, ["compare", "-i", str(tmp_path / "c.json"), "-o", str(tmp_path / "o"),
+                                         "--consistent_check"])  # fmt: skip
+            assert result.exit_code == 1, result.output
+            cases += 2
+            found += result.output.count(f"log-probabilities part ways at token {position} ")
+    print(f"\ntrain/infer: training faults found at their token: {found}/{cases}")
+    assert found == cases
+
+
+def test_the_consistency_check_refuses_different_tokens(tmp_path):
+    _write(tmp_path / "a.jsonl", [Response("r", [1, 2, 3], [-0.1, -0.1, -0.1])])
+    _write(tmp_path / "b.jsonl", [Response("r", [1, 5, 3], [-0.1, -0.1, -0.1])])
+    (tmp_path / "c.json").write_text(json.dumps({"npu_path": str(tmp_path / "a.jsonl"),
+                                                 "bench_path": str(tmp_path / "b.jsonl")}))  # fmt: skip
+    result = CliRunner().invoke(cli, ["compare", "-i", str(tmp_path / "c.json"), "-o", str(tmp_path / "o"),
+                                      "--consistent_check"])  # fmt: skip
+    assert result.exit_code == 2 and "request r: the tokens differ at token 1" in result.output

@@ -64,6 +64,20 @@ from msprobe.cli.options import (
     help="Also write where the runs part ways, over every step and rank compare.json names, to "
     "first_divergence_*.json (the diagnosis every msprobe surface gives).",
 )
+@click.option(
+    "--consistent_check",
+    "consistent_check",
+    is_flag=True,
+    help="Train/infer consistency (mindstudio-probe 26.x's name): npu_path and bench_path are .jsonl files of the "
+    "same tokens scored by the training forward and by the inference engine.",
+)
+@click.option(
+    "--logprob-tolerance",
+    "logprob_tolerance",
+    type=click.FloatRange(min=0.0),
+    default=None,
+    help="Comparing responses: log-probabilities further apart than this many nats differ (default 0.001).",
+)
 @engine_options
 def compare_command(
     input_path: Path,
@@ -76,11 +90,13 @@ def compare_command(
     cell_mapping: str | None,
     layer_mapping: str | None,
     first_divergence: bool,
+    consistent_check: bool,
+    logprob_tolerance: float | None,
     engine: str,
     ray_address: str | None,
 ) -> None:
     """Compare two dumps (statistics, tensor or md5 mode, picked from the dumps); the ranks of a multi-rank
-    compare run on --engine."""
+    compare run on --engine. Two .jsonl files of generated responses are compared token by token."""
     from msprobe.core.compare.run import overall_line, run_compare_json
 
     mappings = {
@@ -91,8 +107,9 @@ def compare_command(
         "cross_framework": api_mapping is not None or cell_mapping is not None,  # -am/-cm alone: built-in tables
     }
     summaries = run_compare_json(
-        input_path, output_path, stack_mode, compare_only, fuzzy_match, mappings, engine_of(engine, ray_address)
-    )
+        input_path, output_path, stack_mode, compare_only, fuzzy_match, mappings, engine_of(engine, ray_address),
+        consistent=consistent_check, tolerance=logprob_tolerance,
+    )  # fmt: skip
     for summary in summaries:
         click.echo(summary.line())
     files = [str(f) for s in summaries for f in s.files]

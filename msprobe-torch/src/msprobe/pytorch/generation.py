@@ -71,3 +71,16 @@ def dump_generation(debugger: Any, model: Any, per: str = "token") -> Iterator[N
             model.generate = original
         else:
             del model.generate  # the class's method shows through again
+
+
+def teacher_forced_logprobs(model: Any, sequences: Any, prompt_length: int) -> list[list[float]]:
+    """The training side of the train/infer consistency check: each generated token's log-probability (float64)
+    from one forward of the whole sequence, as a training step computes it (no KV cache), for every row of
+    ``sequences`` (prompt then generated tokens, ``prompt_length`` the prompt's)."""
+    import torch
+
+    with torch.no_grad():
+        logits = model(sequences).logits[:, prompt_length - 1 : -1]
+    logprobs = torch.log_softmax(logits.double(), dim=-1)
+    chosen = logprobs.gather(-1, sequences[:, prompt_length:].unsqueeze(-1)).squeeze(-1)
+    return chosen.tolist()

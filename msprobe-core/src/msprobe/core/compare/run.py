@@ -408,12 +408,15 @@ def run_compare_json(
     fuzzy_match: bool = False,
     mappings: dict[str, Any] | None = None,
     engine: Engine | None = None,
+    consistent: bool = False,
+    tolerance: float | None = None,
 ) -> list[CompareSummary]:
-    """What ``msprobe compare -i compare.json`` does: single or multi-rank, decided by the paths."""
+    """What ``msprobe compare -i compare.json`` does: single or multi-rank, decided by the paths; two files of
+    responses token by token (``consistent``: the train/infer consistency check)."""
     spec = read_compare_json(compare_json)
     npu, bench = Path(spec.npu_path), Path(spec.bench_path)
-    if is_generation_file(npu) or is_generation_file(bench):
-        return [compare_generations_pair(npu, bench, Path(output_path))]
+    if is_generation_file(npu) or is_generation_file(bench) or consistent:
+        return [compare_generations_pair(npu, bench, Path(output_path), consistent, tolerance)]
     if npu.is_dir() and not (npu / "dump.json").exists() and not (npu / ".dump.json.journal").exists():
         return compare_distributed(
             npu, bench, output_path, stack_mode, not compare_only, fuzzy_match, mappings=mappings, engine=engine
@@ -425,17 +428,22 @@ def run_compare_json(
     return [summary]
 
 
-def compare_generations_pair(npu: Path, bench: Path, output_dir: Path) -> CompareSummary:
-    """Two files of generated responses (JSON lines), token by token (msprobe.core.generation.compare)."""
-    from msprobe.core.generation.compare import compare_generation_files
+def compare_generations_pair(
+    npu: Path, bench: Path, output_dir: Path, consistent: bool = False, tolerance: float | None = None
+) -> CompareSummary:
+    """Two files of generated responses (JSON lines), token by token (msprobe.core.generation.compare);
+    ``consistent``: the same tokens scored by training (``npu``) and inference (``bench``)."""
+    from msprobe.core.generation.compare import TOLERANCE, compare_generation_files
 
     for path in (npu, bench):
         if not is_generation_file(path):
             raise DataFileError(path, "is not a file of responses (.jsonl) like the other side")
     make_dir(output_dir)
-    found = compare_generation_files(npu, bench, output_dir, timestamp())
+    found = compare_generation_files(npu, bench, output_dir, timestamp(), tolerance or TOLERANCE, consistent)
     answers = [answer.line() for answer in found.answers if not answer.agrees]
     agreeing = len(found.answers) - len(answers)
+    if found.consistency is not None:
+        answers.insert(0, found.consistency.line())
     answer = "; ".join(answers[:4]) + (f"; and {len(answers) - 4} more" if len(answers) > 4 else "")
     if agreeing:
         answer = (answer + "; " if answer else "") + f"{agreeing} request(s) agree"

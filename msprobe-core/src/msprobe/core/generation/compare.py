@@ -1,5 +1,5 @@
 """Two generations of the same requests, token by token: where the log-probabilities part ways, and where the
-chosen tokens do.
+chosen tokens do. The train/infer consistency check is the same comparison of one set of tokens scored twice.
 
 Responses pair by ``id``. At each position while the two responses have
 chosen the same tokens so far, the chosen token's log-probability is
@@ -120,6 +120,7 @@ class GenerationCompare:
     unmatched: int
     answers: list[GenerationAnswer]
     files: list[Path]
+    consistency: Consistency | None = None
 
 
 def compare_generations(
@@ -139,14 +140,66 @@ def compare_generations(
     return rows, answers, unmatched + len(bench_by_name)
 
 
+@dataclass
+class Consistency:
+    """How far one set of tokens' log-probabilities under training is from the same tokens' under inference."""
+
+    tokens: int
+    over: int  # tokens whose log-probabilities differ by more than the tolerance
+    mean_gap: float
+    max_gap: float
+    kl: float  # the mean of exp(d) - 1 - d, d = inference - training log-probability: KL(training || inference)
+    tolerance: float = TOLERANCE
+
+    def line(self) -> str:
+        return (f"train/infer: {self.over} of {self.tokens} tokens differ by more than {self.tolerance:g} nats; "
+                f"mean |d| {self.mean_gap:.3g}, max |d| {self.max_gap:.3g}, KL estimate {self.kl:.3g}")  # fmt: skip
+
+
+def consistency(train: Sequence[Response], infer: Sequence[Response], tolerance: float = TOLERANCE) -> Consistency:
+    """The same tokens scored by the training forward and by the inference engine (26.x's consistent check): the
+    tokens must be the same on both sides, request by request."""
+    from msprobe.core.errors import UsageError
+
+    by_name = {response.name: response for response in infer}
+    gaps, kl = [], 0.0
+    for response in train:
+        other = by_name.get(response.name)
+        if other is None:
+            continue
+        if other.tokens != response.tokens:
+            position = next((i for i, (a, b) in enumerate(zip(response.tokens, other.tokens)) if a != b),
+                            min(len(response.tokens), len(other.tokens)))  # fmt: skip
+            raise UsageError(f"request {response.name}: the tokens differ at token {position}; the consistency "
+                             "check scores the same tokens on both sides")  # fmt: skip
+        for trained, inferred in zip(response.logprobs, other.logprobs):
+            d = inferred - trained
+            gaps.append(abs(d) if math.isfinite(d) else math.inf)
+            kl += math.expm1(d) - d if math.isfinite(d) else math.inf
+    count = len(gaps)
+    finite = [gap for gap in gaps if math.isfinite(gap)]
+    return Consistency(
+        count,
+        sum(gap > tolerance for gap in gaps),
+        sum(finite) / len(finite) if finite else 0.0,
+        max(gaps, default=0.0),
+        kl / count if count else 0.0,
+        tolerance,
+    )
+
+
 def compare_generation_files(
-    npu_path: Path, bench_path: Path, output_dir: Path, stamp: str, tolerance: float = TOLERANCE
-) -> GenerationCompare:
-    """``msprobe compare`` of two JSON-lines files of responses: the per-token CSV and the answers."""
+    npu_path: Path, bench_path: Path, output_dir: Path, stamp: str, tolerance: float = TOLERANCE,
+    consistent: bool = False,
+) -> GenerationCompare:  # fmt: skip
+    """``msprobe compare`` of two JSON-lines files of responses: the per-token CSV and the answers.
+    ``consistent``: the train/infer consistency check, ``npu_path`` the training side's scores."""
     from msprobe.core.dump.writer import new_file
     from msprobe.core.spreadsheet import SafeWriter
 
-    rows, answers, unmatched = compare_generations(read_responses(npu_path), read_responses(bench_path), tolerance)
+    npu, bench = read_responses(npu_path), read_responses(bench_path)
+    summary = consistency(npu, bench, tolerance) if consistent else None
+    rows, answers, unmatched = compare_generations(npu, bench, tolerance)
     path = output_dir / f"generation_compare_{stamp}.csv"
     with new_file(path, "w", newline="") as handle:
         writer = SafeWriter(handle, lineterminator="\n")
@@ -154,7 +207,7 @@ def compare_generation_files(
         for row in rows:
             writer.writerow(row)
     suspicious = sum(row[-1] in (TOKEN, LOGPROB, MISSING) for row in rows)
-    return GenerationCompare(len(rows), suspicious, unmatched, answers, [path])
+    return GenerationCompare(len(rows), suspicious, unmatched, answers, [path], summary)
 
 
 def is_generation_file(path: Path) -> bool:
