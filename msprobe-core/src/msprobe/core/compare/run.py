@@ -416,7 +416,7 @@ def run_compare_json(
     spec = read_compare_json(compare_json)
     npu, bench = Path(spec.npu_path), Path(spec.bench_path)
     if is_generation_file(npu) or is_generation_file(bench) or consistent:
-        return [compare_generations_pair(npu, bench, Path(output_path), consistent, tolerance)]
+        return [_compare_generations(npu, bench, Path(output_path), consistent, tolerance)]
     if npu.is_dir() and not (npu / "dump.json").exists() and not (npu / ".dump.json.journal").exists():
         return compare_distributed(
             npu, bench, output_path, stack_mode, not compare_only, fuzzy_match, mappings=mappings, engine=engine
@@ -428,7 +428,7 @@ def run_compare_json(
     return [summary]
 
 
-def compare_generations_pair(
+def _compare_generations(
     npu: Path, bench: Path, output_dir: Path, consistent: bool = False, tolerance: float | None = None
 ) -> CompareSummary:
     """Two files of generated responses (JSON lines), token by token (msprobe.core.generation.compare);
