@@ -45,3 +45,20 @@ def test_requests_pair_by_id_and_the_unpaired_are_counted():
     b = [Response("y", [1], [-0.1]), Response("z", [1], [-0.1])]
     rows, answers, unmatched = compare_generations(a, b)
     assert [answer.response for answer in answers] == ["y"] and unmatched == 2 and len(rows) == 1
+
+
+def test_first_divergence_with_two_generations_says_it_reads_dumps(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from msprobe.cli.main import cli
+
+    line = json.dumps({"id": "r", "tokens": [1, 2], "logprobs": [-0.1, -0.2]}) + "\n"
+    (tmp_path / "a.jsonl").write_text(line)
+    (tmp_path / "c.json").write_text(json.dumps({"npu_path": str(tmp_path / "a.jsonl"),
+                                                 "bench_path": str(tmp_path / "a.jsonl")}))  # fmt: skip
+    result = CliRunner().invoke(cli, ["compare", "-i", str(tmp_path / "c.json"), "-o", str(tmp_path / "o"),
+                                      "--first-divergence"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "--first-divergence reads dumps" in result.output and "1 request(s) agree" in result.output

@@ -114,6 +114,9 @@ def compare_command(
         click.echo(summary.line())
     files = [str(f) for s in summaries for f in s.files]
     several = len(summaries) > 1
+    if first_divergence and any(s.mode == "generation" for s in summaries):
+        click.echo("--first-divergence reads dumps; for two generations the line above names the first token")
+        first_divergence = False
     if first_divergence or (several and not compare_only):
         from msprobe.core.compare.run import diagnose_compare_json
 
