@@ -193,8 +193,3 @@ def failing_rows(mode: str, table: pd.DataFrame) -> np.ndarray:
     if mode == "md5":
         return (table["Result"] == "Different").to_numpy()
     return statistics_suspects(table)
-
-
-def failed_rows(result: Any) -> np.ndarray:
-    """:func:`failing_rows` of a compare result."""
-    return failing_rows(result.mode, result.table)

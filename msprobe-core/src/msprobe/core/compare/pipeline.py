@@ -215,10 +215,10 @@ def compare_in_memory(
 ) -> tuple[CompareCounts, CompareResult]:
     """Compare two dumps held whole, as one block, and write the result files; the counts (with the files) and
     the table."""
-    pairs, mode = pair_dumps(npu, bench, fuzzy, mapping)
-    blocks = _blocks_for(npu, bench, mode, stack, load, default_metrics() if metrics is None else metrics)
-    table, marks = blocks.table(pairs)
+    result = compare_dumps(npu, bench, fuzzy, stack, load, mapping, metrics=metrics)
+    table = result.table
+    blocks = TableBlocks(result.mode, (), None)  # the one block is tabled: it is counted and written here
     with ResultFiles(output_dir, prefix, stamp, list(table.columns), len(table) <= XLSX_ROW_LIMIT) as files:
-        blocks.write(table, marks, files.writer, files.xlsx)
+        blocks.write(table, result.highlight, files.writer, files.xlsx)
         blocks.counts.files = files.finish()
-    return blocks.counts, CompareResult(blocks.mode, table, marks, npu, bench)
+    return blocks.counts, result

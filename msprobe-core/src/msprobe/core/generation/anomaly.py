@@ -182,12 +182,7 @@ def _bridged(flags: list[bool], gap: int) -> list[bool]:
 
 def write_report(findings: list[tuple[str, Finding]], path: Path) -> Path:
     """The findings as CSV (Response, Kind, Start, End, Detail), written whole or not at all."""
-    from msprobe.core.dump.writer import new_file
-    from msprobe.core.spreadsheet import SafeWriter
+    from msprobe.core.generation.responses import write_rows
 
-    with new_file(path, "w", newline="") as handle:
-        writer = SafeWriter(handle, lineterminator="\n")
-        writer.write_header(["Response", "Kind", "Start", "End", "Detail"])
-        for name, finding in findings:
-            writer.writerow([name, finding.kind, finding.start, finding.end, finding.detail])
-    return path
+    rows = ([name, f.kind, f.start, f.end, f.detail] for name, f in findings)
+    return write_rows(path, ["Response", "Kind", "Start", "End", "Detail"], rows)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from msprobe.core.generation.responses import Response, read_responses
+from msprobe.core.generation.responses import Response, read_responses, write_rows
 
 TOLERANCE = 1e-3  # nats: well over a float32 rounding of a log-softmax, well under any fault worth finding
 COLUMNS = [
@@ -194,18 +194,11 @@ def compare_generation_files(
 ) -> GenerationCompare:  # fmt: skip
     """``msprobe compare`` of two JSON-lines files of responses: the per-token CSV and the answers.
     ``consistent``: the train/infer consistency check, ``npu_path`` the training side's scores."""
-    from msprobe.core.dump.writer import new_file
-    from msprobe.core.spreadsheet import SafeWriter
-
     npu, bench = read_responses(npu_path), read_responses(bench_path)
     summary = consistency(npu, bench, tolerance) if consistent else None
     rows, answers, unmatched = compare_generations(npu, bench, tolerance)
     path = output_dir / f"generation_compare_{stamp}.csv"
-    with new_file(path, "w", newline="") as handle:
-        writer = SafeWriter(handle, lineterminator="\n")
-        writer.write_header(COLUMNS)
-        for row in rows:
-            writer.writerow(row)
+    write_rows(path, COLUMNS, rows)
     suspicious = sum(row[-1] in (TOKEN, LOGPROB, MISSING) for row in rows)
     return GenerationCompare(len(rows), suspicious, unmatched, answers, [path], summary)
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 MOST_BYTES = 1 << 30  # a responses file larger than this is refused rather than read
 
@@ -67,3 +69,15 @@ def read_responses(path: Path) -> list[Response]:
 
 def _number(value: float | None) -> float:
     return math.nan if value is None else float(value)
+
+
+def write_rows(path: Path, columns: list[str], rows: Iterable[Iterable[Any]]) -> Path:
+    """A report of the generation checks as CSV, cells made safe, written whole or not at all."""
+    from msprobe.core.dump.writer import new_file
+    from msprobe.core.spreadsheet import SafeWriter
+
+    with new_file(path, "w", newline="") as handle:
+        writer = SafeWriter(handle, lineterminator="\n")
+        writer.write_header(columns)
+        writer.writerows(rows)
+    return path
