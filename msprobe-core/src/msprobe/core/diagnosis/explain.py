@@ -202,7 +202,9 @@ def _inside(analysis: PairAnalysis, call: Call) -> Diagnosis | None:
         return other.module is not None and (other.module == call.module or other.module.startswith(inside))
 
     for other in analysis.pairing.extra:
-        if other.kind == "api" and other.order < call.order and other.phase == call.phase and within(other):
+        if other.kind != "api" or passes_input_on(other):
+            continue
+        if other.order < call.order and other.phase == call.phase and within(other):
             return answer_at(other, "calls", _extra_words(analysis, other, call), other.module, other.name)
     partner = analysis.pairing.of(call)
     for other in analysis.pairing.missing:
@@ -212,6 +214,23 @@ def _inside(analysis: PairAnalysis, call: Call) -> Diagnosis | None:
             detail = f"this run does not call {other.name}"
             return answer_at(other, "calls", join(detail, _class_change(call, partner)), other.module, other.name)
     return None
+
+
+# APIs that hand on their input's elements in their order (the reference's module hooks add view_as calls)
+_ORDER_KEEPING = frozenset(
+    {"view", "view_as", "reshape", "reshape_as", "contiguous", "clone", "detach", "flatten", "unflatten",
+     "squeeze", "unsqueeze", "to", "type_as"}
+)  # fmt: skip
+
+
+def passes_input_on(call: Call) -> bool:
+    """An extra call that cannot have changed a value: an order-keeping API returning what it was given (the
+    same dtype, count and statistics). A transpose keeps the statistics but not the order, so it is not one."""
+    if call.kind != "api" or api_kind(call.name).rsplit(".", 1)[-1] not in _ORDER_KEEPING:
+        return False
+    given = {value.fingerprint() for value in call.tensors("inputs")}
+    made = [value.fingerprint() for value in call.tensors("outputs")]
+    return bool(made) and all(found is not None and found in given for found in made)
 
 
 def _upstream(analysis: PairAnalysis, call: Call, limit: int = 64) -> Diagnosis | None:
@@ -226,8 +245,11 @@ def _upstream(analysis: PairAnalysis, call: Call, limit: int = 64) -> Diagnosis 
                 if maker.order in seen:
                     continue
                 seen.add(maker.order)
-                if maker.order in analysis.extra and maker.kind == "api":
-                    return answer_at(maker, "calls", _extra_words(analysis, maker, call), maker.module, maker.name)
+                if maker.order in analysis.extra:
+                    if maker.kind == "api" and not passes_input_on(maker):
+                        return answer_at(maker, "calls", _extra_words(analysis, maker, call), maker.module, maker.name)
+                    pending.append(maker)  # what it handed on was made further up
+                    continue
                 changed = [a for a in analysis.difference(maker).arguments if a[1] is not None and a[2] is not None]
                 if changed:
                     return answer_at(maker, "argument", arguments_words(changed), maker.module)
