@@ -704,3 +704,30 @@ def test_operators_that_only_look_in_place_keep_their_backward(tmp_path):
     mul = next(name for name in backward if "__mul__" in name)
     first = dump.data[mul]["output"][0]
     np.testing.assert_array_equal(np.load(dump.tensor_dir() / first["data_name"]), [2.0, 3.0])  # d(x*w)/dx = w
+
+
+def test_request_id_keeps_one_requests_rows_of_a_flat_batch(tmp_path):
+    """The serving cut of msprobe.core.dump.cuts, applied by the MindSpore summarizer: request "c" of a forward of
+    three, on the flat token dimension (3 + 2 + 4 tokens) and on the per-request dimension."""
+    config = {"task": "statistics", "level": "L1", "dump_path": str(tmp_path / "dump"),
+              "statistics": {"request_id": "c", "slice": [{}, {"end": 2}]}}  # fmt: skip
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    debugger = PrecisionDebugger(config_path=str(tmp_path / "config.json"))
+    tokens = np.arange(9 * 4, dtype=np.float32).reshape(9, 4) / 7
+    last = np.arange(3 * 4, dtype=np.float32).reshape(3, 4)
+    debugger.start(request_ids=["a", "b", "c"], scheduled_tokens=[3, 2, 4])
+    mint.nn.functional.relu(Tensor(tokens))
+    mint.nn.functional.relu(Tensor(last))
+    debugger.stop()
+    debugger.step()
+    debugger.start(request_ids=["a"], scheduled_tokens=[1])  # "c" is not in this forward: no step of it
+    mint.nn.functional.relu(Tensor(tokens[:1]))
+    debugger.stop()
+    debugger.step()
+    assert sorted(path.name for path in (tmp_path / "dump").iterdir()) == ["step0"]
+    data = json.loads((tmp_path / "dump" / "step0" / "rank" / "dump.json").read_text())["data"]
+    for index, expected in ((0, tokens[5:9, :2]), (1, last[2:3, :2])):
+        entry = next(v for k, v in data.items() if k.endswith(f"relu.{index}.forward"))["input_args"][0]
+        assert entry["shape"] == list(expected.shape)
+        assert entry["Max"] == pytest.approx(float(expected.max()), rel=1e-6)
+        assert entry["Mean"] == pytest.approx(float(expected.astype(np.float64).mean()), rel=1e-6)

@@ -207,7 +207,29 @@ class _ScopedSection(_Section):
         return modes
 
 
-class StatisticsSection(_ScopedSection):
+class DimensionSlice(_Section):
+    """One dimension's part, Python's slice rules: ``{"end": 1024}`` keeps its first 1024."""
+
+    start: int | None = Field(default=None, description="First index kept (negative: from the end).")
+    end: int | None = Field(default=None, description="Index the part stops before (negative: from the end).")
+    step: int | None = Field(default=None, ge=1, description="Keep every step-th index.")
+
+
+class _CutSection(_ScopedSection):
+    slices: list[DimensionSlice] = Field(
+        default_factory=list,
+        alias="slice",
+        description="26.x: part of each tensor to keep, one {start, end, step} per dimension from the first, "
+        "e.g. [{'end': 1024}]; the entry's shape and values are those of the part.",
+    )
+    request_id: str | int | None = Field(
+        default=None,
+        description="Serving: keep only this request's rows of each tensor; start(request_ids=..., "
+        "scheduled_tokens=...) says which rows of each forward are whose (see docs/serving.md).",
+    )
+
+
+class StatisticsSection(_CutSection):
     summary_mode: str | list[str] = Field(
         default="statistics",
         description="'statistics' (Max/Min/Mean/Norm), 'md5' (adds a CRC-32 of each tensor) or 'xor' "
@@ -239,7 +261,7 @@ class StatisticsSection(_ScopedSection):
         return mode
 
 
-class TensorSection(_ScopedSection):
+class TensorSection(_CutSection):
     file_format: Literal["npy", "bin"] = Field(
         default="npy", description="MindSpore graph-mode L2 only: 'npy' or 'bin'."
     )

@@ -77,8 +77,8 @@ class PrecisionDebugger:
     def framework(self) -> str:
         return self.backend.name
 
-    def start(self, model: Any = None) -> None:
-        self.debugger.start(model=model)
+    def start(self, model: Any = None, request_ids: Any = None, scheduled_tokens: Any = None) -> None:
+        self.debugger.start(model=model, request_ids=request_ids, scheduled_tokens=scheduled_tokens)
 
     def stop(self) -> None:
         self.debugger.stop()
@@ -97,6 +97,9 @@ class PrecisionDebugger:
 
     def save(self, variable: Any, name: str, save_backward: bool = True) -> None:
         self.debugger.save(variable, name, save_backward=save_backward)
+
+    def note_kv_cache(self, tensors: Any) -> None:
+        self.debugger.note_kv_cache(tensors)
 
     def grad_probe(self, target: Any) -> None:
         self.debugger.grad_probe(target)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from msprobe.core.config import DebuggerConfig, load_config, load_config_once
+from msprobe.core.dump.cuts import KvCacheTensors, TensorCut, find_request, tensor_cut
 from msprobe.core.errors import BackendError, ConfigError, DataFileError, MsprobeError, UsageError
 from msprobe.core.messages import show_in_training
 
@@ -55,6 +56,15 @@ class TaskSession:
     @property
     def rank(self) -> int | None:
         return self.debugger.current_rank()
+
+    @property
+    def tensor_cut(self) -> TensorCut | None:
+        """The part of each tensor this run keeps (``request_id``, ``slice``), or None: every tensor whole."""
+        return self.debugger.tensor_cut
+
+    @property
+    def kv_cache(self) -> KvCacheTensors:
+        return self.debugger.kv_cache
 
     @property
     def dump_dir(self) -> Path:
@@ -117,6 +127,9 @@ class BaseDebugger:
         self._step_began: float | None = None  # when the step began (the last step(), or the first start())
         self._plain_step_seconds: float | None = None  # a step without the dump, for the cost line
         self._told_grad_probe = False
+        self._cut: tuple[DebuggerConfig, TensorCut | None] | None = None
+        self._request_absent = False  # the kept request is not in this forward: its step() does not count
+        self.kv_cache = KvCacheTensors()
         type(self)._current = self
         show_in_training()
         atexit.register(_finish_at_exit, weakref.ref(self))
@@ -175,6 +188,38 @@ class BaseDebugger:
         rank = self.current_rank()
         return not self.config.rank or (rank or 0) in self.config.rank
 
+    @property
+    def tensor_cut(self) -> TensorCut | None:
+        if self._cut is None or self._cut[0] is not self.config:  # made again when an edited config is taken
+            self._cut = (self.config, tensor_cut(self.config))
+        return self._cut[1]
+
+    def _request_present(self, request_ids: Any, scheduled_tokens: Any) -> bool:
+        """Whether this forward holds the request the config keeps (always, when it keeps no request); where it
+        does, the cut learns its rows."""
+        cut = self.tensor_cut
+        if cut is None or cut.request_id is None:
+            if request_ids is not None or scheduled_tokens is not None:
+                self._note_unused_request_ids()
+            return True
+        if request_ids is None:
+            raise UsageError(
+                f"the config keeps request_id {cut.request_id!r}, so start() needs this forward's requests: "
+                "start(model, request_ids=[...], scheduled_tokens=[...])"
+            )
+        cut.rows = find_request(cut.request_id, request_ids, scheduled_tokens)
+        return cut.rows is not None
+
+    def note_kv_cache(self, tensors: Any) -> None:
+        """Serving: these tensors hold the attention's KV cache, and so does what a concatenation grows from
+        them; task tensor writes their statistics and saves no file of them (see docs/serving.md)."""
+        self.kv_cache.add(tensors)
+
+    def _note_unused_request_ids(self) -> None:
+        if not self.__dict__.get("_told_request_ids"):
+            self._told_request_ids = True
+            logger.info("msprobe: start() got request_ids, but the config keeps no request_id: every row is dumped")
+
     # -- lifecycle ----------------------------------------------------------------------
     def _reread_config(self) -> None:
         """``dump_enable`` (26.x): the config file is read again whenever it changed since it was last read.
@@ -205,7 +250,10 @@ class BaseDebugger:
         else:
             self.config = config
 
-    def start(self, model: Any = None) -> None:
+    def start(self, model: Any = None, request_ids: Any = None, scheduled_tokens: Any = None) -> None:
+        """Begin dumping this step. Serving: ``request_ids`` are the requests this forward runs, in the order of
+        its rows, and ``scheduled_tokens`` how many tokens each brings (one each when omitted); with the config's
+        ``request_id`` only that request's rows are dumped, and a forward without it is not a step."""
         if self._step_began is None:  # the first step's time counts from here (later ones from step())
             self._step_began = time.perf_counter()
         if self._config_seen is not None and not self._running:
@@ -233,6 +281,9 @@ class BaseDebugger:
             )
         if self._running or self.config.level == "debug" or self.config.task == "grad_probe":
             return  # save() and grad_probe() need no start/stop
+        if not self._request_present(request_ids, scheduled_tokens):
+            self._request_absent = True
+            return
         if not (self.step_selected() and self.rank_selected()) or self.config.dump_enable is False:
             return
         if self._hooks is None:
@@ -266,6 +317,10 @@ class BaseDebugger:
         """End the step. ``loss``: this step's loss, for the flight recorder's loss-spike trigger."""
         if self._running:
             self.stop()
+        if self._request_absent and not self._step_open:  # a forward without the kept request is no step of it
+            self._request_absent = False
+            return
+        self._request_absent = False
         if loss is not None:
             self._call_hooks("observe_loss", loss)
         dumped = self._step_open

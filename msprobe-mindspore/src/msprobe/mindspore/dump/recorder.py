@@ -300,7 +300,14 @@ class MindSporeDumpRecorder(DumpRecorder):
         # lazy reads, except for ``strict``, which raises the tool's errors from the call that met them, and for
         # the flight recorder, which looks at each call's values as it is recorded
         lazy = not config.strict and config.task != "flight_recorder"
-        summarizer = TensorSummarizer(dump_task(config.task), config.summary_mode, caches=True, lazy=lazy)
+        summarizer = TensorSummarizer(
+            dump_task(config.task),
+            config.summary_mode,
+            caches=True,
+            lazy=lazy,
+            cut=session.tensor_cut,
+            kv_cache=session.kv_cache,
+        )
         encoder = ValueEncoder(ms.Tensor, summarizer, describe_object)
         super().__init__(session, summarizer, encoder, _TOOL_ROOT, WRITES_IN_PLACE)
         if summarizer.lazy:

@@ -33,6 +33,7 @@ import mindspore as ms
 from mindspore import mint, ops
 from msprobe.core.dump import float_stats
 from msprobe.core.dump.checksum import crc32_hex as checksum_hex
+from msprobe.core.dump.cuts import KvCacheTensors, TensorCut
 from msprobe.core.dump.file_pool import FilePool
 from msprobe.core.dump.npy_file import write_npy
 from msprobe.core.dump.numbers import float32_mean, json_number, no_statistics
@@ -216,8 +217,18 @@ class TensorSummarizer:
     filled in all the same).
     """
 
-    def __init__(self, task: str, summary_mode: str, caches: bool = False, lazy: bool = False):
+    def __init__(
+        self,
+        task: str,
+        summary_mode: str,
+        caches: bool = False,
+        lazy: bool = False,
+        cut: TensorCut | None = None,
+        kv_cache: KvCacheTensors | None = None,
+    ):
         self.task = task
+        self.cut = cut  # request_id and slice: the part of each tensor the entry describes
+        self.kv_cache = kv_cache  # task tensor: KV cache tensors are summarised, not saved
         self.with_stats = task in ("statistics", "tensor", "overflow_check")
         self.with_crc = summary_mode == "md5"
         self.save_files = task == "tensor"
@@ -356,6 +367,11 @@ class TensorSummarizer:
         return not bool(np.isfinite(host).all())
 
     def __call__(self, tensor: ms.Tensor, data_stem: str) -> dict[str, Any]:
+        saving = self.save_files and (self.kv_cache is None or not self.kv_cache.holds(tensor, data_stem))
+        if self.cut is not None:
+            index = self.cut.index(tuple(tensor.shape), isinstance(tensor, ms.Parameter))
+            if index is not None:
+                tensor = tensor[index]
         dtype = tensor.dtype  # read once: each read is a call into MindSpore
         summary: dict[str, Any] = {"type": "mindspore.Tensor", "dtype": str(dtype), "shape": list(tensor.shape)}
         lazy = self.lazy_values and dtype != ms.bool_ and not isinstance(tensor, ms.Parameter)
@@ -370,7 +386,7 @@ class TensorSummarizer:
             summary.update(no_statistics())
             if self.with_crc:
                 summary["md5"] = crc32_hex(tensor, dtype)
-        if self.save_files and self.tensor_dir is not None:
+        if saving and self.tensor_dir is not None:
             file_name = f"{data_stem}.npy"
             if lazy:
                 self._waiting_files.append((tensor, dtype, self.tensor_dir / file_name))

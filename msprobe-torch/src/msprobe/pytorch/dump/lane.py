@@ -122,6 +122,7 @@ def eligible(recorder: TorchDumpRecorder) -> bool:
         and not config.live_diff  # each call's checksums are compared with the bench's in Python
         and config.summary_mode != "xor"  # the lane writes statistics, not xor checksums
         and recorder.summarizer.batch is None  # device statistics wait in a batch, entries with them
+        and recorder.summarizer.cut is None  # request_id and slice: the part is taken in Python
         and not collector.names.active
         and not config.scope
         and modes.forward

@@ -137,7 +137,12 @@ class TorchDumpRecorder(DumpRecorder):
     def __init__(self, session: TaskSession):
         config = session.config
         summarizer = TensorSummarizer(
-            dump_task(config.task), config.summary_mode, deferred=config.async_dump, live_diff=bool(config.live_diff)
+            dump_task(config.task),
+            config.summary_mode,
+            deferred=config.async_dump,
+            live_diff=bool(config.live_diff),
+            cut=session.tensor_cut,
+            kv_cache=session.kv_cache,
         )
         encoder = ValueEncoder(torch.Tensor, summarizer, describe_object)
         super().__init__(session, summarizer, encoder, _TOOL_ROOT, WRITES_IN_PLACE)

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from msprobe.core.dump import float_stats
+from msprobe.core.dump.cuts import KvCacheTensors, TensorCut
 from msprobe.core.dump.file_pool import FilePool
 from msprobe.core.dump.numbers import json_number, no_statistics
 from msprobe.core.dump.overflow import is_nonfinite
@@ -130,8 +131,19 @@ class TensorSummarizer:
     """Summarizes tensors for one run; caches statistics of unchanged tensors within a step. Keeps
     msprobe.core.dump.summarizer's contract."""
 
-    def __init__(self, task: str, summary_mode: str, deferred: bool = False, live_diff: bool = False):
+    def __init__(
+        self,
+        task: str,
+        summary_mode: str,
+        deferred: bool = False,
+        live_diff: bool = False,
+        cut: TensorCut | None = None,
+        kv_cache: KvCacheTensors | None = None,
+    ):
         self.task = task
+        self.cut = cut  # request_id and slice: the part of each tensor the entry describes
+        self.kv_cache = kv_cache  # task tensor: KV cache tensors are summarised, not saved
+        self._saving_this = True
         self.deferred = deferred
         self._pending_files: list[tuple[torch.Tensor, Path]] = []
         self._pool: FilePool | None = None  # async mode's file threads
@@ -296,11 +308,22 @@ class TensorSummarizer:
 
     def __call__(self, tensor: torch.Tensor, data_stem: str) -> Any:
         """The tensor's entry in dump.json: a dict, or for the usual tensors its JSON text (``RawJSON``)."""
+        if self.save_files:
+            self._saving_this = self.kv_cache is None or not self.kv_cache.holds(tensor, data_stem)
+        if self.cut is not None:
+            tensor = self._kept_part(tensor)
         if self.quick_texts is not None and self.online is None and not self.save_files:
             text = self.quick_texts.text(tensor)
             if text is not None:
                 return RawJSON(text)
         return unusual.by_kind(tensor, self._summary, self._unusual, data_stem)
+
+    def _kept_part(self, tensor: torch.Tensor) -> torch.Tensor:
+        """The request's rows and the slice (see msprobe.core.dump.cuts); a view, so nothing is copied."""
+        if tensor.layout != torch.strided or tensor.is_nested:
+            return tensor
+        index = self.cut.index(tensor.shape, isinstance(tensor, torch.nn.Parameter))
+        return tensor if index is None else tensor[index]
 
     def _summary(self, tensor: torch.Tensor, data_stem: str) -> dict[str, Any]:
         dtype = tensor.dtype
@@ -340,7 +363,7 @@ class TensorSummarizer:
             file_name = f"{data_stem}.pt"
             self.online[file_name] = tensor_numpy(tensor)
             summary["data_name"] = file_name
-        elif self.save_files and self.tensor_dir is not None and has_data:
+        elif self.save_files and self.tensor_dir is not None and has_data and self._saving_this:
             file_name = f"{data_stem}.pt"
             data = tensor.detach()
             if _needs_copy(data):
