@@ -62,3 +62,33 @@ def test_first_divergence_with_two_generations_says_it_reads_dumps(tmp_path):
                                       "--first-divergence"])  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "--first-divergence reads dumps" in result.output and "1 request(s) agree" in result.output
+
+
+def test_the_page_draws_each_request_with_its_divergence_marked_where_the_csv_says(tmp_path):
+    import json
+    import re
+
+    from msprobe.core.generation.compare import compare_generation_files
+    from msprobe.core.generation.page import LEFT, WIDTH
+
+    def write(path, responses):
+        path.write_text("".join(json.dumps(r) + "\n" for r in responses))
+
+    npu = [{"id": "a", "tokens": [1, 2, 3, 4, 5], "logprobs": [-0.1, -0.2, -0.9, -0.4, -0.5]},
+           {"id": "b<script>", "tokens": [1, 2, 3], "logprobs": [-0.1, -0.2, -0.3]}]  # fmt: skip
+    bench = [{"id": "a", "tokens": [1, 2, 3, 7, 5], "logprobs": [-0.1, -0.2, -0.3, -0.4, -0.5]},
+             {"id": "b<script>", "tokens": [1, 2, 3], "logprobs": [-0.1, -0.2, -0.3]}]  # fmt: skip
+    write(tmp_path / "npu.jsonl", npu)
+    write(tmp_path / "bench.jsonl", bench)
+    found = compare_generation_files(tmp_path / "npu.jsonl", tmp_path / "bench.jsonl", tmp_path, "t")
+    page = (tmp_path / "generation_compare_t.html").read_text()
+    assert [path.name for path in found.files] == ["generation_compare_t.csv", "generation_compare_t.html"]
+    assert page.count("<svg") == 2 and "<script>" not in page and "b&lt;script&gt;" in page
+    # request a: log-probabilities part at token 2 and the tokens at token 3, of positions 0..4
+    width = WIDTH - LEFT - 8
+    marks = {
+        css: float(x)
+        for x, css in re.findall(r'<line x1="([\d.]+)" x2="[\d.]+" y1="\d+" y2="\d+" class="(first-[a-z]+)"/>', page)
+    }
+    assert marks == {"first-logprob": LEFT + width * 2 / 4, "first-token": LEFT + width * 3 / 4}
+    assert "a: log-probabilities part ways at token 2" in page

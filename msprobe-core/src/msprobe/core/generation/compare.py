@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from msprobe.core.generation.page import write_token_page
 from msprobe.core.generation.responses import Response, read_responses, write_rows
 
 TOLERANCE = 1e-3  # nats: well over a float32 rounding of a log-softmax, well under any fault worth finding
@@ -199,8 +200,10 @@ def compare_generation_files(
     rows, answers, unmatched = compare_generations(npu, bench, tolerance)
     path = output_dir / f"generation_compare_{stamp}.csv"
     write_rows(path, COLUMNS, rows)
+    info = f"{npu_path.name} (NPU) against {bench_path.name} (bench): {len(answers)} requests paired"
+    page = write_token_page(output_dir / f"generation_compare_{stamp}.html", answers, rows, info)
     suspicious = sum(row[-1] in (TOKEN, LOGPROB, MISSING) for row in rows)
-    return GenerationCompare(len(rows), suspicious, unmatched, answers, [path], summary)
+    return GenerationCompare(len(rows), suspicious, unmatched, answers, [path, page], summary)
 
 
 def is_generation_file(path: Path) -> bool:
