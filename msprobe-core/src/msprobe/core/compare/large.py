@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from msprobe.core.compare.oplog import OP_LOG_LEVEL
 from msprobe.core.compare.pipeline import CompareCounts, ResultFiles, TableBlocks
 from msprobe.core.compare.rows import Row, c_builder, dump_rows, named_after_files
 from msprobe.core.compare.tables import (
@@ -321,6 +322,8 @@ class _Matcher:
             _check_header(reader.header, path)
             if str(reader.header.get("framework", "")) != str(self.bench_header.get("framework", "")):
                 raise NeedsWholeDumps("the dumps come from different frameworks: their names are mapped")
+            if OP_LOG_LEVEL in (reader.header.get("level"), self.bench_header.get("level")):
+                raise NeedsWholeDumps("op logs are matched in passes over both whole")
             self.entries_seen.add(names)
             if self.mode != "md5" and bench.has_md5 and _holds_md5(rows):
                 raise NeedsWholeDumps("md5 values past the NPU dump's first block: its mode was chosen there")

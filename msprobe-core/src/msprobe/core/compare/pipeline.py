@@ -21,6 +21,7 @@ import pandas as pd
 
 from msprobe.core.compare.highlight import failing_rows
 from msprobe.core.compare.metrics import NA
+from msprobe.core.compare.oplog import OP_LOG_LEVEL, op_log_mapping
 from msprobe.core.compare.report import replace_file
 from msprobe.core.compare.rows import Row, dump_rows
 from msprobe.core.compare.tables import (
@@ -169,8 +170,12 @@ def pair_dumps(
     """Every value of both dumps, matched (``fuzzy``: by occurrence instead of call count; ``mapping``: NPU
     names translated first), and the compare's mode."""
     npu_rows, bench_rows = dump_rows(npu, every_value=True), dump_rows(bench, every_value=True)
+    op_logs = npu.level == bench.level == OP_LOG_LEVEL
+    if mapping is None and op_logs:  # op streams that differ: matched in passes
+        mapping = op_log_mapping(npu.data, bench.data)
     pairs = match_rows(npu_rows, bench_rows, fuzzy=fuzzy, mapping=mapping)
-    return pairs, detect_mode(npu_rows, bench_rows, npu, bench)
+    # two op logs are mostly two ways of computing: checksums would only say "differs", statistics say how much
+    return pairs, "statistics" if op_logs else detect_mode(npu_rows, bench_rows, npu, bench)
 
 
 def _blocks_for(
