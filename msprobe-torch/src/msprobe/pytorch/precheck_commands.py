@@ -1,4 +1,4 @@
-"""The PyTorch backend's commands: run_ut, multi_run_ut, run_overflow_check (reference spelling)."""
+"""The PyTorch backend's commands: run_ut, multi_run_ut, run_overflow_check (reference spelling), compile_check."""
 
 from __future__ import annotations
 
@@ -50,7 +50,39 @@ def run_overflow_check_command(api_info: Path, jit_compile: bool, device: str | 
         click.echo(f"The {name} overflow is {verdict}.")
 
 
+@click.command("compile_check")
+@click.option(
+    "-s",
+    "--script",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A Python file defining model_and_inputs(), which returns (model, inputs): the model and a tuple of its "
+    "example inputs.",
+)
+@click.option("-b", "--backend", type=click.Choice(["inductor", "aot_eager", "all"]), default="all", show_default=True)
+@click.option("-o", "--output", "output", required=True, type=click.Path(file_okay=False, path_type=Path))
+def compile_check_command(script: Path, backend: str, output: Path) -> None:
+    """Which FX node torch.compile changed: the model's graph run eagerly and compiled, node by node, each node
+    against its float64 replay. Exit status 1 when a node departs."""
+    from msprobe.pytorch.compile_check import BACKENDS, check_compiled, load_script, write_table
+
+    model, inputs = load_script(script)
+    departed = False
+    for name in BACKENDS if backend == "all" else (backend,):
+        check = check_compiled(model, inputs, name)
+        table = write_table(check, output)
+        click.echo(check.line())
+        click.echo(f"table: {table}")
+        departed = departed or check.first is not None
+    if departed:
+        raise SystemExit(1)
+
+
 def commands() -> list[click.Command]:
     from msprobe.core.precheck.run_ut_cli import run_ut_commands
 
-    return [*run_ut_commands(RUNNER, SAVER, lambda device: _devices(device, 1)), run_overflow_check_command]
+    return [
+        *run_ut_commands(RUNNER, SAVER, lambda device: _devices(device, 1)),
+        run_overflow_check_command,
+        compile_check_command,
+    ]
