@@ -130,6 +130,7 @@ class BaseDebugger:
         self._cut: tuple[DebuggerConfig, TensorCut | None] | None = None
         self._request_absent = False  # the kept request is not in this forward: its step() does not count
         self.kv_cache = KvCacheTensors()
+        self._told_request_ids = False
         type(self)._current = self
         show_in_training()
         atexit.register(_finish_at_exit, weakref.ref(self))
@@ -216,7 +217,7 @@ class BaseDebugger:
         self.kv_cache.add(tensors)
 
     def _note_unused_request_ids(self) -> None:
-        if not self.__dict__.get("_told_request_ids"):
+        if not self._told_request_ids:
             self._told_request_ids = True
             logger.info("msprobe: start() got request_ids, but the config keeps no request_id: every row is dumped")
 
