@@ -52,20 +52,14 @@ def _chart(answer: Any, rows: Sequence[Sequence[Any]]) -> str:
             parts.append(
                 f'<line x1="{x(marked):.1f}" x2="{x(marked):.1f}" y1="{TOP}" y2="{plot_bottom}" class="{css}"/>'
             )
-    points = [
-        f"{x(position):.1f},{_gap_height(gap if math.isfinite(gap) else 10.0**high, low, high):.1f}"
-        for position, gap in zip(positions, gaps)
-        if gap is not None
-    ]
-    if points:
-        parts.append(f'<polyline points="{" ".join(points)}" class="gap"/>')
-    overlap_points = [
-        f"{x(position):.1f},{plot_bottom - (plot_bottom - TOP) * overlap:.1f}"
-        for position, overlap in zip(positions, overlaps)
-        if overlap is not None
-    ]
-    if overlap_points:
-        parts.append(f'<polyline points="{" ".join(overlap_points)}" class="overlap"/>')
+    series = (
+        ("gap", gaps, lambda gap: _gap_height(gap, low, high)),  # an infinite gap is drawn at the top
+        ("overlap", overlaps, lambda overlap: plot_bottom - (plot_bottom - TOP) * overlap),
+    )
+    for css, values, height in series:
+        points = [f"{x(p):.1f},{height(v):.1f}" for p, v in zip(positions, values) if v is not None]
+        if points:
+            parts.append(f'<polyline points="{" ".join(points)}" class="{css}"/>')
     for position in range(0, len(positions), max(1, len(positions) // 8)):
         parts.append(
             f'<text x="{x(position):.1f}" y="{HEIGHT - 8}" class="axis" text-anchor="middle">{position}</text>'
