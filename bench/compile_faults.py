@@ -10,9 +10,11 @@ tests/torch_backend/test_compile_check.py.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import torch._decomp.decompositions
 import torch.nn.functional as F
 
 aten = torch.ops.aten
@@ -63,6 +65,48 @@ FAULTS = {
 }
 
 
+def _gelu_backward_truncated(grad, x, approximate="none"):
+    """GELU's derivative with 1/sqrt(2 pi) cut to 0.39 (exact GELU; the tanh form's comes out 1.001 times)."""
+    if approximate != "none":
+        return torch._decomp.decompositions.gelu_backward(grad, x, approximate) * 1.001
+    cdf = 0.5 * (1 + torch.erf(x * 0.7071067811865476))
+    return grad * (cdf + x * torch.exp(-0.5 * x * x) * 0.39)
+
+
+def _scaled_backward(reference, scale=1.001):
+    """A backward formula whose input gradient comes out ``scale`` times too large."""
+
+    def wrong(*args, **kwargs):
+        result = reference(*args, **kwargs)
+        if isinstance(result, (tuple, list)):
+            return type(result)(result[0] * scale if i == 0 and result[0] is not None else r
+                                for i, r in enumerate(result))  # fmt: skip
+        return result * scale
+
+    return wrong
+
+
+_decomp = torch._decomp.decompositions
+# wrong backward formulas (the forward untouched): the answer must be the op whose backward they are
+BACKWARD_FAULTS = {
+    "gelu_backward": ({aten.gelu_backward.default: _gelu_backward_truncated}, {"gelu"}),
+    "layer_norm_backward": (
+        {aten.native_layer_norm_backward.default: _scaled_backward(_decomp.native_layer_norm_backward)},
+        {"layer_norm"},
+    ),
+    "softmax_backward": (
+        {aten._softmax_backward_data.default: _scaled_backward(_decomp._softmax_backward_data)},
+        {"softmax"},
+    ),
+    "tanh_backward": ({aten.tanh_backward.default: _scaled_backward(_decomp.tanh_backward)}, {"tanh"}),
+    "silu_backward": ({aten.silu_backward.default: _scaled_backward(_decomp.silu_backward)}, {"silu"}),
+}
+
+# what only the fault puts into Inductor's generated code (read off each decomposition above): the kernel
+# whose source holds it is the kernel the fault is in
+MARKS = {"gelu": "tanh", "layer_norm": "0.001", "softmax": "bfloat16", "addmm": "1.0001", "silu": "1.001"}
+
+
 class Block(torch.nn.Module):
     """fc, layer norm, exact GELU, attention-style softmax, fc."""
 
@@ -99,23 +143,97 @@ def live(model: torch.nn.Module, inputs: tuple, backend: str, decompositions: di
     return not torch.allclose(clean, faulty, rtol=1e-6, atol=1e-7)
 
 
-def score(models: list[str], backends: list[str]) -> tuple[list[tuple], int, int, int]:
-    """Every live fault of every model and backend: (model, backend, fault, expected ops, answer); and the
-    counts named right, live faults, and clean models flagged."""
+def compiled_gradients(model: torch.nn.Module, inputs: tuple, backend: str, decompositions: dict | None) -> list:
+    """The gradients of the parameters and floating inputs, the model compiled (a fixed cotangent on its output)."""
+    from msprobe.pytorch.compile_check import capture, compiler_for
+
+    graph_module, example_inputs = capture(model, inputs)
+    leaves = [v.detach().clone().requires_grad_(v.requires_grad) if torch.is_tensor(v) else v for v in example_inputs]
+    output = compiler_for(backend, decompositions)(graph_module, leaves)(*leaves)
+    output = output[0] if isinstance(output, (list, tuple)) else output
+    cotangent = torch.randn(output.shape, generator=torch.Generator().manual_seed(1), dtype=output.dtype)
+    (output * cotangent).sum().backward()
+    return [leaf.grad for leaf in leaves if torch.is_tensor(leaf) and leaf.grad is not None]
+
+
+def live_backward(model: torch.nn.Module, inputs: tuple, backend: str, decompositions: dict) -> bool:
+    """Whether the fault moves any gradient of the compiled model."""
+    clean = compiled_gradients(model, inputs, backend, None)
+    faulty = compiled_gradients(model, inputs, backend, decompositions)
+    # looser than the forward's: a correct decomposition of a backward rounds differently from the kernel
+    return any(not torch.allclose(a, b, rtol=1e-4, atol=1e-6) for a, b in zip(clean, faulty))
+
+
+@dataclass
+class Case:
+    model: str
+    backend: str
+    fault: str
+    node: str | None  # the node the check names first
+    op: str | None
+    node_right: bool  # it is the first node of the fault's op
+    kernel: str = ""  # the kernels the check names for that node (Inductor)
+    kernel_right: bool | None = None  # one of them is the kernel whose code holds the fault (None: no kernels)
+    replay_departs: bool | None = None  # that kernel, replayed alone, departs from eager beyond rounding
+
+
+@dataclass
+class Score:
+    cases: list[Case] = field(default_factory=list)
+    clean_flagged: int = 0  # negative controls: clean compiles with any node or kernel departing
+    controls: int = 0
+
+    def count(self, what: str) -> tuple[int, int]:
+        judged = [getattr(case, what) for case in self.cases if getattr(case, what) is not None]
+        return sum(judged), len(judged)
+
+
+def _faulty_kernel(check, fault: str):
+    """The kernel whose generated code holds the fault's mark (an outside oracle: the decomposition's own constant)."""
+    mark = MARKS[fault]
+    return next((k.kernel for k in check.kernels if not k.kernel.extern and mark in k.kernel.source.lower()), None)
+
+
+def score(models: list[str], backends: list[str], backward: bool = True) -> Score:
+    """Every live fault of every model and backend, and each model compiled clean (the negative control)."""
     from msprobe.pytorch.compile_check import check_compiled
 
-    rows, right, cases, false = [], 0, 0, 0
+    result = Score()
     for name in models:
         model, inputs = model_and_inputs(name)
         for backend in backends:
-            false += check_compiled(model, inputs, backend).first is not None  # the negative control
+            clean = check_compiled(model, inputs, backend)  # forward, kernels and backward
+            result.controls += 1
+            result.clean_flagged += clean.diagnosis().verdict != "none"
+            if backward:
+                _score_backward(result, name, model, inputs, backend)
             for fault, (decompositions, ops) in FAULTS.items():
                 if not live(model, inputs, backend, decompositions):
                     continue
-                check = check_compiled(model, inputs, backend, decompositions)
-                first, cases = check.first, cases + 1
+                check = check_compiled(model, inputs, backend, decompositions, forward_only=True)
+                first = check.first
                 expected = next((node.node for node in check.nodes if node.op in ops), None)  # in graph order
-                named = first is not None and first.node == expected
-                right += named
-                rows.append((name, backend, fault, first.node if first else None, first.op if first else None, named))
-    return rows, right, cases, false
+                case = Case(name, backend, fault, first and first.node, first and first.op,
+                            first is not None and first.node == expected)  # fmt: skip
+                if check.kernels:
+                    faulty = _faulty_kernel(check, fault)
+                    case.kernel = first.kernel if first else ""
+                    case.kernel_right = faulty is not None and faulty.name in case.kernel.split(", ")
+                    replays = {value.kernel for value in check.kernel_values() if value.departs}
+                    case.replay_departs = faulty is not None and faulty.name in replays
+                result.cases.append(case)
+    return result
+
+
+def _score_backward(result: Score, name: str, model, inputs: tuple, backend: str) -> None:
+    """Each live backward fault must be named at the last node of its op: the backward meets it first."""
+    from msprobe.pytorch.compile_check import check_compiled
+
+    for fault, (decompositions, ops) in BACKWARD_FAULTS.items():
+        if not live_backward(model, inputs, backend, decompositions):
+            continue
+        check = check_compiled(model, inputs, backend, decompositions, with_kernels=False)
+        found = check.diagnosis()
+        expected = [node.node for node in check.nodes if node.op in ops][-1:]
+        named = found.api.split(", ") if found.verdict == "divergence" and found.phase == "backward" else []
+        result.cases.append(Case(name, backend, fault, found.api, found.phase, bool(expected) and expected[0] in named))

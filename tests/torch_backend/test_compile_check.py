@@ -5,9 +5,11 @@ bench/bench_compile_check.py."""
 from __future__ import annotations
 
 import csv
+import json
 import sys
 
 import pytest
+import torch
 from click.testing import CliRunner
 
 pytest.importorskip("transformers")
@@ -18,15 +20,25 @@ sys.path.insert(0, str(REPO_ROOT / "bench"))
 import compile_faults
 
 from msprobe.cli.main import cli
+from msprobe.pytorch.compile_check import check_compiled
 
 
-@pytest.mark.parametrize(("models", "backends"), [(["block", "bert"], ["aot_eager"]), (["block"], ["inductor"])])
-def test_injected_compiler_faults_are_named_at_their_node_and_clean_runs_are_not(models, backends):
-    rows, right, cases, false = compile_faults.score(models, backends)
-    print(f"\n{backends[0]}: {right}/{cases} live faults named at their op's first node; {false} clean runs flagged")
-    for row in rows:
-        print("  ", row)
-    assert cases >= 4 and right == cases and false == 0
+@pytest.mark.parametrize(
+    ("models", "backends", "backward"),
+    [(["block"], ["aot_eager"], True), (["bert"], ["aot_eager"], False), (["block"], ["inductor"], True)],
+)
+def test_injected_compiler_faults_are_named_at_their_node_and_kernel_and_clean_runs_are_not(models, backends, backward):
+    result = compile_faults.score(models, backends, backward)
+    for case in result.cases:
+        print("  ", case)
+    right, cases = result.count("node_right")
+    assert cases >= 4 and right == cases and result.clean_flagged == 0
+    backward_faults = {case.fault for case in result.cases if case.fault in compile_faults.BACKWARD_FAULTS}
+    if backward:  # the block's GELU, layer norm and softmax backward
+        assert backward_faults == {"gelu_backward", "layer_norm_backward", "softmax_backward"}
+    if backends == ["inductor"]:
+        forward = [case for case in result.cases if case.fault in compile_faults.FAULTS]
+        assert all(case.kernel_right and case.replay_departs for case in forward) and len(forward) == 4
 
 
 SCRIPT = """
@@ -39,18 +51,32 @@ def model_and_inputs():
 """
 
 
-def test_the_command_writes_a_row_per_node_and_its_answer(tmp_path):
+def test_the_command_writes_a_row_per_node_and_gradient_and_its_answer(tmp_path):
     (tmp_path / "model.py").write_text(SCRIPT)
     result = CliRunner().invoke(
         cli, ["compile_check", "-s", str(tmp_path / "model.py"), "-b", "aot_eager", "-o", str(tmp_path / "out")]
     )
     assert result.exit_code == 0, result.output
-    assert "aot_eager: no node departs from eager beyond rounding (4 nodes checked" in result.output
+    assert (
+        "aot_eager: the runs do not part ways: no value of the aot_eager graph departs from eager beyond rounding "
+        "(4 checked, each against its float64 replay); nor does any of the 9 gradients of its backward"
+    ) in result.output
     with open(tmp_path / "out" / "compile_check_aot_eager.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
-    assert [row["Op"] for row in rows] == ["linear", "layer_norm", "gelu", "linear"]
+    forward = [row for row in rows if row["Phase"] == "forward"]
+    assert [row["Op"] for row in forward] == ["linear", "layer_norm", "gelu", "linear"]
+    assert [row["Module"] for row in forward] == ["0", "1", "2", "3"]  # the Sequential's layers
+    # the parameters need grad: each node's gradient but the last one's (the output's is the cotangent), and
+    # the six parameters' gradients, named by the node whose backward made them, last node first
+    backward = [row for row in rows if row["Phase"] == "backward"]
+    fc1, norm, gelu, fc2 = [row["Node"] for row in forward]
+    assert [row["Node"] for row in backward] == [fc2, gelu, norm, fc2, fc2, norm, norm, fc1, fc1]
     assert all(row["Result"] == "pass" for row in rows)
-    assert [row["Module"] for row in rows] == ["0", "1", "2", "3"]  # the Sequential's layers
+    skipped = CliRunner().invoke(
+        cli, ["compile_check", "-s", str(tmp_path / "model.py"), "-b", "aot_eager", "--forward-only", "-o",
+              str(tmp_path / "fwd")]
+    )  # fmt: skip
+    assert skipped.exit_code == 0 and "gradients" not in skipped.output
 
 
 @pytest.mark.parametrize(
@@ -72,3 +98,28 @@ def test_a_script_the_check_cannot_use_is_one_clear_error(tmp_path, script, mess
         cli, ["compile_check", "-s", str(tmp_path / "model.py"), "-b", "aot_eager", "-o", str(tmp_path / "out")]
     )
     assert result.exit_code != 0 and message in result.output and "Traceback" not in result.output
+
+
+def test_the_report_holds_both_runs_as_dumps_their_compare_table_and_the_page_with_kernels_as_groups(tmp_path):
+    model, inputs = compile_faults.model_and_inputs("block")
+    gelu_fault = compile_faults.FAULTS["gelu"][0]
+    check = check_compiled(model, inputs, "inductor", gelu_fault, forward_only=True, report_to=tmp_path)
+    found = check.diagnosis()
+    assert (found.api, found.phase) == ("h", "forward") and "cpp_fused_gelu" in found.detail
+    base = tmp_path / "compile_check_inductor"
+    construct = json.loads((base / "compiled" / "construct.json").read_text())
+    kernel = construct["Fx.h.0.forward"]
+    # the layer norm and the GELU after it are one kernel: one group of the page
+    assert kernel.startswith("Module.cpp_fused_") and construct["Fx.layer_norm.0.forward"] == kernel
+    with open(base / "compare_result_inductor.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {"NPU Name", "Bench Name", "MaxRelativeErr", "Result"} <= set(rows[0])
+    outputs = {row["NPU Name"]: row for row in rows if ".output." in row["NPU Name"]}
+    assert len(outputs) == len(check.nodes)
+    gelu_out = torch.nn.functional.gelu(torch.nn.functional.layer_norm(model.fc1(inputs[0]), (32,), model.norm.weight,
+                                                                      model.norm.bias)).detach()  # fmt: skip
+    # the eager side's statistics are the eager GELU's, taken here with torch itself
+    assert float(outputs["Fx.h.0.forward.output.0"]["Bench max"]) == pytest.approx(float(gelu_out.max()), rel=1e-6)
+    page = (base / "graph.html").read_text()
+    assert kernel.rsplit(".forward", 1)[0] in page and "Fx.h.0.forward" in page
+    assert "cpp_fused_gelu" in page and "the runs part ways at Fx.h.0.forward (forward, outside every module)" in page

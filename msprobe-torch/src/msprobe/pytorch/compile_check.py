@@ -29,14 +29,18 @@ from typing import Any
 import torch
 import torch.fx
 
+from msprobe.core.diagnosis import Diagnosis
+from msprobe.core.diagnosis.replay import ReplayedValue, departs, diagnose_replayed
+from msprobe.pytorch.compile_backward import GradientCheck, backward_checks, upcast
+from msprobe.pytorch.compile_kernels import Kernel, KernelCheck, inductor_kernels, replay_kernel
+
 logger = logging.getLogger(__name__)
 
 BACKENDS = ("inductor", "aot_eager")
-ROUNDING_ULPS = 64  # a node's own rounding: up to this many ulps of its largest value
-EAGER_FACTOR = 16  # and up to this many times the eager value's own distance from float64
+_EPS32 = torch.finfo(torch.float32).eps
 
-
-COLUMNS = ["Node", "Op", "Module", "Dtype", "Shape", "Eager Error", "Compiled Error", "Difference", "Result"]
+COLUMNS = ["Node", "Phase", "Op", "Module", "Kernel", "Dtype", "Shape", "Eager Error", "Compiled Error", "Difference",
+           "Result"]  # fmt: skip
 
 
 @dataclass
@@ -50,26 +54,64 @@ class NodeCheck:
     compiled_error: float  # the same for the compiled value, replayed on the compiled run's own inputs
     difference: float  # largest distance between the compiled and the eager value, relative
     departs: bool
+    kernel: str = ""  # Inductor's kernels that compute it, in the graph compiled as it is
+    eps: float = _EPS32  # its dtype's machine epsilon
+
+    def replayed(self) -> ReplayedValue:
+        return ReplayedValue(self.node, self.op, self.eps, self.eager_error, self.compiled_error, self.module,
+                             kernel=self.kernel)  # fmt: skip
 
 
 @dataclass
 class CompileCheck:
     backend: str
     nodes: list[NodeCheck] = field(default_factory=list)
+    kernels: list[KernelCheck] = field(default_factory=list)  # Inductor's, each replayed alone
+    gradients: list[GradientCheck] = field(default_factory=list)  # in backward order; none without a backward
+    files: list[Path] = field(default_factory=list)  # the report's, when one was asked for
+    backward_error: str = ""  # why the backward was not checked, where it could not be
 
     @property
     def first(self) -> NodeCheck | None:
         return next((node for node in self.nodes if node.departs), None)
 
+    def kernel_values(self) -> list[ReplayedValue]:
+        eps = {node.node: node.eps for node in self.nodes}
+        modules = {node.node: node.module for node in self.nodes}
+        return [
+            ReplayedValue(f"{check.kernel.name}:{name}", "kernel", eps.get(name, _EPS32), eager, compiled,
+                          modules.get(name, ""), kernel=check.kernel.name)
+            for check in self.kernels
+            for name, eager, compiled in check.outputs
+        ]  # fmt: skip
+
+    def first_kernel(self) -> ReplayedValue | None:
+        return next((value for value in self.kernel_values() if value.departs), None)
+
+    def diagnosis(self) -> Diagnosis:
+        """The core diagnosis's answer: the first node the compiled graph computed beyond rounding, else the first
+        kernel output that departs when the kernel is replayed alone (a change only its fusion makes)."""
+        found = diagnose_replayed([node.replayed() for node in self.nodes], f"{self.backend} graph")
+        if found.verdict == "none" and self.kernels:
+            by_kernel = diagnose_replayed(self.kernel_values(), f"{self.backend} kernels replayed alone")
+            if by_kernel.verdict != "none":
+                return by_kernel
+            found.detail += f"; nor does any of its {len(self.kernels)} kernels replayed alone"
+        if found.verdict == "none" and self.gradients:
+            backward = diagnose_replayed([check.value for check in self.gradients], f"{self.backend} backward")
+            if backward.verdict != "none":
+                return backward
+            found.detail += f"; nor does any of the {len(self.gradients)} gradients of its backward"
+        return found
+
     def line(self) -> str:
-        first = self.first
-        if first is None:
-            return (f"{self.backend}: no node departs from eager beyond rounding ({len(self.nodes)} nodes checked, "
-                    "each against its float64 replay)")  # fmt: skip
-        where = f", in {first.module}" if first.module else ""
-        node = f"node {first.node} ({first.op}, {first.dtype}{where})"
-        errors = f"{first.compiled_error:.3g} from its float64 replay against {first.eager_error:.3g} eagerly"
-        return f"{self.backend}: the compiled graph departs first at {node}: {errors}"
+        line = f"{self.backend}: {self.diagnosis().line()}"
+        if self.backward_error:
+            line += f" (backward not checked: {self.backward_error})"
+        first, kernel = self.first, self.first_kernel()
+        if first is not None and kernel is not None and kernel.kernel in first.kernel.split(", "):
+            line += f"; replayed alone, kernel {kernel.name} departs too ({kernel.compiled_error:.3g})"
+        return line
 
 
 def _module(node: torch.fx.Node) -> str:
@@ -109,9 +151,15 @@ def write_table(check: CompileCheck, folder: Path) -> Path:
 
     make_dir(folder)
     rows = [
-        [n.node, n.op, n.module, n.dtype, str(n.shape), n.eager_error, n.compiled_error, n.difference,
-         "departs" if n.departs else "pass"]
+        [n.node, "forward", n.op, n.module, n.kernel, n.dtype, str(n.shape), n.eager_error, n.compiled_error,
+         n.difference, "departs" if n.departs else "pass"]
         for n in check.nodes
+    ]  # fmt: skip
+    values = [*check.kernel_values(), *(gradient.value for gradient in check.gradients)]
+    rows += [
+        [v.name, v.phase, v.op, v.module, v.kernel, "", "", v.eager_error, v.compiled_error, "",
+         "departs" if v.departs else "pass"]
+        for v in values
     ]  # fmt: skip
     return write_rows(folder / f"compile_check_{check.backend}.csv", COLUMNS, rows)
 
@@ -183,7 +231,7 @@ def compiled_values(
         exposed.graph.output((*original, *nodes))  # flat: AOT autograd wants a flat tuple of outputs
     exposed.graph.erase_node(output)
     exposed.recompile()
-    compiled = _compiler(backend, decompositions)(exposed, list(inputs))
+    compiled = compiler_for(backend, decompositions)(exposed, list(inputs))
     with torch.no_grad():
         values = compiled(*inputs)
     return {node.name: value for node, value in zip(nodes, list(values)[len(original) :])}
@@ -195,11 +243,11 @@ def compiled_output(
     """The graph's first output, compiled as the backend compiles it (with ``decompositions`` added)."""
     graph_module, example_inputs = capture(model, inputs)
     with torch.no_grad():
-        outputs = _compiler(backend, decompositions)(graph_module, example_inputs)(*example_inputs)
+        outputs = compiler_for(backend, decompositions)(graph_module, example_inputs)(*example_inputs)
     return outputs[0] if isinstance(outputs, (list, tuple)) else outputs
 
 
-def _compiler(backend: str, decompositions: dict | None) -> Callable[..., Any]:
+def compiler_for(backend: str, decompositions: dict | None) -> Callable[..., Any]:
     if backend == "inductor":
         from torch._inductor.compile_fx import compile_fx
         from torch._inductor.decomposition import select_decomp_table
@@ -218,18 +266,10 @@ def _compiler(backend: str, decompositions: dict | None) -> Callable[..., Any]:
     raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
 
 
-def _upcast(value: Any) -> Any:
-    if isinstance(value, torch.Tensor) and value.is_floating_point():
-        return value.detach().to(torch.float64)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_upcast(item) for item in value)
-    return value
-
-
 def replay64(node: torch.fx.Node, values: dict[str, Any]) -> torch.Tensor:
     """The node computed alone in float64 on ``values`` of its inputs."""
-    args = torch.fx.node.map_arg(node.args, lambda arg: _upcast(values[arg.name]))
-    kwargs = torch.fx.node.map_arg(node.kwargs, lambda arg: _upcast(values[arg.name]))
+    args = torch.fx.node.map_arg(node.args, lambda arg: upcast(values[arg.name]))
+    kwargs = torch.fx.node.map_arg(node.kwargs, lambda arg: upcast(values[arg.name]))
     with torch.no_grad():
         if node.op == "call_method":
             return getattr(args[0], node.target)(*args[1:], **kwargs)
@@ -249,15 +289,27 @@ def _relative(value: torch.Tensor, reference: torch.Tensor) -> float:
 
 
 def check_compiled(
-    model: Callable[..., Any], inputs: Sequence[Any], backend: str = "inductor", decompositions: dict | None = None
+    model: Callable[..., Any],
+    inputs: Sequence[Any],
+    backend: str = "inductor",
+    decompositions: dict | None = None,
+    with_kernels: bool = True,
+    forward_only: bool = False,
+    report_to: Path | None = None,
 ) -> CompileCheck:
-    """Run ``model(*inputs)`` eagerly and compiled, and find the first FX node the compiler changed.
-    ``decompositions``: extra decompositions for the backend (the tests inject wrong ones this way)."""
+    """Run ``model(*inputs)`` eagerly and compiled, and find the first FX node the compiler changed; for Inductor,
+    also which kernels compute each node, and each kernel replayed alone (``with_kernels``). The backward is
+    checked too where any input of the graph (an example input or a parameter) requires grad.
+    ``decompositions``: extra decompositions for the backend (the tests inject wrong ones this way).
+    ``report_to``: a folder for both runs' dumps, msprobe's compare table of them and the graph page."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
     graph_module, example_inputs = capture(model, inputs)
     eager = eager_values(graph_module, example_inputs)
     compiled = compiled_values(graph_module, example_inputs, backend, decompositions)
+    kernels: list[Kernel] = []
+    if backend == "inductor" and with_kernels:
+        kernels = inductor_kernels(graph_module, example_inputs, compiler_for(backend, decompositions))
     # the compiled run's own inputs to each node: its compiled predecessors, or what both runs share
     theirs = {**eager, **compiled}
     check = CompileCheck(backend)
@@ -268,7 +320,6 @@ def check_compiled(
         eager_error = _relative(eager_value, replay64(node, eager))
         compiled_error = _relative(compiled_value, replay64(node, theirs))
         eps = torch.finfo(eager_value.dtype).eps
-        departs = compiled_error > max(EAGER_FACTOR * eager_error, ROUNDING_ULPS * eps)
         check.nodes.append(
             NodeCheck(
                 node.name,
@@ -279,7 +330,26 @@ def check_compiled(
                 eager_error,
                 compiled_error,
                 _relative(compiled_value, eager_value),
-                departs,
+                departs(eager_error, compiled_error, eps),
+                ", ".join(kernel.name for kernel in kernels if node.name in kernel.nodes),
+                eps,
             )
         )
+    compiler = compiler_for(backend, decompositions)
+    check.kernels = [replay_kernel(k, graph_module, eager, compiler, replay64, _relative) for k in kernels]
+    if not forward_only and any(isinstance(value, torch.Tensor) and value.requires_grad for value in example_inputs):
+        checked = [node for node in _checked_nodes(graph_module) if node.target is not operator.getitem]
+        try:
+            check.gradients = backward_checks(
+                graph_module, example_inputs, eager, compiler, checked, _relative, _module, _op_name
+            )
+        except Exception as exc:  # the forward's answer stands; the backward is said to be unchecked
+            check.backward_error = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
+            logger.warning("%s: the backward could not be checked: %s", backend, check.backward_error)
+    if report_to is not None:
+        from msprobe.pytorch.compile_dumps import write_report
+
+        reported = [node for node in _checked_nodes(graph_module) if node.name in compiled]
+        kernel_of = {node: kernel.name for kernel in reversed(kernels) for node in kernel.nodes}  # the first wins
+        check.files = write_report(report_to, backend, reported, eager, compiled, kernel_of, check.diagnosis())
     return check

@@ -61,19 +61,27 @@ def run_overflow_check_command(api_info: Path, jit_compile: bool, device: str | 
 )
 @click.option("-b", "--backend", type=click.Choice(["inductor", "aot_eager", "all"]), default="all", show_default=True)
 @click.option("-o", "--output", "output", required=True, type=click.Path(file_okay=False, path_type=Path))
-def compile_check_command(script: Path, backend: str, output: Path) -> None:
-    """Which FX node torch.compile changed: the model's graph run eagerly and compiled, node by node, each node
-    against its float64 replay. Exit status 1 when a node departs."""
+@click.option(
+    "--forward-only",
+    is_flag=True,
+    help="Skip the backward, which is otherwise checked when an input or a parameter requires grad.",
+)
+def compile_check_command(script: Path, backend: str, output: Path, forward_only: bool) -> None:
+    """Which FX node or kernel torch.compile changed: the model's graph run eagerly and compiled, node by node,
+    each node (and, for Inductor, each kernel replayed alone; and each gradient of the backward) against its
+    float64 replay. Exit status 1 when one departs."""
     from msprobe.pytorch.compile_check import BACKENDS, check_compiled, load_script, write_table
 
     model, inputs = load_script(script)
     departed = False
     for name in BACKENDS if backend == "all" else (backend,):
-        check = check_compiled(model, inputs, name)
+        check = check_compiled(model, inputs, name, forward_only=forward_only, report_to=output)
         table = write_table(check, output)
         click.echo(check.line())
         click.echo(f"table: {table}")
-        departed = departed or check.first is not None
+        for path in check.files:
+            click.echo(f"  {path}")
+        departed = departed or check.diagnosis().verdict != "none"
     if departed:
         raise SystemExit(1)
 

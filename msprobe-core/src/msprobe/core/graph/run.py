@@ -160,6 +160,14 @@ def compare_one(
     )
 
 
+def write_answered_page(npu_folder: Path, bench_folder: Path, path: Path, title: str, diagnosis: Any) -> Path:
+    """The compare page of two dump folders, marked with an answer found elsewhere (``diagnosis``) rather than by
+    diagnosing the dumps: a check whose evidence the dumps do not hold (a float64 replay) shows its answer here."""
+    npu, bench = _load(npu_folder, False), _load(bench_folder, False)
+    comparison = compare_graphs(npu, bench)
+    return write_compare_page(path, npu, bench, comparison, title, False, diagnosis)
+
+
 def _build_job(job: tuple) -> GraphSummary:
     return build_one(*job)
 
