@@ -3,7 +3,8 @@ and backend where it moves the output, must be named at its op's first FX node a
 whose generated code holds it (which, replayed alone, must depart too); each model compiled without a fault must
 show none.
 
-    python bench/bench_compile_check.py [--models block,cnn,...] [--backends aot_eager,inductor]
+    python bench/bench_compile_check.py [--models block,cnn,...] [--backends aot_eager,inductor] [--device cuda]
+                                        [--no-backward]
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--backends", default="aot_eager,inductor")
+    parser.add_argument("--device", default="cpu", help="cuda: Inductor's Triton kernels")
+    parser.add_argument("--no-backward", action="store_true", help="the forward's faults only")
     args = parser.parse_args()
     models, backends = args.models.split(","), args.backends.split(",")
     began = time.perf_counter()
-    result = compile_faults.score(models, backends)
+    result = compile_faults.score(models, backends, not args.no_backward, args.device)
     print(f"{'model':10} {'backend':10} {'fault':11} {'named node':24} {'its op':11} {'node':5} {'kernel':6} "
           f"{'replay':6} kernels named")  # fmt: skip
     for case in result.cases:

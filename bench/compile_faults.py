@@ -121,17 +121,17 @@ class Block(torch.nn.Module):
         return self.fc2(weights @ h)
 
 
-def model_and_inputs(name: str) -> tuple[torch.nn.Module, tuple]:
-    """A model of the check's zoo in eval mode and its inputs."""
+def model_and_inputs(name: str, device: str = "cpu") -> tuple[torch.nn.Module, tuple]:
+    """A model of the check's zoo in eval mode and its inputs, on ``device``."""
     torch.manual_seed(0)
     if name == "block":
-        return Block().eval(), (torch.randn(8, 16),)
+        return Block().eval().to(device), (torch.randn(8, 16).to(device),)
     from zoo import ZOO
 
     model, batch, _ = ZOO[name](0.0) if name == "gpt2" else ZOO[name]()
     inputs = batch(0)
     args = (inputs[0],) if isinstance(inputs, tuple) else (inputs[:, :-1],)
-    return model.eval(), args
+    return model.eval().to(device), tuple(arg.to(device) for arg in args)
 
 
 def live(model: torch.nn.Module, inputs: tuple, backend: str, decompositions: dict) -> bool:
@@ -152,6 +152,7 @@ def compiled_gradients(model: torch.nn.Module, inputs: tuple, backend: str, deco
     output = compiler_for(backend, decompositions)(graph_module, leaves)(*leaves)
     output = output[0] if isinstance(output, (list, tuple)) else output
     cotangent = torch.randn(output.shape, generator=torch.Generator().manual_seed(1), dtype=output.dtype)
+    cotangent = cotangent.to(output.device)
     (output * cotangent).sum().backward()
     return [leaf.grad for leaf in leaves if torch.is_tensor(leaf) and leaf.grad is not None]
 
@@ -194,15 +195,15 @@ def _faulty_kernel(check, fault: str):
     return next((k.kernel for k in check.kernels if not k.kernel.extern and mark in k.kernel.source.lower()), None)
 
 
-def score(models: list[str], backends: list[str], backward: bool = True) -> Score:
+def score(models: list[str], backends: list[str], backward: bool = True, device: str = "cpu") -> Score:
     """Every live fault of every model and backend, and each model compiled clean (the negative control)."""
     from msprobe.pytorch.compile_check import check_compiled
 
     result = Score()
     for name in models:
-        model, inputs = model_and_inputs(name)
+        model, inputs = model_and_inputs(name, device)
         for backend in backends:
-            clean = check_compiled(model, inputs, backend)  # forward, kernels and backward
+            clean = check_compiled(model, inputs, backend, forward_only=not backward)  # the negative control
             result.controls += 1
             result.clean_flagged += clean.diagnosis().verdict != "none"
             if backward:

@@ -11,7 +11,9 @@ With no CUDA or NPU device (``auto``), it prints one line and exits 0. On a devi
 3. a dump of one training step of workload W on the device (statistics L1 and mix, md5 L1): every entry
    written, and the host reads per step;
 4. ``bench/bench_dump.py --device ...`` on W and on GPT-2 small's shape (fp32 and bf16, batch 8, sequence
-   1024): each configuration's step time as a ratio to the plain step.
+   1024): each configuration's step time as a ratio to the plain step;
+5. on CUDA, ``bench/bench_compile_check.py --device cuda`` on the small block with Inductor (Triton kernels):
+   the injected compiler faults named at their node and kernel, none in the clean compile.
 
 It writes ``device_check.md`` (every check's result and the benchmark tables) into ``--out`` and exits 1 if
 a check failed. ``--device cpu`` runs checks 1 to 3 on the CPU with the device path forced and W alone in
@@ -217,6 +219,22 @@ def run_bench(device: str, out: Path, steps: int) -> list[str]:
     return printed
 
 
+def run_compile_check(device: str) -> str:
+    """compile_check's score on Triton: the block's forward faults, Inductor only (the CPU runs the rest)."""
+    command = [sys.executable, str(HERE / "bench_compile_check.py"), "--models", "block", "--backends", "inductor",
+               "--device", device, "--no-backward"]  # fmt: skip
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+        text = done.stdout if done.returncode == 0 else done.stdout + done.stderr[-2000:]
+    except subprocess.TimeoutExpired:
+        text = "did not finish within 240 s"
+    title = f"### compile_check, block, inductor on {device} ({time.perf_counter() - started:.0f} s)"
+    printed = f"{title}\n\n```\n{text.strip()}\n```\n"
+    print(printed, flush=True)
+    return printed
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="auto", choices=["auto", "cuda", "npu", "cpu"])
@@ -246,6 +264,8 @@ def main() -> int:
     for line in lines[4:]:
         print(line, flush=True)
     tables = [] if args.no_bench else run_bench(device, args.out, args.steps)
+    if device == "cuda" and not args.no_bench:
+        tables.append(run_compile_check(device))
     (args.out / "device_check.md").write_text("\n".join(lines) + "\n\n" + "\n".join(tables))
     failed = [check for check, ok, _ in results if not ok]
     print(f"device check: {len(results) - len(failed)} of {len(results)} checks passed; table in "
