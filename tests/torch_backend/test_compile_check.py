@@ -123,3 +123,32 @@ def test_the_report_holds_both_runs_as_dumps_their_compare_table_and_the_page_wi
     page = (base / "graph.html").read_text()
     assert kernel.rsplit(".forward", 1)[0] in page and "Fx.h.0.forward" in page
     assert "cpp_fused_gelu" in page and "the runs part ways at Fx.h.0.forward (forward, outside every module)" in page
+
+
+def test_kernels_are_read_from_inductors_provenance_record_in_call_order():
+    from msprobe.pytorch.compile_kernels import kernels_of
+
+    def f(x):
+        a = x.sin()
+        b = a.cos()
+        return b @ b
+
+    graph = torch.fx.symbolic_trace(f).graph
+    names = [node.name for node in graph.nodes if node.op in {"call_method", "call_function"}]
+    assert names == ["sin", "cos", "matmul"]
+    mapping = {
+        "cppCodeToPost": {"cpp_fused_cos_sin_0:2": ["cos_1", "sin_1"], "extern_kernels.mm:3": ["mm"],
+                          "cpp_fused_gone_1:4": ["orphan"]},
+        "postToPre": {"cos_1": ["cos"], "sin_1": ["sin"], "mm": ["matmul"], "orphan": ["not_in_graph"]},
+    }  # fmt: skip
+    source = "cpp_fused_cos_sin_0 = async_compile.cpp_pybinding(['float*'], r'''\nvoid kernel() {}\n''')\n"
+    artifacts = {"inductor_provenance_tracking_node_mappings": json.dumps(mapping)}
+    kernels = kernels_of(artifacts, [source], graph)
+    # in the order of the handles Inductor numbered the calls with; nodes in graph order; a kernel with no node
+    # of this graph is left out; an extern kernel is told apart by its call
+    assert [(k.name, k.nodes, k.extern) for k in kernels] == [
+        ("cpp_fused_cos_sin_0", ["sin", "cos"], False),
+        ("extern_kernels.mm#3", ["matmul"], True),
+    ]
+    assert kernels[0].source.strip() == "void kernel() {}" and kernels[1].source == ""
+    assert kernels_of({"inductor_provenance_tracking_node_mappings": "not json"}, [], graph) == []
