@@ -189,10 +189,11 @@ class Score:
         return sum(judged), len(judged)
 
 
-def _faulty_kernel(check, fault: str):
-    """The kernel whose generated code holds the fault's mark (an outside oracle: the decomposition's own constant)."""
+def _faulty_kernels(check, fault: str) -> set[str]:
+    """The kernels whose generated code holds the fault's mark (an outside oracle: the decomposition's own
+    constant). A model may hold the op in several places; any of these is the fault's."""
     mark = MARKS[fault]
-    return next((k.kernel for k in check.kernels if not k.kernel.extern and mark in k.kernel.source.lower()), None)
+    return {k.kernel.name for k in check.kernels if not k.kernel.extern and mark in k.kernel.source.lower()}
 
 
 def score(models: list[str], backends: list[str], backward: bool = True, device: str = "cpu") -> Score:
@@ -217,11 +218,12 @@ def score(models: list[str], backends: list[str], backward: bool = True, device:
                 case = Case(name, backend, fault, first and first.node, first and first.op,
                             first is not None and first.node == expected)  # fmt: skip
                 if check.kernels:
-                    faulty = _faulty_kernel(check, fault)
                     case.kernel = first.kernel if first else ""
-                    case.kernel_right = faulty is not None and faulty.name in case.kernel.split(", ")
-                    replays = {value.kernel for value in check.kernel_values() if value.departs}
-                    case.replay_departs = faulty is not None and faulty.name in replays
+                    # right: a kernel named for the node holds the fault; and replayed alone, it departs
+                    named = _faulty_kernels(check, fault) & set(case.kernel.split(", "))
+                    case.kernel_right = bool(named)
+                    departing = {value.kernel for value in check.kernel_values() if value.departs}
+                    case.replay_departs = bool(named & departing)
                 result.cases.append(case)
     return result
 

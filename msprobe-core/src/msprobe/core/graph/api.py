@@ -7,4 +7,5 @@ from msprobe.core.graph.run import (  # noqa: F401
     compare_one,
     read_graph_input,
     run_graph,
+    write_answered_page,
 )
