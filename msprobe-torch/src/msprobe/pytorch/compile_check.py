@@ -4,15 +4,17 @@ Dynamo's graph of the model is run twice: eagerly, node by node, and
 compiled by the backend (``inductor`` or ``aot_eager``) with every node's
 value made an output of the graph, so that each one is materialised and
 can be read. Each node is then replayed alone in float64, on the inputs
-each run gave it: a node departs when the compiled value is further from
-its float64 replay than the eager value is from its own, by more than
-rounding in the node's dtype explains. The first node that departs is
-where the compiler changed the numbers (a decomposition, a lowering, a
-kernel), whatever its error then does downstream.
+each run gave it, and judged by ``msprobe.core.diagnosis.replay``: the
+first node the compiled run computed worse than rounding explains is where
+the compiler changed the numbers (a decomposition, a lowering, a kernel),
+whatever its error then does downstream. For Inductor, the generated
+kernels are mapped to the nodes they compute and replayed alone
+(``compile_kernels``); where an input or a parameter requires grad, the
+backward is judged gradient by gradient (``compile_backward``).
 
 Making every node an output changes what Inductor fuses; a fault of one
-op's decomposition or lowering shows all the same, a reordering that only
-a particular fusion makes may not.
+op's decomposition or lowering shows all the same, and the kernel replay
+compiles each kernel's nodes as they were fused.
 """
 
 from __future__ import annotations
