@@ -84,6 +84,11 @@ def test_the_command_writes_a_row_per_node_and_gradient_and_its_answer(tmp_path)
     [
         ("x = 1\n", "defines no model_and_inputs()"),
         ("def model_and_inputs():\n    return 3\n", "must return (model, inputs)"),
+        ('raise RuntimeError("boom")\n', "the script raised RuntimeError: boom"),
+        (
+            'def model_and_inputs():\n    raise ValueError("no weights")\n',
+            "model_and_inputs() raised ValueError: no weights",
+        ),
         (
             "import torch\n"
             "def f(x):\n    return x * 2 if float(x.sum()) > 0 else x\n"

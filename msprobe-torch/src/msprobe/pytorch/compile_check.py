@@ -135,11 +135,17 @@ def load_script(path: Path) -> tuple[Any, tuple]:
     if spec is None or spec.loader is None:
         raise UsageError(f"{path}: not a Python file")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # the user's own script, run as python would run it
+    try:
+        spec.loader.exec_module(module)  # the user's own script, run as python would run it
+    except Exception as exc:  # the script's own error, said as such: not msprobe's
+        raise UsageError(f"{path}: the script raised {type(exc).__name__}: {exc}") from None
     make = getattr(module, "model_and_inputs", None)
     if not callable(make):
         raise UsageError(f"{path}: defines no model_and_inputs() returning (model, inputs)")
-    made = make()
+    try:
+        made = make()
+    except Exception as exc:
+        raise UsageError(f"{path}: model_and_inputs() raised {type(exc).__name__}: {exc}") from None
     if not (isinstance(made, tuple) and len(made) == 2):
         raise UsageError(f"{path}: model_and_inputs() must return (model, inputs), got {type(made).__name__}")
     model, inputs = made
