@@ -21,6 +21,7 @@ import torch
 import torch.fx
 
 from msprobe.core.diagnosis.replay import ReplayedValue
+from msprobe.pytorch.compile_replay import module_of, op_name, relative, upcast
 
 logger = logging.getLogger(__name__)
 
@@ -80,15 +81,6 @@ def gradients(
     return grads, own
 
 
-def upcast(value: Any) -> Any:
-    """Floating tensors (in lists and tuples too) as float64, detached; anything else as it is."""
-    if isinstance(value, torch.Tensor) and value.is_floating_point():
-        return value.detach().to(torch.float64)
-    if isinstance(value, (list, tuple)):
-        return type(value)(upcast(item) for item in value)
-    return value
-
-
 def replay_gradient(
     node: torch.fx.Node, forward: dict[str, Any], grads: dict[str, torch.Tensor], output_grads: dict[str, Any]
 ) -> torch.Tensor | None:
@@ -133,9 +125,6 @@ def backward_checks(
     eager: dict[str, Any],
     compiler: Callable[..., Any],
     checked: Sequence[torch.fx.Node],
-    relative: Callable[[torch.Tensor, torch.Tensor], float],
-    module_of: Callable[[torch.fx.Node], str],
-    op_of: Callable[[torch.fx.Node], str],
 ) -> list[GradientCheck]:
     """Every node's gradient, eager and compiled, against its float64 replay; in backward order."""
     names = [node.name for node in checked]  # in graph order, as the probes' placeholders are
@@ -177,7 +166,7 @@ def backward_checks(
         if any(value is None for value in (*got.values(), *replays.values())):
             continue
         dtype = eager[node.name].dtype
-        words = ", ".join(op_of(user) for user in users)
+        words = ", ".join(op_name(user) for user in users)
         value = ReplayedValue(
             ", ".join(user.name for user in users),
             f"{words} backward, the gradient of {node.name}",

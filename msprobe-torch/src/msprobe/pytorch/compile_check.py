@@ -20,9 +20,7 @@ compiles each kernel's nodes as they were fused.
 from __future__ import annotations
 
 import logging
-import math
 import operator
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,8 +31,9 @@ import torch.fx
 
 from msprobe.core.diagnosis import Diagnosis
 from msprobe.core.diagnosis.replay import ReplayedValue, departs, diagnose_replayed
-from msprobe.pytorch.compile_backward import GradientCheck, backward_checks, upcast
+from msprobe.pytorch.compile_backward import GradientCheck, backward_checks
 from msprobe.pytorch.compile_kernels import Kernel, KernelCheck, inductor_kernels, replay_kernel
+from msprobe.pytorch.compile_replay import module_of, op_name, relative, replay64
 
 logger = logging.getLogger(__name__)
 
@@ -116,15 +115,6 @@ class CompileCheck:
         return line
 
 
-def _module(node: torch.fx.Node) -> str:
-    """The path of the innermost module whose forward made the node (``bert.encoder.layer.1.attention``)."""
-    stack = node.meta.get("nn_module_stack") or {}
-    if not stack:
-        return ""
-    path = str(list(stack.values())[-1][0])
-    return re.sub(r"^L\['[^']*'\]\.?", "", path)
-
-
 def load_script(path: Path) -> tuple[Any, tuple]:
     """``model_and_inputs()`` of the user's script: the model and a tuple of its example inputs."""
     import importlib.util
@@ -193,11 +183,6 @@ def capture(model: Callable[..., Any], inputs: Sequence[Any]) -> tuple[torch.fx.
     finally:
         torch._dynamo.reset()
     return graphs[0]
-
-
-def _op_name(node: torch.fx.Node) -> str:
-    target = node.target
-    return target if isinstance(target, str) else getattr(target, "__name__", str(target))
 
 
 def eager_values(graph_module: torch.fx.GraphModule, inputs: Sequence[Any]) -> dict[str, Any]:
@@ -274,28 +259,6 @@ def compiler_for(backend: str, decompositions: dict | None) -> Callable[..., Any
     raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
 
 
-def replay64(node: torch.fx.Node, values: dict[str, Any]) -> torch.Tensor:
-    """The node computed alone in float64 on ``values`` of its inputs."""
-    args = torch.fx.node.map_arg(node.args, lambda arg: upcast(values[arg.name]))
-    kwargs = torch.fx.node.map_arg(node.kwargs, lambda arg: upcast(values[arg.name]))
-    with torch.no_grad():
-        if node.op == "call_method":
-            return getattr(args[0], node.target)(*args[1:], **kwargs)
-        return node.target(*args, **kwargs)
-
-
-def _relative(value: torch.Tensor, reference: torch.Tensor) -> float:
-    """The largest distance between two tensors, relative to the reference's largest magnitude."""
-    if not reference.numel():
-        return 0.0
-    reference = reference.detach().to(torch.float64)
-    scale = float(reference.abs().max())
-    gap = float((value.detach().to(torch.float64) - reference).abs().max())
-    if math.isnan(gap):
-        return math.inf
-    return gap / scale if scale > 0 else gap
-
-
 def check_compiled(
     model: Callable[..., Any],
     inputs: Sequence[Any],
@@ -315,52 +278,50 @@ def check_compiled(
     graph_module, example_inputs = capture(model, inputs)
     eager = eager_values(graph_module, example_inputs)
     compiled = compiled_values(graph_module, example_inputs, backend, decompositions)
+    compiler, checked = compiler_for(backend, decompositions), _checked_nodes(graph_module)
     kernels: list[Kernel] = []
     if backend == "inductor" and with_kernels:
         try:
-            kernels = inductor_kernels(graph_module, example_inputs, compiler_for(backend, decompositions))
+            kernels = inductor_kernels(graph_module, example_inputs, compiler)
         except Exception as exc:  # Inductor's provenance record is internal: without it, nodes are still checked
             logger.warning("Inductor's kernels could not be mapped to nodes: %s: %s", type(exc).__name__, exc)
     # the compiled run's own inputs to each node: its compiled predecessors, or what both runs share
     theirs = {**eager, **compiled}
     check = CompileCheck(backend)
-    for node in _checked_nodes(graph_module):
+    for node in checked:
         if node.name not in compiled or node.target in (operator.getitem,):
             continue
         eager_value, compiled_value = eager[node.name], compiled[node.name]
-        eager_error = _relative(eager_value, replay64(node, eager))
-        compiled_error = _relative(compiled_value, replay64(node, theirs))
+        eager_error = relative(eager_value, replay64(node, eager))
+        compiled_error = relative(compiled_value, replay64(node, theirs))
         eps = torch.finfo(eager_value.dtype).eps
         check.nodes.append(
             NodeCheck(
                 node.name,
-                _op_name(node),
-                _module(node),
+                op_name(node),
+                module_of(node),
                 str(eager_value.dtype),
                 list(eager_value.shape),
                 eager_error,
                 compiled_error,
-                _relative(compiled_value, eager_value),
+                relative(compiled_value, eager_value),
                 departs(eager_error, compiled_error, eps),
                 ", ".join(kernel.name for kernel in kernels if node.name in kernel.nodes),
                 eps,
             )
         )
-    compiler = compiler_for(backend, decompositions)
-    check.kernels = [replay_kernel(k, graph_module, eager, compiler, replay64, _relative) for k in kernels]
+    check.kernels = [replay_kernel(k, graph_module, eager, compiler) for k in kernels]
     if not forward_only and any(isinstance(value, torch.Tensor) and value.requires_grad for value in example_inputs):
-        checked = [node for node in _checked_nodes(graph_module) if node.target is not operator.getitem]
+        probed = [node for node in checked if node.target is not operator.getitem]
         try:
-            check.gradients = backward_checks(
-                graph_module, example_inputs, eager, compiler, checked, _relative, _module, _op_name
-            )
+            check.gradients = backward_checks(graph_module, example_inputs, eager, compiler, probed)
         except Exception as exc:  # the forward's answer stands; the backward is said to be unchecked
             check.backward_error = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
             logger.warning("%s: the backward could not be checked: %s", backend, check.backward_error)
     if report_to is not None:
         from msprobe.pytorch.compile_dumps import write_report
 
-        reported = [node for node in _checked_nodes(graph_module) if node.name in compiled]
+        reported = [node for node in checked if node.name in compiled]
         kernel_of = {node: kernel.name for kernel in reversed(kernels) for node in kernel.nodes}  # the first wins
         check.files = write_report(report_to, backend, reported, eager, compiled, kernel_of, check.diagnosis())
     return check

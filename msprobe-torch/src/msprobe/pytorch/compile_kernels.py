@@ -25,6 +25,8 @@ from unittest import mock
 import torch
 import torch.fx
 
+from msprobe.pytorch.compile_replay import relative, replay64
+
 logger = logging.getLogger(__name__)
 
 _KERNEL_SOURCE = re.compile(r"^(\w+) = async_compile\.\w+\((.*?)'''(.*?)'''", re.MULTILINE | re.DOTALL)
@@ -150,12 +152,7 @@ def kernel_graph(graph_module: torch.fx.GraphModule, nodes: Sequence[str]) -> tu
 
 
 def replay_kernel(
-    kernel: Kernel,
-    graph_module: torch.fx.GraphModule,
-    eager: dict[str, Any],
-    compiler: Callable[..., Any],
-    replay64: Callable[[torch.fx.Node, dict[str, Any]], Any],
-    relative: Callable[[torch.Tensor, torch.Tensor], float],
+    kernel: Kernel, graph_module: torch.fx.GraphModule, eager: dict[str, Any], compiler: Callable[..., Any]
 ) -> KernelCheck:
     """``kernel``'s nodes compiled alone and run on what the eager run gave them, each output against the
     float64 replay of the same nodes from the same inputs."""
