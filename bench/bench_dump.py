@@ -76,6 +76,11 @@ TARGETS = {  # on the CPU, the tightened ones (before: 1.5, 1.7, 2.0, 1.3, 5.0)
     "free_benchmark": 2.5,
 }  # flight_recorder L1: at most statistics L1's ratio in the same run
 FLOOR_TARGETS = {"statistics L1": 1.15, "statistics mix": 1.3}  # ratio over the floor's ratio
+# --device-path: these run again with CPU tensors measured as on a device (FORCE_DEVICE_PATH), each twin's ratio
+# over its CPU configuration's in the same run; goal <= 1.1
+DEVICE_PATH_TWINS = ("statistics L1", "statistics mix")
+DEVICE_PATH_SUFFIX = " (device path)"
+DEVICE_PATH_GOAL = 1.1
 # what the large transformer's defaults leave out: one step of it writes 38 GB of tensors (counted from the
 # shapes in its statistics dump), 17 steps with the numpy.save yardstick's copies would fill most disks, and the
 # yardstick holds a step's arrays in host memory; name it in --only to run it all the same
@@ -98,8 +103,21 @@ def time_config(
     task also times its yardstick in turn: a plain step plus numpy.save of
     the arrays the dump wrote.
     """
+    from msprobe.pytorch.dump import device_batch
+
     model, train_step = make_workload(device=device, size=size, dtype=dtype)
     _plain_model, plain_step = make_workload(device=device, size=size, dtype=dtype)
+    forced = device_batch.FORCE_DEVICE_PATH
+    if config is not None and config.get("device_path"):  # read when the debugger is made, and for this run alone
+        config = {key: value for key, value in config.items() if key != "device_path"}
+        device_batch.FORCE_DEVICE_PATH = True
+    try:
+        return _time_debugger(config, steps, out, device, size, dtype, model, train_step, plain_step)
+    finally:
+        device_batch.FORCE_DEVICE_PATH = forced
+
+
+def _time_debugger(config, steps, out, device, size, dtype, model, train_step, plain_step) -> Timing:
     if config is FLOOR:
         train_step = floor_step(train_step, dumped_tensors(out / "probe", device, size, dtype), device)
         config = None
@@ -264,9 +282,16 @@ def main() -> None:
         help="workloads, comma-separated: W, large, gpt2 (default: W on cpu, W,large on a device)",
     )
     parser.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="the workload's parameters")
+    parser.add_argument(
+        "--device-path",
+        action="store_true",
+        help="also run statistics L1 and mix with CPU tensors measured as on a device, against the CPU path",
+    )
     add_only_option(parser)
     args = parser.parse_args()
     configs = with_floor(chosen(parser, args.only, CONFIGS))
+    if args.device_path:
+        configs = with_device_path_twins(configs)
     device = _device(args.device)
     sizes = (args.sizes or ("W" if device == "cpu" else "W,large")).split(",")
     if device == "cpu":
@@ -286,6 +311,27 @@ def with_floor(configs: list) -> list:
     return [*configs[:1], ("floor", FLOOR), *configs[1:]]
 
 
+def with_device_path_twins(configs: list) -> list:
+    """Each configuration of DEVICE_PATH_TWINS followed by its twin on the device path."""
+    twinned = []
+    for label, config in configs:
+        twinned.append((label, config))
+        if label in DEVICE_PATH_TWINS:
+            twinned.append((label + DEVICE_PATH_SUFFIX, {**config, "device_path": True}))
+    return twinned
+
+
+def report_device_path(timings: dict[str, Timing]) -> None:
+    """Each device-path twin's ratio over its CPU configuration's, measured in this run, against the goal."""
+    for label in DEVICE_PATH_TWINS:
+        twin = timings.get(label + DEVICE_PATH_SUFFIX)
+        if twin is not None and label in timings:
+            over = twin.ratio / timings[label].ratio
+            verdict = "met" if over <= DEVICE_PATH_GOAL else "NOT met"
+            print(f"{label}: the device path {twin.ratio:.3f}x, the CPU path {timings[label].ratio:.3f}x: "
+                  f"{over:.3f} times; goal <= {DEVICE_PATH_GOAL}  {verdict}")  # fmt: skip
+
+
 def configs_for(size: str, configs: list, named: bool) -> list:
     """The configurations to run on workload ``size``: on the large one, those that need far more disk than a
     benchmark should take are left out (with a line saying so) unless ``--only`` named them."""
@@ -302,7 +348,7 @@ def run_configs(configs: list, steps: int, out: Path, device: str, size: str, dt
     HOST_READS.clear()
     PEAK_MEMORY.clear()
     for label, config in configs:
-        folder = out / label.replace(" ", "_")
+        folder = out / label.replace(" ", "_").replace("(", "").replace(")", "")
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         timings[label] = time_config(config, steps, folder, device, size, dtype)
@@ -321,6 +367,7 @@ def run_configs(configs: list, steps: int, out: Path, device: str, size: str, dt
     print_ratios(timings, targets, columns)
     if "floor" in timings:
         report_floor(timings)
+    report_device_path(timings)
     if FLIGHT_MEMORY:
         report_flight_memory(out, timings)
     if "tensor L1" in timings:

@@ -128,7 +128,9 @@ def print_ratios(
     """
     columns = columns or {}
     extra = "".join(f" {heading:>16}" for heading in columns)
-    print(f"{'configuration':<18} {'step (ms)':>10} {'plain (ms)':>10} {'ratio':>8} {'middle half':>15}{extra}  target")
+    width = max([18, *map(len, timings)])
+    heading = f"{'step (ms)':>10} {'plain (ms)':>10} {'ratio':>8} {'middle half':>15}"
+    print(f"{'configuration':<{width}} {heading}{extra}  target")
     for label, timing in timings.items():
         ratio = timing.ratio
         low, high = timing.spread()
@@ -136,7 +138,7 @@ def print_ratios(
         verdict = "" if target is None else f"<= {target}x  {'met' if ratio <= target else 'NOT met'}"
         cells = "".join(f" {values.get(label, '-'):>16}" for values in columns.values())
         print(
-            f"{label:<18} {timing.tool * 1000:>10.1f} {timing.plain * 1000:>10.1f} {ratio:>7.3f}x "
+            f"{label:<{width}} {timing.tool * 1000:>10.1f} {timing.plain * 1000:>10.1f} {ratio:>7.3f}x "
             f"{f'{low:.2f}-{high:.2f}x':>15}{cells}  {verdict}"
         )
 

@@ -486,3 +486,43 @@ def test_the_overflow_checks_reads_on_a_device_wait_for_the_batch(tmp_path):
     # *_except_inf_nan pair (1)
     assert reads == [1, 1 + 3 + 2]
     assert list(read_dump(tmp_path / "dump" / "step1" / "rank").data) == ["Torch.exp.0.forward"]
+
+
+def test_the_c_path_writes_a_device_tensors_summary_with_a_token_filled_at_read_back(monkeypatch):
+    """The per-call path's summary of a device tensor (lane.waiting_summaries): written before the read-back
+    with one token for the statistics, cached while the tensor is unchanged (measured once), measured again
+    after an in-place write; filled in, it is the summary the Python recorder writes, key for key."""
+    from msprobe.core.dump.waiting import PLACEHOLDERS, TOKEN, WaitingText
+    from msprobe.core.dump.writer import _final_text, encode_json
+
+    monkeypatch.setattr(device_batch, "FORCE_DEVICE_PATH", True)
+    summarizer = tensors.TensorSummarizer("statistics", "statistics")
+    texts = summarizer.waiting_texts
+    assert texts is not None
+    weight = torch.nn.Parameter(torch.tensor([[1.0, -3.0], [2.5, 0.5]]))
+    with_nan = torch.tensor([1.0, math.nan, -math.inf, 4.0], dtype=torch.bfloat16)
+    written = [texts.text(weight), texts.text(with_nan), texts.text(weight)]
+    assert all(len(TOKEN.findall(text)) == 1 for text in written)
+    assert written[0].startswith('{"type":"torch.Tensor","dtype":"torch.float32","shape":[2,2],')
+    assert len(summarizer.batch.pending) == 2  # the weight measured once
+    assert summarizer.batch.reads == 0
+    filled = [_final_text(WaitingText(text)) for text in written]
+    assert summarizer.batch.reads == 2  # one read of the batch, one for the nan tensor's finite extremes
+    python_way = [summarizer._summary(tensor, "x") for tensor in (weight, with_nan, weight)]
+    summarizer.batch.read_back()  # the Python recorder encodes its entries once they are read back
+    assert filled == [encode_json(summary) for summary in python_way]
+    assert json.loads(filled[0]) == {
+        "type": "torch.Tensor", "dtype": "torch.float32", "shape": [2, 2], "Max": 2.5, "Min": -3.0, "Mean": 0.25,
+        "Norm": pytest.approx(math.sqrt(16.5)), "requires_grad": True,
+    }  # fmt: skip
+    bf16 = json.loads(filled[1])
+    assert list(bf16)[-3:] == ["requires_grad", "Max_except_inf_nan", "Min_except_inf_nan"]
+    assert (bf16["Max_except_inf_nan"], bf16["Min_except_inf_nan"]) == (4.0, 1.0)
+    assert texts.text(weight) == filled[0]  # read back already: no token
+    with torch.no_grad():
+        weight.mul_(2)
+    again = texts.text(weight)
+    assert TOKEN.search(again) and len(summarizer.batch.pending) == 1  # changed: measured anew
+    assert json.loads(_final_text(WaitingText(again)))["Max"] == 5.0
+    assert texts.text(torch.tensor([True, False])) is None  # bool (Max: any, Min: all): the general way
+    assert len(PLACEHOLDERS) == 0

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from models import train_beside_a_failing_tool, train_mixed_net
+from models import MixedNet, train_beside_a_failing_tool, train_mixed_net
+from msprobe.core.dump.waiting import PLACEHOLDERS
 from msprobe.core.dump.writer import DumpWriter
 from msprobe.pytorch import PrecisionDebugger
-from msprobe.pytorch.dump import lane
+from msprobe.pytorch.dump import device_batch, lane
 
 
 def test_the_lane_is_built():
@@ -626,3 +629,75 @@ def test_the_overflow_checks_backward_screen_in_c_keeps_what_python_keeps(tmp_pa
     # inf or nan arriving is no overflow: the calls after the square root's (and the handed-back ones, whose
     # gradients pass through unchanged) keep no entry
     assert set(data) == {"Torch.sqrt.0.backward"}
+
+
+def _train_with_an_inf(make_debugger) -> list:
+    """The mixed net for two steps, the second with an inf in its input (nan and inf all through it, so entries
+    get their *_except_inf_nan pairs)."""
+    torch.manual_seed(3)
+    model = MixedNet()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    debugger = make_debugger(model)
+    generator = torch.Generator().manual_seed(3)
+    losses = []
+    for step in range(2):
+        debugger.start()
+        x = torch.randn(3, 5, 16, generator=generator)
+        if step == 1:
+            x[0, 2, 3] = math.inf
+        loss = F.cross_entropy(model(x), torch.tensor([0, 1, 2]))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.detach().clone())
+        debugger.stop()
+        debugger.step()
+    return losses
+
+
+def _dump_bytes(root: Path) -> dict[str, bytes]:
+    """Every file's bytes, dump.json's header line naming the run's own folder left out."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            data = path.read_bytes()
+            if path.name == "dump.json":
+                data = b"\n".join(line for line in data.split(b"\n") if b'"dump_data_dir"' not in line)
+            found[str(path.relative_to(root))] = data
+    return found
+
+
+@pytest.mark.parametrize("limit", [3, 256])
+@pytest.mark.parametrize("label", ["statistics L1", "statistics mix", "md5 L1", "tensor L1"])
+def test_device_statistics_through_the_lane_are_the_python_ways_byte_for_byte(tmp_path, monkeypatch, label, limit):
+    """With the device path forced (CPU tensors measured and read back as on a GPU), the lane writes each entry
+    at once with tokens for the values still in the batch; filled in at read-back, the files are the Python
+    way's byte for byte, including the inf/nan extremes, with the batch read back mid-call (limit 3) or not."""
+    monkeypatch.setattr(device_batch, "FORCE_DEVICE_PATH", True)
+    whole = device_batch.DeviceBatch
+    monkeypatch.setattr(device_batch, "DeviceBatch", lambda: whole(limit))
+    dumps, losses = [], []
+    for with_lane in (True, False):
+        folder = tmp_path / str(with_lane)
+        arguments = _config_args(folder, CONFIGS[label])
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(lane, "AVAILABLE", with_lane)
+            count = LaneCount(patch)
+            made = []
+
+            def make(model, made=made, arguments=arguments):
+                made.append(PrecisionDebugger(**arguments, model=model))
+                return made[0]
+
+            losses.append(_train_with_an_inf(make))
+            assert (made[0]._hooks.lane is not None) == with_lane
+            assert (count.python_entries == 0) == with_lane
+        dumps.append(_dump_bytes(folder / "dump"))
+    assert dumps[0].keys() == dumps[1].keys()
+    for name in dumps[0]:
+        if not name.endswith("stack.json"):  # the stacks name the two lines of this loop
+            assert dumps[0][name] == dumps[1][name], name
+    assert all(torch.equal(a, b) or (a.isnan() and b.isnan()) for a, b in zip(*losses))
+    assert b"Max_except_inf_nan" in dumps[0]["step1/rank/dump.json"]
+    assert not any(b"\x01" in data for name, data in dumps[0].items() if name.endswith(".json"))  # no token left
+    assert len(PLACEHOLDERS) == 0  # and none waiting

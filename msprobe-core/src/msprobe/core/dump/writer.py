@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from msprobe.core.dump.numbers import NonFinite
+from msprobe.core.dump.waiting import WaitingText
 from msprobe.core.errors import DataFileError
 from msprobe.core.switches import built_extension, switched_off
 
@@ -246,7 +247,7 @@ class RawJSON:
         return json.loads(self.text)
 
 
-def _for_orjson(value: Any) -> Any:
+def for_orjson(value: Any) -> Any:
     """orjson's ``default``: text already encoded is embedded; values measured asynchronously are read back now."""
     if isinstance(value, RawJSON):
         return orjson.Fragment(value.text)  # in orjson since 3.9, the version msprobe-core requires
@@ -276,10 +277,25 @@ def encode_json(value: Any) -> str:
         return value
     if orjson is not None:
         try:
-            return orjson.dumps(value, default=_for_orjson).decode()
+            return orjson.dumps(value, default=for_orjson).decode()
         except TypeError:  # e.g. an integer beyond 64 bits: the standard encoder takes any size
             pass
     return json.dumps(value, ensure_ascii=False, default=_for_json)
+
+
+def _final_text(value: Any) -> str | None:
+    """A deferred entry's text, its values read now; None for an entry that is text already (or reserved)."""
+    if isinstance(value, dict):
+        return encode_json(value)
+    if isinstance(value, WaitingText):
+        return value.filled(_placeholder_text)
+    return None
+
+
+def _placeholder_text(value: Any) -> str:
+    """A token's value as JSON text: its own ``json_text()`` where it has one (made once for all its entries)."""
+    text = getattr(value, "json_text", None)
+    return text() if text is not None else encode_json(value)
 
 
 def _write_object(
@@ -572,13 +588,22 @@ class DumpWriter:
             lines += _journal_line("construct", name_text, parent_text)
         self._write_lines(lines)
 
+    def add_waiting(
+        self, name: str, name_text: str, text: str, stack_text: str | None, parent_text: str | None
+    ) -> None:
+        """``add_journaled`` for an entry whose text holds tokens for values still on a device (see
+        msprobe.core.dump.waiting): its stack and parent are journaled now, its data once the values have come."""
+        self.add_journaled(name, name_text, None, stack_text, parent_text)
+        self.data[name] = WaitingText(text)
+        self._unsettled.append(name)
+
     def settle(self) -> None:
         """The deferred entries added so far hold their final values: journal them, so a crash keeps them."""
         unsettled, self._unsettled = self._unsettled, []
         for name in unsettled:
-            value = self.data.get(name)
-            if isinstance(value, dict):
-                self.data[name] = text = encode_json(value)
+            text = _final_text(self.data.get(name))
+            if text is not None:
+                self.data[name] = text
                 self._log("data", name, text)
 
     def set_parent(self, name: str, parent: str | None) -> None:
@@ -592,9 +617,10 @@ class DumpWriter:
         if not self._dirty:
             return
         self._unsettled.clear()
-        for name, value in self.data.items():
-            if isinstance(value, dict):
-                self.data[name] = text = encode_json(value)
+        for name, value in list(self.data.items()):  # filling may read a batch back, which settles entries
+            text = _final_text(value)
+            if text is not None:
+                self.data[name] = text
                 self._log("data", name, text)
         data = {name: text for name, text in self.data.items() if text is not None}
         _write_object(self.folder / self.file_name, self.header, data, "data", self._names)

@@ -21,6 +21,10 @@
  *   Lane      - the handler the API wrappers call: handler(original, key,
  *               args, kwargs), as the Python recorder's _call_api.
  *
+ * With device statistics waiting in a batch (device_batch.py), a tensor's summary text holds a token
+ * (\x01{n}\x02, see msprobe/core/dump/waiting.py) for values still on the device: an entry holding one goes to
+ * the writer's add_waiting, which fills it in when the batch is read back.
+ *
  * The statistics come from msprobe-core's kernels, through the capsule
  * msprobe.core.dump._kernels._C_API, and each entry goes into the step's
  * files through msprobe-core's C add_journaled (msprobe.core.dump._journal's
@@ -52,12 +56,12 @@ typedef struct {
                          PyObject *parent_text);
 } JournalAPI;
 
-#define LANE_INTERFACE_VERSION 4 /* see INTERFACE in PyInit__lane */
+#define LANE_INTERFACE_VERSION 5 /* see INTERFACE in PyInit__lane */
 
 static PyObject *one; /* the int 1 */
 static PyObject *s_version, *s_data_ptr, *s_dtype, *s_shape, *s_requires_grad, *s_is_cpu, *s_is_neg,
     *s_is_contiguous, *s_stride, *s_untyped_storage, *s_busy, *s_count, *s_written_at, *s_out, *s_inplace, *s_writer,
-    *s_open_step, *s_add_journaled, *s_limit, *s_grad_fn, *s_register_hook, *s_acquire, *s_release;
+    *s_open_step, *s_add_journaled, *s_add_waiting, *s_limit, *s_grad_fn, *s_register_hook, *s_acquire, *s_release;
 
 /* What configure() gave: torch's own descriptors of the tensor attributes read per call (each read then skips
  * the lookup by name, which costs a dict lookup per class in the MRO and one in the tensor's __dict__), and
@@ -149,6 +153,7 @@ PyMODINIT_FUNC PyInit__lane(void) {
     INTERN(s_writer, "writer")
     INTERN(s_open_step, "open_step")
     INTERN(s_add_journaled, "add_journaled")
+    INTERN(s_add_waiting, "add_waiting")
     INTERN(s_limit, "limit")
     INTERN(s_grad_fn, "grad_fn")
     INTERN(s_register_hook, "register_hook")
@@ -162,9 +167,9 @@ PyMODINIT_FUNC PyInit__lane(void) {
     /* The recorder's state this file reads and writes by attribute name, by owner: lane.py checks the objects
      * against it before the lane is used, so a rename on the Python side turns the lane off with a message
      * instead of changing what it does.  Bump INTERFACE_VERSION with any change here. */
-    PyObject *interface = Py_BuildValue("{s:(s),s:(ss),s:(ss),s:(ss),s:(s)}", "state", "busy", "log", "count",
+    PyObject *interface = Py_BuildValue("{s:(s),s:(ss),s:(ss),s:(ss),s:(ss)}", "state", "busy", "log", "count",
                                         "written_at", "overflow", "count", "limit", "collector", "writer",
-                                        "open_step", "writer", "add_journaled");
+                                        "open_step", "writer", "add_journaled", "add_waiting");
     if (interface == NULL || PyModule_AddObjectRef(created, "Summaries", (PyObject *)&SummariesType) < 0 ||
         PyModule_AddObjectRef(created, "Lane", (PyObject *)&LaneType) < 0 ||
         PyModule_AddIntConstant(created, "INTERFACE_VERSION", LANE_INTERFACE_VERSION) < 0 ||

@@ -46,6 +46,9 @@ typedef struct {
     /* the recorder's RLock, held for the tool's own work on a call (never while the call itself runs), so that
      * threads recording at once (backward hooks on a device's threads) keep its state whole; or None */
     PyObject *lock;
+    /* device tensors' summaries, their statistics waiting in the batch (a token in the text until it is read back,
+     * see msprobe.core.dump.waiting): a Summaries made with measure and rest; NULL: none */
+    Summaries *waiting;
 } Lane;
 
 #define LANE_OBJECTS(X)                                                                                            \
@@ -60,19 +63,19 @@ static int lane_init(Lane *self, PyObject *args, PyObject *kwargs) {
                             "grad_enabled", "graph_task_id", "module_stack", "no_parent", "stack", "collector",
                             "encode_value", "encode_outputs", "overwritten", "report", "watch", "backward",
                             "overflow", "overflowed", "nonfinite", "screen_kinds", "kernels", "parameter_type",
-                            "nodes_of", "handoff", "late_backward", "lock", "journal", NULL};
+                            "nodes_of", "handoff", "late_backward", "lock", "journal", "waiting", NULL};
     PyObject *summaries, *tensor_type, *log, *slow, *state, *counts, *classify, *grad_enabled, *graph_task_id,
         *module_stack, *no_parent, *stack, *collector, *encode_value, *encode_outputs, *overwritten, *report, *watch;
     PyObject *overflow = Py_None, *overflowed = Py_None, *nonfinite = Py_None, *screen_kinds = Py_None,
              *capsule = Py_None, *parameter_type = Py_None, *nodes_of = Py_None, *handoff = Py_None,
-             *late_backward = Py_None, *lock = Py_None, *journal = Py_None;
+             *late_backward = Py_None, *lock = Py_None, *journal = Py_None, *waiting = Py_None;
     int with_values, backward;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OpOO!OOO!OOOOOOOOOOOOp|$OOOOOOOOOOO", names, &summaries, &with_values,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OpOO!OOO!OOOOOOOOOOOOp|$OOOOOOOOOOOO", names, &summaries, &with_values,
                                      &log, &PyType_Type, &tensor_type, &slow, &state, &PyDict_Type, &counts, &classify,
                                      &grad_enabled, &graph_task_id, &module_stack, &no_parent, &stack, &collector,
                                      &encode_value, &encode_outputs, &overwritten, &report, &watch, &backward,
                                      &overflow, &overflowed, &nonfinite, &screen_kinds, &capsule, &parameter_type,
-                                     &nodes_of, &handoff, &late_backward, &lock, &journal))
+                                     &nodes_of, &handoff, &late_backward, &lock, &journal, &waiting))
         return -1;
     self->journal = NULL;
     if (journal != Py_None) { /* without it every entry goes through the writer's add_journaled */
@@ -96,6 +99,11 @@ static int lane_init(Lane *self, PyObject *args, PyObject *kwargs) {
         PyErr_SetString(PyExc_TypeError, "summaries must be a Summaries or None");
         return -1;
     }
+    if (waiting != Py_None && (!PyObject_TypeCheck(waiting, &SummariesType) || ((Summaries *)waiting)->measure == Py_None)) {
+        PyErr_SetString(PyExc_TypeError, "waiting must be a Summaries made with measure and rest, or None");
+        return -1;
+    }
+    Py_XSETREF(self->waiting, waiting == Py_None ? NULL : (Summaries *)Py_NewRef(waiting));
     if (module_stack != Py_None && !PyList_Check(module_stack)) {
         PyErr_SetString(PyExc_TypeError, "module_stack must be a list or None");
         return -1;
@@ -142,6 +150,7 @@ static int lane_traverse(Lane *self, visitproc visit, void *arg) {
     LANE_OBJECTS(VISIT)
 #undef VISIT
     Py_VISIT(self->summaries);
+    Py_VISIT(self->waiting);
     return 0;
 }
 
@@ -150,6 +159,7 @@ static int lane_clear_refs(Lane *self) {
     LANE_OBJECTS(CLEAR)
 #undef CLEAR
     Py_CLEAR(self->summaries);
+    Py_CLEAR(self->waiting);
     Py_CLEAR(self->tensor_type);
     Py_CLEAR(self->parameter_type);
     return 0;
@@ -211,6 +221,10 @@ static int encode_value(Lane *self, Text *out, PyObject *value, Where *where, Py
     if (PyObject_TypeCheck(value, self->tensor_type)) {
         if (self->summaries != NULL) {
             int done = summary_into(self->summaries, value, out);
+            if (done) return done < 0 ? -1 : 0;
+        }
+        if (self->waiting != NULL) {
+            int done = waiting_into(self->waiting, value, out);
             if (done) return done < 0 ? -1 : 0;
         }
         return encode_generally(self, out, value, where, leaf);
@@ -446,14 +460,17 @@ static int record_entry(Lane *self, PyObject *name, Text *entry, PyObject *stack
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "an entry's name or parent cannot be written as JSON");
     } else if ((text = text_str(entry)) != NULL) {
         PyObject *stack_text = stack != NULL ? stack : Py_None;
-        int done = self->journal == NULL
+        /* a token (msprobe.core.dump.waiting) stands for a value still on a device: the entry waits for it */
+        int waits = memchr(entry->data, '\x01', (size_t)entry->len) != NULL;
+        int done = self->journal == NULL || waits
                        ? 0
                        : self->journal->add_journaled(writer, name, name_text, text, stack_text, parent_text);
         if (done > 0) {
             result = Py_NewRef(Py_None);
         } else if (done == 0) {
             PyObject *call[] = {writer, name, name_text, text, stack_text, parent_text};
-            result = PyObject_VectorcallMethod(s_add_journaled, call, 6, NULL); /* no offset flag: call[-1] is not ours */
+            /* no offset flag: call[-1] is not ours */
+            result = PyObject_VectorcallMethod(waits ? s_add_waiting : s_add_journaled, call, 6, NULL);
         }
     }
     Py_XDECREF(name_text);

@@ -15,6 +15,7 @@ typedef struct {
     PyObject *dtype, *shape;
     PyObject *prefix; /* bytes: the summary's JSON up to requires_grad's value */
     PyObject *suffix; /* bytes: what follows requires_grad's value (the md5 key, when asked for) and the brace */
+    PyObject *waiting; /* a device tensor's: its statistics in the batch (BatchedStats); NULL for a CPU one's */
 } Cached;
 
 static void cached_dealloc(Cached *self) {
@@ -25,6 +26,7 @@ static void cached_dealloc(Cached *self) {
     Py_XDECREF(self->shape);
     Py_XDECREF(self->prefix);
     Py_XDECREF(self->suffix);
+    Py_XDECREF(self->waiting);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -47,14 +49,25 @@ typedef struct {
     PyObject *float32, *float64;
     const KernelsAPI *kernels;
     PyObject *checksum; /* checksum(tensor) -> its CRC-32 as 8 hex digits (summary_mode md5), or None */
+    /* device tensors (see waiting_into): measure(tensor) -> its statistics waiting in the batch, or None for a
+     * tensor the general way summarizes; rest(stats, requires_grad) -> the summary's text from its statistics
+     * on (a token until the batch is read back).  Both None: CPU tensors (summary_into). */
+    PyObject *measure, *rest;
 } Summaries;
 
 static int summaries_init(Summaries *self, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"log", "tensor_type", "parameter_type", "float32", "float64", "kernels", "checksum", NULL};
-    PyObject *log, *tensor_type, *parameter_type, *float32, *float64, *capsule, *checksum = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O!OOO|$O", names, &log, &PyType_Type, &tensor_type,
-                                     &PyType_Type, &parameter_type, &float32, &float64, &capsule, &checksum))
+    static char *names[] = {"log",      "tensor_type", "parameter_type", "float32", "float64",
+                            "kernels",  "checksum",    "measure",        "rest",    NULL};
+    PyObject *log, *tensor_type, *parameter_type, *float32, *float64, *capsule, *checksum = Py_None,
+                                                                                  *measure = Py_None, *rest = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O!OOO|$OOO", names, &log, &PyType_Type, &tensor_type,
+                                     &PyType_Type, &parameter_type, &float32, &float64, &capsule, &checksum, &measure,
+                                     &rest))
         return -1;
+    if ((measure == Py_None) != (rest == Py_None)) {
+        PyErr_SetString(PyExc_TypeError, "measure and rest come together");
+        return -1;
+    }
     const KernelsAPI *kernels = PyCapsule_GetPointer(capsule, "msprobe.core.dump._kernels._C_API");
     if (kernels == NULL) return -1;
     if (kernels->version < 1) {
@@ -76,6 +89,8 @@ static int summaries_init(Summaries *self, PyObject *args, PyObject *kwargs) {
     Py_XSETREF(self->float64, float64);
     Py_INCREF(checksum);
     Py_XSETREF(self->checksum, checksum);
+    Py_XSETREF(self->measure, Py_NewRef(measure));
+    Py_XSETREF(self->rest, Py_NewRef(rest));
     self->kernels = kernels;
     return 0;
 }
@@ -84,6 +99,8 @@ static int summaries_traverse(Summaries *self, visitproc visit, void *arg) {
     Py_VISIT(self->entries);
     Py_VISIT(self->log);
     Py_VISIT(self->checksum);
+    Py_VISIT(self->measure);
+    Py_VISIT(self->rest);
     return 0;
 }
 
@@ -95,6 +112,8 @@ static int summaries_clear_refs(Summaries *self) {
     Py_CLEAR(self->float32);
     Py_CLEAR(self->float64);
     Py_CLEAR(self->checksum);
+    Py_CLEAR(self->measure);
+    Py_CLEAR(self->rest);
     return 0;
 }
 
@@ -234,39 +253,103 @@ static PyObject *summary_suffix(Summaries *self, PyObject *tensor) {
     return suffix;
 }
 
+/* The cached parts of ``tensor``'s summary where they still hold: 1 with ``*prefix`` and ``*rest`` set (new
+ * references: the suffix, or the waiting statistics), 0 with none (``*key`` and ``*version`` are set for remember
+ * then), -1 on error. 0 with ``*key`` NULL declines: a subclass (its values kept elsewhere), or a RuntimeError
+ * from torch (measured the general way). */
+static int look_up(Summaries *self, PyObject *tensor, PyObject **key, long long *version, PyObject **prefix,
+                   PyObject **rest) {
+    *key = *prefix = *rest = NULL;
+    PyTypeObject *type = Py_TYPE(tensor);
+    if (type != self->tensor_type && type != self->parameter_type) return 0;
+    PyObject *version_object = ATTRIBUTE(tensor, version);
+    if (version_object == NULL) return decline_runtime_error(); /* inference mode: no version counter */
+    *version = PyLong_AsLongLong(version_object);
+    Py_DECREF(version_object);
+    if (*version == -1 && PyErr_Occurred()) return -1;
+    if ((*key = PyLong_FromVoidPtr(tensor)) == NULL) return -1;
+    Cached *cached = (Cached *)PyDict_GetItemWithError(self->entries, *key);
+    int holds = 0;
+    if (cached != NULL) {
+        Py_INCREF(cached); /* held while torch's and the log's Python run in still_holds */
+        holds = still_holds(self, cached, tensor, *version);
+        if (holds > 0) {
+            *prefix = Py_NewRef(cached->prefix);
+            *rest = Py_NewRef(cached->waiting != NULL ? cached->waiting : cached->suffix);
+            Py_DECREF(cached);
+            return 1;
+        }
+        Py_DECREF(cached);
+    } else if (PyErr_Occurred()) {
+        holds = -1;
+    }
+    if (holds == 0) return 0;
+    Py_CLEAR(*key); /* the caller has nothing to release */
+    return decline_runtime_error();
+}
+
+/* Keeps the summary's parts for ``tensor`` under ``key`` where it can: a tensor with no storage of its own, or
+ * refusing weak references, is measured each time.  Takes nothing from the caller; 0, or -1 on error. */
+static int remember(Summaries *self, PyObject *key, PyObject *tensor, long long version, unsigned long long data,
+                    PyObject *dtype, PyObject *shape, PyObject *prefix, PyObject *suffix, PyObject *waiting) {
+    PyObject *storage = storage_address(tensor);
+    if (storage == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *ref = PyWeakref_NewRef(tensor, NULL);
+    if (ref == NULL) {
+        Py_DECREF(storage);
+        if (!PyErr_ExceptionMatches(PyExc_TypeError)) return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    Cached *fresh = PyObject_New(Cached, &CachedType);
+    if (fresh == NULL) {
+        Py_DECREF(storage);
+        Py_DECREF(ref);
+        return -1;
+    }
+    fresh->writes = PyObject_GetAttr(self->log, s_count);
+    fresh->ref = ref;
+    fresh->version = version;
+    fresh->data = data;
+    fresh->storage = storage;
+    fresh->dtype = Py_NewRef(dtype);
+    fresh->shape = Py_NewRef(shape);
+    fresh->prefix = Py_NewRef(prefix);
+    fresh->suffix = Py_XNewRef(suffix);
+    fresh->waiting = Py_XNewRef(waiting);
+    int status = fresh->writes == NULL || PyDict_SetItem(self->entries, key, (PyObject *)fresh) < 0 ? -1 : 0;
+    Py_DECREF(fresh);
+    return status;
+}
+
+/* The summary's text up to its statistics: '{"type":"torch.Tensor","dtype":"<name>","shape":[<sizes>],' (new
+ * bytes), or NULL with an error set. */
+static PyObject *summary_head(PyObject *dtype_name, PyObject *shape) {
+    Text head;
+    text_init(&head);
+    int failed = TEXT_ADD(&head, "{\"type\":\"torch.Tensor\",\"dtype\":") < 0 ||
+                 text_json_string(&head, dtype_name) != 1 || TEXT_ADD(&head, ",\"shape\":[") < 0;
+    for (Py_ssize_t i = 0; !failed && i < PyTuple_GET_SIZE(shape); i++)
+        failed = (i && TEXT_ADD(&head, ",") < 0) || text_ll(&head, PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i))) < 0;
+    failed = failed || TEXT_ADD(&head, "],") < 0;
+    PyObject *bytes = failed ? NULL : PyBytes_FromStringAndSize(head.data, head.len);
+    text_free(&head);
+    if (bytes == NULL && !PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a dtype's name cannot be written as JSON");
+    return bytes;
+}
+
 /* Appends a plain CPU float tensor's summary (as TensorSummarizer's general path writes it) and returns 1;
  * returns 0, appending nothing, for any other tensor (the caller goes the general way); -1 on error. */
 static int summary_into(Summaries *self, PyObject *tensor, Text *out) {
-    PyTypeObject *type = Py_TYPE(tensor);
-    if (type != self->tensor_type && type != self->parameter_type) return 0; /* subclasses keep values elsewhere */
-    PyObject *version_object = ATTRIBUTE(tensor, version);
-    if (version_object == NULL) return decline_runtime_error(); /* inference mode: no version counter */
-    long long version = PyLong_AsLongLong(version_object);
-    Py_DECREF(version_object);
-    if (version == -1 && PyErr_Occurred()) return -1;
-    PyObject *key = PyLong_FromVoidPtr(tensor);
-    if (key == NULL) return -1;
-    Cached *cached = (Cached *)PyDict_GetItemWithError(self->entries, key);
-    int status = 0;
-    PyObject *prefix = NULL, *suffix = NULL, *dtype = NULL, *shape = NULL, *storage = NULL, *ref = NULL, *flag;
-    if (cached != NULL) {
-        Py_INCREF(cached); /* held while torch's and the log's Python run in still_holds */
-        int holds = still_holds(self, cached, tensor, version);
-        if (holds > 0) {
-            prefix = Py_NewRef(cached->prefix);
-            suffix = Py_NewRef(cached->suffix);
-            Py_DECREF(cached);
-            goto write;
-        }
-        Py_DECREF(cached);
-        if (holds < 0) {
-            status = decline_runtime_error();
-            goto done;
-        }
-    } else if (PyErr_Occurred()) {
-        status = -1;
-        goto done;
-    }
+    PyObject *key, *prefix, *suffix, *dtype = NULL, *shape = NULL, *head = NULL, *flag;
+    long long version;
+    int status = look_up(self, tensor, &key, &version, &prefix, &suffix);
+    if (status < 0 || key == NULL) return status;
+    if (status > 0) goto write;
     dtype = ATTRIBUTE(tensor, dtype);
     if (dtype == NULL) goto fail;
     char kind = dtype == self->float32 ? 'f' : dtype == self->float64 ? 'd' : 0;
@@ -283,54 +366,20 @@ static int summary_into(Summaries *self, PyObject *tensor, Text *out) {
         stats[0] = stats[1] = stats[2] = stats[3] = value;
     } else if (!self->kernels->float_stats((const void *)(uintptr_t)data, count, kind, stats))
         goto done; /* an inf or nan: the general way adds the *_except_inf_nan pair */
+    PyObject *name = PyUnicode_FromString(kind == 'f' ? "torch.float32" : "torch.float64");
+    head = name != NULL ? summary_head(name, shape) : NULL;
+    Py_XDECREF(name);
+    if (head == NULL) goto fail;
     Text summary;
     text_init(&summary);
-    int failed = TEXT_ADD(&summary, "{\"type\":\"torch.Tensor\",\"dtype\":\"") < 0 ||
-                 (kind == 'f' ? TEXT_ADD(&summary, "torch.float32") : TEXT_ADD(&summary, "torch.float64")) < 0 ||
-                 TEXT_ADD(&summary, "\",\"shape\":[") < 0;
-    for (Py_ssize_t i = 0; !failed && i < PyTuple_GET_SIZE(shape); i++)
-        failed = (i && TEXT_ADD(&summary, ",") < 0) ||
-                 text_ll(&summary, PyLong_AsLongLong(PyTuple_GET_ITEM(shape, i))) < 0;
-    static const char *const labels[4] = {"],\"Max\":", ",\"Min\":", ",\"Mean\":", ",\"Norm\":"};
-    failed = failed || text_doubles(&summary, stats, 4, labels) < 0;
-    failed = failed || TEXT_ADD(&summary, ",\"requires_grad\":") < 0;
+    static const char *const labels[4] = {"\"Max\":", ",\"Min\":", ",\"Mean\":", ",\"Norm\":"};
+    int failed = text_add(&summary, PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head)) < 0 ||
+                 text_doubles(&summary, stats, 4, labels) < 0 || TEXT_ADD(&summary, ",\"requires_grad\":") < 0;
     if (!failed) prefix = PyBytes_FromStringAndSize(summary.data, summary.len);
     text_free(&summary);
     if (prefix == NULL) goto fail;
     suffix = summary_suffix(self, tensor);
-    if (suffix == NULL) goto fail;
-    /* cached where it can be: a tensor with no storage of its own, or refusing weak references, is measured each time */
-    storage = storage_address(tensor);
-    if (storage == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_Exception)) goto fail;
-        PyErr_Clear();
-        goto write;
-    }
-    ref = PyWeakref_NewRef(tensor, NULL);
-    if (ref == NULL) {
-        if (!PyErr_ExceptionMatches(PyExc_TypeError)) goto fail;
-        PyErr_Clear();
-        goto write;
-    }
-    Cached *fresh = PyObject_New(Cached, &CachedType);
-    if (fresh == NULL) goto fail;
-    fresh->writes = PyObject_GetAttr(self->log, s_count);
-    fresh->ref = ref;
-    fresh->version = version;
-    fresh->data = data;
-    fresh->storage = storage;
-    fresh->dtype = dtype;
-    fresh->shape = shape;
-    fresh->prefix = prefix;
-    Py_INCREF(prefix);
-    fresh->suffix = suffix;
-    Py_INCREF(suffix);
-    ref = storage = dtype = shape = NULL; /* now the entry's */
-    if (fresh->writes == NULL || PyDict_SetItem(self->entries, key, (PyObject *)fresh) < 0) {
-        Py_DECREF(fresh);
-        goto fail;
-    }
-    Py_DECREF(fresh);
+    if (suffix == NULL || remember(self, key, tensor, version, data, dtype, shape, prefix, suffix, NULL) < 0) goto fail;
 write:
     flag = ATTRIBUTE(tensor, requires_grad);
     if (flag == NULL) goto fail;
@@ -347,17 +396,65 @@ done:
     Py_DECREF(key);
     Py_XDECREF(prefix);
     Py_XDECREF(suffix);
+    Py_XDECREF(head);
     Py_XDECREF(dtype);
     Py_XDECREF(shape);
-    Py_XDECREF(storage);
-    Py_XDECREF(ref);
+    return status;
+}
+
+/* Appends a device tensor's summary, its statistics waiting in the batch (``measure`` puts them there, ``rest``
+ * writes them: a token until the batch is read back), and returns 1; 0, appending nothing, for a tensor
+ * ``measure`` leaves to the general way; -1 on error.  The text up to the statistics and the batch's row are
+ * cached by the rule of summary_into. */
+static int waiting_into(Summaries *self, PyObject *tensor, Text *out) {
+    PyObject *key, *prefix, *stats, *dtype = NULL, *shape = NULL, *name = NULL, *rest = NULL, *flag;
+    long long version;
+    int status = look_up(self, tensor, &key, &version, &prefix, &stats);
+    if (status < 0 || key == NULL) return status;
+    if (status > 0) goto write;
+    stats = PyObject_CallOneArg(self->measure, tensor);
+    if (stats == NULL) goto fail;
+    if (stats == Py_None) goto done;
+    dtype = ATTRIBUTE(tensor, dtype);
+    shape = dtype != NULL ? ATTRIBUTE(tensor, shape) : NULL;
+    name = shape != NULL ? PyObject_Str(dtype) : NULL;
+    if (name == NULL) goto fail;
+    if (!PyTuple_Check(shape)) goto done;
+    unsigned long long data;
+    if ((prefix = summary_head(name, shape)) == NULL || unsigned_of(METHOD(tensor, data_ptr), &data) < 0 ||
+        remember(self, key, tensor, version, data, dtype, shape, prefix, NULL, stats) < 0)
+        goto fail;
+write:
+    flag = ATTRIBUTE(tensor, requires_grad);
+    if (flag == NULL) goto fail;
+    rest = PyObject_CallFunctionObjArgs(self->rest, stats, flag, NULL);
+    Py_DECREF(flag);
+    if (rest == NULL) goto fail;
+    if (!PyUnicode_Check(rest)) {
+        PyErr_SetString(PyExc_TypeError, "rest must return a str");
+        goto fail;
+    }
+    status = text_add(out, PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix)) < 0 || text_unicode(out, rest) < 0
+                 ? -1
+                 : 1;
+    goto done;
+fail:
+    status = decline_runtime_error();
+done:
+    Py_DECREF(key);
+    Py_XDECREF(prefix);
+    Py_XDECREF(stats);
+    Py_XDECREF(rest);
+    Py_XDECREF(name);
+    Py_XDECREF(dtype);
+    Py_XDECREF(shape);
     return status;
 }
 
 static PyObject *summaries_text(Summaries *self, PyObject *tensor) {
     Text out;
     text_init(&out);
-    int status = summary_into(self, tensor, &out);
+    int status = self->measure != Py_None ? waiting_into(self, tensor, &out) : summary_into(self, tensor, &out);
     PyObject *result = status < 0 ? NULL : status == 0 ? Py_NewRef(Py_None) : text_str(&out);
     text_free(&out);
     return result;

@@ -10,22 +10,28 @@ from __future__ import annotations
 import logging
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
+import orjson
 import torch
 
 from msprobe.core.dump.checksum import crc32_hex as checksum_hex
 from msprobe.core.dump.numbers import json_number
+from msprobe.core.dump.waiting import PLACEHOLDERS
+from msprobe.core.dump.writer import RawJSON, encode_json, for_orjson
 from msprobe.core.switches import number, switched_on
 from msprobe.pytorch import func_transforms
 from msprobe.pytorch.dump import measuring
+from msprobe.pytorch.dump.measuring import PendingStat
 
 logger = logging.getLogger(__name__)
 
 FORCE_DEVICE_PATH = switched_on("MSPROBE_FORCE_DEVICE_PATH")  # CPU tensors measured as device tensors are
 STATS_BATCH = number("MSPROBE_STATS_BATCH", 256)  # device tensors whose statistics are read back together
 CHECKSUM_BATCH_BYTES = 256 * 2**20  # md5 on a device: at most this many bytes joined for one transfer
+_NO_EXTREMES: Mapping[str, Any] = MappingProxyType({})  # finite extremes: no *_except_inf_nan keys
 _graph_task_id = getattr(torch._C, "_current_graph_task_id", lambda: -1)  # -1 outside a backward pass
 
 
@@ -37,13 +43,37 @@ def _queue_backward_callback(callback: Callable[[], None]) -> None:
 class BatchedStats:
     """One device tensor's four statistics, waiting in their row of a :class:`DeviceBatch`'s buffer."""
 
-    __slots__ = ("batch", "data", "extremes", "holders", "place", "row", "values")
+    __slots__ = ("batch", "data", "extremes", "holders", "place", "row", "texts", "values")
 
     def __init__(self, batch: DeviceBatch, place: tuple, row: int, data: torch.Tensor):
+        # few objects per tensor: each one made is garbage-collector work in a process that holds many
         self.batch, self.place, self.row, self.data = batch, place, row, data  # place: the buffer's device, dtype
         self.values: list | None = None
-        self.holders: list[dict[str, Any]] = []  # the summaries showing them: they get *_except_inf_nan keys
-        self.extremes: dict[str, Any] = {}
+        self.holders: list[dict[str, Any]] | None = None  # summary dicts showing them: they get the extremes
+        self.extremes: Mapping[str, Any] = _NO_EXTREMES
+        self.texts: tuple[str, str] | None = None  # the four as summary members, and the extremes (see members)
+
+    def pending(self) -> dict[str, Any]:
+        """The four as a summary's values, each read with the batch when first asked for."""
+        return {"Max": PendingStat(self, 0), "Min": PendingStat(self, 1), "Mean": PendingStat(self, 2),
+                "Norm": PendingStat(self, 3)}  # fmt: skip
+
+    def hold(self, summary: dict[str, Any]) -> None:
+        """``summary`` shows these statistics: it gets the extremes' keys if the read-back finds inf or nan."""
+        if self.holders is None:
+            self.holders = []
+        self.holders.append(summary)
+
+    def members(self) -> tuple[str, str]:
+        """``"Max":..,"Min":..,"Mean":..,"Norm":..`` and the extremes' members to follow ``requires_grad`` (empty
+        for finite extremes), as the writer encodes a summary's values; made once for all the summaries."""
+        if self.texts is None:
+            if self.values is None:
+                self.batch.read_back()
+            four = ",".join(f'"{key}":{encode_json(value)}' for key, value in zip(_FOUR, self.values))
+            extremes = "".join(f",{encode_json(key)}:{encode_json(value)}" for key, value in self.extremes.items())
+            self.texts = (four, extremes)
+        return self.texts
 
     def value(self, index: int) -> Any:
         if self.values is None:
@@ -59,12 +89,12 @@ class BatchedStats:
             extremes = measuring.extremes_except_inf_nan(self.data, maximum, minimum)
             self.extremes = extremes = {key: json_number(value) for key, value in extremes.items()}
             self.batch.reads += 1
-            for holder in self.holders:
+            for holder in self.holders or ():
                 later = {key: holder.pop(key) for key in ("md5", "data_name") if key in holder}
                 holder.update(extremes)  # after requires_grad, before md5, as the direct path writes them
                 holder.update(later)
         self.data = None
-        self.holders = []
+        self.holders = None
 
 
 class BatchedSum:
@@ -210,7 +240,8 @@ class DeviceBatch:
         self._added()
         return item
 
-    def measure(self, tensor: torch.Tensor) -> dict[str, Any]:
+    def measure_stats(self, tensor: torch.Tensor) -> BatchedStats:
+        """The reductions of ``tensor`` into the next row of its buffer, read back with the batch."""
         held = data = tensor.detach()
         if data.dtype not in measuring.MEASURED_AS_IS:
             data = data.float()  # a temporary: the batch holds the tensor itself, never this copy (bf16: 2x)
@@ -234,7 +265,11 @@ class DeviceBatch:
         stats = BatchedStats(self, place, row, held)
         self.pending.append(stats)
         self._added()
-        return {key: measuring.PendingStat(stats, index) for index, key in enumerate(("Max", "Min", "Mean", "Norm"))}
+        return stats
+
+    def measure(self, tensor: torch.Tensor) -> dict[str, Any]:
+        """``measure_stats`` as a summary's four values."""
+        return self.measure_stats(tensor).pending()
 
     def _added(self) -> None:
         if self.waiting() >= self.limit:
@@ -409,3 +444,102 @@ def summable_later(tensor: torch.Tensor) -> bool:
 
 
 SCREENED_BY_SUM = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+_FOUR = ("Max", "Min", "Mean", "Norm")
+
+
+class StatsAndFlag:
+    """The token's value in a waiting summary written whole (TensorSummarizer.waiting_summary): the four
+    statistics, ``requires_grad``, and the extremes, in the order of the summary's keys."""
+
+    __slots__ = ("flag", "stats")
+
+    def __init__(self, stats: BatchedStats, flag: bool):
+        self.stats, self.flag = stats, flag
+
+    def json_text(self) -> str:
+        four, extremes = self.stats.members()
+        return f'{four},"requires_grad":{"true" if self.flag else "false"}{extremes}'
+
+    def resolve(self) -> RawJSON:
+        return RawJSON(self.json_text())
+
+
+def summary_rest(stats: BatchedStats, requires_grad: bool) -> str:
+    """A waiting summary's text from its statistics to its end (see lane.waiting_summaries): a token for them
+    until the batch is read back, their text after."""
+    values = StatsAndFlag(stats, requires_grad)
+    return (PLACEHOLDERS.token(values) if stats.values is None else values.json_text()) + "}"
+
+
+class _FlagThenExtremes:
+    """A waiting summary's ``requires_grad`` and, after it, the ``*_except_inf_nan`` pair its read-back may add:
+    the place where the direct path's summary has them."""
+
+    __slots__ = ("flag", "stats")
+
+    def __init__(self, flag: bool, stats: BatchedStats):
+        self.flag, self.stats = flag, stats
+
+    def resolve(self) -> RawJSON:
+        return RawJSON(("true" if self.flag else "false") + self.extremes().text)
+
+    def extremes(self) -> RawJSON:
+        """The pair as members to follow ``requires_grad`` (none for finite extremes), read back if need be."""
+        return RawJSON(self.stats.members()[1])
+
+
+class _ExtremesAfterFlag:
+    """The token's value after a waiting ``requires_grad``: its extremes alone (see ``_FlagThenExtremes``)."""
+
+    __slots__ = ("owner",)
+
+    def __init__(self, owner: _FlagThenExtremes):
+        self.owner = owner
+
+    def resolve(self) -> RawJSON:
+        return self.owner.extremes()
+
+
+def _waiting_summaries(value: Any, depth: int = 0) -> None:
+    """Give each summary in ``value`` whose statistics wait in a batch its place for the extremes (in place)."""
+    if isinstance(value, dict):
+        first = value.get("Max")
+        if isinstance(first, measuring.PendingStat) and isinstance(first.stats, BatchedStats):
+            if first.stats.values is None and "requires_grad" in value:
+                value["requires_grad"] = _FlagThenExtremes(value["requires_grad"], first.stats)
+            return
+        children = value.values()
+    elif isinstance(value, (list, tuple)):
+        children = value
+    else:
+        return
+    if depth < 32:  # as deep as the encoder goes
+        for child in children:
+            _waiting_summaries(child, depth + 1)
+
+
+def _token_for_waiting(value: Any) -> Any:
+    """orjson's ``default`` for an entry written before its batch is read: a value still on the device becomes
+    a token (msprobe.core.dump.waiting); anything else as the writer encodes it."""
+    if isinstance(value, measuring.PendingStat):
+        if isinstance(value.stats, BatchedStats) and value.stats.values is None:
+            return orjson.Fragment(PLACEHOLDERS.token(value))
+    elif isinstance(value, _FlagThenExtremes):
+        if value.stats.values is None:
+            return orjson.Fragment(("true" if value.flag else "false") + PLACEHOLDERS.token(_ExtremesAfterFlag(value)))
+        return value.resolve()
+    elif isinstance(value, BatchedChecksum) and value.text is None and value.data is not None:
+        return orjson.Fragment(PLACEHOLDERS.token(value))
+    return for_orjson(value)
+
+
+def waiting_json(value: Any) -> str:
+    """An entry's value as JSON text now, with a token for each statistic or checksum still on a device (the
+    per-call path in C writes the entry, which waits in the writer for its batch's read-back)."""
+    _waiting_summaries(value)
+    try:
+        return orjson.dumps(value, default=_token_for_waiting).decode()
+    except TypeError:  # what orjson refuses (an integer beyond 64 bits): encoded as the writer does, values read
+        return encode_json(value)

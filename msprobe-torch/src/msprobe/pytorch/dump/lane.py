@@ -18,6 +18,17 @@ for the rest, one value at a time; a call's backward record is the
 recorder's (``watch_backward``), and a call made while backward runs goes
 to the recorder whole.
 
+With device statistics read back in batches (``device_batch``; CUDA, NPU,
+or ``MSPROBE_FORCE_DEVICE_PATH=1``) an entry is written while its tensors'
+statistics are still on the device: each such value is a token in its
+text (msprobe.core.dump.waiting) and the entry waits in the writer
+(``DumpWriter.add_waiting``) until the batch is read back. A plain
+tensor's statistics summary is written here (``waiting_summaries``: its
+text cached as the quick texts are, one token for the statistics); other
+values come through ``waiting_json``. The
+overflow check and the flight recorder decide on values as a call ends, so
+with a device batch they stay on the Python path.
+
 The extension is optional: without a C compiler at install time (or with
 ``MSPROBE_NO_LANE=1``) every call goes the Python way.
 """
@@ -35,7 +46,7 @@ import torch
 from msprobe.core.dump import float_stats
 from msprobe.core.dump.writer import NO_PARENT, encode_json, journal_c_api
 from msprobe.core.switches import switched_off
-from msprobe.pytorch.dump import grad_taps
+from msprobe.pytorch.dump import device_batch, grad_taps
 
 try:
     from msprobe.pytorch.dump import _lane
@@ -46,7 +57,7 @@ logger = logging.getLogger(__name__)
 
 # The _lane.c this module is written for: it reads and writes the recorder's state by attribute name
 # (_lane.INTERFACE lists them by owner), so both sides change together and bump this number.
-INTERFACE_VERSION = 4
+INTERFACE_VERSION = 5
 
 if switched_off("MSPROBE_NO_LANE"):
     _lane = None
@@ -106,6 +117,22 @@ def summaries(log: Any, checksum: Callable[[torch.Tensor], str] | None = None) -
     )
 
 
+def waiting_summaries(
+    log: Any,
+    measure: Callable[[torch.Tensor], Any],
+    rest: Callable[[Any, bool], str],
+) -> Any:
+    """The C cache of device tensors' summaries whose statistics wait in the batch: the text up to the statistics
+    cached as the quick texts are, ``measure(tensor)`` (its statistics into the batch, or None for the general
+    way) on a miss, ``rest(stats, requires_grad)`` for the text from the statistics on. None where it cannot run."""
+    if not (AVAILABLE and float_stats.AVAILABLE):
+        return None
+    return _lane.Summaries(
+        log, torch.Tensor, torch.nn.Parameter, torch.float32, torch.float64, float_stats.c_api(),
+        measure=measure, rest=rest,
+    )  # fmt: skip
+
+
 def eligible(recorder: TorchDumpRecorder) -> bool:
     """Whether every entry the lane would write is the one the recorder writes for this run."""
     config = recorder.session.config
@@ -121,7 +148,9 @@ def eligible(recorder: TorchDumpRecorder) -> bool:
         and recorder.sender is None
         and not config.live_diff  # each call's checksums are compared with the bench's in Python
         and config.summary_mode != "xor"  # the lane writes statistics, not xor checksums
-        and recorder.summarizer.batch is None  # device statistics wait in a batch, entries with them
+        # device statistics wait in a batch, and the entries holding them in the writer (see waiting_json); the
+        # overflow check and the flight recorder decide on values, which must be there when the call ends
+        and (recorder.summarizer.batch is None or (collector.overflow is None and collector.flight is None))
         and recorder.summarizer.cut is None  # request_id and slice: the part is taken in Python
         and not collector.names.active
         and not config.scope
@@ -170,6 +199,8 @@ def make_lane(
             logger.warning("msprobe: the per-call path in C is off: it reads %s, which no longer exist", missing)
         return None
     encoder = collector.encoder
+    # with a device batch, a value still on the device is a token in the entry's text, filled in at read-back
+    to_text = device_batch.waiting_json if summarizer.batch is not None else encode_json
     screening = {}
     if collector.overflow is not None:
         from msprobe.pytorch.dump.measuring import SCREEN_KINDS
@@ -196,8 +227,8 @@ def make_lane(
         no_parent=NO_PARENT,
         stack=recorder.stack,
         collector=collector,
-        encode_value=lambda value, suffix: encode_json(encoder.encode(value, suffix)),
-        encode_outputs=lambda output, prefix: encode_json(encoder.encode_outputs(output, prefix)),
+        encode_value=lambda value, suffix: to_text(encoder.encode(value, suffix)),
+        encode_outputs=lambda output, prefix: to_text(encoder.encode_outputs(output, prefix)),
         overwritten=overwritten,
         report=collector.report_failure,
         watch=recorder.watch_backward,
@@ -208,5 +239,6 @@ def make_lane(
         late_backward=recorder.late_backward_hook if collector.overflow is not None else None,
         lock=recorder.lock,
         journal=journal_c_api(),
+        waiting=summarizer.waiting_texts,
         **screening,
     )

@@ -173,6 +173,15 @@ class TensorSummarizer:
         # only the overflow check's screens wait in the batch; elsewhere the encoder does not ask, call by call
         waits = self.batch is not None and task == "overflow_check"
         self.nonfinite_later = self._nonfinite_later if waits else None
+        # the per-call path in C writes a device tensor's statistics summary with a token for the values still in
+        # the batch, its text cached in C as the quick texts are (see lane.waiting_summaries); md5, files and
+        # cuts take the general way
+        plain = task == "statistics" and not (self.with_crc or self.with_xor or live_diff) and cut is None
+        self.waiting_texts = (
+            lane.waiting_summaries(self.write_log, self._measure_waiting, device_batch.summary_rest)
+            if self.batch is not None and plain
+            else None
+        )
 
     def set_tensor_dir(self, folder: Path | None) -> None:
         self.tensor_dir = folder
@@ -185,6 +194,8 @@ class TensorSummarizer:
         self._cache.clear()
         if self.quick_texts is not None:
             self.quick_texts.clear()
+        if self.waiting_texts is not None:
+            self.waiting_texts.clear()
         self.write_log.clear()
 
     def overwriting(self, tensors: list[Any]) -> None:
@@ -223,7 +234,8 @@ class TensorSummarizer:
         if self.deferred:
             return self._cached("stats", tensor, measuring.measure_deferred)
         if self._batched(tensor):
-            return self._cached("stats", tensor, self.batch.measure)
+            stats = self._cached("stats", tensor, self.batch.measure_stats)
+            return stats.pending() if isinstance(stats, device_batch.BatchedStats) else stats
         return self._cached("stats", tensor, measuring.measure)
 
     def _screen(self, tensor: torch.Tensor) -> dict[str, Any]:
@@ -318,6 +330,13 @@ class TensorSummarizer:
                 return RawJSON(text)
         return unusual.by_kind(tensor, self._summary, self._unusual, data_stem)
 
+    def _measure_waiting(self, tensor: torch.Tensor) -> device_batch.BatchedStats | None:
+        """A plain device tensor's statistics into the batch, for the per-call path in C (which caches them);
+        None for any other tensor (the general way)."""
+        if tensor.is_quantized or not self._batched(tensor):
+            return None
+        return self.batch.measure_stats(tensor)
+
     def _kept_part(self, tensor: torch.Tensor) -> torch.Tensor:
         """The request's rows and the slice (see msprobe.core.dump.cuts); a view, so nothing is copied."""
         if tensor.layout != torch.strided or tensor.is_nested:
@@ -344,7 +363,7 @@ class TensorSummarizer:
         batched = isinstance(waiting, device_batch.BatchedStats)
         if batched:  # its *_except_inf_nan keys, if any, come with the read-back
             if waiting.values is None:
-                waiting.holders.append(summary)
+                waiting.hold(summary)
             else:  # read back already (a cached tensor seen again)
                 summary.update(waiting.extremes)
         if self.with_crc and self.with_stats and has_data:  # a batched tensor's bytes go with the batch
