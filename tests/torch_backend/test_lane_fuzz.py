@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_lane import record_call
 
-from msprobe.pytorch.dump import lane
+from msprobe.core.dump.waiting import PLACEHOLDERS
+from msprobe.pytorch.dump import device_batch, lane
 
 pytestmark = pytest.mark.skipif(not lane.AVAILABLE, reason="built without a C compiler")
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -66,3 +67,19 @@ def test_the_lane_encodes_any_arguments_as_the_python_recorder(tmp_path_factory,
     by_lane = record_call(folder / "lane", True, args, kwargs, output)
     by_python = record_call(folder / "python", False, args, kwargs, output)
     assert json.dumps(by_lane) == json.dumps(by_python)  # as text: a NaN equals itself there
+
+
+@FUZZ
+@given(args=st.lists(values, max_size=4).map(tuple), kwargs=keywords, output=values)
+def test_on_the_device_path_the_lane_encodes_any_arguments_as_the_python_recorder(
+    tmp_path_factory, args, kwargs, output
+):
+    """The same with device statistics in batches (forced on the CPU): the lane writes each tensor's summary
+    with a token for its statistics, filled in at the step's read-back."""
+    folder = tmp_path_factory.mktemp("lane_device")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(device_batch, "FORCE_DEVICE_PATH", True)
+        by_lane = record_call(folder / "lane", True, args, kwargs, output)
+        by_python = record_call(folder / "python", False, args, kwargs, output)
+    assert json.dumps(by_lane) == json.dumps(by_python)
+    assert len(PLACEHOLDERS) == 0  # every token filled in
