@@ -308,7 +308,8 @@ def test_a_failure_inside_the_lane_is_logged_once_and_training_goes_on(tmp_path,
     assert "Functional.layer_norm.0.backward" in data and "Tensor.addcdiv_.0.forward" in data
 
 
-def test_a_value_that_fails_to_encode_costs_its_entry_not_the_call(tmp_path, monkeypatch, caplog):
+def _fail_to_encode_dtypes(monkeypatch) -> None:
+    """The Python encoder, which the lane asks for a torch.dtype, fails on one."""
     from msprobe.core.dump.values import ValueEncoder
 
     original = ValueEncoder.encode
@@ -319,6 +320,10 @@ def test_a_value_that_fails_to_encode_costs_its_entry_not_the_call(tmp_path, mon
         return original(self, value, suffix)
 
     monkeypatch.setattr(ValueEncoder, "encode", failing)
+
+
+def test_a_value_that_fails_to_encode_costs_its_entry_not_the_call(tmp_path, monkeypatch, caplog):
+    _fail_to_encode_dtypes(monkeypatch)
     debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path))
     debugger.start()
     try:
@@ -701,3 +706,40 @@ def test_device_statistics_through_the_lane_are_the_python_ways_byte_for_byte(tm
     assert b"Max_except_inf_nan" in dumps[0]["step1/rank/dump.json"]
     assert not any(b"\x01" in data for name, data in dumps[0].items() if name.endswith(".json"))  # no token left
     assert len(PLACEHOLDERS) == 0  # and none waiting
+
+
+def test_on_the_device_path_an_entry_given_up_lets_go_of_its_tokens(tmp_path, monkeypatch, caplog):
+    """A call whose entry is lost (one of its values fails to encode after a device tensor's summary was written
+    with its token) leaves nothing waiting: the token's value is let go of, and the next calls are whole."""
+    _fail_to_encode_dtypes(monkeypatch)
+    monkeypatch.setattr(device_batch, "FORCE_DEVICE_PATH", True)
+    debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path))
+    debugger.start()
+    try:
+        assert debugger._hooks.lane is not None and debugger._hooks.summarizer.batch is not None
+        with torch.no_grad():
+            base = torch.ones(3)
+            torch.sum(base, dtype=torch.float64)  # the input's summary gets a token; the dtype keyword then fails
+            assert len(PLACEHOLDERS) == 0
+            base.add(1)
+    finally:
+        debugger.stop()
+    debugger.step()
+    assert [r.getMessage() for r in caplog.records if "simulated failure" in r.getMessage()]
+    data = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]
+    assert "Tensor.add.0.forward" in data and not any(name.startswith("Torch.sum.") for name in data)
+    assert data["Tensor.add.0.forward"]["output"][0]["Max"] == 2.0
+    assert len(PLACEHOLDERS) == 0
+
+
+def test_a_value_orjson_refuses_is_encoded_with_its_values_read_and_no_token_left(monkeypatch):
+    """An integer beyond 64 bits beside a device tensor: the text is made the writer's way (values read now),
+    and the tokens of the first try are let go of."""
+    monkeypatch.setattr(device_batch, "FORCE_DEVICE_PATH", True)
+    from msprobe.pytorch.dump import tensors
+
+    summarizer = tensors.TensorSummarizer("statistics", "statistics")
+    value = [summarizer(torch.tensor([1.0, -2.0]), "x"), {"type": "int", "value": 2**70}]
+    text = device_batch.waiting_json(value)
+    assert "\x01" not in text and json.loads(text)[0]["Min"] == -2.0 and json.loads(text)[1]["value"] == 2**70
+    assert len(PLACEHOLDERS) == 0

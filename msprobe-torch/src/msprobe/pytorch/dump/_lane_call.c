@@ -262,6 +262,7 @@ static PyObject *lane_record_call(Lane *self, PyObject *original, PyObject *key,
     PyObject *name = NULL, *output = NULL, *nodes_before = NULL;
     Text entry;
     text_init(&entry);
+    int recorded = 0;
     if (set_busy(self, Py_True) < 0) return NULL;
     int held = 0;
     if (tool_lock(self) < 0) goto leave;
@@ -292,7 +293,10 @@ static PyObject *lane_record_call(Lane *self, PyObject *original, PyObject *key,
         handed = hand_off(self, name, &entry, args, kwargs, stack, parent);
         if (handed < 0) Py_CLEAR(stack); /* reported below, as any failure to record */
     }
-    if (stack != NULL && (handed || record_entry(self, name, &entry, stack, parent) == 0)) result = Py_NewRef(Py_None);
+    if (stack != NULL && (handed || record_entry(self, name, &entry, stack, parent) == 0)) {
+        result = Py_NewRef(Py_None);
+        recorded = 1;
+    }
     Py_XDECREF(stack);
     if (result != NULL && grad_inputs != NULL) { /* its backward entry */
         Py_DECREF(result);
@@ -301,6 +305,7 @@ static PyObject *lane_record_call(Lane *self, PyObject *original, PyObject *key,
     if (result == NULL && report_failure(self, name) < 0) Py_CLEAR(output);
     Py_XDECREF(result);
 leave:
+    if (!recorded) forget_tokens(self, &entry);
     text_free(&entry);
     Py_XDECREF(nodes_before);
     Py_XDECREF(name);
@@ -355,6 +360,7 @@ static PyObject *lane_backward_entry(Lane *self, PyObject *const *args, Py_ssize
         status = TEXT_ADD(&entry, "{}");
     }
     if (status == 0) status = record_entry(self, args[0], &entry, NULL, args[3]);
+    if (status < 0) forget_tokens(self, &entry);
     text_free(&entry);
     if (status < 0) return NULL;
     Py_RETURN_NONE;
@@ -374,6 +380,7 @@ static PyObject *lane_inputs_text(Lane *self, PyObject *const *args, Py_ssize_t 
         /* without the brace that opens the entry (encode_inputs leaves it open: the entry goes on after it) */
         result = self->with_values ? PyUnicode_DecodeUTF8(text.data + 1, text.len - 1, NULL) : PyUnicode_FromString("");
     }
+    if (result == NULL) forget_tokens(self, &text);
     text_free(&text);
     return result;
 }
@@ -411,6 +418,7 @@ static PyObject *lane_module_entry(Lane *self, PyObject *const *args, Py_ssize_t
                      ? -1
                      : 0;
     if (status == 0) status = record_entry(self, name, &entry, args[4] == Py_None ? NULL : args[4], args[5]);
+    if (status < 0) forget_tokens(self, &entry);
     text_free(&entry);
     if (status < 0) return NULL;
     Py_RETURN_NONE;
@@ -443,6 +451,7 @@ static PyObject *lane_grads_entry(Lane *self, PyObject *const *args, Py_ssize_t 
     }
     if (status == 0) status = TEXT_ADD(&entry, "}");
     if (status == 0) status = record_entry(self, args[0], &entry, NULL, self->no_parent);
+    if (status < 0) forget_tokens(self, &entry);
     text_free(&entry);
     if (status < 0) return NULL;
     Py_RETURN_NONE;

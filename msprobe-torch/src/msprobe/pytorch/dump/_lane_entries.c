@@ -49,12 +49,13 @@ typedef struct {
     /* device tensors' summaries, their statistics waiting in the batch (a token in the text until it is read back,
      * see msprobe.core.dump.waiting): a Summaries made with measure and rest; NULL: none */
     Summaries *waiting;
+    PyObject *drop; /* drop(text): forget the values of the tokens in an entry that was not recorded; or None */
 } Lane;
 
 #define LANE_OBJECTS(X)                                                                                            \
     X(log) X(slow) X(state) X(counts) X(in_place_keys) X(classify) X(grad_enabled) X(graph_task_id) X(module_stack) \
         X(no_parent) X(stack) X(collector) X(encode_value) X(encode_outputs) X(overwritten) X(report) X(watch)     \
-            X(overflow) X(overflowed) X(nonfinite) X(screen_kinds) X(nodes_of) X(handoff) X(late_backward) X(lock)
+            X(overflow) X(overflowed) X(nonfinite) X(screen_kinds) X(nodes_of) X(handoff) X(late_backward) X(lock) X(drop)
 
 static PyObject *lane_vectorcall(Lane *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames);
 
@@ -63,19 +64,19 @@ static int lane_init(Lane *self, PyObject *args, PyObject *kwargs) {
                             "grad_enabled", "graph_task_id", "module_stack", "no_parent", "stack", "collector",
                             "encode_value", "encode_outputs", "overwritten", "report", "watch", "backward",
                             "overflow", "overflowed", "nonfinite", "screen_kinds", "kernels", "parameter_type",
-                            "nodes_of", "handoff", "late_backward", "lock", "journal", "waiting", NULL};
+                            "nodes_of", "handoff", "late_backward", "lock", "journal", "waiting", "drop", NULL};
     PyObject *summaries, *tensor_type, *log, *slow, *state, *counts, *classify, *grad_enabled, *graph_task_id,
         *module_stack, *no_parent, *stack, *collector, *encode_value, *encode_outputs, *overwritten, *report, *watch;
     PyObject *overflow = Py_None, *overflowed = Py_None, *nonfinite = Py_None, *screen_kinds = Py_None,
              *capsule = Py_None, *parameter_type = Py_None, *nodes_of = Py_None, *handoff = Py_None,
-             *late_backward = Py_None, *lock = Py_None, *journal = Py_None, *waiting = Py_None;
+             *late_backward = Py_None, *lock = Py_None, *journal = Py_None, *waiting = Py_None, *drop = Py_None;
     int with_values, backward;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OpOO!OOO!OOOOOOOOOOOOp|$OOOOOOOOOOOO", names, &summaries, &with_values,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OpOO!OOO!OOOOOOOOOOOOp|$OOOOOOOOOOOOO", names, &summaries, &with_values,
                                      &log, &PyType_Type, &tensor_type, &slow, &state, &PyDict_Type, &counts, &classify,
                                      &grad_enabled, &graph_task_id, &module_stack, &no_parent, &stack, &collector,
                                      &encode_value, &encode_outputs, &overwritten, &report, &watch, &backward,
                                      &overflow, &overflowed, &nonfinite, &screen_kinds, &capsule, &parameter_type,
-                                     &nodes_of, &handoff, &late_backward, &lock, &journal, &waiting))
+                                     &nodes_of, &handoff, &late_backward, &lock, &journal, &waiting, &drop))
         return -1;
     self->journal = NULL;
     if (journal != Py_None) { /* without it every entry goes through the writer's add_journaled */
@@ -141,6 +142,7 @@ static int lane_init(Lane *self, PyObject *args, PyObject *kwargs) {
     SET(handoff)
     SET(late_backward)
     SET(lock)
+    SET(drop)
 #undef SET
     return 0;
 }
@@ -169,6 +171,20 @@ static void lane_dealloc(Lane *self) {
     PyObject_GC_UnTrack(self);
     lane_clear_refs(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* An entry that will not be recorded (a value failed to encode, the writer refused it): the values its tokens
+ * stand for are let go of, so that nothing waits for them.  Keeps any error that is set. */
+static void forget_tokens(Lane *self, Text *entry) {
+    if (self->drop == Py_None || memchr(entry->data, '\x01', (size_t)entry->len) == NULL) return;
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyObject *text = PyUnicode_DecodeUTF8(entry->data, entry->len, "replace");
+    PyObject *done = text != NULL ? PyObject_CallOneArg(self->drop, text) : NULL;
+    Py_XDECREF(text);
+    Py_XDECREF(done);
+    PyErr_Clear(); /* nothing to report: at worst a few small values stay in the table */
+    PyErr_Restore(type, value, traceback);
 }
 
 /* Where a value sits in its entry, for the general way's tensor file names: "{name}.input.0", "{name}.output.1.2". */

@@ -70,8 +70,12 @@ class BatchedStats:
         if self.texts is None:
             if self.values is None:
                 self.batch.read_back()
-            four = ",".join(f'"{key}":{encode_json(value)}' for key, value in zip(_FOUR, self.values))
-            extremes = "".join(f",{encode_json(key)}:{encode_json(value)}" for key, value in self.extremes.items())
+            # one encoding of the four (numbers hold no comma), each as the writer encodes it alone
+            maximum, minimum, mean, norm = orjson.dumps(self.values, default=for_orjson).decode()[1:-1].split(",")
+            four = f'"Max":{maximum},"Min":{minimum},"Mean":{mean},"Norm":{norm}'
+            extremes = ""
+            if self.extremes:
+                extremes = "".join(f",{encode_json(key)}:{encode_json(value)}" for key, value in self.extremes.items())
             self.texts = (four, extremes)
         return self.texts
 
@@ -446,11 +450,8 @@ def summable_later(tensor: torch.Tensor) -> bool:
 SCREENED_BY_SUM = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
-_FOUR = ("Max", "Min", "Mean", "Norm")
-
-
 class StatsAndFlag:
-    """The token's value in a waiting summary written whole (TensorSummarizer.waiting_summary): the four
+    """The token's value in a waiting summary written whole (lane.waiting_summaries): the four
     statistics, ``requires_grad``, and the extremes, in the order of the summary's keys."""
 
     __slots__ = ("flag", "stats")
@@ -520,26 +521,36 @@ def _waiting_summaries(value: Any, depth: int = 0) -> None:
             _waiting_summaries(child, depth + 1)
 
 
-def _token_for_waiting(value: Any) -> Any:
+def _tokens_for_waiting(made: list[str]) -> Callable[[Any], Any]:
     """orjson's ``default`` for an entry written before its batch is read: a value still on the device becomes
-    a token (msprobe.core.dump.waiting); anything else as the writer encodes it."""
-    if isinstance(value, measuring.PendingStat):
-        if isinstance(value.stats, BatchedStats) and value.stats.values is None:
-            return orjson.Fragment(PLACEHOLDERS.token(value))
-    elif isinstance(value, _FlagThenExtremes):
-        if value.stats.values is None:
-            return orjson.Fragment(("true" if value.flag else "false") + PLACEHOLDERS.token(_ExtremesAfterFlag(value)))
-        return value.resolve()
-    elif isinstance(value, BatchedChecksum) and value.text is None and value.data is not None:
-        return orjson.Fragment(PLACEHOLDERS.token(value))
-    return for_orjson(value)
+    a token (msprobe.core.dump.waiting), listed in ``made``; anything else as the writer encodes it."""
+
+    def token(value: Any) -> str:
+        made.append(PLACEHOLDERS.token(value))
+        return made[-1]
+
+    def default(value: Any) -> Any:
+        if isinstance(value, PendingStat):
+            if isinstance(value.stats, BatchedStats) and value.stats.values is None:
+                return orjson.Fragment(token(value))
+        elif isinstance(value, _FlagThenExtremes):
+            if value.stats.values is None:
+                return orjson.Fragment(("true" if value.flag else "false") + token(_ExtremesAfterFlag(value)))
+            return value.resolve()
+        elif isinstance(value, BatchedChecksum) and value.text is None and value.data is not None:
+            return orjson.Fragment(token(value))
+        return for_orjson(value)
+
+    return default
 
 
 def waiting_json(value: Any) -> str:
     """An entry's value as JSON text now, with a token for each statistic or checksum still on a device (the
     per-call path in C writes the entry, which waits in the writer for its batch's read-back)."""
     _waiting_summaries(value)
+    made: list[str] = []
     try:
-        return orjson.dumps(value, default=_token_for_waiting).decode()
+        return orjson.dumps(value, default=_tokens_for_waiting(made)).decode()
     except TypeError:  # what orjson refuses (an integer beyond 64 bits): encoded as the writer does, values read
+        PLACEHOLDERS.drop("".join(made))  # the tokens of the text given up
         return encode_json(value)

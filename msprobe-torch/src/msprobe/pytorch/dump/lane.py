@@ -44,6 +44,7 @@ import orjson
 import torch
 
 from msprobe.core.dump import float_stats
+from msprobe.core.dump.waiting import PLACEHOLDERS
 from msprobe.core.dump.writer import NO_PARENT, encode_json, journal_c_api
 from msprobe.core.switches import switched_off
 from msprobe.pytorch.dump import device_batch, grad_taps
@@ -240,5 +241,6 @@ def make_lane(
         lock=recorder.lock,
         journal=journal_c_api(),
         waiting=summarizer.waiting_texts,
+        drop=PLACEHOLDERS.drop if summarizer.batch is not None else None,
         **screening,
     )
