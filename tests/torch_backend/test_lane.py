@@ -743,3 +743,17 @@ def test_a_value_orjson_refuses_is_encoded_with_its_values_read_and_no_token_lef
     text = device_batch.waiting_json(value)
     assert "\x01" not in text and json.loads(text)[0]["Min"] == -2.0 and json.loads(text)[1]["value"] == 2**70
     assert len(PLACEHOLDERS) == 0
+
+
+def test_a_value_orjson_refuses_beside_an_inf_tensor_keeps_its_extremes(monkeypatch):
+    """The same with a tensor holding an inf: the writer's way gives its *_except_inf_nan pair after
+    requires_grad, as the Python recorder writes it."""
+    monkeypatch.setattr(device_batch, "FORCE_DEVICE_PATH", True)
+    from msprobe.pytorch.dump import tensors
+
+    summarizer = tensors.TensorSummarizer("statistics", "statistics")
+    value = {"": summarizer(torch.tensor([math.inf, -math.inf, 1.0]), "x"), "0": {"type": "int", "value": -(2**63) - 1}}
+    found = json.loads(device_batch.waiting_json(value))[""]
+    assert list(found)[-3:] == ["requires_grad", "Max_except_inf_nan", "Min_except_inf_nan"]
+    assert (found["requires_grad"], found["Max_except_inf_nan"], found["Min_except_inf_nan"]) == (False, 1.0, 1.0)
+    assert len(PLACEHOLDERS) == 0

@@ -503,13 +503,17 @@ class _ExtremesAfterFlag:
         return self.owner.extremes()
 
 
-def _waiting_summaries(value: Any, depth: int = 0) -> None:
-    """Give each summary in ``value`` whose statistics wait in a batch its place for the extremes (in place)."""
+def _waiting_summaries(value: Any, depth: int = 0, undo: bool = False) -> None:
+    """Give each summary in ``value`` whose statistics wait in a batch its place for the extremes (in place);
+    ``undo``: give them back their plain ``requires_grad`` (the dicts get the extremes at read-back)."""
     if isinstance(value, dict):
         first = value.get("Max")
-        if isinstance(first, measuring.PendingStat) and isinstance(first.stats, BatchedStats):
-            if first.stats.values is None and "requires_grad" in value:
-                value["requires_grad"] = _FlagThenExtremes(value["requires_grad"], first.stats)
+        if isinstance(first, PendingStat) and isinstance(first.stats, BatchedStats):
+            flag = value.get("requires_grad")
+            if undo and isinstance(flag, _FlagThenExtremes):
+                value["requires_grad"] = flag.flag
+            elif not undo and first.stats.values is None and "requires_grad" in value:
+                value["requires_grad"] = _FlagThenExtremes(flag, first.stats)
             return
         children = value.values()
     elif isinstance(value, (list, tuple)):
@@ -518,7 +522,7 @@ def _waiting_summaries(value: Any, depth: int = 0) -> None:
         return
     if depth < 32:  # as deep as the encoder goes
         for child in children:
-            _waiting_summaries(child, depth + 1)
+            _waiting_summaries(child, depth + 1, undo)
 
 
 def _tokens_for_waiting(made: list[str]) -> Callable[[Any], Any]:
@@ -553,4 +557,5 @@ def waiting_json(value: Any) -> str:
         return orjson.dumps(value, default=_tokens_for_waiting(made)).decode()
     except TypeError:  # what orjson refuses (an integer beyond 64 bits): encoded as the writer does, values read
         PLACEHOLDERS.drop("".join(made))  # the tokens of the text given up
+        _waiting_summaries(value, undo=True)
         return encode_json(value)
