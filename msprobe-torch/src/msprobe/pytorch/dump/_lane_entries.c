@@ -240,7 +240,7 @@ static int encode_value(Lane *self, Text *out, PyObject *value, Where *where, Py
             if (done) return done < 0 ? -1 : 0;
         }
         if (self->waiting != NULL) {
-            int done = waiting_into(self->waiting, value, out);
+            int done = summary_into(self->waiting, value, out);
             if (done) return done < 0 ? -1 : 0;
         }
         return encode_generally(self, out, value, where, leaf);
@@ -477,7 +477,7 @@ static int record_entry(Lane *self, PyObject *name, Text *entry, PyObject *stack
     } else if ((text = text_str(entry)) != NULL) {
         PyObject *stack_text = stack != NULL ? stack : Py_None;
         /* a token (msprobe.core.dump.waiting) stands for a value still on a device: the entry waits for it */
-        int waits = memchr(entry->data, '\x01', (size_t)entry->len) != NULL;
+        int waits = self->drop != Py_None && memchr(entry->data, '\x01', (size_t)entry->len) != NULL;
         int done = self->journal == NULL || waits
                        ? 0
                        : self->journal->add_journaled(writer, name, name_text, text, stack_text, parent_text);

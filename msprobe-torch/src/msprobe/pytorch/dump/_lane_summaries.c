@@ -49,9 +49,9 @@ typedef struct {
     PyObject *float32, *float64;
     const KernelsAPI *kernels;
     PyObject *checksum; /* checksum(tensor) -> its CRC-32 as 8 hex digits (summary_mode md5), or None */
-    /* device tensors (see waiting_into): measure(tensor) -> its statistics waiting in the batch, or None for a
+    /* device tensors (see summary_into): measure(tensor) -> its statistics waiting in the batch, or None for a
      * tensor the general way summarizes; rest(stats, requires_grad) -> the summary's text from its statistics
-     * on (a token until the batch is read back).  Both None: CPU tensors (summary_into). */
+     * on (a token until the batch is read back).  Both None: plain CPU float tensors, measured at once. */
     PyObject *measure, *rest;
 } Summaries;
 
@@ -342,23 +342,23 @@ static PyObject *summary_head(PyObject *dtype_name, PyObject *shape) {
     return bytes;
 }
 
-/* Appends a plain CPU float tensor's summary (as TensorSummarizer's general path writes it) and returns 1;
- * returns 0, appending nothing, for any other tensor (the caller goes the general way); -1 on error. */
-static int summary_into(Summaries *self, PyObject *tensor, Text *out) {
-    PyObject *key, *prefix, *suffix, *dtype = NULL, *shape = NULL, *head = NULL, *flag;
-    long long version;
-    int status = look_up(self, tensor, &key, &version, &prefix, &suffix);
-    if (status < 0 || key == NULL) return status;
-    if (status > 0) goto write;
-    dtype = ATTRIBUTE(tensor, dtype);
-    if (dtype == NULL) goto fail;
+/* A plain CPU float tensor's summary, measured now (as TensorSummarizer's general path writes it): 1 with
+ * ``*prefix`` (up to requires_grad's value) and ``*suffix`` (what follows it) set and remembered; 0 for any other
+ * tensor (the general way); -1 on error. */
+static int measured_now(Summaries *self, PyObject *tensor, PyObject *key, long long version, PyObject **prefix,
+                        PyObject **suffix) {
+    PyObject *dtype = ATTRIBUTE(tensor, dtype), *shape = NULL, *head = NULL;
+    int status = -1;
+    if (dtype == NULL) goto done;
     char kind = dtype == self->float32 ? 'f' : dtype == self->float64 ? 'd' : 0;
+    status = 0;
     if (kind == 0) goto done;
     Py_ssize_t count;
     unsigned long long data;
-    int plain = plain_memory(tensor, &shape, &count, &data);
-    if (plain < 0) goto fail;
-    if (!plain || count == 0) goto done; /* an empty tensor has no statistics: the general way says so */
+    status = plain_memory(tensor, &shape, &count, &data);
+    if (status <= 0) goto done;
+    status = 0;
+    if (count == 0) goto done; /* an empty tensor has no statistics: the general way says so */
     double stats[4];
     if (PyTuple_GET_SIZE(shape) == 0) { /* a 0-d tensor (an optimizer's step count): its value, four times */
         double value = kind == 'f' ? (double)*(const float *)(uintptr_t)data : *(const double *)(uintptr_t)data;
@@ -366,95 +366,98 @@ static int summary_into(Summaries *self, PyObject *tensor, Text *out) {
         stats[0] = stats[1] = stats[2] = stats[3] = value;
     } else if (!self->kernels->float_stats((const void *)(uintptr_t)data, count, kind, stats))
         goto done; /* an inf or nan: the general way adds the *_except_inf_nan pair */
+    status = -1;
     PyObject *name = PyUnicode_FromString(kind == 'f' ? "torch.float32" : "torch.float64");
     head = name != NULL ? summary_head(name, shape) : NULL;
     Py_XDECREF(name);
-    if (head == NULL) goto fail;
+    if (head == NULL) goto done;
     Text summary;
     text_init(&summary);
     static const char *const labels[4] = {"\"Max\":", ",\"Min\":", ",\"Mean\":", ",\"Norm\":"};
     int failed = text_add(&summary, PyBytes_AS_STRING(head), PyBytes_GET_SIZE(head)) < 0 ||
                  text_doubles(&summary, stats, 4, labels) < 0 || TEXT_ADD(&summary, ",\"requires_grad\":") < 0;
-    if (!failed) prefix = PyBytes_FromStringAndSize(summary.data, summary.len);
+    if (!failed) *prefix = PyBytes_FromStringAndSize(summary.data, summary.len);
     text_free(&summary);
-    if (prefix == NULL) goto fail;
-    suffix = summary_suffix(self, tensor);
-    if (suffix == NULL || remember(self, key, tensor, version, data, dtype, shape, prefix, suffix, NULL) < 0) goto fail;
-write:
-    flag = ATTRIBUTE(tensor, requires_grad);
-    if (flag == NULL) goto fail;
-    status = text_add(out, PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix)) < 0 ||
-                     (flag == Py_True ? TEXT_ADD(out, "true") : TEXT_ADD(out, "false")) < 0 ||
-                     text_add(out, PyBytes_AS_STRING(suffix), PyBytes_GET_SIZE(suffix)) < 0
-                 ? -1
-                 : 1;
-    Py_DECREF(flag);
-    goto done;
-fail:
-    status = decline_runtime_error();
+    if (*prefix != NULL && (*suffix = summary_suffix(self, tensor)) != NULL &&
+        remember(self, key, tensor, version, data, dtype, shape, *prefix, *suffix, NULL) == 0)
+        status = 1;
 done:
-    Py_DECREF(key);
-    Py_XDECREF(prefix);
-    Py_XDECREF(suffix);
-    Py_XDECREF(head);
     Py_XDECREF(dtype);
     Py_XDECREF(shape);
+    Py_XDECREF(head);
     return status;
 }
 
-/* Appends a device tensor's summary, its statistics waiting in the batch (``measure`` puts them there, ``rest``
- * writes them: a token until the batch is read back), and returns 1; 0, appending nothing, for a tensor
- * ``measure`` leaves to the general way; -1 on error.  The text up to the statistics and the batch's row are
- * cached by the rule of summary_into. */
-static int waiting_into(Summaries *self, PyObject *tensor, Text *out) {
-    PyObject *key, *prefix, *stats, *dtype = NULL, *shape = NULL, *name = NULL, *rest = NULL, *flag;
-    long long version;
-    int status = look_up(self, tensor, &key, &version, &prefix, &stats);
-    if (status < 0 || key == NULL) return status;
-    if (status > 0) goto write;
-    stats = PyObject_CallOneArg(self->measure, tensor);
-    if (stats == NULL) goto fail;
-    if (stats == Py_None) goto done;
-    dtype = ATTRIBUTE(tensor, dtype);
-    shape = dtype != NULL ? ATTRIBUTE(tensor, shape) : NULL;
-    name = shape != NULL ? PyObject_Str(dtype) : NULL;
-    if (name == NULL) goto fail;
-    if (!PyTuple_Check(shape)) goto done;
+/* A device tensor's statistics put in the batch (``measure``): 1 with ``*prefix`` (up to the statistics) and
+ * ``*stats`` (their row in the batch) set and remembered; 0 for a tensor ``measure`` leaves to the general way;
+ * -1 on error. */
+static int measured_later(Summaries *self, PyObject *tensor, PyObject *key, long long version, PyObject **prefix,
+                          PyObject **stats) {
+    *stats = PyObject_CallOneArg(self->measure, tensor);
+    if (*stats == NULL) return -1;
+    if (*stats == Py_None) return 0;
+    PyObject *dtype = ATTRIBUTE(tensor, dtype);
+    PyObject *shape = dtype != NULL ? ATTRIBUTE(tensor, shape) : NULL;
+    PyObject *name = shape != NULL ? PyObject_Str(dtype) : NULL;
     unsigned long long data;
-    if ((prefix = summary_head(name, shape)) == NULL || unsigned_of(METHOD(tensor, data_ptr), &data) < 0 ||
-        remember(self, key, tensor, version, data, dtype, shape, prefix, NULL, stats) < 0)
-        goto fail;
-write:
-    flag = ATTRIBUTE(tensor, requires_grad);
-    if (flag == NULL) goto fail;
-    rest = PyObject_CallFunctionObjArgs(self->rest, stats, flag, NULL);
-    Py_DECREF(flag);
-    if (rest == NULL) goto fail;
-    if (!PyUnicode_Check(rest)) {
-        PyErr_SetString(PyExc_TypeError, "rest must return a str");
-        goto fail;
-    }
-    status = text_add(out, PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix)) < 0 || text_unicode(out, rest) < 0
-                 ? -1
-                 : 1;
-    goto done;
-fail:
-    status = decline_runtime_error();
-done:
-    Py_DECREF(key);
-    Py_XDECREF(prefix);
-    Py_XDECREF(stats);
-    Py_XDECREF(rest);
-    Py_XDECREF(name);
+    int status = name == NULL ? -1 : !PyTuple_Check(shape) ? 0 : 1;
+    if (status > 0 && ((*prefix = summary_head(name, shape)) == NULL ||
+                       unsigned_of(METHOD(tensor, data_ptr), &data) < 0 ||
+                       remember(self, key, tensor, version, data, dtype, shape, *prefix, NULL, *stats) < 0))
+        status = -1;
     Py_XDECREF(dtype);
     Py_XDECREF(shape);
+    Py_XDECREF(name);
+    return status;
+}
+
+/* Appends ``tensor``'s summary and returns 1; returns 0, appending nothing, for a tensor the general way
+ * summarizes; -1 on error.  A CPU Summaries measures plain float tensors at once (measured_now); one made with
+ * ``measure`` and ``rest`` writes device tensors' summaries whose statistics wait in the batch (measured_later):
+ * ``rest(stats, requires_grad)`` writes them, a token until the batch is read back.  Either way the parts are
+ * cached while the tensor is unchanged (look_up). */
+static int summary_into(Summaries *self, PyObject *tensor, Text *out) {
+    PyObject *key, *prefix, *rest, *flag, *text = NULL;
+    long long version;
+    int status = look_up(self, tensor, &key, &version, &prefix, &rest);
+    if (status < 0 || key == NULL) return status;
+    int later = self->measure != Py_None;
+    if (status == 0)
+        status = later ? measured_later(self, tensor, key, version, &prefix, &rest)
+                       : measured_now(self, tensor, key, version, &prefix, &rest);
+    if (status <= 0) goto done;
+    status = -1;
+    flag = ATTRIBUTE(tensor, requires_grad);
+    if (flag == NULL) goto done;
+    if (later) {
+        text = PyObject_CallFunctionObjArgs(self->rest, rest, flag, NULL);
+        if (text != NULL && !PyUnicode_Check(text)) PyErr_SetString(PyExc_TypeError, "rest must return a str");
+        if (text != NULL && PyUnicode_Check(text))
+            status = text_add(out, PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix)) < 0 ||
+                             text_unicode(out, text) < 0
+                         ? -1
+                         : 1;
+    } else {
+        status = text_add(out, PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix)) < 0 ||
+                         (flag == Py_True ? TEXT_ADD(out, "true") : TEXT_ADD(out, "false")) < 0 ||
+                         text_add(out, PyBytes_AS_STRING(rest), PyBytes_GET_SIZE(rest)) < 0
+                     ? -1
+                     : 1;
+    }
+    Py_DECREF(flag);
+done:
+    if (status < 0) status = decline_runtime_error();
+    Py_DECREF(key);
+    Py_XDECREF(prefix);
+    Py_XDECREF(rest);
+    Py_XDECREF(text);
     return status;
 }
 
 static PyObject *summaries_text(Summaries *self, PyObject *tensor) {
     Text out;
     text_init(&out);
-    int status = self->measure != Py_None ? waiting_into(self, tensor, &out) : summary_into(self, tensor, &out);
+    int status = summary_into(self, tensor, &out);
     PyObject *result = status < 0 ? NULL : status == 0 ? Py_NewRef(Py_None) : text_str(&out);
     text_free(&out);
     return result;
