@@ -757,3 +757,17 @@ def test_a_value_orjson_refuses_beside_an_inf_tensor_keeps_its_extremes(monkeypa
     assert list(found)[-3:] == ["requires_grad", "Max_except_inf_nan", "Min_except_inf_nan"]
     assert (found["requires_grad"], found["Max_except_inf_nan"], found["Min_except_inf_nan"]) == (False, 1.0, 1.0)
     assert len(PLACEHOLDERS) == 0
+
+
+def test_an_inf_tensor_after_a_value_orjson_refuses_keeps_its_extremes(tmp_path, monkeypatch):
+    """The integer first: the standard encoder meets the tensor's summary before anything read its batch, and
+    a read-back in the middle of a dict adds keys the encoder has passed. Through the lane and through the
+    Python recorder, the entry is the same."""
+    monkeypatch.setattr(device_batch, "FORCE_DEVICE_PATH", True)
+    args = ({"": [-(2**63) - 1, torch.tensor([math.inf])]},)
+    by_lane = record_call(tmp_path / "lane", True, args, {}, None)
+    by_python = record_call(tmp_path / "python", False, args, {}, None)
+    found = by_lane["input_args"][0][""][1]
+    assert (found["Max_except_inf_nan"], found["Min_except_inf_nan"]) == (math.inf, math.inf)
+    assert json.dumps(by_lane) == json.dumps(by_python)
+    assert len(PLACEHOLDERS) == 0

@@ -505,13 +505,17 @@ class _ExtremesAfterFlag:
 
 def _waiting_summaries(value: Any, depth: int = 0, undo: bool = False) -> None:
     """Give each summary in ``value`` whose statistics wait in a batch its place for the extremes (in place);
-    ``undo``: give them back their plain ``requires_grad`` (the dicts get the extremes at read-back)."""
+    ``undo``: give them back their plain ``requires_grad`` and read their batches back (the dicts get the
+    extremes then)."""
     if isinstance(value, dict):
         first = value.get("Max")
         if isinstance(first, PendingStat) and isinstance(first.stats, BatchedStats):
             flag = value.get("requires_grad")
-            if undo and isinstance(flag, _FlagThenExtremes):
-                value["requires_grad"] = flag.flag
+            if undo:
+                if isinstance(flag, _FlagThenExtremes):
+                    value["requires_grad"] = flag.flag
+                if first.stats.values is None:  # read now: its extremes' keys, added to this dict at read-back,
+                    first.stats.batch.read_back()  # would be missed by an encoder already going through the dict
             elif not undo and first.stats.values is None and "requires_grad" in value:
                 value["requires_grad"] = _FlagThenExtremes(flag, first.stats)
             return
