@@ -34,7 +34,8 @@ KEEP_ENVIRONMENTS = bool(os.environ.get("MSPROBE_KEEP_VENVS"))
 
 TORCH = "torch==2.13.0"
 MINDSPORE = "mindspore==2.10.0"
-TEST_DEPS = ["pytest", "hatchling", "hypothesis"]  # hypothesis: the fuzz tests of every parser (core)
+TEST_DEPS = ["pytest", "hatchling", "hypothesis", "pytest-xdist"]  # hypothesis: the fuzz tests of every parser
+IN_PARALLEL = ["-n", "auto"]  # the larger suites over every core (pytest-xdist): each test runs in one worker
 REFERENCE = ["mindstudio-probe==1.2.2", "service_identity"]  # the reference tool, the conformance oracle
 REFERENCE_26 = ["mindstudio-probe==26.2.0", "service_identity"]  # its newest release: we read its dumps, it ours
 CORE = ["-e", "./msprobe-core[plots,tensorboard]", "-e", "./msprobe-cli"]
@@ -96,7 +97,7 @@ def core(session: nox.Session) -> None:
 
 def _core_tests(session: nox.Session) -> None:
     session.install(*TEST_DEPS, "tb-graph-ascend", *CORE)
-    session.run("pytest", "tests/core", "tests/cli", *session.posargs)
+    session.run("pytest", *IN_PARALLEL, "tests/core", "tests/cli", *session.posargs)
 
 
 def _python(version: str) -> str:
@@ -170,7 +171,7 @@ def torch(session: nox.Session) -> None:
     _ensure_chromium(session)
     session.install(TORCH)
     session.install(*TEST_DEPS, "playwright", *CORE, "-e", "./msprobe-torch[huggingface,lightning]")
-    session.run("pytest", "tests/torch_backend", *session.posargs)
+    session.run("pytest", *IN_PARALLEL, "tests/torch_backend", *session.posargs)
 
 
 @session

@@ -1,3 +1,5 @@
+import socket
+
 import pytest
 
 
@@ -9,3 +11,12 @@ def _real_dropout():
     restore_dropout()
     yield
     restore_dropout()
+
+
+@pytest.fixture
+def free_port() -> str:
+    """A TCP port no one listens on now, for a torchrun rendezvous: tests run in parallel workers, so a fixed
+    port could be taken by another test's run."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return str(probe.getsockname()[1])

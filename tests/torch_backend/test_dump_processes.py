@@ -68,7 +68,7 @@ def test_the_journal_of_a_killed_run_is_the_same_with_and_without_the_c_path(tmp
     assert journals[0] == journals[1] and journals[0].count(b"\n") > 10
 
 
-def test_two_ranks_with_torchrun(tmp_path):
+def test_two_ranks_with_torchrun(tmp_path, free_port):
     script = tmp_path / "dist.py"
     script.write_text(DISTRIBUTED_RUN)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -77,7 +77,7 @@ def test_two_ranks_with_torchrun(tmp_path):
         "-m",
         "torch.distributed.run",
         "--nproc_per_node=2",
-        "--master_port=29517",
+        f"--master_port={free_port}",
         str(script),
         str(tmp_path / "dump"),
     ]

@@ -110,11 +110,12 @@ def test_an_unchanged_script_is_dumped_one_step_per_optimizer_step(tmp_path):
     assert "the dump is in" in finished.stderr
 
 
-def test_torchrun_with_two_processes_dumps_both_ranks(tmp_path):
+def test_torchrun_with_two_processes_dumps_both_ranks(tmp_path, free_port):
     script = write(tmp_path, "ddp.py", DDP)
     config(tmp_path, level="L0")
-    port = str(29400 + os.getpid() % 500)
-    finished = msprobe_run(tmp_path, str(BIN / "torchrun"), "--nproc_per_node", "2", "--master_port", port, str(script))
+    finished = msprobe_run(
+        tmp_path, str(BIN / "torchrun"), "--nproc_per_node", "2", "--master_port", free_port, str(script)
+    )
     assert finished.returncode == 0, finished.stderr
     dumps = dumped(tmp_path)
     assert list(dumps) == ["step0/rank0", "step0/rank1", "step1/rank0", "step1/rank1"]  # the launcher wrote none
