@@ -85,8 +85,11 @@ class BatchedStats:
         return self.values[index]
 
     def fill(self, row: list[float]) -> None:
-        self.values = [json_number(v) for v in row]
         maximum, minimum = row[0], row[1]
+        if math.isfinite(maximum + minimum + row[2] + row[3]):  # the usual row: no value to mark, no extremes
+            self.values, self.data, self.holders = row, None, None
+            return
+        self.values = [json_number(v) for v in row]
         if not (
             math.isfinite(maximum) and math.isfinite(minimum)
         ):  # rare: the finite extremes are read for this one alone
