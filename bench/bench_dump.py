@@ -24,6 +24,11 @@ configuration's ratio over the floor's; goals: statistics L1 <= 1.15x of
 the floor, mix <= 1.3x. The floor depends on the machine's memory speed
 as the statistics do, so it reads the same on every machine where the
 plain step's ratio does not.
+
+With --device-path, a "device floor" row does the same with the three
+reductions the device path makes of each tensor (aminmax, mean and
+vector_norm, written into a row as the batch does) instead of one sum: the
+least the device path must do, whatever its bookkeeping costs.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import math
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -54,6 +60,8 @@ from msprobe.core.dump.live_diff import value_summaries
 from msprobe.pytorch import PrecisionDebugger
 
 FLOOR = {"task": "floor"}  # not a task: the step with each dumped tensor read once (see the module's docstring)
+# --device-path: the step with the device path's three reductions of each dumped tensor, nothing recorded
+DEVICE_FLOOR = {"task": "floor", "reductions": "device"}
 CONFIGS = [
     ("none", None),
     ("floor", FLOOR),
@@ -88,6 +96,7 @@ LEFT_OUT_ON_LARGE = {"tensor L1": "one step writes about 38 GB of tensors"}
 FLIGHT_MEMORY: dict[str, int] = {}  # what the flight recorder's window held at the end of its run
 HOST_READS: dict[str, str] = {}  # the device path's reads back to the host in the last step, by configuration
 PEAK_MEMORY: dict[str, str] = {}  # peak device memory, by configuration (devices only)
+REDUCTIONS: dict[str, float] = {}  # the device path's reductions in a dumped step, seconds a step, by configuration
 
 
 def _saved_arrays(tensor_dir: Path) -> list:
@@ -118,8 +127,9 @@ def time_config(
 
 
 def _time_debugger(config, steps, out, device, size, dtype, model, train_step, plain_step) -> Timing:
-    if config is FLOOR:
-        train_step = floor_step(train_step, dumped_tensors(out / "probe", device, size, dtype), device)
+    if config is FLOOR or config is DEVICE_FLOOR:
+        reads = device_reductions if config is DEVICE_FLOOR else None
+        train_step = floor_step(train_step, dumped_tensors(out / "probe", device, size, dtype), device, reads)
         config = None
     _reset_peak(device)
     debugger = None
@@ -139,6 +149,8 @@ def _time_debugger(config, steps, out, device, size, dtype, model, train_step, p
     between = os.sync if yardstick is not None else None  # each file-writing step starts with no writeback pending
     result = time_in_turn(plain_step, dumped_step(debugger, train_step), steps, yardstick, between)
     label = out.name
+    if debugger is not None and config["task"] == "statistics" and debugger._hooks.summarizer.batch is not None:
+        REDUCTIONS[label] = time_in_reductions(dumped_step(debugger, train_step))
     reads = getattr(getattr(debugger, "_hooks", None), "host_reads", None)
     HOST_READS[label] = "-" if reads is None else str(reads)
     peak = _peak(device)
@@ -150,6 +162,36 @@ def _time_debugger(config, steps, out, device, size, dtype, model, train_step, p
     if debugger is not None:
         debugger.finish()
     return result
+
+
+def time_in_reductions(step, steps: int = 3) -> float:
+    """Seconds a step spent in the device path's three reductions while it dumped (each call timed, the
+    device waited for after it), measured after the timed rounds so the timers do not weigh on them."""
+    from msprobe.pytorch.dump import measuring
+
+    names = ("torch_aminmax", "torch_mean", "torch_vector_norm")
+    originals = {name: getattr(measuring, name) for name in names}
+    spent = [0.0]
+
+    def timed(function):
+        def run(data, *args, **kwargs):
+            began = time.perf_counter()
+            result = function(data, *args, **kwargs)
+            synchronize(data.device.type)
+            spent[0] += time.perf_counter() - began
+            return result
+
+        return run
+
+    try:
+        for name, function in originals.items():
+            setattr(measuring, name, timed(function))
+        for _ in range(steps):
+            step()
+    finally:
+        for name, function in originals.items():
+            setattr(measuring, name, function)
+    return spent[0] / steps
 
 
 def dumped_tensors(folder: Path, device: str, size: str, dtype: str) -> list[tuple[str, int]]:
@@ -195,9 +237,25 @@ def _summaries(entry: dict):
     return (summary for summary in value_summaries(entry) if summary.get("type") == "torch.Tensor")
 
 
-def floor_step(train_step, tensors: list[tuple[str, int]], device: str):
+def device_reductions(device: str):
+    """What the device path computes of each tensor, as DeviceBatch.measure_stats does: float32 (float64 stays)
+    and its aminmax, mean and vector_norm written into a row of four; the bookkeeping left out."""
+    rows = {dtype: torch.empty(4, dtype=dtype, device=device).unbind(0) for dtype in (torch.float32, torch.float64)}
+
+    def read(view: torch.Tensor) -> None:
+        data = view if view.dtype in rows else view.float()
+        maximum, minimum, mean, norm = rows[data.dtype]
+        torch.aminmax(data, out=(minimum, maximum))
+        torch.mean(data, out=mean)
+        torch.linalg.vector_norm(data, out=norm)
+
+    return read
+
+
+def floor_step(train_step, tensors: list[tuple[str, int]], device: str, reads=None):
     """The step, then one sum over each listed tensor's worth of elements (views of one buffer per dtype, made
-    once: the floor times the reading, not the allocating)."""
+    once: the floor times the reading, not the allocating); ``reads(device)``: what to do with each view
+    instead of a sum."""
     largest: dict[str, int] = {}
     for dtype, count in tensors:
         largest[dtype] = max(largest.get(dtype, 0), count)
@@ -205,11 +263,12 @@ def floor_step(train_step, tensors: list[tuple[str, int]], device: str):
     views = [buffers[dtype][:count] for dtype, count in tensors if count]
     size = sum(view.numel() * view.element_size() for view in views)
     print(f"floor: {len(views)} tensors, {size / 1e6:.1f} MB a step")
+    read = reads(device) if reads is not None else torch.sum
 
     def step() -> None:
         train_step()
         for view in views:
-            view.sum()
+            read(view)
         synchronize(device)
 
     return step
@@ -312,10 +371,13 @@ def with_floor(configs: list) -> list:
 
 
 def with_device_path_twins(configs: list) -> list:
-    """Each configuration of DEVICE_PATH_TWINS followed by its twin on the device path."""
+    """Each configuration of DEVICE_PATH_TWINS followed by its twin on the device path, and the device floor
+    after the floor."""
     twinned = []
     for label, config in configs:
         twinned.append((label, config))
+        if config is FLOOR:
+            twinned.append(("device floor", DEVICE_FLOOR))
         if label in DEVICE_PATH_TWINS:
             twinned.append((label + DEVICE_PATH_SUFFIX, {**config, "device_path": True}))
     return twinned
@@ -330,6 +392,16 @@ def report_device_path(timings: dict[str, Timing]) -> None:
             verdict = "met" if over <= DEVICE_PATH_GOAL else "NOT met"
             print(f"{label}: the device path {twin.ratio:.3f}x, the CPU path {timings[label].ratio:.3f}x: "
                   f"{over:.3f} times; goal <= {DEVICE_PATH_GOAL}  {verdict}")  # fmt: skip
+            floor = timings.get("device floor")
+            if floor is not None:  # the reductions alone, one distinct tensor after another
+                print(f"{label}: the device floor {floor.ratio:.3f}x, {floor.ratio / timings[label].ratio:.3f} "
+                      f"times the CPU path; the device path {twin.ratio / floor.ratio:.3f}x its floor")  # fmt: skip
+            spent = REDUCTIONS.get(label + DEVICE_PATH_SUFFIX)
+            if spent is not None:  # where the device path's time goes, against what the goal allows it
+                cpu, allowed = timings[label], timings[label].ratio * DEVICE_PATH_GOAL - 1
+                print(f"{label}: over the plain step, the device path {1e3 * (twin.tool - twin.plain):.1f} ms "
+                      f"(its reductions {1e3 * spent:.1f} ms), the CPU path {1e3 * (cpu.tool - cpu.plain):.1f} "
+                      f"ms; the goal allows the device path {1e3 * allowed * twin.plain:.1f} ms")  # fmt: skip
 
 
 def configs_for(size: str, configs: list, named: bool) -> list:
@@ -347,12 +419,15 @@ def run_configs(configs: list, steps: int, out: Path, device: str, size: str, dt
     timings: dict[str, Timing] = {}
     HOST_READS.clear()
     PEAK_MEMORY.clear()
+    REDUCTIONS.clear()
     for label, config in configs:
         folder = out / label.replace(" ", "_").replace("(", "").replace(")", "")
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         timings[label] = time_config(config, steps, folder, device, size, dtype)
         HOST_READS[label] = HOST_READS.pop(folder.name, "-")
+        if folder.name in REDUCTIONS:
+            REDUCTIONS[label] = REDUCTIONS.pop(folder.name)
         if folder.name in PEAK_MEMORY:
             PEAK_MEMORY[label] = PEAK_MEMORY.pop(folder.name)
         os.sync()  # the tensor dump's ~1 GB of dirty pages would otherwise be written back during the next runs

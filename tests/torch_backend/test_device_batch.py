@@ -11,6 +11,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -210,6 +211,25 @@ def test_the_device_benchmark_runs_on_the_cpu_and_prints_every_column(tmp_path):
     assert abs(float(over_floor.rstrip("x")) - expected) < 0.01, (row, floor)
     assert any(line.startswith("statistics L1: ") and "the floor" in line for line in lines)
     assert (tmp_path / "statistics_L1" / "dump" / "step0" / "rank" / "dump.json").exists()
+
+
+def test_the_device_path_benchmark_prints_its_floor_and_the_time_in_its_reductions(tmp_path):
+    """--device-path: the twin on the device path, the device floor (the three reductions of each dumped tensor,
+    nothing recorded), and the dumped step's time split into the reductions and the rest."""
+    bench = Path(__file__).parents[2] / "bench" / "bench_dump.py"
+    command = [sys.executable, str(bench), "--steps", "1", "--only", "statistics L1", "--device-path",
+               "--out", str(tmp_path)]  # fmt: skip
+    env = {key: value for key, value in os.environ.items() if key != "MSPROBE_FORCE_DEVICE_PATH"}
+    lines = subprocess.run(command, capture_output=True, text=True, env=env, check=True).stdout.splitlines()
+    labels = [line.split("  ")[0].strip() for line in lines if line[:1].isalpha() and "x " in line]
+    assert labels[:5] == ["none", "floor", "device floor", "statistics L1", "statistics L1 (device path)"], lines
+    cpu = next(line for line in lines if line.startswith("statistics L1 ")).split()
+    twin = next(line for line in lines if line.startswith("statistics L1 (device path)")).split()
+    assert cpu[7] == "0" and int(twin[9]) > 0, (cpu, twin)  # host reads: none on the CPU's path
+    split = next(line for line in lines if "its reductions" in line)
+    found = re.search(r"the device path ([0-9.]+) ms \(its reductions ([0-9.]+) ms\)", split)
+    assert found and 0 < float(found[2]), split  # the reductions ran, and were timed while the step dumped
+    assert any("the device floor" in line and "its floor" in line for line in lines)
 
 
 def test_the_floor_reads_each_distinct_dumped_tensor_once(tmp_path):
