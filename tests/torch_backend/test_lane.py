@@ -771,3 +771,41 @@ def test_an_inf_tensor_after_a_value_orjson_refuses_keeps_its_extremes(tmp_path,
     assert (found["Max_except_inf_nan"], found["Min_except_inf_nan"]) == (math.inf, math.inf)
     assert json.dumps(by_lane) == json.dumps(by_python)
     assert len(PLACEHOLDERS) == 0
+
+
+class _Refusing(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise ValueError("refused")
+
+
+class _CatchingNet(torch.nn.Module):
+    """A model whose inner module raises on inputs just made by an API call, and which carries on."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear, self.refusing = torch.nn.Linear(4, 4), _Refusing()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.linear(x)
+        with pytest.raises(ValueError, match="refused"):
+            self.refusing(torch.relu(y) * 2)
+        return y.sum()
+
+
+def test_a_module_that_raises_lets_go_of_its_inputs_waiting_values(tmp_path, monkeypatch):
+    """On the device path a module's inputs are written when its call starts, with tokens for values still in
+    the batch; a forward that raises is never written, and its tokens go with it rather than staying in the
+    table for the rest of the run."""
+    monkeypatch.setattr(device_batch, "FORCE_DEVICE_PATH", True)
+    model = _CatchingNet()
+    debugger = PrecisionDebugger(task="statistics", level="mix", dump_path=str(tmp_path))
+    waiting_before = len(PLACEHOLDERS)
+    for _ in range(2):
+        debugger.start(model)
+        model(torch.randn(2, 4)).backward()
+        debugger.stop()
+        debugger.step()
+    assert len(PLACEHOLDERS) == waiting_before
+    data = json.loads((tmp_path / "step1" / "rank" / "dump.json").read_text())["data"]
+    assert "Module.linear.Linear.forward.0" in data and "Torch.relu.0.forward" in data
+    assert not any(".refusing." in name for name in data)

@@ -26,6 +26,7 @@ from msprobe.core.dump.collector import DumpCollector
 from msprobe.core.dump.stack import stack_capture
 from msprobe.core.dump.summarizer import TensorSummarizer
 from msprobe.core.dump.totals import DumpTotals
+from msprobe.core.dump.waiting import MARK, PLACEHOLDERS
 from msprobe.core.dump.writer import NO_PARENT
 from msprobe.core.session import TaskSession
 
@@ -434,8 +435,11 @@ class ModuleHooks:
             return
         call, pushed = self.pending.pop()  # both None when forward() closed the call
         self._leave_stack(pushed)
-        if call is not None:
+        if call is not None:  # the forward raised: its entry is never written
             self.recorder.collector.leave(call.name)
+            inputs = getattr(call, "inputs", None)
+            if isinstance(inputs, str) and MARK in inputs:  # its inputs' values, waiting for a read-back, go too
+                PLACEHOLDERS.drop(inputs)
 
     def _leave_stack(self, pushed: str | None) -> None:
         stack = self.recorder.module_stack
