@@ -238,16 +238,15 @@ def _summaries(entry: dict):
 
 
 def device_reductions(device: str):
-    """What the device path computes of each tensor, as DeviceBatch.measure_stats does: float32 (float64 stays)
-    and its aminmax, mean and vector_norm written into a row of four; the bookkeeping left out."""
-    rows = {dtype: torch.empty(4, dtype=dtype, device=device).unbind(0) for dtype in (torch.float32, torch.float64)}
+    """What the device path computes of each tensor, as DeviceBatch.measure_stats does (its reductions, written
+    into a row of four; float32, or float64 for float64 tensors); the bookkeeping left out."""
+    from msprobe.pytorch.dump import device_batch, measuring
+
+    rows = {dtype: torch.empty(4, dtype=dtype, device=device).unbind(0) for dtype in measuring.MEASURED_AS_IS}
 
     def read(view: torch.Tensor) -> None:
         data = view if view.dtype in rows else view.float()
-        maximum, minimum, mean, norm = rows[data.dtype]
-        torch.aminmax(data, out=(minimum, maximum))
-        torch.mean(data, out=mean)
-        torch.linalg.vector_norm(data, out=norm)
+        device_batch.reduce_into(data, rows[data.dtype])
 
     return read
 

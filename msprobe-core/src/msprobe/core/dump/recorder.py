@@ -435,7 +435,7 @@ class ModuleHooks:
             return
         call, pushed = self.pending.pop()  # both None when forward() closed the call
         self._leave_stack(pushed)
-        if call is not None:  # the forward raised: its entry is never written
+        if call is not None:  # the forward did not end here (it raised): its entry is never written
             self.recorder.collector.leave(call.name)
             inputs = getattr(call, "inputs", None)
             if isinstance(inputs, str) and MARK in inputs:  # its inputs' values, waiting for a read-back, go too

@@ -87,19 +87,17 @@ class BatchedStats:
     def fill(self, row: list[float]) -> None:
         maximum, minimum = row[0], row[1]
         if math.isfinite(maximum + minimum + row[2] + row[3]):  # the usual row: no value to mark, no extremes
-            self.values, self.data, self.holders = row, None, None
-            return
-        self.values = [json_number(v) for v in row]
-        if not (
-            math.isfinite(maximum) and math.isfinite(minimum)
-        ):  # rare: the finite extremes are read for this one alone
-            extremes = measuring.extremes_except_inf_nan(self.data, maximum, minimum)
-            self.extremes = extremes = {key: json_number(value) for key, value in extremes.items()}
-            self.batch.reads += 1
-            for holder in self.holders or ():
-                later = {key: holder.pop(key) for key in ("md5", "data_name") if key in holder}
-                holder.update(extremes)  # after requires_grad, before md5, as the direct path writes them
-                holder.update(later)
+            self.values = row
+        else:
+            self.values = [json_number(v) for v in row]
+            if not (math.isfinite(maximum) and math.isfinite(minimum)):  # rare: the finite extremes, read alone
+                extremes = measuring.extremes_except_inf_nan(self.data, maximum, minimum)
+                self.extremes = extremes = {key: json_number(value) for key, value in extremes.items()}
+                self.batch.reads += 1
+                for holder in self.holders or ():
+                    later = {key: holder.pop(key) for key in ("md5", "data_name") if key in holder}
+                    holder.update(extremes)  # after requires_grad, before md5, as the direct path writes them
+                    holder.update(later)
         self.data = None
         self.holders = None
 
@@ -164,6 +162,15 @@ def xor_word(tensor: torch.Tensor) -> torch.Tensor:
             folded[:1] ^= words[-1:]
         words = folded
     return words
+
+
+def reduce_into(data: torch.Tensor, row: tuple[torch.Tensor, ...]) -> None:
+    """``data``'s Max, Min, Mean and Norm written into the four cells of ``row``: three kernels, no stack or copy,
+    and no sync (``data`` is float32 or float64 already, see ``DeviceBatch.measure_stats``)."""
+    maximum, minimum, mean, norm = row
+    measuring.torch_aminmax(data, out=(minimum, maximum))
+    measuring.torch_mean(data, out=mean)
+    measuring.torch_vector_norm(data, out=norm)
 
 
 class DeviceBatch:
@@ -256,10 +263,7 @@ class DeviceBatch:
         cells, row = self._next_row(place)
         if self.write_out:
             try:
-                maximum, minimum, mean, norm = cells[row]
-                measuring.torch_aminmax(data, out=(minimum, maximum))  # three kernels, no stack or copy, and no sync
-                measuring.torch_mean(data, out=mean)
-                measuring.torch_vector_norm(data, out=norm)
+                reduce_into(data, cells[row])
             except Exception as error:  # a backend without these out= kernels: stacked and copied instead
                 self.write_out = False
                 logger.debug("msprobe: device statistics stacked, not written in place (%s)", error)
@@ -519,7 +523,7 @@ def _waiting_summaries(value: Any, depth: int = 0, undo: bool = False) -> None:
                     value["requires_grad"] = flag.flag
                 if first.stats.values is None:  # read now: its extremes' keys, added to this dict at read-back,
                     first.stats.batch.read_back()  # would be missed by an encoder already going through the dict
-            elif not undo and first.stats.values is None and "requires_grad" in value:
+            elif first.stats.values is None and "requires_grad" in value:
                 value["requires_grad"] = _FlagThenExtremes(flag, first.stats)
             return
         children = value.values()
