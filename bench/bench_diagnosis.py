@@ -52,6 +52,10 @@ QUICK = (
     "cnn.control_torch_relu",
     "moe.router_temperature",
     "moe.control_out_of_place",
+    "gpt.adam_eps",
+    "cnn.bn1_momentum",
+    "gpt.control_arange_start",
+    "gpt.attn_wrong_backward",
 )
 
 

@@ -727,6 +727,99 @@ MORE = [
 ]  # fmt: skip
 
 
+# -- a second held-out set: new kinds of fault on the same families, written down before any run ----------------
+
+
+def _gpt_positions(where: str):
+    """The GPT's forward with its positions made another way: reversed (a bug), or ``arange(0, n)`` (the same)."""
+
+    def forward(self: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+        length = tokens.shape[1]
+        positions = torch.arange(length).flip(0) if where == "reversed" else torch.arange(0, length)
+        x = self.wte(tokens) + self.wpe(positions)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))
+
+    return forward
+
+
+def _gpt_loss(**options: Any) -> Callable[[Setup], None]:
+    """The loss given other options (label smoothing, a sum instead of a mean)."""
+
+    def apply(setup: Setup) -> None:
+        def loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+            logits = model(tokens[:, :-1])
+            return F.cross_entropy(logits.reshape(-1, GPT_VOCAB), tokens[:, 1:].reshape(-1), **options)
+
+        setup.loss = loss
+
+    return apply
+
+
+def _no_attention_residual(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    x = self.attn(self.ln1(x))  # the residual forgotten
+    return x + self.mlp(self.ln2(x))
+
+
+def _softmax_in_half(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    batch, length, width = x.shape
+    size = width // GPT_HEADS
+    q, k, v = (t.view(batch, length, GPT_HEADS, size).transpose(1, 2) for t in self.qkv(x).split(width, 2))
+    scores = ((q @ k.transpose(-2, -1)) * size**-0.5).masked_fill(self.mask[:length, :length] == 0, float("-inf"))
+    y = (F.softmax(scores.half(), dim=-1).float() @ v).transpose(1, 2).contiguous().view(batch, length, width)
+    return self.proj(y)
+
+
+def _cnn_with_clone(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    x = self.relu(self.bn1(self.conv1(x))).clone()  # an extra call that changes no value
+    x = F.relu(self.bn2(self.conv2(x)), inplace=True)
+    return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+def _buffer_scaled(path: str, name: str, factor: float) -> Callable[[Setup], None]:
+    def apply(setup: Setup) -> None:
+        with torch.no_grad():
+            getattr(_module(setup.model, path), name).mul_(factor)
+
+    return apply
+
+
+SECOND_HELD_OUT = [
+    Fault("gpt.positions_reversed", "gpt", "data", _forward("", _gpt_positions("reversed")),
+          Expect(None, "Tensor.flip")),
+    Fault("gpt.label_smoothing", "gpt", "argument", _gpt_loss(label_smoothing=0.1),
+          Expect(None, "Functional.cross_entropy")),
+    Fault("gpt.loss_sum", "gpt", "argument", _gpt_loss(reduction="sum"), Expect(None, "Functional.cross_entropy")),
+    Fault("gpt.wpe_weight", "gpt", "weights", _nudge("wpe.weight", (3, 4), 0.5), Expect("wpe", "Functional.embedding")),
+    Fault("gpt.no_attention_residual", "gpt", "code", _forward(f"{G}.1", _no_attention_residual),
+          Expect(f"{G}.1", "Tensor.__add__")),
+    Fault("gpt.adam_eps", "gpt", "optimizer", _optimizer(_all(eps=1e-3)), Expect("wte", "Tensor.add_", "optimizer")),
+    Fault("gpt.data_step1", "gpt", "data", _batch(_token(1, 2, 3, vocab=GPT_VOCAB)),
+          Expect(None, "Tensor.__getitem__", step=1)),
+    Fault("gpt.softmax_half", "gpt", "precision", _forward(f"{G}.0.attn", _softmax_in_half),
+          Expect(f"{G}.0.attn", "Functional.softmax")),
+    Fault("gpt.ln_f_bias", "gpt", "weights", _nudge("ln_f.bias", (3,), 0.5), Expect("ln_f", "Functional.layer_norm")),
+    Fault("gpt.attn_wrong_backward", "gpt", "backward", _wrong_output_gradient(f"{G}.2.attn"),
+          Expect(f"{G}.2.attn", None, "backward")),
+    Fault("cnn.conv1_padding", "cnn", "argument", _set("conv1", "padding", (2, 2)),
+          Expect("conv1", "Functional.conv2d")),
+    # in training the output comes from the batch alone: the momentum shows in the running statistics it writes
+    Fault("cnn.bn1_momentum", "cnn", "argument", _set("bn1", "momentum", 0.5), Expect("bn1", "Functional.batch_norm")),
+    Fault("cnn.fc_bias", "cnn", "weights", _nudge("fc.bias", (1,), 0.5), Expect("fc", "Functional.linear")),
+    Fault("attention.embed_row", "attention", "weights", _used_embedding_row("embed.weight", 0.5),
+          Expect("embed", "Functional.embedding")),
+    Fault("llama.rope_base", "llama", "scale", _buffer_scaled("model.rotary_emb", "inv_freq", 0.5),
+          Expect("model.rotary_emb", None)),
+    Fault("bert.position_row", "bert", "weights", _nudge("bert.embeddings.position_embeddings.weight", (1, 2), 0.5),
+          Expect("bert.embeddings.position_embeddings", "Functional.embedding")),
+    Fault("gpt.control_arange_start", "gpt", "control", _forward("", _gpt_positions("from zero")), None),
+    Fault("cnn.control_clone", "cnn", "control", _forward("", _cnn_with_clone), None),
+    # AdamW made again with its default weight decay: the same optimizer
+    Fault("bert.control_optimizer_rebuilt", "bert", "control", _optimizer(_all(weight_decay=0.01)), None),
+]  # fmt: skip
+
+
 # -- data parallel: two processes, gradients averaged by all_reduce -----------------------------------------------
 
 RANKS = [
@@ -737,7 +830,7 @@ RANKS = [
     Fault("ranks.control_same", "attention", "control", None, None, world=2),
 ]  # fmt: skip
 
-FAULTS: list[Fault] = ATTENTION + CNN + MOE + LLAMA + BERT + GPT_FAULTS + MORE + RANKS
+FAULTS: list[Fault] = ATTENTION + CNN + MOE + LLAMA + BERT + GPT_FAULTS + MORE + SECOND_HELD_OUT + RANKS
 ARCHS = sorted({fault.arch for fault in FAULTS})
 
 

@@ -224,6 +224,55 @@ def test_an_optimizer_argument_is_the_optimizer_step_of_the_module_it_updates(tm
     assert (found.phase, found.cause, found.module) == ("optimizer", "optimizer", "fc")
 
 
+def test_an_optimizer_call_on_a_temporary_is_the_step_of_the_module_updated_just_before(tmp_path):
+    """Adam's ``denom.add_(eps)``: its input is no parameter, so the parameter the optimizer was updating (the
+    one the call before it was given) names the module."""
+    runs = []
+    for eps in (1e-3, 1e-8):
+        data, construct = module_run()
+        data["Tensor.add_.0.forward"] = call([tensor(0.33, grad=False), number(eps)], [tensor(0.33 + eps, grad=False)])
+        construct["Tensor.add_.0.forward"] = "optimizer"
+        runs.append((data, construct))
+    found = pair(tmp_path, runs[0][0], runs[1][0], runs[0][1])
+    assert (found.phase, found.cause, found.module, found.api) == (
+        "optimizer",
+        "optimizer",
+        "fc",
+        "Tensor.add_.0.forward",
+    )
+
+
+def norm_step(momentum: float, running_mean: float, spelt: bool = False) -> dict:
+    """A batch_norm in training: its output comes from the batch alone; it writes its running mean in place."""
+    data = chain()
+    arguments = [tensor(0.5, grad=False), tensor(running_mean, shape=(8,), grad=False), number(momentum)]
+    data["Functional.batch_norm.0.forward"] = call(arguments, [tensor(0.9, grad=False)])
+    if spelt:  # arange(0, 8) where the other run has arange(8): the same values
+        data["Torch.arange.0.forward"] = call([number(0), number(8)], [tensor(3.5, shape=(8,), grad=False)])
+    else:
+        data["Torch.arange.0.forward"] = call([number(8)], [tensor(3.5, shape=(8,), grad=False)])
+    return data
+
+
+def test_an_argument_that_changes_no_output_is_named_when_what_it_wrote_differs_later(tmp_path):
+    for run, momentum, later_mean in (("ours", 0.5, 0.6), ("theirs", 0.1, 0.55)):
+        write(tmp_path / run / "step0" / "rank", norm_step(momentum, 0.0))
+        write(tmp_path / run / "step1" / "rank", norm_step(momentum, later_mean))
+    found = diagnose_runs(tmp_path / "ours", tmp_path / "theirs")
+    assert (found.verdict, found.step, found.api, found.cause) == (
+        "divergence", 0, "Functional.batch_norm.0.forward", "argument"
+    )  # fmt: skip
+    assert "0.5 vs 0.1" in found.detail and "at step 1, Functional.batch_norm.0.forward is given" in found.detail
+
+
+def test_an_argument_spelt_another_way_with_nothing_differing_after_it_is_no_divergence(tmp_path):
+    for run in ("ours", "theirs"):
+        for step in (0, 1):
+            write(tmp_path / run / f"step{step}" / "rank", norm_step(0.1, 0.1 * step, spelt=run == "ours"))
+    found = diagnose_runs(tmp_path / "ours", tmp_path / "theirs")
+    assert found.verdict == "none"
+
+
 def test_weights_that_differ_after_an_undumped_optimizer_step_blame_it(tmp_path):
     plain, construct = module_run()
     del plain["Tensor.mul_.0.forward"]  # level L0 style: no optimizer calls dumped
@@ -282,6 +331,17 @@ def test_among_rounding_differences_a_changed_argument_is_still_named(tmp_path):
     found = pair(tmp_path, ours, theirs)
     assert (found.verdict, found.api, found.cause, found.confidence) == ("divergence", "Functional.linear.3.forward",
                                                                          "argument", "high")  # fmt: skip
+
+
+def test_among_rounding_differences_an_argument_whose_call_returns_the_same_is_not_blamed(tmp_path):
+    """The first matmul's input was made by a call given another argument but returning the same values (as
+    far as the dump shows): what follows differs by rounding alone, so the answer is uncertain, not that call."""
+    ours, theirs = noisy_chain()
+    for run, arguments in ((ours, [number(0), number(4)]), (theirs, [number(4)])):
+        run["Torch.arange.0.forward"] = call(arguments, [tensor(1.0)])
+        run.update({key: run.pop(key) for key in list(run) if key != "Torch.arange.0.forward"})  # arange first
+    found = pair(tmp_path, ours, theirs)
+    assert found.verdict == "uncertain" and found.api != "Torch.arange.0.forward"
 
 
 def test_the_first_nonfinite_is_made_not_given(tmp_path):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from msprobe.core.diagnosis.align import Pairing
-from msprobe.core.diagnosis.calls import BACKWARD, FORWARD, Call, Value
+from msprobe.core.diagnosis.calls import BACKWARD, FORWARD, OPTIMIZER, Call, Value
 from msprobe.core.diagnosis.values import ValueComparer
 
 FAR_OFF = 10.0  # outputs this far off (relative), from inputs far closer, are no rounding
@@ -252,6 +252,18 @@ class PairAnalysis:
         for value in call.tensors("inputs"):
             fingerprint = value.fingerprint()
             found = self.owners.get(fingerprint) or self._gradient_owners.get(fingerprint)
+            if found:
+                return found
+        return None
+
+    def updated_module(self, call: Call) -> str | None:
+        """For an optimizer call, the module whose parameter its update is of: the owner of its own inputs, or
+        else of the nearest optimizer call before it that has one (an optimizer updates one parameter after
+        another, and works on temporaries, such as Adam's denominator, between its calls on the parameter)."""
+        for other in reversed(self.ours[: call.order + 1]):
+            if other.phase != OPTIMIZER:
+                return None
+            found = self.owner(other)
             if found:
                 return found
         return None

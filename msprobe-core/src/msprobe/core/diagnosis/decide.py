@@ -6,7 +6,16 @@ from __future__ import annotations
 
 from msprobe.core.diagnosis.analysis import ROUNDING, SYSTEMATIC, PairAnalysis, cast_words
 from msprobe.core.diagnosis.answer import NONE, Diagnosis
-from msprobe.core.diagnosis.explain import explain, first_difference, in_phase_words
+from msprobe.core.diagnosis.calls import Call
+from msprobe.core.diagnosis.explain import (
+    answer_at,
+    arguments_words,
+    explain,
+    first_difference,
+    in_phase_words,
+    inputs_words,
+    join,
+)
 from msprobe.core.diagnosis.noise import noisy
 
 
@@ -20,7 +29,10 @@ def decide(analysis: PairAnalysis, settled: bool = True) -> Diagnosis:
     found = explain(analysis, first)
     # a computation differing by a rounding-sized amount, or by an amount checksums cannot tell: noise?
     unknown = found.error is None or found.error <= ROUNDING
-    if unknown and found.cause == "computation" and not analysis.agreed_before(first):
+    # an argument named upstream, at a call whose outputs agree as far as the dump shows: perhaps only spelt
+    # another way (arange(0, n) for arange(n)); rounding-sized differences after it are weighed as noise
+    unseen = found.cause == "argument" and found.api != first.name and not _outputs_differ(analysis, found.api)
+    if unknown and (found.cause == "computation" or unseen) and not analysis.agreed_before(first):
         found = noisy(analysis, first, settled)
     elif found.cause == "weights" and not settled and not found.nonfinite:
         found = noisy(analysis, first, settled)
@@ -28,6 +40,11 @@ def decide(analysis: PairAnalysis, settled: bool = True) -> Diagnosis:
         found = noisy(analysis, first, settled)
     found.compared = compared
     return in_phase_words(found)
+
+
+def _outputs_differ(analysis: PairAnalysis, name: str | None) -> bool:
+    call = next((call for call in analysis.ours if call.name == name), None)
+    return call is None or analysis.outputs_differ(call)
 
 
 def _no_divergence(analysis: PairAnalysis, compared: int) -> Diagnosis:
@@ -39,3 +56,48 @@ def no_divergence_words(compared: int, unpaired: int) -> str:
     if unpaired:
         words += f" ({unpaired} calls made by one run only change no value)"
     return words
+
+
+# -- an argument whose effect shows only later ---------------------------------------------------------------
+# A call may take another non-tensor argument and still return bit-identical outputs: an argument spelt
+# another way (``arange(0, n)`` for ``arange(n)``) changes nothing, but a norm's ``momentum`` changes the
+# running statistics it writes in place, which only the same call's inputs show, a step later.
+
+
+def changed_arguments(analysis: PairAnalysis, call: Call) -> list:
+    return [a for a in analysis.difference(call).arguments if a[1] is not None and a[2] is not None]
+
+
+def latent_argument(analysis: PairAnalysis) -> Call | None:
+    """The first paired call of a step whose outputs all agree that was given another non-tensor argument."""
+    for call in analysis.ours:
+        if call.order not in analysis.extra and analysis.pairing.of(call) is not None:
+            if changed_arguments(analysis, call):
+                return call
+    return None
+
+
+def carried_state(analysis: PairAnalysis, latent: Call, same_step: bool) -> Call | None:
+    """The first call, of the same name as ``latent`` (after it, in its own step), given tensors that differ
+    although every output agrees: state the latent call wrote in place, read back by it."""
+    for call in analysis.ours:
+        if call.name != latent.name or (same_step and call.order <= latent.order) or call.order in analysis.extra:
+            continue
+        difference = analysis.difference(call)
+        if difference.inputs or difference.params:
+            return call
+    return None
+
+
+def argument_shown_later(
+    latent_analysis: PairAnalysis, latent: Call, analysis: PairAnalysis, reader: Call, step: object
+) -> Diagnosis:
+    """The latent call (of ``latent_analysis``'s step) as the divergence: ``reader`` (of ``analysis``'s, at
+    ``step``) shows its effect."""
+    difference = analysis.difference(reader)
+    words = join(
+        arguments_words(changed_arguments(latent_analysis, latent)),
+        f"its outputs agree, but what it writes in place differs: at step {step}, {reader.name} is given "
+        f"{inputs_words(difference.inputs + difference.params)} that differ",
+    )
+    return answer_at(latent, "argument", words)

@@ -72,7 +72,7 @@ def answer_at(
 def _because(analysis: PairAnalysis, call: Call, difference: Difference) -> Diagnosis:
     module = call.module
     if call.phase == OPTIMIZER:
-        module = analysis.owner(call) or module
+        module = analysis.updated_module(call) or module
     for value in difference.inputs:
         traced = trace(analysis, call, value)
         if traced is not None:
@@ -163,12 +163,24 @@ def trace(analysis: PairAnalysis, call: Call, value: Value, threshold: float | N
 
 def _hooked_module(analysis: PairAnalysis, culprit: Call, consumer: Call) -> str | None:
     """A call outside every module amid the backward is a hook's: it changed the gradient of the module whose
-    backward entry returned what it made (a module's own backward hook), else of the module that received
-    what it made (a hook on a tensor)."""
+    backward entry returned what it made (a module's own backward hook); else of the module whose backward
+    entry was given what it was given, when a submodule of that module received what it made (a hook or a
+    custom backward on that module's output, inside its backward and before its submodules'); else of the
+    module that received what it made (a hook on a tensor)."""
     made = {value.fingerprint() for value in culprit.tensors("outputs")} - {None}
-    for other in analysis.ours:
-        if other.kind == "module" and other.direction == BACKWARD and other.order > culprit.order:
-            if any(value.fingerprint() in made for value in other.outputs):
+    given = {value.fingerprint() for value in culprit.tensors("inputs")} - {None}
+    later = [
+        other
+        for other in analysis.ours
+        if other.kind == "module" and other.direction == BACKWARD and other.order > culprit.order
+    ]
+    for other in later:
+        if any(value.fingerprint() in made for value in other.outputs):
+            return other.module
+    inner = consumer.module
+    for other in later:
+        if other.module and inner and (inner == other.module or inner.startswith(other.module + ".")):
+            if any(value.fingerprint() in given for value in other.inputs):
                 return other.module
     return consumer.module
 

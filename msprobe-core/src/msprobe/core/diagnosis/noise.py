@@ -212,7 +212,7 @@ def _beyond(analysis: PairAnalysis, call: Call, value: Value, threshold: float) 
 
 
 def _module_of(analysis: PairAnalysis, call: Call) -> str | None:
-    return (analysis.owner(call) or call.module) if call.phase == OPTIMIZER else call.module
+    return (analysis.updated_module(call) or call.module) if call.phase == OPTIMIZER else call.module
 
 
 def _standout(analysis: PairAnalysis, first: Call, threshold: float) -> tuple[Call, float] | None:

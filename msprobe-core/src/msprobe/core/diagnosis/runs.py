@@ -22,7 +22,13 @@ from msprobe.core.diagnosis.align import pair_calls
 from msprobe.core.diagnosis.analysis import FAR_OFF, PairAnalysis
 from msprobe.core.diagnosis.answer import DIVERGENCE, NONE, UNCERTAIN, Diagnosis
 from msprobe.core.diagnosis.calls import OPTIMIZER, PHASES, Call, Value, calls_of
-from msprobe.core.diagnosis.decide import decide, no_divergence_words
+from msprobe.core.diagnosis.decide import (
+    argument_shown_later,
+    carried_state,
+    decide,
+    latent_argument,
+    no_divergence_words,
+)
 from msprobe.core.diagnosis.values import ValueComparer
 from msprobe.core.dump.layout import dump_folders, label_number
 from msprobe.core.dump.reader import Dump, read_dump
@@ -167,6 +173,7 @@ def diagnose_runs(npu_root: str | Path, bench_root: str | Path, translate: Trans
     compared = unpaired = 0
     previous: dict[int | None, PairAnalysis] = {}
     previous_step: int | None = None
+    latent: dict[int | None, tuple[Any, Call, PairAnalysis]] = {}  # rank -> its first argument with no effect yet
     for step, ranks in by_step.items():
         found_here: list[tuple[tuple, int | None, Diagnosis, PairAnalysis]] = []
         analyses: dict[int | None, PairAnalysis] = {}
@@ -180,6 +187,11 @@ def diagnose_runs(npu_root: str | Path, bench_root: str | Path, translate: Trans
             compared += found.compared
             unpaired += analysis.unpaired
             found.step, found.rank = step, rank
+            if found.verdict == NONE and noisy is None:
+                shown = _latent_argument_shown(latent, analysis, step, rank)
+                if shown is not None:
+                    shown.compared = compared
+                    return shown
             if found.verdict == UNCERTAIN:
                 uncertain_here = uncertain_here or found
             elif found.verdict == DIVERGENCE and (noisy is None or _exact_evidence(found)):
@@ -199,6 +211,26 @@ def diagnose_runs(npu_root: str | Path, bench_root: str | Path, translate: Trans
         noisy.compared = compared
         return noisy
     return Diagnosis(NONE, detail=no_divergence_words(compared, unpaired), compared=compared)
+
+
+def _latent_argument_shown(
+    latent: dict[int | None, tuple[Any, Call, PairAnalysis]], analysis: PairAnalysis, step: Any, rank: int | None
+) -> Diagnosis | None:
+    """In a step whose outputs all agree: the first call given another argument (this step's, or an earlier
+    one's), when a later call of the same name is given tensors that differ; ``latent`` keeps the first per rank."""
+    if rank not in latent and analysis.ours:
+        call = latent_argument(analysis)
+        if call is not None:
+            latent[rank] = (step, call, analysis)
+    if rank not in latent:
+        return None
+    latent_step, call, latent_analysis = latent[rank]
+    reader = carried_state(analysis, call, same_step=latent_analysis is analysis)
+    if reader is None:
+        return None
+    found = argument_shown_later(latent_analysis, call, analysis, reader, step)
+    found.step, found.rank = latent_step, rank
+    return found
 
 
 def _name_ranks(found: Diagnosis, others: list[Diagnosis], ranks: int) -> None:
