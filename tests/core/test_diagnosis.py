@@ -301,6 +301,64 @@ def test_a_rank_diverging_alone_is_named_as_such(tmp_path):
     assert "rank 0 follows through Distributed.all_reduce" in found.detail and "rank 1 alone" in found.line()
 
 
+def level_l1_step(g: float = 2.5, w2: float = 0.2, hook: bool = False) -> dict:
+    """A level L1 step (no modules): linear, an operator no dump records (g needs a gradient, and no dumped
+    call made it), linear; their backward; a gradient hook's multiply when ``hook``; the optimizer's calls on
+    the two weights."""
+    x, w = tensor(0.5, grad=False), tensor(0.1)
+    grad_w = tensor(0.03, grad=False)
+    data = {
+        "Functional.linear.0.forward": call([x, w], [tensor(1.5)]),
+        "Functional.linear.1.forward": call([tensor(g), tensor(w2)], [tensor(3.5 + g + w2)]),
+        "Functional.linear.1.backward": {"input": [tensor(0.3, grad=False)], "output": [tensor(0.4, grad=False)]},
+        "Functional.linear.0.backward": {"input": [tensor(0.4, grad=False)], "output": [grad_w]},
+    }
+    used = grad_w
+    if hook:
+        used = tensor(0.045, grad=False)
+        data["Tensor.__mul__.0.forward"] = call([grad_w, number(1.5)], [used])
+    data["Tensor.mul_.0.forward"] = call([w, number(0.99)], [tensor(0.099)])
+    data["Tensor.lerp_.0.forward"] = call([tensor(0.0, grad=False), used, number(0.1)], [tensor(used["Mean"] * 0.1)])
+    data["Tensor.mul_.1.forward"] = call([tensor(w2), number(0.99)], [tensor(w2 * 0.99)])
+    return data
+
+
+def test_at_level_l1_an_input_no_optimizer_updates_is_no_parameter(tmp_path):
+    """g needs a gradient and no dumped call made it, but the optimizer is not given it: it was computed."""
+    found = pair(tmp_path, level_l1_step(g=2.6), level_l1_step())
+    assert (found.api, found.cause) == ("Functional.linear.1.forward", "undumped")
+    assert "computed by code no dump records" in found.line()
+
+
+def test_at_level_l1_an_input_the_optimizer_updates_is_a_parameter(tmp_path):
+    found = pair(tmp_path, level_l1_step(w2=0.25), level_l1_step())
+    assert (found.api, found.cause) == ("Functional.linear.1.forward", "weights")
+
+
+def test_at_level_l1_a_hook_on_a_gradient_after_the_last_backward_entry_is_the_backward(tmp_path):
+    calls = {c.name: c.phase for c in calls_of(read_dump(write(tmp_path / "run", level_l1_step(hook=True))))}
+    assert calls["Tensor.__mul__.0.forward"] == BACKWARD
+    assert calls["Tensor.mul_.0.forward"] == calls["Tensor.mul_.1.forward"] == OPTIMIZER
+    found = pair(tmp_path, level_l1_step(hook=True), level_l1_step())
+    assert (found.api, found.phase) == ("Tensor.__mul__.0.forward", "backward")
+
+
+def test_backward_entries_pair_as_their_forward_calls_do(tmp_path):
+    """F.relu twice outside every module, the second replaced by torch.relu in one run: the backward runs in
+    reverse, so the remaining F.relu backward must pair with its own forward's, not with the first listed."""
+    first, second = tensor(1.0, grad=True), tensor(2.0, grad=True)
+
+    def run(second_api: str) -> dict:
+        return {
+            "Functional.relu.0.forward": call([tensor(0.5)], [first]),
+            f"{second_api}.forward": call([tensor(1.5)], [second]),
+            f"{second_api}.backward": {"input": [tensor(0.2, grad=False)], "output": [tensor(0.1, grad=False)]},
+            "Functional.relu.0.backward": {"input": [tensor(0.7, grad=False)], "output": [tensor(0.6, grad=False)]},
+        }
+
+    assert pair(tmp_path, run("Torch.relu.0"), run("Functional.relu.1")).verdict == "none"
+
+
 def noisy_chain(calls: int = 6, argument_at: int | None = None) -> tuple[dict, dict]:
     """Calls each given the last one's output; ours differs by a rounding-sized 1e-3 from the first matmul on,
     and two calls read the same bit-identical input (two places rounding differently)."""

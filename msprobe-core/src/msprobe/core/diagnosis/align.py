@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 
-from msprobe.core.diagnosis.calls import Call, key_of
+from msprobe.core.diagnosis.calls import BACKWARD, Call, key_of
 
 
 @dataclass
@@ -47,6 +47,7 @@ def pair_calls(ours: list[Call], theirs: list[Call], translate: Callable[[str], 
         theirs_by_key[call.key].append(call)
     pairing = Pairing()
     paired_theirs: set[int] = set()
+    backward: list[tuple[list[Call], list[Call]]] = []
     for name, mine in ours_by_key.items():
         other = theirs_by_key.get(name, [])
         if not other:
@@ -56,14 +57,44 @@ def pair_calls(ours: list[Call], theirs: list[Call], translate: Callable[[str], 
                 pairing.partner[a.order] = b
                 paired_theirs.add(b.order)
             continue
-        for i, j in _align([_signature(c) for c in mine], [_signature(c) for c in other]):
-            pairing.partner[mine[i].order] = other[j]
-            paired_theirs.add(other[j].order)
-        _pair_leftovers(mine, other, pairing, paired_theirs)
+        if mine[0].direction == BACKWARD:
+            backward.append((mine, other))  # after the forward calls, whose pairs decide theirs
+            continue
+        _pair_api(mine, other, pairing, paired_theirs)
+    forwards = {call.name: call for call in ours if call.kind == "api" and call.direction != BACKWARD}
+    for mine, other in backward:
+        _pair_by_forward(mine, other, forwards, pairing, paired_theirs)
+        _pair_api([c for c in mine if c.order not in pairing.partner], other, pairing, paired_theirs)
     pairing.extra = [call for call in ours if call.order not in pairing.partner]
     pairing.missing = [call for call in theirs if call.order not in paired_theirs]
     _substitutes(ours, theirs, pairing)
     return pairing
+
+
+def _pair_api(mine: list[Call], other: list[Call], pairing: Pairing, paired_theirs: set[int]) -> None:
+    """One API's calls in one direction, by the longest common run of signatures, then the leftovers."""
+    free = [c for c in other if c.order not in paired_theirs]
+    for i, j in _align([_signature(c) for c in mine], [_signature(c) for c in free]):
+        pairing.partner[mine[i].order] = free[j]
+        paired_theirs.add(free[j].order)
+    _pair_leftovers(mine, free, pairing, paired_theirs)
+
+
+def _pair_by_forward(
+    mine: list[Call], other: list[Call], forwards: dict[str, Call], pairing: Pairing, paired_theirs: set[int]
+) -> None:
+    """A backward entry pairs with the backward of its forward's partner: two calls of one API with tensors of
+    the same shapes outside every module (F.relu twice) look alike, and their backward runs in reverse."""
+    by_name = {call.name: call for call in other}
+    for call in mine:
+        forward = forwards.get(call.name[: -len("backward")] + "forward")
+        partner = pairing.partner.get(forward.order) if forward is not None else None
+        if partner is None or not partner.name.endswith("forward"):
+            continue
+        theirs = by_name.get(partner.name[: -len("forward")] + "backward")
+        if theirs is not None and theirs.order not in paired_theirs:
+            pairing.partner[call.order] = theirs
+            paired_theirs.add(theirs.order)
 
 
 def _anchors(calls: list[Call], paired: Callable[[Call], int | None]) -> dict[int, int]:

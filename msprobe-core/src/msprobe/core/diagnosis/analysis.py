@@ -51,6 +51,7 @@ class PairAnalysis:
         self._gradient_owners = _owners(ours, gradients=True)
         self._forward_names: dict[str, Call] | None = None
         self._cast_sites: int | None = None
+        self._updated: set[tuple] | None = None  # what the step's optimizer calls were given (see is_parameter)
         self._by_name = {call.name: call for call in ours}
         self.has_modules = any(call.kind == "module" for call in ours)
         # the calls whose errors are weighed against each other: the APIs, or the modules of a dump without any
@@ -192,8 +193,16 @@ class PairAnalysis:
 
     def is_parameter(self, call: Call, value: Value) -> bool:
         """Without modules in the dump (level L1), a parameter is an input that needs a gradient and that no
-        call of either run made."""
+        call of either run made; where the step's optimizer calls are dumped, also one they are given (the
+        output of a call no dump records, a reshape inside a library, needs a gradient and has no maker
+        either, but no optimizer updates it)."""
         if self.has_modules or call.phase != FORWARD or not value.requires_grad:
+            return False
+        if self._updated is None:
+            self._updated = {
+                v.fingerprint() for c in self.ours if c.phase == OPTIMIZER for v in c.tensors("inputs")
+            } - {None}
+        if self._updated and value.fingerprint() not in self._updated:
             return False
         return self.made_by_no_call(call, value)
 

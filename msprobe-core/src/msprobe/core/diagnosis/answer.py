@@ -11,6 +11,7 @@ DIVERGENCE, NONE, UNCERTAIN = "divergence", "none", "uncertain"
 CAUSES = {
     "weights": "the weights of {module} differ",
     "data": "the inputs differ (data)",
+    "undumped": "the inputs differ, computed by code no dump records",
     "argument": "a non-tensor argument differs",
     "computation": "the same inputs and weights give different outputs (the computation differs)",
     "calls": "this run makes extra calls, or misses calls",

@@ -283,11 +283,15 @@ def _set_phases(calls: list[Call]) -> None:
     last_backward = max((i for i, call in enumerate(calls) if call.direction == BACKWARD), default=-1)
     first_backward = min((i for i, call in enumerate(calls) if call.direction == BACKWARD), default=-1)
     gradients: set[tuple] = set()
+    optimizing = False
     for index, call in enumerate(calls):
         if call.direction == BACKWARD:
             call.phase = BACKWARD
+        elif not optimizing and index > last_backward >= 0 and _on_gradients_alone(call, gradients):
+            call.phase = BACKWARD  # a hook on a parameter's gradient, run as it is accumulated, after the last entry
         elif call.parent == "optimizer" or (index > last_backward >= 0 and call.kind == "api" and call.module is None):
             call.phase = OPTIMIZER
+            optimizing = True
         elif first_backward < index < last_backward and _made_by_backward(calls, index, gradients):
             call.phase = BACKWARD
         else:
@@ -304,6 +308,18 @@ def _loose(call: Call) -> bool:
         and call.direction == FORWARD
         and call.module is None
         and all(value.requires_grad is False for value in outputs)
+    )
+
+
+def _on_gradients_alone(call: Call, gradients: set[tuple]) -> bool:
+    """A loose call given nothing but gradients the backward made (an optimizer is given its parameters and its
+    state as well)."""
+    inputs = call.tensors("inputs")
+    return (
+        call.parent != "optimizer"
+        and _loose(call)
+        and bool(inputs)
+        and all(value.fingerprint() in gradients for value in inputs)
     )
 
 

@@ -32,7 +32,7 @@ def decide(analysis: PairAnalysis, settled: bool = True) -> Diagnosis:
     # an argument named upstream, at a call whose outputs agree as far as the dump shows: perhaps only spelt
     # another way (arange(0, n) for arange(n)); rounding-sized differences after it are weighed as noise
     unseen = found.cause == "argument" and found.api != first.name and not _outputs_differ(analysis, found.api)
-    if unknown and (found.cause == "computation" or unseen) and not analysis.agreed_before(first):
+    if unknown and (found.cause in ("computation", "undumped") or unseen) and not analysis.agreed_before(first):
         found = noisy(analysis, first, settled)
     elif found.cause == "weights" and not settled and not found.nonfinite:
         found = noisy(analysis, first, settled)

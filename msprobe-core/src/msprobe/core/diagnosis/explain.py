@@ -53,7 +53,8 @@ def in_phase_words(found: Diagnosis) -> Diagnosis:
     return found
 
 
-CAUSE_WORDS = {"weights": "its parameters differ", "data": "its inputs differ", "computation": "",
+CAUSE_WORDS = {"weights": "its parameters differ", "data": "its inputs differ", "undumped": "its inputs differ",
+               "computation": "",
                "argument": "", "calls": ""}  # fmt: skip
 
 
@@ -110,6 +111,10 @@ def _because(analysis: PairAnalysis, call: Call, difference: Difference) -> Diag
         if enclosing is not None:
             words = f"in its own code, between its submodules: {call.name} is given inputs no dumped call made"
             return answer_at(enclosing, "computation", words, enclosing.module)
+        if call.phase == FORWARD and all(value.requires_grad for value in difference.inputs):
+            # data needs no gradient: these were computed, by an operator no dump records (an LSTM at level L1)
+            words = f"{inputs_words(difference.inputs)}, which no dumped call made and which need a gradient"
+            return answer_at(call, "undumped", words, module)
         return answer_at(call, "data", data_words(analysis, difference.inputs), module)
     hidden = _inside(analysis, call) or _upstream(analysis, call)
     if hidden is None and returns_other_dtype(analysis, call):
