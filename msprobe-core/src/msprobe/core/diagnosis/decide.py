@@ -9,7 +9,6 @@ from msprobe.core.diagnosis.answer import NONE, Diagnosis
 from msprobe.core.diagnosis.calls import Call
 from msprobe.core.diagnosis.explain import (
     answer_at,
-    arguments_words,
     explain,
     first_difference,
     in_phase_words,
@@ -77,26 +76,22 @@ def latent_argument(analysis: PairAnalysis) -> Call | None:
     return None
 
 
-def carried_state(analysis: PairAnalysis, latent: Call, same_step: bool) -> Call | None:
-    """The first call, of the same name as ``latent`` (after it, in its own step), given tensors that differ
+def carried_state(analysis: PairAnalysis, name: str) -> Call | None:
+    """The call named ``name`` (a later step's than the latent call's), when it is given tensors that differ
     although every output agrees: state the latent call wrote in place, read back by it."""
-    for call in analysis.ours:
-        if call.name != latent.name or (same_step and call.order <= latent.order) or call.order in analysis.extra:
-            continue
-        difference = analysis.difference(call)
-        if difference.inputs or difference.params:
-            return call
-    return None
+    call = next((call for call in analysis.ours if call.name == name), None)
+    if call is None or call.order in analysis.extra:
+        return None
+    difference = analysis.difference(call)
+    return call if difference.inputs or difference.params else None
 
 
-def argument_shown_later(
-    latent_analysis: PairAnalysis, latent: Call, analysis: PairAnalysis, reader: Call, step: object
-) -> Diagnosis:
-    """The latent call (of ``latent_analysis``'s step) as the divergence: ``reader`` (of ``analysis``'s, at
-    ``step``) shows its effect."""
+def argument_shown_later(latent: Call, words: str, analysis: PairAnalysis, reader: Call, step: object) -> Diagnosis:
+    """The latent call (``words``: its arguments that differ) as the divergence: ``reader``, of ``analysis``'s
+    step ``step``, shows its effect."""
     difference = analysis.difference(reader)
     words = join(
-        arguments_words(changed_arguments(latent_analysis, latent)),
+        words,
         f"its outputs agree, but what it writes in place differs: at step {step}, {reader.name} is given "
         f"{inputs_words(difference.inputs + difference.params)} that differ",
     )

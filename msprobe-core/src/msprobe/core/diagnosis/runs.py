@@ -25,10 +25,12 @@ from msprobe.core.diagnosis.calls import OPTIMIZER, PHASES, Call, Value, calls_o
 from msprobe.core.diagnosis.decide import (
     argument_shown_later,
     carried_state,
+    changed_arguments,
     decide,
     latent_argument,
     no_divergence_words,
 )
+from msprobe.core.diagnosis.explain import arguments_words
 from msprobe.core.diagnosis.values import ValueComparer
 from msprobe.core.dump.layout import dump_folders, label_number
 from msprobe.core.dump.reader import Dump, read_dump
@@ -173,7 +175,7 @@ def diagnose_runs(npu_root: str | Path, bench_root: str | Path, translate: Trans
     compared = unpaired = 0
     previous: dict[int | None, PairAnalysis] = {}
     previous_step: int | None = None
-    latent: dict[int | None, tuple[Any, Call, PairAnalysis]] = {}  # rank -> its first argument with no effect yet
+    latent: dict[int | None, tuple[Any, Call, str]] = {}  # rank -> its first argument with no effect yet
     for step, ranks in by_step.items():
         found_here: list[tuple[tuple, int | None, Diagnosis, PairAnalysis]] = []
         analyses: dict[int | None, PairAnalysis] = {}
@@ -214,21 +216,21 @@ def diagnose_runs(npu_root: str | Path, bench_root: str | Path, translate: Trans
 
 
 def _latent_argument_shown(
-    latent: dict[int | None, tuple[Any, Call, PairAnalysis]], analysis: PairAnalysis, step: Any, rank: int | None
+    latent: dict[int | None, tuple[Any, Call, str]], analysis: PairAnalysis, step: Any, rank: int | None
 ) -> Diagnosis | None:
-    """In a step whose outputs all agree: the first call given another argument (this step's, or an earlier
-    one's), when a later call of the same name is given tensors that differ; ``latent`` keeps the first per rank."""
-    if rank not in latent and analysis.ours:
-        call = latent_argument(analysis)
-        if call is not None:
-            latent[rank] = (step, call, analysis)
+    """In a step whose outputs all agree: the first call given another argument, from an earlier step, when a
+    call of the same name is given tensors that differ here; ``latent`` keeps the first per rank (the call
+    and its argument's words, not its step's dumps)."""
     if rank not in latent:
-        return None
-    latent_step, call, latent_analysis = latent[rank]
-    reader = carried_state(analysis, call, same_step=latent_analysis is analysis)
+        call = latent_argument(analysis) if analysis.ours else None
+        if call is not None:
+            latent[rank] = (step, call, arguments_words(changed_arguments(analysis, call)))
+        return None  # what it wrote shows in a later step
+    latent_step, call, words = latent[rank]
+    reader = carried_state(analysis, call.name)
     if reader is None:
         return None
-    found = argument_shown_later(latent_analysis, call, analysis, reader, step)
+    found = argument_shown_later(call, words, analysis, reader, step)
     found.step, found.rank = latent_step, rank
     return found
 
