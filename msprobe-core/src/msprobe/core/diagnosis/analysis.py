@@ -36,6 +36,11 @@ class Difference:
     def any(self) -> bool:
         return bool(self.arguments or self.inputs or self.params or self.outputs)
 
+    @property
+    def changed_arguments(self) -> list[tuple[str, Any, Any]]:
+        """The non-tensor arguments both runs give, with other values (not one given by one run alone)."""
+        return [a for a in self.arguments if a[1] is not None and a[2] is not None]
+
 
 class PairAnalysis:
     """Two runs' calls of one step and rank, paired, with what differs in each pair."""
@@ -65,6 +70,7 @@ class PairAnalysis:
         analysis = cls.__new__(cls)
         analysis.ours, analysis.theirs, analysis.pairing = [], [], Pairing()
         analysis.extra, analysis.missing, analysis.unpaired = set(), set(), 0
+        analysis._by_name = {}
         analysis._dump = dump
         return analysis
 
@@ -77,6 +83,10 @@ class PairAnalysis:
         return self.ours
 
     # -- what differs ----------------------------------------------------------------------------------
+    def named(self, name: str | None) -> Call | None:
+        """This run's call of that entry name."""
+        return self._by_name.get(name) if name is not None else None
+
     def difference(self, call: Call) -> Difference:
         found = self._differences.get(call.order)
         if found is None:

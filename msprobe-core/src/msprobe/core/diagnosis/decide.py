@@ -42,7 +42,7 @@ def decide(analysis: PairAnalysis, settled: bool = True) -> Diagnosis:
 
 
 def _outputs_differ(analysis: PairAnalysis, name: str | None) -> bool:
-    call = next((call for call in analysis.ours if call.name == name), None)
+    call = analysis.named(name)
     return call is None or analysis.outputs_differ(call)
 
 
@@ -63,15 +63,11 @@ def no_divergence_words(compared: int, unpaired: int) -> str:
 # running statistics it writes in place, which only the same call's inputs show, a step later.
 
 
-def changed_arguments(analysis: PairAnalysis, call: Call) -> list:
-    return [a for a in analysis.difference(call).arguments if a[1] is not None and a[2] is not None]
-
-
 def latent_argument(analysis: PairAnalysis) -> Call | None:
     """The first paired call of a step whose outputs all agree that was given another non-tensor argument."""
     for call in analysis.ours:
         if call.order not in analysis.extra and analysis.pairing.of(call) is not None:
-            if changed_arguments(analysis, call):
+            if analysis.difference(call).changed_arguments:
                 return call
     return None
 
@@ -79,7 +75,7 @@ def latent_argument(analysis: PairAnalysis) -> Call | None:
 def carried_state(analysis: PairAnalysis, name: str) -> Call | None:
     """The call named ``name`` (a later step's than the latent call's), when it is given tensors that differ
     although every output agrees: state the latent call wrote in place, read back by it."""
-    call = next((call for call in analysis.ours if call.name == name), None)
+    call = analysis.named(name)
     if call is None or call.order in analysis.extra:
         return None
     difference = analysis.difference(call)

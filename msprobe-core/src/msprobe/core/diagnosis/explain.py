@@ -82,9 +82,7 @@ def _because(analysis: PairAnalysis, call: Call, difference: Difference) -> Diag
     cast = cast_words(analysis, call)
     if cast:
         return answer_at(call, "calls", cast, module)
-    changed = [
-        (path, ours, theirs) for path, ours, theirs in difference.arguments if ours is not None and theirs is not None
-    ]
+    changed = difference.changed_arguments
     if changed:
         return answer_at(call, "argument", arguments_words(changed), module)
     if difference.params:
@@ -267,7 +265,7 @@ def _upstream(analysis: PairAnalysis, call: Call, limit: int = 64) -> Diagnosis 
                         return answer_at(maker, "calls", _extra_words(analysis, maker, call), maker.module, maker.name)
                     pending.append(maker)  # what it handed on was made further up
                     continue
-                changed = [a for a in analysis.difference(maker).arguments if a[1] is not None and a[2] is not None]
+                changed = analysis.difference(maker).changed_arguments
                 if changed:
                     return answer_at(maker, "argument", arguments_words(changed), maker.module)
                 pending.append(maker)

@@ -167,7 +167,7 @@ def _evidence(
     ]
     if leaves:
         return answer_at(call, "data", data_words(analysis, leaves), _module_of(analysis, call))
-    changed = [a for a in difference.arguments if a[1] is not None and a[2] is not None]
+    changed = difference.changed_arguments
     if changed:
         return answer_at(call, "argument", arguments_words(changed), _module_of(analysis, call))
     # among rounding differences, a backward's dtypes follow its forward's: only the forward's casts count

@@ -25,7 +25,6 @@ from msprobe.core.diagnosis.calls import OPTIMIZER, PHASES, Call, Value, calls_o
 from msprobe.core.diagnosis.decide import (
     argument_shown_later,
     carried_state,
-    changed_arguments,
     decide,
     latent_argument,
     no_divergence_words,
@@ -224,7 +223,7 @@ def _latent_argument_shown(
     if rank not in latent:
         call = latent_argument(analysis) if analysis.ours else None
         if call is not None:
-            latent[rank] = (step, call, arguments_words(changed_arguments(analysis, call)))
+            latent[rank] = (step, call, arguments_words(analysis.difference(call).changed_arguments))
         return None  # what it wrote shows in a later step
     latent_step, call, words = latent[rank]
     reader = carried_state(analysis, call.name)
