@@ -40,6 +40,9 @@ class Expect:
     phase: str = "forward"
     step: int = 0
     rank: int | None = None
+    # a change outside every dumped module (the data, the model's own forward, the loss) is seen first where a
+    # module is given its effect: an answer naming this module counts when it says so (see ``given``)
+    seen_at: str | None = None
 
 
 @dataclass
@@ -392,15 +395,20 @@ CNN = [
 # -- moe: MoeLM (embed, norm, moe.router, moe.experts.N.{0,1,2}, head) -----------------------------------------
 
 
-def _experts(temperature: float | None = None):
+def _experts(temperature: float | None = None, skip: int | None = None, softmax_dim: int = -1):
+    """Experts' forward with its router's logits divided by ``temperature``, expert ``skip`` never called, or
+    its softmax's dim spelt ``softmax_dim`` (1 is -1 on its 2-D logits)."""
+
     def forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1])
         logits = self.router(flat)
         if temperature is not None:
             logits = logits / temperature
-        weights, chosen = torch.topk(F.softmax(logits, dim=-1), self.top, dim=-1)
+        weights, chosen = torch.topk(F.softmax(logits, dim=softmax_dim), self.top, dim=-1)
         out = torch.zeros_like(flat)
         for index, expert in enumerate(self.experts):
+            if index == skip:
+                continue
             rows, slot = torch.where(chosen == index)
             if rows.numel():
                 out.index_add_(0, rows, expert(flat[rows]) * weights[rows, slot].unsqueeze(-1))
@@ -820,6 +828,127 @@ SECOND_HELD_OUT = [
 ]  # fmt: skip
 
 
+# -- a third held-out set: kinds the first two lack, each place written down before any run ----------------------
+# A module the model stops calling, or calls once more, is placed in the code that calls it (the model's own
+# forward: outside every module); so is a call skipped inside a module's own code.
+
+
+def _linear_without_bias(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    return F.linear(x, self.weight)
+
+
+def _cnn_without_bn2(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    x = self.relu(self.bn1(self.conv1(x)))
+    x = F.relu(self.conv2(x), inplace=True)  # bn2 forgotten
+    return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+def _cnn_relu_out_of_place(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    x = self.relu(self.bn1(self.conv1(x)))
+    x = F.relu(self.bn2(self.conv2(x)), inplace=False)  # the same values as in place
+    return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+def _gpt_block_order(order: tuple[int, ...]):
+    def forward(self: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.wte(tokens) + self.wpe(torch.arange(tokens.shape[1]))
+        for index in order:
+            x = self.blocks[index](x)
+        return self.head(self.ln_f(x))
+
+    return forward
+
+
+def _llama_mlp_scaled(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x)) * 1.1
+
+
+def _tie_head(setup: Setup) -> None:
+    setup.model.head.weight = setup.model.embed.weight  # the same shape: (vocab, width)
+
+
+def _clipped(max_norm: float) -> Callable[[Setup], None]:
+    """Gradients clipped to ``max_norm`` before each optimizer step (the benchmark does not clip)."""
+
+    def apply(setup: Setup) -> None:
+        optimizer, plain = setup.optimizer, setup.optimizer.step
+        parameters = [p for group in optimizer.param_groups for p in group["params"]]
+
+        def step(*args: Any, **kwargs: Any) -> Any:
+            torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+            return plain(*args, **kwargs)
+
+        optimizer.step = step
+
+    return apply
+
+
+def _causal_attention(mask: bool = True, matmul: bool = False):
+    """_CausalAttention's forward, its mask left out, or its products spelt ``torch.matmul``."""
+
+    def forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        batch, length, width = x.shape
+        size = width // GPT_HEADS
+        q, k, v = (t.view(batch, length, GPT_HEADS, size).transpose(1, 2) for t in self.qkv(x).split(width, 2))
+        product = torch.matmul(q, k.transpose(-2, -1)) if matmul else q @ k.transpose(-2, -1)
+        scores = product * size**-0.5
+        if mask:
+            scores = scores.masked_fill(self.mask[:length, :length] == 0, float("-inf"))
+        weights = F.softmax(scores, dim=-1)
+        y = (torch.matmul(weights, v) if matmul else weights @ v).transpose(1, 2).contiguous()
+        return self.proj(y.view(batch, length, width))
+
+    return forward
+
+
+def _recurrent(reverse_gru: bool = False, contiguous: bool = False):
+    def forward(self: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+        x, _ = self.lstm(self.embed(tokens))
+        x, _ = self.gru(x.flip(1) if reverse_gru else x)
+        return self.head(x.contiguous() if contiguous else x)
+
+    return forward
+
+
+def _for_every_block(forward: Callable) -> Callable[[Setup], None]:
+    def apply(setup: Setup) -> None:
+        for index in range(len(setup.model.blocks)):
+            _forward(f"{G}.{index}.attn", forward)(setup)
+
+    return apply
+
+
+THIRD_HELD_OUT = [
+    Fault("gpt.fc_without_bias", "gpt", "code", _forward(f"{G}.1.mlp.fc", _linear_without_bias),
+          Expect(f"{G}.1.mlp.fc", "Functional.linear")),
+    Fault("cnn.bn2_skipped", "cnn", "module", _forward("", _cnn_without_bn2), Expect(None, "Functional.batch_norm")),
+    Fault("gpt.block0_twice", "gpt", "module", _forward("", _gpt_block_order((0, 0, 1, 2))), Expect(None, None)),
+    Fault("llama.mlp_output_scaled", "llama", "scale", _forward(f"{L}.1.mlp", _llama_mlp_scaled),
+          Expect(f"{L}.1.mlp", "Tensor.__mul__")),
+    Fault("attention.head_tied", "attention", "weights", _tie_head, Expect("head", "Functional.linear")),
+    Fault("moe.top3", "moe", "argument", _set("moe", "top", 3), Expect("moe", "Torch.topk")),
+    Fault("t5.relative_bias", "t5", "weights",
+          _nudge("encoder.block.0.layer.0.SelfAttention.relative_attention_bias.weight", (0, 1), 0.5),
+          Expect("encoder.block.0.layer.0.SelfAttention.relative_attention_bias", "Functional.embedding")),
+    Fault("llama.norm_weight", "llama", "weights", _nudge(f"{L}.1.input_layernorm.weight", (5,), 0.5),
+          Expect(f"{L}.1.input_layernorm", "Tensor.__mul__")),
+    Fault("attention.grad_clip", "attention", "optimizer", _clipped(0.05), Expect("embed", None, "optimizer")),
+    Fault("cnn.bn1_eval", "cnn", "argument", lambda setup: setup.model.bn1.eval(),
+          Expect("bn1", "Functional.batch_norm")),
+    Fault("gpt.mask_forgotten", "gpt", "mask", _forward(f"{G}.1.attn", _causal_attention(mask=False)),
+          Expect(f"{G}.1.attn", "Tensor.masked_fill")),
+    Fault("vit.cls_token", "vit", "weights", _nudge("vit.embeddings.cls_token", (0, 0, 3), 0.5),
+          Expect("vit.embeddings", "Torch.cat")),
+    Fault("recurrent.gru_reversed", "recurrent", "data", _forward("", _recurrent(reverse_gru=True)),
+          Expect(None, "Tensor.flip")),
+    Fault("moe.expert_dropped", "moe", "module", _forward("moe", _experts(skip=3)), Expect("moe", None)),
+    Fault("gpt.control_matmul_spelt", "gpt", "control", _for_every_block(_causal_attention(matmul=True)), None),
+    Fault("cnn.control_relu_out_of_place", "cnn", "control", _forward("", _cnn_relu_out_of_place), None),
+    Fault("moe.control_softmax_dim_spelt", "moe", "control", _forward("moe", _experts(softmax_dim=1)), None),
+    Fault("recurrent.control_contiguous", "recurrent", "control", _forward("", _recurrent(contiguous=True)), None),
+]  # fmt: skip
+
+
 # -- data parallel: two processes, gradients averaged by all_reduce -----------------------------------------------
 
 RANKS = [
@@ -830,8 +959,68 @@ RANKS = [
     Fault("ranks.control_same", "attention", "control", None, None, world=2),
 ]  # fmt: skip
 
-FAULTS: list[Fault] = ATTENTION + CNN + MOE + LLAMA + BERT + GPT_FAULTS + MORE + SECOND_HELD_OUT + RANKS
+FAULTS: list[Fault] = (
+    ATTENTION + CNN + MOE + LLAMA + BERT + GPT_FAULTS + MORE + SECOND_HELD_OUT + THIRD_HELD_OUT + RANKS
+)
 ARCHS = sorted({fault.arch for fault in FAULTS})
+
+
+# -- level L0: modules alone ----------------------------------------------------------------------------------
+# An L0 dump records modules and their parameter gradients, no API call, so a fault is placed by module, step
+# and phase, and by these rules, written down from the change (never from an answer):
+# - a change inside a module (its weights, arguments, code between its submodules) is that module's, as above;
+# - a change outside every module (the data, the model's own forward, the loss) is outside every module, or
+#   seen at the first module given its effect (``seen_at``), by an answer that says it was given it;
+# - with no optimizer call dumped, step 1's parameters differing is all a dump shows of an optimizer fault and
+#   of a write into the parameters between the steps alike: both are placed in step 0's optimizer step;
+# - what changes nothing a module returns or is given within the two steps (``NOT_SEEN``) must not be named.
+
+NOT_SEEN = "not seen"
+
+
+def _between_steps(module: str) -> Expect:
+    return Expect(module, None, "optimizer", 0)
+
+
+AT_L0: dict[str, Expect | str] = {
+    "attention.data": Expect(None, None, seen_at="embed"),
+    "attention.mask_diagonal": Expect(None, None, seen_at="blocks.0.attn"),
+    "attention.overflow_step1": _between_steps("blocks.0.fc"),
+    "cnn.data": Expect(None, None, seen_at="conv1"),
+    "cnn.avg_to_max_pool": Expect(None, None, seen_at="fc"),
+    "cnn.conv2_bfloat16": Expect(None, None, seen_at="bn2"),  # the model's forward computes conv2 itself
+    "cnn.nan_pixel_step1": Expect(None, None, step=1, seen_at="conv1"),
+    "cnn.overflow_made_step1": _between_steps("conv2"),
+    "cnn.bn1_momentum": NOT_SEEN,  # in training only the running statistics differ, and L0 records none
+    "moe.data": Expect(None, None, seen_at="embed"),
+    "moe.head_bfloat16": Expect(None, None),  # the model's forward computes the head itself: no module is given it
+    "moe.betas": NOT_SEEN,  # Adam's bias correction makes step 0's update the same: step 2's parameters differ
+    "moe.overflow_step1": _between_steps("head"),
+    "llama.data": Expect(None, None, seen_at="model.embed_tokens"),
+    "llama.overflow_step1": _between_steps(f"{L}.1.post_attention_layernorm"),
+    "bert.data": Expect(None, None, seen_at="bert.embeddings.word_embeddings"),
+    "gpt.data": Expect(None, None, seen_at="wte"),
+    "gpt.overflow_made_step1": _between_steps(f"{G}.2.mlp.out"),
+    "gpt.positions_reversed": Expect(None, None, seen_at="wpe"),
+    "gpt.label_smoothing": Expect(None, None, "backward", seen_at="head"),  # the loss, outside every module
+    "gpt.loss_sum": Expect(None, None, "backward", seen_at="head"),
+    "gpt.data_step1": Expect(None, None, step=1, seen_at="wte"),
+    "vit.pixel": Expect(None, None, seen_at="vit.embeddings.patch_embeddings.projection"),
+    "vit.overflow_made_step1": _between_steps(f"{V}.1.mlp.fc1"),
+    "t5.data": Expect(None, None, seen_at="encoder.embed_tokens"),
+    "recurrent.input_scaled": Expect(None, None, seen_at="lstm"),
+    "recurrent.data": Expect(None, None, seen_at="embed"),
+    "ranks.data_on_rank0": Expect(None, None, rank=0, seen_at="conv1"),
+    "cnn.bn2_skipped": Expect(None, None, seen_at="fc"),
+    "recurrent.gru_reversed": Expect(None, None, seen_at="gru"),
+}
+
+
+def expectation(fault: Fault, level: str) -> Expect | str | None:
+    """Where ``fault`` is in a dump of ``level``: an ``Expect``, None for a negative control, or ``NOT_SEEN``."""
+    if level != "L0" or fault.name not in AT_L0:
+        return fault.expect
+    return AT_L0[fault.name]
 
 
 FAMILIES = {**zoo.ZOO, "gpt": gpt}

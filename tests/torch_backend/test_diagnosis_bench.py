@@ -19,7 +19,7 @@ from paths import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 import bench_diagnosis as bench
-from diagnosis_faults import FAULTS
+from diagnosis_faults import AT_L0, FAULTS
 
 from msprobe.cli.main import cli
 from msprobe.core.compare.run import compare_pair
@@ -36,6 +36,16 @@ def test_the_quick_subset_meets_the_targets(tmp_path):
     wrong = [(s.regime, s.mode, s.fault.name, s.answer.line()) for s in scores if not s.module_right]
     assert met and not [w for w in wrong if w[0] == "exact"], "\n".join(lines + [str(w) for w in wrong])
     assert sum(not s.control for s in scores) >= 30 and sum(s.control for s in scores) >= 8
+
+
+def test_the_quick_subset_at_level_l0_meets_its_targets(tmp_path):
+    """Level L0 dumps hold modules alone: faults are placed by diagnosis_faults.AT_L0's rules there."""
+    assert set(AT_L0) <= set(BY_NAME), "AT_L0 names a fault that does not exist"
+    faults = [BY_NAME[name] for name in bench.QUICK]
+    scores = bench.run(faults, ["statistics", "md5"], ["exact", "noisy"], tmp_path, level="L0")
+    lines, met = bench.table(scores, "L0")
+    wrong = [(s.regime, s.mode, s.fault.name, s.answer.line()) for s in scores if not s.module_right]
+    assert met and not [w for w in wrong if w[0] == "exact"], "\n".join(lines + [str(w) for w in wrong])
 
 
 def _surfaces(tmp_path, npu_step, bench_step) -> dict[str, str]:

@@ -59,6 +59,7 @@ class PairAnalysis:
         self._updated: set[tuple] | None = None  # what the step's optimizer calls were given (see is_parameter)
         self._by_name = {call.name: call for call in ours}
         self.has_modules = any(call.kind == "module" for call in ours)
+        self.containers = {call.parent for call in ours if call.kind == "module" and call.parent}
         # the calls whose errors are weighed against each other: the APIs, or the modules of a dump without any
         self.judged_kind = "api" if any(c.kind == "api" and c.phase == FORWARD for c in ours) else "module"
         self.first_backward = next((call.order for call in ours if call.phase == BACKWARD), len(ours))
@@ -71,6 +72,7 @@ class PairAnalysis:
         analysis.ours, analysis.theirs, analysis.pairing = [], [], Pairing()
         analysis.extra, analysis.missing, analysis.unpaired = set(), set(), 0
         analysis._by_name = {}
+        analysis.containers = set()
         analysis._dump = dump
         return analysis
 
@@ -249,14 +251,22 @@ class PairAnalysis:
 
     def agreed_before(self, call: Call) -> bool:
         """An earlier call of the same kind (API, or module class) in the same phase returned bit-identical
-        outputs: the two runs compute this kind alike, so a difference here is no machine's rounding."""
+        outputs: the two runs compute this kind alike, so a difference here is no machine's rounding. In a
+        dump of modules alone, where a module's own code may run any kernel, so does an earlier module that
+        multiplies by a weight matrix, for a module that does not: matrix products are what differ first
+        between machines (their sums are ordered by each kernel's blocking), and runs whose products agree
+        compute alike."""
         kind = call.module_class if call.kind == "module" else call.key
+        # a module that multiplies by a matrix itself is held to its own class: one kernel may agree (a fused
+        # recurrent layer) where another does not
+        by_matrix = self.judged_kind == "module" and call.phase == FORWARD and not _multiplies_by_matrix(call)
         for other in self.ours:
             if other.order >= call.order:
                 return False
             if other.phase != call.phase or other.order in self.extra or other.kind != call.kind:
                 continue
-            if (other.module_class if other.kind == "module" else other.key) == kind and not self.difference(other).any:
+            alike = (other.module_class if other.kind == "module" else other.key) == kind
+            if (alike or (by_matrix and _multiplies_by_matrix(other))) and not self.difference(other).any:
                 return True
         return False
 
@@ -286,6 +296,14 @@ class PairAnalysis:
             if found:
                 return found
         return None
+
+
+def _multiplies_by_matrix(call: Call) -> bool:
+    """A module holding a parameter of two or more dimensions and given a floating-point tensor: a linear
+    layer, a convolution, an attention or recurrent layer (an embedding is given integers, and looks rows up)."""
+    if not any(value.shape and len(value.shape) >= 2 for value in call.params):
+        return False
+    return any(value.dtype and value.dtype.startswith(("float", "bfloat")) for value in call.tensors("inputs"))
 
 
 def _shown(value: Value | None) -> Any:

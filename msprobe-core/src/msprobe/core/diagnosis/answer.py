@@ -15,7 +15,9 @@ CAUSES = {
     "argument": "a non-tensor argument differs",
     "computation": "the same inputs and weights give different outputs (the computation differs)",
     "calls": "this run makes extra calls, or misses calls",
+    "inplace": "a tensor it is given is written in place after it starts, and read so by a later call",
     "backward": "only the backward differs (the gradient of {module})",
+    "gradient": "the gradient it is given differs, made by no dumped call (the loss, or code no dump records)",
     "optimizer": "the optimizer step differs",
 }
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from msprobe.core.diagnosis.analysis import Difference, PairAnalysis, cast_words, returns_other_dtype
 from msprobe.core.diagnosis.answer import DIVERGENCE, Diagnosis
-from msprobe.core.diagnosis.calls import BACKWARD, FORWARD, OPTIMIZER, Call, Value, api_kind
+from msprobe.core.diagnosis.calls import BACKWARD, FORWARD, OPTIMIZER, Call, Value, api_kind, module_path
 from msprobe.core.diagnosis.nonfinite import makes_nonfinite
 
 
@@ -27,10 +27,12 @@ def first_difference(analysis: PairAnalysis) -> Call | None:
     return None
 
 
-def explain(analysis: PairAnalysis, call: Call) -> Diagnosis:
-    """Why ``call``, the first whose outputs differ, differs (see the module docstring)."""
+def explain(analysis: PairAnalysis, call: Call, amplified: bool = False) -> Diagnosis:
+    """Why ``call``, the first whose outputs differ, differs (see the module docstring). ``amplified``: its
+    outputs differ out of proportion to what it was given (among rounding differences), so its own
+    computation is the answer, whatever its inputs are."""
     difference = analysis.difference(call)
-    found = _because(analysis, call, difference)
+    found = _computation(analysis, call) if amplified else _because(analysis, call, difference)
     found.nonfinite = makes_nonfinite(call)
     found.error = param_error(analysis, call) if found.cause == "weights" else difference.output_error
     return found
@@ -39,7 +41,7 @@ def explain(analysis: PairAnalysis, call: Call) -> Diagnosis:
 def in_phase_words(found: Diagnosis) -> Diagnosis:
     """A difference born in the backward is the backward's (the forward agreed), one in the optimizer the
     optimizer step's; what differs there is kept in the detail. An extra or missing call stays itself."""
-    if found.verdict != DIVERGENCE or found.cause in ("backward", "optimizer"):
+    if found.verdict != DIVERGENCE or found.cause in ("backward", "optimizer", "gradient"):
         return found
     if found.cause == "weights" and found.phase != FORWARD:
         # weights that differ although the forward agreed: no forward call read the values that differ
@@ -62,11 +64,15 @@ def join(*parts: str) -> str:
     return "; ".join(part for part in parts if part)
 
 
+OUTSIDE = ""  # as ``module``: outside every module (None there means the call's own module)
+
+
 def answer_at(
     call: Call, cause: str, detail: str = "", module: str | None = None, name: str | None = None
 ) -> Diagnosis:
-    """A divergence at ``call``: its phase, its module (or ``module``), its name (or ``name``)."""
-    where = module if module is not None else call.module
+    """A divergence at ``call``: its phase, its module (or ``module``; ``OUTSIDE``: none), its name (or
+    ``name``)."""
+    where = (module or None) if module is not None else call.module
     return Diagnosis(DIVERGENCE, phase=call.phase, module=where, api=name or call.name, cause=cause, detail=detail)
 
 
@@ -78,7 +84,6 @@ def _because(analysis: PairAnalysis, call: Call, difference: Difference) -> Diag
         traced = trace(analysis, call, value)
         if traced is not None:
             return traced
-    partner = analysis.pairing.of(call)
     cast = cast_words(analysis, call)
     if cast:
         return answer_at(call, "calls", cast, module)
@@ -98,26 +103,53 @@ def _because(analysis: PairAnalysis, call: Call, difference: Difference) -> Diag
         owner = analysis.owners.get(value.fingerprint())
         if owner or analysis.is_parameter(call, value):
             return answer_at(call, "weights", argument_name(value.path), owner or module)
-    if difference.inputs:
+    # inputs a dumped call of this run returned, differing already there, were handed on: asked about a call
+    # past the first difference (among rounding differences), they say nothing of where it came from
+    unmade = [value for value in difference.inputs if not _handed_on(analysis, call, value)]
+    if unmade:
         # made by no dumped call of either run: a collective that wrote other ranks' values into it, code no
         # dump records inside a module whose own inputs agree, or else the data
-        received = analysis.collective_before(call, difference.inputs)
+        received = analysis.collective_before(call, unmade)
         if received is not None:
-            words = f"{inputs_words(difference.inputs)}: received from other ranks through {received.name}"
+            words = f"{inputs_words(unmade)}: received from other ranks through {received.name}"
             return answer_at(received, "data", words, received.module or module, received.name)
         enclosing = analysis.enclosing(call)
         if enclosing is not None:
             words = f"in its own code, between its submodules: {call.name} is given inputs no dumped call made"
             return answer_at(enclosing, "computation", words, enclosing.module)
-        if call.phase == FORWARD and all(value.requires_grad for value in difference.inputs):
+        written = written_after(analysis, call, unmade)
+        if written is not None:
+            return written
+        skipped = skipped_module(analysis, call)
+        if skipped is not None:
+            return skipped
+        if call.phase == BACKWARD:
+            # the forward agreed, and this backward is given a gradient no dumped backward returned: the loss
+            # (at level L0 no dump records it), or a hook or custom backward no dump records
+            return answer_at(call, "gradient", f"{inputs_words(unmade)}, which no dumped call made", module)
+        if call.phase == FORWARD and all(value.requires_grad for value in unmade):
             # data needs no gradient: these were computed, by an operator no dump records (an LSTM at level L1)
-            words = f"{inputs_words(difference.inputs)}, which no dumped call made and which need a gradient"
+            words = f"{inputs_words(unmade)}, which no dumped call made and which need a gradient"
             return answer_at(call, "undumped", words, module)
-        return answer_at(call, "data", data_words(analysis, difference.inputs), module)
+        return answer_at(call, "data", data_words(analysis, unmade), module)
+    return _computation(analysis, call)
+
+
+def _computation(analysis: PairAnalysis, call: Call) -> Diagnosis:
+    """The call's own computation differs: a call hidden inside it or upstream of it, else its precision or
+    its class."""
+    partner = analysis.pairing.of(call)
+    module = (analysis.updated_module(call) or call.module) if call.phase == OPTIMIZER else call.module
     hidden = _inside(analysis, call) or _upstream(analysis, call)
     if hidden is None and returns_other_dtype(analysis, call):
         return answer_at(call, "computation", dtype_words(call, partner), module)
     return hidden or answer_at(call, "computation", _class_change(call, partner), module)
+
+
+def _handed_on(analysis: PairAnalysis, call: Call, value: Value) -> bool:
+    """The value is the output of an earlier paired call of this run whose outputs already differ."""
+    makers = analysis.producers("ours", value, call.order)
+    return bool(makers) and makers[-1].order not in analysis.extra and analysis.outputs_differ(makers[-1])
 
 
 def dtype_words(call: Call, partner: Call | None) -> str:
@@ -139,9 +171,9 @@ def trace(analysis: PairAnalysis, call: Call, value: Value, threshold: float | N
     partner = analysis.pairing.of(call)
     theirs = next((v for v in partner.inputs if v.path == value.path), None) if partner else None
     makers = analysis.producers("ours", value, call.order)
-    extra = [maker for maker in makers if maker.order in analysis.extra and maker.kind == "api"]
+    extra = [maker for maker in makers if maker.order in analysis.extra and _nameable(analysis, maker)]
     writer = analysis.rewriter(value, theirs, call.order) if theirs is not None else None
-    culprit = writer if writer is not None and writer.order in analysis.extra and writer.kind == "api" else None
+    culprit = writer if writer is not None and writer.order in analysis.extra and _nameable(analysis, writer) else None
     culprit = culprit or (extra[-1] if extra else None)
     if culprit is not None:
         stand_in = analysis.pairing.substitute.get(culprit.order)
@@ -150,17 +182,93 @@ def trace(analysis: PairAnalysis, call: Call, value: Value, threshold: float | N
         words = _extra_words(analysis, culprit, call)
         if stand_in is not None:
             words = f"it calls {api_kind(culprit.name)} where the benchmark calls {api_kind(stand_in.name)}"
-        module = (
-            culprit.module if culprit.module or culprit.phase == FORWARD else _hooked_module(analysis, culprit, call)
-        )
+        module = caller(culprit)
+        if module == OUTSIDE and culprit.phase != FORWARD:
+            module = _hooked_module(analysis, culprit, call) or OUTSIDE
         return answer_at(culprit, "calls", words, module, culprit.name)
     if theirs is not None:
         made = analysis.producers("theirs", theirs, partner.order)
-        missing = [maker for maker in made if maker.order in analysis.missing and maker.kind == "api"]
+        missing = [maker for maker in made if maker.order in analysis.missing and _nameable(analysis, maker)]
         if missing:
             gone = missing[-1]
             words = f"this run does not call {gone.name}"
-            return answer_at(gone, "calls", words, gone.module or call.module, gone.name)
+            module = caller(gone) if gone.kind == "module" else gone.module or call.module
+            return answer_at(gone, "calls", words, module, gone.name)
+    return None
+
+
+def written_after(analysis: PairAnalysis, call: Call, values: list[Value]) -> Diagnosis | None:
+    """An input made by no dumped call whose benchmark value an earlier call of this run was given: the
+    tensor was written in place after that call started. Named: the outermost module around that call that
+    ended before ``call`` (its own code, or code after it that no dump records, wrote it). In a dump of modules
+    alone only: where API calls are dumped, the call that writes is itself recorded (and traced)."""
+    partner = analysis.pairing.of(call)
+    if partner is None or analysis.judged_kind != "module":
+        return None
+    theirs = {value.path: value for value in partner.inputs}
+    for value in values:
+        other = theirs.get(value.path)
+        wanted = other.fingerprint() if other is not None and other.tensor else None
+        if wanted is None or (other.stats is not None and other.stats[0] == other.stats[1]):
+            continue  # a constant tensor (zeros, ones) is given to many calls alike
+        given = [c for c in analysis.ours[: call.order] if any(v.fingerprint() == wanted for v in c.inputs)]
+        if not given:
+            continue
+        holder = given[-1]
+        while holder.parent:
+            around = analysis.named(holder.parent)
+            if around is None or around.order >= call.order:
+                break
+            holder = around
+        words = (
+            f"given {argument_name(value.path)} as the benchmark has it; it, or code after it that no dump "
+            f"records, writes into it in place before {call.name}"
+        )
+        return answer_at(holder, "inplace", words, holder.module if holder.kind == "module" else caller(holder))
+    return None
+
+
+def _named_kinds(analysis: PairAnalysis) -> tuple[str, ...]:
+    """The calls one run alone may be blamed for making: API calls, and modules in a dump of modules alone (a
+    module's entry beside its API calls returns what they made, and the API is the maker named)."""
+    return ("api",) if analysis.judged_kind == "api" else ("api", "module")
+
+
+def _nameable(analysis: PairAnalysis, call: Call) -> bool:
+    """A call one run alone makes that may be named for a value it made: an API call, or a module's forward
+    in a dump of modules alone (a module's backward entry made by one run alone follows its forward's)."""
+    if call.kind == "api":
+        return True
+    return call.kind == "module" and analysis.judged_kind == "module" and call.direction != BACKWARD
+
+
+def caller(call: Call) -> str:
+    """The module whose code makes the call: for an API call the module it ran in, for a module call the module
+    around it (``OUTSIDE``: outside every module)."""
+    if call.kind != "module":
+        return call.module or OUTSIDE
+    found = module_path(call.parent) if call.parent else None
+    return found[0] if found else OUTSIDE
+
+
+def skipped_module(analysis: PairAnalysis, call: Call) -> Diagnosis | None:
+    """In a dump of modules alone: the latest forward module call before ``call`` that one run makes and the
+    other does not (the outermost, when a module and those inside it are skipped together). A model that
+    computes a module's work itself (its weights passed to a function) is seen no other way where no module
+    is given the result."""
+    if analysis.judged_kind != "module":
+        return None
+    partner = analysis.pairing.of(call)
+    extra_names = {other.name for other in analysis.pairing.extra}
+    for other in reversed(analysis.pairing.extra):
+        if other.kind == "module" and other.phase == FORWARD and other.order < call.order:
+            if other.parent not in extra_names:
+                return answer_at(other, "calls", _extra_words(analysis, other, call), caller(other), other.name)
+    missing_names = {other.name for other in analysis.pairing.missing}
+    for other in reversed(analysis.pairing.missing):
+        if other.kind == "module" and other.phase == FORWARD and partner is not None and other.order < partner.order:
+            if other.parent not in missing_names:
+                return answer_at(other, "calls", f"this run does not call {other.name}", caller(other), other.name)
     return None
 
 
@@ -216,18 +324,19 @@ def _inside(analysis: PairAnalysis, call: Call) -> Diagnosis | None:
     def within(other: Call) -> bool:
         return other.module is not None and (other.module == call.module or other.module.startswith(inside))
 
+    kinds = _named_kinds(analysis)
     for other in analysis.pairing.extra:
-        if other.kind != "api" or passes_input_on(other):
+        if other.kind not in kinds or passes_input_on(other) or other.order == call.order:
             continue
         if other.order < call.order and other.phase == call.phase and within(other):
-            return answer_at(other, "calls", _extra_words(analysis, other, call), other.module, other.name)
+            return answer_at(other, "calls", _extra_words(analysis, other, call), caller(other), other.name)
     partner = analysis.pairing.of(call)
     for other in analysis.pairing.missing:
-        if other.kind != "api" or partner is None:
+        if other.kind not in kinds or partner is None:
             continue
         if other.order < partner.order and other.phase == call.phase and within(other):
             detail = f"this run does not call {other.name}"
-            return answer_at(other, "calls", join(detail, _class_change(call, partner)), other.module, other.name)
+            return answer_at(other, "calls", join(detail, _class_change(call, partner)), caller(other), other.name)
     return None
 
 

@@ -23,7 +23,7 @@ from msprobe.core.diagnosis.analysis import (
     returns_other_dtype,
 )
 from msprobe.core.diagnosis.answer import UNCERTAIN, Diagnosis
-from msprobe.core.diagnosis.calls import FORWARD, OPTIMIZER, Call, Value
+from msprobe.core.diagnosis.calls import BACKWARD, FORWARD, OPTIMIZER, Call, Value
 from msprobe.core.diagnosis.explain import (
     answer_at,
     argument_name,
@@ -32,19 +32,25 @@ from msprobe.core.diagnosis.explain import (
     dtype_words,
     explain,
     gradient_made_by_extra,
+    inputs_words,
     join,
     trace,
+    written_after,
 )
 from msprobe.core.diagnosis.nonfinite import makes_nonfinite
+from msprobe.core.diagnosis.values import scale_factor
 
 
 def noise_floor(analysis: PairAnalysis) -> float:
     """What rounding alone does to an output here: the typical error of the forward calls given bit-identical
-    inputs and returning different outputs (none: the lowest quarter of every forward call's error)."""
+    inputs and returning different outputs (none: the lowest quarter of every forward call's error). A module
+    with modules inside it is left out: its error is theirs, carried on."""
     fresh, every = [], []
     judged = analysis.judged_kind
     for call in analysis.ours:
         if call.phase != FORWARD or call.kind != judged or call.order in analysis.extra:
+            continue
+        if call.kind == "module" and call.name in analysis.containers:
             continue
         difference = analysis.difference(call)
         error = difference.output_error
@@ -74,7 +80,7 @@ def noisy(analysis: PairAnalysis, first: Call, settled: bool = True) -> Diagnosi
     standout = _standout(analysis, first, threshold)
     if standout is not None:
         call, ratio = standout
-        found = explain(analysis, call)
+        found = explain(analysis, call, amplified=True)
         found.cause = "computation"
         found.detail = join(found.detail, f"its error is {_times(ratio)} the error of what it was given")
         found.confidence = "medium" if ratio < 4 * AMPLIFICATION else "high"
@@ -157,16 +163,20 @@ def _evidence(
     if makes_nonfinite(call) and partner is not None and all(v.finite for v in partner.outputs):
         return explain(analysis, call)
     if call.phase == FORWARD and _far_out_of_proportion(difference):
-        return explain(analysis, call)
+        return explain(analysis, call, amplified=True)
     # after a step already noisy, state carried over (a norm's running statistics) differs too: only data that
     # is not finite then counts
     leaves = [
         value
         for value in difference.inputs
-        if analysis.is_data(call, value) and (settled or not value.finite) and _beyond(analysis, call, value, threshold)
+        if analysis.is_data(call, value)
+        and (settled or not value.finite or _integral(value))
+        and _beyond(analysis, call, value, threshold)
     ]
     if leaves:
-        return answer_at(call, "data", data_words(analysis, leaves), _module_of(analysis, call))
+        return written_after(analysis, call, leaves) or answer_at(
+            call, "data", data_words(analysis, leaves), _module_of(analysis, call)
+        )
     changed = difference.changed_arguments
     if changed:
         return answer_at(call, "argument", arguments_words(changed), _module_of(analysis, call))
@@ -176,6 +186,13 @@ def _evidence(
         return answer_at(call, "calls", cast, _module_of(analysis, call))
     if casts and call.phase == FORWARD and returns_other_dtype(analysis, call):
         return answer_at(call, "computation", dtype_words(call, partner), _module_of(analysis, call))
+    # in a dump of modules alone: where API calls are dumped, a hook's arithmetic is itself recorded, and
+    # an API's backward entry holds only part of the gradients it returns
+    modules_alone = analysis.judged_kind == "module"
+    if modules_alone and call.phase == BACKWARD and _forward_within(analysis, threshold):
+        scaled = _scaled_gradient(analysis, call, threshold)
+        if scaled is not None:
+            return scaled
     for value in difference.inputs:
         other = theirs.get(value.path)
         error = analysis.comparer.error(value, other) if other is not None else None
@@ -187,6 +204,99 @@ def _evidence(
     if call.kind == "grads":
         return gradient_made_by_extra(analysis, call)
     return None
+
+
+def _scaled(analysis: PairAnalysis, call: Call, which: str) -> tuple[Value, float] | None:
+    """A tensor among the call's ``which`` ("inputs", "outputs") that is a scaled copy of the benchmark's."""
+    partner = analysis.pairing.of(call)
+    if partner is None:
+        return None
+    theirs = {value.path: value for value in getattr(partner, which)}
+    for value in call.tensors(which):
+        other = theirs.get(value.path)
+        factor = scale_factor(value, other) if other is not None and other.tensor else None
+        if factor is not None:
+            return value, factor
+    return None
+
+
+def _forward_within(analysis: PairAnalysis, threshold: float) -> bool:
+    """Every forward call (API; module at L0) returns what the benchmark's does within ``threshold``: what
+    the backward is given from the forward differs by rounding alone, so a difference born there is the
+    backward's own."""
+    for call in analysis.ours:
+        if call.phase != FORWARD or call.kind != analysis.judged_kind or call.order in analysis.extra:
+            continue
+        error = analysis.difference(call).output_error
+        if error is None or not math.isfinite(error) or error > threshold:
+            return False
+    return True
+
+
+def _scaled_gradient(analysis: PairAnalysis, call: Call, threshold: float) -> Diagnosis | None:
+    """What the backward alone makes, when the forward agreed within ``threshold``: a backward value that is
+    the benchmark's times a factor, made so by this call (its outputs are scaled, what it was given agrees
+    within ``threshold``), or given so: by the module around it, when this call is the first backward entry
+    inside it (a hook or a custom backward on that module's output scales all it passes on; a scale between
+    its submodules may be a constant of its forward code, which the forward's rounding hides), else by no
+    dumped call (the loss, or a hook no dump records). And the gradient the loss gives the model: made by no
+    dumped call, beyond ``threshold``."""
+    given = _scaled(analysis, call, "inputs")
+    if given is None:
+        made = _scaled(analysis, call, "outputs") if _given_within(analysis, call, threshold) else None
+        if made is None:
+            return _loss_gradient(analysis, call, threshold)
+        value, factor = made
+        what = f"grad of {value.path.split('.', 1)[1]}" if call.kind == "grads" else argument_name(value.path)
+        return answer_at(call, "backward", f"its {what} is {factor:.3g} times the benchmark's: {SCALED_WORDS}")
+    value, factor = given
+    if analysis.producers("ours", value, call.order):
+        return None  # a dumped call made it so: the scale was born there, if anywhere
+    words = f"{argument_name(value.path)} is {factor:.3g} times the benchmark's: {SCALED_WORDS}"
+    parent = analysis.named(call.parent)
+    if parent is None or parent.kind != "module" or parent.direction != BACKWARD:
+        return answer_at(call, "gradient", words)
+    first_inside = next((c for c in analysis.ours if c.parent == parent.name and c.kind != "grads"), None)
+    if first_inside is not call or _scaled(analysis, parent, "inputs") is not None:
+        return None
+    return answer_at(parent, "backward", f"the gradient it passes to {call.name}, {words}")
+
+
+def _given_within(analysis: PairAnalysis, call: Call, threshold: float) -> bool:
+    """What the call was given agrees within ``threshold``; for a module's parameter gradients, what the
+    module's backward entry before them was given."""
+    if call.kind == "grads":
+        entry = next(
+            (c for c in reversed(analysis.ours[: call.order]) if c.kind == "module" and c.module == call.module), None
+        )
+        if entry is None or entry.direction != BACKWARD:
+            return False
+        call = entry
+    return analysis.difference(call).input_error <= threshold
+
+
+def _loss_gradient(analysis: PairAnalysis, call: Call, threshold: float) -> Diagnosis | None:
+    """The step's first backward entry given a gradient no dumped call made, beyond ``threshold``: the loss's
+    gradient differs (the loss itself, at level L0, no dump records)."""
+    if call.order != analysis.first_backward or call.kind == "grads":
+        return None
+    difference = analysis.difference(call)
+    if difference.input_error <= threshold:
+        return None
+    unmade = [v for v in difference.inputs if not analysis.producers("ours", v, call.order)]
+    if not unmade:
+        return None
+    words = f"{inputs_words(unmade)}, which no dumped call made, differs beyond rounding"
+    return answer_at(call, "gradient", words)
+
+
+SCALED_WORDS = "every statistic alike, which rounding does not do"
+
+
+def _integral(value: Value) -> bool:
+    """Integers (token ids, labels) are no arithmetic's result: rounding in an earlier step leaves them as
+    they were."""
+    return bool(value.dtype) and value.dtype.startswith(("int", "uint", "bool"))
 
 
 def _far(error: float | None) -> bool:
@@ -204,7 +314,10 @@ def _far_out_of_proportion(difference: Difference) -> bool:
 
 def _beyond(analysis: PairAnalysis, call: Call, value: Value, threshold: float) -> bool:
     """The input differs from the benchmark's by more than ``threshold`` (or by what no distance measures):
-    an input no dumped call made, but only rounding apart, is an undumped computation's output, not new data."""
+    an input no dumped call made, but only rounding apart, is an undumped computation's output, not new data.
+    Integers (token ids) that differ at all are beyond it."""
+    if _integral(value):
+        return True
     partner = analysis.pairing.of(call)
     other = next((v for v in partner.inputs if v.path == value.path), None) if partner else None
     error = analysis.comparer.error(value, other) if other is not None else None

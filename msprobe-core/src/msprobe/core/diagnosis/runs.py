@@ -147,7 +147,7 @@ def _exact_evidence(found: Diagnosis) -> bool:
     """What rounding does not explain, after a step already found noisy."""
     if found.verdict != DIVERGENCE:
         return False
-    if found.nonfinite or found.cause in ("argument", "calls", "data"):
+    if found.nonfinite or found.cause in ("argument", "calls", "data", "inplace"):
         return True
     error = found.error
     return found.cause == "weights" and error is not None and math.isfinite(error) and error > FAR_OFF

@@ -50,6 +50,35 @@ def _same_statistics(ours: Value, theirs: Value) -> bool:
     ) <= REDUCTION_BITS * abs(bench_norm)
 
 
+SCALED = 0.05  # a tensor this far from the benchmark's (relative), all its statistics alike, is scaled
+SCALE_SPREAD = 0.2  # ... when its statistics' ratios lie within this share of that distance of each other
+
+
+def scale_factor(ours: Value, theirs: Value) -> float | None:
+    """k, when this run's tensor is k times the benchmark's by every statistic that is not near zero (Max,
+    Min, Mean, Norm) and k is at least ``SCALED`` from 1: a gradient scaled by a hook or a loss, which no
+    rounding does (rounding moves each statistic its own way, by far less). None otherwise."""
+    if ours.stats is None or theirs.stats is None or ours.shape != theirs.shape:
+        return None
+    numbers = (*ours.stats, *theirs.stats)
+    if any(n is None or not math.isfinite(n) for n in numbers):
+        return None
+    high, low, mean, norm = ours.stats
+    bench_high, bench_low, bench_mean, bench_norm = theirs.stats
+    if bench_norm == 0:
+        return None
+    factor = norm / bench_norm
+    peak, rms = max(abs(bench_high), abs(bench_low)), bench_norm / math.sqrt(theirs.size or 1)
+    ratios = [factor]
+    for value, bench, scale in ((high, bench_high, peak), (low, bench_low, peak), (mean, bench_mean, rms)):
+        if bench != 0 and abs(bench) >= SCALED * scale:  # a statistic near zero says nothing of a scale
+            ratios.append(value / bench)
+    distance = abs(factor - 1)
+    if len(ratios) < 3 or distance < SCALED:
+        return None
+    return factor if max(abs(r - factor) for r in ratios) <= SCALE_SPREAD * distance else None
+
+
 class ValueComparer:
     """Compares this run's values with the benchmark run's, loading saved tensors at most once each."""
 
