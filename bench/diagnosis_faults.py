@@ -395,23 +395,33 @@ CNN = [
 # -- moe: MoeLM (embed, norm, moe.router, moe.experts.N.{0,1,2}, head) -----------------------------------------
 
 
-def _experts(temperature: float | None = None, skip: int | None = None, softmax_dim: int = -1):
-    """Experts' forward with its router's logits divided by ``temperature``, expert ``skip`` never called, or
-    its softmax's dim spelt ``softmax_dim`` (1 is -1 on its 2-D logits)."""
+def _experts(
+    temperature: float | None = None,
+    skip: int | None = None,
+    softmax_dim: int = -1,
+    weighted: bool = True,
+    topk_sorted: bool = False,
+):
+    """Experts' forward with its router's logits divided by ``temperature``, expert ``skip`` never called, its
+    softmax's dim spelt ``softmax_dim`` (1 is -1 on its 2-D logits), the routing weights forgotten (not
+    ``weighted``), or topk given its default ``sorted=True`` (``topk_sorted``)."""
 
     def forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1])
         logits = self.router(flat)
         if temperature is not None:
             logits = logits / temperature
-        weights, chosen = torch.topk(F.softmax(logits, dim=softmax_dim), self.top, dim=-1)
+        probabilities = F.softmax(logits, dim=softmax_dim)
+        extra = {"sorted": True} if topk_sorted else {}
+        weights, chosen = torch.topk(probabilities, self.top, dim=-1, **extra)
         out = torch.zeros_like(flat)
         for index, expert in enumerate(self.experts):
             if index == skip:
                 continue
             rows, slot = torch.where(chosen == index)
             if rows.numel():
-                out.index_add_(0, rows, expert(flat[rows]) * weights[rows, slot].unsqueeze(-1))
+                made = expert(flat[rows])
+                out.index_add_(0, rows, made * weights[rows, slot].unsqueeze(-1) if weighted else made)
         return out.reshape(x.shape)
 
     return forward
@@ -949,6 +959,112 @@ THIRD_HELD_OUT = [
 ]  # fmt: skip
 
 
+# -- a fourth held-out set, each place written down before any run ------------------------------------------------
+
+
+def _gpt_targets(shift: bool) -> Callable[[Setup], None]:
+    """The loss given the inputs themselves as targets (no shift): an off-by-one in the data pipeline."""
+
+    def apply(setup: Setup) -> None:
+        def loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+            logits = model(tokens[:, :-1])
+            targets = tokens[:, 1:] if shift else tokens[:, :-1]
+            return F.cross_entropy(logits.reshape(-1, GPT_VOCAB), targets.reshape(-1))
+
+        setup.loss = loss
+
+    return apply
+
+
+def _loss_scaled(factor: float) -> Callable[[Setup], None]:
+    def apply(setup: Setup) -> None:
+        plain = setup.loss
+        setup.loss = lambda model, batch: plain(model, batch) * factor
+
+    return apply
+
+
+def _normalized_again(inputs: tuple, step: int) -> tuple:
+    return (inputs[0] - 0.5) / 0.25, inputs[1]
+
+
+def _llama_positions_from_one(setup: Setup) -> None:
+    def loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+        length = tokens.shape[1] - 1
+        positions = torch.arange(1, length + 1).unsqueeze(0)  # off by one
+        logits = model(input_ids=tokens[:, :-1], position_ids=positions).logits
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))
+
+    setup.loss = loss
+
+
+def _attention_block_subtracted(self: nn.Module, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    h = self.norm(x)
+    x = x - self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]  # - for +
+    return x + F.gelu(self.fc(x), approximate="tanh")
+
+
+def _linear_in_float64(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    return F.linear(x.double(), self.weight.double(), self.bias.double()).float()
+
+
+def _causal_attention_reshaped(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """_CausalAttention's forward with ``reshape`` for ``view``: the same values."""
+    batch, length, width = x.shape
+    size = width // GPT_HEADS
+    q, k, v = (t.reshape(batch, length, GPT_HEADS, size).transpose(1, 2) for t in self.qkv(x).split(width, 2))
+    scores = ((q @ k.transpose(-2, -1)) * size**-0.5).masked_fill(self.mask[:length, :length] == 0, float("-inf"))
+    y = (F.softmax(scores, dim=-1) @ v).transpose(1, 2).contiguous().view(batch, length, width)
+    return self.proj(y)
+
+
+def _attention_mask_method(self: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    x = self.embed(tokens)
+    length = tokens.shape[1]
+    mask = torch.full((length, length), float("-inf")).triu(1)  # Tensor.triu for torch.triu: the same values
+    for block in self.blocks:
+        x = block(x, mask)
+    return self.head(x)
+
+
+def _dropout_as_identity(setup: Setup) -> None:
+    for name, module in list(setup.model.named_modules()):
+        # p is 0 in this model: the same values (the attention's own dropout stays: its code reads its p)
+        if isinstance(module, nn.Dropout) and not name.endswith("attention.self.dropout"):
+            _replace(name, nn.Identity)(setup)
+
+
+FOURTH_HELD_OUT = [
+    Fault("gpt.targets_unshifted", "gpt", "data", _gpt_targets(shift=False), Expect(None, "Tensor.__getitem__")),
+    Fault("cnn.normalized_twice", "cnn", "data", _batch(_normalized_again), Expect(None, "Tensor.__sub__")),
+    Fault("bert.embeddings_norm_bias", "bert", "weights", _nudge("bert.embeddings.LayerNorm.bias", (6,), 0.5),
+          Expect("bert.embeddings.LayerNorm", "Functional.layer_norm")),
+    Fault("t5.decoder_norm_weight", "t5", "weights", _nudge("decoder.block.0.layer.1.layer_norm.weight", (2,), 0.5),
+          Expect("decoder.block.0.layer.1.layer_norm", "Tensor.__mul__")),
+    Fault("moe.expert1_weight", "moe", "weights", _nudge("moe.experts.1.0.weight", (3, 4), 0.5),
+          Expect("moe.experts.1.0", "Functional.linear")),
+    Fault("recurrent.lstm_weight", "recurrent", "weights", _nudge("lstm.weight_hh_l0", (2, 3), 0.5),
+          Expect("lstm", None)),
+    Fault("attention.residual_subtracted", "attention", "code", _forward("blocks.1", _attention_block_subtracted),
+          Expect("blocks.1", "Tensor.__sub__")),
+    Fault("llama.positions_from_one", "llama", "data", _llama_positions_from_one, Expect(None, "Torch.arange")),
+    Fault("cnn.fc_float64", "cnn", "precision", _forward("fc", _linear_in_float64), Expect("fc", "Functional.linear")),
+    Fault("moe.routing_weights_forgotten", "moe", "code", _forward("moe", _experts(weighted=False)),
+          Expect("moe", "Tensor.__mul__")),
+    Fault("t5.final_norm_identity", "t5", "module", _replace("encoder.final_layer_norm", nn.Identity),
+          Expect("encoder.final_layer_norm", None)),
+    Fault("cnn.conv2_dilated", "cnn", "argument",
+          lambda setup: [_set("conv2", name, (2, 2))(setup) for name in ("dilation", "padding")],
+          Expect("conv2", "Functional.conv2d")),
+    Fault("attention.loss_halved", "attention", "scale", _loss_scaled(0.5), Expect(None, "Tensor.__mul__")),
+    Fault("gpt.control_reshape_for_view", "gpt", "control",
+          _for_every_block(_causal_attention_reshaped), None),
+    Fault("moe.control_topk_sorted", "moe", "control", _forward("moe", _experts(topk_sorted=True)), None),
+    Fault("attention.control_triu_method", "attention", "control", _forward("", _attention_mask_method), None),
+    Fault("bert.control_dropout_identity", "bert", "control", _dropout_as_identity, None),
+]  # fmt: skip
+
+
 # -- data parallel: two processes, gradients averaged by all_reduce -----------------------------------------------
 
 RANKS = [
@@ -959,9 +1075,8 @@ RANKS = [
     Fault("ranks.control_same", "attention", "control", None, None, world=2),
 ]  # fmt: skip
 
-FAULTS: list[Fault] = (
-    ATTENTION + CNN + MOE + LLAMA + BERT + GPT_FAULTS + MORE + SECOND_HELD_OUT + THIRD_HELD_OUT + RANKS
-)
+HELD_OUT = SECOND_HELD_OUT + THIRD_HELD_OUT + FOURTH_HELD_OUT
+FAULTS: list[Fault] = ATTENTION + CNN + MOE + LLAMA + BERT + GPT_FAULTS + MORE + HELD_OUT + RANKS
 ARCHS = sorted({fault.arch for fault in FAULTS})
 
 
@@ -1013,6 +1128,10 @@ AT_L0: dict[str, Expect | str] = {
     "ranks.data_on_rank0": Expect(None, None, rank=0, seen_at="conv1"),
     "cnn.bn2_skipped": Expect(None, None, seen_at="fc"),
     "recurrent.gru_reversed": Expect(None, None, seen_at="gru"),
+    "gpt.targets_unshifted": Expect(None, None, "backward", seen_at="head"),  # the loss, outside every module
+    "cnn.normalized_twice": Expect(None, None, seen_at="conv1"),
+    "llama.positions_from_one": Expect(None, None, seen_at="model.rotary_emb"),
+    "attention.loss_halved": Expect(None, None, "backward", seen_at="head"),
 }
 
 

@@ -434,3 +434,189 @@ def test_checksums_decide_sameness_exactly(tmp_path, mode):
     ours["Functional.linear.1.forward"]["output"][0]["md5"] = "00000002"  # same statistics, other bits
     found = pair(tmp_path, ours, theirs)
     assert (found.verdict, found.api) == ("divergence", "Functional.linear.1.forward")
+
+
+def blocks_run(skip_mask_in: int | None = None) -> dict:
+    """Three blocks outside every module (level L1), each: linear, masked_fill, softmax; block ``skip_mask_in``
+    forgets its masked_fill, so its softmax is given the linear's output."""
+    data = {}
+    counts = {"Functional.linear": 0, "Tensor.masked_fill": 0, "Functional.softmax": 0}
+
+    def add(api: str, inputs: list, outputs: list) -> None:
+        data[f"{api}.{counts[api]}.forward"] = call(inputs, outputs)
+        counts[api] += 1
+
+    for block in range(3):
+        scores = tensor(1.0 + block)
+        add("Functional.linear", [tensor(0.5 + block), tensor(0.1)], [scores])
+        masked = scores
+        if block != skip_mask_in:
+            masked = tensor(1.0 + block) | {"Min": -1e9}
+            add("Tensor.masked_fill", [scores, number(-1e9)], [masked])
+        add("Functional.softmax", [masked], [tensor(0.25 + (0.01 if block == skip_mask_in else 0))])
+    return data
+
+
+def test_an_api_called_once_less_pairs_its_other_calls_within_their_stretches(tmp_path):
+    """Of three masked_fill calls, the middle block's is missing: the remaining two pair with those of their own
+    blocks (between the same paired linear and softmax calls), so the missing one is named."""
+    found = pair(tmp_path, blocks_run(skip_mask_in=1), blocks_run())
+    assert (found.api, found.cause) == ("Tensor.masked_fill.1.forward", "calls")
+    assert "this run does not call Tensor.masked_fill.1.forward" in found.detail
+
+
+def module_calls(with_norm: bool = True) -> tuple[dict, dict]:
+    """Level mix: conv (a module with its conv2d) -> norm (a module with its batch_norm) -> relu outside
+    every module; ``with_norm=False``: the model's own forward no longer calls norm."""
+    x, conv_out, norm_out = tensor(0.5, grad=False), tensor(1.5), tensor(2.5)
+    given = norm_out if with_norm else conv_out
+    data = {
+        "Functional.conv2d.0.forward": call([x, tensor(0.1)], [conv_out]),
+        "Module.conv.Conv2d.forward.0": {"input_args": [x], "input_kwargs": {}, "output": [conv_out],
+                                         "parameters": {"weight": tensor(0.1)}},
+    }  # fmt: skip
+    construct = {"Functional.conv2d.0.forward": "Module.conv.Conv2d.forward.0", "Module.conv.Conv2d.forward.0": None}
+    if with_norm:
+        data["Functional.batch_norm.0.forward"] = call([conv_out, tensor(0.2, shape=(8,), grad=False)], [norm_out])
+        data["Module.norm.BatchNorm2d.forward.0"] = {"input_args": [conv_out], "input_kwargs": {}, "output": [norm_out]}
+        construct |= {"Functional.batch_norm.0.forward": "Module.norm.BatchNorm2d.forward.0",
+                      "Module.norm.BatchNorm2d.forward.0": None}  # fmt: skip
+    data["Functional.relu.0.forward"] = call([given], [tensor(3.0 if with_norm else 3.1)])
+    construct["Functional.relu.0.forward"] = None
+    return data, construct
+
+
+def test_a_call_missing_with_the_module_around_it_is_named_in_the_code_that_calls_that_module(tmp_path):
+    ours, ours_construct = module_calls(with_norm=False)
+    theirs, theirs_construct = module_calls()
+    found = pair(tmp_path, ours, theirs, ours_construct, theirs_construct)
+    assert (found.api, found.module, found.cause) == ("Functional.batch_norm.0.forward", None, "calls")
+    assert "nor Module.norm.BatchNorm2d.forward.0 around it" in found.detail
+
+
+def tied_run(head_weight: float) -> tuple[dict, dict]:
+    """Two modules, embed and head, whose weights are one tensor when ``head_weight`` is embed's (0.3)."""
+    embed_w, head_w = tensor(0.3), tensor(head_weight)
+    tokens, e = tensor(3.0, dtype="torch.int64", grad=False), tensor(0.7)
+    logits = tensor(0.9 if head_weight == 0.4 else 0.95)
+    data = {
+        "Functional.embedding.0.forward": call([tokens, embed_w], [e]),
+        "Module.embed.Embedding.forward.0": {"input_args": [tokens], "input_kwargs": {}, "output": [e],
+                                             "parameters": {"weight": embed_w}},
+        "Functional.linear.0.forward": call([e, head_w], [logits]),
+        "Module.head.Linear.forward.0": {"input_args": [e], "input_kwargs": {}, "output": [logits],
+                                         "parameters": {"weight": head_w}},
+    }  # fmt: skip
+    construct = {"Functional.embedding.0.forward": "Module.embed.Embedding.forward.0",
+                 "Module.embed.Embedding.forward.0": None,
+                 "Functional.linear.0.forward": "Module.head.Linear.forward.0",
+                 "Module.head.Linear.forward.0": None}  # fmt: skip
+    return data, construct
+
+
+def test_a_weight_tied_to_another_module_is_the_weight_of_the_module_that_uses_it(tmp_path):
+    ours, construct = tied_run(head_weight=0.3)  # the head's weight is embed's
+    found = pair(tmp_path, ours, tied_run(head_weight=0.4)[0], construct)
+    assert (found.api, found.module, found.cause) == ("Functional.linear.0.forward", "head", "weights")
+
+
+def container_run(token: float) -> tuple[dict, dict]:
+    """embeddings (a module holding a class token it concatenates in its own code, not dumped) -> norm."""
+    x, cls_token = tensor(0.5, grad=False), tensor(token, shape=(1, 1, 8))
+    joined, normed = tensor(0.6 if token == 0.2 else 0.61), tensor(0.0 if token == 0.2 else 0.01)
+    data = {
+        "Functional.layer_norm.0.forward": call([joined, tensor(1.0, shape=(8,))], [normed]),
+        "Module.embeddings.norm.LayerNorm.forward.0": {"input_args": [joined], "input_kwargs": {},
+                                                       "output": [normed]},
+        "Module.embeddings.Embeddings.forward.0": {"input_args": [x], "input_kwargs": {}, "output": [normed],
+                                                   "parameters": {"cls_token": cls_token}},
+    }  # fmt: skip
+    construct = {"Functional.layer_norm.0.forward": "Module.embeddings.norm.LayerNorm.forward.0",
+                 "Module.embeddings.norm.LayerNorm.forward.0": "Module.embeddings.Embeddings.forward.0",
+                 "Module.embeddings.Embeddings.forward.0": None}  # fmt: skip
+    return data, construct
+
+
+def test_a_module_own_parameter_handed_on_by_its_own_code_is_its_weights(tmp_path):
+    ours, construct = container_run(token=0.25)
+    found = pair(tmp_path, ours, container_run(token=0.2)[0], construct)
+    assert (found.api, found.module, found.cause) == ("Functional.layer_norm.0.forward", "embeddings", "weights")
+
+
+def test_arguments_spelt_another_way_are_no_difference(tmp_path):
+    """``inplace`` says where a result goes; ``dim=1`` is ``dim=-1`` on a matrix: among rounding differences
+    (both calls given and returning values off by rounding) neither is taken for the fault."""
+    ours, theirs = noisy_chain()
+    for run, inplace, dim, off in ((ours, False, 1, 1 + 1e-3), (theirs, True, -1, 1.0)):
+        kwargs = {"inplace": {"type": "bool", "value": inplace}}
+        run["Functional.relu.0.forward"] = call([tensor(7.0 * off)], [tensor(7.0 * off)], kwargs)
+        run["Functional.softmax.0.forward"] = call(
+            [tensor(7.0 * off, shape=(4, 8))],
+            [tensor(0.125 * off, shape=(4, 8))],
+            {"dim": {"type": "int", "value": dim}},
+        )
+    assert pair(tmp_path, ours, theirs).verdict == "uncertain"
+
+
+def test_a_rounding_sized_difference_after_a_matrix_product_agreed_is_named_at_level_l1(tmp_path):
+    ours, theirs = chain(), chain()
+    ours["Functional.gelu.0.forward"]["output"] = [tensor(2.5000001)]
+    ours["Functional.linear.1.forward"]["input_args"][0] = tensor(2.5000001)
+    found = pair(tmp_path, ours, theirs)
+    assert (found.verdict, found.api, found.cause) == ("divergence", "Functional.gelu.0.forward", "computation")
+
+
+def test_an_extra_call_before_inputs_no_dump_records_is_named(tmp_path):
+    """A flip this run alone makes, before an operator no dump records (a recurrent layer at level L1)."""
+    ours, theirs = level_l1_step(g=2.6), level_l1_step()
+    ours = {"Tensor.flip.0.forward": call([tensor(1.5), number(1)], [tensor(1.5)])} | ours
+    found = pair(tmp_path, ours, theirs)
+    assert (found.api, found.cause, found.confidence) == ("Tensor.flip.0.forward", "calls", "medium")
+
+
+def test_a_run_of_extra_calls_is_named_where_it_starts(tmp_path):
+    """``(x - 0.5) / 0.25`` added to the data: the subtraction starts it, the division hands its result on."""
+    ours = chain(h=tensor(9.0), g=tensor(9.5), y=tensor(9.9))
+    x, shifted, scaled_x = tensor(0.5, grad=False), tensor(0.0, grad=False), tensor(0.01, grad=False)
+    ours = {
+        "Tensor.__sub__.0.forward": call([x, number(0.5)], [shifted]),
+        "Tensor.__truediv__.0.forward": call([shifted, number(0.25)], [scaled_x]),
+    } | ours
+    ours["Functional.linear.0.forward"]["input_args"][0] = scaled_x
+    found = pair(tmp_path, ours, chain())
+    assert (found.api, found.cause) == ("Tensor.__sub__.0.forward", "calls")
+    assert "Tensor.__sub__, Tensor.__truediv__" in found.detail
+
+
+def test_an_extra_call_seen_first_in_the_backward_is_named_in_the_forward(tmp_path):
+    """The loss halved: no dumped forward call reads the product; its backward entry hands the sum's backward
+    half the gradient, and the forward call it belongs to is named."""
+
+    def run(halved: bool) -> dict:
+        data = chain()
+        seed = tensor(1.0, shape=(), grad=False)
+        given = tensor(0.5, shape=(), grad=False) if halved else seed
+        if halved:
+            data["Tensor.__mul__.0.forward"] = call([tensor(4.5, shape=()), number(0.5)], [tensor(2.25, shape=())])
+            data["Tensor.__mul__.0.backward"] = {"input": [seed], "output": [given]}
+        data["Torch.sum.0.backward"] = {"input": [given], "output": [tensor(0.7 if halved else 0.8, grad=False)]}
+        return data
+
+    found = pair(tmp_path, run(halved=True), run(halved=False))
+    assert (found.api, found.phase, found.cause) == ("Tensor.__mul__.0.forward", "forward", "calls")
+
+
+def test_among_rounding_a_call_standing_in_with_the_same_result_is_not_blamed(tmp_path):
+    """``Tensor.triu`` in one run for ``torch.triu`` in the other, the same mask: the first matmul, given it,
+    rounds differently, and that is all."""
+    ours, theirs = noisy_chain()
+    mask = tensor(0.0) | {"Min": float("-inf"), "Mean": float("-inf"), "Norm": float("inf")}
+    for run, api in ((ours, "Tensor.triu"), (theirs, "Torch.triu")):
+        first = run.pop("Functional.linear.0.forward")
+        first["input_args"].append(mask)
+        rest = dict(run)
+        run.clear()
+        run[f"{api}.0.forward"] = call([tensor(0.0), number(1)], [mask])
+        run["Functional.linear.0.forward"] = first
+        run.update(rest)
+    assert pair(tmp_path, ours, theirs).verdict == "uncertain"

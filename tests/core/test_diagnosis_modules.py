@@ -54,17 +54,20 @@ MODULES = [
 ]
 
 
-def step(skip: tuple[str, ...] = (), classes: dict | None = None, mask: tuple | None = None, **changed) -> tuple:
+def step(
+    skip: tuple[str, ...] = (), classes: dict | None = None, mask: tuple | None = None, head_given: str = "g", **changed
+) -> tuple:
     """One step's dump.json data and construct.json: the modules' forward entries as they end (a module
     after those inside it) with their parameter gradients beside them, then the backward entries. ``skip``:
-    modules this run does not call; ``mask``: (value given to block.norm and block, value given to head)."""
+    modules this run does not call; ``mask``: (value given to block.norm and block, value given to head);
+    ``head_given``: the value the head is given (code no dump records may stand between block and head)."""
     values = {**BENCH, **changed}
     data, construct = {}, {}
     for path, cls, given, made, weight, grad, *_ in MODULES:
         if path in skip:
             continue
         name = f"Module.{path}.{(classes or {}).get(path, cls)}.forward.0"
-        inputs = [values[given]]
+        inputs = [values[head_given if path == "head" else given]]
         if mask is not None and path in ("block.norm", "block", "head"):
             inputs.append(mask[1] if path == "head" else mask[0])
         data[name] = {"input_args": inputs, "input_kwargs": {}, "output": [values[made]]}
@@ -219,3 +222,12 @@ def test_after_a_noisy_step_token_ids_that_differ_are_the_data(tmp_path):
         write(tmp_path / run / "step1" / "rank", later)
     found = diagnose_runs(tmp_path / "ours", tmp_path / "theirs")
     assert (found.verdict, found.step, found.module, found.cause) == ("divergence", 1, "embed", "data")
+
+
+def test_among_rounding_a_module_skipped_before_code_no_dump_records_is_named(tmp_path):
+    """The model no longer calls block (it runs what block's children return itself), and what the head is
+    given, made by code no dump records in both runs, differs beyond the noise."""
+    ours = step(skip=("block",), head_given="h", **noisy(h=tensor(0.8, grad=True)))
+    found = pair(tmp_path, ours, step(head_given="h", h=tensor(0.77, grad=True)))
+    assert (found.verdict, found.api, found.module, found.cause) == ("divergence", "Module.block.Block.forward.0",
+                                                                     None, "calls")  # fmt: skip

@@ -3,12 +3,15 @@
 Modules pair by path, direction and occurrence, whatever their class (a module swapped for another class at
 the same place is still that place). API calls pair within their API and direction, in call order, by the
 longest common run of (module path, tensor shapes): an extra or a missing call shifts nothing after it, and
-two calls of one API in one module pair by what they were given. What pairs with nothing is extra (this run
-only) or missing (the other run only).
+two calls of one API in one module pair by what they were given. An API one run calls more often than the
+other pairs last, within the stretches between the calls already paired (anchors): of three alike calls, one
+in each of three blocks, the two left in one run pair with those of their own blocks, not with the first two.
+What pairs with nothing is extra (this run only) or missing (the other run only).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,6 +51,7 @@ def pair_calls(ours: list[Call], theirs: list[Call], translate: Callable[[str], 
     pairing = Pairing()
     paired_theirs: set[int] = set()
     backward: list[tuple[list[Call], list[Call]]] = []
+    uneven: list[tuple[list[Call], list[Call]]] = []
     for name, mine in ours_by_key.items():
         other = theirs_by_key.get(name, [])
         if not other:
@@ -60,7 +64,14 @@ def pair_calls(ours: list[Call], theirs: list[Call], translate: Callable[[str], 
         if mine[0].direction == BACKWARD:
             backward.append((mine, other))  # after the forward calls, whose pairs decide theirs
             continue
+        if len(mine) != len(other):
+            uneven.append((mine, other))  # after the even ones, which anchor them
+            continue
         _pair_api(mine, other, pairing, paired_theirs)
+    if uneven:
+        ours_stretch, theirs_stretch = _stretches(ours, theirs, pairing)
+        for mine, other in uneven:
+            _pair_api(mine, other, pairing, paired_theirs, ours_stretch, theirs_stretch)
     forwards = {call.name: call for call in ours if call.kind == "api" and call.direction != BACKWARD}
     for mine, other in backward:
         _pair_by_forward(mine, other, forwards, pairing, paired_theirs)
@@ -71,13 +82,62 @@ def pair_calls(ours: list[Call], theirs: list[Call], translate: Callable[[str], 
     return pairing
 
 
-def _pair_api(mine: list[Call], other: list[Call], pairing: Pairing, paired_theirs: set[int]) -> None:
-    """One API's calls in one direction, by the longest common run of signatures, then the leftovers."""
+def _pair_api(
+    mine: list[Call],
+    other: list[Call],
+    pairing: Pairing,
+    paired_theirs: set[int],
+    ours_stretch: dict[int, int] | None = None,
+    theirs_stretch: dict[int, int] | None = None,
+) -> None:
+    """One API's calls in one direction, by the longest common run of signatures (within the stretches
+    between anchors, when given), then the leftovers."""
     free = [c for c in other if c.order not in paired_theirs]
-    for i, j in _align([_signature(c) for c in mine], [_signature(c) for c in free]):
+    mine_signatures = [_signature(c) for c in mine]
+    free_signatures = [_signature(c) for c in free]
+    if ours_stretch is not None and theirs_stretch is not None:
+        mine_signatures = [(ours_stretch.get(c.order, -1), *sig) for c, sig in zip(mine, mine_signatures)]
+        free_signatures = [(theirs_stretch.get(c.order, -1), *sig) for c, sig in zip(free, free_signatures)]
+    for i, j in _align(mine_signatures, free_signatures):
         pairing.partner[mine[i].order] = free[j]
         paired_theirs.add(free[j].order)
     _pair_leftovers(mine, free, pairing, paired_theirs)
+
+
+def _stretches(ours: list[Call], theirs: list[Call], pairing: Pairing) -> tuple[dict[int, int], dict[int, int]]:
+    """Each call's stretch on each side: how many anchors come before it, the anchors being the pairs made so
+    far that keep their order on both sides (the longest such run of them)."""
+    anchors = _in_order(sorted((order, partner.order) for order, partner in pairing.partner.items()))
+
+    def count(calls: list[Call], positions: list[int]) -> dict[int, int]:
+        found, index = {}, 0
+        for call in calls:
+            while index < len(positions) and positions[index] < call.order:
+                index += 1
+            found[call.order] = index
+        return found
+
+    return count(ours, [a for a, _ in anchors]), count(theirs, [b for _, b in anchors])
+
+
+def _in_order(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The longest run of ``pairs`` (sorted by their first) whose second values also rise."""
+    tails: list[int] = []  # tails[k]: the index of the pair ending the best run of length k + 1
+    tail_values: list[int] = []  # ... and its second value
+    before = [-1] * len(pairs)
+    for index, (_, second) in enumerate(pairs):
+        k = bisect_left(tail_values, second)
+        before[index] = tails[k - 1] if k else -1
+        if k == len(tails):
+            tails.append(index)
+            tail_values.append(second)
+        else:
+            tails[k], tail_values[k] = index, second
+    run, index = [], tails[-1] if tails else -1
+    while index >= 0:
+        run.append(pairs[index])
+        index = before[index]
+    return run[::-1]
 
 
 def _pair_by_forward(

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from msprobe.core.diagnosis.align import Pairing
-from msprobe.core.diagnosis.calls import BACKWARD, FORWARD, OPTIMIZER, Call, Value
+from msprobe.core.diagnosis.calls import BACKWARD, FORWARD, OPTIMIZER, Call, Value, api_kind
 from msprobe.core.diagnosis.values import ValueComparer
 
 FAR_OFF = 10.0  # outputs this far off (relative), from inputs far closer, are no rounding
@@ -53,11 +53,13 @@ class PairAnalysis:
         self._differences: dict[int, Difference] = {}
         self._producers = {"ours": _producers(ours), "theirs": _producers(theirs)}
         self.owners = _owners(ours, gradients=False)  # a parameter's summary -> its module
+        self._holders = _holders(ours)  # a parameter's summary -> every module holding it (tied weights)
         self._gradient_owners = _owners(ours, gradients=True)
         self._forward_names: dict[str, Call] | None = None
         self._cast_sites: int | None = None
         self._updated: set[tuple] | None = None  # what the step's optimizer calls were given (see is_parameter)
         self._by_name = {call.name: call for call in ours}
+        self._theirs_by_name = {call.name: call for call in theirs}
         self.has_modules = any(call.kind == "module" for call in ours)
         self.containers = {call.parent for call in ours if call.kind == "module" and call.parent}
         # the calls whose errors are weighed against each other: the APIs, or the modules of a dump without any
@@ -71,7 +73,7 @@ class PairAnalysis:
         analysis = cls.__new__(cls)
         analysis.ours, analysis.theirs, analysis.pairing = [], [], Pairing()
         analysis.extra, analysis.missing, analysis.unpaired = set(), set(), 0
-        analysis._by_name = {}
+        analysis._by_name = analysis._theirs_by_name = {}
         analysis.containers = set()
         analysis._dump = dump
         return analysis
@@ -113,7 +115,7 @@ class PairAnalysis:
                     difference.inputs.append(value)
                     measured = error(value, other) if other is not None else None
                     difference.input_error = max(difference.input_error, math.inf if measured is None else measured)
-                else:
+                elif other is None or not _same_effect(value, other, ours):
                     difference.arguments.append((value.path, _shown(value), _shown(other)))
         for path in their_inputs.keys() - {value.path for value in ours.inputs}:
             if not lenient:
@@ -237,29 +239,52 @@ class PairAnalysis:
         return None
 
     def enclosing(self, call: Call) -> Call | None:
-        """The innermost module around ``call`` whose inputs and parameters agree with the benchmark's."""
+        """The innermost module around ``call`` whose inputs agree with the benchmark's: what ``call`` was given
+        and no dumped call made came from that module's own code, or its own parameters (which may differ)."""
         parent = call.parent
         while parent:
             module = self._by_name.get(parent)
             if module is None or module.order in self.extra:
                 return None
             difference = self.difference(module)
-            if not difference.inputs and not difference.params and not difference.arguments:
+            if not difference.inputs and not difference.arguments:
                 return module
             parent = module.parent
         return None
 
+    def outermost_alone(self, call: Call, side: str = "ours") -> Call:
+        """``call``, made by one run alone (``side``: "ours" for an extra call, "theirs" for a missing one), or
+        the outermost module call around it that run alone makes too: a module the other run never calls,
+        with everything it calls."""
+        alone, named = (self.extra, self._by_name) if side == "ours" else (self.missing, self._theirs_by_name)
+        while call.parent:
+            around = named.get(call.parent)
+            if around is None or around.order not in alone:
+                break
+            call = around
+        return call
+
+    def owner_of(self, value: Value, call: Call) -> str | None:
+        """The module whose parameter ``value`` is: of the modules holding it (a tied weight has several), the
+        one ``call`` runs in, or the innermost around it, else the first in call order."""
+        holders = self._holders.get(value.fingerprint())
+        if not holders:
+            return None
+        module = call.module or ""
+        around = [h for h in holders if module == h or module.startswith(h + ".")]
+        return max(around, key=len) if around else holders[0]
+
     def agreed_before(self, call: Call) -> bool:
         """An earlier call of the same kind (API, or module class) in the same phase returned bit-identical
-        outputs: the two runs compute this kind alike, so a difference here is no machine's rounding. In a
-        dump of modules alone, where a module's own code may run any kernel, so does an earlier module that
-        multiplies by a weight matrix, for a module that does not: matrix products are what differ first
+        outputs: the two runs compute this kind alike, so a difference here is no machine's rounding. So does,
+        for a call that multiplies by no matrix, an earlier forward call that does (a linear layer, a
+        convolution, a matmul; a module's own code may run any kernel): matrix products are what differ first
         between machines (their sums are ordered by each kernel's blocking), and runs whose products agree
         compute alike."""
         kind = call.module_class if call.kind == "module" else call.key
         # a module that multiplies by a matrix itself is held to its own class: one kernel may agree (a fused
         # recurrent layer) where another does not
-        by_matrix = self.judged_kind == "module" and call.phase == FORWARD and not _multiplies_by_matrix(call)
+        by_matrix = call.phase == FORWARD and not _multiplies_by_matrix(call)
         for other in self.ours:
             if other.order >= call.order:
                 return False
@@ -298,12 +323,45 @@ class PairAnalysis:
         return None
 
 
+# API calls that multiply matrices (the name after Functional., Torch., Tensor., Mint., ...; lower case)
+_MATRIX_APIS = frozenset(
+    {"linear", "bilinear", "dense", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+     "conv_transpose3d", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "addbmm",
+     "einsum", "multi_head_attention_forward", "scaled_dot_product_attention"}
+)  # fmt: skip
+
+
 def _multiplies_by_matrix(call: Call) -> bool:
-    """A module holding a parameter of two or more dimensions and given a floating-point tensor: a linear
-    layer, a convolution, an attention or recurrent layer (an embedding is given integers, and looks rows up)."""
-    if not any(value.shape and len(value.shape) >= 2 for value in call.params):
+    """A call given a floating-point tensor that multiplies by a matrix: an API of ``_MATRIX_APIS``, or a module
+    holding a parameter of two or more dimensions (a linear layer, a convolution, an attention or recurrent
+    layer; an embedding is given integers, and looks rows up)."""
+    if call.kind == "api":
+        if api_kind(call.name).rsplit(".", 1)[-1].lower() not in _MATRIX_APIS:
+            return False
+    elif call.kind != "module" or not any(value.shape and len(value.shape) >= 2 for value in call.params):
         return False
     return any(value.dtype and value.dtype.startswith(("float", "bfloat")) for value in call.tensors("inputs"))
+
+
+# arguments that say where a result goes, not what it is
+_STORAGE_ARGUMENTS = frozenset({"inplace", "non_blocking"})
+
+
+def _same_effect(ours: Value, theirs: Value, call: Call) -> bool:
+    """Two spellings of one argument that give the same result: ``inplace``, or a ``dim`` counted from the
+    other end of the first tensor's dimensions (``dim=1`` and ``dim=-1`` on a matrix)."""
+    parts = ours.path.split(".")
+    name = parts[2] if len(parts) >= 3 and parts[1] == "kw" else None
+    if name in _STORAGE_ARGUMENTS:
+        return True
+    if name != "dim":
+        return False
+    mine, other = _shown(ours), _shown(theirs)
+    first = next((value for value in call.inputs if value.tensor and value.shape is not None), None)
+    if first is None or not first.shape or type(mine) is not int or type(other) is not int:
+        return False
+    rank = len(first.shape)
+    return -rank <= mine < rank and -rank <= other < rank and mine % rank == other % rank
 
 
 def _shown(value: Value | None) -> Any:
@@ -341,6 +399,22 @@ def _producers(calls: list[Call]) -> dict[tuple, list[Call]]:
                 continue
             makers.append(call)
     return found
+
+
+def _holders(calls: list[Call]) -> dict[tuple, list[str]]:
+    """A parameter's summary -> the modules that hold it, in call order (constants left out, as in _owners)."""
+    holders: dict[tuple, list[str]] = {}
+    for call in calls:
+        if call.kind != "module" or not call.module:
+            continue
+        for value in call.params:
+            fingerprint = value.fingerprint()
+            constant = value.stats is not None and value.stats[0] == value.stats[1]
+            if fingerprint is not None and not constant:
+                found = holders.setdefault(fingerprint, [])
+                if call.module not in found:
+                    found.append(call.module)
+    return holders
 
 
 def _owners(calls: list[Call], gradients: bool) -> dict[tuple, str]:

@@ -100,7 +100,7 @@ def _because(analysis: PairAnalysis, call: Call, difference: Difference) -> Diag
         made = gradient_made_by_extra(analysis, call)
         return made or answer_at(call, "computation", f"parameter gradients {names}", module)
     for value in difference.inputs:
-        owner = analysis.owners.get(value.fingerprint())
+        owner = analysis.owner_of(value, call)
         if owner or analysis.is_parameter(call, value):
             return answer_at(call, "weights", argument_name(value.path), owner or module)
     # inputs a dumped call of this run returned, differing already there, were handed on: asked about a call
@@ -115,6 +115,9 @@ def _because(analysis: PairAnalysis, call: Call, difference: Difference) -> Diag
             return answer_at(received, "data", words, received.module or module, received.name)
         enclosing = analysis.enclosing(call)
         if enclosing is not None:
+            weights = own_weights(analysis, call, enclosing)
+            if weights is not None:
+                return weights
             words = f"in its own code, between its submodules: {call.name} is given inputs no dumped call made"
             return answer_at(enclosing, "computation", words, enclosing.module)
         written = written_after(analysis, call, unmade)
@@ -129,6 +132,9 @@ def _because(analysis: PairAnalysis, call: Call, difference: Difference) -> Diag
             return answer_at(call, "gradient", f"{inputs_words(unmade)}, which no dumped call made", module)
         if call.phase == FORWARD and all(value.requires_grad for value in unmade):
             # data needs no gradient: these were computed, by an operator no dump records (an LSTM at level L1)
+            made = extra_before(analysis, call)
+            if made is not None:
+                return made
             words = f"{inputs_words(unmade)}, which no dumped call made and which need a gradient"
             return answer_at(call, "undumped", words, module)
         return answer_at(call, "data", data_words(analysis, unmade), module)
@@ -144,6 +150,33 @@ def _computation(analysis: PairAnalysis, call: Call) -> Diagnosis:
     if hidden is None and returns_other_dtype(analysis, call):
         return answer_at(call, "computation", dtype_words(call, partner), module)
     return hidden or answer_at(call, "computation", _class_change(call, partner), module)
+
+
+def own_weights(analysis: PairAnalysis, call: Call, enclosing: Call) -> Diagnosis | None:
+    """The module around ``call`` whose inputs agree has parameters that differ: its own code handed them on
+    to ``call`` through operators no dump records (a class token expanded and concatenated)."""
+    weights = analysis.difference(enclosing).params
+    if not weights:
+        return None
+    names = ", ".join(value.path.split(".", 1)[1] for value in weights)
+    words = f"{names}, which its own code hands {call.name} through operators no dump records"
+    return answer_at(call, "weights", words, enclosing.module)
+
+
+def extra_before(analysis: PairAnalysis, call: Call) -> Diagnosis | None:
+    """The latest API call before ``call``, in its phase, that this run alone makes and that may change a value
+    (not one handing its input on): what it returned may reach ``call`` through operators no dump records
+    (a sequence flipped before a recurrent layer, at level L1)."""
+    for other in reversed(analysis.pairing.extra):
+        if other.order >= call.order or other.kind != "api" or other.phase != call.phase:
+            continue
+        if changes_nothing(analysis, other):
+            continue
+        words = f"{_extra_words(analysis, other, call)}, before {call.name}: what it returns reaches it through "
+        found = answer_at(other, "calls", words + "operators no dump records", caller(other), other.name)
+        found.confidence = "medium"
+        return found
+    return None
 
 
 def _handed_on(analysis: PairAnalysis, call: Call, value: Value) -> bool:
@@ -176,14 +209,18 @@ def trace(analysis: PairAnalysis, call: Call, value: Value, threshold: float | N
     culprit = writer if writer is not None and writer.order in analysis.extra and _nameable(analysis, writer) else None
     culprit = culprit or (extra[-1] if extra else None)
     if culprit is not None:
+        culprit = _start_of_extra(analysis, culprit)
         stand_in = analysis.pairing.substitute.get(culprit.order)
         if stand_in is not None and threshold is not None and analysis.equivalent(culprit, stand_in, threshold):
             return None
         words = _extra_words(analysis, culprit, call)
         if stand_in is not None:
             words = f"it calls {api_kind(culprit.name)} where the benchmark calls {api_kind(stand_in.name)}"
-        module = caller(culprit)
-        if module == OUTSIDE and culprit.phase != FORWARD:
+        outer = analysis.outermost_alone(culprit, "ours")
+        module = caller(outer)
+        if outer is not culprit:
+            words = join(words, f"within {outer.name}, which the benchmark does not call")
+        elif module == OUTSIDE and culprit.phase != FORWARD:
             module = _hooked_module(analysis, culprit, call) or OUTSIDE
         return answer_at(culprit, "calls", words, module, culprit.name)
     if theirs is not None:
@@ -191,10 +228,41 @@ def trace(analysis: PairAnalysis, call: Call, value: Value, threshold: float | N
         missing = [maker for maker in made if maker.order in analysis.missing and _nameable(analysis, maker)]
         if missing:
             gone = missing[-1]
-            words = f"this run does not call {gone.name}"
-            module = caller(gone) if gone.kind == "module" else gone.module or call.module
-            return answer_at(gone, "calls", words, module, gone.name)
+            return answer_at(gone, "calls", *_not_called(analysis, gone, call.module), gone.name)
     return None
+
+
+def _start_of_extra(analysis: PairAnalysis, call: Call) -> Call:
+    """Where a run of extra calls starts: from ``call`` back through the extra calls that made what it was given
+    (``(x - 0.5) / 0.25`` added to the data starts at the subtraction); for an extra call's backward entry, the
+    forward call it is the backward of (a loss scaled, whose product only the backward reads)."""
+    if call.kind == "api" and call.direction == BACKWARD:
+        forward = analysis.forward_twin(call)
+        if forward is not None and forward.order in analysis.extra:
+            call = forward
+    for _ in range(64):  # a run of extra calls is short; the bound keeps a hostile dump from looping long
+        makers = [
+            maker
+            for value in call.tensors("inputs")
+            for maker in analysis.producers("ours", value, call.order)[-1:]
+            if maker.order in analysis.extra and maker.kind == "api" and not passes_input_on(maker)
+        ]
+        if not makers:
+            break
+        call = min(makers, key=lambda maker: maker.order)
+    return call
+
+
+def _not_called(analysis: PairAnalysis, gone: Call, fallback: str | None) -> tuple[str, str | None]:
+    """The words and the module for a call the benchmark makes and this run does not: named in the code that
+    would call it, or that would call the outermost module around it this run does not call either."""
+    outer = analysis.outermost_alone(gone, "theirs")
+    words = f"this run does not call {gone.name}"
+    if outer is not gone:
+        words += f", nor {outer.name} around it"
+    if outer.kind == "module":
+        return words, caller(outer)
+    return words, gone.module or fallback
 
 
 def written_after(analysis: PairAnalysis, call: Call, values: list[Value]) -> Diagnosis | None:
@@ -329,14 +397,15 @@ def _inside(analysis: PairAnalysis, call: Call) -> Diagnosis | None:
         if other.kind not in kinds or passes_input_on(other) or other.order == call.order:
             continue
         if other.order < call.order and other.phase == call.phase and within(other):
-            return answer_at(other, "calls", _extra_words(analysis, other, call), caller(other), other.name)
+            outer = analysis.outermost_alone(other, "ours")
+            return answer_at(other, "calls", _extra_words(analysis, other, call), caller(outer), other.name)
     partner = analysis.pairing.of(call)
     for other in analysis.pairing.missing:
         if other.kind not in kinds or partner is None:
             continue
         if other.order < partner.order and other.phase == call.phase and within(other):
-            detail = f"this run does not call {other.name}"
-            return answer_at(other, "calls", join(detail, _class_change(call, partner)), caller(other), other.name)
+            words, module = _not_called(analysis, other, call.module)
+            return answer_at(other, "calls", join(words, _class_change(call, partner)), module, other.name)
     return None
 
 
@@ -357,6 +426,15 @@ def passes_input_on(call: Call) -> bool:
     return bool(made) and all(found is not None and found in given for found in made)
 
 
+def changes_nothing(analysis: PairAnalysis, call: Call) -> bool:
+    """An extra call that cannot have changed a value: it hands its input on, or stands in for the benchmark's
+    call in its place with the same result (``Tensor.triu`` for ``torch.triu``)."""
+    if passes_input_on(call):
+        return True
+    stand_in = analysis.pairing.substitute.get(call.order)
+    return stand_in is not None and analysis.equivalent(call, stand_in, 0.0)
+
+
 def _upstream(analysis: PairAnalysis, call: Call, limit: int = 64) -> Diagnosis | None:
     """What a summary could not show: inputs that look the same yet were made by a call given another
     argument, or by an extra call. Followed back through the producers of the call's inputs."""
@@ -370,7 +448,7 @@ def _upstream(analysis: PairAnalysis, call: Call, limit: int = 64) -> Diagnosis 
                     continue
                 seen.add(maker.order)
                 if maker.order in analysis.extra:
-                    if maker.kind == "api" and not passes_input_on(maker):
+                    if maker.kind == "api" and not changes_nothing(analysis, maker):
                         return answer_at(maker, "calls", _extra_words(analysis, maker, call), maker.module, maker.name)
                     pending.append(maker)  # what it handed on was made further up
                     continue

@@ -34,6 +34,8 @@ from msprobe.core.diagnosis.explain import (
     gradient_made_by_extra,
     inputs_words,
     join,
+    own_weights,
+    skipped_module,
     trace,
     written_after,
 )
@@ -145,7 +147,7 @@ def _evidence(
     partner = analysis.pairing.of(call)
     theirs = {value.path: value for value in (*partner.params, *partner.inputs)} if partner else {}
     for value in (*difference.params, *difference.inputs):
-        owner = analysis.owners.get(value.fingerprint())
+        owner = analysis.owner_of(value, call)
         other = theirs.get(value.path)
         is_param = value.path.startswith("parameters.") or owner or analysis.is_parameter(call, value)
         if other is not None and other.dtype != value.dtype:
@@ -159,6 +161,11 @@ def _evidence(
             found = answer_at(call, "weights", argument_name(value.path), owner or call.module)
             found.error = error
             found.nonfinite = not value.finite
+            return found
+    if settled and call.phase == FORWARD and _computed_unseen(analysis, call, difference):
+        enclosing = analysis.enclosing(call)
+        found = own_weights(analysis, call, enclosing) if enclosing is not None else None
+        if found is not None:
             return found
     if makes_nonfinite(call) and partner is not None and all(v.finite for v in partner.outputs):
         return explain(analysis, call)
@@ -201,6 +208,11 @@ def _evidence(
         traced = trace(analysis, call, value, threshold)
         if traced is not None:
             return traced
+        if not analysis.producers("ours", value, call.order):
+            # made by no dumped call, beyond the noise: in a dump of modules alone, a module one run skips
+            skipped = skipped_module(analysis, call)
+            if skipped is not None:
+                return skipped
     if call.kind == "grads":
         return gradient_made_by_extra(analysis, call)
     return None
@@ -291,6 +303,11 @@ def _loss_gradient(analysis: PairAnalysis, call: Call, threshold: float) -> Diag
 
 
 SCALED_WORDS = "every statistic alike, which rounding does not do"
+
+
+def _computed_unseen(analysis: PairAnalysis, call: Call, difference: Difference) -> bool:
+    """An input that differs, needs a gradient and that no dumped call of this run made."""
+    return any(v.requires_grad and not analysis.producers("ours", v, call.order) for v in difference.inputs)
 
 
 def _integral(value: Value) -> bool:
