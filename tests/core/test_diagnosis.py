@@ -620,3 +620,30 @@ def test_among_rounding_a_call_standing_in_with_the_same_result_is_not_blamed(tm
         run["Functional.linear.0.forward"] = first
         run.update(rest)
     assert pair(tmp_path, ours, theirs).verdict == "uncertain"
+
+
+def test_among_rounding_an_in_place_call_standing_in_for_one_that_is_not_is_named(tmp_path):
+    """``h.mul_(s)`` where the benchmark has ``h * s``: the same product, but the residual ``h`` is written
+    too, and the add that reads it later differs far beyond the rounding."""
+    ours, theirs = noisy_chain()
+    residual, scaled_residual, other = tensor(0.3), tensor(3.0), tensor(0.2)
+    for run, api, given in ((ours, "Tensor.mul_", scaled_residual), (theirs, "Tensor.__mul__", residual)):
+        run[f"{api}.0.forward"] = call([residual, number(10.0)], [scaled_residual])
+        run["Tensor.__add__.0.forward"] = call([given, other], [tensor(given["Mean"] + 0.2)])
+    found = pair(tmp_path, ours, theirs)
+    assert (found.verdict, found.api, found.cause) == ("divergence", "Tensor.mul_.0.forward", "calls")
+
+
+def test_an_in_place_write_is_named_not_the_call_that_made_what_it_adds(tmp_path):
+    """``mask.add_(torch.eye(n))``: the run of extra calls is the write; the eye is only its operand."""
+    ours, theirs = chain(), chain()
+    mask, eye, written = tensor(-0.5), tensor(0.125), tensor(-0.375)
+    for run in (ours, theirs):
+        run["Torch.full.0.forward"] = call([number(-0.5)], [mask])
+    ours["Torch.eye.0.forward"] = call([number(8)], [eye])
+    ours["Tensor.add_.0.forward"] = call([mask, eye], [written])
+    given = {id(ours): written, id(theirs): mask}
+    for run in (ours, theirs):
+        run["Functional.softmax.0.forward"] = call([given[id(run)]], [tensor(0.9 if run is ours else 0.8)])
+    found = pair(tmp_path, ours, theirs)
+    assert (found.api, found.cause) == ("Tensor.add_.0.forward", "calls")

@@ -32,7 +32,7 @@ def explain(analysis: PairAnalysis, call: Call, amplified: bool = False) -> Diag
     outputs differ out of proportion to what it was given (among rounding differences), so its own
     computation is the answer, whatever its inputs are."""
     difference = analysis.difference(call)
-    found = _computation(analysis, call) if amplified else _because(analysis, call, difference)
+    found = _amplifying(analysis, call, difference) if amplified else _because(analysis, call, difference)
     found.nonfinite = makes_nonfinite(call)
     found.error = param_error(analysis, call) if found.cause == "weights" else difference.output_error
     return found
@@ -141,6 +141,16 @@ def _because(analysis: PairAnalysis, call: Call, difference: Difference) -> Diag
     return _computation(analysis, call)
 
 
+def _amplifying(analysis: PairAnalysis, call: Call, difference: Difference) -> Diagnosis:
+    """A call whose outputs differ out of proportion to its inputs: an input an extra call made or wrote (or a
+    missing call would have) is still named; else the call's own computation, wherever its inputs came from."""
+    for value in difference.inputs:
+        traced = trace(analysis, call, value)
+        if traced is not None:
+            return traced
+    return _computation(analysis, call)
+
+
 def _computation(analysis: PairAnalysis, call: Call) -> Diagnosis:
     """The call's own computation differs: a call hidden inside it or upstream of it, else its precision or
     its class."""
@@ -211,8 +221,10 @@ def trace(analysis: PairAnalysis, call: Call, value: Value, threshold: float | N
     if culprit is not None:
         culprit = _start_of_extra(analysis, culprit)
         stand_in = analysis.pairing.substitute.get(culprit.order)
-        if stand_in is not None and threshold is not None and analysis.equivalent(culprit, stand_in, threshold):
-            return None
+        in_place_for_not = stand_in is not None and _writes_in_place(culprit) and not _writes_in_place(stand_in)
+        if stand_in is not None and threshold is not None and not in_place_for_not:
+            if analysis.equivalent(culprit, stand_in, threshold):
+                return None
         words = _extra_words(analysis, culprit, call)
         if stand_in is not None:
             words = f"it calls {api_kind(culprit.name)} where the benchmark calls {api_kind(stand_in.name)}"
@@ -233,23 +245,22 @@ def trace(analysis: PairAnalysis, call: Call, value: Value, threshold: float | N
 
 
 def _start_of_extra(analysis: PairAnalysis, call: Call) -> Call:
-    """Where a run of extra calls starts: from ``call`` back through the extra calls that made what it was given
-    (``(x - 0.5) / 0.25`` added to the data starts at the subtraction); for an extra call's backward entry, the
-    forward call it is the backward of (a loss scaled, whose product only the backward reads)."""
+    """Where a run of extra calls starts: from ``call`` back through the extra calls that made the value it works
+    on, its first tensor (``(x - 0.5) / 0.25`` added to the data starts at the subtraction; ``mask.add_(eye)``
+    is the write, whatever made its operand); for an extra call's backward entry, the forward call it is the
+    backward of (a loss scaled, whose product only the backward reads)."""
     if call.kind == "api" and call.direction == BACKWARD:
         forward = analysis.forward_twin(call)
         if forward is not None and forward.order in analysis.extra:
             call = forward
     for _ in range(64):  # a run of extra calls is short; the bound keeps a hostile dump from looping long
-        makers = [
-            maker
-            for value in call.tensors("inputs")
-            for maker in analysis.producers("ours", value, call.order)[-1:]
-            if maker.order in analysis.extra and maker.kind == "api" and not passes_input_on(maker)
-        ]
-        if not makers:
+        worked_on = call.tensors("inputs")[:1]  # the value it works on (an in-place write's own target)
+        makers = [maker for value in worked_on for maker in analysis.producers("ours", value, call.order)[-1:]]
+        if not makers or makers[0].order not in analysis.extra or makers[0].kind != "api":
             break
-        call = min(makers, key=lambda maker: maker.order)
+        if passes_input_on(makers[0]):
+            break
+        call = makers[0]
     return call
 
 
@@ -432,18 +443,32 @@ def changes_nothing(analysis: PairAnalysis, call: Call) -> bool:
     if passes_input_on(call):
         return True
     stand_in = analysis.pairing.substitute.get(call.order)
-    return stand_in is not None and analysis.equivalent(call, stand_in, 0.0)
+    if stand_in is None or (_writes_in_place(call) and not _writes_in_place(stand_in)):
+        return False  # mul_ for __mul__ returns the same, and writes into its input besides
+    return analysis.equivalent(call, stand_in, 0.0)
+
+
+def _writes_in_place(call: Call) -> bool:
+    """An API that writes into its input: a method ending in ``_`` (``mul_``), or an augmented operator."""
+    name = api_kind(call.name).rsplit(".", 1)[-1]
+    if name.startswith("__") and name.endswith("__"):
+        return name[2:3] == "i" and name not in ("__int__", "__index__", "__invert__", "__iter__")
+    return name.endswith("_")
 
 
 def _upstream(analysis: PairAnalysis, call: Call, limit: int = 64) -> Diagnosis | None:
     """What a summary could not show: inputs that look the same yet were made by a call given another
-    argument, or by an extra call. Followed back through the producers of the call's inputs."""
+    argument, or by an extra call. Followed back through the producers of the call's inputs; of the calls
+    that returned the same value, an extra one is the suspect (a tensor written in place, then handed on)."""
     seen: set[int] = set()
     pending = [call]
     while pending and len(seen) < limit:
         current = pending.pop(0)
         for value in current.tensors("inputs"):
-            for maker in analysis.producers("ours", value, current.order)[-1:]:
+            makers = analysis.producers("ours", value, current.order)
+            extra = [m for m in makers if m.order in analysis.extra and m.kind == "api" and m.order not in seen]
+            suspects = [m for m in extra if not changes_nothing(analysis, m)]
+            for maker in suspects[-1:] or makers[-1:]:
                 if maker.order in seen:
                     continue
                 seen.add(maker.order)
