@@ -344,20 +344,23 @@ class Receiver:
         server = await asyncio.start_server(self.handle, host, port, ssl=context, start_serving=False, **handshake)
         port = server.sockets[0].getsockname()[1]
         how = "TLS" if context else "plain TCP"
+        token_file = None
         if context is None and self.token is None and self.loopback_token and is_loopback(host):
-            # any process of this machine could otherwise send: only this user's may, through a file they read
-            self.token, self.token_file = protocol.write_loopback_token(port)
-            how += f", token in {self.token_file}"
+            # any process of this machine could otherwise send: only this user's may, through a file they read.
+            # Written before listening, so a sender that gets in always finds it.
+            self.token, token_file = protocol.write_loopback_token(port)
+            how += f", token in {token_file}"
         elif self.token:
             how += ", token"
-        logger.warning("online run_ut: listening on %s:%d (%s)", host, port, how)
         try:
             async with server:
                 await server.start_serving()
+                self.token_file = token_file  # shown once connections are taken
+                logger.warning("online run_ut: listening on %s:%d (%s)", host, port, how)
                 await self.stopped.wait()
         finally:
-            if self.token_file is not None:
-                self.token_file.unlink(missing_ok=True)
+            if token_file is not None:
+                token_file.unlink(missing_ok=True)
 
     # -- shared directory ----------------------------------------------------------------------
     async def serve_directory(self, folder: str | Path, poll_seconds: float = 0.05) -> None:
