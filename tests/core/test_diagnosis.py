@@ -647,3 +647,33 @@ def test_an_in_place_write_is_named_not_the_call_that_made_what_it_adds(tmp_path
         run["Functional.softmax.0.forward"] = call([given[id(run)]], [tensor(0.9 if run is ours else 0.8)])
     found = pair(tmp_path, ours, theirs)
     assert (found.api, found.cause) == ("Tensor.add_.0.forward", "calls")
+
+
+def _off(value: dict, error: float) -> dict:
+    return {**value, **{key: value[key] * (1 + error) for key in ("Max", "Min", "Mean", "Norm")}}
+
+
+@pytest.mark.parametrize(
+    ("first", "shape", "named"),
+    [("Functional.gelu", (4, 8), True), ("Torch.sum", (), False), ("Functional.gelu", (4, 8), False)],
+    ids=["element-wise", "reduction", "element-wise-bfloat16"],
+)
+def test_a_first_call_further_off_than_its_rounding(tmp_path, first, shape, named):
+    """The first call computes from the data, 5e-3 off, and everything after it as far: an element-wise call in
+    float32 rounds by a few units, so it is named; a sum to one number may cancel, and bfloat16 is that coarse,
+    so those stay uncertain."""
+    dtype = "torch.float32" if named or shape == () else "torch.bfloat16"
+    x, w = tensor(0.5, grad=False, dtype=dtype), tensor(0.1, dtype=dtype)
+    made, out = tensor(1.5, shape=shape, dtype=dtype), tensor(2.5, dtype=dtype)
+
+    def run(error: float) -> dict:
+        return {
+            f"{first}.0.forward": call([x], [_off(made, error)]),
+            "Functional.linear.0.forward": call([_off(made, error), w], [_off(out, error)]),
+        }
+
+    found = pair(tmp_path, run(5e-3), run(0.0))
+    if named:
+        assert (found.verdict, found.api, found.cause) == ("divergence", f"{first}.0.forward", "computation")
+    else:
+        assert found.verdict == "uncertain"

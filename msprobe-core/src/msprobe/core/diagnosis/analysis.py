@@ -7,6 +7,7 @@ The thresholds the rules judge rounding by live here with the data they judge.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,9 @@ SYSTEMATIC = 3  # calls given cast inputs: from this many on, the casts are the 
 ROUNDING = 0.05  # a first difference larger than this (relative) is no rounding, whatever follows it
 AMPLIFICATION = 8.0  # a call whose error exceeds this many times the error it was given stands out
 STANDOUT = 0.02  # ... and is at least this large (relative): below it nothing is out of proportion
+# element-wise and normalizing kernels of two machines differ by a few units in the last place; this (relative)
+# is a thousand float32 units: beyond it, such a call given the same inputs computes something else
+ONE_CALL_ROUNDING = 1e-4
 
 
 @dataclass
@@ -295,6 +299,25 @@ class PairAnalysis:
                 return True
         return False
 
+    def rounds_too_far(self, call: Call) -> bool:
+        """A call that multiplies by no matrix, given bit-identical inputs and weights, whose float32 or float64
+        outputs are further off than one such call's rounding takes them (``ONE_CALL_ROUNDING``). A matrix
+        product may run in TF32 or bfloat16 on another machine, and a reduction to a few numbers may cancel, so
+        only element-wise and normalizing calls are held to it: APIs whose output has an input's shape, and
+        modules of those kinds with no module inside."""
+        difference = self.difference(call)
+        error = difference.output_error
+        if error is None or error <= ONE_CALL_ROUNDING or difference.inputs or difference.params:
+            return False
+        if call.phase != FORWARD or _multiplies_by_matrix(call) or call.order in self.extra:
+            return False
+        if not all(value.dtype in ("float32", "float64") for value in difference.outputs):
+            return False
+        if call.kind == "module":
+            return call.name not in self.containers and bool(_ELEMENTWISE_MODULE.search(call.module_class or ""))
+        shapes = {value.shape for value in call.tensors("inputs")}
+        return call.kind == "api" and all(value.shape in shapes for value in difference.outputs)
+
     def is_data(self, call: Call, value: Value) -> bool:
         """An input no call of either run made, that is no parameter and needs no gradient: the data."""
         if call.phase != FORWARD or value.requires_grad or self.owners.get(value.fingerprint()):
@@ -341,6 +364,10 @@ def _multiplies_by_matrix(call: Call) -> bool:
     elif call.kind != "module" or not any(value.shape and len(value.shape) >= 2 for value in call.params):
         return False
     return any(value.dtype and value.dtype.startswith(("float", "bfloat")) for value in call.tensors("inputs"))
+
+
+# module classes named for an element-wise or normalizing computation (LayerNorm, LlamaRMSNorm, GELU, ...)
+_ELEMENTWISE_MODULE = re.compile(r"norm|gelu|relu|silu|swish|mish|sigmoid|tanh|softmax|activation", re.IGNORECASE)
 
 
 # arguments that say where a result goes, not what it is

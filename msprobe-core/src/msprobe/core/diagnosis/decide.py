@@ -27,7 +27,7 @@ def decide(analysis: PairAnalysis, settled: bool = True) -> Diagnosis:
         return _no_divergence(analysis, compared)
     found = explain(analysis, first)
     # a computation differing by a rounding-sized amount, or by an amount checksums cannot tell: noise?
-    unknown = found.error is None or found.error <= ROUNDING
+    unknown = (found.error is None or found.error <= ROUNDING) and not analysis.rounds_too_far(first)
     # an argument named upstream, at a call whose outputs agree as far as the dump shows: perhaps only spelt
     # another way (arange(0, n) for arange(n)); rounding-sized differences after it are weighed as noise
     unseen = found.cause == "argument" and found.api != first.name and not _outputs_differ(analysis, found.api)
