@@ -654,15 +654,18 @@ def _off(value: dict, error: float) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("first", "shape", "named"),
-    [("Functional.gelu", (4, 8), True), ("Torch.sum", (), False), ("Functional.gelu", (4, 8), False)],
+    ("first", "shape", "dtype", "named"),
+    [
+        ("Functional.gelu", (4, 8), "torch.float32", True),
+        ("Torch.sum", (), "torch.float32", False),
+        ("Functional.gelu", (4, 8), "torch.bfloat16", False),
+    ],
     ids=["element-wise", "reduction", "element-wise-bfloat16"],
 )
-def test_a_first_call_further_off_than_its_rounding(tmp_path, first, shape, named):
+def test_a_first_call_further_off_than_its_rounding(tmp_path, first, shape, dtype, named):
     """The first call computes from the data, 5e-3 off, and everything after it as far: an element-wise call in
     float32 rounds by a few units, so it is named; a sum to one number may cancel, and bfloat16 is that coarse,
     so those stay uncertain."""
-    dtype = "torch.float32" if named or shape == () else "torch.bfloat16"
     x, w = tensor(0.5, grad=False, dtype=dtype), tensor(0.1, dtype=dtype)
     made, out = tensor(1.5, shape=shape, dtype=dtype), tensor(2.5, dtype=dtype)
 

@@ -305,11 +305,11 @@ class PairAnalysis:
         product may run in TF32 or bfloat16 on another machine, and a reduction to a few numbers may cancel, so
         only element-wise and normalizing calls are held to it: APIs whose output has an input's shape, and
         modules of those kinds with no module inside."""
+        if call.phase != FORWARD or call.order in self.extra or _multiplies_by_matrix(call):
+            return False  # an extra call has no partner to be compared with
         difference = self.difference(call)
         error = difference.output_error
         if error is None or error <= ONE_CALL_ROUNDING or difference.inputs or difference.params:
-            return False
-        if call.phase != FORWARD or _multiplies_by_matrix(call) or call.order in self.extra:
             return False
         if not all(value.dtype in ("float32", "float64") for value in difference.outputs):
             return False

@@ -27,11 +27,17 @@ def decide(analysis: PairAnalysis, settled: bool = True) -> Diagnosis:
         return _no_divergence(analysis, compared)
     found = explain(analysis, first)
     # a computation differing by a rounding-sized amount, or by an amount checksums cannot tell: noise?
-    unknown = (found.error is None or found.error <= ROUNDING) and not analysis.rounds_too_far(first)
+    unknown = found.error is None or found.error <= ROUNDING
     # an argument named upstream, at a call whose outputs agree as far as the dump shows: perhaps only spelt
     # another way (arange(0, n) for arange(n)); rounding-sized differences after it are weighed as noise
     unseen = found.cause == "argument" and found.api != first.name and not _outputs_differ(analysis, found.api)
-    if unknown and (found.cause in ("computation", "undumped") or unseen) and not analysis.agreed_before(first):
+    # weighed as noise unless something says it is none: an earlier call of its kind agreed bit for bit, or
+    # the call is further off than its own rounding takes it
+    if (
+        unknown
+        and (found.cause in ("computation", "undumped") or unseen)
+        and not (analysis.agreed_before(first) or analysis.rounds_too_far(first))
+    ):
         found = noisy(analysis, first, settled)
     elif found.cause == "weights" and not settled and not found.nonfinite:
         found = noisy(analysis, first, settled)
