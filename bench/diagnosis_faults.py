@@ -401,10 +401,13 @@ def _experts(
     softmax_dim: int = -1,
     weighted: bool = True,
     topk_sorted: bool = False,
+    topk_largest: bool = False,
+    new_zeros: bool = False,
 ):
     """Experts' forward with its router's logits divided by ``temperature``, expert ``skip`` never called, its
     softmax's dim spelt ``softmax_dim`` (1 is -1 on its 2-D logits), the routing weights forgotten (not
-    ``weighted``), or topk given its default ``sorted=True`` (``topk_sorted``)."""
+    ``weighted``), topk given its default ``sorted=True`` (``topk_sorted``) or ``largest=True``
+    (``topk_largest``), or its output's zeros made by ``new_zeros`` for ``zeros_like``."""
 
     def forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, x.shape[-1])
@@ -413,8 +416,9 @@ def _experts(
             logits = logits / temperature
         probabilities = F.softmax(logits, dim=softmax_dim)
         extra = {"sorted": True} if topk_sorted else {}
+        extra |= {"largest": True} if topk_largest else {}
         weights, chosen = torch.topk(probabilities, self.top, dim=-1, **extra)
-        out = torch.zeros_like(flat)
+        out = flat.new_zeros(flat.shape) if new_zeros else torch.zeros_like(flat)
         for index, expert in enumerate(self.experts):
             if index == skip:
                 continue
@@ -1065,6 +1069,143 @@ FOURTH_HELD_OUT = [
 ]  # fmt: skip
 
 
+# -- a fifth held-out set: two families no fault had touched (GPT-2, Mamba) and new kinds elsewhere, each place
+# written down from the change before any run --------------------------------------------------------------------
+P = "transformer.h"
+M = "backbone.layers"
+
+
+def _labels_shifted(inputs: tuple, step: int) -> tuple:
+    return inputs[0], (inputs[1] + 1) % 5  # every label wrong: a class mapping off by one
+
+
+def _frozen(path: str) -> Callable[[Setup], None]:
+    def apply(setup: Setup) -> None:
+        setup.model.get_parameter(path).requires_grad_(False)
+
+    return apply
+
+
+def _gru_from_ones(self: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    x, _ = self.lstm(self.embed(tokens))
+    x, _ = self.gru(x, torch.ones(1, x.shape[0], x.shape[2]))  # an initial state of ones for the default zeros
+    return self.head(x)
+
+
+def _residual_in_fp32_off(setup: Setup) -> None:
+    for block in setup.model.backbone.layers:
+        block.residual_in_fp32 = False  # the model is float32 already: the same values without the cast
+
+
+def _cnn_relu_module_twice(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    x = self.relu(self.bn1(self.conv1(x)))
+    x = self.relu(self.bn2(self.conv2(x)))  # the in-place ReLU module for F.relu(inplace=True): the same values
+    return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+def _attention_block_torch_add(self: nn.Module, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    h = self.norm(x)
+    x = torch.add(x, self.attn(h, h, h, attn_mask=mask, need_weights=False)[0])  # torch.add for +
+    return torch.add(x, F.gelu(self.fc(x), approximate="tanh"))
+
+
+FIFTH_HELD_OUT = [
+    Fault("gpt2.c_attn_weight", "gpt2", "weights", _nudge(f"{P}.0.attn.c_attn.weight", (3, 5), 0.5),
+          Expect(f"{P}.0.attn.c_attn", "Torch.addmm")),
+    Fault("gpt2.ln_f_eps", "gpt2", "argument", _set("transformer.ln_f", "eps", 0.1),
+          Expect("transformer.ln_f", "Functional.layer_norm")),
+    Fault("gpt2.mlp_act_relu", "gpt2", "module", _replace(f"{P}.1.mlp.act", nn.ReLU),
+          Expect(f"{P}.1.mlp.act", "Functional.relu")),
+    Fault("gpt2.attention_unscaled", "gpt2", "scale", _set(f"{P}.0.attn", "scaling", 1.0),
+          Expect(f"{P}.0.attn", "Tensor.__mul__")),
+    Fault("mamba.a_log", "mamba", "weights", _nudge(f"{M}.0.mixer.A_log", (3, 1), 0.5),
+          Expect(f"{M}.0.mixer", "Torch.exp")),
+    Fault("mamba.d_skip", "mamba", "weights", _nudge(f"{M}.1.mixer.D", (5,), 0.5),
+          Expect(f"{M}.1.mixer", "Tensor.__getitem__")),
+    Fault("mamba.norm_eps", "mamba", "argument", _set(f"{M}.1.norm", "variance_epsilon", 1.0),
+          Expect(f"{M}.1.norm", "Tensor.__add__")),
+    # the conv1d module is never called: its weights go to F.conv1d inside the mixer's code
+    Fault("mamba.conv_bias", "mamba", "weights", _nudge(f"{M}.0.mixer.conv1d.bias", (4,), 0.5),
+          Expect(f"{M}.0.mixer", "Functional.conv1d")),
+    Fault("bert.gelu_tanh", "bert", "operator",
+          _replace(f"{B}.1.intermediate.intermediate_act_fn", lambda: nn.GELU(approximate="tanh")),
+          Expect(f"{B}.1.intermediate.intermediate_act_fn", "Functional.gelu")),
+    # the batch is made inside the dumped step, so the fault's own arithmetic on the labels is its first call
+    # (written down first as the loss, before that was seen)
+    Fault("cnn.labels_shifted", "cnn", "data", _batch(_labels_shifted), Expect(None, "Tensor.__add__")),
+    Fault("attention.fc_frozen", "attention", "gradient", _frozen("blocks.1.fc.weight"),
+          Expect("blocks.1.fc", None, "backward")),
+    Fault("moe.top1", "moe", "argument", _set("moe", "top", 1), Expect("moe", "Torch.topk")),
+    Fault("recurrent.gru_state_ones", "recurrent", "code", _forward("", _gru_from_ones),
+          Expect(None, None, seen_at="gru")),  # torch.ones is no dumped API (written down first as one)
+    Fault("mamba.control_residual_fp32", "mamba", "control", _residual_in_fp32_off, None),
+    Fault("cnn.control_relu_module", "cnn", "control", _forward("", _cnn_relu_module_twice), None),
+    Fault("attention.control_torch_add", "attention", "control",
+          lambda setup: [_forward(f"blocks.{i}", _attention_block_torch_add)(setup) for i in range(2)], None),
+    Fault("moe.control_new_zeros", "moe", "control", _forward("moe", _experts(new_zeros=True)), None),
+]  # fmt: skip
+
+
+# -- a sixth held-out set, each place written down from the change before any run ----------------------------------
+
+
+def _bert_token_types(setup: Setup) -> None:
+    def loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+        ids = tokens[:, :-1]
+        types = torch.ones_like(ids)  # every token given segment 1 where the default is segment 0
+        return model(input_ids=ids, token_type_ids=types, labels=tokens[:, 1:].contiguous()).loss
+
+    setup.loss = loss
+
+
+def _bert_mask_of_ones(setup: Setup) -> None:
+    def loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+        ids = tokens[:, :-1]
+        mask = torch.ones_like(ids)  # every token attended to: what no mask means
+        return model(input_ids=ids, attention_mask=mask, labels=tokens[:, 1:].contiguous()).loss
+
+    setup.loss = loss
+
+
+def _attention_bool_mask(self: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    x = self.embed(tokens)
+    length = tokens.shape[1]
+    mask = torch.triu(torch.ones(length, length, dtype=torch.bool), diagonal=1)  # True: not attended, as -inf
+    for block in self.blocks:
+        x = block(x, mask)
+    return self.head(x)
+
+
+SIXTH_HELD_OUT = [
+    Fault("vit.patch_bias", "vit", "weights", _nudge("vit.embeddings.patch_embeddings.projection.bias", (3,), 0.5),
+          Expect("vit.embeddings.patch_embeddings.projection", "Functional.conv2d")),
+    Fault("bert.token_types_ones", "bert", "data", _bert_token_types, Expect(None, "Torch.ones_like")),
+    Fault("gpt2.position_row", "gpt2", "weights", _nudge("transformer.wpe.weight", (3, 2), 0.5),
+          Expect("transformer.wpe", "Functional.embedding")),
+    Fault("gpt2.ln_1_weight", "gpt2", "weights", _nudge(f"{P}.1.ln_1.weight", (4,), 0.5),
+          Expect(f"{P}.1.ln_1", "Functional.layer_norm")),
+    # dt_proj's bias goes to the scan by the mixer's own code (the module's weight too, through a matmul)
+    Fault("mamba.dt_proj_bias", "mamba", "weights", _nudge(f"{M}.1.mixer.dt_proj.bias", (6,), 0.5),
+          Expect(f"{M}.1.mixer", "Tensor.__getitem__")),
+    Fault("mamba.x_proj_weight", "mamba", "weights", _nudge(f"{M}.0.mixer.x_proj.weight", (3, 5), 0.5),
+          Expect(f"{M}.0.mixer.x_proj", "Functional.linear")),
+    Fault("moe.expert_gelu_tanh", "moe", "operator", _replace("moe.experts.2.1", lambda: nn.GELU(approximate="tanh")),
+          Expect("moe.experts.2.1", "Functional.gelu")),
+    Fault("cnn.bn2_eps", "cnn", "argument", _set("bn2", "eps", 0.1), Expect("bn2", "Functional.batch_norm")),
+    # max_norm renormalizes the rows it looks up, in place, during the lookup
+    Fault("recurrent.embed_max_norm", "recurrent", "argument", _set("embed", "max_norm", 0.5),
+          Expect("embed", "Functional.embedding")),
+    Fault("llama.lm_head_row", "llama", "weights", _nudge("lm_head.weight", (3, 4), 0.5),
+          Expect("lm_head", "Functional.linear")),
+    Fault("t5.decoder_q_weight", "t5", "weights",
+          _nudge("decoder.block.0.layer.0.SelfAttention.q.weight", (2, 7), 0.5),
+          Expect("decoder.block.0.layer.0.SelfAttention.q", "Functional.linear")),
+    Fault("attention.control_bool_mask", "attention", "control", _forward("", _attention_bool_mask), None),
+    Fault("bert.control_mask_of_ones", "bert", "control", _bert_mask_of_ones, None),
+    Fault("moe.control_topk_largest", "moe", "control", _forward("moe", _experts(topk_largest=True)), None),
+]  # fmt: skip
+
+
 # -- data parallel: two processes, gradients averaged by all_reduce -----------------------------------------------
 
 RANKS = [
@@ -1075,7 +1216,7 @@ RANKS = [
     Fault("ranks.control_same", "attention", "control", None, None, world=2),
 ]  # fmt: skip
 
-HELD_OUT = SECOND_HELD_OUT + THIRD_HELD_OUT + FOURTH_HELD_OUT
+HELD_OUT = SECOND_HELD_OUT + THIRD_HELD_OUT + FOURTH_HELD_OUT + FIFTH_HELD_OUT + SIXTH_HELD_OUT
 FAULTS: list[Fault] = ATTENTION + CNN + MOE + LLAMA + BERT + GPT_FAULTS + MORE + HELD_OUT + RANKS
 ARCHS = sorted({fault.arch for fault in FAULTS})
 
@@ -1132,14 +1273,23 @@ AT_L0: dict[str, Expect | str] = {
     "cnn.normalized_twice": Expect(None, None, seen_at="conv1"),
     "llama.positions_from_one": Expect(None, None, seen_at="model.rotary_emb"),
     "attention.loss_halved": Expect(None, None, "backward", seen_at="head"),
+    "cnn.labels_shifted": Expect(None, None, "backward", seen_at="fc"),  # the loss, outside every module
+    "recurrent.gru_state_ones": Expect(None, None, seen_at="gru"),
+    "bert.token_types_ones": Expect(None, None, seen_at="bert.embeddings.token_type_embeddings"),
+}
+
+
+# At level L1 (no modules) a dump records no parameter gradient, and an API's backward entry holds no weight's
+# gradient: what it first shows of a frozen weight is the optimizer calls of step 0 that one run does not make.
+AT_L1: dict[str, Expect | str] = {
+    "attention.fc_frozen": Expect(None, None, "optimizer", 0),
 }
 
 
 def expectation(fault: Fault, level: str) -> Expect | str | None:
     """Where ``fault`` is in a dump of ``level``: an ``Expect``, None for a negative control, or ``NOT_SEEN``."""
-    if level != "L0" or fault.name not in AT_L0:
-        return fault.expect
-    return AT_L0[fault.name]
+    overrides = {"L0": AT_L0, "L1": AT_L1}.get(level, {})
+    return overrides.get(fault.name, fault.expect)
 
 
 FAMILIES = {**zoo.ZOO, "gpt": gpt}

@@ -224,6 +224,116 @@ def test_an_optimizer_argument_is_the_optimizer_step_of_the_module_it_updates(tm
     assert (found.phase, found.cause, found.module) == ("optimizer", "optimizer", "fc")
 
 
+def with_bias_gradient(run: tuple[dict, dict], keep: tuple[str, ...] = ("weight", "bias")) -> dict:
+    """module_run's data with fc's bias gradient beside its weight's, keeping the gradients named in ``keep``
+    (a parameter frozen has none)."""
+    data, _ = run
+    gradients = {**data["Module.fc.Linear.parameters_grad"], "bias": [tensor(0.021, (8,), grad=False)]}
+    data["Module.fc.Linear.parameters_grad"] = {name: gradients[name] for name in keep}
+    return data
+
+
+@pytest.mark.parametrize(
+    ("ours_keep", "theirs_keep", "words"),
+    [(("bias",), ("weight", "bias"), "no gradient for weight in this run (the benchmark has one)"),
+     (("weight", "bias"), ("bias",), "a gradient for weight in this run only")],
+)  # fmt: skip
+def test_a_parameter_with_a_gradient_in_one_run_only_is_named(tmp_path, ours_keep, theirs_keep, words):
+    """A weight frozen (requires_grad off) in one run: forward and backward entries agree, and the module's
+    parameter gradients lack that weight's."""
+    construct = module_run()[1]
+    ours, theirs = with_bias_gradient(module_run(), ours_keep), with_bias_gradient(module_run(), theirs_keep)
+    found = pair(tmp_path, ours, theirs, construct)
+    assert (found.verdict, found.phase, found.module, found.cause) == ("divergence", "backward", "fc", "backward")
+    assert words in found.detail
+
+
+@pytest.mark.parametrize("frozen", ["ours", "theirs"])
+def test_a_module_whose_parameters_all_have_no_gradient_in_one_run_is_named(tmp_path, frozen):
+    """Every parameter of fc frozen in one run: that run records no parameter gradients for fc at all."""
+    construct = module_run()[1]
+    runs = {"ours": with_bias_gradient(module_run()), "theirs": with_bias_gradient(module_run())}
+    del runs[frozen]["Module.fc.Linear.parameters_grad"]
+    found = pair(tmp_path, runs["ours"], runs["theirs"], construct)
+    assert (found.verdict, found.phase, found.module, found.cause) == ("divergence", "backward", "fc", "backward")
+    words = "no gradient for weight, bias in this run" if frozen == "ours" else "a gradient for weight, bias in"
+    assert words in found.detail
+
+
+def test_parameter_gradients_alike_in_both_runs_do_not_part_ways(tmp_path):
+    construct = module_run()[1]
+    found = pair(tmp_path, with_bias_gradient(module_run()), with_bias_gradient(module_run()), construct)
+    assert found.verdict == "none"
+
+
+def mixer_run(bias: float = 0.0, updated: bool = True) -> tuple[dict, dict]:
+    """A module mixer whose own code gives F.conv1d the weight and bias of a conv module it never calls (as
+    Mamba's mixer does): no module entry declares them; the optimizer updates both when ``updated``."""
+    x, w, b = tensor(0.5, grad=False), tensor(0.3, (8, 1, 4)), tensor(bias, (8,))
+    made = tensor(1.5 + bias)
+    data = {
+        "Functional.conv1d.0.forward": call([x], [made], {"weight": w, "bias": b}),
+        "Functional.silu.0.forward": call([made], [tensor(2.5 + bias)]),
+        "Module.mixer.Mixer.forward.0": call([x], [tensor(2.5 + bias)]),
+        "Tensor.mul_.0.forward": call([w, number(0.99)], [tensor(0.297, (8, 1, 4))]),
+    }
+    if updated:
+        data["Tensor.mul_.1.forward"] = call([b, number(0.99)], [tensor(bias * 0.99, (8,))])
+    construct = {"Functional.conv1d.0.forward": "Module.mixer.Mixer.forward.0",
+                 "Functional.silu.0.forward": "Module.mixer.Mixer.forward.0", "Module.mixer.Mixer.forward.0": None,
+                 "Tensor.mul_.0.forward": "optimizer", "Tensor.mul_.1.forward": "optimizer"}  # fmt: skip
+    return data, construct
+
+
+def test_a_weight_the_optimizer_updates_is_named_though_no_module_declares_it(tmp_path):
+    ours, construct = mixer_run(bias=0.5)
+    found = pair(tmp_path, ours, mixer_run()[0], construct)
+    assert (found.api, found.module, found.cause) == ("Functional.conv1d.0.forward", "mixer", "weights")
+    assert "bias" in found.detail
+
+
+def test_an_input_no_optimizer_updates_is_no_weight_though_it_needs_a_gradient(tmp_path):
+    """The same input, computed by code no dump records (no optimizer call is given it): not a weight."""
+    ours, construct = mixer_run(bias=0.5, updated=False)
+    found = pair(tmp_path, ours, mixer_run(updated=False)[0], construct)
+    assert found.verdict == "divergence" and found.cause != "weights"
+
+
+def relu_twice_run(module_twice: bool) -> tuple[dict, dict]:
+    """F.relu called twice, the first time through a ReLU module; with ``module_twice`` the second time too.
+    Module backward entries are numbered in the order the backward reaches them: in reverse."""
+    x0, y0, x1, y1 = tensor(0.1), tensor(0.2), tensor(0.3), tensor(0.4)
+    g0, h0, g1, h1 = (tensor(value, grad=False) for value in (0.01, 0.02, 0.03, 0.04))
+    second = "Module.relu.ReLU.forward.1" if module_twice else None
+    data = {"Functional.relu.0.forward": call([x0], [y0]), "Module.relu.ReLU.forward.0": call([x0], [y0]),
+            "Functional.relu.1.forward": call([x1], [y1])}  # fmt: skip
+    construct = {"Functional.relu.0.forward": "Module.relu.ReLU.forward.0", "Module.relu.ReLU.forward.0": None,
+                 "Functional.relu.1.forward": second}  # fmt: skip
+    if module_twice:
+        data["Module.relu.ReLU.forward.1"] = call([x1], [y1])
+        construct["Module.relu.ReLU.forward.1"] = None
+    data["Functional.relu.1.backward"] = {"input": [g1], "output": [h1]}
+    if module_twice:
+        data["Module.relu.ReLU.backward.0"] = {"input": [g1], "output": [h1]}
+        construct["Functional.relu.1.backward"] = "Module.relu.ReLU.backward.0"
+    first_backward = f"Module.relu.ReLU.backward.{1 if module_twice else 0}"
+    data["Functional.relu.0.backward"] = {"input": [g0], "output": [h0]}
+    data[first_backward] = {"input": [g0], "output": [h0]}
+    construct |= {"Functional.relu.0.backward": first_backward, first_backward: None}
+    return data, construct
+
+
+def test_a_module_called_once_more_pairs_its_backward_entries_by_place_not_number(tmp_path):
+    (ours, ours_construct), (theirs, theirs_construct) = relu_twice_run(True), relu_twice_run(False)
+    found = pair(tmp_path, ours, theirs, ours_construct, theirs_construct)
+    assert found.verdict == "none", found.line()
+    changed = relu_twice_run(True)[0]
+    changed["Module.relu.ReLU.backward.1"] = {"input": [tensor(0.011, grad=False)], "output": [tensor(0.021)]}
+    changed["Functional.relu.0.backward"] = dict(changed["Module.relu.ReLU.backward.1"])
+    found = pair(tmp_path / "changed", changed, theirs, ours_construct, theirs_construct)
+    assert (found.api, found.module, found.phase) == ("Functional.relu.0.backward", "relu", "backward")
+
+
 def test_an_optimizer_call_on_a_temporary_is_the_step_of_the_module_updated_just_before(tmp_path):
     """Adam's ``denom.add_(eps)``: its input is no parameter, so the parameter the optimizer was updating (the
     one the call before it was given) names the module."""
@@ -284,6 +394,22 @@ def test_weights_that_differ_after_an_undumped_optimizer_step_blame_it(tmp_path)
     found = diagnose_runs(tmp_path / "ours", tmp_path / "theirs")
     assert (found.step, found.phase, found.cause, found.module) == (0, "optimizer", "optimizer", "fc")
     assert "step 1's parameters of fc differ" in found.detail
+
+
+def test_at_level_l1_a_parameter_the_optimizer_skips_is_its_step(tmp_path):
+    """w2 frozen in this run: no dumped call shows its gradient at level L1, but step 0's optimizer does not
+    update it, and step 1 is given the stale value (needing no gradient now). The answer is step 0's
+    optimizer, at the call it does not make."""
+    for run, w2 in (("ours", 0.2), ("theirs", 0.198)):
+        first, later = level_l1_step(), level_l1_step(w2=w2)
+        if run == "ours":
+            del first["Tensor.mul_.1.forward"], later["Tensor.mul_.1.forward"]
+            later["Functional.linear.1.forward"]["input_args"][1]["requires_grad"] = False
+        write(tmp_path / run / "step0" / "rank", first)
+        write(tmp_path / run / "step1" / "rank", later)
+    found = diagnose_runs(tmp_path / "ours", tmp_path / "theirs")
+    assert (found.step, found.phase, found.cause, found.api) == (0, "optimizer", "optimizer", "Tensor.mul_.1.forward")
+    assert "step 0's optimizer makes 1 call the benchmark's makes and this run's does not" in found.detail
 
 
 def test_a_rank_diverging_alone_is_named_as_such(tmp_path):

@@ -1,7 +1,8 @@
 """Which call of one run is which call of the other.
 
 Modules pair by path, direction and occurrence, whatever their class (a module swapped for another class at
-the same place is still that place). API calls pair within their API and direction, in call order, by the
+the same place is still that place); a module's backward entries, where one run has more of them, pair as an
+API called more often does (below). API calls pair within their API and direction, in call order, by the
 longest common run of (module path, tensor shapes): an extra or a missing call shifts nothing after it, and
 two calls of one API in one module pair by what they were given. An API one run calls more often than the
 other pairs last, within the stretches between the calls already paired (anchors): of three alike calls, one
@@ -52,9 +53,13 @@ def pair_calls(ours: list[Call], theirs: list[Call], translate: Callable[[str], 
     paired_theirs: set[int] = set()
     backward: list[tuple[list[Call], list[Call]]] = []
     uneven: list[tuple[list[Call], list[Call]]] = []
+    uneven_modules: list[tuple[list[Call], list[Call]]] = []
     for name, mine in ours_by_key.items():
         other = theirs_by_key.get(name, [])
         if not other:
+            continue
+        if mine[0].kind == "module" and mine[0].direction == BACKWARD and len(mine) != len(other):
+            uneven_modules.append((mine, other))  # numbered in the order the backward runs: see below
             continue
         if mine[0].kind != "api":  # modules and their gradients: by occurrence
             for a, b in zip(mine, other):
@@ -76,6 +81,13 @@ def pair_calls(ours: list[Call], theirs: list[Call], translate: Callable[[str], 
     for mine, other in backward:
         _pair_by_forward(mine, other, forwards, pairing, paired_theirs)
         _pair_api([c for c in mine if c.order not in pairing.partner], other, pairing, paired_theirs)
+    if uneven_modules:
+        # a module called once more in one run: its backward entries are numbered as the backward reaches
+        # them, in reverse, so the k-th of one run need not be the k-th of the other; they pair within the
+        # stretches between the calls paired so far, as an API called once more does
+        ours_stretch, theirs_stretch = _stretches(ours, theirs, pairing)
+        for mine, other in uneven_modules:
+            _pair_api(mine, other, pairing, paired_theirs, ours_stretch, theirs_stretch)
     pairing.extra = [call for call in ours if call.order not in pairing.partner]
     pairing.missing = [call for call in theirs if call.order not in paired_theirs]
     _substitutes(ours, theirs, pairing)

@@ -35,6 +35,9 @@ class Difference:
     outputs: list[Value] = field(default_factory=list)
     input_error: float = 0.0
     output_error: float | None = 0.0
+    # parameter gradients one run has and the other lacks (a parameter frozen, or cut from the graph): the
+    # parameter's name and which run has it ("ours" or "theirs")
+    one_sided: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def any(self) -> bool:
@@ -105,8 +108,9 @@ class PairAnalysis:
         difference = Difference()
         # a backward entry records what the autograd node behind the output saw, which a different kernel
         # path (a contiguous or a strided operand) changes in shape and in number: its values are compared
-        # where both runs have one, reshaped
-        lenient = ours.direction == BACKWARD
+        # where both runs have one, reshaped. A module's parameter gradients are no such record: a parameter
+        # with a gradient in one run only (frozen in the other) is a difference
+        lenient = ours.direction == BACKWARD and ours.kind != "grads"
         same = self.comparer.same_content if lenient else self.comparer.same
         error = self.comparer.error
         their_inputs = {value.path: value for value in theirs.inputs}
@@ -142,13 +146,27 @@ class PairAnalysis:
                 difference.outputs.append(value)
                 measured = error(value, other) if other is not None else None
                 worst = None if measured is None or worst is None else max(worst, measured)
+        if ours.kind == "grads" and self.called_in_both(ours.module):
+            # (a module one run alone calls, an expert routed no tokens, has a gradient in that run alone)
+            our_paths = {value.path for value in ours.outputs}
+            difference.one_sided = [(path.split(".", 1)[-1], "ours") for path in our_paths - their_outputs.keys()]
+            difference.one_sided += [(path.split(".", 1)[-1], "theirs") for path in their_outputs.keys() - our_paths]
+            difference.one_sided.sort()
+        if difference.one_sided:
+            worst = math.inf  # no rounding gives a parameter a gradient in one run alone
         if len(their_outputs) != len(ours.outputs) and not difference.outputs and not lenient:
             difference.outputs.extend(ours.outputs[:1])
-            worst = None
+            worst = math.inf if difference.one_sided else None
         difference.output_error = worst
         if difference.inputs and not difference.outputs and _reordered(ours.inputs, theirs.inputs):
             difference.inputs.clear()  # operands in another order, the same result
         return difference
+
+    def called_in_both(self, module: str | None) -> bool:
+        """The module's forward is called in both runs, as often."""
+        calls = [c for c in self.ours if c.kind == "module" and c.module == module and c.direction == FORWARD]
+        theirs = [c for c in self.theirs if c.kind == "module" and c.module == module and c.direction == FORWARD]
+        return bool(calls) and len(calls) == len(theirs) and all(self.pairing.of(c) is not None for c in calls)
 
     def outputs_differ(self, call: Call) -> bool:
         return call.order not in self.extra and bool(self.difference(call).outputs)
@@ -210,17 +228,19 @@ class PairAnalysis:
         return self._cast_sites
 
     def is_parameter(self, call: Call, value: Value) -> bool:
-        """Without modules in the dump (level L1), a parameter is an input that needs a gradient and that no
-        call of either run made; where the step's optimizer calls are dumped, also one they are given (the
-        output of a call no dump records, a reshape inside a library, needs a gradient and has no maker
-        either, but no optimizer updates it)."""
-        if self.has_modules or call.phase != FORWARD or not value.requires_grad:
+        """A parameter no module entry declares: an input that needs a gradient and that no call of either run
+        made; where the step's optimizer calls are dumped, also one they are given (the output of a call no
+        dump records, a reshape inside a library, needs a gradient and has no maker either, but no optimizer
+        updates it). With modules in the dump, only that second kind."""
+        if call.phase != FORWARD or not value.requires_grad:
             return False
         if self._updated is None:
             self._updated = {
                 v.fingerprint() for c in self.ours if c.phase == OPTIMIZER for v in c.tensors("inputs")
             } - {None}
-        if self._updated and value.fingerprint() not in self._updated:
+        if (self._updated or self.has_modules) and value.fingerprint() not in self._updated:
+            # with modules in the dump, their parameters are known from them: what else the optimizer is given
+            # belongs to a module never called (its weights handed to a functional call by its parent's code)
             return False
         return self.made_by_no_call(call, value)
 

@@ -5,12 +5,13 @@ everywhere by rounding, the search for what rounding cannot explain (``noise``).
 from __future__ import annotations
 
 from msprobe.core.diagnosis.analysis import ROUNDING, SYSTEMATIC, PairAnalysis, cast_words
-from msprobe.core.diagnosis.answer import NONE, Diagnosis
+from msprobe.core.diagnosis.answer import NONE, UNCERTAIN, Diagnosis
 from msprobe.core.diagnosis.calls import Call
 from msprobe.core.diagnosis.explain import (
     answer_at,
     explain,
     first_difference,
+    gradient_entry_alone,
     in_phase_words,
     inputs_words,
     join,
@@ -23,6 +24,10 @@ def decide(analysis: PairAnalysis, settled: bool = True) -> Diagnosis:
     that differs here differs for a reason, not from the rounding of earlier steps."""
     compared = len(analysis.pairing.partner)
     first = first_difference(analysis)
+    alone = gradient_entry_alone(analysis, first)
+    if alone is not None:
+        alone.compared = compared
+        return alone
     if first is None:
         return _no_divergence(analysis, compared)
     found = explain(analysis, first)
@@ -43,6 +48,9 @@ def decide(analysis: PairAnalysis, settled: bool = True) -> Diagnosis:
         found = noisy(analysis, first, settled)
     elif found.cause == "calls" and cast_words(analysis, first) and analysis.cast_sites() >= SYSTEMATIC:
         found = noisy(analysis, first, settled)
+    if found.verdict == UNCERTAIN:
+        # among rounding differences, parameter gradients one run alone records are still no rounding
+        found = gradient_entry_alone(analysis, None) or found
     found.compared = compared
     return in_phase_words(found)
 

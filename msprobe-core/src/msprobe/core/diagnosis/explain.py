@@ -95,6 +95,8 @@ def _because(analysis: PairAnalysis, call: Call, difference: Difference) -> Diag
         return answer_at(call, "weights", names, module)
     if difference.arguments:
         return answer_at(call, "argument", arguments_words(difference.arguments), module)
+    if difference.one_sided:
+        return one_sided_gradients(call, difference.one_sided)
     if call.kind == "grads":
         names = ", ".join(value.path.split(".", 1)[1] for value in difference.outputs)
         made = gradient_made_by_extra(analysis, call)
@@ -373,6 +375,37 @@ def _hooked_module(analysis: PairAnalysis, culprit: Call, consumer: Call) -> str
             if any(value.fingerprint() in given for value in other.inputs):
                 return other.module
     return consumer.module
+
+
+def one_sided_gradients(call: Call, one_sided: list[tuple[str, str]]) -> Diagnosis:
+    """Parameters with a gradient in one run only (``one_sided``: each name, and the run that has it): frozen
+    (``requires_grad`` off), detached from the loss, or left out of the graph in the other."""
+    lacking = [name for name, holder in one_sided if holder == "theirs"]
+    extra = [name for name, holder in one_sided if holder == "ours"]
+    parts = []
+    if lacking:
+        parts.append(f"no gradient for {', '.join(lacking)} in this run (the benchmark has one)")
+    if extra:
+        parts.append(f"a gradient for {', '.join(extra)} in this run only")
+    words = join(*parts, "a parameter frozen, detached from the loss, or left out of the graph in one run")
+    return answer_at(call, "backward", words)
+
+
+def gradient_entry_alone(analysis: PairAnalysis, before: Call | None) -> Diagnosis | None:
+    """A module called in both runs whose parameter gradients only one run records (every parameter of it
+    frozen in the other), when that comes before ``before``, the first call whose outputs differ."""
+    found: list[tuple[Call, str]] = []
+    partner = analysis.pairing.of(before) if before is not None else None
+    for call in analysis.pairing.missing:
+        if partner is None or call.order < partner.order:
+            found.append((call, "theirs"))
+    for call in analysis.pairing.extra:
+        if before is None or call.order < before.order:
+            found.append((call, "ours"))
+    for call, holder in found:
+        if call.kind == "grads" and analysis.called_in_both(call.module):
+            return one_sided_gradients(call, [(value.path.split(".", 1)[-1], holder) for value in call.outputs])
+    return None
 
 
 def gradient_made_by_extra(analysis: PairAnalysis, call: Call) -> Diagnosis | None:

@@ -249,6 +249,10 @@ def _name_ranks(found: Diagnosis, others: list[Diagnosis], ranks: int) -> None:
         found.detail = _join(found.detail, f"{who} through Distributed.{collectives}")
 
 
+def _calls(count: int) -> str:
+    return f"{count} call" if count == 1 else f"{count} calls"
+
+
 def _join(*parts: str) -> str:
     return "; ".join(part for part in parts if part)
 
@@ -256,14 +260,31 @@ def _join(*parts: str) -> str:
 def _blame_optimizer(found: Diagnosis, analysis: PairAnalysis, before: PairAnalysis | None, step: Any) -> None:
     """A step whose weights differ first, after a step that agreed without dumping its optimizer: that
     optimizer step made the difference."""
-    if found.cause != "weights" or found.phase != "forward" or before is None or step is None:
+    if found.phase != "forward" or before is None or step is None:
         return
+    missing = [call for call in before.pairing.missing if call.phase == OPTIMIZER]
+    extra = [call for call in before.pairing.extra if call.phase == OPTIMIZER]
+    # a parameter the optimizer left alone is no parameter to the next step's dump: it looks like data, or
+    # like the output of code no dump records
+    if found.cause != "weights" and not (found.cause in ("data", "undumped") and (missing or extra)):
+        return
+    weights = f"step {found.step}'s parameters of {found.module or 'the model'} differ"
     if _has_optimizer_calls(before):
-        found.detail = (found.detail + "; " if found.detail else "") + (
-            f"step {step}'s optimizer calls agree, so they changed after them"
+        if not (missing or extra):
+            found.detail = _join(found.detail, f"step {step}'s optimizer calls agree, so they changed after them")
+            return
+        # the optimizer skips a parameter the other run's updates (frozen, or given no gradient), or the reverse
+        first = min(missing + extra, key=lambda call: call.order)
+        fewer = f"{_calls(len(missing))} the benchmark's makes and this run's does not" if missing else ""
+        more = f"{_calls(len(extra))} the benchmark's does not make" if extra else ""
+        found.detail = _join(
+            f"step {step}'s optimizer makes {' and '.join(filter(None, (fewer, more)))} (the first: {first.name})",
+            "a parameter one run updates and the other does not (frozen, or given no gradient)",
+            weights,
         )
+        found.step, found.phase, found.cause, found.api = step, OPTIMIZER, "optimizer", first.name
         return
-    found.detail = f"step {found.step}'s parameters of {found.module or 'the model'} differ"
+    found.detail = weights
     found.step, found.phase, found.cause = step, OPTIMIZER, "optimizer"
     found.api = None
 
