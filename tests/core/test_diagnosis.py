@@ -260,6 +260,17 @@ def test_a_module_whose_parameters_all_have_no_gradient_in_one_run_is_named(tmp_
     assert words in found.detail
 
 
+def test_a_parameter_frozen_in_one_run_is_named_among_rounding_differences(tmp_path):
+    """The forward differs by rounding (another machine's linear): the missing gradient is still no rounding."""
+    construct = module_run()[1]
+    ours = with_bias_gradient(module_run(), ("bias",))
+    for name in ("Functional.linear.0.forward", "Module.fc.Linear.forward.0"):
+        ours[name]["output"] = [tensor(1.5000002)]
+    found = pair(tmp_path, ours, with_bias_gradient(module_run()), construct)
+    assert (found.verdict, found.phase, found.module, found.cause) == ("divergence", "backward", "fc", "backward")
+    assert "no gradient for weight" in found.detail and found.confidence == "high"
+
+
 def test_parameter_gradients_alike_in_both_runs_do_not_part_ways(tmp_path):
     construct = module_run()[1]
     found = pair(tmp_path, with_bias_gradient(module_run()), with_bias_gradient(module_run()), construct)

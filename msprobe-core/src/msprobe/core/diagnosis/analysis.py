@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +66,7 @@ class PairAnalysis:
         self._forward_names: dict[str, Call] | None = None
         self._cast_sites: int | None = None
         self._updated: set[tuple] | None = None  # what the step's optimizer calls were given (see is_parameter)
+        self._module_calls: dict[str | None, tuple[list[Call], int]] | None = None  # see called_in_both
         self._by_name = {call.name: call for call in ours}
         self._theirs_by_name = {call.name: call for call in theirs}
         self.has_modules = any(call.kind == "module" for call in ours)
@@ -164,9 +166,18 @@ class PairAnalysis:
 
     def called_in_both(self, module: str | None) -> bool:
         """The module's forward is called in both runs, as often."""
-        calls = [c for c in self.ours if c.kind == "module" and c.module == module and c.direction == FORWARD]
-        theirs = [c for c in self.theirs if c.kind == "module" and c.module == module and c.direction == FORWARD]
-        return bool(calls) and len(calls) == len(theirs) and all(self.pairing.of(c) is not None for c in calls)
+        if self._module_calls is None:
+            ours_by_module: dict[str | None, list[Call]] = defaultdict(list)
+            theirs_count: dict[str | None, int] = defaultdict(int)
+            for call in self.ours:
+                if call.kind == "module" and call.direction == FORWARD:
+                    ours_by_module[call.module].append(call)
+            for call in self.theirs:
+                if call.kind == "module" and call.direction == FORWARD:
+                    theirs_count[call.module] += 1
+            self._module_calls = {path: (calls, theirs_count[path]) for path, calls in ours_by_module.items()}
+        ours, theirs = self._module_calls.get(module, ([], 0))
+        return bool(ours) and len(ours) == theirs and all(self.pairing.of(call) is not None for call in ours)
 
     def outputs_differ(self, call: Call) -> bool:
         return call.order not in self.extra and bool(self.difference(call).outputs)

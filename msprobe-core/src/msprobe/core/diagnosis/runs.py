@@ -258,8 +258,8 @@ def _join(*parts: str) -> str:
 
 
 def _blame_optimizer(found: Diagnosis, analysis: PairAnalysis, before: PairAnalysis | None, step: Any) -> None:
-    """A step whose weights differ first, after a step that agreed without dumping its optimizer: that
-    optimizer step made the difference."""
+    """A step whose weights differ first, after a step that agreed without dumping its optimizer, or whose
+    dumped optimizer calls one run makes and the other does not: that optimizer step made the difference."""
     if found.phase != "forward" or before is None or step is None:
         return
     missing = [call for call in before.pairing.missing if call.phase == OPTIMIZER]
@@ -274,12 +274,13 @@ def _blame_optimizer(found: Diagnosis, analysis: PairAnalysis, before: PairAnaly
             found.detail = _join(found.detail, f"step {step}'s optimizer calls agree, so they changed after them")
             return
         # the optimizer skips a parameter the other run's updates (frozen, or given no gradient), or the reverse
-        first = min(missing + extra, key=lambda call: call.order)
+        first = (missing or extra)[0]
         fewer = f"{_calls(len(missing))} the benchmark's makes and this run's does not" if missing else ""
         more = f"{_calls(len(extra))} the benchmark's does not make" if extra else ""
         found.detail = _join(
             f"step {step}'s optimizer makes {' and '.join(filter(None, (fewer, more)))} (the first: {first.name})",
-            "a parameter one run updates and the other does not (frozen, or given no gradient)",
+            "a parameter one run updates and the other does not (frozen, or given no gradient), or an optimizer "
+            "set up otherwise",
             weights,
         )
         found.step, found.phase, found.cause, found.api = step, OPTIMIZER, "optimizer", first.name
