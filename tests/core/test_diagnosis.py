@@ -711,6 +711,39 @@ def test_an_extra_call_before_inputs_no_dump_records_is_named(tmp_path):
     assert (found.api, found.cause, found.confidence) == ("Tensor.flip.0.forward", "calls", "medium")
 
 
+def mask_run(boolean: bool, attention_mean: float = 1.25) -> dict:
+    """A causal mask made outside every dump (booleans, or floats holding -inf), cut by triu and given to an
+    attention call, whose output the next call is given; its summary is a stand-in with equal statistics."""
+    if boolean:
+        full = {"type": "torch.Tensor", "dtype": "torch.bool", "shape": [8, 8], "Max": True, "Min": True,
+                "Mean": None, "Norm": None, "requires_grad": False}  # fmt: skip
+        mask = {**full, "Min": False}
+    else:
+        inf = float("-inf")
+        full = {"type": "torch.Tensor", "dtype": "torch.float32", "shape": [8, 8], "Max": inf, "Min": inf,
+                "Mean": inf, "Norm": float("inf"), "requires_grad": False}  # fmt: skip
+        mask = {**full, "Max": 0.0}
+    x, attended = tensor(0.5), tensor(attention_mean)
+    return {
+        "Torch.triu.0.forward": call([full], [mask], {"diagonal": {"type": "int", "value": 1}}),
+        "Functional.scaled_dot_product_attention.0.forward": call([x, x, x], [attended], {"attn_mask": mask}),
+        "Functional.linear.0.forward": call([attended, tensor(0.1)], [tensor(2.5)]),
+    }
+
+
+def test_runs_whose_values_differ_and_meet_again_at_once_do_not_part_ways(tmp_path):
+    """A boolean mask for an -inf one: the masks differ, every call given them returns the same bits."""
+    found = pair(tmp_path, mask_run(boolean=True), mask_run(boolean=False))
+    assert found.verdict == "none", found.line()
+    assert "Torch.triu.0.forward differ" in found.detail and "meet again" in found.detail
+
+
+def test_runs_meeting_again_only_within_a_statistics_tolerance_part_ways(tmp_path):
+    """The attention's mean one part in ten million off: alike for the comparison, not bit for bit."""
+    found = pair(tmp_path, mask_run(boolean=True, attention_mean=1.25 * (1 + 1e-7)), mask_run(boolean=False))
+    assert (found.verdict, found.api) == ("divergence", "Torch.triu.0.forward")
+
+
 def test_a_run_of_extra_calls_is_named_where_it_starts(tmp_path):
     """``(x - 0.5) / 0.25`` added to the data: the subtraction starts it, the division hands its result on."""
     ours = chain(h=tensor(9.0), g=tensor(9.5), y=tensor(9.9))

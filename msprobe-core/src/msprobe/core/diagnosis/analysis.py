@@ -67,6 +67,8 @@ class PairAnalysis:
         self._cast_sites: int | None = None
         self._updated: set[tuple] | None = None  # what the step's optimizer calls were given (see is_parameter)
         self._module_calls: dict[str | None, tuple[list[Call], int]] | None = None  # see called_in_both
+        self._consumers: dict[tuple, list[Call]] | None = None  # a summary -> the calls given it (see meeting)
+        self.met_again_at: list[Call] = []  # the calls whose outputs differ, when the runs meet again after all
         self._by_name = {call.name: call for call in ours}
         self._theirs_by_name = {call.name: call for call in theirs}
         self.has_modules = any(call.kind == "module" for call in ours)
@@ -178,6 +180,60 @@ class PairAnalysis:
             self._module_calls = {path: (calls, theirs_count[path]) for path, calls in ours_by_module.items()}
         ours, theirs = self._module_calls.get(module, ([], 0))
         return bool(ours) and len(ours) == theirs and all(self.pairing.of(call) is not None for call in ours)
+
+    def meeting(self, call: Call, depth: int = 0) -> set[int] | None:
+        """Where the runs part ways at a forward call and meet again at once: each output of it that differs is
+        given to later forward calls that all return what the benchmark's do, or to calls this run alone makes
+        that meet again in turn (a few deep), or whose output is a value the benchmark's run holds (a boolean
+        mask turned into the other run's ``-inf`` mask). The orders of the calls on the way, or None: an output
+        no later call is given (the loss; a value only code no dump records reads) is no meeting, and neither
+        is one a paired call computes on from with outputs that differ."""
+        if depth > _MEETING_DEPTH or call.phase != FORWARD:
+            return None
+        extra = call.order in self.extra
+        if not extra and not self.difference(call).inputs:
+            return None  # a call that computes otherwise from the same inputs: its kernel differs, met again or not
+        values = call.tensors("outputs") if extra else self.difference(call).outputs
+        if self._consumers is None:
+            self._consumers = {}
+            for other in self.ours:
+                for value in other.tensors("inputs"):
+                    fingerprint = value.fingerprint()
+                    if fingerprint is not None:
+                        self._consumers.setdefault(fingerprint, []).append(other)
+        on_the_way = {call.order}
+        for value in values:
+            fingerprint = value.fingerprint()
+            if fingerprint is None:
+                return None
+            if extra and self._producers["theirs"].get(fingerprint):
+                continue  # it makes what the other run has
+            given = [c for c in self._consumers.get(fingerprint, []) if c.order > call.order and c.phase == FORWARD]
+            if not given:
+                return None
+            for consumer in given:
+                if consumer.order in self.extra:
+                    further = self.meeting(consumer, depth + 1)
+                    if further is None:
+                        return None
+                    on_the_way |= further
+                elif not self._bit_identical_outputs(consumer):
+                    return None  # a value computed on from it differs (or may: a statistic within tolerance)
+        return on_the_way
+
+    def _bit_identical_outputs(self, call: Call) -> bool:
+        """Outputs the benchmark's equal with no tolerance: the same statistics to the last bit (a mean's
+        tolerance for another summation order would let a small difference through)."""
+        partner = self.pairing.of(call)
+        if partner is None or self.difference(call).outputs:
+            return False
+        theirs = {value.path: value for value in partner.outputs}
+        return all(
+            value.path in theirs
+            and value.stats == theirs[value.path].stats
+            and value.checksum == theirs[value.path].checksum
+            for value in call.tensors("outputs")
+        )
 
     def outputs_differ(self, call: Call) -> bool:
         return call.order not in self.extra and bool(self.difference(call).outputs)
@@ -376,6 +432,8 @@ class PairAnalysis:
                 return found
         return None
 
+
+_MEETING_DEPTH = 3  # how many extra calls deep a difference may run before the runs meet again (see meeting)
 
 # API calls that multiply matrices (the name after Functional., Torch., Tensor., Mint., ...; lower case)
 _MATRIX_APIS = frozenset(

@@ -15,6 +15,7 @@ from msprobe.core.diagnosis.explain import (
     in_phase_words,
     inputs_words,
     join,
+    one_sided_anywhere,
 )
 from msprobe.core.diagnosis.noise import noisy
 
@@ -49,8 +50,12 @@ def decide(analysis: PairAnalysis, settled: bool = True) -> Diagnosis:
     elif found.cause == "calls" and cast_words(analysis, first) and analysis.cast_sites() >= SYSTEMATIC:
         found = noisy(analysis, first, settled)
     if found.verdict == UNCERTAIN:
-        # among rounding differences, parameter gradients one run alone records are still no rounding
-        found = gradient_entry_alone(analysis, None) or found
+        # among rounding differences, a parameter with a gradient in one run alone is still no rounding
+        one_sided = one_sided_anywhere(analysis)
+        if one_sided is not None:
+            one_sided.confidence = "high"
+            one_sided.detail = join(one_sided.detail, f"beside rounding differences from {first.name} on")
+            found = one_sided
     found.compared = compared
     return in_phase_words(found)
 
@@ -61,6 +66,14 @@ def _outputs_differ(analysis: PairAnalysis, name: str | None) -> bool:
 
 
 def _no_divergence(analysis: PairAnalysis, compared: int) -> Diagnosis:
+    met = analysis.met_again_at
+    if met:
+        names = ", ".join(call.name for call in met[:3]) + (f" and {len(met) - 3} more" if len(met) > 3 else "")
+        detail = (
+            f"the values of {names} differ, and every later call given them returns the same: the runs meet "
+            "again (a value spelt another way, such as a boolean mask for an -inf one)"
+        )
+        return Diagnosis(NONE, detail=detail, compared=compared)
     return Diagnosis(NONE, detail=no_divergence_words(compared, analysis.unpaired), compared=compared)
 
 

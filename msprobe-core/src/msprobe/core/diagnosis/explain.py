@@ -21,9 +21,21 @@ from msprobe.core.diagnosis.nonfinite import makes_nonfinite
 
 
 def first_difference(analysis: PairAnalysis) -> Call | None:
+    """The first call whose outputs differ; none when the runs meet again after every such call
+    (``PairAnalysis.meeting``): a mask spelt in booleans for ``-inf``, every output after it the same."""
+    differing: list[Call] = []
+    covered: set[int] = set()
     for call in analysis.ours:
-        if analysis.outputs_differ(call):
-            return call
+        if not analysis.outputs_differ(call):
+            continue
+        differing.append(call)
+        if call.order in covered:
+            continue
+        on_the_way = analysis.meeting(call)
+        if on_the_way is None:
+            return differing[0]
+        covered |= on_the_way
+    analysis.met_again_at = differing
     return None
 
 
@@ -406,6 +418,18 @@ def gradient_entry_alone(analysis: PairAnalysis, before: Call | None) -> Diagnos
         if call.kind == "grads" and analysis.called_in_both(call.module):
             return one_sided_gradients(call, [(value.path.split(".", 1)[-1], holder) for value in call.outputs])
     return None
+
+
+def one_sided_anywhere(analysis: PairAnalysis) -> Diagnosis | None:
+    """The first module of the step with a parameter that has a gradient in one run only (see
+    ``one_sided_gradients``, ``gradient_entry_alone``): among rounding differences, asked once nothing in
+    the forward stands out, since a forward fault (a bias left out) takes a gradient away too."""
+    for call in analysis.ours:
+        if call.kind == "grads" and call.order not in analysis.extra and analysis.pairing.of(call) is not None:
+            one_sided = analysis.difference(call).one_sided
+            if one_sided:
+                return one_sided_gradients(call, one_sided)
+    return gradient_entry_alone(analysis, None)
 
 
 def gradient_made_by_extra(analysis: PairAnalysis, call: Call) -> Diagnosis | None:

@@ -34,7 +34,6 @@ from msprobe.core.diagnosis.explain import (
     gradient_made_by_extra,
     inputs_words,
     join,
-    one_sided_gradients,
     own_weights,
     skipped_module,
     trace,
@@ -214,8 +213,6 @@ def _evidence(
             skipped = skipped_module(analysis, call)
             if skipped is not None:
                 return skipped
-    if difference.one_sided:
-        return one_sided_gradients(call, difference.one_sided)
     if call.kind == "grads":
         return gradient_made_by_extra(analysis, call)
     return None

@@ -115,7 +115,11 @@ class ValueComparer:
         return True
 
     def same_content(self, ours: Value, theirs: Value) -> bool:
-        """The same values, perhaps in another shape (a view of them): what a backward entry needs."""
+        """The same values, perhaps in another shape (a view of them): what a backward entry needs. Zeros of
+        one shape count as the same in any dtype: the zero gradient recorded for an input that takes none (a
+        mask) is written in that input's dtype, which two runs may spell differently."""
+        if _zeros(ours) and _zeros(theirs) and ours.shape == theirs.shape:
+            return True
         if ours.tensor and theirs.tensor and ours.shape != theirs.shape and ours.size == theirs.size:
             if ours.dtype != theirs.dtype or (ours.checksum is None and ours.stats is None):
                 return False
@@ -138,6 +142,16 @@ class ValueComparer:
         if ours.stats is None or theirs.stats is None:
             return None
         return _statistics_error(ours, theirs)
+
+
+def _zeros(value: Value) -> bool:
+    """A tensor whose statistics say it holds zeros (or False) alone; with no statistics, an xor checksum of
+    zero says as much as xor can (it cannot tell zeros from values that cancel)."""
+    if not value.tensor:
+        return False
+    if value.stats is not None:
+        return value.stats[0] == 0 and value.stats[1] == 0
+    return bool(value.checksum) and set(str(value.checksum)) == {"0"}
 
 
 def _array_error(a: np.ndarray, b: np.ndarray) -> float:
