@@ -156,11 +156,11 @@ class PairAnalysis:
             difference.one_sided = [(path.split(".", 1)[-1], "ours") for path in our_paths - their_outputs.keys()]
             difference.one_sided += [(path.split(".", 1)[-1], "theirs") for path in their_outputs.keys() - our_paths]
             difference.one_sided.sort()
-        if difference.one_sided:
-            worst = math.inf  # no rounding gives a parameter a gradient in one run alone
         if len(their_outputs) != len(ours.outputs) and not difference.outputs and not lenient:
             difference.outputs.extend(ours.outputs[:1])
-            worst = math.inf if difference.one_sided else None
+            worst = None
+        if difference.one_sided:
+            worst = math.inf  # no rounding gives a parameter a gradient in one run alone
         difference.output_error = worst
         if difference.inputs and not difference.outputs and _reordered(ours.inputs, theirs.inputs):
             difference.inputs.clear()  # operands in another order, the same result
@@ -195,12 +195,7 @@ class PairAnalysis:
             return None  # a call that computes otherwise from the same inputs: its kernel differs, met again or not
         values = call.tensors("outputs") if extra else self.difference(call).outputs
         if self._consumers is None:
-            self._consumers = {}
-            for other in self.ours:
-                for value in other.tensors("inputs"):
-                    fingerprint = value.fingerprint()
-                    if fingerprint is not None:
-                        self._consumers.setdefault(fingerprint, []).append(other)
+            self._consumers = _consumers(self.ours)
         on_the_way = {call.order}
         for value in values:
             fingerprint = value.fingerprint()
@@ -493,6 +488,17 @@ def _reordered(ours: list[Value], theirs: list[Value]) -> bool:
     mine = sorted(repr(v.fingerprint() or v.literal) for v in ours)
     other = sorted(repr(v.fingerprint() or v.literal) for v in theirs)
     return mine == other
+
+
+def _consumers(calls: list[Call]) -> dict[tuple, list[Call]]:
+    """Summary -> the calls given it, in call order."""
+    found: dict[tuple, list[Call]] = {}
+    for call in calls:
+        for value in call.tensors("inputs"):
+            fingerprint = value.fingerprint()
+            if fingerprint is not None:
+                found.setdefault(fingerprint, []).append(call)
+    return found
 
 
 def _producers(calls: list[Call]) -> dict[tuple, list[Call]]:

@@ -406,15 +406,10 @@ def one_sided_gradients(call: Call, one_sided: list[tuple[str, str]]) -> Diagnos
 def gradient_entry_alone(analysis: PairAnalysis, before: Call | None) -> Diagnosis | None:
     """A module called in both runs whose parameter gradients only one run records (every parameter of it
     frozen in the other), when that comes before ``before``, the first call whose outputs differ."""
-    found: list[tuple[Call, str]] = []
     partner = analysis.pairing.of(before) if before is not None else None
-    for call in analysis.pairing.missing:
-        if partner is None or call.order < partner.order:
-            found.append((call, "theirs"))
-    for call in analysis.pairing.extra:
-        if before is None or call.order < before.order:
-            found.append((call, "ours"))
-    for call, holder in found:
+    theirs = [(c, "theirs") for c in analysis.pairing.missing if partner is None or c.order < partner.order]
+    ours = [(c, "ours") for c in analysis.pairing.extra if before is None or c.order < before.order]
+    for call, holder in theirs + ours:
         if call.kind == "grads" and analysis.called_in_both(call.module):
             return one_sided_gradients(call, [(value.path.split(".", 1)[-1], holder) for value in call.outputs])
     return None
