@@ -1206,6 +1206,81 @@ SIXTH_HELD_OUT = [
 ]  # fmt: skip
 
 
+# -- a seventh held-out set, each place written down from the change before any run ----------------------------------
+
+
+def _lr_from_step(step: int, lr: float) -> Callable[[Setup], None]:
+    """The learning rate changed just before ``step`` (a schedule off by one step): that step's update differs."""
+
+    def change(setup: Setup) -> None:
+        for group in setup.optimizer.param_groups:
+            group["lr"] = lr
+
+    return _at_step(step, change)
+
+
+def _attention_mask_cached(self: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    x = self.embed(tokens)
+    length = tokens.shape[1]
+    mask = getattr(self, "cached_mask", None)
+    if mask is None or mask.shape[0] != length:  # made at the first step only, then reused: the same values
+        mask = self.cached_mask = torch.triu(torch.full((length, length), float("-inf")), diagonal=1)
+    for block in self.blocks:
+        x = block(x, mask)
+    return self.head(x)
+
+
+def _cnn_bn2_functional(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    x = self.relu(self.bn1(self.conv1(x)))
+    bn = self.bn2  # its own forward's arithmetic, spelt out: the module itself is not called
+    bn.num_batches_tracked.add_(1)
+    x = F.batch_norm(self.conv2(x), bn.running_mean, bn.running_var, bn.weight, bn.bias, True, bn.momentum, bn.eps)
+    x = F.relu(x, inplace=True)
+    return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+def _t5_dense_contiguous(self: nn.Module, hidden_states: torch.Tensor) -> torch.Tensor:
+    hidden_states = self.wi(hidden_states.contiguous())  # contiguous already: the same tensor
+    hidden_states = self.dropout(self.act(hidden_states))
+    return self.wo(hidden_states)
+
+
+SEVENTH_HELD_OUT = [
+    Fault("gpt2.c_proj_gradient", "gpt2", "backward", _gradient_scaled(f"{P}.1.mlp.c_proj.weight", 1.5),
+          Expect(f"{P}.1.mlp.c_proj", None, "backward")),
+    # Conv1D multiplies with torch.addmm, which autocast runs in bfloat16
+    Fault("gpt2.attn_c_proj_autocast", "gpt2", "precision", _autocast(f"{P}.1.attn.c_proj"),
+          Expect(f"{P}.1.attn.c_proj", "Torch.addmm")),
+    Fault("mamba.in_proj_bfloat16", "mamba", "precision", _forward(f"{M}.1.mixer.in_proj", _linear_in_bfloat16),
+          Expect(f"{M}.1.mixer.in_proj", "Functional.linear")),
+    Fault("mamba.data_step1", "mamba", "data", _batch(_token(1, 1, 2)), Expect(None, "Tensor.__getitem__", step=1)),
+    Fault("t5.ff_wo_weight", "t5", "weights", _nudge(f"{T}.1.DenseReluDense.wo.weight", (3, 6), 0.5),
+          Expect(f"{T}.1.DenseReluDense.wo", "Functional.linear")),
+    Fault("bert.cls_transform_weight", "bert", "weights", _nudge("cls.predictions.transform.dense.weight", (1, 2), 0.5),
+          Expect("cls.predictions.transform.dense", "Functional.linear")),
+    Fault("bert.key_nan_step1", "bert", "nan",
+          _at_step(1, _poison(f"{B}.0.attention.self.key.bias", (2,), float("nan"))),
+          Expect(f"{B}.0.attention.self.key", "Functional.linear", step=1)),
+    # the position table is a parameter the embeddings' own code adds to the patches
+    Fault("vit.position_embedding", "vit", "weights", _nudge("vit.embeddings.position_embeddings", (0, 2, 3), 0.5),
+          Expect("vit.embeddings", "Tensor.__add__")),
+    Fault("moe.router_bfloat16", "moe", "precision", _forward("moe.router", _linear_in_bfloat16),
+          Expect("moe.router", "Functional.linear")),
+    Fault("recurrent.gru_bias", "recurrent", "weights", _nudge("gru.bias_ih_l0", (5,), 0.5), Expect("gru", None)),
+    Fault("cnn.conv1_stride", "cnn", "argument", _set("conv1", "stride", (2, 2)), Expect("conv1", "Functional.conv2d")),
+    # AdamW on the CPU, one tensor at a time: each parameter's update starts with its weight decay's mul_
+    Fault("attention.lr_step1", "attention", "optimizer", _lr_from_step(1, 3e-3),
+          Expect("embed", "Tensor.mul_", "optimizer", step=1)),
+    Fault("llama.k_proj_weight", "llama", "weights", _nudge(f"{L}.1.self_attn.k_proj.weight", (2, 9), 0.5),
+          Expect(f"{L}.1.self_attn.k_proj", "Functional.linear")),
+    Fault("attention.control_mask_cached", "attention", "control", _forward("", _attention_mask_cached), None),
+    Fault("cnn.control_bn2_functional", "cnn", "control", _forward("", _cnn_bn2_functional), None),
+    Fault("t5.control_contiguous", "t5", "control", _forward(f"{T}.1.DenseReluDense", _t5_dense_contiguous), None),
+    Fault("bert.control_act_module", "bert", "control", _replace(f"{B}.0.intermediate.intermediate_act_fn", nn.GELU),
+          None),
+]  # fmt: skip
+
+
 # -- data parallel: two processes, gradients averaged by all_reduce -----------------------------------------------
 
 RANKS = [
@@ -1216,7 +1291,7 @@ RANKS = [
     Fault("ranks.control_same", "attention", "control", None, None, world=2),
 ]  # fmt: skip
 
-HELD_OUT = SECOND_HELD_OUT + THIRD_HELD_OUT + FOURTH_HELD_OUT + FIFTH_HELD_OUT + SIXTH_HELD_OUT
+HELD_OUT = SECOND_HELD_OUT + THIRD_HELD_OUT + FOURTH_HELD_OUT + FIFTH_HELD_OUT + SIXTH_HELD_OUT + SEVENTH_HELD_OUT
 FAULTS: list[Fault] = ATTENTION + CNN + MOE + LLAMA + BERT + GPT_FAULTS + MORE + HELD_OUT + RANKS
 ARCHS = sorted({fault.arch for fault in FAULTS})
 
@@ -1276,6 +1351,9 @@ AT_L0: dict[str, Expect | str] = {
     "cnn.labels_shifted": Expect(None, None, "backward", seen_at="fc"),  # the loss, outside every module
     "recurrent.gru_state_ones": Expect(None, None, seen_at="gru"),
     "bert.token_types_ones": Expect(None, None, seen_at="bert.embeddings.token_type_embeddings"),
+    "mamba.data_step1": Expect(None, None, step=1, seen_at="backbone.embeddings"),
+    "bert.key_nan_step1": _between_steps(f"{B}.0.attention.self.key"),
+    "attention.lr_step1": NOT_SEEN,  # step 1's update changes the parameters of a step 2, which is not dumped
 }
 
 
