@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from msprobe.core.diagnosis import diagnose_pair, diagnose_runs
 
 
@@ -255,3 +257,25 @@ def test_among_rounding_a_module_skipped_before_code_no_dump_records_is_named(tm
     found = pair(tmp_path, ours, step(head_given="h", h=tensor(0.77, grad=True)))
     assert (found.verdict, found.api, found.module, found.cause) == ("divergence", "Module.block.Block.forward.0",
                                                                      None, "calls")  # fmt: skip
+
+
+@pytest.mark.parametrize(("head_agrees", "verdict"), [(True, "divergence"), (False, "uncertain")])
+def test_a_rounding_sized_difference_named_when_a_later_module_of_its_class_agrees(tmp_path, head_agrees, verdict):
+    """fc, the first matrix product, is 1e-3 off; the head (a Linear too), given the norm's output as fc is,
+    returns the benchmark's bits: the runs compute Linear alike, so fc's difference is no rounding. Where the
+    head is off by as much, it may be the machine."""
+    rest = {key: rounded(BENCH[key], 1e-3) for key in ("f", "a", "g")}
+    if not head_agrees:
+        rest["logits"] = rounded(BENCH["logits"], 1e-3)
+    found = pair(tmp_path, step(head_given="n", **rest), step(head_given="n"))
+    assert found.verdict == verdict
+    if head_agrees:
+        assert (found.module, found.cause) == ("block.fc", "computation")
+
+
+def test_among_rounding_a_gradient_no_dumped_call_made_is_no_skipped_module(tmp_path):
+    """The model computes block.act's work itself, with the same values; among rounding differences the
+    gradient fc's backward is given (which block.act's backward made in the benchmark) is 5% off: a gradient
+    through other code may be, and the forward says the module's work was done alike."""
+    ours = step(skip=("block.act",), **noisy(d_f=rounded(BENCH["d_f"], 0.05)))
+    assert pair(tmp_path, ours).verdict == "uncertain"

@@ -69,6 +69,7 @@ class PairAnalysis:
         self._module_calls: dict[str | None, tuple[list[Call], int]] | None = None  # see called_in_both
         self._consumers: dict[tuple, list[Call]] | None = None  # a summary -> the calls given it (see meeting)
         self.met_again_at: list[Call] = []  # the calls whose outputs differ, when the runs meet again after all
+        self.spelt: set[tuple] = set()  # this run's masks taken as the benchmark's (see masks_spelt_otherwise)
         self._by_name = {call.name: call for call in ours}
         self._theirs_by_name = {call.name: call for call in theirs}
         self.has_modules = any(call.kind == "module" for call in ours)
@@ -122,7 +123,7 @@ class PairAnalysis:
             other = their_inputs.get(value.path)
             if other is None and lenient:
                 continue
-            if other is None or not same(value, other):
+            if other is None or not (same(value, other) or self._spelt_alike(value, other)):
                 if value.tensor and (other is None or other.tensor):
                     difference.inputs.append(value)
                     measured = error(value, other) if other is not None else None
@@ -146,7 +147,7 @@ class PairAnalysis:
             other = their_outputs.get(value.path)
             if other is None and lenient:
                 continue
-            if other is None or not same(value, other):
+            if other is None or not (same(value, other) or self._spelt_alike(value, other)):
                 difference.outputs.append(value)
                 measured = error(value, other) if other is not None else None
                 worst = None if measured is None or worst is None else max(worst, measured)
@@ -165,6 +166,50 @@ class PairAnalysis:
         if difference.inputs and not difference.outputs and _reordered(ours.inputs, theirs.inputs):
             difference.inputs.clear()  # operands in another order, the same result
         return difference
+
+    def _spelt_alike(self, ours: Value, theirs: Value) -> bool:
+        return bool(self.spelt) and ours.fingerprint() in self.spelt and _boolean_for_additive(ours, theirs)
+
+    def masks_spelt_otherwise(self, call: Call) -> set[tuple]:
+        """The summaries of ``call``'s differing outputs (failing those, its differing inputs) when every one
+        is a boolean mask where the benchmark's is an additive one, or the other way round; else none."""
+        partner = self.pairing.of(call)
+        if partner is None:
+            return set()
+        difference = self.difference(call)
+        for values, theirs in ((difference.outputs, partner.outputs), (difference.inputs, partner.inputs)):
+            by_path = {value.path: value for value in theirs}
+            if values and all(_boolean_for_additive(value, by_path.get(value.path)) for value in values):
+                return {value.fingerprint() for value in values} - {None}
+        return set()
+
+    def unspells(self, call: Call) -> bool:
+        """An extra call of this run given a mask taken as the benchmark's that returns values the benchmark's
+        run holds: it turns the mask into the other spelling (a boolean mask filled in with -inf)."""
+        if not self.spelt or call.order not in self.extra:
+            return False
+        if not any(value.fingerprint() in self.spelt for value in call.tensors("inputs")):
+            return False
+        return self.makes_theirs(call)
+
+    def given(self, fingerprints: set[tuple]) -> list[Call]:
+        """The forward calls of this run given a value of one of these summaries."""
+        if self._consumers is None:
+            self._consumers = _consumers(self.ours)
+        calls = {c.order: c for f in fingerprints for c in self._consumers.get(f, []) if c.phase == FORWARD}
+        return [call for _, call in sorted(calls.items())]
+
+    def makes_theirs(self, call: Call) -> bool:
+        """Every output of this call is a value the benchmark's run holds."""
+        made = [value.fingerprint() for value in call.tensors("outputs")]
+        return bool(made) and all(found is not None and self._producers["theirs"].get(found) for found in made)
+
+    def spell_alike(self, fingerprints: set[tuple]) -> None:
+        """Take these masks of this run as the benchmark's other spelling of them: the differences are
+        compared again."""
+        self.spelt |= fingerprints
+        self._differences.clear()
+        self._cast_sites = None
 
     def called_in_both(self, module: str | None) -> bool:
         """The module's forward is called in both runs, as often."""
@@ -360,24 +405,27 @@ class PairAnalysis:
         around = [h for h in holders if module == h or module.startswith(h + ".")]
         return max(around, key=len) if around else holders[0]
 
-    def agreed_before(self, call: Call) -> bool:
+    def agreed_before(self, call: Call, given_outside: bool = False) -> bool:
         """An earlier call of the same kind (API, or module class) in the same phase returned bit-identical
         outputs: the two runs compute this kind alike, so a difference here is no machine's rounding. So does,
         for a call that multiplies by no matrix, an earlier forward call that does (a linear layer, a
         convolution, a matmul; a module's own code may run any kernel): matrix products are what differ first
         between machines (their sums are ordered by each kernel's blocking), and runs whose products agree
-        compute alike."""
+        compute alike. ``given_outside``: the call's difference is in what it was given, made by no dumped
+        call, which may run any kernel: an earlier matrix product counts whatever the call computes. A later
+        call of the same kind given bit-identical inputs and returning bit-identical outputs counts too."""
         kind = call.module_class if call.kind == "module" else call.key
         # a module that multiplies by a matrix itself is held to its own class: one kernel may agree (a fused
         # recurrent layer) where another does not
-        by_matrix = call.phase == FORWARD and not _multiplies_by_matrix(call)
+        by_matrix = call.phase == FORWARD and (given_outside or not _multiplies_by_matrix(call))
         for other in self.ours:
-            if other.order >= call.order:
-                return False
+            if other.order == call.order:
+                continue
             if other.phase != call.phase or other.order in self.extra or other.kind != call.kind:
                 continue
             alike = (other.module_class if other.kind == "module" else other.key) == kind
-            if (alike or (by_matrix and _multiplies_by_matrix(other))) and not self.difference(other).any:
+            before = other.order < call.order
+            if (alike or (before and by_matrix and _multiplies_by_matrix(other))) and not self.difference(other).any:
                 return True
         return False
 
@@ -434,7 +482,8 @@ _MEETING_DEPTH = 3  # how many extra calls deep a difference may run before the 
 _MATRIX_APIS = frozenset(
     {"linear", "bilinear", "dense", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
      "conv_transpose3d", "matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "addbmm",
-     "einsum", "multi_head_attention_forward", "scaled_dot_product_attention"}
+     "einsum", "multi_head_attention_forward", "scaled_dot_product_attention", "lstm", "gru", "rnn_tanh",
+     "rnn_relu", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell"}
 )  # fmt: skip
 
 
@@ -555,6 +604,24 @@ def _owners(calls: list[Call], gradients: bool) -> dict[tuple, str]:
             if fingerprint is not None and not constant and call.module:
                 owners.setdefault(fingerprint, call.module)
     return owners
+
+
+# an additive mask's "not attended": -inf, or the dtype's lowest number (HuggingFace's masks), far below this
+_MASKED = -1e4
+
+
+def _boolean_for_additive(ours: Value, theirs: Value | None) -> bool:
+    """A boolean mask where the other run holds an additive one of its shape (0 where attended, -inf or a large
+    negative number where not), as far as a summary shows: the same mask, perhaps, spelt another way."""
+    if theirs is None or not (ours.tensor and theirs.tensor) or ours.shape != theirs.shape:
+        return False
+    if (ours.dtype == "bool") == (theirs.dtype == "bool"):
+        return False
+    additive = theirs if ours.dtype == "bool" else ours
+    if not (additive.dtype or "").startswith(("float", "bfloat")) or not additive.stats:
+        return False
+    maximum, minimum = additive.stats[0], additive.stats[1]
+    return maximum == 0 and minimum is not None and minimum <= _MASKED
 
 
 def cast_words(analysis: PairAnalysis, call: Call) -> str:

@@ -17,7 +17,7 @@ from msprobe.core.diagnosis.explain import (
     join,
     one_sided_anywhere,
 )
-from msprobe.core.diagnosis.noise import noisy
+from msprobe.core.diagnosis.noise import masks_within_noise, noisy
 
 
 def decide(analysis: PairAnalysis, settled: bool = True) -> Diagnosis:
@@ -32,6 +32,17 @@ def decide(analysis: PairAnalysis, settled: bool = True) -> Diagnosis:
     if first is None:
         return _no_divergence(analysis, compared)
     found = explain(analysis, first)
+    spelt, where = masks_within_noise(analysis, first)
+    if spelt:  # a boolean mask for an additive one, every call given it within the noise: the same mask
+        analysis.spell_alike(spelt)
+        mask_words = (
+            f"{where[0].name}'s boolean mask is taken as the benchmark's additive one: every call given it agrees "
+            "within rounding"
+        )
+        first = first_difference(analysis)
+        if first is None:
+            return Diagnosis(NONE, detail=mask_words, compared=compared)
+        found = explain(analysis, first)
     # a computation differing by a rounding-sized amount, or by an amount checksums cannot tell: noise?
     unknown = found.error is None or found.error <= ROUNDING
     # an argument named upstream, at a call whose outputs agree as far as the dump shows: perhaps only spelt
@@ -42,7 +53,7 @@ def decide(analysis: PairAnalysis, settled: bool = True) -> Diagnosis:
     if (
         unknown
         and (found.cause in ("computation", "undumped") or unseen)
-        and not (analysis.agreed_before(first) or analysis.rounds_too_far(first))
+        and not (analysis.agreed_before(first, found.cause == "undumped") or analysis.rounds_too_far(first))
     ):
         found = noisy(analysis, first, settled)
     elif found.cause == "weights" and not settled and not found.nonfinite:
@@ -56,6 +67,8 @@ def decide(analysis: PairAnalysis, settled: bool = True) -> Diagnosis:
             one_sided.confidence = "high"
             one_sided.detail = join(one_sided.detail, f"beside rounding differences from {first.name} on")
             found = one_sided
+    if spelt:
+        found.detail = join(found.detail, mask_words)
     found.compared = compared
     return in_phase_words(found)
 

@@ -457,7 +457,7 @@ def _inside(analysis: PairAnalysis, call: Call) -> Diagnosis | None:
 
     kinds = _named_kinds(analysis)
     for other in analysis.pairing.extra:
-        if other.kind not in kinds or passes_input_on(other) or other.order == call.order:
+        if other.kind not in kinds or passes_input_on(other) or analysis.unspells(other) or other.order == call.order:
             continue
         if other.order < call.order and other.phase == call.phase and within(other):
             outer = analysis.outermost_alone(other, "ours")
@@ -490,9 +490,10 @@ def passes_input_on(call: Call) -> bool:
 
 
 def changes_nothing(analysis: PairAnalysis, call: Call) -> bool:
-    """An extra call that cannot have changed a value: it hands its input on, or stands in for the benchmark's
-    call in its place with the same result (``Tensor.triu`` for ``torch.triu``)."""
-    if passes_input_on(call):
+    """An extra call that cannot have changed a value: it hands its input on, turns a mask into the
+    benchmark's spelling of it, or stands in for the benchmark's call in its place with the same result
+    (``Tensor.triu`` for ``torch.triu``)."""
+    if passes_input_on(call) or analysis.unspells(call):
         return True
     stand_in = analysis.pairing.substitute.get(call.order)
     if stand_in is None or (_writes_in_place(call) and not _writes_in_place(stand_in)):

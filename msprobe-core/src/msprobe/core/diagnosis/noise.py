@@ -65,6 +65,41 @@ def noise_floor(analysis: PairAnalysis) -> float:
     return chosen[len(chosen) // 2] if chosen else 0.0
 
 
+def masks_within_noise(analysis: PairAnalysis, first: Call) -> tuple[set[tuple], list[Call]]:
+    """The masks spelt otherwise from ``first`` on (a boolean one for the benchmark's additive one, see
+    ``PairAnalysis.masks_spelt_otherwise``), and the calls they differ at, where every call given them returns
+    outputs within ``STANDOUT`` of the benchmark's (or, a call this run alone makes, a value the benchmark's
+    run holds: the mask filled in with -inf): among rounding differences, the runs that meet again. Not a mask
+    a call given it is further off from (one that masks otherwise), nor one no distance is known for
+    (checksums). The calls given a mask are the noise here, so it is not measured from them."""
+    masks: set[tuple] = set()
+    where: list[Call] = []
+    for call in analysis.ours:
+        if call.order < first.order or call.phase != FORWARD or call.order in analysis.extra:
+            continue
+        if not any(value.dtype == "bool" for value in (*call.tensors("inputs"), *call.tensors("outputs"))):
+            continue  # a boolean on one side or the other: only such a call can be one
+        found = analysis.masks_spelt_otherwise(call)
+        if found - masks and _within(analysis, analysis.given(found)):
+            masks |= found
+            where.append(call)
+    return masks, where
+
+
+def _within(analysis: PairAnalysis, given: list[Call]) -> bool:
+    if not given:
+        return False
+    for call in given:
+        if call.order in analysis.extra:
+            if not analysis.makes_theirs(call):
+                return False
+            continue
+        error = analysis.difference(call).output_error
+        if error is None or not math.isfinite(error) or error > STANDOUT:
+            return False
+    return True
+
+
 def noisy(analysis: PairAnalysis, first: Call, settled: bool = True) -> Diagnosis:
     """The runs differ by rounding from ``first`` on: name what rounding does not explain, or say uncertain.
     A cast is evidence, unless this run casts before many calls: that is the precision it runs in."""
@@ -208,8 +243,9 @@ def _evidence(
         traced = trace(analysis, call, value, threshold)
         if traced is not None:
             return traced
-        if not analysis.producers("ours", value, call.order):
-            # made by no dumped call, beyond the noise: in a dump of modules alone, a module one run skips
+        if call.phase == FORWARD and not analysis.producers("ours", value, call.order):
+            # made by no dumped call, beyond the noise: in a dump of modules alone, a module one run skips (in
+            # the forward: a gradient through a norm turns rounding into a larger error than the threshold)
             skipped = skipped_module(analysis, call)
             if skipped is not None:
                 return skipped
