@@ -405,19 +405,19 @@ class PairAnalysis:
         around = [h for h in holders if module == h or module.startswith(h + ".")]
         return max(around, key=len) if around else holders[0]
 
-    def agreed_before(self, call: Call, given_outside: bool = False) -> bool:
+    def agreed_before(self, call: Call) -> bool:
         """An earlier call of the same kind (API, or module class) in the same phase returned bit-identical
         outputs: the two runs compute this kind alike, so a difference here is no machine's rounding. So does,
         for a call that multiplies by no matrix, an earlier forward call that does (a linear layer, a
         convolution, a matmul; a module's own code may run any kernel): matrix products are what differ first
         between machines (their sums are ordered by each kernel's blocking), and runs whose products agree
-        compute alike. ``given_outside``: the call's difference is in what it was given, made by no dumped
-        call, which may run any kernel: an earlier matrix product counts whatever the call computes. A later
-        call of the same kind given bit-identical inputs and returning bit-identical outputs counts too."""
+        compute alike. A later call of the same kind given bit-identical inputs and returning bit-identical
+        outputs counts too. (A value made by code no dump records is not held to an earlier matrix product:
+        that code may round otherwise where a recurrent kernel agreed.)"""
         kind = call.module_class if call.kind == "module" else call.key
         # a module that multiplies by a matrix itself is held to its own class: one kernel may agree (a fused
         # recurrent layer) where another does not
-        by_matrix = call.phase == FORWARD and (given_outside or not _multiplies_by_matrix(call))
+        by_matrix = call.phase == FORWARD and not _multiplies_by_matrix(call)
         for other in self.ours:
             if other.order == call.order:
                 continue
