@@ -143,7 +143,7 @@ def sanitizers(session: nox.Session) -> None:
     flags = {"CFLAGS": SANITIZE, "LDFLAGS": "-fsanitize=address,undefined"}
     session.install("--no-build-isolation", "--no-cache-dir", *(os.path.join(source, f) for f in folders), env=flags)
     session.run(
-        "pytest", "-p", "no:cacheprovider", *SANITIZED_TESTS, *session.posargs,
+        "pytest", "-p", "no:cacheprovider", *IN_PARALLEL, *SANITIZED_TESTS, *session.posargs,
         env={"LD_PRELOAD": ":".join(runtimes), "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
              "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1", "PYTHONMALLOC": "malloc"},
     )  # fmt: skip
@@ -216,7 +216,8 @@ def conformance(session: nox.Session) -> None:
     """Our dumps of a zoo of real models against the reference tool's, made in the same run.
 
     The reference (mindstudio-probe 1.2.2) shares the ``msprobe`` import name, so it gets a virtual
-    environment of its own beside this session's; the tests run it as a subprocess.
+    environment of its own beside this session's; the tests run it as a subprocess. Over every core: a test's
+    two tools run side by side, and the faster waits for the reference, so a second worker fills the gap.
     """
     session.install(TORCH)
     session.install(*TEST_DEPS, *CORE, "-e", "./msprobe-torch[huggingface]")
@@ -224,7 +225,7 @@ def conformance(session: nox.Session) -> None:
         "MSPROBE_REFERENCE_PYTHON": _reference_env(session, "conformance_reference", REFERENCE),
         "MSPROBE_REFERENCE26_PYTHON": _reference_env(session, "conformance_reference26", REFERENCE_26),
     }
-    session.run("pytest", "tests/conformance", *session.posargs, env=pythons)
+    session.run("pytest", *IN_PARALLEL, "tests/conformance", *session.posargs, env=pythons)
 
 
 def _reference_env(session: nox.Session, name: str, packages: list[str]) -> str:
