@@ -41,15 +41,19 @@ def _shared_root(tmp_path_factory) -> Path:
 
 @contextlib.contextmanager
 def _made_once(folder: Path) -> Iterator[bool]:
-    """Hold ``folder``'s lock, yielding whether it is still to be made; the maker marks it done on success, so a
-    failed make leaves it for the next test to try again (and report)."""
+    """Hold ``folder``'s lock, yielding whether it is still to be made (then it is there, empty); the maker marks
+    it done on success, so a failed make leaves it for the next test to try again (and report)."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     with open(folder.parent / f"{folder.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         done = folder / ".made"
-        yield not done.exists()
-        if folder.is_dir() and not done.exists():
-            done.touch()
+        if done.exists():
+            yield False
+            return
+        shutil.rmtree(folder, ignore_errors=True)  # what a failed attempt left
+        folder.mkdir()
+        yield True
+        done.touch()
 
 
 @pytest.fixture(scope="session")
@@ -62,8 +66,6 @@ def dumps(tmp_path_factory):
         folder = shared / "-".join(part.strip("-") for part in key)
         with _made_once(folder) as to_make:
             if to_make:
-                shutil.rmtree(folder, ignore_errors=True)  # what a failed attempt left
-                folder.mkdir()
                 runs = {}
                 for tool, python in (("reference", reference_python()), ("ours", sys.executable)):
                     log = (folder / f"{tool}.log").open("w")
@@ -88,8 +90,6 @@ def untouched(tmp_path_factory):
         folder = shared / model
         with _made_once(folder) as to_make:
             if to_make:
-                shutil.rmtree(folder, ignore_errors=True)
-                folder.mkdir()
                 command = [sys.executable, str(DRIVER), model, "untouched", "L1", str(folder)]
                 done = subprocess.run(command, capture_output=True, text=True, timeout=600)
                 assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]

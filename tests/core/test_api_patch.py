@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import types
 
+import pytest
+
+from msprobe.core import api_patch
 from msprobe.core.api_patch import ApiPatcher
 
 
@@ -217,3 +220,28 @@ def test_paused_puts_the_originals_back_for_a_while() -> None:
     with patcher.paused():  # not installed: stays so
         pass
     assert module.relu is original_relu
+
+
+@pytest.mark.parametrize(("limited", "on_a_class", "warned"), [(True, True, 1), (False, True, 0), (True, False, 0)])
+def test_a_class_patched_many_times_where_its_cache_versions_run_out_is_warned_of_once(
+    monkeypatch, caplog, limited, on_a_class, warned
+):
+    """CPython 3.13 gives a class 1,000 attribute-cache versions and each install and remove spends one: the
+    user is told before they run out, once a process; older Pythons have no such limit, and a module's
+    namespace has no versions to spend."""
+    monkeypatch.setattr(api_patch, "CLASS_VERSIONS_LIMITED", limited)
+    monkeypatch.setattr(api_patch, "CLASS_INSTALLS_BEFORE_WARNING", 3)
+    monkeypatch.setattr(api_patch, "_WARNED_OF_CLASS_VERSIONS", False)
+    owner = type("Tensor", (), {"add": lambda self: 1}) if on_a_class else types.ModuleType("functional")
+    if not on_a_class:
+        owner.add = lambda: 1
+    patchers = [ApiPatcher(lambda original, key, args, kwargs: original(*args, **kwargs),
+                           lambda: [(owner, "add", "Tensor.add")]) for _ in range(2)]  # fmt: skip
+    with caplog.at_level("WARNING", logger="msprobe.core.api_patch"):
+        for _ in range(6):
+            for patcher in patchers:  # two patchers, as the dump and its write watch: still one warning
+                patcher.install()
+                patcher.remove()
+    said = [record.getMessage() for record in caplog.records if "stops caching" in record.getMessage()]
+    assert len(said) == warned
+    assert all("Tensor's methods were wrapped and put back 3 times" in line and '"step"' in line for line in said)

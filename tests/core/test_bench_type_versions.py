@@ -23,10 +23,7 @@ def test_its_class_ends_with_its_own_methods():
     spec.loader.exec_module(bench)
     _base, tensor_class = bench.make_classes()
     originals = {name: getattr(tensor_class, name) for name in bench.METHODS}
-    from msprobe.core.api_patch import ApiPatcher
-
-    patcher = ApiPatcher(lambda original, _key, args, kwargs: original(*args, **kwargs),
-                         lambda: [(tensor_class, name, name) for name in bench.METHODS])  # fmt: skip
+    patcher = bench.make_patcher(tensor_class)
     patcher.install()
     assert all(getattr(tensor_class, name) is not originals[name] for name in bench.METHODS)
     patcher.remove()

@@ -151,39 +151,6 @@ def test_start_asks_the_task_hook_and_installs_per_selected_step(monkeypatch, tm
     assert session.dump_dir == tmp_path / "step3" / "rank"
 
 
-@pytest.mark.parametrize(("limited", "level", "warned"), [(True, "L1", 1), (True, "mix", 1), (False, "L1", 0),
-                                                            (True, "L0", 0)])  # fmt: skip
-def test_many_dumped_steps_where_class_versions_run_out_are_warned_of_once(
-    monkeypatch, tmp_path, caplog, limited, level, warned
-):
-    """On CPython 3.13 each dumped step at L1 or mix spends two of the tensor class's 1,000 cache versions: the
-    user is told before they run out, once; older Pythons have no such limit, and L0 changes no class."""
-
-    class Hooks:
-        def install(self): ...
-
-        def remove(self): ...
-
-    class DumpPlugin:
-        @hookimpl
-        def msprobe_dump_hooks(self, session):
-            return Hooks()
-
-    reg = PluginRegistry(load_entry_points=False, extra_plugins=[("dump", DumpPlugin())])
-    monkeypatch.setattr("msprobe.core.plugins._registry", reg)
-    monkeypatch.setattr("msprobe.core.session.CLASS_VERSIONS_LIMITED", limited)
-    monkeypatch.setattr("msprobe.core.session.DUMPED_STEPS_BEFORE_WARNING", 3)
-    debugger = RecordingDebugger(dump_path=str(tmp_path), level=level, model=AlphaModel())
-    with caplog.at_level("WARNING", logger="msprobe.core.session"):
-        for _ in range(6):
-            debugger.start()
-            debugger.stop()
-            debugger.step()
-    said = [record.getMessage() for record in caplog.records if "stops caching" in record.getMessage()]
-    assert len(said) == warned
-    assert all(line.startswith("msprobe: 3 steps dumped") and '"step"' in line for line in said)
-
-
 def test_task_without_a_provider_says_so(monkeypatch, tmp_path):
     reg = PluginRegistry(load_entry_points=False)
     monkeypatch.setattr("msprobe.core.plugins._registry", reg)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
+import sys
 import threading
 import types
 import weakref
@@ -25,6 +27,15 @@ try:  # the class case's loops in C (the rule is _OwnerPatches' below, which run
 except ImportError:
     _attributes = None
 _attributes = built_extension(_attributes, 1)
+
+logger = logging.getLogger(__name__)
+
+# CPython 3.13 gives a class at most 1,000 versions in its attribute cache; every install() and remove() on a
+# class (torch.Tensor, each dumped step) spends one, and past them the class is looked up without the cache for the
+# rest of the process. Said once, before that, with what avoids it.
+CLASS_VERSIONS_LIMITED = sys.version_info >= (3, 13)
+CLASS_INSTALLS_BEFORE_WARNING = 400
+_WARNED_OF_CLASS_VERSIONS = False
 
 # handler(original, key, args, kwargs) -> result ; key is "Prefix.api", e.g. "Functional.relu"
 Handler = Callable[[Callable, str, tuple, dict], Any]
@@ -95,7 +106,7 @@ class _OwnerPatches:
     rather than once per attribute.
     """
 
-    __slots__ = ("applied", "originals", "owned", "owner", "plain_module", "wrappers")
+    __slots__ = ("applied", "installs", "originals", "owned", "owner", "plain_module", "wrappers")
 
     def __init__(self, owner: Any):
         self.owner = owner
@@ -104,6 +115,7 @@ class _OwnerPatches:
         self.wrappers: dict[str, Any] = {}
         self.owned: set[str] = set()  # attributes the owner itself held (not inherited), restored by setattr
         self.applied: dict[str, Any] = {}  # what install() replaced: attribute -> original
+        self.installs = 0  # install() calls on a class, for the 3.13 warning
 
     def add(self, attribute: str, original: Any, wrapper: Any) -> None:
         self.originals[attribute] = original
@@ -126,6 +138,8 @@ class _OwnerPatches:
             namespace.update({name: self.wrappers[name] for name in applied})
             self.applied = applied
             return
+        if CLASS_VERSIONS_LIMITED and isinstance(owner, type):
+            self._count_class_install()
         if _attributes is not None:
             self.applied = _attributes.install(owner, originals, self.wrappers)
             return
@@ -138,6 +152,23 @@ class _OwnerPatches:
                 continue  # read-only attribute
             applied[name] = originals[name]
         self.applied = applied
+
+    def _count_class_install(self) -> None:
+        global _WARNED_OF_CLASS_VERSIONS
+        self.installs += 1
+        if self.installs < CLASS_INSTALLS_BEFORE_WARNING or _WARNED_OF_CLASS_VERSIONS:
+            return
+        _WARNED_OF_CLASS_VERSIONS = True
+        logger.warning(
+            "msprobe: %s.%s's methods were wrapped and put back %d times in this process on Python %d.%d (once "
+            "per dumped step); after about 500, CPython stops caching lookups on that class for the rest of the "
+            'process (its method lookups about 1.3x slower). For a long dump, choose its steps with "step" in the '
+            "config, or run it on Python 3.12 or older",
+            self.owner.__module__,
+            self.owner.__qualname__,
+            self.installs,
+            *sys.version_info[:2],
+        )
 
     def remove(self) -> None:
         applied, self.applied = self.applied, {}

@@ -12,7 +12,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import sys
 import time
 import weakref
 from pathlib import Path
@@ -26,12 +25,6 @@ from msprobe.core.messages import show_in_training
 logger = logging.getLogger(__name__)
 
 MODEL_LEVELS = ("L0", "mix")
-API_LEVELS = ("L1", "mix")  # the levels whose start() wraps the framework's functions and tensor methods
-# CPython 3.13 gives a class at most 1,000 versions in its attribute cache, and each start() and stop() changes
-# the framework's tensor class (its methods are wrapped, then put back): past 500 dumped steps the class is looked
-# up without the cache for the rest of the process. Said once, before that, with what avoids it.
-CLASS_VERSIONS_LIMITED = sys.version_info >= (3, 13)
-DUMPED_STEPS_BEFORE_WARNING = 400
 
 
 class TaskSession:
@@ -310,16 +303,6 @@ class BaseDebugger:
             return
         self._running = True
         self._dumping_starts += 1
-        patches_classes = self.config.level in API_LEVELS  # L0 hooks module objects alone
-        if CLASS_VERSIONS_LIMITED and patches_classes and self._dumping_starts == DUMPED_STEPS_BEFORE_WARNING:
-            logger.warning(
-                "msprobe: %d steps dumped in this process on Python %d.%d; after about 500, CPython stops caching "
-                "lookups on the tensor class the dump wraps and unwraps each step, for the rest of the process "
-                '(tensor method lookups about 1.3x slower). For a long dump, choose its steps with "step" in '
-                "the config, or run it on Python 3.12 or older",
-                self._dumping_starts,
-                *sys.version_info[:2],
-            )
         self._step_open = True
 
     def stop(self) -> None:
