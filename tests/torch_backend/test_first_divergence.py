@@ -112,3 +112,22 @@ def test_the_graph_page_marks_the_located_layer(tmp_path):
     page = next((tmp_path / "graph").glob("*.html")).read_text()
     assert f'"n": "{MODULE}"' in page and '"d": "module"' in page and '"d": "api"' in page
     assert diagnose_pair(debug, bench).line().replace('"', '\\"') in page
+
+
+@pytest.mark.parametrize("given", ["dump.json", "rank folder", "step folder", "dump_path"])
+def test_every_path_the_docs_allow_gives_the_same_answer_and_verdict(tmp_path, given):
+    """docs/first_divergence.md: npu_path and bench_path may be dump.json files, step or rank folders, or a
+    whole dump_path; each gives the one answer, the verdict that goes with it, and exit code 1."""
+    debug = _dump(tmp_path / "debug", "mix", True)
+    bench = _dump(tmp_path / "bench", "mix", False)
+    answer = diagnose_pair(debug, bench).line()
+    pick = {"dump.json": lambda rank: rank / "dump.json", "rank folder": lambda rank: rank,
+            "step folder": lambda rank: rank.parent, "dump_path": lambda rank: rank.parent.parent}[given]  # fmt: skip
+    spec = tmp_path / "compare.json"
+    spec.write_text(json.dumps({"npu_path": str(pick(debug)), "bench_path": str(pick(bench))}))
+    result = CliRunner().invoke(cli, ["compare", "-i", str(spec), "-o", str(tmp_path / "out"), "--first-divergence"])
+    assert result.exit_code == 1, result.output
+    first = result.output.splitlines()[0]
+    assert "SUSPICIOUS" in first and answer in first
+    (written,) = (tmp_path / "out").glob("first_divergence_*.json")
+    assert json.loads(written.read_text())["answer"] == answer

@@ -184,6 +184,27 @@ def test_a_decode_fault_is_named_at_its_step_layer_and_call_in_the_dumps(tmp_pat
     assert named == cases
 
 
+def test_the_serving_docs_compare_of_two_generation_dumps_names_the_token(tmp_path):
+    """docs/serving.md's command: compare.json names the two dump_path folders of dump_generation."""
+    from click.testing import CliRunner
+
+    from msprobe.cli.main import cli
+
+    dump_generate(tmp_path / "dump_bench", new_tokens=6)
+    dump_generate(tmp_path / "dump_npu", layer=2, bad_step=4, new_tokens=6)
+    spec = tmp_path / "compare.json"
+    spec.write_text(json.dumps({"npu_path": str(tmp_path / "dump_npu"), "bench_path": str(tmp_path / "dump_bench")}))
+    result = CliRunner().invoke(cli, ["compare", "-i", str(spec), "-o", str(tmp_path / "out"), "--first-divergence"])
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert [line.split(":")[0] for line in lines[:6]] == [f"step {k}" for k in range(6)]
+    assert all(line.startswith(f"step {k}: PASS") for k, line in enumerate(lines[:4]))
+    assert lines[4].startswith("step 4: SUSPICIOUS")
+    (answer,) = [line for line in lines if line.startswith("all steps: ")]
+    assert "Functional.gelu." in answer and "(step 4, forward, module transformer.h.2.mlp.act)" in answer
+    assert "approximate" in answer
+
+
 def test_one_step_per_request_is_a_choice(tmp_path):
     dump_generate(tmp_path / "r", per="request", new_tokens=4)
     assert sorted(path.name for path in (tmp_path / "r").iterdir()) == ["step0"]

@@ -97,7 +97,8 @@ def compare_command(
 ) -> None:
     """Compare two dumps (statistics, tensor or md5 mode, picked from the dumps); the ranks of a multi-rank
     compare run on --engine. Two .jsonl files of generated responses are compared token by token."""
-    from msprobe.core.compare.run import overall_line, run_compare_json
+    from msprobe.core.compare.run import diagnose_across, overall_line, run_compare_json, write_first_divergence
+    from msprobe.core.diagnosis.runs import MAX_DIAGNOSED_BYTES
 
     mappings = {
         "data_mapping": data_mapping,
@@ -106,30 +107,42 @@ def compare_command(
         "layer_mapping": layer_mapping,
         "cross_framework": api_mapping is not None or cell_mapping is not None,  # -am/-cm alone: built-in tables
     }
+    # --first-divergence asks for the diagnosis: it then reads as much as the answer it writes, and the verdict
+    # and exit code rest on that one answer
     summaries = run_compare_json(
-        input_path, output_path, stack_mode, compare_only, fuzzy_match, mappings, engine_of(engine, ray_address),
-        consistent=consistent_check, tolerance=logprob_tolerance,
+        input_path, output_path, stack_mode, compare_only and not first_divergence, fuzzy_match, mappings,
+        engine_of(engine, ray_address), consistent=consistent_check, tolerance=logprob_tolerance,
+        diagnosis_limit=MAX_DIAGNOSED_BYTES if first_divergence else None,
     )  # fmt: skip
-    for summary in summaries:
-        click.echo(summary.line())
-    files = [str(f) for s in summaries for f in s.files]
     several = len(summaries) > 1
     if first_divergence and any(s.mode == "generation" for s in summaries):
         click.echo("--first-divergence reads dumps; for two generations the line above names the first token")
         first_divergence = False
-    if first_divergence or (several and not compare_only):
-        from msprobe.core.compare.run import diagnose_compare_json
-
-        diagnosis, written = diagnose_compare_json(input_path, output_path if first_divergence else None)
-        click.echo(f"all ranks: {diagnosis.line()}" if several else diagnosis.line())
-        if written is not None:
-            files.append(str(written))
+    answer = None
+    if several and (first_divergence or not compare_only):
+        answer = diagnose_across(input_path, summaries)
+    elif first_divergence:
+        answer = summaries[0].diagnosis
+    for summary in summaries:
+        click.echo(summary.line())
+    files = [str(f) for s in summaries for f in s.files]
+    if answer is not None:
+        click.echo(f"{_over_all(summaries)}: {answer.line()}" if several else answer.line())
+        if first_divergence:
+            files.append(str(write_first_divergence(answer, output_path)))
     click.echo(f"results: {', '.join(files)}")
     if several:
         click.echo(overall_line(summaries))
     code = max((s.exit_code for s in summaries), default=2)  # NO DATA (2) outranks SUSPICIOUS (1)
     if code:
         raise SystemExit(code)
+
+
+def _over_all(summaries: list) -> str:
+    """What the answer of a multi-dump compare is over: "all ranks", "all steps", "all steps and ranks"."""
+    steps = any(s.step is not None for s in summaries)
+    ranks = any(s.rank is not None for s in summaries)
+    return "all " + " and ".join(kind for kind, present in (("steps", steps), ("ranks", ranks or not steps)) if present)
 
 
 @click.command("merge_result")

@@ -11,7 +11,6 @@ import gc
 import json
 import logging
 import os
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,8 +26,9 @@ from msprobe.core.compare.tables import CompareResult, tensor_loader
 from msprobe.core.config import config_error_from_validation
 from msprobe.core.diagnosis import DIVERGENCE, NONE, Diagnosis, diagnose_dumps, diagnose_runs, diagnosis_fits
 from msprobe.core.diagnosis.runs import COMPARE_DIAGNOSED_BYTES, step_and_rank_of
+from msprobe.core.dump.layout import dump_folders, is_dump_folder, labels_order, step_and_rank_of_labels
 from msprobe.core.dump.reader import read_dump, read_stack_file
-from msprobe.core.dump.writer import make_dir, write_new_text
+from msprobe.core.dump.writer import make_dir, write_json_atomic, write_new_text
 from msprobe.core.errors import DataFileError, MsprobeError, UsageError
 from msprobe.core.generation.compare import is_generation_file
 from msprobe.core.jobs import Engine, run_jobs
@@ -57,6 +57,14 @@ class CompareSummary:
     files: list[Path] = field(default_factory=list)
     rank: str | None = None
     answer: str = ""  # what a compare without a diagnosis says instead (two generations: where they part ways)
+    step: int | None = None
+
+    @property
+    def where(self) -> str:
+        """Which dump this is: "step 2 rank 1", "rank 1", "step 2", or "" for a compare of one dump."""
+        return " ".join(part for part in (
+            f"step {self.step}" if self.step is not None else "", f"rank {self.rank}" if self.rank else ""
+        ) if part)  # fmt: skip
 
     @property
     def verdict(self) -> str:
@@ -76,7 +84,7 @@ class CompareSummary:
         return {"PASS": 0, "SUSPICIOUS": 1}.get(self.verdict, 2)
 
     def line(self) -> str:
-        where = f"rank {self.rank}: " if self.rank else ""
+        where = f"{self.where}: " if self.where else ""
         answer = f"; {self.diagnosis.line()}" if self.diagnosis is not None else ""
         answer = answer or (f"; {self.answer}" if self.answer else "")
         compared = self.rows - self.unmatched
@@ -90,14 +98,15 @@ def overall_line(summaries: list[CompareSummary]) -> str:
     """The verdict over the ranks of a multi-rank compare: how many pass, which do not, and the worst one (no
     data first, then the most suspicious values)."""
     failing = [s for s in summaries if s.verdict != "PASS"]
+    kind = "ranks" if all(s.step is None for s in summaries) else "dumps"
     if not failing:
-        return f"overall: PASS: all {len(summaries)} ranks pass"
+        return f"overall: PASS: all {len(summaries)} {kind} pass"
     worst = max(failing, key=lambda s: (s.exit_code, s.suspicious, s.unmatched))
     verdict = "NO DATA" if all(s.verdict == "NO DATA" for s in summaries) else "SUSPICIOUS"
-    listed = ", ".join(f"rank {s.rank} ({s.verdict})" for s in failing[:8]) + (", ..." if len(failing) > 8 else "")
+    listed = ", ".join(f"{s.where} ({s.verdict})" for s in failing[:8]) + (", ..." if len(failing) > 8 else "")
     return (
-        f"overall: {verdict}: {len(summaries) - len(failing)} of {len(summaries)} ranks pass; not passing: {listed}; "
-        f"worst: rank {worst.rank} ({worst.suspicious} suspicious, {worst.unmatched} unmatched)"
+        f"overall: {verdict}: {len(summaries) - len(failing)} of {len(summaries)} {kind} pass; not passing: "
+        f"{listed}; worst: {worst.where} ({worst.suspicious} suspicious, {worst.unmatched} unmatched)"
     )
 
 
@@ -224,12 +233,16 @@ def compare_pair(
     stamp: str | None = None,
     prefix: str = "compare_result",
     mappings: dict[str, Any] | None = None,
+    diagnosis_limit: int | None = None,
 ) -> tuple[CompareSummary, CompareResult]:
-    """``stack_mode``: True for the stacks of the stack.json beside the NPU dump, or the stack.json to read."""
+    """``stack_mode``: True for the stacks of the stack.json beside the NPU dump, or the stack.json to read.
+    ``diagnosis_limit``: the dump.json bytes (both sides) the diagnosis reads, ``COMPARE_DIAGNOSED_BYTES`` by
+    default; ``--first-divergence`` raises it, and the verdict then rests on that same diagnosis."""
     with collector_paused():
         return _compare_pair(
-            npu_json, bench_json, output_dir, stack_mode, auto_analyze, fuzzy_match, stamp, prefix, mappings
-        )
+            npu_json, bench_json, output_dir, stack_mode, auto_analyze, fuzzy_match, stamp, prefix, mappings,
+            diagnosis_limit or COMPARE_DIAGNOSED_BYTES,
+        )  # fmt: skip
 
 
 def _compare_pair(
@@ -242,6 +255,7 @@ def _compare_pair(
     stamp: str | None,
     prefix: str,
     mappings: dict[str, Any] | None,
+    diagnosis_limit: int,
 ) -> tuple[CompareSummary, CompareResult | None]:
     from msprobe.core.compare import large  # for large dumps only: not imported by a small compare's start
 
@@ -258,7 +272,7 @@ def _compare_pair(
         else:
             diagnosis = None
             if auto_analyze:
-                diagnosis = _diagnose(Path(npu_json), Path(bench_json), None, None, None)
+                diagnosis = _diagnose(Path(npu_json), Path(bench_json), None, None, None, diagnosis_limit)
                 streamed.files.append(_write_advisor(diagnosis, Path(output_dir), prefix, stamp))
             summary = CompareSummary(
                 streamed.mode, streamed.rows, streamed.suspicious, streamed.unmatched, diagnosis, streamed.files
@@ -289,16 +303,16 @@ def _compare_pair(
     diagnosis = None
     if auto_analyze:
         translate = mapper if mapper.active else None
-        diagnosis = _diagnose(Path(npu_json), Path(bench_json), npu, bench, translate)
+        diagnosis = _diagnose(Path(npu_json), Path(bench_json), npu, bench, translate, diagnosis_limit)
         counts.files.append(_write_advisor(diagnosis, Path(output_dir), prefix, stamp))
     summary = CompareSummary(counts.mode, counts.rows, counts.suspicious, counts.unmatched, diagnosis, counts.files)
     return summary, result
 
 
-def _diagnose(npu_json: Path, bench_json: Path, npu: Any, bench: Any, translate: Any) -> Diagnosis:
+def _diagnose(npu_json: Path, bench_json: Path, npu: Any, bench: Any, translate: Any, limit: int) -> Diagnosis:
     """Where the two dumps part ways (msprobe.core.diagnosis); dumps too large for it get an answer that says
     so rather than none."""
-    fits, why = diagnosis_fits(npu_json, bench_json, limit=COMPARE_DIAGNOSED_BYTES)
+    fits, why = diagnosis_fits(npu_json, bench_json, limit=limit)
     if not fits:
         return Diagnosis("uncertain", detail=why, confidence="low")
     if npu is None or bench is None:
@@ -337,30 +351,15 @@ def compare(
     return summary
 
 
-def _rank_folders(step_dir: Path) -> dict[str, Path]:
-    """rank, rank0, rank1... and the ``proc{pid}`` folder mindstudio-probe 26.x writes when there is no rank.
-
-    A pid differs from run to run, so a lone proc folder is filed under the name ``rank``: two such runs pair.
-    """
-    if not step_dir.is_dir():
-        raise DataFileError(step_dir, "not a folder")
-    folders = {p.name: p for p in sorted(step_dir.iterdir()) if p.is_dir() and p.name.startswith("rank")}
-    processes = [p for p in sorted(step_dir.iterdir()) if p.is_dir() and re.fullmatch(r"proc\d+", p.name)]
-    if not folders and len(processes) == 1:
-        folders = {"rank": processes[0]}
-    if not folders:
-        raise DataFileError(step_dir, "holds no rank folders (rank, rank0, rank1, ..., or one proc{pid})")
-    return folders
-
-
-def _compare_rank(args: tuple) -> CompareSummary:
-    rank, npu_json, bench_json, output_dir, stack_mode, auto_analyze, fuzzy_match, stamp, mappings = args
-    number = rank[len("rank") :]
+def _compare_one(args: tuple) -> CompareSummary:
+    labels, npu_json, bench_json, output_dir, stack_mode, auto_analyze, fuzzy_match, stamp, mappings, limit = args
+    step, rank = step_and_rank_of_labels(labels)
+    number = "" if rank is None else str(rank)
     prefix = f"compare_result_rank{number}" if number else "compare_result"
     summary, _ = compare_pair(
-        npu_json, bench_json, output_dir, stack_mode, auto_analyze, fuzzy_match, stamp, prefix, mappings
+        npu_json, bench_json, output_dir, stack_mode, auto_analyze, fuzzy_match, stamp, prefix, mappings, limit
     )
-    summary.rank = number or None
+    summary.rank, summary.step = (number or None), step
     return summary
 
 
@@ -374,30 +373,41 @@ def compare_distributed(
     processes: int | None = None,
     mappings: dict[str, Any] | None = None,
     engine: Engine | None = None,
+    diagnosis_limit: int | None = None,
     **_ignored: Any,
 ) -> list[CompareSummary]:
-    """Compare each rank of two step folders; the rank pairs run on ``engine`` (default: ``processes`` local
-    worker processes)."""
-    npu_ranks, bench_ranks = _rank_folders(Path(npu_dump_dir)), _rank_folders(Path(bench_dump_dir))
-    missing = sorted(set(npu_ranks) ^ set(bench_ranks))
-    if missing:
-        logger.warning("ranks present on one side only are not compared: %s", ", ".join(missing))
-    stamp = timestamp()
-    jobs = [
-        (
-            rank,
-            npu_ranks[rank] / "dump.json",
-            bench_ranks[rank] / "dump.json",
-            Path(output_path),
-            stack_mode,
-            auto_analyze,
-            fuzzy_match,
-            stamp,
-            mappings,
+    """Compare each rank of two step folders, or each step and rank of two whole ``dump_path`` folders; the
+    pairs run on ``engine`` (default: ``processes`` local worker processes). A step's results go in a folder of
+    its own (``output_path/step{N}``), under the names a one-step compare gives them."""
+    npu_folders = dump_folders(Path(npu_dump_dir), "npu_path")
+    bench_folders = dump_folders(Path(bench_dump_dir), "bench_path")
+    shared = sorted(set(npu_folders) & set(bench_folders), key=labels_order)
+    if not shared:
+        raise DataFileError(
+            Path(npu_dump_dir),
+            f"no step or rank folder in common with {bench_dump_dir} (npu_path holds {_listed(npu_folders)}; "
+            f"bench_path holds {_listed(bench_folders)})",
         )
-        for rank in sorted(set(npu_ranks) & set(bench_ranks))
-    ]
-    return run_jobs(_compare_rank, jobs, engine or Engine(workers=processes), "ranks")
+    missing = sorted(" ".join(labels) for labels in set(npu_folders) ^ set(bench_folders))
+    if missing:
+        logger.warning("folders present on one side only are not compared: %s", ", ".join(missing))
+    stamp = timestamp()
+    jobs = []
+    for labels in shared:
+        output = Path(output_path)
+        step = next((label for label in labels if label.startswith("step")), None)
+        output = output / step if step else output
+        jobs.append((
+            labels, npu_folders[labels] / "dump.json", bench_folders[labels] / "dump.json", output, stack_mode,
+            auto_analyze, fuzzy_match, stamp, mappings, diagnosis_limit,
+        ))  # fmt: skip
+    what = "dumps" if any(label.startswith("step") for labels in shared for label in labels) else "ranks"
+    return run_jobs(_compare_one, jobs, engine or Engine(workers=processes), what)
+
+
+def _listed(folders: dict[tuple[str, ...], Path]) -> str:
+    names = sorted((" ".join(labels) or "one dump" for labels in folders), key=lambda name: (len(name), name))
+    return ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
 
 
 def run_compare_json(
@@ -410,21 +420,25 @@ def run_compare_json(
     engine: Engine | None = None,
     consistent: bool = False,
     tolerance: float | None = None,
+    diagnosis_limit: int | None = None,
 ) -> list[CompareSummary]:
-    """What ``msprobe compare -i compare.json`` does: single or multi-rank, decided by the paths; two files of
-    responses token by token (``consistent``: the train/infer consistency check)."""
+    """What ``msprobe compare -i compare.json`` does: one dump, or every step and rank the paths hold (a step
+    folder, a whole dump_path), decided by the paths; two files of responses token by token (``consistent``:
+    the train/infer consistency check)."""
     spec = read_compare_json(compare_json)
     npu, bench = Path(spec.npu_path), Path(spec.bench_path)
     if is_generation_file(npu) or is_generation_file(bench) or consistent:
         return [_compare_generations(npu, bench, Path(output_path), consistent, tolerance)]
-    if npu.is_dir() and not (npu / "dump.json").exists() and not (npu / ".dump.json.journal").exists():
+    if npu.is_dir() and not is_dump_folder(npu):
         return compare_distributed(
-            npu, bench, output_path, stack_mode, not compare_only, fuzzy_match, mappings=mappings, engine=engine
-        )
+            npu, bench, output_path, stack_mode, not compare_only, fuzzy_match, mappings=mappings, engine=engine,
+            diagnosis_limit=diagnosis_limit,
+        )  # fmt: skip
     stacks = stack_source(npu, spec.stack_path, stack_mode)
     summary, _ = compare_pair(
-        npu, bench, Path(output_path), stacks or False, not compare_only, fuzzy_match, mappings=mappings
-    )
+        npu, bench, Path(output_path), stacks or False, not compare_only, fuzzy_match, mappings=mappings,
+        diagnosis_limit=diagnosis_limit,
+    )  # fmt: skip
     return [summary]
 
 
@@ -456,15 +470,36 @@ def diagnose_compare_json(
 ) -> tuple[Diagnosis, Path | None]:
     """Where the runs of compare.json part ways, over every step and rank its paths hold (one dump.json each,
     or step/rank folders); written to ``first_divergence_{timestamp}.json`` in ``output_path`` when given."""
-    from msprobe.core.dump.writer import make_dir, write_json_atomic
-
     spec = read_compare_json(compare_json)
     npu, bench = Path(spec.npu_path), Path(spec.bench_path)
     npu, bench = (npu.parent, bench.parent) if npu.is_file() else (npu, bench)
     diagnosis = diagnose_runs(npu, bench)
-    if output_path is None:
-        return diagnosis, None
+    return diagnosis, (None if output_path is None else write_first_divergence(diagnosis, output_path))
+
+
+def write_first_divergence(diagnosis: Diagnosis, output_path: str | Path) -> Path:
+    """``first_divergence_{timestamp}.json``: the answer as a dict."""
     make_dir(Path(output_path))
     written = Path(output_path) / f"first_divergence_{timestamp()}.json"
     write_json_atomic(written, diagnosis.as_dict(), indent=2)
-    return diagnosis, written
+    return written
+
+
+def diagnose_across(compare_json: str | Path, summaries: list[CompareSummary]) -> Diagnosis:
+    """The answer over every step and rank of a multi-dump compare, made the verdict of the dump it names.
+
+    Each dump's own diagnosis sees that dump alone; the answer over all of them also weighs the steps before
+    (a noisy step, an argument whose effect shows later, an undumped optimizer step). Where it finds the runs
+    part ways, that dump's verdict, summary line and advisor file say so too: one command, one answer."""
+    answer, _ = diagnose_compare_json(compare_json)
+    if answer.verdict != DIVERGENCE:
+        return answer
+    for summary in summaries:
+        if summary.step != answer.step or summary.rank != (None if answer.rank is None else str(answer.rank)):
+            continue
+        if summary.diagnosis is None or summary.diagnosis.as_dict() != answer.as_dict():
+            summary.diagnosis = answer
+            for file in summary.files:
+                if file.name.startswith("advisor"):
+                    write_new_text(file, answer.text() + "\n")
+    return answer

@@ -31,7 +31,7 @@ from msprobe.core.diagnosis.decide import (
 )
 from msprobe.core.diagnosis.explain import arguments_words
 from msprobe.core.diagnosis.values import ValueComparer
-from msprobe.core.dump.layout import dump_folders, label_number
+from msprobe.core.dump.layout import dump_folders, labels_order, step_and_rank_of_labels
 from msprobe.core.dump.reader import Dump, read_dump
 from msprobe.core.dump.writer import JOURNAL_NAME
 
@@ -81,10 +81,14 @@ def diagnosis_fits(*paths: Path, limit: int | None = None) -> tuple[bool, str]:
                 break
     if size <= limit:
         return True, ""
+    larger = (
+        f"ask for it with --first-divergence (up to {MAX_DIAGNOSED_BYTES / 2**20:.0f} MiB), or "
+        if limit < MAX_DIAGNOSED_BYTES
+        else ""
+    )
     return False, (
         f"not diagnosed: the two dump.json files hold {size / 2**20:.0f} MiB, above the {limit / 2**20:.0f} MiB "
-        "this diagnosis reads; ask for it with --first-divergence (up to "
-        f"{MAX_DIAGNOSED_BYTES / 2**20:.0f} MiB), or dump a scope or list and compare that"
+        f"this diagnosis reads; {larger}dump a scope or list and compare that"
     )
 
 
@@ -113,25 +117,8 @@ def step_and_rank_of(folder: Path) -> tuple[int | None, int | None]:
     """``.../step3/rank1`` -> (3, 1); what a folder outside that layout does not say is None."""
     folder = Path(folder)
     if folder.name.startswith(("rank", "proc")):
-        return _step_and_rank((folder.parent.name, folder.name))
-    return _step_and_rank((folder.name,))
-
-
-def _sorted_labels(folders: dict[tuple[str, ...], Path]) -> list[tuple[str, ...]]:
-    def key(labels: tuple[str, ...]) -> tuple:
-        return tuple((label_number(label) if label_number(label) is not None else -1, label) for label in labels)
-
-    return sorted(folders, key=key)
-
-
-def _step_and_rank(labels: tuple[str, ...]) -> tuple[int | None, int | None]:
-    step = rank = None
-    for label in labels:
-        if label.startswith("step"):
-            step = label_number(label)
-        elif label.startswith(("rank", "proc")):
-            rank = label_number(label) if label.startswith("rank") else None
-    return step, rank
+        return step_and_rank_of_labels((folder.parent.name, folder.name))
+    return step_and_rank_of_labels((folder.name,))
 
 
 def _first_in_run(found: Diagnosis, analysis: PairAnalysis) -> tuple:
@@ -157,7 +144,7 @@ def diagnose_runs(npu_root: str | Path, bench_root: str | Path, translate: Trans
     """The first (step, rank) where two runs part ways, over whatever the two paths hold."""
     npu_folders = dump_folders(Path(npu_root), "npu_path")
     bench_folders = dump_folders(Path(bench_root), "bench_path")
-    shared = [labels for labels in _sorted_labels(npu_folders) if labels in bench_folders]
+    shared = [labels for labels in sorted(npu_folders, key=labels_order) if labels in bench_folders]
     if not shared:
         only = sorted(" ".join(k) or "(single)" for k in set(npu_folders) ^ set(bench_folders))
         from msprobe.core.errors import DataFileError
@@ -165,7 +152,7 @@ def diagnose_runs(npu_root: str | Path, bench_root: str | Path, translate: Trans
         raise DataFileError(Path(npu_root), f"no step/rank folder in common with {bench_root}: {', '.join(only)}")
     by_step: dict[int | None, list[tuple[int | None, Path, Path]]] = {}
     for labels in shared:
-        step, rank = _step_and_rank(labels)
+        step, rank = step_and_rank_of_labels(labels)
         if step is None or rank is None:  # a folder given at a step or a rank says the rest by its name
             named_step, named_rank = step_and_rank_of(npu_folders[labels])
             step, rank = (named_step if step is None else step), (named_rank if rank is None else rank)
