@@ -221,6 +221,60 @@ def test_shared_folder_files_that_are_no_frames_go_to_rejected(receiver, tmp_pat
     assert not list(folder.glob("*.msprobe"))
 
 
+def _nested(kind: int, depth: int) -> bytes:
+    """A control frame whose JSON is an object nested ``depth`` deep: deeper than Python's recursion limit."""
+    return protocol.frame(kind, (b'{"a":' * depth) + b"1" + b"}" * depth)
+
+
+def _serve_folder(shared, folder):
+    async def run():
+        await asyncio.wait_for(shared.serve_directory(folder, poll_seconds=0.01), timeout=10)
+
+    asyncio.run(run())
+
+
+def test_a_poison_file_is_set_aside_once_and_a_restart_goes_on(receiver, tmp_path, caplog):
+    """A DONE (or HELLO) frame nested 100,000 deep killed the receiver with a RecursionError, and the file, never
+    moved, killed every restart. It goes to rejected/ like any other bad file, and the run ends as usual."""
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    (folder / "p_000000001.msprobe").write_bytes(_nested(protocol.DONE, 100_000))
+    (folder / "q_000000001.msprobe").write_bytes(_nested(protocol.HELLO, 100_000))
+    (folder / "s_000000001.msprobe").write_bytes(_api())
+    (folder / "s_000000002.msprobe").write_bytes(DONE)
+    shared = receiver()
+    _serve_folder(shared, folder)
+    assert sorted(path.name for path in (folder / "rejected").iterdir()) == ["p_000000001.msprobe"]
+    assert shared.checked_names == ["Torch.add.0.forward"] and shared.rejected_frames == 1
+    assert "nested too deeply" in caplog.text and "Traceback" not in caplog.text
+    # a second receiver over the same folder (a restart) meets none of it again
+    (folder / "s_000000003.msprobe").write_bytes(DONE)
+    again = receiver()
+    _serve_folder(again, folder)
+    assert again.rejected_frames == 0 and not list(folder.glob("*.msprobe"))
+
+
+@pytest.mark.parametrize(
+    "hello",
+    [_nested(protocol.HELLO, 4000), protocol.encode_json(protocol.HELLO, {"sender": "x", "token": "t\u00e9st"})],
+    ids=["nested 4000 deep", "non-ASCII token"],
+)
+def test_an_unreadable_hello_is_a_counted_refusal_not_a_traceback(receiver, caplog, hello):
+    guarded = receiver(token="s3cret")
+    writer = _drive(guarded, hello, _api(), DONE)
+    assert writer.closed and guarded.rejected_frames == 1 and guarded.checked_names == []
+    assert not guarded.stopped.is_set() and guarded.open_connections == 0 and not guarded.strangers
+    assert "Traceback" not in caplog.text and "bad frame" in caplog.text
+
+
+def test_a_flood_of_unreadable_hellos_logs_a_bounded_number_of_lines(receiver, caplog):
+    guarded = receiver(token="s3cret")
+    for _ in range(300):
+        _drive(guarded, _nested(protocol.HELLO, 4000))
+    assert guarded.rejected_frames == 300
+    assert len([r for r in caplog.records if "bad frame" in r.getMessage()]) <= 25
+
+
 def test_the_summary_counts_what_was_refused(receiver):
     counted = receiver(limits=Limits(max_connections=1))
     counted.admitted = 1

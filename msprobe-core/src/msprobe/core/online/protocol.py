@@ -175,6 +175,8 @@ def decode_hello(payload: bytes) -> tuple[str | None, str | None]:
     for field_name, text in (("sender", sender), ("token", token)):
         if text is not None and (not isinstance(text, str) or len(text) > _MAX_NAME * 8):
             raise ProtocolError(f"HELLO frame: '{field_name}' must be a short string")
+    if token is not None and not token.isascii():  # tokens are hex; hmac compares ASCII text only
+        raise ProtocolError("HELLO frame: 'token' must be ASCII")
     if sender is not None and (len(sender) > _MAX_NAME or not sender.isprintable()):
         raise ProtocolError("HELLO frame: 'sender' must be a short printable name")
     return sender, token
@@ -197,6 +199,8 @@ def decode_json(payload: bytes) -> dict:
         value = json.loads(payload)
     except ValueError as exc:
         raise ProtocolError(f"malformed control frame ({exc})") from None
+    except RecursionError:  # JSON nested thousands deep: no control frame is
+        raise ProtocolError("malformed control frame (nested too deeply)") from None
     if not isinstance(value, dict):
         raise ProtocolError("malformed control frame")
     return value

@@ -300,6 +300,12 @@ class Receiver:
                 self.log.note("hello", "online run_ut: %s sent no HELLO in time; connection closed", peer)
         except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
             self.log.note("cut", "online run_ut: %s disconnected mid-frame (%s)", peer, type(exc).__name__)
+        except Exception as exc:  # what no decoder foresaw: this connection's frame is refused, the receiver goes on
+            self.rejected_frames += 1
+            self.log.note(
+                "frame", "online run_ut: %s sent a frame that could not be read (%s); connection closed",
+                peer, type(exc).__name__,
+            )  # fmt: skip
         finally:
             if authenticated:
                 self.admitted -= 1
@@ -383,14 +389,21 @@ class Receiver:
                     payload = data[protocol.PREFIX.size :]
                     if len(payload) != length:
                         raise protocol.ProtocolError("file is cut short")
-                    self.senders.setdefault(sender, SenderStats())
                     if kind == protocol.API:
-                        self.on_api(protocol.decode_api(payload))
+                        message = protocol.decode_api(payload)
+                        self.senders.setdefault(sender, SenderStats())  # known once a frame of it reads
+                        self.on_api(message)
                     elif kind == protocol.DONE:
-                        self.on_done(sender, protocol.decode_done(payload))
+                        counts = protocol.decode_done(payload)
+                        self.senders.setdefault(sender, SenderStats())
+                        self.on_done(sender, counts)
                 except protocol.ProtocolError as exc:
                     self.rejected_frames += 1
                     self._reject(folder, path, str(exc))
+                    continue
+                except Exception as exc:  # what no decoder foresaw: set aside, or every restart would meet it again
+                    self.rejected_frames += 1
+                    self._reject(folder, path, f"could not be read: {type(exc).__name__}")
                     continue
                 path.unlink(missing_ok=True)
             await asyncio.sleep(poll_seconds)
