@@ -23,6 +23,7 @@ from msprobe.core.grad_probe import GradProbeHooks, GradRecord, GradSummaryWrite
 from msprobe.core.session import TaskSession
 from msprobe.pytorch.dump.device_batch import FORCE_DEVICE_PATH
 from msprobe.pytorch.dump.measuring import kernel_stats
+from msprobe.pytorch.dump.pt_file import host_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +33,8 @@ _BIT_WEIGHTS = (128, 64, 32, 16, 8, 4, 2, 1)  # numpy.packbits' order: the first
 
 def measure(name: str, grad: torch.Tensor, level: str, bounds: torch.Tensor | None) -> GradRecord:
     data = grad.detach()
+    if callable(getattr(data, "to_local", None)):  # a DTensor (FSDP2, tensor parallel): this rank's shard
+        data = data.to_local()
     values = data.float() if data.dtype != torch.float64 else data
     stats = kernel_stats(values) if level != "L2" else None  # a CPU gradient: one pass in C
     if stats is not None:
@@ -39,7 +42,7 @@ def measure(name: str, grad: torch.Tensor, level: str, bounds: torch.Tensor | No
     else:
         record = _measure_with_torch(name, data, values, level, bounds)
     if level == "L0":
-        record.md5 = hashlib.md5(data.cpu().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()
+        record.md5 = hashlib.md5(host_bytes(data.cpu())).hexdigest()
     else:
         positive = (values > 0).cpu().numpy()
         record.signs = np.packbits(positive.reshape(-1))

@@ -14,10 +14,12 @@ from msprobe.core.trees import leaves, map_leaves
 
 
 def tensor_to_numpy(tensor: torch.Tensor) -> np.ndarray:
-    """A host numpy copy; dtypes numpy lacks (bfloat16, float8) widen to float32."""
+    """A host numpy copy; dtypes numpy lacks (bfloat16, float8) widen to float32.
+
+    Always a copy, never a view of the tensor's own memory: ``.numpy()`` marks the storage it views as never to
+    be resized, and FSDP2 frees a gathered parameter by resizing its storage to 0."""
     tensor = tensor.detach()
-    if tensor.device.type != "cpu":
-        tensor = tensor.cpu()
+    tensor = tensor.cpu() if tensor.device.type != "cpu" else tensor.clone()
     if tensor.is_complex():
         return tensor.resolve_conj().numpy()
     try:

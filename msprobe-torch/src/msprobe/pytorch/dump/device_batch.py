@@ -25,6 +25,7 @@ from msprobe.core.switches import number, switched_on
 from msprobe.pytorch import func_transforms
 from msprobe.pytorch.dump import measuring
 from msprobe.pytorch.dump.measuring import PendingStat
+from msprobe.pytorch.dump.pt_file import host_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -373,7 +374,7 @@ class DeviceBatch:
         for group in _by_device(checksums, lambda item: item.data.device):
             try:
                 parts = [item.data.reshape(-1).view(torch.uint8) for item in group]
-                blob = (torch.cat(parts) if len(parts) > 1 else parts[0]).cpu().numpy()  # one alone: no device copy
+                blob = host_bytes((torch.cat(parts) if len(parts) > 1 else parts[0]).cpu())  # one alone: no copy
                 self.reads += 1
                 offset = 0
                 for item in group:

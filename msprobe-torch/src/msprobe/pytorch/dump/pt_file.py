@@ -15,6 +15,7 @@ torch.save itself.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import io
 import pickle
@@ -116,14 +117,31 @@ def _plain(data: torch.Tensor, nbytes: int) -> bool:
     )
 
 
-_NUMPY_READABLE = {torch.float32, torch.float64, torch.float16, torch.int64, torch.int32, torch.int16, torch.bool}
-
-
 def host_bytes(data: torch.Tensor) -> Any:
-    """The bytes of a contiguous CPU tensor, in place (a numpy array, or b"" when empty)."""
+    """The bytes of a CPU tensor, read in place: a byte memoryview that keeps the tensor alive (b"" when empty).
+
+    Not through ``.numpy()``: that marks the storage it views as never to be resized again, and FSDP2 frees a
+    gathered parameter by resizing its storage to 0, which then fails in the user's training."""
     if not data.numel():
         return b""
     data = data.resolve_conj().resolve_neg()  # the values' bytes, not a lazy view's
-    if data.dtype in _NUMPY_READABLE:  # the usual case: numpy exposes the memory as it is
-        return data.numpy()
-    return data.reshape(-1).view(torch.uint8).numpy()
+    if not data.is_contiguous():
+        data = data.contiguous()
+    size = data.numel() * data.element_size()
+    if not _holds(data, size):
+        if callable(getattr(data, "to_local", None)):  # a DTensor: the bytes of this rank's shard
+            return host_bytes(data.to_local())
+        raise RuntimeError(f"a {type(data).__name__} of {size} bytes whose memory cannot be read in place")
+    memory = (ctypes.c_ubyte * size).from_address(data.data_ptr())
+    memory.tensor = data  # held as long as any view of the bytes is
+    return memoryview(memory).cast("B")
+
+
+def _holds(data: torch.Tensor, size: int) -> bool:
+    """Whether a contiguous tensor's ``size`` bytes lie in memory of its own: not a wrapper subclass with no
+    storage (a DTensor), nor a storage resized to nothing (FSDP2's freed parameters)."""
+    try:
+        storage = data.untyped_storage()
+        return storage.data_ptr() != 0 and storage.nbytes() >= data.storage_offset() * data.element_size() + size
+    except (RuntimeError, NotImplementedError):
+        return False

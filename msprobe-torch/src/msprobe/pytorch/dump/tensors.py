@@ -438,7 +438,7 @@ def _except_keys_last(summary: dict[str, Any]) -> None:
 def tensor_numpy(tensor: torch.Tensor) -> Any:
     from msprobe.pytorch.tensor_io import tensor_to_numpy
 
-    return tensor_to_numpy(tensor.detach().cpu()).copy()
+    return tensor_to_numpy(tensor)
 
 
 def describe_object(value: Any) -> dict[str, Any] | None:
