@@ -81,21 +81,29 @@ def test_a_lone_proc_folder_of_each_run_pairs_though_their_pids_differ(tmp_path)
     assert result.exit_code == 0 and result.output.startswith("step 0: PASS"), result.output
 
 
-@pytest.mark.parametrize(
-    "npu_ranks, bench_ranks", [(("rank",), ("rank0", "rank1")), (("rank0",), ("rank1",))], ids=["rank-rankN", "0-1"]
-)
-def test_rank_layouts_with_nothing_in_common_are_one_clear_error(tmp_path, npu_ranks, bench_ranks):
-    for side, ranks in (("npu", npu_ranks), ("bench", bench_ranks)):
-        for rank in ranks:
-            shutil.copytree(STATS_L1 / "step0" / "rank", tmp_path / side / rank)
+def test_rank_folders_with_nothing_in_common_are_one_clear_error(tmp_path):
+    shutil.copytree(STATS_L1 / "step0" / "rank", tmp_path / "npu" / "rank0")
+    shutil.copytree(STATS_L1 / "step0" / "rank", tmp_path / "bench" / "rank1")
     spec = compare_json(tmp_path, tmp_path / "npu", tmp_path / "bench")
     result = run_cli("compare", "-i", str(spec), "-o", str(tmp_path / "out"))
     assert result.exit_code == 2 and "Traceback" not in result.output
     message = result.output.strip()
-    assert "no step or rank folder in common" in message
-    for rank in (*npu_ranks, *bench_ranks):
-        assert rank in message
+    assert "no step or rank folder in common" in message and "rank0" in message and "rank1" in message
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+def test_one_process_against_two_ranks_is_compared_as_the_global_run(tmp_path):
+    """`rank` against `rank0` and `rank1` (a golden run on fewer devices): the two ranks are merged first. Two
+    copies of one dump, with no layout recorded, merge into that dump: the same values."""
+    shutil.copytree(STATS_L1 / "step0" / "rank", tmp_path / "npu" / "rank")
+    for rank in ("rank0", "rank1"):
+        shutil.copytree(STATS_L1 / "step0" / "rank", tmp_path / "bench" / rank)
+    spec = compare_json(tmp_path, tmp_path / "npu", tmp_path / "bench")
+    result = run_cli("compare", "-i", str(spec), "-o", str(tmp_path / "out"))
+    assert result.exit_code == 0, result.output
+    [line] = [line for line in result.output.splitlines() if line.startswith("PASS: ")]
+    assert "0 unmatched" in line and "1 rank against 2: each step's ranks merged" in result.output
+    assert (tmp_path / "out" / "merged_bench" / "rank" / "dump.json").is_file()
 
 
 # one answer per command, whatever the dumps' size

@@ -8,6 +8,7 @@ from msprobe.core.compare.run import (  # noqa: F401
     compare,
     compare_distributed,
     compare_pair,
+    diagnose_across,
     diagnose_compare_json,
     overall_line,
     read_compare_json,
@@ -15,4 +16,5 @@ from msprobe.core.compare.run import (  # noqa: F401
     run_compare_json,
     stack_source,
     tensor_readers,
+    write_first_divergence,
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import math
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -58,6 +59,10 @@ class CompareSummary:
     rank: str | None = None
     answer: str = ""  # what a compare without a diagnosis says instead (two generations: where they part ways)
     step: int | None = None
+    # runs of other layouts: what should be alike on every rank and is not (see msprobe.core.parallel)
+    rank_findings: list[str] = field(default_factory=list)
+    # the folders compared, when they are not the ones compare.json names (ranks merged), and their layouts differ
+    compared: tuple[Path, Path] | None = None
 
     @property
     def where(self) -> str:
@@ -73,8 +78,12 @@ class CompareSummary:
         the count of values beyond the reference's thresholds when it is not (or was not asked)."""
         if self.rows == self.unmatched:
             return "NO DATA"
+        if self.rank_findings:
+            return "SUSPICIOUS"
         if self.diagnosis is not None and self.diagnosis.verdict in (DIVERGENCE, NONE):
             return "SUSPICIOUS" if self.diagnosis.verdict == DIVERGENCE else "PASS"
+        if self.compared is not None and _rounding_alone(self.diagnosis):
+            return "PASS"  # runs of other layouts sum in another order: rounding is what they should differ by
         if self.suspicious == 0:
             return "PASS"
         return "SUSPICIOUS"
@@ -86,12 +95,31 @@ class CompareSummary:
     def line(self) -> str:
         where = f"{self.where}: " if self.where else ""
         answer = f"; {self.diagnosis.line()}" if self.diagnosis is not None else ""
+        if self.compared is not None and _rounding_alone(self.diagnosis):
+            answer = (
+                f"; the runs agree to rounding (relative error {self.diagnosis.error:.1e} from "
+                f"{self.diagnosis.api} on, nothing out of proportion): runs of other layouts sum in another order"
+            )
         answer = answer or (f"; {self.answer}" if self.answer else "")
+        if self.rank_findings:
+            more = f" (and {len(self.rank_findings) - 1} more)" if len(self.rank_findings) > 1 else ""
+            answer += f"; ranks disagree: {self.rank_findings[0]}{more}"
         compared = self.rows - self.unmatched
         return (
             f"{where}{self.verdict}: {compared} values compared in {self.mode} mode, {self.suspicious} suspicious, "
             f"{self.unmatched} unmatched{answer}"
         )
+
+
+def _rounding_alone(diagnosis: Diagnosis | None) -> bool:
+    """The diagnosis measured the runs to differ by rounding alone, nothing out of proportion anywhere."""
+    return (
+        diagnosis is not None
+        and diagnosis.verdict == "uncertain"
+        and diagnosis.cause == "computation"
+        and diagnosis.error is not None
+        and math.isfinite(diagnosis.error)
+    )
 
 
 def overall_line(summaries: list[CompareSummary]) -> str:
@@ -234,6 +262,7 @@ def compare_pair(
     prefix: str = "compare_result",
     mappings: dict[str, Any] | None = None,
     diagnosis_limit: int | None = None,
+    other_layout: bool = False,
 ) -> tuple[CompareSummary, CompareResult]:
     """``stack_mode``: True for the stacks of the stack.json beside the NPU dump, or the stack.json to read.
     ``diagnosis_limit``: the dump.json bytes (both sides) the diagnosis reads, ``COMPARE_DIAGNOSED_BYTES`` by
@@ -241,7 +270,7 @@ def compare_pair(
     with collector_paused():
         return _compare_pair(
             npu_json, bench_json, output_dir, stack_mode, auto_analyze, fuzzy_match, stamp, prefix, mappings,
-            diagnosis_limit or COMPARE_DIAGNOSED_BYTES,
+            diagnosis_limit or COMPARE_DIAGNOSED_BYTES, other_layout,
         )  # fmt: skip
 
 
@@ -256,6 +285,7 @@ def _compare_pair(
     prefix: str,
     mappings: dict[str, Any] | None,
     diagnosis_limit: int,
+    other_layout: bool = False,
 ) -> tuple[CompareSummary, CompareResult | None]:
     from msprobe.core.compare import large  # for large dumps only: not imported by a small compare's start
 
@@ -272,7 +302,7 @@ def _compare_pair(
         else:
             diagnosis = None
             if auto_analyze:
-                diagnosis = _diagnose(Path(npu_json), Path(bench_json), None, None, None, diagnosis_limit)
+                diagnosis = _diagnose(Path(npu_json), Path(bench_json), None, None, None, diagnosis_limit, other_layout)
                 streamed.files.append(_write_advisor(diagnosis, Path(output_dir), prefix, stamp))
             summary = CompareSummary(
                 streamed.mode, streamed.rows, streamed.suspicious, streamed.unmatched, diagnosis, streamed.files
@@ -303,13 +333,15 @@ def _compare_pair(
     diagnosis = None
     if auto_analyze:
         translate = mapper if mapper.active else None
-        diagnosis = _diagnose(Path(npu_json), Path(bench_json), npu, bench, translate, diagnosis_limit)
+        diagnosis = _diagnose(Path(npu_json), Path(bench_json), npu, bench, translate, diagnosis_limit, other_layout)
         counts.files.append(_write_advisor(diagnosis, Path(output_dir), prefix, stamp))
     summary = CompareSummary(counts.mode, counts.rows, counts.suspicious, counts.unmatched, diagnosis, counts.files)
     return summary, result
 
 
-def _diagnose(npu_json: Path, bench_json: Path, npu: Any, bench: Any, translate: Any, limit: int) -> Diagnosis:
+def _diagnose(
+    npu_json: Path, bench_json: Path, npu: Any, bench: Any, translate: Any, limit: int, other_layout: bool = False
+) -> Diagnosis:
     """Where the two dumps part ways (msprobe.core.diagnosis); dumps too large for it get an answer that says
     so rather than none."""
     fits, why = diagnosis_fits(npu_json, bench_json, limit=limit)
@@ -317,7 +349,7 @@ def _diagnose(npu_json: Path, bench_json: Path, npu: Any, bench: Any, translate:
         return Diagnosis("uncertain", detail=why, confidence="low")
     if npu is None or bench is None:
         npu, bench = read_dump(npu_json), read_dump(bench_json)
-    found = diagnose_dumps(npu, bench, translate)[0]
+    found = diagnose_dumps(npu, bench, translate, other_layout=other_layout)[0]
     found.step, found.rank = step_and_rank_of(npu.folder)
     return found
 
@@ -352,13 +384,15 @@ def compare(
 
 
 def _compare_one(args: tuple) -> CompareSummary:
-    labels, npu_json, bench_json, output_dir, stack_mode, auto_analyze, fuzzy_match, stamp, mappings, limit = args
+    labels, npu_json, bench_json, output_dir, stack_mode, auto_analyze, fuzzy_match, stamp, mappings, limit = args[:10]
+    other_layout = args[10] if len(args) > 10 else False
     step, rank = step_and_rank_of_labels(labels)
     number = "" if rank is None else str(rank)
     prefix = f"compare_result_rank{number}" if number else "compare_result"
     summary, _ = compare_pair(
-        npu_json, bench_json, output_dir, stack_mode, auto_analyze, fuzzy_match, stamp, prefix, mappings, limit
-    )
+        npu_json, bench_json, output_dir, stack_mode, auto_analyze, fuzzy_match, stamp, prefix, mappings, limit,
+        other_layout,
+    )  # fmt: skip
     summary.rank, summary.step = (number or None), step
     return summary
 
@@ -378,7 +412,52 @@ def compare_distributed(
 ) -> list[CompareSummary]:
     """Compare each rank of two step folders, or each step and rank of two whole ``dump_path`` folders; the
     pairs run on ``engine`` (default: ``processes`` local worker processes). A step's results go in a folder of
-    its own (``output_path/step{N}``), under the names a one-step compare gives them."""
+    its own (``output_path/step{N}``), under the names a one-step compare gives them.
+
+    Runs of other layouts (8 ranks against 1, FSDP2 against DDP) are compared as the global runs they
+    compute: each step's ranks are merged first (see msprobe.core.parallel.runs)."""
+    from msprobe.core.parallel.runs import prepare
+
+    prepared = prepare(Path(npu_dump_dir), Path(bench_dump_dir), Path(output_path))
+    if prepared.merged:
+        logger.warning("msprobe compare: %s", prepared.words)
+        npu_dump_dir, bench_dump_dir = prepared.npu, prepared.bench
+    summaries = _compare_folders(
+        Path(npu_dump_dir), Path(bench_dump_dir), Path(output_path), stack_mode, auto_analyze, fuzzy_match,
+        processes, mappings, engine, diagnosis_limit, prepared.merged,
+    )  # fmt: skip
+    for summary in summaries:
+        findings = prepared.findings.get(summary.step, [])
+        summary.rank_findings = [finding.line() for finding in findings]
+        summary.compared = (prepared.npu, prepared.bench) if prepared.merged else None
+    if prepared.merged and any(prepared.findings.values()):
+        _write_rank_findings(prepared.findings, Path(output_path), summaries)
+    return summaries
+
+
+def _write_rank_findings(findings: dict, output_dir: Path, summaries: list[CompareSummary]) -> None:
+    """rank_consistency_{timestamp}.json: by step, what should be alike on every rank and is not."""
+    written = output_dir / f"rank_consistency_{timestamp()}.json"
+    by_step = {str(step): [vars(finding) for finding in step_findings] for step, step_findings in findings.items()}
+    write_json_atomic(written, by_step, indent=2)
+    for summary in summaries:
+        if summary.rank_findings:
+            summary.files.append(written)
+
+
+def _compare_folders(
+    npu_dump_dir: Path,
+    bench_dump_dir: Path,
+    output_path: Path,
+    stack_mode: bool,
+    auto_analyze: bool,
+    fuzzy_match: bool,
+    processes: int | None,
+    mappings: dict[str, Any] | None,
+    engine: Engine | None,
+    diagnosis_limit: int | None,
+    other_layout: bool,
+) -> list[CompareSummary]:
     npu_folders = dump_folders(Path(npu_dump_dir), "npu_path")
     bench_folders = dump_folders(Path(bench_dump_dir), "bench_path")
     shared = sorted(set(npu_folders) & set(bench_folders), key=labels_order)
@@ -399,7 +478,7 @@ def compare_distributed(
         output = output / step if step else output
         jobs.append((
             labels, npu_folders[labels] / "dump.json", bench_folders[labels] / "dump.json", output, stack_mode,
-            auto_analyze, fuzzy_match, stamp, mappings, diagnosis_limit,
+            auto_analyze, fuzzy_match, stamp, mappings, diagnosis_limit, other_layout,
         ))  # fmt: skip
     what = "dumps" if any(label.startswith("step") for labels in shared for label in labels) else "ranks"
     return run_jobs(_compare_one, jobs, engine or Engine(workers=processes), what)
@@ -429,7 +508,7 @@ def run_compare_json(
     npu, bench = Path(spec.npu_path), Path(spec.bench_path)
     if is_generation_file(npu) or is_generation_file(bench) or consistent:
         return [_compare_generations(npu, bench, Path(output_path), consistent, tolerance)]
-    if npu.is_dir() and not is_dump_folder(npu):
+    if (npu.is_dir() and not is_dump_folder(npu)) or (bench.is_dir() and not is_dump_folder(bench)):
         return compare_distributed(
             npu, bench, output_path, stack_mode, not compare_only, fuzzy_match, mappings=mappings, engine=engine,
             diagnosis_limit=diagnosis_limit,
@@ -491,7 +570,11 @@ def diagnose_across(compare_json: str | Path, summaries: list[CompareSummary]) -
     Each dump's own diagnosis sees that dump alone; the answer over all of them also weighs the steps before
     (a noisy step, an argument whose effect shows later, an undumped optimizer step). Where it finds the runs
     part ways, that dump's verdict, summary line and advisor file say so too: one command, one answer."""
-    answer, _ = diagnose_compare_json(compare_json)
+    compared = next((summary.compared for summary in summaries if summary.compared is not None), None)
+    if compared is not None:  # ranks merged: the answer over the merged runs, of other layouts
+        answer = diagnose_runs(compared[0], compared[1], other_layout=True)
+    else:
+        answer, _ = diagnose_compare_json(compare_json)
     if answer.verdict != DIVERGENCE:
         return answer
     for summary in summaries:

@@ -69,6 +69,9 @@ class PairAnalysis:
         self._module_calls: dict[str | None, tuple[list[Call], int]] | None = None  # see called_in_both
         self._consumers: dict[tuple, list[Call]] | None = None  # a summary -> the calls given it (see meeting)
         self.met_again_at: list[Call] = []  # the calls whose outputs differ, when the runs meet again after all
+        # the two runs were laid out otherwise (another tensor-parallel degree...): a sum may be taken in another
+        # order anywhere, so a call of a kind that agreed elsewhere may still round otherwise
+        self.other_layout = False
         self.spelt: set[tuple] = set()  # this run's masks taken as the benchmark's (see masks_spelt_otherwise)
         self._by_name = {call.name: call for call in ours}
         self._theirs_by_name = {call.name: call for call in theirs}

@@ -42,6 +42,9 @@ class Value:
     data_name: str | None = None
     literal: Any = None  # a plain argument's value
     requires_grad: bool | None = None
+    # merged from the ranks of a sharded run with some statistics unknown (partial sums: only the mean is
+    # known); those compare with nothing, rather than differ
+    partly_known: bool = False
     _fingerprint: Any = field(default=False, repr=False, compare=False)
 
     @property
@@ -163,6 +166,7 @@ def _value(path: str, leaf: Any) -> Value:
             checksum if type(checksum) is str else None,
             name if type(name) is str else None,
             requires_grad=grad if type(grad) is bool else None,
+            partly_known=stats is not None and None in stats and "merged" in leaf,
         )
     if isinstance(leaf, dict) and "type" in leaf:
         return Value(path, False, literal=_literal(leaf))

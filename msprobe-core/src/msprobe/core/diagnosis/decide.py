@@ -53,7 +53,7 @@ def decide(analysis: PairAnalysis, settled: bool = True) -> Diagnosis:
     if (
         unknown
         and (found.cause in ("computation", "undumped") or unseen)
-        and not (analysis.agreed_before(first) or analysis.rounds_too_far(first))
+        and not ((analysis.agreed_before(first) and not analysis.other_layout) or analysis.rounds_too_far(first))
     ):
         found = noisy(analysis, first, settled)
     elif found.cause == "weights" and not settled and not found.nonfinite:

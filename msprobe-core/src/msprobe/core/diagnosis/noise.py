@@ -152,6 +152,7 @@ def noisy(analysis: PairAnalysis, first: Call, settled: bool = True) -> Diagnosi
         detail=f"the runs differ from {first.name} on by amounts rounding explains (relative error {error:.1e}, "
         f"typical {floor:.1e}); no call's error is out of proportion to what it was given",
         confidence="low",
+        error=error,
     )
 
 

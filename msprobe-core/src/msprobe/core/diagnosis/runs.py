@@ -93,15 +93,17 @@ def diagnosis_fits(*paths: Path, limit: int | None = None) -> tuple[bool, str]:
 
 
 def diagnose_dumps(
-    npu: Dump, bench: Dump, translate: Translate | None = None, settled: bool = True
+    npu: Dump, bench: Dump, translate: Translate | None = None, settled: bool = True, other_layout: bool = False
 ) -> tuple[Diagnosis, PairAnalysis]:
-    """One step and rank of each run, already read (``settled``: the steps before agreed bit for bit)."""
+    """One step and rank of each run, already read (``settled``: the steps before agreed bit for bit;
+    ``other_layout``: the runs were laid out otherwise, and a dump is the merge of a sharded run's ranks)."""
     if translate is None and npu.data == bench.data and npu.construct == bench.construct:
         # the same entries, value for value (two runs of one machine, the same script): nothing to trace
         found = Diagnosis(NONE, detail=no_divergence_words(len(npu.data), 0), compared=len(npu.data))
         return found, PairAnalysis.identical(npu)
     ours, theirs = calls_of(npu), calls_of(bench)
     analysis = PairAnalysis(ours, theirs, pair_calls(ours, theirs, translate), ValueComparer(_arrays(npu, bench)))
+    analysis.other_layout = other_layout
     return decide(analysis, settled), analysis
 
 
@@ -140,7 +142,9 @@ def _exact_evidence(found: Diagnosis) -> bool:
     return found.cause == "weights" and error is not None and math.isfinite(error) and error > FAR_OFF
 
 
-def diagnose_runs(npu_root: str | Path, bench_root: str | Path, translate: Translate | None = None) -> Diagnosis:
+def diagnose_runs(
+    npu_root: str | Path, bench_root: str | Path, translate: Translate | None = None, other_layout: bool = False
+) -> Diagnosis:
     """The first (step, rank) where two runs part ways, over whatever the two paths hold."""
     npu_folders = dump_folders(Path(npu_root), "npu_path")
     bench_folders = dump_folders(Path(bench_root), "bench_path")
@@ -170,7 +174,9 @@ def diagnose_runs(npu_root: str | Path, bench_root: str | Path, translate: Trans
             fits, why = diagnosis_fits(npu_folder, bench_folder)
             if not fits:
                 return Diagnosis(UNCERTAIN, step=step, rank=rank, detail=why, confidence="low")
-            found, analysis = diagnose_dumps(read_dump(npu_folder), read_dump(bench_folder), translate, noisy is None)
+            found, analysis = diagnose_dumps(
+                read_dump(npu_folder), read_dump(bench_folder), translate, noisy is None, other_layout
+            )
             analyses[rank] = analysis
             compared += found.compared
             unpaired += analysis.unpaired

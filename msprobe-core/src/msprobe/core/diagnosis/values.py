@@ -33,9 +33,25 @@ def _same_number(a: float | None, b: float | None) -> bool:
 REDUCTION_BITS = 1e-6
 
 
+def _known_on_both(ours: Value, theirs: Value) -> tuple[tuple, tuple]:
+    """The statistics as compared: where one side was merged from partial sums, only those it knows."""
+    if not (ours.partly_known or theirs.partly_known):
+        return ours.stats, theirs.stats
+    keep = [a is not None and b is not None for a, b in zip(ours.stats, theirs.stats)]
+    return (
+        tuple(a if known else None for a, known in zip(ours.stats, keep)),
+        tuple(b if known else None for b, known in zip(theirs.stats, keep)),
+    )
+
+
 def _same_statistics(ours: Value, theirs: Value) -> bool:
-    high, low, mean, norm = ours.stats
-    bench_high, bench_low, bench_mean, bench_norm = theirs.stats
+    (high, low, mean, norm), (bench_high, bench_low, bench_mean, bench_norm) = _known_on_both(ours, theirs)
+    if ours.partly_known or theirs.partly_known:
+        rms = abs(bench_norm) / math.sqrt(theirs.size or 1) if bench_norm is not None else 0.0
+        close = (
+            mean is None or bench_mean is None or abs(mean - bench_mean) <= REDUCTION_BITS * max(abs(bench_mean), rms)
+        )
+        return _same_number(high, bench_high) and _same_number(low, bench_low) and close
     if not (_same_number(high, bench_high) and _same_number(low, bench_low)):
         return False
     if _same_number(mean, bench_mean) and _same_number(norm, bench_norm):

@@ -155,6 +155,8 @@ class DumpCollector:
             self.flight = FlightRecorder(session)
             self.writer_factory = self.flight.writer
         self._failed_names: set[str] = set()
+        # fields a backend adds to dump.json's header at each step (the layout of a sharded run: "parallel")
+        self.extra_header: Callable[[], dict[str, Any]] | None = None
         self.backward_numbering = BackwardNumbering()
         # values measured late (a backend's lazy statistics) are taken by this before any entry is encoded
         self.settle_values: Callable[[], None] | None = None
@@ -177,6 +179,8 @@ class DumpCollector:
                 "framework": self.session.framework,
                 "dump_data_dir": str(tensor_dir) if tensor_dir else None,
             }
+            if self.extra_header is not None:
+                header.update({key: value for key, value in self.extra_header().items() if value is not None})
             if self.session.config.dump_path:  # no link planted below dump_path may take the step elsewhere
                 refuse_links_below(Path(self.session.config.dump_path), folder)
             if self.live is not None:  # the bench's step, read before anything of this one is written

@@ -37,6 +37,7 @@ class Dump:
     construct: dict[str, Any] = field(default_factory=dict)
     recovered: bool = False
     arrays: dict[str, Any] = field(default_factory=dict)  # data_name -> tensor held in memory (online pre-check)
+    parallel: dict[str, Any] | None = None  # a sharded run's layout (world, rank, data-parallel group)
 
     @classmethod
     def from_header(cls, path: Path, header: dict[str, Any], data: dict[str, Any], **fields: Any) -> Dump:
@@ -49,6 +50,7 @@ class Dump:
             data,
             header.get("dump_data_dir"),
             **fields,
+            parallel=header.get("parallel") if isinstance(header.get("parallel"), dict) else None,
         )
 
     @property

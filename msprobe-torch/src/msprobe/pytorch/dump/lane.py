@@ -153,6 +153,7 @@ def eligible(recorder: TorchDumpRecorder) -> bool:
         # overflow check and the flight recorder decide on values, which must be there when the call ends
         and (recorder.summarizer.batch is None or (collector.overflow is None and collector.flight is None))
         and recorder.summarizer.cut is None  # request_id and slice: the part is taken in Python
+        and not recorder.summarizer.shard_sums  # a run of several processes: the sums that merge its ranks
         and not collector.names.active
         and not config.scope
         and modes.forward

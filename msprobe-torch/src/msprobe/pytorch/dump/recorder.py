@@ -8,6 +8,7 @@ still happens exactly as it would without the tool.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -27,7 +28,7 @@ from msprobe.core.dump.values import ValueEncoder
 from msprobe.core.session import TaskSession
 from msprobe.pytorch.api_patch import ApiPatcher, api_targets, unlisted_in_place_targets
 from msprobe.pytorch.compiled import EagerWhileOn, compile_escape, untraced
-from msprobe.pytorch.dump import grad_taps
+from msprobe.pytorch.dump import grad_taps, parallel
 from msprobe.pytorch.dump.call_record import CallRecord
 from msprobe.pytorch.dump.lane import make_lane
 from msprobe.pytorch.dump.risk import api_selection
@@ -176,18 +177,53 @@ class TorchDumpRecorder(DumpRecorder):
         self.backward_screen = self.lane.screen_first if self.lane is not None and self.lane_entries is None else None
         self.eager = EagerWhileOn([self.patcher, self.write_watch])
         self._told_scripted = False
+        # a sharded run: the parallel framework's own calls go unrecorded, and dump.json says the layout
+        self.framework_calls = parallel.FrameworkCalls()
+        self.collector.extra_header = lambda: {"parallel": parallel.header(self.session.model)}
+        # a DDP model's parameter gradients are read again once its all-reduce is done (see _param_grad_hook)
+        self._grads_to_reread: dict[str, ModuleHooks] = {}
+        self._reread_grads = False
 
     # -- the step ---------------------------------------------------------------------
     def starting(self) -> None:
         self.eager.on()
+        self.framework_calls.install()
+        layout = parallel.data_parallel_group(self.session.model)
+        self._reread_grads = layout is not None and layout["kind"] == "ddp"
 
     def started(self) -> None:
         if self.level == "mix":
             self._hook_optimizers()
+        if self._reread_grads:
+            from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+            self.handles.append(register_optimizer_step_pre_hook(lambda *_: self._reread_parameter_grads()))
 
     def stopping(self) -> None:
+        self._reread_parameter_grads()
         self.eager.off()
+        self.framework_calls.remove()
         self._optimizer_frame = None
+
+    def _reread_parameter_grads(self) -> None:
+        """DDP averages the gradients over its ranks after each parameter's gradient hook has run: the
+        ``parameters_grad`` entries written then are rewritten with the averaged values, once the backward (and
+        its all-reduce) is over, at the optimizer's step or at stop(). They are then the gradients that the
+        optimizer applies, alike on every rank, as the one-process run's are."""
+        pending, self._grads_to_reread = self._grads_to_reread, {}
+        if pending:
+            with self.tool_running():
+                self._rewrite_parameter_grads(pending)
+
+    def _rewrite_parameter_grads(self, pending: dict[str, ModuleHooks]) -> None:
+        for hooks in pending.values():
+            grads = {}
+            for key, param in hooks.params.items():
+                grad = _gradient_of(param) if param.grad is not None else hooks.grads.get(key)
+                if grad is not None:
+                    grads[key] = grad
+            if grads:
+                self.guard(functools.partial(self.collector.parameters_grad, hooks.grads_name, grads), hooks.grads_name)
 
     def flush_values(self) -> None:
         self.summarizer.write_pending()
@@ -533,6 +569,8 @@ class TorchDumpRecorder(DumpRecorder):
                             self.lane_entries.grads_entry(grads_name, grads)
                         else:
                             self.collector.parameters_grad(grads_name, grads)
+                        if self._reread_grads:
+                            self._grads_to_reread[grads_name] = hooks
                 except Exception as exc:
                     self.collector.report_failure(grads_name, exc)
 

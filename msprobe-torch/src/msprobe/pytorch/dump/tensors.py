@@ -13,6 +13,7 @@ unscaling and the fused optimizers leave torch's version counter as it was.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import math
 import weakref
@@ -28,7 +29,7 @@ from msprobe.core.dump.file_pool import FilePool
 from msprobe.core.dump.numbers import json_number, no_statistics
 from msprobe.core.dump.overflow import is_nonfinite
 from msprobe.core.dump.writer import RawJSON
-from msprobe.pytorch.dump import device_batch, lane, measuring, unusual
+from msprobe.pytorch.dump import device_batch, lane, measuring, parallel, unusual
 from msprobe.pytorch.dump.pt_file import PtWriter
 
 logger = logging.getLogger(__name__)
@@ -159,10 +160,14 @@ class TensorSummarizer:
         self._cache: dict[tuple[int, str], tuple[Any, int, int, int, int, Any]] = {}
         self.write_log = WriteLog()
         self.caches = self.with_stats or self.with_crc or self.with_xor
+        # a run of several processes: float64 sums beside the statistics, and parameters marked, so that its
+        # ranks merge into one global run (see msprobe.pytorch.dump.parallel)
+        self.shard_sums = parallel.world() is not None and self.with_stats
         # the usual entry, statistics of a plain CPU float tensor, measured and cached as JSON text in C (_lane.c):
         # the bulk of a dump; everything else, and any doubt, goes the general way below, which writes the same
         # md5 too, its CRC-32 cached with the statistics; not for the live diff, which reads each call's values
         quick = task == "statistics" and not self.with_xor and not deferred and not (self.with_crc and live_diff)
+        quick = quick and not self.shard_sums
         checksum = measuring.crc32_hex if self.with_crc else None
         self.quick_texts = (
             lane.summaries(self.write_log, checksum) if quick and not device_batch.FORCE_DEVICE_PATH else None
@@ -176,7 +181,8 @@ class TensorSummarizer:
         # the per-call path in C writes a device tensor's statistics summary with a token for the values still in
         # the batch, its text cached in C as the quick texts are (see lane.waiting_summaries); md5, files and
         # cuts take the general way
-        plain = task == "statistics" and not (self.with_crc or self.with_xor or live_diff) and cut is None
+        plain = task == "statistics" and not (self.with_crc or self.with_xor or live_diff or self.shard_sums)
+        plain = plain and cut is None
         self.waiting_texts = (
             lane.waiting_summaries(self.write_log, self._measure_waiting, device_batch.summary_rest)
             if self.batch is not None and plain
@@ -320,6 +326,8 @@ class TensorSummarizer:
 
     def __call__(self, tensor: torch.Tensor, data_stem: str) -> Any:
         """The tensor's entry in dump.json: a dict, or for the usual tensors its JSON text (``RawJSON``)."""
+        if type(tensor) is not torch.Tensor and parallel.is_dtensor(tensor):
+            return self._shard_summary(tensor, data_stem)
         if self.save_files:
             self._saving_this = self.kv_cache is None or not self.kv_cache.holds(tensor, data_stem)
         if self.cut is not None:
@@ -329,6 +337,20 @@ class TensorSummarizer:
             if text is not None:
                 return RawJSON(text)
         return unusual.by_kind(tensor, self._summary, self._unusual, data_stem)
+
+    def _shard_summary(self, tensor: torch.Tensor, data_stem: str) -> Any:
+        """A DTensor: its local shard's entry (statistics, checksum, file), and where the shard sits."""
+        local, shard = parallel.shard_of(tensor)
+        summary = self(local, data_stem)
+        if isinstance(summary, RawJSON):  # not expected (the quick path is off in a run of several processes)
+            summary = json.loads(summary.text)
+        if not isinstance(summary, dict):
+            return summary
+        summary["requires_grad"] = tensor.requires_grad
+        if self.shard_sums and isinstance(tensor, torch.nn.Parameter):
+            summary["parameter"] = True
+        summary["shard"] = shard
+        return summary
 
     def _measure_waiting(self, tensor: torch.Tensor) -> device_batch.BatchedStats | None:
         """A plain device tensor's statistics into the batch, for the per-call path in C (which caches them);
@@ -359,6 +381,12 @@ class TensorSummarizer:
         summary["requires_grad"] = tensor.requires_grad
         if len(stats) > 4:  # only an inf or nan adds the *_except_inf_nan keys: the usual tensor pays nothing
             _except_keys_last(summary)
+        if self.shard_sums and has_data and "Max" in stats:
+            summary["Sum"], summary["SumSq"] = (
+                json_number(value) for value in self._cached("sums", tensor, parallel.float64_sums)
+            )
+            if isinstance(tensor, torch.nn.Parameter):
+                summary["parameter"] = True
         waiting = getattr(stats.get("Max"), "stats", None)
         batched = isinstance(waiting, device_batch.BatchedStats)
         if batched:  # its *_except_inf_nan keys, if any, come with the read-back

@@ -1,0 +1,381 @@
+"""The ranks of one step merged into the global run they compute together.
+
+Each value of an entry is merged across the ranks that hold the entry:
+
+- a DTensor's shards by their placements, mesh dimension by mesh dimension: ``Shard(d)`` side by side along
+  ``d``, ``Replicate`` checked alike and taken once, ``Partial`` added up;
+- in data parallelism (DDP, FSDP2: dump.json's ``parallel.data_parallel``), a plain tensor alike on every rank
+  is taken once (a parameter must be: one that is not is a desynced replica); one that differs is each rank's
+  share of the batch, side by side along the batch dimension, or, when it has the global run's shape, a
+  per-rank reduction, averaged as data parallelism defines it (a mean loss). A gradient of the backward is
+  scaled by 1 / ranks, since each rank's loss is the mean over its own share only;
+- elsewhere (tensor parallelism with plain tensors), a tensor that differs is tiled along the one dimension
+  where the pieces add up to the global run's shape, or added up where they have its shape (partial sums).
+
+The global run's shapes, when another run of them is at hand (``expected``), decide where a data-parallel piece
+or a plain tensor-parallel one goes; without them a data-parallel piece goes along dimension 0.
+
+What cannot be merged (shards that do not tile their global shape, a mesh missing a rank, values that are not
+alike in kind) is a ``DataFileError`` naming the entry and the rank. What should be alike on every rank and is
+not is a ``Finding``, and the merged value is then the lowest rank's.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from msprobe.core.dump.reader import Dump
+from msprobe.core.errors import DataFileError
+from msprobe.core.parallel import stats
+from msprobe.core.parallel.names import canonical
+
+# the global run's value (a tensor summary, a number...) at (entry name, path of the value in the entry), or None
+ExpectedShape = Callable[[str, tuple], Any]
+
+_PLACEMENT = re.compile(r"^(?:S\((?P<dim>-?\d+)\)|(?P<replicate>R)|P(?:\((?P<op>\w+)\))?)$")
+
+
+@dataclass
+class Finding:
+    """A value that should be alike on every rank and is not."""
+
+    entry: str
+    where: str
+    ranks: list[int]
+    words: str
+
+    def line(self) -> str:
+        ranks = ", ".join(map(str, self.ranks))
+        return f"{self.entry} {self.where}: rank{'s' if len(self.ranks) > 1 else ''} {ranks} {self.words}"
+
+
+@dataclass
+class MergedStep:
+    """One step of a run of several processes, as the one global run it computes."""
+
+    dump: Dump
+    ranks: list[int]
+    findings: list[Finding] = field(default_factory=list)
+    data_parallel: int = 1
+
+
+def is_tensor(value: Any) -> bool:
+    return isinstance(value, dict) and "shape" in value and "dtype" in value and isinstance(value["shape"], list)
+
+
+def _where(path: tuple) -> str:
+    return " ".join(str(part) for part in path) or "value"
+
+
+class _Merger:
+    def __init__(self, dumps: dict[int, Dump], expected: ExpectedShape | None):
+        self.dumps = dumps
+        self.expected = expected
+        self.findings: list[Finding] = []
+        layouts = [dump.parallel or {} for dump in dumps.values()]
+        group = next((layout.get("data_parallel") for layout in layouts if layout.get("data_parallel")), None)
+        self.dp_ranks = sorted(group["ranks"]) if group else []
+        self.dp_kind = group.get("kind") if group else None
+        self.data_parallel = len(self.dp_ranks) if self.dp_ranks else 1
+
+    # -- a whole step ---------------------------------------------------------------------------
+    def merge(self) -> MergedStep:
+        ranks = sorted(self.dumps)
+        ddp = self.dp_kind == "ddp"
+        renamed = {rank: _renamed(dump.data, ddp) for rank, dump in self.dumps.items()}
+        order: dict[str, None] = {}
+        for rank in ranks:
+            order.update(dict.fromkeys(renamed[rank]))
+        data = {}
+        for name in order:
+            holders = [rank for rank in ranks if name in renamed[rank]]
+            if len(holders) < len(ranks):
+                missing = sorted(set(ranks) - set(holders))
+                self.findings.append(Finding(name, "entry", missing, "made no such call (the others did)"))
+            entries = [renamed[rank][name] for rank in holders]
+            data[name] = self.value(name, (), entries, holders)
+        first = self.dumps[ranks[0]]
+        merged = Dump(
+            first.path,
+            first.task,
+            first.level,
+            first.framework,
+            data,
+            None,
+            stack=_renamed(first.stack, ddp),
+            construct=_renamed_construct(first.construct, ddp),
+            parallel={"merged_ranks": ranks, "world_size": len(ranks)},
+        )
+        return MergedStep(merged, ranks, self.findings, self.data_parallel)
+
+    # -- one value --------------------------------------------------------------------------------
+    def value(self, name: str, path: tuple, values: list[Any], ranks: list[int]) -> Any:
+        first = values[0]
+        if is_tensor(first):
+            if not all(is_tensor(value) for value in values):
+                raise self._unmergeable(name, path, values, ranks, "is a tensor on some ranks only")
+            return self.tensor(name, path, values, ranks)
+        if isinstance(first, list):
+            if any(not isinstance(value, list) or len(value) != len(first) for value in values):
+                raise self._unmergeable(name, path, values, ranks, "holds lists of different lengths")
+            return [self.value(name, (*path, index), [v[index] for v in values], ranks) for index in range(len(first))]
+        if isinstance(first, dict) and not ("type" in first and "value" in first):
+            if any(not isinstance(value, dict) or value.keys() != first.keys() for value in values):
+                raise self._unmergeable(name, path, values, ranks, "holds other fields")
+            return {key: self.value(name, (*path, key), [v[key] for v in values], ranks) for key in first}
+        return self.plain_value(name, path, values, ranks)
+
+    def plain_value(self, name: str, path: tuple, values: list[Any], ranks: list[int]) -> Any:
+        """A number, a string, None: alike on every rank, or a batch size that scales with data parallelism."""
+        first = values[0]
+        if all(value == first for value in values):
+            scaled = self._batch_size(name, path, first)
+            return scaled if scaled is not None else first
+        odd = [rank for rank, value in zip(ranks, values) if value != first]
+        self.findings.append(Finding(name, _where(path), odd, f"hold {_text(values[1:])} where rank {ranks[0]} "
+                                     f"holds {_text([first])}"))  # fmt: skip
+        return first
+
+    def _batch_size(self, name: str, path: tuple, value: Any) -> Any:
+        """A data-parallel rank's integer argument that is the global run's divided by the ranks (a reshape to
+        the local batch): the global run's."""
+        if self.data_parallel < 2 or self.expected is None or not isinstance(value, dict):
+            return None
+        number = value.get("value")
+        if type(number) is not int or number <= 0:
+            return None
+        expected = self.expected(name, path)
+        if isinstance(expected, dict) and expected.get("value") == number * self.data_parallel:
+            return {**value, "value": number * self.data_parallel}
+        return None
+
+    def tensor(self, name: str, path: tuple, pieces: list[dict], ranks: list[int]) -> dict:
+        if any("shard" in piece for piece in pieces):
+            if not all("shard" in piece for piece in pieces):
+                raise self._unmergeable(name, path, pieces, ranks, "is a DTensor on some ranks only")
+            return self.dtensor(name, path, pieces, ranks)
+        merged = self.plain_tensor(name, path, pieces, ranks)
+        merged["merged"] = merged.get("merged") or "alike on every rank"
+        return merged
+
+    # -- DTensors -------------------------------------------------------------------------------------
+    def dtensor(self, name: str, path: tuple, pieces: list[dict], ranks: list[int]) -> dict:
+        meshes = {piece["shard"].get("mesh", {}).get("id") for piece in pieces}
+        if len(meshes) > 1:  # the same DTensor on several meshes: one per group of ranks, merged apart
+            groups: dict[Any, list[int]] = {}
+            for index, piece in enumerate(pieces):
+                groups.setdefault(piece["shard"]["mesh"].get("id"), []).append(index)
+            merged = [self.dtensor(name, path, [pieces[i] for i in group], [ranks[i] for i in group])
+                      for group in groups.values()]  # fmt: skip
+            return self.plain_tensor(name, path, merged, [ranks[group[0]] for group in groups.values()])
+        first = pieces[0]["shard"]
+        mesh_shape = list(first["mesh"]["shape"])
+        placements = [_placement(text, name, ranks[0]) for text in first["placements"]]
+        held = {tuple(piece["shard"]["mesh"]["coordinate"]): (piece, rank) for piece, rank in zip(pieces, ranks)}
+        expected_count = math.prod(mesh_shape)
+        if len(held) != expected_count:
+            have = sorted(held)
+            raise DataFileError(
+                self.dumps[ranks[0]].path,
+                f"{name} {_where(path)}: a DTensor on a mesh of {expected_count} ranks {mesh_shape}, but only "
+                f"{len(held)} are here (coordinates {have}); merge every rank of the run",
+            )
+        # mesh dimension by mesh dimension, the last first: the pieces that differ only there become one
+        current = dict(held)
+        for mesh_dim in reversed(range(len(mesh_shape))):
+            combined: dict[tuple, tuple[dict, int]] = {}
+            for rest in sorted({c[:mesh_dim] + c[mesh_dim + 1 :] for c in current}):
+                keys = [(*rest[:mesh_dim], i, *rest[mesh_dim:]) for i in range(mesh_shape[mesh_dim])]
+                group = [current[key] for key in keys]
+                piece = self._combine(name, path, [p for p, _ in group], [r for _, r in group], placements[mesh_dim])
+                combined[rest] = (piece, group[0][1])
+            current = combined
+        ((merged, _),) = current.values()
+        global_shape = list(first["global_shape"])
+        if list(merged["shape"]) != global_shape:
+            raise DataFileError(
+                self.dumps[ranks[0]].path,
+                f"{name} {_where(path)}: shards of shape {[p['shape'] for p in pieces]} do not tile the global "
+                f"shape {global_shape} (placements {first['placements']}, mesh {mesh_shape}); rank {ranks[0]}",
+            )
+        merged["merged"] = f"DTensor {','.join(first['placements'])} over ranks {_span(ranks)}"
+        return merged
+
+    def _combine(self, name: str, path: tuple, group: list[dict], ranks: list[int], placement: tuple) -> dict:
+        kind, detail = placement
+        if kind == "shard":
+            dim = detail if detail >= 0 else len(group[0]["shape"]) + detail
+            return stats.tiled(group, dim)
+        if kind == "partial":
+            if detail in ("max", "min"):
+                return self._extreme_of(group, detail)
+            return stats.summed(group)
+        if not stats.same(group):
+            self._odd_ones(name, path, group, ranks, "a replicated tensor")
+        return dict(group[0])
+
+    @staticmethod
+    def _extreme_of(group: list[dict], op: str) -> dict:
+        merged = stats.summed(group)
+        values = [stats.number(piece.get("Max" if op == "max" else "Min")) for piece in group]
+        merged["Max" if op == "max" else "Min"] = None if None in values else (max if op == "max" else min)(values)
+        merged["Mean"] = merged["Norm"] = None
+        merged.pop("Sum", None)
+        return merged
+
+    # -- plain tensors --------------------------------------------------------------------------------
+    def plain_tensor(self, name: str, path: tuple, pieces: list[dict], ranks: list[int]) -> dict:
+        if len(pieces) == 1:
+            return dict(pieces[0])
+        if any(piece.get("parameter") for piece in pieces) or name.endswith("parameters_grad"):
+            if not stats.same(pieces):
+                what = "a parameter" if any(p.get("parameter") for p in pieces) else "a parameter's gradient"
+                self._odd_ones(name, path, pieces, ranks, f"{what}, which every rank must share,")
+                return dict(pieces[0]) | {"merged": f"rank {ranks[0]}'s (the ranks differ)"}
+            return dict(pieces[0])
+        shapes = [list(piece["shape"]) for piece in pieces]
+        if any(len(shape) != len(shapes[0]) for shape in shapes):
+            raise self._unmergeable(name, path, pieces, ranks, "has tensors of different ranks (dimensions)")
+        expected = self.expected(name, path) if self.expected is not None else None
+        expected_shape = expected.get("shape") if isinstance(expected, dict) else None
+        data_parallel = self.data_parallel > 1
+        # the global run's shape decides first: shares whose statistics happen to agree are still shares
+        dim = _tiling_dim(shapes, expected_shape)
+        if dim is None and stats.same(pieces) and expected_shape in (None, shapes[0]):
+            return dict(pieces[0])
+        if dim is None and data_parallel and expected_shape is None and shapes[0]:
+            dim = 0  # no other run to ask: a data-parallel share of the batch, along the batch dimension
+        if dim is not None:
+            merged = stats.tiled(pieces, dim)
+            how = f"side by side along dimension {dim} over ranks {_span(ranks)}"
+            if data_parallel and _is_backward(name):
+                merged = stats.scaled(merged, 1.0 / self.data_parallel)
+                how += f", times 1/{self.data_parallel} (each rank's loss is the mean over its share)"
+        elif data_parallel:
+            merged = stats.averaged(pieces)
+            how = f"averaged over ranks {_span(ranks)}"
+        elif expected_shape == shapes[0]:
+            merged = stats.summed(pieces)
+            how = f"added up over ranks {_span(ranks)} (partial sums)"
+        else:
+            words = f"differ from rank {ranks[0]}, and no layout says how to merge them"
+            self.findings.append(Finding(name, _where(path), ranks[1:], words))
+            return dict(pieces[0]) | {"merged": f"rank {ranks[0]}'s"}
+        merged["merged"] = how
+        return merged
+
+    def _odd_ones(self, name: str, path: tuple, pieces: list[dict], ranks: list[int], what: str) -> None:
+        odd = [rank for rank, piece in zip(ranks, pieces) if not stats.same([pieces[0], piece])]
+        words = f"hold another value of {what} than rank {ranks[0]} ({_stats_text(pieces[0])})"
+        self.findings.append(Finding(name, _where(path), odd, words))
+
+    def _unmergeable(self, name: str, path: tuple, values: list, ranks: list[int], words: str) -> DataFileError:
+        return DataFileError(
+            self.dumps[ranks[0]].path,
+            f"{name} {_where(path)} {words} (ranks {_span(ranks)}): these ranks' layouts cannot be merged",
+        )
+
+
+def _tiling_dim(shapes: list[list[int]], expected: list[int] | None) -> int | None:
+    """The one dimension along which the pieces add up to ``expected`` (the others alike)."""
+    if not expected or len(expected) != len(shapes[0]):
+        return None
+    found = [
+        dim
+        for dim in range(len(expected))
+        if sum(shape[dim] for shape in shapes) == expected[dim]
+        and all(shape[other] == expected[other] for shape in shapes for other in range(len(expected)) if other != dim)
+    ]
+    return found[0] if len(found) == 1 else None
+
+
+def _is_backward(name: str) -> bool:
+    return ".backward" in name or name.endswith("parameters_grad")
+
+
+def _placement(text: str, name: str, rank: int) -> tuple[str, Any]:
+    match = _PLACEMENT.match(str(text))
+    if match is None:
+        raise DataFileError(Path(name), f"rank {rank}: placement {text!r} is none of S(d), R, P(op)")
+    if match["dim"] is not None:
+        return "shard", int(match["dim"])
+    if match["replicate"]:
+        return "replicate", None
+    return "partial", match["op"] or "sum"
+
+
+def _span(ranks: Sequence[int]) -> str:
+    ranks = sorted(ranks)
+    if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"{ranks[0]}-{ranks[-1]}"
+    return ", ".join(map(str, ranks))
+
+
+def _text(values: list[Any]) -> str:
+    shown = [value.get("value") if isinstance(value, dict) and "value" in value else value for value in values]
+    return ", ".join(repr(value) for value in shown[:3])
+
+
+def _stats_text(piece: dict) -> str:
+    return ", ".join(f"{key} {piece.get(key)}" for key in ("Max", "Min", "Mean") if piece.get(key) is not None)
+
+
+def _renamed(entries: dict[str, Any], ddp: bool) -> dict[str, Any]:
+    renamed = {}
+    for name, entry in entries.items():
+        new = canonical(name, ddp)
+        if new is not None:
+            renamed[new] = entry
+    return renamed
+
+
+def _renamed_construct(construct: dict[str, Any], ddp: bool) -> dict[str, Any]:
+    renamed = {}
+    for name, parent in construct.items():
+        new = canonical(name, ddp)
+        if new is None:
+            continue
+        renamed[new] = canonical(parent, ddp) if isinstance(parent, str) else parent
+    return renamed
+
+
+def merge_ranks(dumps: dict[int, Dump], expected: ExpectedShape | None = None) -> MergedStep:
+    """The ranks of one step (``{rank: dump}``, every rank of the run) merged into the global run."""
+    if not dumps:
+        raise DataFileError(Path("."), "no rank to merge")
+    world = {dump.parallel.get("world_size") for dump in dumps.values() if dump.parallel}
+    if len(world) == 1:
+        size = world.pop()
+        missing = sorted(set(range(size)) - set(dumps))
+        if missing:
+            first = dumps[min(dumps)]
+            raise DataFileError(
+                first.folder.parent,
+                f"holds {len(dumps)} of the run's {size} ranks (missing: {_span(missing)}): nothing is merged "
+                "from a partial set of ranks",
+            )
+    return _Merger(dumps, expected).merge()
+
+
+def values_of(dump: Dump) -> ExpectedShape:
+    """The global run's value at (entry, path) in ``dump`` (a run of one process), to guide the merge."""
+    ddp = bool(dump.parallel and (dump.parallel.get("data_parallel") or {}).get("kind") == "ddp")
+    data = _renamed(dump.data, ddp)
+
+    def value_at(name: str, path: tuple) -> Any:
+        value = data.get(name)
+        for part in path:
+            if isinstance(value, list) and isinstance(part, int) and part < len(value):
+                value = value[part]
+            elif isinstance(value, dict) and part in value:
+                value = value[part]
+            else:
+                return None
+        return value
+
+    return value_at

@@ -1,0 +1,196 @@
+"""What a sharded run's dump records of its layout, so that its ranks can be merged into one global run.
+
+- A DTensor's entry describes its local shard (shape, statistics, checksum) and, under ``shard``, the global
+  shape, the placements, the device mesh, this rank's coordinate on it and the shard's offset.
+- In a run of several processes every tensor also carries ``Sum`` and ``SumSq`` in float64, which merge exactly
+  across shards, and a parameter says so (``parameter``): it must be alike on every data-parallel rank.
+- dump.json's header holds ``parallel``: the world, this rank, and the data-parallel group (DDP, FSDP2).
+- The calls the parallel framework makes for itself (FSDP2's gather, copy-out and reduce, DTensor's
+  redistribution) are left out of the dump: they are no call of the user's code, and the golden run of
+  another layout has none of them.
+
+Nothing here imports torch.distributed: it is read from ``sys.modules`` once the user's script has imported it.
+"""
+
+from __future__ import annotations
+
+import sys
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from msprobe.core.api_patch import ApiPatcher, unrecorded
+
+
+def world() -> tuple[int, int] | None:
+    """(rank, world size) of an initialised process group of more than one process, else None."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    size = dist.get_world_size()
+    return (dist.get_rank(), size) if size > 1 else None
+
+
+def _dtensor_class() -> type | None:
+    module = sys.modules.get("torch.distributed.tensor")
+    return getattr(module, "DTensor", None) if module is not None else None
+
+
+def is_dtensor(tensor: Any) -> bool:
+    if type(tensor) is torch.Tensor:
+        return False
+    dtensor = _dtensor_class()
+    return dtensor is not None and isinstance(tensor, dtensor)
+
+
+def mesh_id(ranks: list[int]) -> str:
+    """A short name for a device mesh, the same on every rank of it: its first rank, size and a digest."""
+    digest = zlib.crc32(",".join(map(str, ranks)).encode())
+    return f"{min(ranks)}-{len(ranks)}-{digest:08x}"
+
+
+def shard_of(tensor: Any) -> tuple[torch.Tensor, dict[str, Any]]:
+    """A DTensor's local tensor, and the record of where it sits in the global tensor."""
+    spec = tensor._spec
+    mesh = spec.mesh
+    placements = tuple(spec.placements)
+    offset = None
+    try:
+        from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+        offset = list(compute_local_shape_and_global_offset(tensor.shape, mesh, placements)[1])
+    except Exception:  # a torch without it: the merge tiles the shards by their coordinates
+        offset = None
+    ranks = mesh.mesh.flatten().tolist()
+    record = {
+        "global_shape": list(tensor.shape),
+        "placements": [str(placement) for placement in placements],
+        "mesh": {
+            "id": mesh_id(ranks),
+            "shape": list(mesh.shape),
+            "dim_names": list(mesh.mesh_dim_names) if mesh.mesh_dim_names else None,
+            "coordinate": list(mesh.get_coordinate() or []),
+        },
+        "offset": offset,
+    }
+    return tensor._local_tensor, record
+
+
+def float64_sums(tensor: torch.Tensor) -> tuple[float, float]:
+    """The sum and the sum of squares of a tensor's values in float64: they add up exactly across shards."""
+    data = tensor.detach()
+    if data.is_complex() or data.is_meta or not data.numel():
+        return 0.0, 0.0
+    flat = data.reshape(-1).to(torch.float64)
+    return float(flat.sum().item()), float(torch.dot(flat, flat).item())
+
+
+def data_parallel_group(model: Any) -> dict[str, Any] | None:
+    """The data-parallel group of a model wrapped in DDP, or sharded with FSDP2: its kind and ranks."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or model is None:
+        return None
+    models = model if isinstance(model, (list, tuple)) else [model]
+    parallel = sys.modules.get("torch.nn.parallel")
+    ddp = getattr(parallel, "DistributedDataParallel", None) if parallel is not None else None
+    for item in models:
+        if ddp is not None and isinstance(item, ddp):
+            group = getattr(item, "process_group", None)
+            ranks = dist.get_process_group_ranks(group) if group is not None else list(range(dist.get_world_size()))
+            return {"kind": "ddp", "ranks": sorted(ranks)}
+        found = _fsdp_mesh_ranks(item)
+        if found is not None:
+            return {"kind": "fsdp2", "ranks": found}
+    return None
+
+
+def _fsdp_mesh_ranks(model: Any) -> list[int] | None:
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    module_class = getattr(fsdp, "FSDPModule", None) if fsdp is not None else None
+    if module_class is None or not isinstance(model, torch.nn.Module):
+        return None
+    for module in model.modules():
+        if not isinstance(module, module_class):
+            continue
+        for parameter in module.parameters():
+            if is_dtensor(parameter):  # the sharded parameter lives on the data-parallel mesh
+                return sorted(parameter._spec.mesh.mesh.flatten().tolist())
+    return None
+
+
+def header(model: Any) -> dict[str, Any] | None:
+    """dump.json's ``parallel`` field for this process, or None outside a run of several processes."""
+    found = world()
+    if found is None:
+        return None
+    rank, size = found
+    layout: dict[str, Any] = {"world_size": size, "rank": rank}
+    group = data_parallel_group(model)
+    if group is not None:
+        layout["data_parallel"] = group
+    return layout
+
+
+# The parallel framework's own work: each is a function or method run around the user's code, never by it.
+_FRAMEWORK = (
+    ("torch.distributed.tensor._api", "_ToTorchTensor", ("forward", "backward")),
+    ("torch.distributed.tensor._api", "_FromTorchTensor", ("forward", "backward")),
+    ("torch.distributed.tensor._redistribute", "Redistribute", ("forward", "backward")),
+    (
+        "torch.distributed.fsdp._fully_shard._fsdp_param_group",
+        "FSDPParamGroup",
+        (
+            "unshard",
+            "wait_for_unshard",
+            "reshard",
+            "pre_forward",
+            "post_forward",
+            "pre_backward",
+            "post_backward",
+            "finalize_backward",
+        ),
+    ),
+    ("torch.distributed.fsdp._fully_shard._fsdp_param_group", "RegisterPostBackwardFunction", ("forward", "backward")),
+)
+
+
+def _framework_targets() -> Iterator[tuple[Any, str, str]]:
+    for module_name, owner_name, attributes in _FRAMEWORK:
+        module = sys.modules.get(module_name)
+        owner = getattr(module, owner_name, None) if module is not None else None
+        if owner is None:
+            continue
+        for attribute in attributes:
+            if callable(getattr(owner, attribute, None)):
+                yield owner, attribute, f"{owner_name}.{attribute}"
+
+
+def _unrecorded_call(original: Any, key: str, args: tuple, kwargs: dict) -> Any:
+    with unrecorded():
+        return original(*args, **kwargs)
+
+
+class FrameworkCalls:
+    """While installed, the parallel framework's own work runs unrecorded (see the module's docstring).
+
+    The modules are looked for at each install: a script may import FSDP2 or DTensor after the debugger is
+    made, and the wrappers go on once they are there."""
+
+    def __init__(self) -> None:
+        self._patcher: ApiPatcher | None = None
+        self._found: tuple[str, ...] = ()
+
+    def install(self) -> None:
+        present = tuple(name for name, _, _ in _FRAMEWORK if name in sys.modules)
+        if present != self._found:
+            self.remove()
+            self._found = present
+            self._patcher = ApiPatcher(_unrecorded_call, lambda: list(_framework_targets())) if present else None
+        if self._patcher is not None:
+            self._patcher.install()
+
+    def remove(self) -> None:
+        if self._patcher is not None:
+            self._patcher.remove()
