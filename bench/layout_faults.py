@@ -209,7 +209,13 @@ def tp_plan(model: nn.Module, sequence_parallel: bool) -> dict[str, Any]:
     return plan
 
 
-def lay_out(model: nn.Module, layout: str, world: int, before: Callable[[nn.Module], Any] | None = None) -> nn.Module:
+def lay_out(
+    model: nn.Module,
+    layout: str,
+    world: int,
+    before: Callable[[nn.Module], Any] | None = None,
+    plan_changes: dict[str, Any] | None = None,
+) -> nn.Module:
     """``model`` in ``layout`` over ``world`` processes (torch.distributed is up)."""
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -217,7 +223,9 @@ def lay_out(model: nn.Module, layout: str, world: int, before: Callable[[nn.Modu
     if layout in ("tp", "tp_sp"):
         from torch.distributed.tensor.parallel import parallelize_module
 
-        return parallelize_module(model, mesh, tp_plan(model, layout == "tp_sp"))
+        plan = tp_plan(model, layout == "tp_sp")
+        plan.update(plan_changes or {})
+        return parallelize_module(model, mesh, plan)
     if layout == "fsdp2":
         from torch.distributed.fsdp import fully_shard
 
@@ -227,7 +235,9 @@ def lay_out(model: nn.Module, layout: str, world: int, before: Callable[[nn.Modu
         return fully_shard(model, mesh=mesh, **(options or {}))
     if layout == "ddp":
         options = before(model) if before is not None else {}
-        return nn.parallel.DistributedDataParallel(model, **(options or {}))
+        # experts a rank routes no token to have no gradient there
+        unused = {"find_unused_parameters": True} if isinstance(model, MoE) else {}
+        return nn.parallel.DistributedDataParallel(model, **unused, **(options or {}))
     raise ValueError(f"no layout {layout!r}")
 
 
@@ -274,13 +284,16 @@ class Run:
     applied (``layout_options``), the run itself once laid out (``laid_out``), and the batch."""
 
     model: nn.Module
+    model_name: str
     rank: int
     world: int
     inputs: torch.Tensor
     targets: torch.Tensor
     layout_options: Callable[[nn.Module], dict] | None = None
+    plan_changes: dict[str, Any] = field(default_factory=dict)  # tensor parallelism: styles in the plan's place
     after_layout: list[Callable[[nn.Module], None]] = field(default_factory=list)
     after_backward: list[Callable[[nn.Module], None]] = field(default_factory=list)
+    after_seed: list[Callable[[], Any]] = field(default_factory=list)  # after the run's seed, before its step
 
 
 @dataclass(frozen=True)
@@ -296,5 +309,147 @@ class Case:
         return self.fault is None
 
 
+def _submodule(model: nn.Module, path: str) -> nn.Module:
+    """``path`` in a model, or in the one a data-parallel wrapper holds."""
+    inner = getattr(model, "module", model) if isinstance(model, nn.parallel.DistributedDataParallel) else model
+    return inner.get_submodule(path)
+
+
+def desynced(path: str, parameter: str = "weight", rank: int = 1) -> Callable[[Run], None]:
+    """One rank's copy of a parameter every rank should share is nudged after the layout is made (DDP
+    broadcasts rank 0's parameters when it wraps the model): a replica out of step."""
+
+    def apply(run: Run) -> None:
+        def nudge(model: nn.Module) -> None:
+            if run.rank == rank:
+                with torch.no_grad():
+                    value = getattr(_submodule(model, path), parameter)
+                    local = value.to_local() if hasattr(value, "to_local") else value
+                    local.mul_(1.05)
+
+        run.after_layout.append(nudge)
+
+    return apply
+
+
+def allreduce_missing(path: str) -> Callable[[Run], None]:
+    """DDP leaves one module's parameters out of its gradient all-reduce: each rank steps with its own."""
+
+    def apply(run: Run) -> None:
+        def options(model: nn.Module) -> dict:
+            names = [f"{path}.{name}" for name, _ in model.get_submodule(path).named_parameters()]
+            nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, names)
+            return {}
+
+        run.layout_options = options
+
+    return apply
+
+
+def averaged_twice(run: Run) -> None:
+    """DDP's gradients divided by the ranks twice, through a communication hook."""
+
+    def twice(model: nn.Module) -> None:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+        def hook(state, bucket):  # no annotations: DDP checks them against its own types
+            bucket.buffer().div_(run.world)
+            return default_hooks.allreduce_hook(state, bucket)
+
+        model.register_comm_hook(None, hook)
+
+    run.after_layout.append(twice)
+
+
+def reduced_in_bfloat16(run: Run) -> None:
+    """FSDP2 reduces the gradients in bfloat16, where the golden run's stay float32."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    run.layout_options = lambda model: {"mp_policy": MixedPrecisionPolicy(reduce_dtype=torch.bfloat16)}
+
+
+def data_changed(rank: int = 1) -> Callable[[Run], None]:
+    """One rank is given another rank's share of the batch (a sampler that shards the data wrongly): its rows
+    are not the golden run's rows for it."""
+
+    def apply(run: Run) -> None:
+        if run.rank == rank:
+            full_inputs, full_targets = batch(run.model_name)
+            run.inputs = full_inputs.chunk(run.world)[(rank + 1) % run.world]
+            run.targets = full_targets.chunk(run.world)[(rank + 1) % run.world]
+
+    return apply
+
+
+def partial_not_reduced(path: str) -> Callable[[Run], None]:
+    """A row-parallel linear whose partial sums are handed on without their all-reduce."""
+
+    def apply(run: Run) -> None:
+        from torch.distributed.tensor.parallel import RowwiseParallel
+
+        class Unreduced(RowwiseParallel):
+            @staticmethod
+            def _prepare_output_fn(output_layouts: Any, use_local_output: bool, mod: Any, outputs: Any, mesh: Any):
+                return outputs.to_local()  # Partial: each rank's own sum, never added to the others'
+
+        run.plan_changes[path] = Unreduced()
+
+    return apply
+
+
+def dropout_seed(rank: int = 1) -> Callable[[Run], None]:
+    """One rank of a tensor-parallel run seeds its dropout otherwise: a replicated activation, masked apart."""
+
+    def apply(run: Run) -> None:
+        if run.rank == rank:
+            run.after_layout.append(lambda model: run.after_seed.append(lambda: torch.manual_seed(99)))
+
+    return apply
+
+
+def _case(model: str, layout: str, kind: str, fault: Callable[[Run], None], expect: Expect) -> Case:
+    return Case(f"{model}.{layout}.{kind}", model, layout, fault, expect)
+
+
+FIRST_API = {"mlp": "Functional.layer_norm", "moe": "Functional.layer_norm", "lm": "Functional.embedding"}
+FIRST_MODULE = {"mlp": "norm", "moe": "norm", "lm": "embed"}
+LAST_MODULE = {"mlp": "head", "moe": "head", "lm": "head"}
+
+FAULTS = [
+    # a replica out of step on one rank
+    _case("mlp", "ddp", "desync", desynced("fc2"), Expect("fc2", "Functional.linear", (1,))),
+    _case("lm", "ddp", "desync", desynced("blocks.0.attn.q"), Expect("blocks.0.attn.q", "Functional.linear", (1,))),
+    _case("moe", "ddp", "desync", desynced("moe.router"), Expect("moe.router", "Functional.linear", (1,))),
+    _case("mlp", "tp", "desync", desynced("norm"), Expect("norm", "Functional.layer_norm", (1,))),
+    _case("lm", "tp", "desync", desynced("blocks.1.ln2"), Expect("blocks.1.ln2", "Functional.layer_norm", (1,))),
+    _case("mlp", "tp_sp", "desync", desynced("norm"), Expect("norm", "Functional.layer_norm", (1,))),
+    _case("lm", "tp_sp", "desync", desynced("ln_f"), Expect("ln_f", "Functional.layer_norm", (1,))),
+    _case("moe", "tp", "desync", desynced("head", "bias"), Expect("head", "Functional.linear", (1,))),
+    # a gradient all-reduce missing for one module
+    _case("mlp", "ddp", "allreduce_missing", allreduce_missing("fc1"), Expect("fc1", None)),
+    _case("lm", "ddp", "allreduce_missing", allreduce_missing("blocks.1.mlp.fc2"), Expect("blocks.1.mlp.fc2", None)),
+    _case("moe", "ddp", "allreduce_missing", allreduce_missing("moe.experts.1"), Expect("moe.experts.1", None)),
+    # gradients averaged twice
+    _case("mlp", "ddp", "averaged_twice", averaged_twice, Expect("head", None)),
+    _case("lm", "ddp", "averaged_twice", averaged_twice, Expect("head", None)),
+    # FSDP2 reducing in bfloat16
+    _case("mlp", "fsdp2", "reduce_bf16", reduced_in_bfloat16, Expect("head", None)),
+    _case("lm", "fsdp2", "reduce_bf16", reduced_in_bfloat16, Expect("head", None)),
+    _case("moe", "fsdp2", "reduce_bf16", reduced_in_bfloat16, Expect("head", None)),
+    # one rank's data shard changed
+    *[
+        _case(model, layout, "data", data_changed(), Expect(FIRST_MODULE[model], FIRST_API[model], (1,)))
+        for model, layout in (("mlp", "ddp"), ("lm", "ddp"), ("mlp", "fsdp2"), ("lm", "fsdp2"), ("moe", "fsdp2"))
+    ],
+    # a row-parallel output whose partial sums are never reduced
+    _case("mlp", "tp", "partial", partial_not_reduced("fc2"), Expect("fc2", None)),
+    _case("lm", "tp", "partial", partial_not_reduced("blocks.0.attn.o"), Expect("blocks.0.attn.o", None)),
+    _case("moe", "tp", "partial", partial_not_reduced("moe.experts.0.fc2"), Expect("moe.experts.0.fc2", None)),
+    # a wrong dropout seed on one rank
+    _case("lm_dropout", "tp", "dropout_seed", dropout_seed(), Expect("blocks.0.drop", "Functional.dropout", (1,))),
+]
+
+
 CONTROLS = [Case(f"{model}.{layout}.control", model, layout) for model in ("mlp", "lm", "moe") for layout in LAYOUTS]
-CASES: list[Case] = [*CONTROLS]
+CONTROLS.append(Case("lm_dropout.tp.control", "lm_dropout", "tp"))
+CASES: list[Case] = [*CONTROLS, *FAULTS]

@@ -102,8 +102,11 @@ class CompareSummary:
             )
         answer = answer or (f"; {self.answer}" if self.answer else "")
         if self.rank_findings:
-            more = f" (and {len(self.rank_findings) - 1} more)" if len(self.rank_findings) > 1 else ""
-            answer += f"; ranks disagree: {self.rank_findings[0]}{more}"
+            more = len(self.rank_findings) - 1
+            if self.diagnosis is not None and self.diagnosis.cause == "ranks":  # the answer is the first of them
+                answer += f"; and {more} more value(s) the ranks disagree on" if more else ""
+            else:
+                answer += f"; ranks disagree: {self.rank_findings[0]}" + (f" (and {more} more)" if more else "")
         compared = self.rows - self.unmatched
         return (
             f"{where}{self.verdict}: {compared} values compared in {self.mode} mode, {self.suspicious} suspicious, "
@@ -416,7 +419,7 @@ def compare_distributed(
 
     Runs of other layouts (8 ranks against 1, FSDP2 against DDP) are compared as the global runs they
     compute: each step's ranks are merged first (see msprobe.core.parallel.runs)."""
-    from msprobe.core.parallel.runs import prepare
+    from msprobe.core.parallel.runs import first_answer, name_the_ranks, prepare
 
     prepared = prepare(Path(npu_dump_dir), Path(bench_dump_dir), Path(output_path))
     if prepared.merged:
@@ -430,6 +433,17 @@ def compare_distributed(
         findings = prepared.findings.get(summary.step, [])
         summary.rank_findings = [finding.line() for finding in findings]
         summary.compared = (prepared.npu, prepared.bench) if prepared.merged else None
+        if not prepared.merged or summary.diagnosis is None:
+            continue
+        answer = summary.diagnosis
+        if findings:
+            answer = first_answer(answer, findings, prepared.places.get(summary.step, {}), prepared.ranks)
+        step = f"step{summary.step}" if summary.step is not None else ""
+        before = answer.as_dict()
+        answer = name_the_ranks(answer, prepared.npu / step / "rank", prepared.bench / step / "rank")
+        if answer is not summary.diagnosis or answer.as_dict() != before:
+            summary.diagnosis = answer
+            _rewrite_advisor(summary, answer)
     if prepared.merged and any(prepared.findings.values()):
         _write_rank_findings(prepared.findings, Path(output_path), summaries)
     return summaries
@@ -582,7 +596,11 @@ def diagnose_across(compare_json: str | Path, summaries: list[CompareSummary]) -
             continue
         if summary.diagnosis is None or summary.diagnosis.as_dict() != answer.as_dict():
             summary.diagnosis = answer
-            for file in summary.files:
-                if file.name.startswith("advisor"):
-                    write_new_text(file, answer.text() + "\n")
+            _rewrite_advisor(summary, answer)
     return answer
+
+
+def _rewrite_advisor(summary: CompareSummary, answer: Diagnosis) -> None:
+    for file in summary.files:
+        if file.name.startswith("advisor"):
+            write_new_text(file, answer.text() + "\n")

@@ -21,6 +21,9 @@ SYSTEMATIC = 3  # calls given cast inputs: from this many on, the casts are the 
 ROUNDING = 0.05  # a first difference larger than this (relative) is no rounding, whatever follows it
 AMPLIFICATION = 8.0  # a call whose error exceeds this many times the error it was given stands out
 STANDOUT = 0.02  # ... and is at least this large (relative): below it nothing is out of proportion
+# runs of other layouts (a sharded run and a golden run of fewer ranks) differ by the order of their sums: in
+# float32 a few units in the last place, so an error this large (relative) and out of proportion is no such sum
+LAYOUT_STANDOUT = 1e-4
 # element-wise and normalizing kernels of two machines differ by a few units in the last place; this (relative)
 # is a thousand float32 units: beyond it, such a call given the same inputs computes something else
 ONE_CALL_ROUNDING = 1e-4

@@ -19,6 +19,7 @@ CAUSES = {
     "backward": "only the backward differs (the gradient of {module})",
     "gradient": "the gradient it is given differs, made by no dumped call (the loss, or code no dump records)",
     "optimizer": "the optimizer step differs",
+    "ranks": "the ranks of the sharded run disagree on a value they must share",
 }
 
 

@@ -4,7 +4,14 @@ everywhere by rounding, the search for what rounding cannot explain (``noise``).
 
 from __future__ import annotations
 
-from msprobe.core.diagnosis.analysis import ROUNDING, SYSTEMATIC, PairAnalysis, cast_words
+from msprobe.core.diagnosis.analysis import (
+    AMPLIFICATION,
+    LAYOUT_STANDOUT,
+    ROUNDING,
+    SYSTEMATIC,
+    PairAnalysis,
+    cast_words,
+)
 from msprobe.core.diagnosis.answer import NONE, UNCERTAIN, Diagnosis
 from msprobe.core.diagnosis.calls import Call
 from msprobe.core.diagnosis.explain import (
@@ -17,7 +24,7 @@ from msprobe.core.diagnosis.explain import (
     join,
     one_sided_anywhere,
 )
-from msprobe.core.diagnosis.noise import masks_within_noise, noisy
+from msprobe.core.diagnosis.noise import masks_within_noise, noise_floor, noisy
 
 
 def decide(analysis: PairAnalysis, settled: bool = True) -> Diagnosis:
@@ -44,7 +51,7 @@ def decide(analysis: PairAnalysis, settled: bool = True) -> Diagnosis:
             return Diagnosis(NONE, detail=mask_words, compared=compared)
         found = explain(analysis, first)
     # a computation differing by a rounding-sized amount, or by an amount checksums cannot tell: noise?
-    unknown = found.error is None or found.error <= ROUNDING
+    unknown = found.error is None or found.error <= _rounding(analysis)
     # an argument named upstream, at a call whose outputs agree as far as the dump shows: perhaps only spelt
     # another way (arange(0, n) for arange(n)); rounding-sized differences after it are weighed as noise
     unseen = found.cause == "argument" and found.api != first.name and not _outputs_differ(analysis, found.api)
@@ -71,6 +78,15 @@ def decide(analysis: PairAnalysis, settled: bool = True) -> Diagnosis:
         found.detail = join(found.detail, mask_words)
     found.compared = compared
     return in_phase_words(found)
+
+
+def _rounding(analysis: PairAnalysis) -> float:
+    """The largest first difference taken for rounding. Between runs of other layouts, rounding is what their
+    sums in another order do, measured here (the noise floor of the calls given bit-identical inputs): far
+    below ``ROUNDING``, which allows for other hardware."""
+    if not analysis.other_layout:
+        return ROUNDING
+    return min(ROUNDING, max(LAYOUT_STANDOUT, AMPLIFICATION * noise_floor(analysis)))
 
 
 def _outputs_differ(analysis: PairAnalysis, name: str | None) -> bool:

@@ -15,6 +15,7 @@ import math
 from msprobe.core.diagnosis.analysis import (
     AMPLIFICATION,
     FAR_OFF,
+    LAYOUT_STANDOUT,
     STANDOUT,
     SYSTEMATIC,
     Difference,
@@ -105,7 +106,7 @@ def noisy(analysis: PairAnalysis, first: Call, settled: bool = True) -> Diagnosi
     A cast is evidence, unless this run casts before many calls: that is the precision it runs in."""
     casts = analysis.cast_sites() < SYSTEMATIC
     floor = noise_floor(analysis)
-    threshold = max(STANDOUT, AMPLIFICATION * floor)
+    threshold = max(LAYOUT_STANDOUT if analysis.other_layout else STANDOUT, AMPLIFICATION * floor)
     for call in analysis.ours:
         if call.order in analysis.extra or call.order < first.order or not analysis.difference(call).outputs:
             continue
@@ -115,6 +116,13 @@ def noisy(analysis: PairAnalysis, first: Call, settled: bool = True) -> Diagnosi
             found.detail = join(found.detail, f"beside rounding differences from {first.name} on")
             return found
     standout = _standout(analysis, first, threshold)
+    if standout is None and analysis.other_layout:
+        gradient = _gradient_standout(analysis, first, threshold)
+        if gradient is not None:
+            found = explain(analysis, gradient)
+            found.confidence = "medium"
+            found.detail = join(found.detail, f"beside rounding differences from {first.name} on")
+            return found
     if standout is not None:
         call, ratio = standout
         found = explain(analysis, call, amplified=True)
@@ -380,6 +388,38 @@ def _beyond(analysis: PairAnalysis, call: Call, value: Value, threshold: float) 
 
 def _module_of(analysis: PairAnalysis, call: Call) -> str | None:
     return (analysis.updated_module(call) or call.module) if call.phase == OPTIMIZER else call.module
+
+
+# a parameter's gradient this much smaller (by its norm) than the step's largest is one that cancels to nothing
+# (a key projection's bias under softmax): rounding is all it holds, and its relative error says nothing
+CANCELLED = 1e-6
+
+
+def _gradient_standout(analysis: PairAnalysis, first: Call, threshold: float) -> Call | None:
+    """Runs of other layouts: the first parameters' gradient entry further off than ``threshold``. Their
+    reduction over the ranks is the layout's own arithmetic (an all-reduce, a reduce-scatter); measured against
+    the gradient's root mean square, a sum in another order moves it by float32's rounding, a reduction in
+    bfloat16 by a thousand times that. Gradients that cancel to nothing are left out."""
+    grads = [call for call in analysis.ours if call.kind == "grads" and call.order not in analysis.extra]
+    norms = [_norm(value) for call in grads for value in call.outputs]
+    largest = max((norm for norm in norms if norm is not None), default=0.0)
+    for call in grads:
+        if call.order < first.order:
+            continue
+        theirs = {value.path: value for value in analysis.pairing.of(call).outputs}
+        for value in analysis.difference(call).outputs:
+            other, norm = theirs.get(value.path), _norm(value)
+            if other is None or norm is None or norm < CANCELLED * largest:
+                continue
+            error = analysis.comparer.error(value, other)
+            if error is not None and error >= threshold:
+                return call
+    return None
+
+
+def _norm(value: Value) -> float | None:
+    norm = value.stats[3] if value.tensor and value.stats is not None else None
+    return norm if norm is not None and math.isfinite(norm) else None
 
 
 def _standout(analysis: PairAnalysis, first: Call, threshold: float) -> tuple[Call, float] | None:

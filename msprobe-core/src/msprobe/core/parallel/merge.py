@@ -27,17 +27,29 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+import numpy as np
 
 from msprobe.core.dump.reader import Dump
 from msprobe.core.errors import DataFileError
 from msprobe.core.parallel import stats
-from msprobe.core.parallel.names import canonical
+from msprobe.core.parallel.names import canonical, module_path
+from msprobe.core.parallel.stats import ARRAY
 
 # the global run's value (a tensor summary, a number...) at (entry name, path of the value in the entry), or None
 ExpectedShape = Callable[[str, tuple], Any]
 
+PHASES = ("forward", "backward", "optimizer")
 _PLACEMENT = re.compile(r"^(?:S\((?P<dim>-?\d+)\)|(?P<replicate>R)|P(?:\((?P<op>\w+)\))?)$")
+
+
+class TensorFiles(Protocol):
+    """Where a tensor dump's pieces are read from, and the merged tensors written to."""
+
+    def load(self, rank: int, piece: dict) -> np.ndarray | None: ...
+
+    def save(self, entry: str, path: tuple, array: np.ndarray) -> str: ...
 
 
 @dataclass
@@ -48,6 +60,9 @@ class Finding:
     where: str
     ranks: list[int]
     words: str
+    module: str | None = None  # the module the entry belongs to (its own, or the one that made the call)
+    phase: str = "forward"  # "forward", "backward" or "optimizer": findings are read in the order calls ran
+    order: int = 0  # the entry's place in the merged step
 
     def line(self) -> str:
         ranks = ", ".join(map(str, self.ranks))
@@ -73,21 +88,43 @@ def _where(path: tuple) -> str:
 
 
 class _Merger:
-    def __init__(self, dumps: dict[int, Dump], expected: ExpectedShape | None):
+    def __init__(self, dumps: dict[int, Dump], expected: ExpectedShape | None, arrays: TensorFiles | None = None):
         self.dumps = dumps
         self.expected = expected
         self.findings: list[Finding] = []
+        self.constructs: list[dict[str, Any]] = []
+        self.arrays = arrays
         layouts = [dump.parallel or {} for dump in dumps.values()]
         group = next((layout.get("data_parallel") for layout in layouts if layout.get("data_parallel")), None)
         self.dp_ranks = sorted(group["ranks"]) if group else []
         self.dp_kind = group.get("kind") if group else None
         self.data_parallel = len(self.dp_ranks) if self.dp_ranks else 1
 
+    def module_of(self, name: str) -> str | None:
+        """The module an entry is a call of: its own path for a module's entry, else its parent's in
+        construct.json (of any rank; entry names as the one-process run gives them)."""
+        own = module_path(name)
+        if own is not None:
+            return own
+        for construct in self.constructs:
+            parent = construct.get(name)
+            if isinstance(parent, str):
+                return module_path(parent)
+        return None
+
+    def phase_of(self, name: str) -> str:
+        if ".backward" in name or name.endswith("parameters_grad"):
+            return "backward"
+        if any(construct.get(name) == "optimizer" for construct in self.constructs):
+            return "optimizer"
+        return "forward"
+
     # -- a whole step ---------------------------------------------------------------------------
     def merge(self) -> MergedStep:
         ranks = sorted(self.dumps)
         ddp = self.dp_kind == "ddp"
         renamed = {rank: _renamed(dump.data, ddp) for rank, dump in self.dumps.items()}
+        self.constructs = [_renamed_construct(dump.construct, ddp) for dump in self.dumps.values()]
         order: dict[str, None] = {}
         for rank in ranks:
             order.update(dict.fromkeys(renamed[rank]))
@@ -96,9 +133,15 @@ class _Merger:
             holders = [rank for rank in ranks if name in renamed[rank]]
             if len(holders) < len(ranks):
                 missing = sorted(set(ranks) - set(holders))
-                self.findings.append(Finding(name, "entry", missing, "made no such call (the others did)"))
+                words = "made no such call (the others did)"
+                self.findings.append(Finding(name, "entry", missing, words, module=self.module_of(name)))
             entries = [renamed[rank][name] for rank in holders]
             data[name] = self.value(name, (), entries, holders)
+        places = {name: index for index, name in enumerate(order)}
+        for finding in self.findings:
+            finding.order = places.get(finding.entry, len(places))
+            finding.phase = self.phase_of(finding.entry)
+        self.findings.sort(key=lambda finding: (PHASES.index(finding.phase), finding.order))
         first = self.dumps[ranks[0]]
         merged = Dump(
             first.path,
@@ -137,8 +180,8 @@ class _Merger:
             scaled = self._batch_size(name, path, first)
             return scaled if scaled is not None else first
         odd = [rank for rank, value in zip(ranks, values) if value != first]
-        self.findings.append(Finding(name, _where(path), odd, f"hold {_text(values[1:])} where rank {ranks[0]} "
-                                     f"holds {_text([first])}"))  # fmt: skip
+        words = f"hold {_text(values[1:])} where rank {ranks[0]} holds {_text([first])}"
+        self.findings.append(Finding(name, _where(path), odd, words, module=self.module_of(name)))
         return first
 
     def _batch_size(self, name: str, path: tuple, value: Any) -> Any:
@@ -155,12 +198,53 @@ class _Merger:
         return None
 
     def tensor(self, name: str, path: tuple, pieces: list[dict], ranks: list[int]) -> dict:
+        if self.arrays is not None:  # a tensor dump: each piece's tensor is merged beside its summary
+            pieces = [dict(piece, **{ARRAY: self.arrays.load(rank, piece)}) for piece, rank in zip(pieces, ranks)]
         if any("shard" in piece for piece in pieces):
             if not all("shard" in piece for piece in pieces):
                 raise self._unmergeable(name, path, pieces, ranks, "is a DTensor on some ranks only")
-            return self.dtensor(name, path, pieces, ranks)
-        merged = self.plain_tensor(name, path, pieces, ranks)
-        merged["merged"] = merged.get("merged") or "alike on every rank"
+            merged = self.dtensor(name, path, pieces, ranks)
+        else:
+            merged = self.plain_tensor(name, path, pieces, ranks)
+            merged["merged"] = merged.get("merged") or "alike on every rank"
+        array = merged.pop(ARRAY, None)
+        merged.pop("data_name", None)
+        if array is not None and self.arrays is not None:
+            merged["data_name"] = self.arrays.save(name, path, array)
+        return merged
+
+    # -- the pieces' tensors, merged as their statistics are ----------------------------------------------
+    @staticmethod
+    def _arrays_into(merged: dict, pieces: list[dict], combine: Callable[[list], Any]) -> dict:
+        arrays = [piece.get(ARRAY) for piece in pieces]
+        if all(array is not None for array in arrays):
+            try:
+                merged[ARRAY] = combine(arrays)
+            except ValueError:  # shapes that do not fit: the statistics stand alone
+                merged.pop(ARRAY, None)
+        return merged
+
+    def _tiled(self, pieces: list[dict], dim: int, ranks: list[int]) -> dict:
+        merged = self._arrays_into(stats.tiled(pieces, dim), pieces, lambda arrays: np.concatenate(arrays, dim))
+        start, where = 0, []
+        for piece, rank in zip(pieces, ranks):
+            size = int(piece["shape"][dim])
+            where.append([rank, start, start + size])
+            start += size
+        merged["pieces"] = {"dim": dim, "ranks": where}  # where each rank's piece is: its part of an answer
+        return merged
+
+    def _summed(self, pieces: list[dict]) -> dict:
+        return self._arrays_into(stats.summed(pieces), pieces, lambda arrays: np.sum(arrays, axis=0))
+
+    def _averaged(self, pieces: list[dict]) -> dict:
+        return self._arrays_into(stats.averaged(pieces), pieces, lambda arrays: np.mean(arrays, axis=0))
+
+    @staticmethod
+    def _scaled(piece: dict, factor: float) -> dict:
+        merged = stats.scaled(piece, factor)
+        if piece.get(ARRAY) is not None:
+            merged[ARRAY] = piece[ARRAY] * factor
         return merged
 
     # -- DTensors -------------------------------------------------------------------------------------
@@ -210,13 +294,13 @@ class _Merger:
         kind, detail = placement
         if kind == "shard":
             dim = detail if detail >= 0 else len(group[0]["shape"]) + detail
-            return stats.tiled(group, dim)
+            return self._tiled(group, dim, ranks)
         if kind == "partial":
             if detail in ("max", "min"):
                 return self._extreme_of(group, detail)
-            return stats.summed(group)
+            return self._summed(group)
         if not stats.same(group):
-            self._odd_ones(name, path, group, ranks, "a replicated tensor")
+            return self._odd_ones(name, path, group, ranks, "a replicated tensor")
         return dict(group[0])
 
     @staticmethod
@@ -235,8 +319,8 @@ class _Merger:
         if any(piece.get("parameter") for piece in pieces) or name.endswith("parameters_grad"):
             if not stats.same(pieces):
                 what = "a parameter" if any(p.get("parameter") for p in pieces) else "a parameter's gradient"
-                self._odd_ones(name, path, pieces, ranks, f"{what}, which every rank must share,")
-                return dict(pieces[0]) | {"merged": f"rank {ranks[0]}'s (the ranks differ)"}
+                kept = self._odd_ones(name, path, pieces, ranks, f"{what}, which every rank must share,")
+                return kept | {"merged": "the ranks differ: a piece alike the global run's, else rank 0's"}
             return dict(pieces[0])
         shapes = [list(piece["shape"]) for piece in pieces]
         if any(len(shape) != len(shapes[0]) for shape in shapes):
@@ -251,28 +335,39 @@ class _Merger:
         if dim is None and data_parallel and expected_shape is None and shapes[0]:
             dim = 0  # no other run to ask: a data-parallel share of the batch, along the batch dimension
         if dim is not None:
-            merged = stats.tiled(pieces, dim)
+            merged = self._tiled(pieces, dim, ranks)
             how = f"side by side along dimension {dim} over ranks {_span(ranks)}"
             if data_parallel and _is_backward(name):
-                merged = stats.scaled(merged, 1.0 / self.data_parallel)
+                merged = self._scaled(merged, 1.0 / self.data_parallel)
                 how += f", times 1/{self.data_parallel} (each rank's loss is the mean over its share)"
         elif data_parallel:
-            merged = stats.averaged(pieces)
+            merged = self._averaged(pieces)
             how = f"averaged over ranks {_span(ranks)}"
-        elif expected_shape == shapes[0]:
-            merged = stats.summed(pieces)
-            how = f"added up over ranks {_span(ranks)} (partial sums)"
-        else:
-            words = f"differ from rank {ranks[0]}, and no layout says how to merge them"
-            self.findings.append(Finding(name, _where(path), ranks[1:], words))
-            return dict(pieces[0]) | {"merged": f"rank {ranks[0]}'s"}
+        else:  # tensor parallelism: a plain tensor of the global shape is replicated, and must be alike
+            kept = self._odd_ones(name, path, pieces, ranks, "a tensor every rank should hold whole")
+            return kept | {"merged": "the ranks differ: a piece alike the global run's, else rank 0's"}
         merged["merged"] = how
         return merged
 
-    def _odd_ones(self, name: str, path: tuple, pieces: list[dict], ranks: list[int], what: str) -> None:
-        odd = [rank for rank, piece in zip(ranks, pieces) if not stats.same([pieces[0], piece])]
-        words = f"hold another value of {what} than rank {ranks[0]} ({_stats_text(pieces[0])})"
-        self.findings.append(Finding(name, _where(path), odd, words))
+    def _odd_ones(self, name: str, path: tuple, pieces: list[dict], ranks: list[int], what: str) -> dict:
+        """Report the ranks whose piece of a value they must share differs, and return a good piece.
+
+        The odd ranks are those whose piece is not the global run's (when that run is at hand, of the same
+        shape), else those that differ from the most common piece (with two ranks: both, since either may be
+        the odd one)."""
+        expected = self.expected(name, path) if self.expected is not None else None
+        if is_tensor(expected) and list(expected["shape"]) == list(pieces[0]["shape"]):
+            good = [stats.close(piece, expected) for piece in pieces]
+        else:
+            counts = [sum(stats.same([piece, other]) for other in pieces) for piece in pieces]
+            good = [count == max(counts) and count > len(pieces) / 2 for count in counts]
+        odd = [rank for rank, fine in zip(ranks, good) if not fine] or list(ranks)
+        kept = next((piece for piece, fine in zip(pieces, good) if fine), pieces[0])
+        others = [rank for rank in ranks if rank not in odd]
+        than = f"than rank {others[0]}" if others else "than the others"
+        words = f"hold another value of {what} {than} ({_stats_text(kept)})"
+        self.findings.append(Finding(name, _where(path), odd, words, module=self.module_of(name)))
+        return dict(kept)
 
     def _unmergeable(self, name: str, path: tuple, values: list, ranks: list[int], words: str) -> DataFileError:
         return DataFileError(
@@ -344,8 +439,11 @@ def _renamed_construct(construct: dict[str, Any], ddp: bool) -> dict[str, Any]:
     return renamed
 
 
-def merge_ranks(dumps: dict[int, Dump], expected: ExpectedShape | None = None) -> MergedStep:
-    """The ranks of one step (``{rank: dump}``, every rank of the run) merged into the global run."""
+def merge_ranks(
+    dumps: dict[int, Dump], expected: ExpectedShape | None = None, arrays: TensorFiles | None = None
+) -> MergedStep:
+    """The ranks of one step (``{rank: dump}``, every rank of the run) merged into the global run; in a tensor
+    dump, with ``arrays``, their tensors too."""
     if not dumps:
         raise DataFileError(Path("."), "no rank to merge")
     world = {dump.parallel.get("world_size") for dump in dumps.values() if dump.parallel}
@@ -359,7 +457,7 @@ def merge_ranks(dumps: dict[int, Dump], expected: ExpectedShape | None = None) -
                 f"holds {len(dumps)} of the run's {size} ranks (missing: {_span(missing)}): nothing is merged "
                 "from a partial set of ranks",
             )
-    return _Merger(dumps, expected).merge()
+    return _Merger(dumps, expected, arrays).merge()
 
 
 def values_of(dump: Dump) -> ExpectedShape:

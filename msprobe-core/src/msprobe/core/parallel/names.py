@@ -28,3 +28,9 @@ def canonical(name: str, ddp: bool) -> str | None:
     if cls.startswith("FSDP") and len(cls) > 4:
         cls = cls[4:]
     return f"{match['prefix']}.{path}.{cls}.{match['rest']}"
+
+
+def module_path(name: str) -> str | None:
+    """``Module.blocks.0.attn.Attention.forward.0`` -> ``blocks.0.attn``; None for an API's entry."""
+    match = _MODULE.match(name)
+    return match["path"] if match is not None else None

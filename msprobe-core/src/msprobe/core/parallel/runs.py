@@ -13,11 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from msprobe.core.diagnosis.answer import DIVERGENCE, Diagnosis
 from msprobe.core.dump.layout import dump_folders, labels_order, step_and_rank_of_labels
 from msprobe.core.dump.reader import Dump, read_dump
 from msprobe.core.dump.writer import make_dir, write_json_atomic
 from msprobe.core.errors import DataFileError
-from msprobe.core.parallel.merge import Finding, merge_ranks, values_of
+from msprobe.core.parallel.merge import PHASES, Finding, merge_ranks, values_of
+from msprobe.core.tensor_files import save_npy
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +34,8 @@ class Prepared:
     bench: Path
     merged: bool = False
     findings: dict[int | None, list[Finding]] = field(default_factory=dict)  # by step
+    places: dict[int | None, dict[str, int]] = field(default_factory=dict)  # by step: entry -> place in the merge
+    ranks: int = 0  # the sharded run's ranks
     words: str = ""
 
 
@@ -78,19 +84,26 @@ def prepare(npu_root: Path, bench_root: Path, output_dir: Path) -> Prepared:
             guide = None
             if len(theirs[step]) == 1:  # a run of one process: its shapes say where each piece goes
                 guide = values_of(read_dump(next(iter(theirs[step].values()))))
+            folder = root / step / "rank" if step else root / "rank"
             if len(ranks) == 1:
                 dump = read_dump(next(iter(ranks.values())))
                 merged, findings = dump, []
+                tensors = dump.tensor_dir()
+                dump.dump_data_dir = str(tensors.resolve()) if tensors is not None else None  # read where they are
             else:
                 numbered = {}
-                for label, folder in ranks.items():
+                for label, rank_folder in ranks.items():
                     number = step_and_rank_of_labels((label,))[1]
-                    numbered[number if number is not None else 0] = read_dump(folder)
-                result = merge_ranks(numbered, guide)
+                    numbered[number if number is not None else 0] = read_dump(rank_folder)
+                files = _TensorFolder(numbered, folder) if any(d.task == "tensor" for d in numbered.values()) else None
+                result = merge_ranks(numbered, guide, files)
                 merged, findings = result.dump, result.findings
                 if root is prepared.npu:
-                    prepared.findings[step_and_rank_of_labels((step,))[0] if step else None] = findings
-            _write(merged, root / step / "rank" if step else root / "rank")
+                    number = step_and_rank_of_labels((step,))[0] if step else None
+                    prepared.findings[number] = findings
+                    prepared.places[number] = {name: index for index, name in enumerate(merged.data)}
+                    prepared.ranks = len(ranks)
+            _write(merged, folder)
         counts.append((len(npu[step]), len(bench[step])))
     npu_count, bench_count = counts[0] if counts else (0, 0)
     prepared.words = (
@@ -103,9 +116,128 @@ def prepare(npu_root: Path, bench_root: Path, output_dir: Path) -> Prepared:
 def _write(dump: Dump, folder: Path) -> None:
     """A merged step as a dump of one process, which every reader takes as it is."""
     make_dir(folder)
-    header = {"task": dump.task, "level": dump.level, "framework": dump.framework, "dump_data_dir": None}
+    header = {"task": dump.task, "level": dump.level, "framework": dump.framework, "dump_data_dir": dump.dump_data_dir}
     if dump.parallel:
         header["parallel"] = dump.parallel
     write_json_atomic(folder / "dump.json", {**header, "data": dump.data})
     write_json_atomic(folder / "construct.json", dump.construct)
     write_json_atomic(folder / "stack.json", dump.stack)
+
+
+def first_answer(
+    diagnosis: Diagnosis | None, findings: list[Finding], places: dict[str, int], ranks: int
+) -> Diagnosis | None:
+    """The answer of a compare across layouts: where the runs part ways, or, when the ranks disagree on a value
+    they must share before that (in the order the calls ran), that value, with the ranks that hold it otherwise.
+    A rank out of step shows where it parts from the others; what the merge makes of its values later is its
+    consequence."""
+    if not findings:
+        return diagnosis
+    first = findings[0]
+    if diagnosis is not None and diagnosis.verdict == DIVERGENCE:
+        phase = PHASES.index(diagnosis.phase) if diagnosis.phase in PHASES else 0
+        if (phase, places.get(diagnosis.api or "", len(places))) < (PHASES.index(first.phase), first.order):
+            return diagnosis
+    alone = len(first.ranks) == 1 and ranks > 1
+    return Diagnosis(
+        DIVERGENCE,
+        step=diagnosis.step if diagnosis is not None else None,
+        rank=first.ranks[0] if alone else None,
+        phase=first.phase,
+        module=first.module,
+        api=first.entry,
+        cause="ranks",
+        detail=f"{first.where}: rank{'s' if len(first.ranks) > 1 else ''} {', '.join(map(str, first.ranks))} "
+        f"{first.words}",
+        confidence="high",
+        ranks=list(first.ranks),
+        alone=alone,
+    )
+
+
+class _TensorFolder:
+    """A tensor dump's ranks' files, read with the installed backends' readers; the merged ones written as
+    ``.npy`` beside the merged dump.json."""
+
+    def __init__(self, dumps: dict[int, Dump], folder: Path):
+        from msprobe.core.compare.run import tensor_readers
+
+        self.readers = tensor_readers()
+        self.dumps = dumps
+        self.folder = folder / "dump_tensor_data"
+
+    def load(self, rank: int, piece: dict) -> np.ndarray | None:
+        path = self.dumps[rank].tensor_file(piece.get("data_name"))
+        reader = self.readers.get(path.suffix) if path is not None else None
+        return None if reader is None else np.asarray(reader(path))
+
+    def save(self, entry: str, path: tuple, array: np.ndarray) -> str:
+        name = ".".join([entry, *map(str, path)]) + ".npy"
+        save_npy(array, self.folder / name)
+        return name
+
+
+# a rank's piece of a value this far (relative, root mean square) from the global run's slice is another value
+PIECE_DIFFERS = 1e-4
+
+
+def name_the_ranks(diagnosis: Diagnosis, npu_folder: Path, bench_folder: Path) -> Diagnosis:
+    """In a tensor dump, the ranks whose pieces of the first differing value are not the global run's: each
+    piece is compared with the slice of the golden run's tensor it stands for."""
+    if diagnosis.verdict != DIVERGENCE or diagnosis.cause == "ranks" or not diagnosis.api:
+        return diagnosis
+    try:
+        npu, bench = read_dump(npu_folder), read_dump(bench_folder)
+    except DataFileError:
+        return diagnosis
+    ours, theirs = npu.data.get(diagnosis.api), bench.data.get(diagnosis.api)
+    if npu.task != "tensor" or not isinstance(ours, dict) or not isinstance(theirs, dict):
+        return diagnosis
+    from msprobe.core.compare.run import tensor_readers
+
+    readers = tensor_readers()
+
+    def array(dump: Dump, leaf: dict) -> np.ndarray | None:
+        path = dump.tensor_file(leaf.get("data_name"))
+        reader = readers.get(path.suffix) if path is not None else None
+        return None if reader is None else np.asarray(reader(path), dtype=np.float64)
+
+    for key in ("input_args", "input_kwargs", "input", "output", "parameters"):
+        for ours_leaf, theirs_leaf in _paired_leaves(ours.get(key), theirs.get(key)):
+            pieces = ours_leaf.get("pieces")
+            if not isinstance(pieces, dict) or "data_name" not in ours_leaf:
+                continue
+            a, b = array(npu, ours_leaf), array(bench, theirs_leaf)
+            if a is None or b is None or a.shape != b.shape:
+                continue
+            differing = [rank for rank, start, stop in pieces["ranks"] if _differs(a, b, pieces["dim"], start, stop)]
+            if differing:
+                diagnosis.ranks = differing
+                if len(differing) == 1 and len(pieces["ranks"]) > 1:
+                    diagnosis.rank, diagnosis.alone = differing[0], True
+                return diagnosis
+    return diagnosis
+
+
+def _paired_leaves(ours: Any, theirs: Any) -> list[tuple[dict, dict]]:
+    if isinstance(ours, dict) and "shape" in ours and isinstance(theirs, dict):
+        return [(ours, theirs)]
+    if isinstance(ours, list) and isinstance(theirs, list):
+        return [pair for a, b in zip(ours, theirs) for pair in _paired_leaves(a, b)]
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        return [pair for key in ours if key in theirs for pair in _paired_leaves(ours[key], theirs[key])]
+    return []
+
+
+def _differs(a: np.ndarray, b: np.ndarray, dim: int, start: int, stop: int) -> bool:
+    index = [slice(None)] * a.ndim
+    index[dim] = slice(start, stop)
+    part, golden = a[tuple(index)], b[tuple(index)]
+    if part.size == 0:
+        return False
+    finite = np.isfinite(part) & np.isfinite(golden)
+    if not np.array_equal(np.isfinite(part), np.isfinite(golden)):
+        return True
+    scale = float(np.sqrt(np.mean(golden[finite] ** 2))) if finite.any() else 0.0
+    error = float(np.sqrt(np.mean((part[finite] - golden[finite]) ** 2))) if finite.any() else 0.0
+    return error > PIECE_DIFFERS * scale if scale > 0 else error > 0

@@ -23,6 +23,7 @@ from typing import Any
 from msprobe.core.dump.numbers import json_number
 
 STATISTICS = ("Max", "Min", "Mean", "Norm")
+ARRAY = "_array"  # a piece's tensor, in a tensor dump, carried beside its summary while it is merged
 SUMS = ("Sum", "SumSq")
 _FLOAT32 = struct.Struct("f")
 _MEASURED_IN_FLOAT32 = ("float32", "float16", "bfloat16", "Float32", "Float16", "BFloat16")
@@ -83,7 +84,8 @@ def _finish(merged: dict[str, Any], total: float | None, squares: float | None, 
 
 def _base(pieces: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The first piece's description, without what belongs to a piece alone."""
-    dropped = {*STATISTICS, *SUMS, "md5", "shard", "data_name", "Max_except_inf_nan", "Min_except_inf_nan"}
+    dropped = {*STATISTICS, *SUMS, "md5", "shard", "data_name", "Max_except_inf_nan", "Min_except_inf_nan", ARRAY}
+    dropped.add("pieces")
     return {key: value for key, value in pieces[0].items() if key not in dropped}
 
 
@@ -159,6 +161,7 @@ def scaled(piece: dict[str, Any], factor: float) -> dict[str, Any]:
     if "SumSq" in piece:
         merged["SumSq"] = None if squares is None else json_number(squares * factor * factor)
     merged.pop("md5", None)  # the bytes are others'
+    merged.pop(ARRAY, None)
     return merged
 
 
@@ -174,3 +177,27 @@ def _key_equal(a: Any, b: Any) -> bool:
         return True
     x, y = number(a), number(b)
     return x is not None and y is not None and math.isnan(x) and math.isnan(y)
+
+
+CLOSE = 1e-6  # relative: one value, summed in another order (a replicated tensor after an all-reduce)
+
+
+def close(piece: dict[str, Any], other: dict[str, Any]) -> bool:
+    """One value, to the rounding of a sum taken in another order: the same shape, and each statistic known to
+    both within ``CLOSE`` of the other's scale."""
+    if list(piece.get("shape") or []) != list(other.get("shape") or []):
+        return False
+    norm = number(other.get("Norm"))
+    count = element_count(other.get("shape") or [])
+    rms = abs(norm) / math.sqrt(count) if norm is not None and math.isfinite(norm) and count else 0.0
+    for key in STATISTICS:
+        a, b = number(piece.get(key)), number(other.get(key))
+        if a is None or b is None:
+            continue
+        if not (math.isfinite(a) and math.isfinite(b)):
+            if not _key_equal(a, b):
+                return False
+            continue
+        if abs(a - b) > CLOSE * max(abs(b), rms):
+            return False
+    return True

@@ -78,6 +78,20 @@ def shard_of(tensor: Any) -> tuple[torch.Tensor, dict[str, Any]]:
     return tensor._local_tensor, record
 
 
+def plain(tensor: torch.Tensor) -> torch.Tensor:
+    """A tensor a file can hold and ``torch.load(weights_only=True)`` read back: the result of an asynchronous
+    collective (torch's ``AsyncCollectiveTensor``, which tensor parallelism's all-reduce returns) waited for and
+    unwrapped. Other tensors as they are."""
+    if type(tensor) is torch.Tensor:
+        return tensor
+    wait = getattr(tensor, "trigger_wait", None)
+    if callable(wait):
+        waited = wait()
+        if isinstance(waited, torch.Tensor):
+            return waited
+    return tensor
+
+
 def float64_sums(tensor: torch.Tensor) -> tuple[float, float]:
     """The sum and the sum of squares of a tensor's values in float64: they add up exactly across shards."""
     data = tensor.detach()

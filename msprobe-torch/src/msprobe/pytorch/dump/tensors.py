@@ -412,7 +412,7 @@ class TensorSummarizer:
             summary["data_name"] = file_name
         elif self.save_files and self.tensor_dir is not None and has_data and self._saving_this:
             file_name = f"{data_stem}.pt"
-            data = tensor.detach()
+            data = parallel.plain(tensor.detach())
             if _needs_copy(data):
                 data = data.clone(memory_format=torch.contiguous_format)
             if self.deferred:
