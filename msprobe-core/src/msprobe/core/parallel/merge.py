@@ -49,7 +49,7 @@ class TensorFiles(Protocol):
 
     def load(self, rank: int, piece: dict) -> np.ndarray | None: ...
 
-    def save(self, entry: str, path: tuple, array: np.ndarray) -> str: ...
+    def save(self, file_name: str, array: np.ndarray) -> str: ...
 
 
 @dataclass
@@ -209,8 +209,9 @@ class _Merger:
             merged["merged"] = merged.get("merged") or "alike on every rank"
         array = merged.pop(ARRAY, None)
         merged.pop("data_name", None)
-        if array is not None and self.arrays is not None:
-            merged["data_name"] = self.arrays.save(name, path, array)
+        file_name = next((piece["data_name"] for piece in pieces if isinstance(piece.get("data_name"), str)), None)
+        if array is not None and self.arrays is not None and file_name:  # under the name each rank gave it
+            merged["data_name"] = self.arrays.save(file_name, array)
         return merged
 
     # -- the pieces' tensors, merged as their statistics are ----------------------------------------------

@@ -165,15 +165,26 @@ class _TensorFolder:
         self.readers = tensor_readers()
         self.dumps = dumps
         self.folder = folder / "dump_tensor_data"
+        self.suffix, self.write = ".npy", save_npy  # a file any reader opens, unless the dump's backend is here
+        framework = next(iter(dumps.values())).framework
+        try:
+            from msprobe.core.plugins import get_registry
+
+            for backend in get_registry().backends().values():
+                if framework in (backend.name, *backend.aliases) and backend.tensor_suffix:
+                    self.suffix, self.write = backend.tensor_suffix, backend.save_tensor
+        except Exception as exc:  # no plugins: .npy, which msprobe reads; mindstudio-probe reads the backend's
+            logger.debug("merged tensors written as .npy: %s", exc)
 
     def load(self, rank: int, piece: dict) -> np.ndarray | None:
         path = self.dumps[rank].tensor_file(piece.get("data_name"))
         reader = self.readers.get(path.suffix) if path is not None else None
         return None if reader is None else np.asarray(reader(path))
 
-    def save(self, entry: str, path: tuple, array: np.ndarray) -> str:
-        name = ".".join([entry, *map(str, path)]) + ".npy"
-        save_npy(array, self.folder / name)
+    def save(self, file_name: str, array: np.ndarray) -> str:
+        name = str(Path(file_name).with_suffix(self.suffix))
+        make_dir(self.folder)
+        self.write(array, self.folder / name)
         return name
 
 
