@@ -181,3 +181,19 @@ def test_shards_that_do_not_tile_their_global_shape_are_one_clear_error(quick_ru
     assert result.exit_code == 2 and "Traceback" not in result.output
     line = result.output.strip().splitlines()[-1]
     assert "Functional.linear.0.forward input_args 1" in line and "do not tile the global shape" in line
+
+
+@pytest.mark.parametrize("case", ["mlp.ddp.desync", "mlp.tp.control"])
+def test_the_graph_page_across_layouts_gives_the_compare_s_answer(quick_runs, tmp_path, case):
+    from msprobe.core.compare.run import compare_distributed
+    from msprobe.core.graph.run import run_graph
+
+    run, golden = quick_runs / "runs" / f"{case}.tensor", quick_runs / "golden" / "mlp.tensor"
+    spec = tmp_path / "compare.json"
+    spec.write_text(json.dumps({"npu_path": str(run), "bench_path": str(golden)}))
+    [summary] = compare_distributed(run, golden, tmp_path / "compare")
+    [graph] = run_graph(spec, tmp_path / "graph")
+    assert graph.answer == summary.diagnosis.line() and graph.matched == graph.nodes
+    page = next((tmp_path / "graph").glob("compare_*.html")).read_text()
+    if summary.diagnosis.verdict == "divergence":
+        assert "rank 1 alone" in graph.answer and summary.diagnosis.api in page

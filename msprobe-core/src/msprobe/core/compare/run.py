@@ -452,7 +452,10 @@ def compare_distributed(
 def _write_rank_findings(findings: dict, output_dir: Path, summaries: list[CompareSummary]) -> None:
     """rank_consistency_{timestamp}.json: by step, what should be alike on every rank and is not."""
     written = output_dir / f"rank_consistency_{timestamp()}.json"
-    by_step = {str(step): [vars(finding) for finding in step_findings] for step, step_findings in findings.items()}
+    by_step = {
+        str(step): [{**vars(finding), "words": finding.said(), "line": finding.line()} for finding in step_findings]
+        for step, step_findings in findings.items()
+    }
     write_json_atomic(written, by_step, indent=2)
     for summary in summaries:
         if summary.rank_findings:

@@ -128,7 +128,10 @@ def compare_one(
     layer_mapping: str | Path | None,
     overflow_check: bool,
     complete_stack: bool,
+    layout: tuple | None = None,
 ) -> GraphSummary:
+    """``layout``: runs of other layouts, merged: what the merge found (findings, places, ranks), which the
+    answer weighs as ``msprobe compare``'s does."""
     npu, bench = _load(npu_folder, complete_stack), _load(bench_folder, complete_stack)
     readers = tensor_readers()
     check_tensor_readers((npu.dump, bench.dump), readers)
@@ -144,8 +147,12 @@ def compare_one(
     title = f"msprobe graph: {npu_folder} vs {bench_folder}"
     diagnosis = None  # the answer every surface gives; the page marks it
     if diagnosis_fits(npu_folder, bench_folder)[0]:
-        diagnosis = diagnose_dumps(npu.dump, bench.dump, translate)[0]
+        diagnosis = diagnose_dumps(npu.dump, bench.dump, translate, other_layout=layout is not None)[0]
         diagnosis.step, diagnosis.rank = step_and_rank_of(npu_folder)
+        if layout is not None:
+            from msprobe.core.parallel.runs import first_answer, name_the_ranks
+
+            diagnosis = name_the_ranks(first_answer(diagnosis, *layout), npu_folder, bench_folder)
     page = write_compare_page(output / f"{stem}.html", npu, bench, comparison, title, overflow_check, diagnosis)
     suspect = sum(1 for node in npu.nodes.values() if is_suspect(comparison.mode, node.data.get("precision_index")))
     return GraphSummary(
@@ -196,14 +203,26 @@ def run_graph(
     if spec.bench_path is None:
         jobs = [(f, output, labels, stamp, overflow_check, complete_stack) for labels, f in npu.items()]
         return run_jobs(_build_job, jobs, engine, "graphs")
-    bench = dump_folders(Path(spec.bench_path), "bench_path")
+    from msprobe.core.parallel.runs import prepare
+
+    prepared = prepare(Path(spec.npu_path), Path(spec.bench_path), output)  # runs of other layouts: merged
+    if prepared.merged:
+        logger.warning("msprobe graph: %s", prepared.words)
+        npu = dump_folders(prepared.npu, "npu_path")
+    bench = dump_folders(prepared.bench, "bench_path")
     if set(npu) != set(bench):
         only = sorted(" ".join(k) or "(single)" for k in set(npu) ^ set(bench))
         raise DataFileError(
             Path(compare_json), f"npu_path and bench_path hold different step/rank folders: {', '.join(only)}"
         )
-    jobs = [
-        (folder, bench[labels], output, labels, stamp, fuzzy_match, layer_mapping, overflow_check, complete_stack)
-        for labels, folder in sorted(npu.items())
-    ]
+    jobs = []
+    for labels, folder in sorted(npu.items()):
+        step = step_and_rank_of(folder)[0]
+        layout = None
+        if prepared.merged:
+            layout = (prepared.findings.get(step, []), prepared.places.get(step, {}), prepared.ranks)
+        jobs.append((
+            folder, bench[labels], output, labels, stamp, fuzzy_match, layer_mapping, overflow_check,
+            complete_stack, layout,
+        ))  # fmt: skip
     return run_jobs(_compare_job, jobs, engine, "graphs")

@@ -64,9 +64,14 @@ class Finding:
     phase: str = "forward"  # "forward", "backward" or "optimizer": findings are read in the order calls ran
     order: int = 0  # the entry's place in the merged step
 
+    def said(self) -> str:
+        """ "rank 1 holds ...", "ranks 0, 1 hold ..."."""
+        several = len(self.ranks) > 1
+        words = self.words.replace("{hold}", "hold" if several else "holds")
+        return f"rank{'s' if several else ''} {', '.join(map(str, self.ranks))} {words}"
+
     def line(self) -> str:
-        ranks = ", ".join(map(str, self.ranks))
-        return f"{self.entry} {self.where}: rank{'s' if len(self.ranks) > 1 else ''} {ranks} {self.words}"
+        return f"{self.entry} {self.where}: {self.said()}"
 
 
 @dataclass
@@ -180,7 +185,7 @@ class _Merger:
             scaled = self._batch_size(name, path, first)
             return scaled if scaled is not None else first
         odd = [rank for rank, value in zip(ranks, values) if value != first]
-        words = f"hold {_text(values[1:])} where rank {ranks[0]} holds {_text([first])}"
+        words = f"{{hold}} {_text(values[1:])} where rank {ranks[0]} holds {_text([first])}"
         self.findings.append(Finding(name, _where(path), odd, words, module=self.module_of(name)))
         return first
 
@@ -366,7 +371,7 @@ class _Merger:
         kept = next((piece for piece, fine in zip(pieces, good) if fine), pieces[0])
         others = [rank for rank in ranks if rank not in odd]
         than = f"than rank {others[0]}" if others else "than the others"
-        words = f"hold another value of {what} {than} ({_stats_text(kept)})"
+        words = f"{{hold}} another value of {what} {than} ({_stats_text(kept)})"
         self.findings.append(Finding(name, _where(path), odd, words, module=self.module_of(name)))
         return dict(kept)
 

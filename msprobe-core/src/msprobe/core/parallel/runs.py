@@ -147,8 +147,7 @@ def first_answer(
         module=first.module,
         api=first.entry,
         cause="ranks",
-        detail=f"{first.where}: rank{'s' if len(first.ranks) > 1 else ''} {', '.join(map(str, first.ranks))} "
-        f"{first.words}",
+        detail=f"{first.where}: {first.said()}",
         confidence="high",
         ranks=list(first.ranks),
         alone=alone,
