@@ -183,3 +183,26 @@ def test_the_kernels_can_be_switched_off():
         [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "MSPROBE_NO_KERNELS": "1"}
     )
     assert result.stdout.split() == ["False", "None", "none"], result.stderr
+
+
+@pytest.mark.parametrize("size", [1, 15, 16, 17, 33, 4096, 65537, 1_000_003])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sums_in_double_are_math_fsum_s_to_double_rounding(size, dtype):
+    """The sums a sharded run records beside its statistics, which merge across ranks: exact to the rounding of
+    a double sum (against math.fsum, exact), over every path of the kernels (vector body, tails)."""
+    rng = np.random.default_rng(size + 7)
+    values = (rng.standard_normal(size) * 3 + 0.5).astype(dtype)
+    total, squares = float_stats.sums_at(values.ctypes.data, size, "f" if dtype == np.float32 else "d")
+    wide = values.astype(np.float64).tolist()
+    exact_total, exact_squares = math.fsum(wide), math.fsum(v * v for v in wide)
+    bound = size * 2.0**-52  # a sum of n doubles in any order is within n units of rounding of the magnitudes
+    assert abs(total - exact_total) <= bound * math.fsum(abs(v) for v in wide)
+    assert abs(squares - exact_squares) <= bound * exact_squares
+
+
+def test_sums_pass_an_inf_or_nan_on_as_they_add_up():
+    values = np.array([1.0, np.inf, 2.0], dtype=np.float32)
+    assert float_stats.sums_at(values.ctypes.data, 3, "f") == (math.inf, math.inf)
+    values[1] = np.nan
+    total, squares = float_stats.sums_at(values.ctypes.data, 3, "f")
+    assert math.isnan(total) and math.isnan(squares)

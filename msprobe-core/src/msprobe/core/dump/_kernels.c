@@ -254,6 +254,24 @@ static PyObject *float_stats_at(PyObject *self, PyObject *const *args, Py_ssize_
     return stats_of(address, n, kind);
 }
 
+/* The sum and the sum of squares in double, whatever the values (an inf or nan comes out as it adds up): they
+ * add up exactly across the shards of a tensor, where a mean and a norm rounded to float32 would not. */
+static PyObject *float_sums_at(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    void *address;
+    Py_ssize_t n;
+    char kind;
+    if (address_arguments("float_sums_at", args, nargs, &address, &n, &kind) < 0) return NULL;
+    Sums sums;
+    int unlocked = n >= UNLOCKED_FROM;
+    PyThreadState *state = unlocked ? PyEval_SaveThread() : NULL;
+    if (kind == 'f')
+        f32_kernel((const float *)address, n, &sums);
+    else
+        f64_generic((const double *)address, n, &sums);
+    if (unlocked) PyEval_RestoreThread(state);
+    return Py_BuildValue("(dd)", sums.sum, sums.squares);
+}
+
 /* The statistics of data that holds an inf or nan, as torch gives them: Max and Min nan when a nan is there
  * (else the extremes, infs included), Mean nan for a nan or both infs (else the inf's sign), Norm nan for a nan
  * (else inf); and the extremes of the finite values (of the infs when none is finite; nan when all are nan), the
@@ -568,6 +586,9 @@ static PyMethodDef methods[] = {
     {"float_stats_at", (PyCFunction)(void (*)(void))float_stats_at, METH_FASTCALL,
      "float_stats_at(address, count, kind) -> (max, min, mean, norm) or None: count float32 ('f') or float64 ('d') "
      "values at a C-contiguous address the caller keeps alive; None when one is inf or nan."},
+    {"float_sums_at", (PyCFunction)(void (*)(void))float_sums_at, METH_FASTCALL,
+     "float_sums_at(address, count, kind) -> (sum, sum of squares) in double, of count float32 ('f') or float64 "
+     "('d') values at a C-contiguous address the caller keeps alive."},
     {"nonfinite_stats_at", (PyCFunction)(void (*)(void))nonfinite_stats_at, METH_FASTCALL,
      "nonfinite_stats_at(address, count, kind) -> (max, min, mean, norm, max_except_inf_nan, min_except_inf_nan) "
      "as torch gives them for data holding an inf or nan; None when every value is finite."},
@@ -612,7 +633,7 @@ PyMODINIT_FUNC PyInit__kernels(void) {
     PyObject *capsule = PyCapsule_New((void *)&C_API, "msprobe.core.dump._kernels._C_API", NULL);
     /* INTERFACE_VERSION: what float_stats.py expects of the module's functions (bump both together); the
      * capsule's table carries its own version for C callers */
-    if (capsule == NULL || PyModule_AddIntConstant(created, "INTERFACE_VERSION", 1) < 0 ||
+    if (capsule == NULL || PyModule_AddIntConstant(created, "INTERFACE_VERSION", 2) < 0 ||
         PyModule_AddObject(created, "_C_API", capsule) < 0) {
         Py_XDECREF(capsule);
         Py_DECREF(created);

@@ -28,7 +28,7 @@ except ImportError:  # built without a C compiler: the frameworks' kernels measu
 
 if switched_off("MSPROBE_NO_KERNELS"):
     _kernels = None
-_kernels = built_extension(_kernels, 1)
+_kernels = built_extension(_kernels, 2)
 
 AVAILABLE = _kernels is not None  # the one switch every caller reads (tests turn it off to compare)
 
@@ -51,6 +51,14 @@ def stats_at(address: int, count: int, kind: str) -> Stats | None:
     if not AVAILABLE:
         return None
     return _kernels.float_stats_at(address, count, kind)
+
+
+def sums_at(address: int, count: int, kind: str) -> tuple[float, float] | None:
+    """The sum and the sum of squares, in double, of ``count`` contiguous FLOAT32 or FLOAT64 values at ``address``
+    (see ``stats_at``); None without kernels."""
+    if not AVAILABLE:
+        return None
+    return _kernels.float_sums_at(address, count, kind)
 
 
 def nonfinite_stats_at(address: int, count: int, kind: str) -> tuple[float, ...] | None:

@@ -22,6 +22,8 @@ from typing import Any
 import torch
 
 from msprobe.core.api_patch import ApiPatcher, unrecorded
+from msprobe.core.dump import float_stats
+from msprobe.pytorch.dump import measuring
 
 
 def world() -> tuple[int, int] | None:
@@ -51,11 +53,26 @@ def mesh_id(ranks: list[int]) -> str:
     return f"{min(ranks)}-{len(ranks)}-{digest:08x}"
 
 
+_SHARDS: dict[tuple, tuple[Any, dict[str, Any]]] = {}  # (mesh id, placements, shape) -> (mesh, record)
+
+
 def shard_of(tensor: Any) -> tuple[torch.Tensor, dict[str, Any]]:
-    """A DTensor's local tensor, and the record of where it sits in the global tensor."""
+    """A DTensor's local tensor, and the record of where it sits in the global tensor (made once for each mesh,
+    placements and shape: reading a mesh's ranks and a shard's offset costs more than the dump's statistics)."""
     spec = tensor._spec
     mesh = spec.mesh
     placements = tuple(spec.placements)
+    key = (id(mesh), placements, tuple(tensor.shape))
+    found = _SHARDS.get(key)
+    if found is None or found[0] is not mesh:
+        if len(_SHARDS) > 4096:
+            _SHARDS.clear()
+        found = _SHARDS[key] = (mesh, _shard_record(tensor, mesh, placements))
+    record = found[1]
+    return tensor._local_tensor, {**record, "mesh": dict(record["mesh"])}
+
+
+def _shard_record(tensor: Any, mesh: Any, placements: tuple) -> dict[str, Any]:
     offset = None
     try:
         from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
@@ -64,7 +81,7 @@ def shard_of(tensor: Any) -> tuple[torch.Tensor, dict[str, Any]]:
     except Exception:  # a torch without it: the merge tiles the shards by their coordinates
         offset = None
     ranks = mesh.mesh.flatten().tolist()
-    record = {
+    return {
         "global_shape": list(tensor.shape),
         "placements": [str(placement) for placement in placements],
         "mesh": {
@@ -75,7 +92,6 @@ def shard_of(tensor: Any) -> tuple[torch.Tensor, dict[str, Any]]:
         },
         "offset": offset,
     }
-    return tensor._local_tensor, record
 
 
 def plain(tensor: torch.Tensor) -> torch.Tensor:
@@ -93,12 +109,23 @@ def plain(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def float64_sums(tensor: torch.Tensor) -> tuple[float, float]:
-    """The sum and the sum of squares of a tensor's values in float64: they add up exactly across shards."""
+    """The sum and the sum of squares of a tensor's values in float64: they add up exactly across shards. Read
+    in one pass in C for a CPU float32 or float64 tensor in memory of its own (the usual case), else in torch."""
     data = tensor.detach()
     if data.is_complex() or data.is_meta or not data.numel():
         return 0.0, 0.0
+    kind = _SUMMED_IN_C.get(data.dtype)
+    if kind is not None and data.is_cpu and float_stats.AVAILABLE:
+        address = measuring.plain_memory(data)
+        if address is not None:
+            found = float_stats.sums_at(address, data.numel(), kind)
+            if found is not None:
+                return found
     flat = data.reshape(-1).to(torch.float64)
     return float(flat.sum().item()), float(torch.dot(flat, flat).item())
+
+
+_SUMMED_IN_C = {torch.float32: float_stats.FLOAT32, torch.float64: float_stats.FLOAT64}
 
 
 def data_parallel_group(model: Any) -> dict[str, Any] | None:
