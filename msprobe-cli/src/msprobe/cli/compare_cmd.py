@@ -123,6 +123,8 @@ def compare_command(
         answer = diagnose_across(input_path, summaries)
     elif first_divergence:
         answer = summaries[0].diagnosis
+    if summaries and summaries[0].note:
+        click.echo(f"ranks merged: {summaries[0].note}")
     for summary in summaries:
         click.echo(summary.line())
     files = [str(f) for s in summaries for f in s.files]

@@ -63,6 +63,7 @@ class CompareSummary:
     rank_findings: list[str] = field(default_factory=list)
     # the folders compared, when they are not the ones compare.json names (ranks merged), and their layouts differ
     compared: tuple[Path, Path] | None = None
+    note: str = ""  # what was done to compare them, said once before the summaries
 
     @property
     def where(self) -> str:
@@ -423,7 +424,7 @@ def compare_distributed(
 
     prepared = prepare(Path(npu_dump_dir), Path(bench_dump_dir), Path(output_path))
     if prepared.merged:
-        logger.warning("msprobe compare: %s", prepared.words)
+        logger.info("msprobe compare: %s", prepared.words)
         npu_dump_dir, bench_dump_dir = prepared.npu, prepared.bench
     summaries = _compare_folders(
         Path(npu_dump_dir), Path(bench_dump_dir), Path(output_path), stack_mode, auto_analyze, fuzzy_match,
@@ -433,6 +434,7 @@ def compare_distributed(
         findings = prepared.findings.get(summary.step, [])
         summary.rank_findings = [finding.line() for finding in findings]
         summary.compared = (prepared.npu, prepared.bench) if prepared.merged else None
+        summary.note = prepared.words
         if not prepared.merged or summary.diagnosis is None:
             continue
         answer = summary.diagnosis

@@ -207,7 +207,7 @@ def run_graph(
 
     prepared = prepare(Path(spec.npu_path), Path(spec.bench_path), output)  # runs of other layouts: merged
     if prepared.merged:
-        logger.warning("msprobe graph: %s", prepared.words)
+        logger.warning("msprobe graph: ranks merged: %s", prepared.words)
         npu = dump_folders(prepared.npu, "npu_path")
     bench = dump_folders(prepared.bench, "bench_path")
     if set(npu) != set(bench):

@@ -325,7 +325,7 @@ class _Merger:
         if any(piece.get("parameter") for piece in pieces) or name.endswith("parameters_grad"):
             if not stats.same(pieces):
                 what = "a parameter" if any(p.get("parameter") for p in pieces) else "a parameter's gradient"
-                kept = self._odd_ones(name, path, pieces, ranks, f"{what}, which every rank must share,")
+                kept = self._odd_ones(name, path, pieces, ranks, f"{what} (which every rank must share)")
                 return kept | {"merged": "the ranks differ: a piece alike the global run's, else rank 0's"}
             return dict(pieces[0])
         shapes = [list(piece["shape"]) for piece in pieces]
@@ -370,8 +370,13 @@ class _Merger:
         odd = [rank for rank, fine in zip(ranks, good) if not fine] or list(ranks)
         kept = next((piece for piece, fine in zip(pieces, good) if fine), pieces[0])
         others = [rank for rank in ranks if rank not in odd]
-        than = f"than rank {others[0]}" if others else "than the others"
-        words = f"{{hold}} another value of {what} {than} ({_stats_text(kept)})"
+        reference = f"rank {others[0]}'s" if others else "the global run's" if is_tensor(expected) else "the others'"
+        if is_tensor(expected) and not others:
+            kept_text = _stats_text(expected)
+        else:
+            kept_text = _stats_text(kept)
+        odd_text = _stats_text(pieces[ranks.index(odd[0])])
+        words = f"{{hold}} another value of {what}: {odd_text}, where {reference} is {kept_text}"
         self.findings.append(Finding(name, _where(path), odd, words, module=self.module_of(name)))
         return dict(kept)
 
