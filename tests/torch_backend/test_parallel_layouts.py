@@ -197,3 +197,22 @@ def test_the_graph_page_across_layouts_gives_the_compare_s_answer(quick_runs, tm
     page = next((tmp_path / "graph").glob("compare_*.html")).read_text()
     if summary.diagnosis.verdict == "divergence":
         assert "rank 1 alone" in graph.answer and summary.diagnosis.api in page
+
+
+@pytest.mark.parametrize(("npu", "bench_run", "identical"), [("fsdp2", "ddp", True), ("tp", "ddp", False)])
+def test_two_sharded_runs_of_other_layouts_compare_as_their_global_runs(
+    quick_runs, tmp_path, npu, bench_run, identical
+):
+    """FSDP2 over 2 against DDP over 2: the same arithmetic, shard by shard (each rank's share of the batch, the
+    averaged gradients, the optimizer's update of each shard), so the merged runs agree bit for bit. That holds
+    only if a DTensor written in place (the optimizer's step on its shard, which moves no version counter of
+    the shard) is measured again. TP against DDP: the data-parallel run merges alone first and guides the
+    other."""
+    from msprobe.core.compare.run import compare_distributed
+
+    runs = quick_runs / "runs"
+    [summary] = compare_distributed(
+        runs / f"mlp.{npu}.control.statistics", runs / f"mlp.{bench_run}.control.statistics", tmp_path / "out"
+    )
+    assert summary.verdict == "PASS" and summary.unmatched == 0, summary.line()
+    assert (summary.diagnosis.verdict == "none") == identical, summary.line()

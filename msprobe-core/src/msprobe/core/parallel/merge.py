@@ -336,7 +336,12 @@ class _Merger:
         data_parallel = self.data_parallel > 1
         # the global run's shape decides first: shares whose statistics happen to agree are still shares
         dim = _tiling_dim(shapes, expected_shape)
-        if dim is None and stats.same(pieces) and expected_shape in (None, shapes[0]):
+        # with no other run to ask, pieces of a data-parallel run that agree are still each rank's share when
+        # they have a batch dimension beside their features (a gradient of -1/n at each target: the same
+        # statistics, other rows); a vector or a number alike on every rank is one value, as is what the optimizer
+        # is given (the averaged gradients)
+        shares = data_parallel and expected_shape is None and len(shapes[0]) >= 2 and self.phase_of(name) != "optimizer"
+        if dim is None and stats.same(pieces) and expected_shape in (None, shapes[0]) and not shares:
             return dict(pieces[0])
         if dim is None and data_parallel and expected_shape is None and shapes[0]:
             dim = 0  # no other run to ask: a data-parallel share of the batch, along the batch dimension

@@ -76,34 +76,18 @@ def prepare(npu_root: Path, bench_root: Path, output_dir: Path) -> Prepared:
     npu, bench = _by_step(dump_folders(npu_root, "npu_path")), _by_step(dump_folders(bench_root, "bench_path"))
     steps = sorted(set(npu) & set(bench), key=lambda step: labels_order((step,)) if step else ())
     prepared = Prepared(output_dir / "merged_npu", output_dir / "merged_bench", merged=True)
-    sides = ((npu, bench, prepared.npu), (bench, npu, prepared.bench))
     counts = []
     for step in steps:
-        for ours, theirs, root in sides:
-            ranks = ours[step]
-            guide = None
-            if len(theirs[step]) == 1:  # a run of one process: its shapes say where each piece goes
-                guide = values_of(read_dump(next(iter(theirs[step].values()))))
+        # the side that merges alone first (one process, or data parallel: its layout says where each piece
+        # goes), then the other, guided by its global run's shapes
+        sides = [(npu[step], prepared.npu), (bench[step], prepared.bench)]
+        sides.sort(key=lambda side: 0 if len(side[0]) == 1 else 1 if _data_parallel(side[0]) else 2)
+        guide = None
+        for ranks, root in sides:
             folder = root / step / "rank" if step else root / "rank"
-            if len(ranks) == 1:
-                dump = read_dump(next(iter(ranks.values())))
-                merged, findings = dump, []
-                tensors = dump.tensor_dir()
-                dump.dump_data_dir = str(tensors.resolve()) if tensors is not None else None  # read where they are
-            else:
-                numbered = {}
-                for label, rank_folder in ranks.items():
-                    number = step_and_rank_of_labels((label,))[1]
-                    numbered[number if number is not None else 0] = read_dump(rank_folder)
-                files = _TensorFolder(numbered, folder) if any(d.task == "tensor" for d in numbered.values()) else None
-                result = merge_ranks(numbered, guide, files)
-                merged, findings = result.dump, result.findings
-                if root is prepared.npu:
-                    number = step_and_rank_of_labels((step,))[0] if step else None
-                    prepared.findings[number] = findings
-                    prepared.places[number] = {name: index for index, name in enumerate(merged.data)}
-                    prepared.ranks = len(ranks)
+            merged = _merged_side(ranks, folder, guide, step, prepared if root is prepared.npu else None)
             _write(merged, folder)
+            guide = values_of(merged)
         counts.append((len(npu[step]), len(bench[step])))
     npu_count, bench_count = counts[0] if counts else (0, 0)
     prepared.words = (
@@ -111,6 +95,33 @@ def prepare(npu_root: Path, bench_root: Path, output_dir: Path) -> Prepared:
         f"the global run ({output_dir / 'merged_npu'}, {output_dir / 'merged_bench'})"
     )
     return prepared
+
+
+def _data_parallel(ranks: dict[str, Path]) -> bool:
+    layout = _header(next(iter(ranks.values())))
+    return bool(layout and layout.get("data_parallel"))
+
+
+def _merged_side(ranks: dict[str, Path], folder: Path, guide: Any, step: str | None, prepared: Prepared | None) -> Dump:
+    """One side of one step as a dump of one process: its ranks merged, or its one rank as it is (its tensor
+    files read where they are)."""
+    if len(ranks) == 1:
+        dump = read_dump(next(iter(ranks.values())))
+        tensors = dump.tensor_dir()
+        dump.dump_data_dir = str(tensors.resolve()) if tensors is not None else None
+        return dump
+    numbered = {}
+    for label, rank_folder in ranks.items():
+        number = step_and_rank_of_labels((label,))[1]
+        numbered[number if number is not None else 0] = read_dump(rank_folder)
+    files = _TensorFolder(numbered, folder) if any(dump.task == "tensor" for dump in numbered.values()) else None
+    result = merge_ranks(numbered, guide, files)
+    if prepared is not None:  # the run under investigation: what its ranks disagree on is part of the answer
+        number = step_and_rank_of_labels((step,))[0] if step else None
+        prepared.findings[number] = result.findings
+        prepared.places[number] = {name: index for index, name in enumerate(result.dump.data)}
+        prepared.ranks = len(ranks)
+    return result.dump
 
 
 def _write(dump: Dump, folder: Path) -> None:

@@ -87,6 +87,10 @@ def _proved_finite(data: torch.Tensor, batch: device_batch.DeviceBatch | None = 
 
 
 def _storage_address(tensor: torch.Tensor) -> int | None:
+    if type(tensor) is not torch.Tensor and parallel.is_dtensor(tensor):
+        # a DTensor written in place writes its shard, whose own version counter does not move: the write is
+        # known by the shard's memory
+        tensor = tensor._local_tensor
     try:
         return tensor.untyped_storage().data_ptr()
     except Exception:  # sparse, nested and wrapper tensors have no single storage
