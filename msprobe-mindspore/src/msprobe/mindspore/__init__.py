@@ -10,6 +10,16 @@ _EXPORTS = {
     "PrecisionDebugger": "msprobe.mindspore.debugger",
     "seed_all": "msprobe.mindspore.seed",
     "TrainerMon": "msprobe.mindspore.monitor",
+    "MsprobeStep": "msprobe.mindspore.common.utils",
+    "compare": "msprobe.core.compare.run",  # mindstudio-probe's Python compare functions
+    "compare_distributed": "msprobe.core.compare.run",
 }
-__all__ = ["PrecisionDebugger", "TrainerMon", "seed_all"]
+__all__ = [
+    "MsprobeStep",
+    "PrecisionDebugger",
+    "TrainerMon",
+    "compare",
+    "compare_distributed",
+    "seed_all",
+]
 __getattr__ = lazy_exports(__name__, _EXPORTS)

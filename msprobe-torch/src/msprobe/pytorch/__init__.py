@@ -1,7 +1,9 @@
-"""msprobe for PyTorch, at the reference tool's import path.
+"""msprobe for PyTorch, at the reference tool's import path: every name the documentation imports.
 
 Names resolve lazily: plugin discovery imports ``msprobe.pytorch.plugin``
-and must not import torch.
+and must not import torch (nor transformers or lightning, which only their
+callbacks need). The deeper paths (``msprobe.pytorch.huggingface.DumpCallback``
+and the like) keep working.
 """
 
 from msprobe.core.lazy import lazy_exports
@@ -11,6 +13,31 @@ _EXPORTS = {
     "seed_all": "msprobe.pytorch.seed",
     "TrainerMon": "msprobe.pytorch.monitor",
     "dump_generation": "msprobe.pytorch.generation",
+    "teacher_forced_logprobs": "msprobe.pytorch.generation",
+    "compare": "msprobe.core.compare.run",  # mindstudio-probe's Python compare functions
+    "compare_distributed": "msprobe.core.compare.run",
+    "OpLog": "msprobe.pytorch.op_log",
+    "PtdbgDispatch": "msprobe.pytorch.online_dispatch",
+    "check_compiled": "msprobe.pytorch.compile_check",
+    "MonitorCallback": "msprobe.pytorch.monitor.huggingface",
+    "csv2tensorboard_by_step": "msprobe.pytorch.monitor.csv2tb",
+    "HuggingFaceDumpCallback": ("msprobe.pytorch.huggingface", "DumpCallback"),
+    "LightningDumpCallback": ("msprobe.pytorch.lightning", "DumpCallback"),
 }
-__all__ = ["PrecisionDebugger", "TrainerMon", "dump_generation", "seed_all"]
+__all__ = [
+    "HuggingFaceDumpCallback",
+    "LightningDumpCallback",
+    "MonitorCallback",
+    "OpLog",
+    "PrecisionDebugger",
+    "PtdbgDispatch",
+    "TrainerMon",
+    "check_compiled",
+    "compare",
+    "compare_distributed",
+    "csv2tensorboard_by_step",
+    "dump_generation",
+    "seed_all",
+    "teacher_forced_logprobs",
+]
 __getattr__ = lazy_exports(__name__, _EXPORTS)
