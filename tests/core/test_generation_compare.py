@@ -92,3 +92,30 @@ def test_the_page_draws_each_request_with_its_divergence_marked_where_the_csv_sa
     }
     assert marks == {"first-logprob": LEFT + width * 2 / 4, "first-token": LEFT + width * 3 / 4}
     assert "a: log-probabilities part ways at token 2" in page
+
+
+def test_a_tolerance_that_is_no_finite_number_of_nats_is_refused(tmp_path):
+    """nan compared with anything is false: "differ by more than nan nats" never held, and every compare
+    passed, the consistency check included."""
+    import json
+
+    import pytest
+    from click.testing import CliRunner
+
+    from msprobe.cli.main import cli
+
+    (tmp_path / "a.jsonl").write_text(json.dumps({"id": "r", "tokens": [1, 2], "logprobs": [-0.1, -0.2]}) + "\n")
+    (tmp_path / "b.jsonl").write_text(json.dumps({"id": "r", "tokens": [1, 2], "logprobs": [-0.1, -9.0]}) + "\n")
+    (tmp_path / "c.json").write_text(json.dumps({"npu_path": str(tmp_path / "a.jsonl"),
+                                                 "bench_path": str(tmp_path / "b.jsonl")}))  # fmt: skip
+    for value in ("nan", "inf"):
+        for extra in ([], ["--consistent_check"]):
+            result = CliRunner().invoke(cli, ["compare", "-i", str(tmp_path / "c.json"), "-o", str(tmp_path / "o"),
+                                              "--logprob-tolerance", value, *extra])  # fmt: skip
+            assert result.exit_code == 2 and "finite number of nats" in result.output, result.output
+            assert "Traceback" not in result.output and "PASS" not in result.output
+    from msprobe.core.errors import UsageError
+    from msprobe.core.generation.compare import compare_generation_files
+
+    with pytest.raises(UsageError, match="finite number of nats"):
+        compare_generation_files(tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path, "s", math.nan)

@@ -224,10 +224,16 @@ def test_multi_rank_and_multi_step_layouts(tmp_path):
     ranks = run_graph(write_compare_json(tmp_path, tmp_path / "npu" / "step1"), tmp_path / "ranks")
     assert sorted(f.name.split("_")[1] for s in ranks for f in s.files if f.suffix == ".vis") == ["rank0", "rank1"]
     assert all(f.name.startswith("build_") for s in ranks for f in s.files)
+    # one rank against two at a step (a golden run of one process under torchrun): the ranks are merged, and
+    # each step is one page of the global runs
     shutil.rmtree(tmp_path / "bench" / "step1" / "rank1")
     spec = write_compare_json(tmp_path, tmp_path / "npu", tmp_path / "bench")
-    with pytest.raises(DataFileError, match="different step/rank folders: step1 rank1"):
-        run_graph(spec, tmp_path / "out2")
+    merged = run_graph(spec, tmp_path / "out2")
+    assert sorted(f.name.rsplit("_", 1)[0] for s in merged for f in s.files if f.suffix == ".vis") == [
+        "compare_step0_rank",
+        "compare_step1_rank",
+    ]
+    assert (tmp_path / "out2" / "merged_npu" / "step1" / "rank" / "dump.json").is_file()
 
 
 def test_page_is_self_contained_and_escapes_names(tmp_path):

@@ -41,3 +41,31 @@ def test_a_hostile_api_name_stays_text_in_the_compare_results(tmp_path):
     sheet = openpyxl.load_workbook(next((tmp_path / "out").glob("compare_result_*.xlsx"))).active
     cell = sheet.cell(row=2, column=1)
     assert cell.data_type == "s" and cell.value == name + ".input.0"  # a text cell, not a formula
+
+
+def test_a_carriage_return_inside_a_cell_is_quoted_so_no_row_starts_with_its_formula(tmp_path):
+    """`x\r=cmd|...` written bare: csv.reader and pandas end the row at the return, and the next row starts
+    with the formula, unescaped. Every CSV writer quotes such a cell (as csv does with "\r\n" line ends)."""
+    import math
+
+    hostile = "x\r=cmd|' /C calc'!A0"
+    table = pd.DataFrame({"NPU Name": [hostile, "ok"], "Max diff": [1.5, math.nan]})
+    for c_text in (spreadsheet.c_text, None):  # the C text maker and the Python one
+        saved, spreadsheet.c_text = spreadsheet.c_text, c_text
+        try:
+            handle = io.BytesIO()
+            spreadsheet.write_csv_table(handle, table)
+        finally:
+            spreadsheet.c_text = saved
+        rows = list(csv.reader(io.StringIO(handle.getvalue().decode())))
+        assert rows == [["NPU Name", "Max diff"], [hostile, "1.5"], ["ok", ""]]
+        assert pd.read_csv(io.BytesIO(handle.getvalue()), keep_default_na=False)["NPU Name"].tolist() == [hostile, "ok"]
+    for single in ([hostile], ["=" + hostile]):  # a table of one column
+        handle = io.BytesIO()
+        spreadsheet.write_csv_table(handle, pd.DataFrame({"id": single}))
+        assert [row for row in csv.reader(io.StringIO(handle.getvalue().decode()))][1] == [
+            spreadsheet.safe_cell(single[0])
+        ]
+    text = io.StringIO()
+    spreadsheet.writer(text, lineterminator="\n").writerow([hostile, -2, None, 0.5])
+    assert list(csv.reader(io.StringIO(text.getvalue()))) == [[hostile, "-2", "", "0.5"]]

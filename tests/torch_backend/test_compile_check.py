@@ -95,6 +95,8 @@ def test_the_command_writes_a_row_per_node_and_gradient_and_its_answer(tmp_path)
             "def model_and_inputs():\n    return f, (torch.ones(2),)\n",
             "does not compile to one graph",
         ),
+        ("import sys\nsys.exit(0)\n", "the script called sys.exit(0) while it was loaded"),
+        ("import sys\ndef model_and_inputs():\n    sys.exit(7)\n", "model_and_inputs() called sys.exit(7)"),
     ],
 )
 def test_a_script_the_check_cannot_use_is_one_clear_error(tmp_path, script, message):
@@ -102,7 +104,19 @@ def test_a_script_the_check_cannot_use_is_one_clear_error(tmp_path, script, mess
     result = CliRunner().invoke(
         cli, ["compile_check", "-s", str(tmp_path / "model.py"), "-b", "aot_eager", "-o", str(tmp_path / "out")]
     )
-    assert result.exit_code != 0 and message in result.output and "Traceback" not in result.output
+    assert result.exit_code == 2 and message in result.output and "Traceback" not in result.output
+
+
+def test_a_script_imports_the_modules_beside_it_as_python_would(tmp_path):
+    (tmp_path / "faults_beside.py").write_text("import torch\nSCALE = 3.0\n")
+    (tmp_path / "model.py").write_text(
+        "import torch\nfrom faults_beside import SCALE\n"
+        "def model_and_inputs():\n    return torch.nn.Linear(2, 2), (torch.ones(1, 2) * SCALE,)\n"
+    )
+    result = CliRunner().invoke(
+        cli, ["compile_check", "-s", str(tmp_path / "model.py"), "-b", "aot_eager", "-o", str(tmp_path / "out")]
+    )
+    assert "ModuleNotFoundError" not in result.output and result.exit_code in (0, 1), result.output
 
 
 def test_the_report_holds_both_runs_as_dumps_their_compare_table_and_the_page_with_kernels_as_groups(tmp_path):

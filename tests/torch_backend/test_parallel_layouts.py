@@ -216,3 +216,11 @@ def test_two_sharded_runs_of_other_layouts_compare_as_their_global_runs(
     )
     assert summary.verdict == "PASS" and summary.unmatched == 0, summary.line()
     assert (summary.diagnosis.verdict == "none") == identical, summary.line()
+
+
+def test_one_rank_of_a_run_of_two_is_refused_not_compared_as_the_run(quick_runs, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(quick_runs / "runs" / "mlp.tp.control.statistics" / "step0" / "rank0", run / "step0" / "rank0")
+    result = _cli(tmp_path, run, quick_runs / "golden" / "mlp.statistics")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "holds 1 of the run's 2 ranks (rank0): nothing is merged from a partial set of ranks" in result.output

@@ -64,13 +64,13 @@ def query_command(store: Path, sql: str, output: Path | None) -> None:
     """Run DuckDB SQL over the store: the tables are `stats` (one row per tensor) and `stacks`."""
     import pandas as pd
 
-    from msprobe.core.dump.writer import write_new_text
-    from msprobe.core.spreadsheet import safe_table
+    from msprobe.core.dump.writer import write_new_file
+    from msprobe.core.spreadsheet import write_csv_table
     from msprobe.core.store.query import run_query
 
     table = run_query(store, sql)
     if output is not None:  # a cell that looks like a formula (=HYPERLINK(...)) is written as text
-        write_new_text(output, safe_table(table).to_csv(index=False))
+        write_new_file(output, lambda handle: write_csv_table(handle, table))
         click.echo(f"{len(table)} rows written to {output}")
         return
     with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_colwidth", 60):

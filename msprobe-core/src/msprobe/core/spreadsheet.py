@@ -134,15 +134,11 @@ def _blank_nan(texts: list[str]) -> list[str]:
     return texts
 
 
-def _csv_quotes_cr() -> bool:
-    """Whether this Python's csv module quotes a carriage return when rows end in "\\n" (versions differ)."""
-    buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="\n").writerow(["a\rb"])
-    return buffer.getvalue().startswith('"')
-
-
-_QUOTES_CR = _csv_quotes_cr()
-_QUOTED_CHARACTERS = (",", '"', "\n", "\r") if _QUOTES_CR else (",", '"', "\n")
+# A cell holding a carriage return is quoted, always. Some versions of Python's csv module leave it bare when
+# rows end in "\n" (as pandas' to_csv writes them); every reader (csv.reader, pandas, a spreadsheet) then ends
+# the row there, and what follows the return, "=cmd|..." say, starts a row of its own, its formula unescaped.
+_QUOTES_CR = True
+_QUOTED_CHARACTERS = (",", '"', "\n", "\r")
 
 
 def _quoted(texts: list[str]) -> list[str]:
@@ -177,7 +173,8 @@ class CsvTableWriter:
             return
         if len(table.columns) == 1:  # csv.writer's own rule for a row of one empty cell: leave it to it
             text = io.StringIO()
-            csv.writer(text, lineterminator="\n").writerows([csv_cell(value)] for value in table.iloc[:, 0].tolist())
+            rows = SafeWriter(text, lineterminator="\n")
+            rows.writerows([value] for value in table.iloc[:, 0].tolist())
             self._handle.write(text.getvalue().encode("utf-8"))
             return
         if c_text is not None:
@@ -208,9 +205,15 @@ class SafeWriter:
 
     def __init__(self, handle: IO[str], **options: Any):
         self._writer = csv.writer(handle, **options)
+        self._handle = handle
+        self._end = self._writer.dialect.lineterminator
 
     def writerow(self, row: Iterable[Any]) -> Any:
-        return self._writer.writerow([safe_cell(value) for value in row])
+        cells = [safe_cell(value) for value in row]
+        if any(isinstance(cell, str) and "\r" in cell for cell in cells):  # quoted, whatever csv would do
+            texts = ["" if cell is None else cell if isinstance(cell, str) else repr(cell) for cell in cells]
+            return self._handle.write(",".join(_quoted(texts)) + self._end)
+        return self._writer.writerow(cells)
 
     def write_header(self, columns: Iterable[str]) -> Any:
         """The tool's own column names, as the reference spells them (grad probe's "=0"): written as they are."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import operator
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,8 +126,14 @@ def load_script(path: Path) -> tuple[Any, tuple]:
     if spec is None or spec.loader is None:
         raise UsageError(f"{path}: not a Python file")
     module = importlib.util.module_from_spec(spec)
+    # run as python would run it: its own folder first on the import path, so modules beside it import
+    folder = str(Path(path).resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
     try:
-        spec.loader.exec_module(module)  # the user's own script, run as python would run it
+        spec.loader.exec_module(module)
+    except SystemExit as exc:  # sys.exit() at import: no model to check, and never msprobe's own exit code
+        raise UsageError(f"{path}: the script called sys.exit({exc.code!r}) while it was loaded") from None
     except Exception as exc:  # the script's own error, said as such: not msprobe's
         raise UsageError(f"{path}: the script raised {type(exc).__name__}: {exc}") from None
     make = getattr(module, "model_and_inputs", None)
@@ -134,6 +141,8 @@ def load_script(path: Path) -> tuple[Any, tuple]:
         raise UsageError(f"{path}: defines no model_and_inputs() returning (model, inputs)")
     try:
         made = make()
+    except SystemExit as exc:
+        raise UsageError(f"{path}: model_and_inputs() called sys.exit({exc.code!r})") from None
     except Exception as exc:
         raise UsageError(f"{path}: model_and_inputs() raised {type(exc).__name__}: {exc}") from None
     if not (isinstance(made, tuple) and len(made) == 2):

@@ -195,6 +195,11 @@ def compare_generation_files(
 ) -> GenerationCompare:  # fmt: skip
     """``msprobe compare`` of two JSON-lines files of responses: the per-token CSV and the answers.
     ``consistent``: the train/infer consistency check, ``npu_path`` the training side's scores."""
+    from msprobe.core.errors import UsageError
+
+    if not (isinstance(tolerance, (int, float)) and math.isfinite(tolerance) and tolerance >= 0):
+        # nan would make every difference "not more than the tolerance": every compare would pass
+        raise UsageError(f"the log-probability tolerance must be a finite number of nats, 0 or more, not {tolerance}")
     npu, bench = read_responses(npu_path), read_responses(bench_path)
     summary = consistency(npu, bench, tolerance) if consistent else None
     rows, answers, unmatched = compare_generations(npu, bench, tolerance)

@@ -57,12 +57,21 @@ def _header(folder: Path) -> dict[str, Any] | None:
     return None if layout is None else {key: value for key, value in layout.items() if key != "rank"}
 
 
+def _world(folder: Path) -> int:
+    layout = _header(folder)
+    size = (layout or {}).get("world_size")
+    return size if isinstance(size, int) else 1
+
+
 def layouts_differ(npu_root: Path, bench_root: Path) -> bool:
     """Whether the two runs hold other ranks, or the same ranks laid out otherwise (their ``parallel`` headers)."""
     npu, bench = _by_step(dump_folders(npu_root, "npu_path")), _by_step(dump_folders(bench_root, "bench_path"))
     for step in set(npu) & set(bench):
         if set(npu[step]) != set(bench[step]):
-            return len(npu[step]) > 1 or len(bench[step]) > 1
+            if len(npu[step]) > 1 or len(bench[step]) > 1:
+                return True
+            # one folder each, named apart: a run of several ranks of which one is here is to be refused
+            return any(_world(next(iter(side[step].values()))) > 1 for side in (npu, bench))
         first = sorted(npu[step])[0]
         if _header(npu[step][first]) != _header(bench[step][first]):
             return True
@@ -106,7 +115,15 @@ def _merged_side(ranks: dict[str, Path], folder: Path, guide: Any, step: str | N
     """One side of one step as a dump of one process: its ranks merged, or its one rank as it is (its tensor
     files read where they are)."""
     if len(ranks) == 1:
-        dump = read_dump(next(iter(ranks.values())))
+        folder_of_rank = next(iter(ranks.values()))
+        dump = read_dump(folder_of_rank)
+        world = (dump.parallel or {}).get("world_size")
+        if isinstance(world, int) and world > 1:  # one rank of a run of several: the others are missing
+            raise DataFileError(
+                folder_of_rank.parent,
+                f"holds 1 of the run's {world} ranks ({folder_of_rank.name}): nothing is merged from a partial set "
+                "of ranks",
+            )
         tensors = dump.tensor_dir()
         dump.dump_data_dir = str(tensors.resolve()) if tensors is not None else None
         return dump
