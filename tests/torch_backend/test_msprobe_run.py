@@ -224,3 +224,27 @@ def test_bad_input_is_told_before_the_job_starts(tmp_path, fields, command, mess
     assert message in finished.stderr and "Traceback" not in finished.stderr
     if fields:
         assert "config.json" in finished.stderr
+
+
+@pytest.mark.parametrize("blocked", ["dump", "dump/deeper"])
+def test_a_dump_path_that_cannot_be_a_folder_is_told_before_the_job_starts(tmp_path, blocked):
+    """A file where the dump's folder (or one above it) would be: each process would stop dumping and train
+    on, and the job would end with no dump and exit 0. `config validate` says so too."""
+    (tmp_path / "dump").write_text("a file")
+    config(tmp_path, dump_path=str(tmp_path / blocked))
+    started = tmp_path / "started"
+    finished = msprobe_run(tmp_path, sys.executable, "-c", f"open({str(started)!r}, 'w')")
+    assert finished.returncode == 2 and not started.exists()
+    assert "config.json: dump_path: " in finished.stderr and "is a file" in finished.stderr
+    checked = subprocess.run([str(BIN / "msprobe"), "config", "validate", str(tmp_path / "config.json")],
+                             capture_output=True, text=True)  # fmt: skip
+    assert checked.returncode == 2 and "dump_path: " in checked.stderr and "is a file" in checked.stderr
+
+
+def test_a_process_that_calls_no_module_says_it_dumped_nothing(tmp_path):
+    script = write(tmp_path, "no_module.py", "import torch\nx = torch.ones(3) * 2\nprint(float(x.sum()))\n")
+    config(tmp_path)
+    finished = msprobe_run(tmp_path, sys.executable, str(script))
+    assert finished.returncode == 0 and "6.0" in finished.stdout
+    assert "msprobe run dumped nothing in this process: no torch.nn.Module was called" in finished.stderr
+    assert not (tmp_path / "dump").exists() or not list((tmp_path / "dump").rglob("dump.json"))

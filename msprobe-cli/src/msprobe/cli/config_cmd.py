@@ -144,7 +144,7 @@ def validate_command(files: tuple[Path, ...]) -> None:
             failures += 1
             click.echo(f"invalid: {exc}", err=True)
             continue
-        problem = _unavailable_perturbation(config)
+        problem = _unavailable_perturbation(config) or _dump_path_problem(config)
         if problem:
             failures += 1
             click.echo(f"invalid: {file}: {problem}", err=True)
@@ -152,6 +152,13 @@ def validate_command(files: tuple[Path, ...]) -> None:
         click.echo(f"valid: {file} (task {config.task}, level {config.level}, dump_path {config.dump_path})")
     if failures:
         raise SystemExit(EXIT_BAD_INPUT)
+
+
+def _dump_path_problem(config: DebuggerConfig) -> str | None:
+    from msprobe.core.config import dump_path_problem
+
+    problem = dump_path_problem(config.dump_path)
+    return f"dump_path: {problem}" if problem else None
 
 
 def _unavailable_perturbation(config: DebuggerConfig) -> str | None:

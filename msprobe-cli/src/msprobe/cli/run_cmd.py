@@ -28,10 +28,14 @@ def run_command(ctx: click.Context, config_path: Path, command: tuple[str, ...])
     the script calls. COMMAND's exit status is msprobe run's.
     """
     from msprobe.core.autostart import job_environment
-    from msprobe.core.config import load_config
+    from msprobe.core.config import dump_path_problem, load_config
+    from msprobe.core.errors import ConfigError
     from msprobe.core.plugins import get_registry
 
     config = load_config(str(config_path))  # a bad config stops here, before the job starts
+    problem = dump_path_problem(config.dump_path)
+    if problem:  # each process would find it so, and train on without a dump
+        raise ConfigError(problem, config_path, "dump_path")
     backends = get_registry().backends().values()
     if config.framework:
         backends = [backend for backend in backends if backend.matches(config.framework)]

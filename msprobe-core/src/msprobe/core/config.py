@@ -14,6 +14,7 @@ import contextlib
 import itertools
 import json
 import logging
+import os
 import re
 from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
@@ -633,6 +634,22 @@ class DebuggerConfig(_Section):
 
 
 DEFAULT_DUMP_PATH = "./dump_path"
+
+
+def dump_path_problem(dump_path: str | None) -> str | None:
+    """Why ``dump_path`` cannot hold a dump, read without creating anything: a file in its place or in the
+    place of a folder above it, or a folder this user may not write in. None when it can (or is not set)."""
+    if not dump_path:
+        return None
+    path = Path(dump_path)
+    for part in (path, *path.parents):
+        if part.exists():
+            if not part.is_dir():
+                return f"{part} is a file, not a folder" if part == path else f"{part}, above it, is a file"
+            if not os.access(part, os.W_OK | os.X_OK):
+                return f"{part} is a folder this user cannot write in"
+            return None
+    return None
 
 
 def known_tasks() -> dict[str, Any]:

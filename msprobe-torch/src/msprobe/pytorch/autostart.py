@@ -8,7 +8,9 @@ after the last ``optimizer.step()`` leaves no empty folder behind.
 
 from __future__ import annotations
 
+import atexit
 import logging
+import sys
 from typing import Any
 
 import torch
@@ -21,12 +23,18 @@ logger = logging.getLogger("msprobe")
 _started: AutoDump | None = None
 
 
+def _launcher() -> bool:
+    """torchrun's own process, which starts the workers and runs no model."""
+    return any(name in sys.modules for name in ("torch.distributed.run", "torch.distributed.elastic.agent"))
+
+
 def begin(config_path: str) -> None:
     """Called once torch is imported, in every process of the job."""
     global _started
     if _started is None:
         _started = AutoDump(config_path)
         _started.arm()
+        atexit.register(_started.say_if_nothing_ran)
 
 
 class AutoDump:
@@ -100,6 +108,17 @@ class AutoDump:
             self._give_up(exc)
             return
         self.arm()
+
+    def say_if_nothing_ran(self) -> None:
+        """At the process's end: a process that called no module dumped nothing, and is told why (not
+        torchrun's launcher, whose workers do the training)."""
+        if self.debugger is not None or self._given_up or _launcher():
+            return
+        logger.warning(
+            "msprobe: msprobe run dumped nothing in this process: no torch.nn.Module was called, and a dump "
+            "step starts at a module's first call (to dump calls outside any module, start the debugger in the "
+            "script: docs/dump_pytorch.md)"
+        )
 
     def _dumps_here(self) -> bool:
         """Not where the script made a debugger of its own."""
