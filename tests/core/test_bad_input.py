@@ -1,6 +1,8 @@
 """Bad input anywhere gets one line naming the file, never "internal error" or a traceback."""
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -33,7 +35,35 @@ def test_a_compare_json_that_is_not_utf8(tmp_path):
 
 
 def test_a_folder_given_for_a_file(tmp_path):
-    _one_clear_line(_compare(tmp_path, config=tmp_path), str(tmp_path), "cannot be read")
+    _one_clear_line(_compare(tmp_path, config=tmp_path), str(tmp_path), "is a folder where compare.json should be")
+
+
+def _msprobe(*arguments: str, cwd) -> subprocess.CompletedProcess:
+    """In a process of its own, with a time limit: a reader that blocks on a FIFO must fail the test, not hang it."""
+    command = [sys.executable, "-m", "msprobe.cli.main", *arguments]
+    return subprocess.run(command, capture_output=True, text=True, timeout=60, cwd=cwd)
+
+
+@pytest.mark.parametrize("where", ["compare.json", "dump.json", "/dev/zero", "tensor file"])
+def test_a_fifo_or_a_device_is_refused_by_name_not_read(tmp_path, where):
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    config = tmp_path / "compare.json"
+    if where == "compare.json":
+        config = fifo
+        arguments = ["compare", "-i", str(config), "-o", str(tmp_path / "out")]
+    elif where == "tensor file":
+        arguments = ["parse", "pt", "-n", str(fifo)]
+    else:
+        npu = str(fifo) if where == "dump.json" else "/dev/zero"
+        config.write_text(json.dumps({"npu_path": npu, "bench_path": str(DUMP)}))
+        arguments = ["compare", "-i", str(config), "-o", str(tmp_path / "out")]
+    finished = _msprobe(*arguments, cwd=tmp_path)
+    output = finished.stdout + finished.stderr
+    assert finished.returncode == 2 and "Traceback" not in output, output
+    assert "is not a regular file" in output and (str(fifo) in output or "/dev/zero" in output), output
 
 
 def test_json_nested_a_hundred_thousand_deep(tmp_path):

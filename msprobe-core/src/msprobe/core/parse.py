@@ -17,6 +17,7 @@ from msprobe.core.compare.metrics import tensor_metrics
 from msprobe.core.dump.reader import read_dump
 from msprobe.core.dump.writer import write_new_file
 from msprobe.core.errors import DataFileError, MsprobeError
+from msprobe.core.files import regular_file
 from msprobe.core.tensor_files import load_npy, save_npy
 
 
@@ -50,9 +51,7 @@ def _backend_for(suffix: str) -> Any:
 
 
 def load_tensor(path: str | Path) -> np.ndarray:
-    file = Path(path)
-    if not file.is_file():
-        raise DataFileError(file, "tensor file not found")
+    file = regular_file(path, "the tensor file")
     array = load_npy(file) if file.suffix == ".npy" else np.asanyarray(_backend_for(file.suffix).load_tensor(file))
     if array.dtype.kind not in "biufc":
         raise DataFileError(file, f"holds {array.dtype} values, not numbers")

@@ -10,6 +10,7 @@ import torch
 
 from msprobe.core.dump.writer import write_new_file
 from msprobe.core.errors import DataFileError
+from msprobe.core.files import regular_file
 from msprobe.core.trees import leaves, map_leaves
 
 
@@ -37,6 +38,7 @@ class Widened(np.ndarray):
 
 
 def load_pt(path: str | Path) -> np.ndarray:
+    regular_file(path, "the tensor file")
     try:
         value = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:

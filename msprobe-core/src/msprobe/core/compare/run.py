@@ -31,6 +31,7 @@ from msprobe.core.dump.layout import dump_folders, is_dump_folder, labels_order,
 from msprobe.core.dump.reader import read_dump, read_stack_file
 from msprobe.core.dump.writer import make_dir, write_json_atomic, write_new_text
 from msprobe.core.errors import DataFileError, MsprobeError, UsageError
+from msprobe.core.files import regular_file
 from msprobe.core.generation.compare import is_generation_file
 from msprobe.core.jobs import Engine, run_jobs
 from msprobe.core.tensor_files import load_npy
@@ -144,7 +145,7 @@ def overall_line(summaries: list[CompareSummary]) -> str:
 
 def read_compare_json(path: str | Path, model: type[BaseModel] = CompareInput) -> Any:
     """compare.json validated against ``model`` (the graph command allows a missing bench_path)."""
-    file = Path(path)
+    file = regular_file(path, "compare.json")
     try:
         raw = json.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:

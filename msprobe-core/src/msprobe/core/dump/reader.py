@@ -19,6 +19,7 @@ from typing import Any
 from msprobe.core.dump.surrogates import lone_surrogate_message
 from msprobe.core.dump.writer import JOURNAL_NAME
 from msprobe.core.errors import DataFileError
+from msprobe.core.files import regular_file
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +100,7 @@ class Dump:
 
 
 def _load_json(path: Path, what: str) -> Any:
+    regular_file(path, what)
     try:
         with open(path, "rb") as handle:
             text = handle.read()
@@ -154,7 +156,7 @@ def read_dump(path: str | Path) -> Dump:
     dump_json = folder / "dump.json" if path.is_dir() else path
     journal = folder / JOURNAL_NAME
     if not dump_json.exists() and journal.exists():
-        header, data, stack, construct = _replay_journal(journal)
+        header, data, stack, construct = _replay_journal(regular_file(journal, "the journal"))
         logger.warning("%s: dump.json missing; recovered %d entries from an interrupted run", folder, len(data))
         return Dump.from_header(dump_json, header, data, stack=stack, construct=construct, recovered=True)
     raw = _load_json(dump_json, "dump.json")
