@@ -159,10 +159,16 @@ def test_the_command_reads_jsonl_writes_a_csv_and_exits_by_what_it_found(tmp_pat
         ('{"tokens": [1, 2], "logprobs": [0.0]}', "logprobs"),
         ("not json", "line 1"),
         ('{"logprobs": [0.0]}', "tokens"),
+        # each of these exited 3 ("internal error") without naming the file
+        ('{"tokens": [1], "logprobs": [0.0]}\n\udcff', "line 2 is not UTF-8 text"),
+        ('{"id": "a\\udc00b", "tokens": [1, 2], "logprobs": [-0.1, -60.0]}', "half of a UTF-16 pair"),
+        ('{"id": ' + "[" * 100_000 + "]" * 100_000 + ', "tokens": [1], "logprobs": [0.0]}', "nested too deeply"),
+        ('{"tokens": [' + "9" * 5000 + '], "logprobs": [0.0]}', "an integer too long to read"),
     ],
+    ids=["type", "length", "json", "missing", "utf8", "surrogate", "deep", "long-integer"],
 )
 def test_bad_input_is_one_line_naming_the_file_and_field(tmp_path, text, field):
-    (tmp_path / "r.jsonl").write_text(text + "\n")
+    (tmp_path / "r.jsonl").write_bytes(text.encode("utf-8", "surrogatepass") + b"\n")
     result = CliRunner().invoke(cli, ["response_anomaly", "-i", str(tmp_path / "r.jsonl"), "-o", str(tmp_path / "o")])
     assert result.exit_code == 2, result.output
     assert "r.jsonl" in result.output and field in result.output and "Traceback" not in result.output

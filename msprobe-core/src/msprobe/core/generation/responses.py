@@ -28,6 +28,7 @@ def read_responses(path: Path) -> list[Response]:
     from pydantic import BaseModel, ConfigDict, ValidationError
 
     from msprobe.core.config import config_error_from_validation
+    from msprobe.core.dump.surrogates import lone_surrogate_message
     from msprobe.core.errors import DataFileError
 
     class Record(BaseModel):
@@ -43,17 +44,29 @@ def read_responses(path: Path) -> list[Response]:
     if path.stat().st_size > MOST_BYTES:
         raise DataFileError(path, f"is larger than {MOST_BYTES >> 20} MB")
     responses = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataFileError(path, f"line {number} is not UTF-8 text (byte {exc.start + 1})") from None
             if not line.strip():
                 continue
+            lone = lone_surrogate_message(raw)
+            if lone is not None:  # a name holding half a UTF-16 pair cannot be printed, nor written as UTF-8
+                raise DataFileError(path, f"line {number}: {lone}")
             try:
                 record = Record.model_validate(json.loads(line))
             except json.JSONDecodeError as exc:
                 raise DataFileError(path, f"line {number} is not JSON ({exc.msg})") from None
+            except RecursionError:
+                raise DataFileError(path, f"line {number} is JSON nested too deeply") from None
             except ValidationError as exc:
                 problem = config_error_from_validation(exc, None)
                 raise DataFileError(path, f"line {number}: {problem}") from None
+            except ValueError as exc:  # an integer of thousands of digits, which Python refuses to convert
+                words = "holds an integer too long to read" if "digits" in str(exc) else str(exc)
+                raise DataFileError(path, f"line {number}: {words}") from None
             for field_name in ("logprobs", "entropies", "top_logprobs"):
                 values = getattr(record, field_name)
                 if values is not None and len(values) != len(record.tokens):
