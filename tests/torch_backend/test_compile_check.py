@@ -171,3 +171,25 @@ def test_kernels_are_read_from_inductors_provenance_record_in_call_order():
     ]
     assert kernels[0].source.strip() == "void kernel() {}" and kernels[1].source == ""
     assert kernels_of({"inductor_provenance_tracking_node_mappings": "not json"}, [], graph) == []
+
+
+@pytest.mark.parametrize("planted", ["output", "below"])
+def test_a_linked_output_folder_is_refused_before_anything_is_written(tmp_path, planted):
+    """`-o link`, or a link planted at OUT/compile_check_aot_eager: the dumps, tables and page went to the
+    link's target, and only then was the folder refused."""
+    (tmp_path / "model.py").write_text(
+        "import torch\ndef model_and_inputs():\n    return torch.nn.Linear(2, 2), (torch.ones(1, 2),)\n"
+    )
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    output = tmp_path / "out"
+    if planted == "output":
+        output.symlink_to(target)
+    else:
+        output.mkdir()
+        (output / "compile_check_aot_eager").symlink_to(target)
+    result = CliRunner().invoke(
+        cli, ["compile_check", "-s", str(tmp_path / "model.py"), "-b", "aot_eager", "-o", str(output)]
+    )
+    assert result.exit_code == 2 and "symbolic link" in result.output and "Traceback" not in result.output
+    assert not list(target.iterdir())

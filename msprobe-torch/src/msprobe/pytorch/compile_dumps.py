@@ -78,6 +78,8 @@ def write_report(
     from msprobe.core.graph.run import write_answered_page
 
     base = output / f"compile_check_{backend}"
+    for folder in (base, base / "eager", base / "compiled"):  # nothing written through a link planted below
+        make_dir(folder, root=output)
     eager_folder = write_run(base / "eager", nodes, eager, kernel_of)
     compiled_folder = write_run(base / "compiled", nodes, {**eager, **compiled}, kernel_of)
     summary, _ = compare_pair(

@@ -70,8 +70,10 @@ def compile_check_command(script: Path, backend: str, output: Path, forward_only
     """Which FX node or kernel torch.compile changed: the model's graph run eagerly and compiled, node by node,
     each node (and, for Inductor, each kernel replayed alone; and each gradient of the backward) against its
     float64 replay. Exit status 1 when one departs."""
+    from msprobe.core.dump.writer import make_dir
     from msprobe.pytorch.compile_check import BACKENDS, check_compiled, load_script, write_table
 
+    make_dir(output)  # a link given for the folder is refused before anything is written
     model, inputs = load_script(script)
     departed = False
     for name in BACKENDS if backend == "all" else (backend,):
