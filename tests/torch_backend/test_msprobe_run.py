@@ -248,3 +248,48 @@ def test_a_process_that_calls_no_module_says_it_dumped_nothing(tmp_path):
     assert finished.returncode == 0 and "6.0" in finished.stdout
     assert "msprobe run dumped nothing in this process: no torch.nn.Module was called" in finished.stderr
     assert not (tmp_path / "dump").exists() or not list((tmp_path / "dump").rglob("dump.json"))
+
+
+SIGNALLED = """
+import signal, sys, time, pathlib
+import torch
+out = pathlib.Path(sys.argv[1])
+def on_term(signum, frame):
+    out.write_text("terminated")
+    sys.exit(7)
+signal.signal(signal.SIGTERM, on_term)
+(out.parent / "ready").write_text("ready")
+try:
+    time.sleep(60)
+except KeyboardInterrupt:
+    time.sleep(1.0)  # a cleanup that takes its time: msprobe run must not cut it short
+    out.write_text("interrupted, cleaned up")
+    sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("how", ["SIGTERM to msprobe run", "Ctrl-C to the job"])
+def test_signals_reach_the_job_and_it_ends_in_its_own_time(tmp_path, how):
+    import signal
+    import time
+
+    script = write(tmp_path, "signalled.py", SIGNALLED)
+    config(tmp_path)
+    env = {key: value for key, value in os.environ.items() if key != "MSPROBE_DISABLE_PLUGINS"}
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    command = [str(BIN / "msprobe"), "run", "-c", str(tmp_path / "config.json"), "--", sys.executable, str(script)]
+    process = subprocess.Popen([*command, str(tmp_path / "out")], cwd=tmp_path, env=env, start_new_session=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "ready").exists():  # the job is running, its handler in place
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.05)
+    if how.startswith("SIGTERM"):
+        process.send_signal(signal.SIGTERM)  # to msprobe run alone, as a scheduler sends it
+        expected, words = 7, "terminated"
+    else:
+        os.killpg(process.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
+        expected, words = 130, "interrupted, cleaned up"
+    process.communicate(timeout=60)
+    assert process.returncode == expected
+    assert (tmp_path / "out").read_text() == words

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -45,14 +46,37 @@ def run_command(ctx: click.Context, config_path: Path, command: tuple[str, ...])
         raise BackendError(f"msprobe run needs {wanted}: pip install msprobe-torch")
     environment = job_environment(config_path, starters, os.environ)
     try:
-        finished = subprocess.run(list(command), env=environment)
+        process = subprocess.Popen(list(command), env=environment)
     except FileNotFoundError:
         raise click.UsageError(f"command not found: {command[0]}") from None
     except PermissionError:
         raise click.UsageError(f"not allowed to run: {command[0]}") from None
-    except KeyboardInterrupt:
-        ctx.exit(130)
-    ctx.exit(finished.returncode if finished.returncode >= 0 else 128 - finished.returncode)
+    returncode = _wait_as_a_launcher(process)
+    ctx.exit(returncode if returncode >= 0 else 128 - returncode)
+
+
+FORWARDED = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+
+
+def _wait_as_a_launcher(process: subprocess.Popen) -> int:
+    """Wait for the job as a launcher does: a signal sent to msprobe run (a scheduler's SIGTERM) goes on to the
+    job, which ends in its own time (its dump written); Ctrl-C, which the terminal sends to the job too, is left
+    to it rather than cutting its cleanup short."""
+    previous = {}
+
+    def forward(signum: int, frame: object) -> None:
+        process.send_signal(signum)
+
+    for name in FORWARDED:
+        number = getattr(signal, name, None)
+        if number is not None:
+            previous[number] = signal.signal(number, forward)
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return process.wait()
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 COMMANDS = [run_command]
