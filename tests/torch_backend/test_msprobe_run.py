@@ -126,6 +126,10 @@ def test_torchrun_with_two_processes_dumps_both_ranks(tmp_path, free_port):
         entry = dumps[f"step0/rank{rank}"]["Module.module.0.Linear.forward.0"]
         assert close(entry["input_args"][0], statistics(x))
         assert not any(name.startswith(("Functional.", "Tensor.", "Torch.")) for name in dumps[f"step0/rank{rank}"])
+    # each process's last line says which rank's part of the job it counts; the launcher says nothing
+    lines = [line for line in finished.stderr.splitlines() if "the dump is in" in line]
+    assert sorted(line.split("(")[1].split(")")[0] for line in lines) == ["rank 0's part", "rank 1's part"]
+    assert "dumped nothing" not in finished.stderr
 
 
 def test_a_script_with_its_own_debugger_keeps_it(tmp_path):

@@ -36,10 +36,14 @@ class DumpTotals:
         return files, size
 
     def line(self, dump_path: str) -> str:
+        """The run's last line; in a process of a job of several, about its own rank's part (each prints its own),
+        read from the rank folders it wrote."""
         files, size = self.files_and_bytes()
         steps = len({folder.parent for folder in self.folders})
+        ranks = sorted({folder.name for folder in self.folders if folder.name[4:].isdigit()})
+        part = f" ({ranks[0].replace('rank', 'rank ')}'s part)" if len(ranks) == 1 else ""
         return (
-            f"msprobe: the dump is in {dump_path}: {_count(steps, 'step', 'steps')}, "
+            f"msprobe: the dump is in {dump_path}{part}: {_count(steps, 'step', 'steps')}, "
             f"{_count(self.entries, 'entry', 'entries')}, {_count(files, 'file', 'files')}, {_size(size)}"
         )
 
