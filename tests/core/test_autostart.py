@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from click.testing import CliRunner
 
 from msprobe.cli.main import cli
@@ -31,6 +32,30 @@ def test_the_job_environment_puts_boot_first_and_keeps_the_users_path(tmp_path):
     assert env["PYTHONPATH"].split(os.pathsep) == [str(BOOT_FOLDER), "/x", "/y"]
     assert env[CONFIG_VARIABLE] == str((tmp_path / "c.json").resolve())
     assert parse_starters(env[STARTERS_VARIABLE]) == {"torch": "a.b:begin"} and env["HOME"] == "/h"
+
+
+@pytest.mark.parametrize(
+    ("given", "kept"),
+    [(":/x", ["", "/x"]), ("/x::/y", ["/x", "", "/y"]), ("", []), (None, [])],
+    ids=["leading", "inner", "empty", "unset"],
+)
+def test_an_empty_pythonpath_entry_the_working_directory_is_kept(tmp_path, given, kept):
+    """An empty entry of PYTHONPATH is the working directory to Python: dropped, a script's module beside the
+    working directory no longer imported under msprobe run."""
+    environ = {} if given is None else {"PYTHONPATH": given}
+    env = job_environment(tmp_path / "c.json", {"torch": "a.b:begin"}, environ)
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(BOOT_FOLDER), *kept]
+
+
+def test_the_script_s_own_sitecustomize_is_what_it_imports(tmp_path):
+    """msprobe's sitecustomize runs the user's after it; `import sitecustomize` then gives the user's module."""
+    (tmp_path / "sitecustomize.py").write_text("MARK = 'the user s'\n")
+    config = tmp_path / "config.json"
+    config.write_text("{}")
+    env = job_environment(config, {"fakefw": "starter:begin"}, {**os.environ, "PYTHONPATH": str(tmp_path)})
+    code = "import sitecustomize; print(getattr(sitecustomize, 'MARK', sitecustomize.__file__))"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.strip() == "the user s", done.stdout + done.stderr
 
 
 def test_malformed_starters_are_left_out():

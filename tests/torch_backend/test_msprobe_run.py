@@ -297,3 +297,60 @@ def test_signals_reach_the_job_and_it_ends_in_its_own_time(tmp_path, how):
     process.communicate(timeout=60)
     assert process.returncode == expected
     assert (tmp_path / "out").read_text() == words
+
+
+ONE_STEP = """
+import sys, torch
+model = torch.nn.Linear(4, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+model(torch.ones(3, 4) * float(sys.argv[1])).sum().backward()
+optimizer.step()
+"""
+
+POOL = """
+import multiprocessing as mp, torch
+
+def work(scale):
+    return float(torch.nn.Linear(4, 2)(torch.ones(1, 4) * scale).sum())
+
+if __name__ == "__main__":
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model(torch.ones(3, 4)).sum().backward()
+    with mp.get_context("spawn").Pool(2) as pool:  # helpers started while the step is dumped
+        print(pool.map(work, [1.0, 2.0]))
+    optimizer.step()
+"""
+
+
+def test_two_programs_of_one_job_keep_both_dumps(tmp_path):
+    """bash -c "python a.py && python b.py": the second program overwrote the first's dump.json."""
+    script = write(tmp_path, "one_step.py", ONE_STEP)
+    config(tmp_path)
+    line = f"{sys.executable} {script} 1 && {sys.executable} {script} 2"
+    finished = msprobe_run(tmp_path, "bash", "-c", line)
+    assert finished.returncode == 0, finished.stderr
+    first = json.loads((tmp_path / "dump" / "step0" / "rank" / "dump.json").read_text())["data"]
+    [second_json] = (tmp_path / "dump").glob("one_step.*/step0/rank/dump.json")
+    second = json.loads(second_json.read_text())["data"]
+    assert first["Functional.linear.0.forward"]["input_args"][0]["Max"] == 1.0  # the first program's input
+    assert second["Functional.linear.0.forward"]["input_args"][0]["Max"] == 2.0
+    assert "holds the dump of another program of this job" in finished.stderr
+
+
+def test_a_spawn_pool_s_workers_write_nothing_into_the_dumping_process_s_step(tmp_path):
+    """Workers of a spawn pool call a module while their parent dumps: their entries went into the parent's
+    journal (1 MiB left behind) and were lost; they are helpers, and write nothing."""
+    script = write(tmp_path, "pool.py", POOL)
+    config(tmp_path)
+    finished = msprobe_run(tmp_path, sys.executable, str(script))
+    assert finished.returncode == 0, finished.stderr
+    step = tmp_path / "dump" / "step0" / "rank"
+    assert not (step / ".dump.json.journal").exists() and list(step.iterdir())
+    names = json.loads((step / "dump.json").read_text())["data"]
+    # the parent's one forward; a worker's linear would be one more (the parent's count goes on in the journal)
+    assert [name for name in names if name.startswith("Functional.linear.")] == [
+        "Functional.linear.0.forward",
+        "Functional.linear.0.backward",
+    ]
+    assert "dumped nothing" not in finished.stderr

@@ -76,9 +76,15 @@ class AutoDump:
                 if not self._dumps_here():
                     self._given_up = True
                     return
+                from msprobe.core.autostart import mark_dumping, place_of_this_program
+                from msprobe.core.config import load_config
                 from msprobe.pytorch.debugger import PrecisionDebugger
 
-                self.debugger = PrecisionDebugger(config_path=self.config_path)
+                place, words = place_of_this_program(load_config(self.config_path).dump_path, sys.argv[0] or "")
+                if words:
+                    logger.warning("msprobe: %s", words)
+                self.debugger = PrecisionDebugger(config_path=self.config_path, dump_path=str(place))
+                mark_dumping()
                 register_optimizer_step_pre_hook(self.before_optimizer_step)
                 logger.info("msprobe: msprobe run dumps %s from its first call", type(module).__name__)
                 self.debugger.start(model=module)
@@ -121,9 +127,14 @@ class AutoDump:
         )
 
     def _dumps_here(self) -> bool:
-        """Not where the script made a debugger of its own."""
+        """Not where the script made a debugger of its own, nor in a helper a dumping process started."""
+        from msprobe.core.autostart import helper_of_a_dumping_process
         from msprobe.pytorch.debugger import PrecisionDebugger
 
+        parent = helper_of_a_dumping_process()
+        if parent is not None:
+            logger.debug("msprobe: a helper of process %d, which dumps: this process writes nothing", parent)
+            return False
         if PrecisionDebugger.current() is not None:
             logger.warning("msprobe: the script makes its own PrecisionDebugger; msprobe run leaves the dump to it")
             return False

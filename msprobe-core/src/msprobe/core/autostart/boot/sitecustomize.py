@@ -95,6 +95,8 @@ def run_next_sitecustomize():
         import logging
 
         logging.getLogger("msprobe").warning("msprobe: %s failed: %s: %s", spec.origin, type(exc).__name__, exc)
+        return
+    sys.modules["sitecustomize"] = module  # `import sitecustomize` in the script finds its own, not this one
 
 
 if __name__ == "sitecustomize":  # imported at start-up, not loaded by a test
