@@ -231,3 +231,22 @@ def test_a_full_disk_is_one_line_naming_the_file_and_leaves_no_result(tmp_path, 
     assert result.exit_code == 2, result.output
     assert "No space left on device" in result.output and ".csv" in result.output and "internal" not in result.output
     assert not list((tmp_path / "out").glob("*.csv")) and not list((tmp_path / "out").glob(".*.tmp"))
+
+
+def test_a_reader_that_closes_the_pipe_early_gets_no_error_message(tmp_path):
+    """`msprobe compare ... | head -1`: the command's output goes to a pipe its reader has closed. It exited 2
+    with "Error: Broken pipe"; it ends quietly, as a process SIGPIPE ends (128 + 13)."""
+    import subprocess
+    import sys
+
+    from paths import REFERENCE_DUMPS
+
+    folder = REFERENCE_DUMPS / "pytorch" / "statistics_L1" / "step0"
+    spec = tmp_path / "compare.json"
+    spec.write_text(json.dumps({"npu_path": str(folder), "bench_path": str(folder)}))
+    command = [sys.executable, "-m", "msprobe.cli.main", "compare", "-i", str(spec), "-o", str(tmp_path / "out")]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()  # the reader is gone before the first line
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 141, stderr
+    assert "Error" not in stderr and "Traceback" not in stderr

@@ -103,6 +103,8 @@ class MsprobeGroup(click.Group):
             raise _exiting(click.ClickException(str(exc)), exc.exit_code) from None
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort, SystemExit):
             raise
+        except BrokenPipeError:  # `msprobe compare ... | head -1`: the reader has what it wanted
+            _quiet_exit_on_closed_pipe()
         except OSError as exc:  # a full disk, a folder that may not be written: the file and why, one line
             if exc.errno is None or os.environ.get("MSPROBE_DEBUG"):
                 raise
@@ -115,6 +117,20 @@ class MsprobeGroup(click.Group):
             # a third party's command failed: say whose, not "internal error" of msprobe
             failed = click.ClickException(f"plugin '{plugin}' failed: {exc.__class__.__name__}: {exc}")
             raise _exiting(failed, EXIT_INTERNAL) from None
+
+
+EXIT_CLOSED_PIPE = 128 + 13  # as a process that SIGPIPE ended
+
+
+def _quiet_exit_on_closed_pipe() -> None:
+    """The output's reader went away: no message (it would go nowhere), and no second error when Python
+    flushes the closed stdout at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    raise SystemExit(EXIT_CLOSED_PIPE)
 
 
 def _exiting(error: click.ClickException, code: int) -> click.ClickException:
