@@ -250,3 +250,27 @@ def test_a_reader_that_closes_the_pipe_early_gets_no_error_message(tmp_path):
     stderr = process.stderr.read().decode()
     assert process.wait(timeout=120) == 141, stderr
     assert "Error" not in stderr and "Traceback" not in stderr
+
+
+def test_a_file_size_limit_is_said_with_the_file_s_name(tmp_path):
+    """`prlimit --fsize`: a result file cannot be written whole. The error said "File too large", no file; it
+    names the file now, exit 2, and leaves no half-written result."""
+    import resource
+    import subprocess
+    import sys
+
+    from paths import REFERENCE_DUMPS
+
+    dump = REFERENCE_DUMPS / "pytorch" / "statistics_L1" / "step0" / "rank" / "dump.json"
+    spec = tmp_path / "compare.json"
+    spec.write_text(json.dumps({"npu_path": str(dump), "bench_path": str(dump)}))
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "msprobe.cli.main", "compare", "-i", str(spec), "-o", str(out)]
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+
+    finished = subprocess.run(command, capture_output=True, text=True, preexec_fn=limited, timeout=120)
+    assert finished.returncode == 2 and "Traceback" not in finished.stderr, finished.stderr
+    assert f"{out}/" in finished.stderr and "File too large" in finished.stderr, finished.stderr
+    assert not [path for path in out.rglob("*") if path.is_file() and path.name.startswith("compare_result")]

@@ -119,3 +119,24 @@ def test_a_tolerance_that_is_no_finite_number_of_nats_is_refused(tmp_path):
 
     with pytest.raises(UsageError, match="finite number of nats"):
         compare_generation_files(tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path, "s", math.nan)
+
+
+def test_a_page_that_cannot_be_written_leaves_no_table_behind(tmp_path, monkeypatch):
+    """The generation compare's CSV and page are its results together: a page that fails takes the CSV with it."""
+    import json
+
+    import pytest
+
+    from msprobe.core.errors import DataFileError
+    from msprobe.core.generation import compare as generation
+
+    (tmp_path / "a.jsonl").write_text(json.dumps({"id": "r", "tokens": [1, 2], "logprobs": [-0.1, -0.2]}) + "\n")
+
+    def failing_page(*_args, **_kwargs):
+        raise DataFileError(tmp_path / "out" / "page.html", "cannot be written (No space left on device)")
+
+    monkeypatch.setattr(generation, "write_token_page", failing_page)
+    (tmp_path / "out").mkdir()
+    with pytest.raises(DataFileError, match="No space left"):
+        generation.compare_generation_files(tmp_path / "a.jsonl", tmp_path / "a.jsonl", tmp_path / "out", "s")
+    assert not list((tmp_path / "out").iterdir())

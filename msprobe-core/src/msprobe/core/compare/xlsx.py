@@ -25,6 +25,7 @@ import pandas as pd
 from msprobe.core import spreadsheet
 from msprobe.core.compare.zipping import DeflatedPart, ZipWriter, crc32_combine, deflate_bytes
 from msprobe.core.dump.writer import create_private
+from msprobe.core.errors import DataFileError
 from msprobe.core.spreadsheet import TableColumns, table_columns
 
 XLSX_ROW_LIMIT = 1_048_575
@@ -45,7 +46,11 @@ class XlsxStream:
         self._handle = os.fdopen(fd, "wb")
         self._rows_file = tempfile.TemporaryFile(dir=path.parent)
         self._rows_text = DeflatedPart(self._rows_file)
-        self._template, self._styles = _template(self.columns)
+        try:
+            self._template, self._styles = _template(self.columns)
+        except Exception as exc:  # XlsxWriter's own temporary files, on a full disk or past a file-size limit
+            self.discard()
+            raise _cannot_write(path, exc) from None
 
     @property
     def full(self) -> bool:
@@ -89,6 +94,9 @@ class XlsxStream:
                     self._handle, self._template, (self._rows_text, self._rows_file), self.rows, len(self.columns)
                 )
             self._handle.close()
+        except OSError as exc:
+            self.discard()
+            raise _cannot_write(self.path, exc) from None
         except BaseException:
             self.discard()
             raise
@@ -146,12 +154,22 @@ def shift_rows(text: bytes, offset: int) -> bytes:
 _ROW_NUMBER = re.compile(rb'(<row r="|<c r="[A-Z]*)([0-9]+)(?=")')
 
 
+def _cannot_write(path: Path, exc: Exception) -> Exception:
+    """The error of a write that failed, with the result file's name (the system's error has none, or that of a
+    temporary file)."""
+    if isinstance(exc, DataFileError) or (not isinstance(exc, OSError) and type(exc).__name__ != "FileCreateError"):
+        return exc
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).split("] ")[-1]
+    return DataFileError(path, f"cannot be written ({reason})")
+
+
 def _template(columns: list[str]) -> tuple[bytes, dict[str, int]]:
     """An xlsx holding only the bold header row, made by XlsxWriter, and the style index of each fill."""
     import xlsxwriter
 
     buffer = io.BytesIO()
-    workbook = xlsxwriter.Workbook(buffer, {"constant_memory": True, "strings_to_formulas": False})
+    # in memory: one header row needs no temporary files of XlsxWriter's
+    workbook = xlsxwriter.Workbook(buffer, {"in_memory": True, "strings_to_formulas": False})
     sheet = workbook.add_worksheet("Sheet")
     sheet.write_row(0, 0, columns, workbook.add_format({"bold": True}))
     fills = {color: workbook.add_format({"bg_color": "#" + argb[2:]}) for color, argb in FILLS.items()}

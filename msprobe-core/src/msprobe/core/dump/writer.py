@@ -174,6 +174,12 @@ def new_file(path: Path, mode: str = "wb", encoding: str = "utf-8", newline: str
         with handle:
             yield handle
         os.replace(temporary, path)
+    except OSError as exc:  # a full disk, a file-size limit: said with the file's name, which the error lacks
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        if exc.filename is not None or exc.strerror is None:
+            raise
+        raise DataFileError(path, f"cannot be written ({exc.strerror})") from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary)

@@ -206,7 +206,11 @@ def compare_generation_files(
     path = output_dir / f"generation_compare_{stamp}.csv"
     write_rows(path, COLUMNS, rows)
     info = f"{npu_path.name} (NPU) against {bench_path.name} (bench): {len(answers)} requests paired"
-    page = write_token_page(output_dir / f"generation_compare_{stamp}.html", answers, rows, info)
+    try:
+        page = write_token_page(output_dir / f"generation_compare_{stamp}.html", answers, rows, info)
+    except BaseException:  # the results are written whole or not at all: a table without its page is neither
+        path.unlink(missing_ok=True)
+        raise
     suspicious = sum(row[-1] in (TOKEN, LOGPROB, MISSING) for row in rows)
     return GenerationCompare(len(rows), suspicious, unmatched, answers, [path, page], summary)
 
