@@ -140,3 +140,40 @@ def test_a_page_that_cannot_be_written_leaves_no_table_behind(tmp_path, monkeypa
     with pytest.raises(DataFileError, match="No space left"):
         generation.compare_generation_files(tmp_path / "a.jsonl", tmp_path / "a.jsonl", tmp_path / "out", "s")
     assert not list((tmp_path / "out").iterdir())
+
+
+def test_ids_pair_by_value_and_type_and_tokens_must_be_numbers(tmp_path):
+    """Four ways two files of responses were read too kindly: a duplicate id (the verdict then depended on the
+    line order), a request on one side only (PASS, exit 0), an id 1 paired with "1", and numeric strings and
+    booleans taken for tokens and log-probabilities."""
+    import json
+
+    from click.testing import CliRunner
+
+    from msprobe.cli.main import cli
+
+    def write(name, *records):
+        (tmp_path / name).write_text("".join(json.dumps(record) + "\n" for record in records))
+
+    def compare(npu, bench):
+        (tmp_path / "c.json").write_text(json.dumps({"npu_path": str(tmp_path / npu),
+                                                     "bench_path": str(tmp_path / bench)}))  # fmt: skip
+        return CliRunner().invoke(cli, ["compare", "-i", str(tmp_path / "c.json"), "-o", str(tmp_path / "o")])
+
+    same = {"id": "a", "tokens": [1, 2], "logprobs": [-0.1, -0.2]}
+    write("dup.jsonl", same, {**same, "logprobs": [-0.1, -9.0]})
+    write("one.jsonl", same)
+    result = compare("dup.jsonl", "one.jsonl")
+    assert result.exit_code == 2 and "line 2: id 'a' is line 1's id too" in result.output
+    write("two.jsonl", same, {**same, "id": "b"})
+    result = compare("two.jsonl", "one.jsonl")
+    assert result.exit_code == 1 and "SUSPICIOUS" in result.output and "1 request(s) on one side only" in result.output
+    write("int.jsonl", {**same, "id": 1})
+    write("str.jsonl", {**same, "id": "1"})
+    result = compare("int.jsonl", "str.jsonl")
+    assert result.exit_code == 2 and "NO DATA" in result.output  # 1 and "1" are two requests
+    for bad in ({**same, "tokens": ["1", 2]}, {**same, "tokens": [True, 2]}, {**same, "logprobs": ["-0.1", -0.2]},
+                {**same, "logprobs": [False, -0.2]}):  # fmt: skip
+        write("bad.jsonl", bad)
+        result = compare("bad.jsonl", "one.jsonl")
+        assert result.exit_code == 2 and "bad.jsonl: line 1" in result.output, result.output

@@ -552,8 +552,11 @@ def _compare_generations(
         if not is_generation_file(path):
             raise DataFileError(path, "is not a file of responses (.jsonl) like the other side")
     make_dir(output_dir)
-    found = compare_generation_files(npu, bench, output_dir, timestamp(), tolerance or TOLERANCE, consistent)
+    tolerance = TOLERANCE if tolerance is None else tolerance  # 0 nats is a tolerance too
+    found = compare_generation_files(npu, bench, output_dir, timestamp(), tolerance, consistent)
     answers = [answer.line() for answer in found.answers if not answer.agrees]
+    if found.unmatched:  # a request one run answered and the other did not is a difference, not a pass
+        answers.insert(0, f"{found.unmatched} request(s) on one side only")
     agreeing = len(found.answers) - len(answers)
     if found.consistency is not None:
         answers.insert(0, found.consistency.line())
@@ -561,7 +564,8 @@ def _compare_generations(
     if agreeing:
         answer = (answer + "; " if answer else "") + f"{agreeing} request(s) agree"
     rows = found.rows + found.unmatched  # an unpaired response is an unmatched row of its own
-    return CompareSummary("generation", rows, found.suspicious, found.unmatched, None, found.files, answer=answer)
+    suspicious = found.suspicious + found.unmatched
+    return CompareSummary("generation", rows, suspicious, found.unmatched, None, found.files, answer=answer)
 
 
 def diagnose_compare_json(

@@ -128,10 +128,10 @@ def compare_generations(
     npu: Sequence[Response], bench: Sequence[Response], tolerance: float = TOLERANCE
 ) -> tuple[list[list], list[GenerationAnswer], int]:
     """Every paired request's rows and answer, and how many responses found no partner."""
-    bench_by_name = {response.name: response for response in bench}
+    bench_by_name = {response.pairing_key: response for response in bench}
     rows, answers, unmatched = [], [], 0
     for response in npu:
-        partner = bench_by_name.pop(response.name, None)
+        partner = bench_by_name.pop(response.pairing_key, None)
         if partner is None:
             unmatched += 1
             continue
@@ -162,10 +162,10 @@ def consistency(train: Sequence[Response], infer: Sequence[Response], tolerance:
     tokens must be the same on both sides, request by request."""
     from msprobe.core.errors import UsageError
 
-    by_name = {response.name: response for response in infer}
+    by_name = {response.pairing_key: response for response in infer}
     gaps, kl = [], 0.0
     for response in train:
-        other = by_name.get(response.name)
+        other = by_name.get(response.pairing_key)
         if other is None:
             continue
         if other.tokens != response.tokens:

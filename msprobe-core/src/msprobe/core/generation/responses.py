@@ -19,31 +19,41 @@ class Response:
     logprobs: list[float]
     entropies: list[float] | None = None
     top_logprobs: list[dict[int, float]] | None = None  # each position's candidates: token -> log-probability
+    key: tuple = ()  # what pairs it with the other side's response: the id with its JSON type (1 is not "1")
+
+    @property
+    def pairing_key(self) -> tuple:
+        return self.key or ("name", self.name)
 
 
 def read_responses(path: Path) -> list[Response]:
     """The responses of a JSON-lines file, one object per line: ``tokens`` (ints), ``logprobs`` (floats; null,
     NaN and -Infinity allowed), optional ``entropies``, ``top_logprobs`` (per position, ``{"token": logprob}``
     or ``[[token, logprob], ...]``) and ``id``. Bad input is one DataFileError naming the line and the field."""
-    from pydantic import BaseModel, ConfigDict, ValidationError
+    from pydantic import BaseModel, ConfigDict, StrictFloat, StrictInt, StrictStr, ValidationError
 
     from msprobe.core.config import config_error_from_validation
     from msprobe.core.dump.surrogates import lone_surrogate_message
     from msprobe.core.errors import DataFileError
 
+    # strict: a token "12" or true, a log-probability "-0.5", is not a number a model gave (an integer log
+    # probability, 0, is)
+    Number = StrictFloat | StrictInt
+
     class Record(BaseModel):
         model_config = ConfigDict(extra="ignore")
-        id: str | int | None = None
-        tokens: list[int]
-        logprobs: list[float | None]
-        entropies: list[float | None] | None = None
-        top_logprobs: list[dict[int, float] | list[tuple[int, float]]] | None = None
+        id: StrictStr | StrictInt | None = None
+        tokens: list[StrictInt]
+        logprobs: list[Number | None]
+        entropies: list[Number | None] | None = None
+        top_logprobs: list[dict[int, Number] | list[tuple[StrictInt, Number]]] | None = None
 
     if not path.is_file():
         raise DataFileError(path, "is not a file")
     if path.stat().st_size > MOST_BYTES:
         raise DataFileError(path, f"is larger than {MOST_BYTES >> 20} MB")
     responses = []
+    seen: dict[tuple, int] = {}
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, 1):
             try:
@@ -75,8 +85,12 @@ def read_responses(path: Path) -> list[Response]:
             entropies = None if record.entropies is None else [_number(value) for value in record.entropies]
             tops = None if record.top_logprobs is None else [dict(top) for top in record.top_logprobs]
             name = str(record.id) if record.id is not None else f"line {number}"
+            key = (type(record.id).__name__, record.id) if record.id is not None else ("line", number)
+            if key in seen:  # which of the two would be compared would depend on their order
+                raise DataFileError(path, f"line {number}: id {record.id!r} is line {seen[key]}'s id too")
+            seen[key] = number
             logprobs = [_number(value) for value in record.logprobs]
-            responses.append(Response(name, record.tokens, logprobs, entropies, tops))
+            responses.append(Response(name, record.tokens, logprobs, entropies, tops, key))
     return responses
 
 
