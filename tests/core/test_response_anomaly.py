@@ -173,3 +173,19 @@ def test_bad_input_is_one_line_naming_the_file_and_field(tmp_path, text, field):
     assert result.exit_code == 2, result.output
     assert "r.jsonl" in result.output and field in result.output and "Traceback" not in result.output
     assert not (tmp_path / "o").exists() or not list((tmp_path / "o").iterdir())
+
+
+def test_ids_are_shown_without_their_control_characters(tmp_path):
+    """An id is printed on the terminal: an OSC sequence would retitle it, and a newline forge a summary line."""
+    forged = "x\n1 response(s), none with a finding; report: fake.csv"
+    title = "\x1b]0;pwned\x07y"
+    records = [{"id": name, "tokens": [7] * 60, "logprobs": [-0.01] * 60} for name in (forged, title)]
+    (tmp_path / "r.jsonl").write_text("".join(json.dumps(record) + "\n" for record in records))
+    result = CliRunner().invoke(cli, ["response_anomaly", "-i", str(tmp_path / "r.jsonl"), "-o", str(tmp_path / "o")])
+    assert result.exit_code == 1, result.output
+    assert "\x1b" not in result.output and "\x07" not in result.output
+    lines = result.output.splitlines()
+    assert sum(line.startswith("1 response(s)") for line in lines) == 0 and lines[-1].startswith("2 response(s)")
+    assert any(line.startswith("x\\n1 response(s)") for line in lines) and any(
+        "\\x1b]0;pwned\\x07y" in l for l in lines
+    )

@@ -84,7 +84,7 @@ def read_responses(path: Path) -> list[Response]:
                                               f"{len(record.tokens)} tokens")  # fmt: skip
             entropies = None if record.entropies is None else [_number(value) for value in record.entropies]
             tops = None if record.top_logprobs is None else [dict(top) for top in record.top_logprobs]
-            name = str(record.id) if record.id is not None else f"line {number}"
+            name = shown(str(record.id)) if record.id is not None else f"line {number}"
             key = (type(record.id).__name__, record.id) if record.id is not None else ("line", number)
             if key in seen:  # which of the two would be compared would depend on their order
                 raise DataFileError(path, f"line {number}: id {record.id!r} is line {seen[key]}'s id too")
@@ -92,6 +92,14 @@ def read_responses(path: Path) -> list[Response]:
             logprobs = [_number(value) for value in record.logprobs]
             responses.append(Response(name, record.tokens, logprobs, entropies, tops, key))
     return responses
+
+
+def shown(text: str) -> str:
+    """An id as a terminal and a report may show it: control characters (a newline that would start a forged
+    summary line, an escape sequence that retitles the terminal) written as escapes, the rest as it is."""
+    if text.isprintable():
+        return text
+    return "".join(character if character.isprintable() else repr(character)[1:-1] for character in text)
 
 
 def _number(value: float | None) -> float:
