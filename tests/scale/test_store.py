@@ -396,3 +396,28 @@ def test_db_build_shows_a_bar_on_a_terminal_only(tmp_path):
     piped = subprocess.run([*line, str(tmp_path / "pipe")], capture_output=True, text=True)
     assert piped.returncode == 0, piped.stderr
     assert "ranks: " not in piped.stdout + piped.stderr
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "COPY (SELECT 1) TO '{outside}/written.csv'",
+        "SELECT * FROM read_text('/etc/passwd')",
+        "INSTALL httpfs",
+        "SET enable_external_access = true",
+        "ATTACH '{outside}/other.duckdb'",
+    ],
+    ids=["copy-to", "read-text", "install", "unlock", "attach"],
+)
+def test_a_query_reads_the_store_and_nothing_else(run, tmp_path, sql, monkeypatch):
+    """docs/scale.md says the store is only read: a query may not write a file, read one outside the store,
+    install or download an extension (and create ~/.duckdb), or switch that off."""
+    root, _ = run
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    with pytest.raises(UsageError, match="query failed"):
+        run_query(root / "store", sql.format(outside=tmp_path))
+    assert not list(tmp_path.glob("written.csv")) and not list(tmp_path.glob("other.duckdb"))
+    assert not (home / ".duckdb").exists()
+    assert len(run_query(root / "store", "SELECT count(*) AS n FROM stats")) == 1  # the store itself still reads

@@ -21,6 +21,7 @@ def connect(store: str | Path) -> Any:
     if not (store / MANIFEST).is_file():
         raise DataFileError(store, f"not an msprobe store (no {MANIFEST}); make one with msprobe db build")
     connection = duckdb.connect()
+    _read_only(connection, store, duckdb)
     if not any((store / "stacks").glob("step=*/rank=*/*.parquet")):  # monitor rows only: no stacks
         connection.execute("CREATE VIEW stacks AS SELECT NULL::BIGINT AS stack_id, NULL::VARCHAR AS stack WHERE false")
     for view in ("stats", "stacks"):
@@ -37,6 +38,21 @@ def connect(store: str | Path) -> Any:
             connection.close()
             raise _failure(store, exc) from None
     return connection
+
+
+def _read_only(connection: Any, store: Path, duckdb: Any) -> None:
+    """The store is read, and nothing else: no file outside it read or written (``COPY ... TO``,
+    ``read_text('/etc/passwd')``), no extension installed or downloaded, and the settings locked so that a
+    query cannot undo this."""
+    try:
+        connection.execute(f"SET allowed_directories = [{_quoted(str(store.resolve()))}]")
+        connection.execute("SET autoinstall_known_extensions = false")
+        connection.execute("SET autoload_known_extensions = false")
+        connection.execute("SET enable_external_access = false")
+        connection.execute("SET lock_configuration = true")
+    except duckdb.Error as exc:
+        connection.close()
+        raise UsageError(f"msprobe db query needs a DuckDB that confines a query to the store ({exc})") from None
 
 
 def _failure(store: Path, exc: Exception) -> Exception:
