@@ -729,14 +729,17 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     if file.suffix.lower() in (".yaml", ".yml"):
         import yaml
 
+        from msprobe.core.files import plain_yaml
+
         try:
-            data = yaml.safe_load(text)
+            data = plain_yaml(text)
         except RecursionError:
             raise ConfigError("nested too deeply to be a config", path=file) from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            raise ConfigError(f"invalid YAML{where}", path=file) from None
+            problem = getattr(exc, "problem", None)
+            raise ConfigError(f"invalid YAML{where}" + (f": {problem}" if problem else ""), path=file) from None
     else:
         try:
             data = json.loads(text)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 from msprobe.core.errors import DataFileError, UsageError
+from msprobe.core.files import plain_yaml
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +129,9 @@ def hyperparameters(files: Iterable[str | Path]) -> dict[str, Any]:
             raise DataFileError(path, f"cannot be read ({exc.strerror or exc})") from None
         if path.suffix.lower() in (".yaml", ".yml"):
             try:
-                data = yaml.safe_load(text)
+                data = plain_yaml(text)
+            except RecursionError:
+                raise DataFileError(path, "nested too deeply") from None
             except yaml.YAMLError as exc:
                 raise DataFileError(path, f"invalid YAML ({exc.__class__.__name__})") from None
             if not isinstance(data, dict):

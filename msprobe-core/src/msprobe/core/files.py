@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 from msprobe.core.errors import DataFileError
 
@@ -28,3 +29,20 @@ def regular_file(path: str | Path, what: str) -> Path:
     if not stat.S_ISREG(mode):
         raise DataFileError(file, f"is not a regular file (a FIFO, a device...): {what} must be a file")
     return file
+
+
+def plain_yaml(text: str) -> Any:
+    """YAML without anchors and aliases, safely loaded. No mapping or config msprobe reads needs them, and a
+    kilobyte of aliases (a "billion laughs") expands into gigabytes once anything walks what it holds."""
+    import yaml
+
+    class NoAliases(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise yaml.composer.ComposerError(
+                    None, None, "aliases (*name) are not allowed in msprobe's YAML files", event.start_mark
+                )
+            return super().compose_node(parent, index)
+
+    return yaml.load(text, Loader=NoAliases)

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from msprobe.core.errors import DataFileError
+from msprobe.core.files import plain_yaml
 
 _ARG = re.compile(r"^(?P<entry>.+?\.(?:forward|backward))\.(?P<side>input|output)\.(?P<index>\d+)(?P<rest>.*)$")
 
@@ -26,11 +27,14 @@ def read_yaml(path: str | Path, what: str) -> Any:
     """A mapping or config YAML, safely loaded; ``what`` names it in the one-line error a bad file gets."""
     file = Path(path)
     try:
-        return yaml.safe_load(file.read_text(encoding="utf-8"))
+        return plain_yaml(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise DataFileError(file, f"{what} file not found") from None
+    except RecursionError:
+        raise DataFileError(file, f"the {what} file is nested too deeply") from None
     except yaml.YAMLError as exc:
-        raise DataFileError(file, f"invalid YAML in the {what} file ({exc.__class__.__name__})") from None
+        problem = getattr(exc, "problem", None) or exc.__class__.__name__
+        raise DataFileError(file, f"invalid YAML in the {what} file ({problem})") from None
 
 
 def default_api_mapping() -> dict[str, str]:
