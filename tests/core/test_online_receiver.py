@@ -298,3 +298,22 @@ def test_accept_errors_at_fd_exhaustion_are_logged_once_a_minute():
     flood = [accept_filter.filter(record("socket.accept() out of system resource")) for _ in range(1000)]
     assert flood.count(True) == 1  # a thousand failed accepts, one line
     assert accept_filter.filter(record("something else went wrong"))  # other asyncio errors pass
+
+
+def test_a_refused_start_leaves_no_empty_result_files(tmp_path, monkeypatch):
+    """The token's folder is a link planted by someone else: the receiver refuses to start, and the result CSVs
+    it had opened (headers only, as a finished run that checked nothing would leave them) go too."""
+    from msprobe.core.errors import DataFileError
+
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (runtime / "msprobe").symlink_to(elsewhere)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    out = tmp_path / "out"
+    receiver = Receiver(out, "unused:runner", rank_list=[0], workers=1)
+    assert sorted(path.name.split("_")[0] for path in out.iterdir()) == ["accuracy", "accuracy"]
+    with pytest.raises(DataFileError, match="not a folder of this user's own"):
+        receiver.run(host="127.0.0.1", port=0)
+    assert not list(out.iterdir()) and not list(elsewhere.iterdir())

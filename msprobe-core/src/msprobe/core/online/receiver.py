@@ -455,6 +455,10 @@ class Receiver:
         logging.getLogger("asyncio").addFilter(accept_filter)
         try:
             asyncio.run(main())
+        except BaseException:
+            if self.checked == 0 and not self.futures:  # refused at the start: no empty result files behind
+                self.files.discard_if_empty()
+            raise
         finally:
             logging.getLogger("asyncio").removeFilter(accept_filter)
             if self.interrupted:  # stopped by a signal: within seconds, leaving queued checks undone

@@ -56,6 +56,7 @@ class ResultFiles:
             self.result = Path(resume_from)
             self.details = details_path_for(self.result)
             self.done = self._recover()
+            self._resumed = True
         else:
             make_dir(Path(output_dir))
             stamp = stamp or time.strftime("%Y%m%d%H%M%S")
@@ -65,6 +66,14 @@ class ResultFiles:
                 with _open_append(path) as handle:
                     spreadsheet.writer(handle).writerow(columns)
             self.done: set[str] = set()
+
+    def discard_if_empty(self) -> None:
+        """A run that failed before its first result (a receiver whose start was refused) leaves no files that
+        look like a finished run with nothing in it."""
+        if self.done or getattr(self, "_resumed", False):
+            return
+        for path in (self.result, self.details):
+            path.unlink(missing_ok=True)
 
     def _recover(self) -> set[str]:
         results = _read_rows(self.result, RESULT_COLUMNS)
