@@ -29,6 +29,9 @@ nox.options.sessions = [
     "scale",
 ]
 nox.options.reuse_existing_virtualenvs = True
+# every C extension must build: one that stops compiling fails the tests, rather than leaving its Python twin to
+# pass them (msprobe.core.switches.built_extension)
+os.environ.setdefault("MSPROBE_REQUIRE_EXTENSIONS", "1")
 nox.options.error_on_missing_interpreters = True
 KEEP_ENVIRONMENTS = bool(os.environ.get("MSPROBE_KEEP_VENVS"))
 

@@ -23,10 +23,12 @@ def test_anything_else_is_named_in_a_warning_and_the_default_used(monkeypatch, c
     assert "MSPROBE_STATS_BATCH" in caplog.text and repr(text) in caplog.text
 
 
-def test_a_stale_build_is_not_used_and_named_once(caplog):
+def test_a_stale_build_is_not_used_and_named_once(caplog, monkeypatch):
     import types
 
     from msprobe.core.switches import built_extension
+
+    monkeypatch.delenv("MSPROBE_REQUIRE_EXTENSIONS", raising=False)  # a user's install: the Python twin runs
 
     current, stale, older = (types.ModuleType(name) for name in ("fresh", "msprobe.core._stale", "older"))
     current.INTERFACE_VERSION, stale.INTERFACE_VERSION = 2, 1
@@ -52,11 +54,34 @@ def test_a_stale_build_is_not_used_and_named_once(caplog):
     ],
 )
 def test_each_built_extension_carries_the_version_its_wrapper_takes(extension, wrapper, attribute):
-    """Built here, each extension passes its wrapper's check (a mismatch would leave the C path off unseen)."""
+    """Built here, each extension passes its wrapper's check (a mismatch would leave the C path off unseen). In
+    CI (MSPROBE_REQUIRE_EXTENSIONS=1, set by the nox sessions) one that was not built fails, rather than skips:
+    _frames alone is for Python 3.11 and later."""
     import importlib
+    import os
     import sys
 
-    # ImportError too: _frames refuses a Python before 3.11 at import
-    built = pytest.importorskip(extension, reason="not built, or not for this Python", exc_type=ImportError)
+    required = os.environ.get("MSPROBE_REQUIRE_EXTENSIONS") == "1"
+    if required and not (extension.endswith("_frames") and sys.version_info < (3, 11)):
+        built = importlib.import_module(extension)
+    else:  # ImportError too: _frames refuses a Python before 3.11 at import
+        built = pytest.importorskip(extension, reason="not built, or not for this Python", exc_type=ImportError)
     assert isinstance(built.INTERFACE_VERSION, int)
     assert getattr(importlib.import_module(wrapper), attribute) is sys.modules[extension]
+
+
+def test_in_ci_an_extension_that_did_not_build_is_an_import_error(monkeypatch):
+    """MSPROBE_REQUIRE_EXTENSIONS=1: not built, or stale, is an ImportError naming it; switched off is not."""
+    import types
+
+    from msprobe.core.switches import built_extension
+
+    monkeypatch.setenv("MSPROBE_REQUIRE_EXTENSIONS", "1")
+    with pytest.raises(ImportError, match="msprobe.core._never_built was not built"):
+        built_extension(None, 1, "msprobe.core._never_built")
+    stale = types.ModuleType("msprobe.core._old")
+    stale.INTERFACE_VERSION = 1
+    with pytest.raises(ImportError, match="stale build"):
+        built_extension(stale, 2, "msprobe.core._old")
+    assert built_extension(None, 1, "msprobe.core.dump._kernels") is None  # built, and switched off by the user
+    assert built_extension(None, 1, "msprobe.core._never_built", python=(99, 0)) is None  # not for this Python

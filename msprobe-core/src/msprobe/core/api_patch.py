@@ -26,7 +26,7 @@ try:  # the class case's loops in C (the rule is _OwnerPatches' below, which run
     from msprobe.core import _attributes
 except ImportError:
     _attributes = None
-_attributes = built_extension(_attributes, 1)
+_attributes = built_extension(_attributes, 1, "msprobe.core._attributes")
 
 logger = logging.getLogger(__name__)
 

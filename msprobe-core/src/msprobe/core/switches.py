@@ -9,8 +9,10 @@ measured the way device tensors are, so CI exercises that path).
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
+import sys
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -37,14 +39,26 @@ def number(variable: str, default: int, least: int = 1) -> int:
     return default
 
 
-def built_extension(module: Any, expected: int) -> Any:
-    """``module`` (a C extension, or None where it was not built) when its ``INTERFACE_VERSION`` is ``expected``;
-    None otherwise, with one warning: a build left from an older checkout is not used with newer Python, whose
-    twin in Python runs instead."""
+REQUIRE_VARIABLE = "MSPROBE_REQUIRE_EXTENSIONS"  # CI: an extension that did not build is an error, not a skip
+
+
+def built_extension(module: Any, expected: int, name: str = "", python: tuple[int, int] = (3, 0)) -> Any:
+    """``module`` (a C extension, or None where it was not built or is switched off) when its
+    ``INTERFACE_VERSION`` is ``expected``; None otherwise, with one warning: a build left from an older checkout
+    is not used with newer Python, whose twin in Python runs instead.
+
+    With ``MSPROBE_REQUIRE_EXTENSIONS=1`` (set by the nox sessions), an extension ``name`` that was not built,
+    or whose build is stale, raises ImportError instead: a C path that stopped compiling must fail the tests
+    that would otherwise run its Python twin and pass. ``python``: the first Python the extension is for."""
+    required = switched_on(REQUIRE_VARIABLE) and bool(name) and sys.version_info[:2] >= python
     if module is None:
+        if required and importlib.util.find_spec(name) is None:
+            raise ImportError(f"{name} was not built ({REQUIRE_VARIABLE} is set): is a C compiler installed?")
         return None
     found = getattr(module, "INTERFACE_VERSION", None)
     if found != expected:
+        if required:
+            raise ImportError(f"{module.__name__} is a stale build (interface {found}, this code needs {expected})")
         logger.warning(
             "msprobe: %s is a stale build (interface %s, this code needs %s) and is not used; reinstalling the "
             "package rebuilds it", module.__name__, found, expected,

@@ -248,7 +248,7 @@ try:  # optional: built where a C compiler was found (setup.py)
     from msprobe.core.compare import _tablerows as c_rows
 except ImportError:
     c_rows = None  # type: ignore[assignment]
-c_rows = built_extension(c_rows, 1)
+c_rows = built_extension(c_rows, 1, "msprobe.core.compare._tablerows")
 if c_rows is not None:
     c_rows.configure(Row)
 

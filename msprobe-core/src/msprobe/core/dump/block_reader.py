@@ -27,7 +27,7 @@ try:
     from msprobe.core.dump import _jsonscan
 except ImportError:  # built without a C compiler: callers read the whole file instead
     _jsonscan = None
-_jsonscan = built_extension(_jsonscan, 1)
+_jsonscan = built_extension(_jsonscan, 1, "msprobe.core.dump._jsonscan")
 
 logger = logging.getLogger(__name__)
 

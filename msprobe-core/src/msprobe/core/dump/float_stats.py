@@ -28,7 +28,7 @@ except ImportError:  # built without a C compiler: the frameworks' kernels measu
 
 if switched_off("MSPROBE_NO_KERNELS"):
     _kernels = None
-_kernels = built_extension(_kernels, 2)
+_kernels = built_extension(_kernels, 2, "msprobe.core.dump._kernels")
 
 AVAILABLE = _kernels is not None  # the one switch every caller reads (tests turn it off to compare)
 

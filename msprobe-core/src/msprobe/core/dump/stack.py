@@ -41,7 +41,7 @@ except ImportError:
     _frames = None
 if switched_off("MSPROBE_NO_LANE"):  # the per-call work in C is off as a whole
     _frames = None
-_frames = built_extension(_frames, 1)
+_frames = built_extension(_frames, 1, "msprobe.core.dump._frames", python=(3, 11))
 
 _CORE_ROOT = str(Path(__file__).resolve().parents[2])  # .../msprobe of msprobe-core
 # a generator's or coroutine's frame is resumed by different callers: what lies above it may change while it lives

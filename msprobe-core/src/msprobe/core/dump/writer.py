@@ -45,7 +45,7 @@ logger = logging.getLogger(__name__)
 
 # The switch for the C journal write (tests turn it off; so does MSPROBE_NO_C_JOURNAL=1).
 C_JOURNAL_VERSION = 1  # _journal.c's INTERFACE_VERSION: the layout of the JournalAPI this package's callers declare
-_c_journal = built_extension(_c_journal, C_JOURNAL_VERSION)
+_c_journal = built_extension(_c_journal, C_JOURNAL_VERSION, "msprobe.core.dump._journal")
 C_JOURNAL_AVAILABLE = _c_journal is not None and not switched_off("MSPROBE_NO_C_JOURNAL")
 
 

@@ -46,7 +46,7 @@ import torch
 from msprobe.core.dump import float_stats
 from msprobe.core.dump.waiting import PLACEHOLDERS
 from msprobe.core.dump.writer import NO_PARENT, encode_json, journal_c_api
-from msprobe.core.switches import switched_off
+from msprobe.core.switches import built_extension, switched_off
 from msprobe.pytorch.dump import device_batch, grad_taps
 
 try:
@@ -62,14 +62,8 @@ INTERFACE_VERSION = 5
 
 if switched_off("MSPROBE_NO_LANE"):
     _lane = None
-elif _lane is not None and getattr(_lane, "INTERFACE_VERSION", None) != INTERFACE_VERSION:
-    logger.warning(
-        "msprobe-torch's compiled per-call path was built for interface %s, this Python code needs %s "
-        "(reinstall msprobe-torch); calls are recorded in Python",
-        getattr(_lane, "INTERFACE_VERSION", "?"),
-        INTERFACE_VERSION,
-    )
-    _lane = None
+else:
+    _lane = built_extension(_lane, INTERFACE_VERSION, "msprobe.pytorch.dump._lane")
 
 if TYPE_CHECKING:
     from msprobe.pytorch.dump.recorder import TorchDumpRecorder
