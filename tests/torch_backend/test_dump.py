@@ -386,7 +386,7 @@ def test_a_module_that_raises_leaves_the_hierarchy_as_it_was(tmp_path):
     model = torch.nn.Sequential(Flaky(), torch.nn.Linear(2, 2))
     debugger = PrecisionDebugger(task="statistics", level="mix", dump_path=str(tmp_path), model=model)
     debugger.start()
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match=r"out of memory \(simulated\)"):
         model(torch.ones(1, 2))
     model(torch.ones(1, 2)).sum().backward()
     debugger.stop()
@@ -408,7 +408,7 @@ def test_a_scope_ends_at_its_last_api_even_when_that_call_raises(tmp_path):
     debugger = PrecisionDebugger(config_path=str(tmp_path / "c.json"))
     debugger.start()
     torch.add(x, 1)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
         torch.matmul(x, bad)  # shapes do not match
     torch.add(x, 2)
     debugger.stop()
