@@ -172,16 +172,23 @@ def _gradient_scaled(path: str, factor: float) -> Callable[[Setup], None]:
     return apply
 
 
-class _WrongBackward(torch.autograd.Function):
-    """Identity forward; a backward that scales the gradient (a custom op with a wrong derivative)."""
+def _gradient_times(factor: float) -> type[torch.autograd.Function]:
+    """A custom op: identity forward, a backward that multiplies the gradient by ``factor`` (a wrong derivative
+    unless it is one)."""
 
-    @staticmethod
-    def forward(ctx: Any, value: torch.Tensor) -> torch.Tensor:
-        return value
+    class GradientTimes(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, value: torch.Tensor) -> torch.Tensor:
+            return value
 
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
-        return grad * 1.25
+        @staticmethod
+        def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+            return grad * factor
+
+    return GradientTimes
+
+
+_WrongBackward = _gradient_times(1.25)
 
 
 def _wrong_output_gradient(path: str) -> Callable[[Setup], None]:
@@ -1281,6 +1288,58 @@ SEVENTH_HELD_OUT = [
 ]  # fmt: skip
 
 
+# -- a custom backward in a module's own code, between two of its submodules ----------------------------------
+# The call its backward makes runs outside every module's forward, within the module's backward: the answer
+# names that module.
+
+
+_SameBackward = _gradient_times(1.0)  # the gradient unchanged, by a multiplication
+
+
+def _gpt_mlp_wrong_backward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return self.out(_WrongBackward.apply(self.act(self.fc(x))))
+
+
+def _gpt_block_wrong_backward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    x = _WrongBackward.apply(x + self.attn(self.ln1(x)))
+    return x + self.mlp(self.ln2(x))
+
+
+def _attention_block_wrong_backward(self: nn.Module, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    h = _WrongBackward.apply(self.norm(x))
+    x = x + self.attn(h, h, h, attn_mask=mask, need_weights=False)[0]
+    return x + F.gelu(self.fc(x), approximate="tanh")
+
+
+def _llama_mlp_wrong_backward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return self.down_proj(_WrongBackward.apply(self.act_fn(self.gate_proj(x)) * self.up_proj(x)))
+
+
+def _cnn_wrong_backward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    x = _WrongBackward.apply(self.relu(self.bn1(self.conv1(x))))
+    x = F.relu(self.bn2(self.conv2(x)), inplace=True)
+    return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+def _gpt_mlp_same_backward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return self.out(_SameBackward.apply(self.act(self.fc(x))))
+
+
+CUSTOM_BACKWARD = [
+    Fault("gpt.mlp_custom_backward", "gpt", "backward", _forward(f"{G}.1.mlp", _gpt_mlp_wrong_backward),
+          Expect(f"{G}.1.mlp", None, "backward")),
+    Fault("gpt.block_custom_backward", "gpt", "backward", _forward(f"{G}.0", _gpt_block_wrong_backward),
+          Expect(f"{G}.0", None, "backward")),
+    Fault("attention.block_custom_backward", "attention", "backward",
+          _forward("blocks.1", _attention_block_wrong_backward), Expect("blocks.1", None, "backward")),
+    Fault("llama.mlp_custom_backward", "llama", "backward", _forward(f"{L}.1.mlp", _llama_mlp_wrong_backward),
+          Expect(f"{L}.1.mlp", None, "backward")),
+    # the model's own forward is outside every module
+    Fault("cnn.custom_backward", "cnn", "backward", _forward("", _cnn_wrong_backward), Expect(None, None, "backward")),
+    Fault("gpt.control_same_backward", "gpt", "control", _forward(f"{G}.1.mlp", _gpt_mlp_same_backward), None),
+]  # fmt: skip
+
+
 # -- data parallel: two processes, gradients averaged by all_reduce -----------------------------------------------
 
 RANKS = [
@@ -1292,7 +1351,7 @@ RANKS = [
 ]  # fmt: skip
 
 HELD_OUT = SECOND_HELD_OUT + THIRD_HELD_OUT + FOURTH_HELD_OUT + FIFTH_HELD_OUT + SIXTH_HELD_OUT + SEVENTH_HELD_OUT
-FAULTS: list[Fault] = ATTENTION + CNN + MOE + LLAMA + BERT + GPT_FAULTS + MORE + HELD_OUT + RANKS
+FAULTS: list[Fault] = ATTENTION + CNN + MOE + LLAMA + BERT + GPT_FAULTS + MORE + HELD_OUT + CUSTOM_BACKWARD + RANKS
 ARCHS = sorted({fault.arch for fault in FAULTS})
 
 
@@ -1318,6 +1377,7 @@ AT_L0: dict[str, Expect | str] = {
     "attention.mask_diagonal": Expect(None, None, seen_at="blocks.0.attn"),
     "attention.overflow_step1": _between_steps("blocks.0.fc"),
     "cnn.data": Expect(None, None, seen_at="conv1"),
+    "cnn.custom_backward": Expect(None, None, "backward", seen_at="relu"),
     "cnn.avg_to_max_pool": Expect(None, None, seen_at="fc"),
     "cnn.conv2_bfloat16": Expect(None, None, seen_at="bn2"),  # the model's forward computes conv2 itself
     "cnn.nan_pixel_step1": Expect(None, None, step=1, seen_at="conv1"),

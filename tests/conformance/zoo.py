@@ -300,6 +300,59 @@ def mamba() -> tuple:
     return _causal_lm(MambaForCausalLM(config))
 
 
+class _HalfGradient(torch.autograd.Function):
+    """Identity forward, a backward that halves the gradient: code the backward runs inside a module's own."""
+
+    @staticmethod
+    def forward(ctx: Any, value: torch.Tensor) -> torch.Tensor:
+        return value.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad * 0.5
+
+
+class _CustomBlock(nn.Module):
+    def __init__(self, width: int):
+        super().__init__()
+        self.up, self.down = nn.Linear(width, 2 * width), nn.Linear(2 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = _HalfGradient.apply(torch.relu(self.up(x)))
+        if h.requires_grad:
+            h.register_hook(lambda grad: grad + 1.0)  # a tensor hook, run in this block's backward
+        return x + self.down(h)
+
+
+class CustomBackwardNet(nn.Module):
+    """Calls made by the backward: a custom autograd function's backward and a tensor hook, both within a block."""
+
+    def __init__(self, width: int = 16):
+        super().__init__()
+        self.embed = nn.Linear(8, width)
+        self.blocks = nn.ModuleList(_CustomBlock(width) for _ in range(2))
+        self.head = nn.Linear(width, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.embed(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def custom_backward() -> tuple:
+    model = CustomBackwardNet()
+
+    def batch(step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        generator = torch.Generator().manual_seed(300 + step)
+        return torch.randn(4, 8, generator=generator), torch.randint(0, 4, (4,), generator=generator)
+
+    def loss(model: nn.Module, inputs: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return F.cross_entropy(model(inputs[0]), inputs[1])
+
+    return model, batch, loss
+
+
 # models run after seed_all(), with their dropout left on: the tools must keep it off (docs/differences.md)
 SEEDED = ("gpt2",)
 
@@ -314,4 +367,5 @@ ZOO: dict[str, Builder] = {
     "attention": attention,
     "gpt2": gpt2,
     "mamba": mamba,
+    "custom_backward": custom_backward,
 }

@@ -131,3 +131,49 @@ def test_every_path_the_docs_allow_gives_the_same_answer_and_verdict(tmp_path, g
     assert "SUSPICIOUS" in first and answer in first
     (written,) = (tmp_path / "out").glob("first_divergence_*.json")
     assert json.loads(written.read_text())["answer"] == answer
+
+
+class _ScaledGradient(torch.autograd.Function):
+    """Identity forward; the backward scales the gradient by ``factor`` (a custom op's derivative)."""
+
+    @staticmethod
+    def forward(ctx, value, factor):
+        ctx.factor = factor
+        return value.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.factor, None
+
+
+class _FFNWithCustomBackward(FFN):
+    factor = 1.0
+
+    def forward(self, x):
+        return self.down(_ScaledGradient.apply(torch.nn.functional.gelu(self.up(x)), self.factor))
+
+
+@pytest.mark.parametrize("changed", ["argument", "extra call"])
+def test_a_backward_change_in_a_modules_own_code_is_placed_in_that_module(tmp_path, changed):
+    """The custom backward runs between ``blocks.1.ffn.down``'s backward and ``blocks.1.ffn.up``'s: inside the
+    backward of ``blocks.1.ffn``, whose own code applies it. Changed by its factor (a differing argument of the
+    multiplication it makes), or added in one run only (an extra call)."""
+
+    def dump(folder, factor):
+        torch.manual_seed(0)
+        model = Net()
+        ffn = model.blocks[1].ffn
+        if factor is not None:
+            ffn.__class__ = _FFNWithCustomBackward
+            ffn.factor = factor
+        debugger = PrecisionDebugger(task="statistics", level="mix", dump_path=str(folder), model=model)
+        debugger.start()
+        model(torch.randn(4, 8, generator=torch.Generator().manual_seed(1))).square().mean().backward()
+        debugger.stop()
+        debugger.step()
+        return folder / "step0" / "rank"
+
+    golden = dump(tmp_path / "golden", 1.0 if changed == "argument" else None)
+    found = diagnose_pair(dump(tmp_path / "debug", 1.5), golden)
+    assert (found.verdict, found.phase, found.module) == ("divergence", "backward", "blocks.1.ffn")
+    assert found.api.startswith("Tensor.__mul__.")

@@ -289,7 +289,7 @@ def _set_phases(calls: list[Call]) -> None:
     gradients: set[tuple] = set()
     optimizing = False
     for index, call in enumerate(calls):
-        if call.direction == BACKWARD:
+        if call.direction == BACKWARD or _within_a_backward(call):
             call.phase = BACKWARD
         elif not optimizing and index > last_backward >= 0 and _on_gradients_alone(call, gradients):
             call.phase = BACKWARD  # a hook on a parameter's gradient, run as it is accumulated, after the last entry
@@ -302,6 +302,13 @@ def _set_phases(calls: list[Call]) -> None:
             call.phase = FORWARD
         if call.phase == BACKWARD:
             gradients.update(value.fingerprint() for value in call.outputs if value.tensor)
+
+
+def _within_a_backward(call: Call) -> bool:
+    """A call the backward made inside a module's backward (a custom autograd function's backward, a hook):
+    construct.json gives it that module's backward entry as its parent."""
+    found = _MODULE.match(call.parent) if call.parent else None
+    return found is not None and found["direction"] == BACKWARD
 
 
 def _loose(call: Call) -> bool:

@@ -369,8 +369,8 @@ def _hooked_module(analysis: PairAnalysis, culprit: Call, consumer: Call) -> str
     """A call outside every module amid the backward is a hook's: it changed the gradient of the module whose
     backward entry returned what it made (a module's own backward hook); else of the module whose backward
     entry was given what it was given, when a submodule of that module received what it made (a hook or a
-    custom backward on that module's output, inside its backward and before its submodules'); else of the
-    module that received what it made (a hook on a tensor)."""
+    custom backward on that module's output, inside its backward and before its submodules'). Else it is
+    code outside every module (a tensor hook, a custom backward in the model's own code): None."""
     made = {value.fingerprint() for value in culprit.tensors("outputs")} - {None}
     given = {value.fingerprint() for value in culprit.tensors("inputs")} - {None}
     later = [
@@ -386,7 +386,7 @@ def _hooked_module(analysis: PairAnalysis, culprit: Call, consumer: Call) -> str
         if other.module and inner and (inner == other.module or inner.startswith(other.module + ".")):
             if any(value.fingerprint() in given for value in other.inputs):
                 return other.module
-    return consumer.module
+    return None
 
 
 def one_sided_gradients(call: Call, one_sided: list[tuple[str, str]]) -> Diagnosis:

@@ -388,6 +388,10 @@ class TorchDumpRecorder(DumpRecorder):
             collector.leave(name)
             return None
         record = CallRecord(name, backward_name, args, kwargs, self.innermost_module())
+        if record.parent is None and not module and _graph_task_id() != -1:
+            # a call the backward makes (a custom autograd function's backward, a tensor hook) runs within the
+            # module backward open now, as the reference records it
+            record.parent = collector.backward_numbering.innermost()
         record.keep_forward = keep_forward
         record.in_place = in_place and not module
         if module:
