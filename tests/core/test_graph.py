@@ -3,6 +3,7 @@
 import base64
 import gzip
 import json
+import math
 import shutil
 
 import pytest
@@ -18,18 +19,32 @@ from msprobe.core.graph.run import run_graph
 from paths import REFERENCE_DUMPS, REFERENCE_GRAPHS
 
 MIX = REFERENCE_DUMPS / "pytorch" / "statistics_mix"
-# nodes whose outputs have no statistic below the tensor's RMS: scored exactly as the reference scores them
-SAME_PRECISION_INDEX = {
-    "Functional.relu.0.forward",
-    "Tensor.flatten.0.forward",
-    "Functional.cross_entropy.0.forward",
-    "Torch.ones_like.0.forward",
-    "Functional.linear.0.backward",
-    "Functional.conv2d.0.backward",
-    "Tensor.add_.2.forward",
-    "Tensor.add_.3.forward",
-}
 STEP0, STEP1 = MIX / "step0" / "rank", MIX / "step1" / "rank"
+
+
+def _documented_index(vis: dict, node_id: str) -> float | None:
+    """docs/graph.md's statistics-mode precision_index of a node of the reference's .vis, worked out from the
+    statistics that file shows (not by our code): the largest relative error of each output's Max, Min, Mean and
+    Norm against the bench's, a statistic smaller than the bench tensor's RMS (norm / sqrt(elements)) measured
+    against the RMS, capped at 1; a group of APIs takes its worst API's."""
+    npu_node = vis["NPU"]["node"][node_id]
+    if not npu_node.get("output_data") and npu_node.get("subnodes"):
+        inner = [_documented_index(vis, name) for name in npu_node["subnodes"]]
+        return max((value for value in inner if value is not None), default=None)
+    links = npu_node.get("matched_node_link") or []
+    bench_node = vis["Bench"]["node"].get(links[-1], {}) if links else {}
+    errors = []
+    for ours, theirs in zip(npu_node.get("output_data", {}).values(), bench_node.get("output_data", {}).values()):
+        try:
+            elements = math.prod(json.loads(theirs["shape"])) or 1
+            rms = abs(float(theirs["Norm"])) / math.sqrt(elements)
+            for stat in ("Max", "Min", "Mean", "Norm"):
+                mine, bench = float(ours[stat]), float(theirs[stat])
+                scale = max(abs(bench), rms)
+                errors.append(abs(mine - bench) / scale if scale else float(mine != bench))
+        except (KeyError, TypeError, ValueError):
+            continue  # not a tensor with statistics: it adds nothing to the index
+    return min(max(errors), 1.0) if errors else None
 
 
 def load_vis(path):
@@ -105,8 +120,11 @@ def test_comparison_scores_match_the_reference(tmp_path):
             # the reference divides by the statistic itself; we floor the divisor at the tensor's RMS,
             # so a near-zero mean scores lower here and nothing scores higher
             assert got <= want + 1e-6, node_id
-            if node_id in SAME_PRECISION_INDEX:
-                assert got == pytest.approx(want, abs=1e-6), node_id
+            # the .vis shows statistics to six digits: the worked-out index is as close as they allow; a node
+            # with no output statistics (a module backward that passes no gradient on) keeps the reference's
+            documented = _documented_index(reference, node_id)
+            expected_index = want if documented is None else documented
+            assert got == pytest.approx(expected_index, rel=1e-4, abs=1e-6), node_id
     relu = ours["NPU"]["node"]["Functional.relu.0.forward"]["output_data"]["Functional.relu.0.forward.output.0"]
     expected = reference["NPU"]["node"]["Functional.relu.0.forward"]["output_data"][
         "Functional.relu.0.forward.output.0"

@@ -92,8 +92,11 @@ def test_every_surface_gives_the_same_answer(tmp_path, name):
     answers = _surfaces(tmp_path, npu_step, bench_step)
     answers["live md5 diff"] = _live_diff(tmp_path, fault, golden, step)
     assert len(set(answers.values())) == 1, json.dumps(answers, indent=1)
-    expected = "the runs do not part ways" if fault.expect is None else "the runs part ways at "
-    assert answers["diagnosis"].startswith(expected)
+    # and the answer is the fault's own place (module, API kind, step, phase), written down from the change
+    found = diagnose_runs(tested, golden)
+    scored = bench.score(fault, "md5", "exact", found)
+    assert scored.module_right and scored.api_right is not False, found.line()
+    assert answers["diagnosis"].split(":")[0] == found.line().split(":")[0]  # the same call, step and module
     if fault.kind == "nan":  # one run alone: the flight recorder names the call the two-run answer names
         assert _flight_recorder(tmp_path, fault) == diagnose_runs(tested, golden).api
 
