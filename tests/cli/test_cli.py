@@ -274,3 +274,27 @@ def test_a_file_size_limit_is_said_with_the_file_s_name(tmp_path):
     assert finished.returncode == 2 and "Traceback" not in finished.stderr, finished.stderr
     assert f"{out}/" in finished.stderr and "File too large" in finished.stderr, finished.stderr
     assert not [path for path in out.rglob("*") if path.is_file() and path.name.startswith("compare_result")]
+
+
+@pytest.mark.parametrize(
+    ("args", "words", "where"),
+    [
+        (["compare", "--nope"], "No such option '--nope'", "msprobe compare --help"),
+        (["nosuch"], "No such command 'nosuch'", "msprobe --help"),
+        (["config", "init", "--task", "juggling"], "Invalid value for '--task'", "msprobe config init --help"),
+    ],
+)
+def test_a_usage_error_is_one_line(args, words, where):
+    """docs/cli.md: errors are one line on stderr, exit 2; the usage is one --help away."""
+    result = CliRunner().invoke(cli, args, prog_name="msprobe")
+    assert result.exit_code == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"Error: {words}") and line.endswith(f"(see '{where}')")
+    assert result.stdout == ""
+
+
+def test_help_texts_show_no_markup():
+    """Help is read in a terminal: no reStructuredText double backquotes."""
+    for args in (["run", "--help"], ["compare", "--help"], ["--help"]):
+        result = run(*args)
+        assert result.exit_code == 0 and "``" not in result.output, args

@@ -105,3 +105,22 @@ def test_pt_names_bfloat16_and_shows_nan(tmp_path):
     torch.save(torch.tensor([1.0, float("nan")], dtype=torch.bfloat16), tmp_path / "bf.pt")
     result = run("pt", "-n", tmp_path / "bf.pt")
     assert result.exit_code == 0 and "[Dtype: bfloat16]" in result.output and "[Max: nan]" in result.output
+
+
+def test_a_pickle_that_holds_more_than_tensors_is_refused_in_one_line(tmp_path):
+    """A .pt whose pickle calls a function is never unpickled, and the refusal names the file in one line."""
+    import pickle
+
+    class Payload:
+        def __reduce__(self):
+            return (print, ("unpickled",))
+
+    for name, write in (("plain.pt", lambda p: p.write_bytes(pickle.dumps(Payload()))),
+                        ("saved.pt", lambda p: torch.save({"a": Payload()}, p))):  # fmt: skip
+        path = tmp_path / name
+        write(path)
+        result = subprocess.run([sys.executable, "-m", "msprobe.cli.main", "parse", "pt", "-n", str(path)],
+                                capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert result.returncode == 2 and "unpickled" not in result.stdout
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith(f"Error: {path}: not a readable tensor file (it holds objects other than tensors")

@@ -96,9 +96,31 @@ class MsprobeGroup(click.Group):
             raise click.UsageError(f"'{name}' exists for several frameworks ({owners}): choose one with -f")
         return None
 
+    def main(self, *args: Any, standalone_mode: bool = True, **extra: Any) -> Any:
+        """As click's, but a usage error is one line (the error, and where to read the usage) on stderr."""
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **extra)
+        try:
+            code = super().main(*args, standalone_mode=False, **extra)  # an exit code, or None when it finished
+        except click.exceptions.NoArgsIsHelpError as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else "msprobe"
+            click.echo(f"Error: {exc.format_message()} (see '{where} --help')", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            super().invoke(ctx)
+            return None  # finished: main() reads None as exit status 0
         except MsprobeError as exc:
             raise _exiting(click.ClickException(str(exc)), exc.exit_code) from None
         except (click.exceptions.Exit, click.ClickException, click.exceptions.Abort, SystemExit):

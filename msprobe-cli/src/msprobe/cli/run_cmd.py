@@ -22,9 +22,9 @@ from msprobe.core.errors import BackendError
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 def run_command(ctx: click.Context, config_path: Path, command: tuple[str, ...]) -> None:
-    """Run COMMAND (``python train.py ...``, ``torchrun ...``) with the dump on in each of its processes.
+    """Run COMMAND ('python train.py ...', 'torchrun ...') with the dump on in each of its processes.
 
-    Each dump step runs from the model's first call to the next ``optimizer.step()``, and the dump ends when
+    Each dump step runs from the model's first call to the next optimizer.step(), and the dump ends when
     the process exits: no start(), stop() or step() in the script. Levels L0 and mix dump the first module
     the script calls. COMMAND's exit status is msprobe run's.
     """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -37,14 +38,27 @@ class Widened(np.ndarray):
     source_dtype: str = ""
 
 
+def _why_unreadable(exc: Exception) -> str:
+    """One line: torch's refusal of a pickle that holds more than tensors runs to a page of advice."""
+    text = str(exc)
+    if "Weights only load failed" in text:
+        lines = [line.strip() for line in text.splitlines()]
+        detail = next((line for line in lines if line.startswith(("Unsupported", "Trying to load"))), "")
+        return "it holds objects other than tensors, which are never unpickled" + (f": {detail}" if detail else "")
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return f"{exc.__class__.__name__}: {first}" if first else exc.__class__.__name__
+
+
 def load_pt(path: str | Path) -> np.ndarray:
     regular_file(path, "the tensor file")
     try:
-        value = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's note on the pickle protocol is no news to the user
+            warnings.simplefilter("ignore")
+            value = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise DataFileError(path, "tensor file not found") from None
     except Exception as exc:  # pickle errors, truncated files, unsafe content
-        raise DataFileError(path, f"not a readable tensor file ({exc.__class__.__name__}: {exc})") from None
+        raise DataFileError(path, f"not a readable tensor file ({_why_unreadable(exc)})") from None
     if not isinstance(value, torch.Tensor):
         raise DataFileError(path, f"holds a {type(value).__name__}, not a tensor")
     return tensor_to_numpy(value)
