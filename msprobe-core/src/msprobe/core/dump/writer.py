@@ -179,7 +179,8 @@ def new_file(path: Path, mode: str = "wb", encoding: str = "utf-8", newline: str
             os.unlink(temporary)
         if exc.filename is not None or exc.strerror is None:
             raise
-        raise DataFileError(path, f"cannot be written ({exc.strerror})") from None
+        # still an OSError, which the dump's callers catch to go on; now it names the file
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
