@@ -76,3 +76,17 @@ def test_core_seed_all_reaches_the_backend():
     a = torch.rand(3)
     core.seed_all(11, framework="torch")
     assert torch.equal(a, torch.rand(3))
+
+
+def test_every_seed_all_is_shown_the_first_before_any_debugger(tmp_path):
+    """A training script seeds before it builds the debugger: that first seed is shown too, not only later ones."""
+    script = (
+        "from msprobe.pytorch import PrecisionDebugger, seed_all\n"
+        "seed_all(1)\n"
+        f"debugger = PrecisionDebugger(task='statistics', level='L1', dump_path={str(tmp_path / 'dump')!r})\n"
+        "seed_all(2)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    shown = [line for line in run.stderr.splitlines() if "seed_all:" in line]
+    assert [line.split("seed=")[1].split()[0] for line in shown] == ["1", "2"], run.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 
@@ -9,6 +10,9 @@ import numpy as np
 
 import mindspore as ms
 from msprobe.core.errors import UsageError
+from msprobe.core.messages import show_in_training
+
+logger = logging.getLogger(__name__)
 
 
 def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = True) -> None:
@@ -25,3 +29,5 @@ def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = True) -> N
     ms.set_seed(seed)
     if mode:
         ms.set_context(deterministic="ON")
+    show_in_training()  # called before any debugger exists, it is still shown, as the reference shows it
+    logger.info("seed_all: seed=%s deterministic=%s rm_dropout=%s", seed, mode, rm_dropout)

@@ -9,6 +9,8 @@ import random
 import numpy as np
 import torch
 
+from msprobe.core.messages import show_in_training
+
 logger = logging.getLogger(__name__)
 
 
@@ -35,6 +37,7 @@ def seed_all(seed: int = 1234, mode: bool = False, rm_dropout: bool = True) -> N
         torch.backends.cudnn.benchmark = False
     if rm_dropout:
         remove_dropout()
+    show_in_training()  # called before any debugger exists, it is still shown, as the reference shows it
     logger.info("seed_all: seed=%s deterministic=%s rm_dropout=%s", seed, mode, rm_dropout)
 
 
