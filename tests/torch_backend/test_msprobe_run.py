@@ -272,6 +272,26 @@ except KeyboardInterrupt:
 """
 
 
+def test_a_list_that_matches_nothing_says_so_in_msprobe_run_s_words(tmp_path):
+    """No start() or stop() in the script: the warning speaks of the steps msprobe run dumped, and each step's
+    folder holds an empty dump.json, as the reference leaves it."""
+    script = write(tmp_path, "train.py", """
+        import torch
+        net = torch.nn.Linear(4, 2)
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+        for _ in range(2):
+            net(torch.randn(3, 4)).sum().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    """)  # fmt: skip
+    config(tmp_path, level="L1", statistics={"list": ["Functional.nosuch"]})
+    finished = msprobe_run(tmp_path, sys.executable, str(script))
+    assert finished.returncode == 0, finished.stderr
+    assert "list ['Functional.nosuch'] matched no call in the 2 steps msprobe run dumped" in finished.stderr
+    assert "start()" not in finished.stderr
+    assert dumped(tmp_path) == {"step0/rank": {}, "step1/rank": {}}
+
+
 @pytest.mark.parametrize("how", ["SIGTERM to msprobe run", "Ctrl-C to the job"])
 def test_signals_reach_the_job_and_it_ends_in_its_own_time(tmp_path, how):
     import signal

@@ -17,6 +17,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from msprobe.core.autostart import DUMPING_VARIABLE
 from msprobe.core.config import DebuggerConfig, load_config, load_config_once
 from msprobe.core.dump.cuts import KvCacheTensors, TensorCut, find_request, tensor_cut
 from msprobe.core.errors import BackendError, ConfigError, DataFileError, MsprobeError, UsageError
@@ -480,9 +481,12 @@ class BaseDebugger:
             chosen.append(f"scope {list(config.scope)}")
         if config.api_list:
             chosen.append(f"list {list(config.api_list)}")
+        spans = f"{self._dumping_starts} dumped start()-stop() spans"
+        if os.environ.get(DUMPING_VARIABLE) == str(os.getpid()):  # msprobe run: its user wrote no start() or stop()
+            spans = f"the {self._dumping_starts} steps msprobe run dumped"
         if chosen:
-            return f"{' and '.join(chosen)} matched no call in {self._dumping_starts} dumped start()-stop() spans"
-        return f"no call was made between start() and stop() in {self._dumping_starts} spans"
+            return f"{' and '.join(chosen)} matched no call in {spans}; each step's folder holds an empty dump.json"
+        return f"no call was made in {spans}"
 
     def forward_backward_dump_end(self) -> None:
         """Stop collecting for this step while leaving the step counter alone."""
