@@ -176,6 +176,9 @@ class Case:
     kernel: str = ""  # the kernels the check names for that node (Inductor)
     kernel_right: bool | None = None  # one of them is the kernel whose code holds the fault (None: no kernels)
     replay_departs: bool | None = None  # that kernel, replayed alone, departs from eager beyond rounding
+    # a forward fault: a gradient departs only in the backward of a node whose forward departs (the derivative
+    # of the changed op), never downstream of it (None: not checked)
+    backward_contained: bool | None = None
 
 
 @dataclass
@@ -224,6 +227,12 @@ def score(models: list[str], backends: list[str], backward: bool = True, device:
                     case.kernel_right = bool(named)
                     departing = {value.kernel for value in check.kernel_values() if value.departs}
                     case.replay_departs = bool(named & departing)
+                if backward:  # the forward's change reaches the backward, whose other formulas are right
+                    with_backward = check_compiled(model, inputs, backend, decompositions, with_kernels=False)
+                    changed = {node.node for node in with_backward.nodes if node.departs}
+                    case.backward_contained = all(
+                        set(gradient.users) <= changed for gradient in with_backward.gradients if gradient.value.departs
+                    )
                 result.cases.append(case)
     return result
 

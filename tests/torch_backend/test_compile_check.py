@@ -36,6 +36,9 @@ def test_injected_compiler_faults_are_named_at_their_node_and_kernel_and_clean_r
     backward_faults = {case.fault for case in result.cases if case.fault in compile_faults.BACKWARD_FAULTS}
     if backward:  # the block's GELU, layer norm and softmax backward
         assert backward_faults == {"gelu_backward", "layer_norm_backward", "softmax_backward"}
+        # a forward fault departs in no gradient row downstream of it: only in the changed op's own derivative
+        contained, checked = result.count("backward_contained")
+        assert checked >= 4 and contained == checked
     if backends == ["inductor"]:
         forward = [case for case in result.cases if case.fault in compile_faults.FAULTS]
         assert all(case.kernel_right and case.replay_departs for case in forward) and len(forward) == 4

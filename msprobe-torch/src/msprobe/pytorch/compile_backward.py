@@ -4,7 +4,7 @@ The compiled backward is one function whose intermediate gradients are never ret
 zero "probe" input is added to every node's value (``node + probe``): the probe's gradient is the node's.
 The graph with probes is run eagerly and compiled, with the same cotangent on its outputs; each node's
 gradient is then replayed in float64 from its users' gradients of the same run (the backward of each user,
-evaluated on the eager forward values). The first gradient, in backward order, that departs from its
+evaluated on that run's own forward values). The first gradient, in backward order, that departs from its
 replay beyond rounding (``msprobe.core.diagnosis.replay``) is where the compiler changed the backward: the
 users' backward formulas, as decomposed and lowered, made it.
 """
@@ -125,8 +125,11 @@ def backward_checks(
     eager: dict[str, Any],
     compiler: Callable[..., Any],
     checked: Sequence[torch.fx.Node],
+    compiled_forward: dict[str, Any] | None = None,
 ) -> list[GradientCheck]:
-    """Every node's gradient, eager and compiled, against its float64 replay; in backward order."""
+    """Every node's gradient, eager and compiled, against its float64 replay; in backward order. Each run's
+    gradients are replayed on that run's own forward values (``compiled_forward``: the compiled run's, where
+    known), so a change the compiler made in the forward alone makes no backward value depart."""
     names = [node.name for node in checked]  # in graph order, as the probes' placeholders are
     probed = _probed(graph_module, set(names))
     probes = {name: torch.zeros_like(eager[name]) for name in names}
@@ -146,6 +149,7 @@ def backward_checks(
     returned = _outputs(output_node.args[0])
     output_grads = {arg.name: cot for arg, cot in zip(returned, cotangents) if isinstance(arg, torch.fx.Node)}
     placeholders = [node for node in graph_module.graph.nodes if node.op == "placeholder"]
+    forward = {"eager": eager, "compiled": {**eager, **(compiled_forward or {})}}
     found = []
     for node in reversed(list(graph_module.graph.nodes)):
         users = [user for user in node.users if user.op != "output"]
@@ -159,7 +163,9 @@ def backward_checks(
         else:
             continue
         try:
-            replays = {run: replay_gradient(node, eager, grads, output_grads) for run, (grads, _) in runs.items()}
+            replays = {
+                run: replay_gradient(node, forward[run], grads, output_grads) for run, (grads, _) in runs.items()
+            }
         except Exception as exc:  # a user whose backward cannot be replayed in float64: its input goes unjudged
             logger.debug("the gradient of %s is not replayed: %s: %s", node.name, type(exc).__name__, exc)
             continue

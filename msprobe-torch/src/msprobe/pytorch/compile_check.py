@@ -323,7 +323,7 @@ def check_compiled(
     if not forward_only and any(isinstance(value, torch.Tensor) and value.requires_grad for value in example_inputs):
         probed = [node for node in checked if node.target is not operator.getitem]
         try:
-            check.gradients = backward_checks(graph_module, example_inputs, eager, compiler, probed)
+            check.gradients = backward_checks(graph_module, example_inputs, eager, compiler, probed, theirs)
         except Exception as exc:  # the forward's answer stands; the backward is said to be unchecked
             check.backward_error = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
             logger.warning("%s: the backward could not be checked: %s", backend, check.backward_error)
