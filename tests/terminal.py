@@ -8,8 +8,9 @@ import subprocess
 import termios
 
 
-def on_a_terminal(command, cwd):
-    """Output of ``command`` run with a pseudo-terminal as stdout and stderr."""
+def on_a_terminal(command, cwd, expected_status=0):
+    """Output of ``command`` run with a pseudo-terminal as stdout and stderr (which must end in
+    ``expected_status``)."""
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a new pty is 0 columns wide
     process = subprocess.Popen(command, cwd=cwd, stdout=follower, stderr=follower, stdin=subprocess.DEVNULL)
@@ -24,5 +25,5 @@ def on_a_terminal(command, cwd):
             break
         chunks.append(chunk)
     os.close(leader)
-    assert process.wait(timeout=120) == 0, b"".join(chunks).decode(errors="replace")
+    assert process.wait(timeout=120) == expected_status, b"".join(chunks).decode(errors="replace")
     return b"".join(chunks).decode(errors="replace")

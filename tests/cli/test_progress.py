@@ -43,3 +43,33 @@ def test_a_multi_rank_command_shows_a_bar_on_a_terminal_only(tmp_path, arguments
     piped = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
     assert piped.returncode == 0, piped.stderr
     assert bar not in piped.stdout + piped.stderr
+
+
+MIX = REFERENCE_DUMPS / "pytorch" / "statistics_mix"
+
+
+def _pair(tmp_path):
+    spec = tmp_path / "compare.json"
+    spec.write_text(json.dumps({"npu_path": str(MIX / "step0" / "rank"), "bench_path": str(MIX / "step1" / "rank")}))
+    return spec
+
+
+def test_a_graph_says_what_it_is_doing_while_its_bar_stands_still(tmp_path):
+    """One graph is one step of its bar: reading, matching, the answer and the files are noted beside it."""
+    spec = _pair(tmp_path)
+    shown = on_a_terminal([*MSPROBE, "graph", "-i", str(spec), "-o", str(tmp_path / "out")], tmp_path)
+    notes = ["reading ", "matching and scoring 27 nodes", "writing the .vis", "finding where the runs part ways",
+             "writing the page"]  # fmt: skip
+    positions = [shown.find(note) for note in notes]
+    assert -1 not in positions and positions == sorted(positions), shown
+    piped = subprocess.run([*MSPROBE, "graph", "-i", str(spec), "-o", str(tmp_path / "out2")], capture_output=True,
+                           text=True)  # fmt: skip
+    assert piped.returncode == 0 and "matching and scoring" not in piped.stdout + piped.stderr
+
+
+def test_first_divergence_says_it_is_looking_after_the_compare(tmp_path):
+    spec = _pair(tmp_path)
+    command = [*MSPROBE, "compare", "-i", str(spec), "-o", str(tmp_path / "out"), "--first-divergence"]
+    shown = on_a_terminal(command, tmp_path, expected_status=1)  # the runs differ: SUSPICIOUS
+    assert "finding where the runs part ways" in shown
+    assert shown.index("finding where the runs part ways") < shown.index("SUSPICIOUS")

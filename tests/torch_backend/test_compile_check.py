@@ -196,3 +196,17 @@ def test_a_linked_output_folder_is_refused_before_anything_is_written(tmp_path, 
     )
     assert result.exit_code == 2 and "symbolic link" in result.output and "Traceback" not in result.output
     assert not list(target.iterdir())
+
+
+def test_the_check_says_what_it_is_doing_on_a_terminal(tmp_path):
+    """Compiling and replaying take tens of seconds on a real model: each stage is shown as it starts."""
+    from terminal import on_a_terminal
+
+    (tmp_path / "model.py").write_text(SCRIPT)
+    command = [sys.executable, "-m", "msprobe.cli.main", "compile_check", "-s", str(tmp_path / "model.py"), "-b",
+               "aot_eager", "-o", str(tmp_path / "out")]  # fmt: skip
+    shown = on_a_terminal(command, tmp_path)
+    stages = ["capturing the graph", "eagerly", "compiling with aot_eager", "replaying 4 nodes in float64",
+              "checking the backward", "writing both runs' dumps"]  # fmt: skip
+    positions = [shown.find(stage) for stage in stages]
+    assert -1 not in positions and positions == sorted(positions), shown

@@ -10,12 +10,13 @@ the items of a worker or node that is lost.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import as_completed
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -75,10 +76,14 @@ def run_jobs(
         return results
     workers = min(engine.workers or min(os.cpu_count() or 1, 8), len(items))
     with _progress(len(items), what) as bar:
-        if workers == 1:
-            for index, item in enumerate(items):
-                arrived(index, function(item))
-                bar.update()
+        if workers == 1:  # in this process: what each job is doing is noted beside the bar
+            _BARS.append(bar)
+            try:
+                for index, item in enumerate(items):
+                    arrived(index, function(item))
+                    bar.update()
+            finally:
+                _BARS.remove(bar)
             return results
         with worker_pool(workers) as pool:
             futures = {pool.submit(function, item): index for index, item in enumerate(items)}
@@ -86,6 +91,37 @@ def run_jobs(
                 arrived(futures[future], future.result())
                 bar.update()
     return results
+
+
+_BARS: list[Any] = []  # the progress bars of this process, innermost last
+
+
+def note(doing: str) -> None:
+    """What the work under way is doing now, beside its progress bar on a terminal (``reading the dumps``), so
+    a long step that has no count to show still shows what it is at; nothing where no bar is shown."""
+    if _BARS:
+        _BARS[-1].set_postfix_str(doing, refresh=True)
+
+
+@contextlib.contextmanager
+def activity(what: str, doing: str = "") -> Iterator[None]:
+    """A status line on a terminal, for work with no count: ``what``, then ``doing`` and each :func:`note`,
+    and the time taken so far; nothing in a pipe or a log file (as every bar). Under a bar already shown,
+    ``doing`` is noted beside it instead."""
+    if _BARS:
+        note(doing or what)
+        yield
+        return
+    from tqdm import tqdm
+
+    line = tqdm(total=None, desc=what, disable=None, leave=False, bar_format="{desc}{postfix} [{elapsed}]")
+    _BARS.append(line)
+    try:
+        note(doing)
+        yield
+    finally:
+        _BARS.remove(line)
+        line.close()
 
 
 def _progress(total: int, what: str):

@@ -32,6 +32,7 @@ import torch.fx
 
 from msprobe.core.diagnosis import Diagnosis
 from msprobe.core.diagnosis.replay import ReplayedValue, departs, diagnose_replayed
+from msprobe.core.jobs import note
 from msprobe.pytorch.compile_backward import GradientCheck, backward_checks
 from msprobe.pytorch.compile_kernels import Kernel, KernelCheck, inductor_kernels, replay_kernel
 from msprobe.pytorch.compile_replay import module_of, op_name, relative, replay64
@@ -284,12 +285,16 @@ def check_compiled(
     ``report_to``: a folder for both runs' dumps, msprobe's compare table of them and the graph page."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+    note("capturing the graph")
     graph_module, example_inputs = capture(model, inputs)
+    note(f"running its {len(graph_module.graph.nodes)} nodes eagerly")
     eager = eager_values(graph_module, example_inputs)
+    note(f"compiling with {backend} and running")
     compiled = compiled_values(graph_module, example_inputs, backend, decompositions)
     compiler, checked = compiler_for(backend, decompositions), _checked_nodes(graph_module)
     kernels: list[Kernel] = []
     if backend == "inductor" and with_kernels:
+        note("mapping Inductor's kernels to nodes")
         try:
             kernels = inductor_kernels(graph_module, example_inputs, compiler)
         except Exception as exc:  # Inductor's provenance record is internal: without it, nodes are still checked
@@ -297,6 +302,7 @@ def check_compiled(
     # the compiled run's own inputs to each node: its compiled predecessors, or what both runs share
     theirs = {**eager, **compiled}
     check = CompileCheck(backend)
+    note(f"replaying {len(checked)} nodes in float64")
     for node in checked:
         if node.name not in compiled or node.target in (operator.getitem,):
             continue
@@ -319,9 +325,12 @@ def check_compiled(
                 eps,
             )
         )
+    if kernels:
+        note(f"replaying {len(kernels)} kernels alone")
     check.kernels = [replay_kernel(k, graph_module, eager, compiler) for k in kernels]
     if not forward_only and any(isinstance(value, torch.Tensor) and value.requires_grad for value in example_inputs):
         probed = [node for node in checked if node.target is not operator.getitem]
+        note(f"checking the backward: {len(probed)} gradients")
         try:
             check.gradients = backward_checks(graph_module, example_inputs, eager, compiler, probed, theirs)
         except Exception as exc:  # the forward's answer stands; the backward is said to be unchecked
@@ -330,6 +339,7 @@ def check_compiled(
     if report_to is not None:
         from msprobe.pytorch.compile_dumps import write_report
 
+        note("writing both runs' dumps, their compare and the page")
         reported = [node for node in checked if node.name in compiled]
         kernel_of = {node: kernel.name for kernel in reversed(kernels) for node in kernel.nodes}  # the first wins
         check.files = write_report(report_to, backend, reported, eager, compiled, kernel_of, check.diagnosis())

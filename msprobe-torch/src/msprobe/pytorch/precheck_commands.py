@@ -71,14 +71,17 @@ def compile_check_command(script: Path, backend: str, output: Path, forward_only
     each node (and, for Inductor, each kernel replayed alone; and each gradient of the backward) against its
     float64 replay. Exit status 1 when one departs."""
     from msprobe.core.dump.writer import make_dir
+    from msprobe.core.jobs import activity
     from msprobe.pytorch.compile_check import BACKENDS, check_compiled, load_script, write_table
 
     make_dir(output)  # a link given for the folder is refused before anything is written
-    model, inputs = load_script(script)
+    with activity("compile_check", f"loading {script}"):
+        model, inputs = load_script(script)
     departed = False
     for name in BACKENDS if backend == "all" else (backend,):
-        check = check_compiled(model, inputs, name, forward_only=forward_only, report_to=output)
-        table = write_table(check, output)
+        with activity(f"compile_check {name}"):
+            check = check_compiled(model, inputs, name, forward_only=forward_only, report_to=output)
+            table = write_table(check, output)
         click.echo(check.line())
         click.echo(f"table: {table}")
         for path in check.files:

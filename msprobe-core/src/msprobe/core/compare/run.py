@@ -33,7 +33,7 @@ from msprobe.core.dump.writer import make_dir, write_json_atomic, write_new_text
 from msprobe.core.errors import DataFileError, MsprobeError, UsageError
 from msprobe.core.files import regular_file
 from msprobe.core.generation.compare import is_generation_file
-from msprobe.core.jobs import Engine, run_jobs
+from msprobe.core.jobs import Engine, activity, run_jobs
 from msprobe.core.tensor_files import load_npy
 
 logger = logging.getLogger(__name__)
@@ -352,9 +352,10 @@ def _diagnose(
     fits, why = diagnosis_fits(npu_json, bench_json, limit=limit)
     if not fits:
         return Diagnosis("uncertain", detail=why, confidence="low")
-    if npu is None or bench is None:
-        npu, bench = read_dump(npu_json), read_dump(bench_json)
-    found = diagnose_dumps(npu, bench, translate, other_layout=other_layout)[0]
+    with activity("compare", "finding where the runs part ways"):
+        if npu is None or bench is None:
+            npu, bench = read_dump(npu_json), read_dump(bench_json)
+        found = diagnose_dumps(npu, bench, translate, other_layout=other_layout)[0]
     found.step, found.rank = step_and_rank_of(npu.folder)
     return found
 

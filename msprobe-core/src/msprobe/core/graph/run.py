@@ -30,7 +30,7 @@ from msprobe.core.graph.html import write_build_page, write_compare_page
 from msprobe.core.graph.model import Graph, build_graph
 from msprobe.core.graph.overflow import mark_overflow
 from msprobe.core.graph.vis import build_vis, compare_vis, write_vis
-from msprobe.core.jobs import Engine, run_jobs
+from msprobe.core.jobs import Engine, note, run_jobs
 
 logger = logging.getLogger(__name__)
 
@@ -109,10 +109,12 @@ def _file_stem(kind: str, labels: tuple[str, ...], stamp: str) -> str:
 def build_one(
     folder: Path, output: Path, labels: tuple[str, ...], stamp: str, overflow_check: bool, complete_stack: bool
 ) -> GraphSummary:
+    note(f"reading {folder}")
     graph = _load(folder, complete_stack)
     overflow_check = overflow_check or graph.dump.task == "overflow_check"
     marked = mark_overflow(graph) if overflow_check else 0
     stem = _file_stem("build", labels, stamp)
+    note(f"writing the graph of {len(graph.nodes)} nodes")
     vis = write_vis(output / f"{stem}.vis", build_vis(graph, overflow_check))
     page = write_build_page(output / f"{stem}.html", graph, f"msprobe graph: {folder}", overflow_check)
     return GraphSummary(" ".join(labels), len(graph.nodes), overflow=marked, files=[vis, page])
@@ -132,27 +134,34 @@ def compare_one(
 ) -> GraphSummary:
     """``layout``: runs of other layouts, merged: what the merge found (findings, places, ranks), which the
     answer weighs as ``msprobe compare``'s does."""
-    npu, bench = _load(npu_folder, complete_stack), _load(bench_folder, complete_stack)
+    note(f"reading {npu_folder}")
+    npu = _load(npu_folder, complete_stack)
+    note(f"reading {bench_folder}")
+    bench = _load(bench_folder, complete_stack)
     readers = tensor_readers()
     check_tensor_readers((npu.dump, bench.dump), readers)
     cross = bool(npu.dump.framework and bench.dump.framework and npu.dump.framework != bench.dump.framework)
     translate = _translator(npu, bench, layer_mapping)
+    note(f"matching and scoring {len(npu.nodes)} nodes")
     comparison = compare_graphs(npu, bench, fuzzy, translate, tensor_loader(readers), ignore_classes=cross)
     overflow_check = overflow_check or npu.dump.task == "overflow_check"
     marked = mark_overflow(npu) if overflow_check else 0
     if overflow_check:
         mark_overflow(bench)
     stem = _file_stem("compare", labels, stamp)
+    note("writing the .vis")
     vis = write_vis(output / f"{stem}.vis", compare_vis(npu, bench, comparison, overflow_check))
     title = f"msprobe graph: {npu_folder} vs {bench_folder}"
     diagnosis = None  # the answer every surface gives; the page marks it
     if diagnosis_fits(npu_folder, bench_folder)[0]:
+        note("finding where the runs part ways")
         diagnosis = diagnose_dumps(npu.dump, bench.dump, translate, other_layout=layout is not None)[0]
         diagnosis.step, diagnosis.rank = step_and_rank_of(npu_folder)
         if layout is not None:
             from msprobe.core.parallel.runs import first_answer, name_the_ranks
 
             diagnosis = name_the_ranks(first_answer(diagnosis, *layout), npu_folder, bench_folder)
+    note("writing the page")
     page = write_compare_page(output / f"{stem}.html", npu, bench, comparison, title, overflow_check, diagnosis)
     suspect = sum(1 for node in npu.nodes.values() if is_suspect(comparison.mode, node.data.get("precision_index")))
     return GraphSummary(
