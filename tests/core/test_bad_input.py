@@ -35,7 +35,8 @@ def test_a_compare_json_that_is_not_utf8(tmp_path):
 
 
 def test_a_folder_given_for_a_file(tmp_path):
-    _one_clear_line(_compare(tmp_path, config=tmp_path), str(tmp_path), "is a folder where compare.json should be")
+    words = "is a folder where a file (compare.json) should be"
+    _one_clear_line(_compare(tmp_path, config=tmp_path), str(tmp_path), words)
 
 
 def _msprobe(*arguments: str, cwd) -> subprocess.CompletedProcess:

@@ -21,9 +21,11 @@ FIRST = "Torch.sum.0.forward"
 SECOND = "Tensor.__mul__.0.forward"
 
 
-def _run(tmp_path, name, variant, bench=None, diff_nums=1, summary_mode="md5"):
+def _run(tmp_path, name, variant, bench=None, diff_nums=1, summary_mode="md5", nudged=None):
     torch.manual_seed(0)
     fc1, fc2 = torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)
+    if nudged is not None:  # fc2's weight at that index one unit in the last place up
+        _one_ulp_up(fc2.weight, nudged)
     config = {"task": "tensor" if bench else "statistics", "level": "L1", "dump_path": str(tmp_path / name)}
     if bench:
         config["tensor"] = {"summary_mode": summary_mode, "bench_path": str(bench), "diff_nums": diff_nums}
@@ -44,6 +46,36 @@ def _run(tmp_path, name, variant, bench=None, diff_nums=1, summary_mode="md5"):
     debugger.stop()
     debugger.step()
     return tmp_path / name / "step0" / "rank"
+
+
+def _one_ulp_up(weight, index):
+    with torch.no_grad():
+        flat = weight.view(-1)
+        flat[index] = torch.nextafter(flat[index], torch.tensor(float("inf")))
+
+
+def _absorbed_index():
+    """An element of the script's fc2 weight whose one-ulp change the forward rounds away (fc2's output the same
+    bits) but the backward does not (the gradient fc2 sends to h differs), found with torch alone."""
+    torch.manual_seed(0)
+    fc1, fc2 = torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)
+    h = F.relu(fc1(torch.randn(4, 8, generator=torch.Generator().manual_seed(1)))).detach()
+    x = h * torch.sum(h, dim=-1, keepdim=True)
+
+    def run(weight):
+        given = x.clone().requires_grad_(True)
+        out = F.linear(given, weight, fc2.bias)
+        out.square().mean().backward()
+        return out.detach(), given.grad
+
+    base_out, base_grad = run(fc2.weight.detach())
+    for index in range(fc2.weight.numel()):
+        weight = fc2.weight.detach().clone()
+        _one_ulp_up(weight, index)
+        out, grad = run(weight)
+        if torch.equal(out, base_out) and not torch.equal(grad, base_grad):
+            return index
+    raise AssertionError("no element of fc2's weight is absorbed by the forward alone")
 
 
 def _files(folder):
@@ -160,3 +192,15 @@ def test_a_bench_that_cannot_be_read_is_named_in_the_report_and_training_goes_on
     assert report["first_divergence"] is None and _files(run) == []
     assert json.loads((run / "dump.json").read_text())["data"]  # the step itself is dumped
     assert caplog.text.count("is dumped without a diff") == 1
+
+
+def test_a_weight_one_ulp_off_is_named_where_it_is_given_not_where_it_shows(tmp_path, golden):
+    """The forward rounds the change away and the backward shows it: the answer is the forward call given the
+    other weight (whose tensors are the ones written), saying that its outputs round the same."""
+    run = _run(tmp_path, "debug", "same", golden, nudged=_absorbed_index())
+    report = json.loads((run / "diff_report.json").read_text())
+    assert report["first_divergence"]["api"] == "Functional.linear.1.forward"
+    assert report["answer"].startswith("the runs part ways at Functional.linear.1.forward (step 0, forward")
+    assert "differ (argument 1; its outputs round the same" in report["answer"]  # the weight is argument 1
+    assert "the difference shows first in Functional.linear.1.backward" in report["answer"]
+    assert "Functional.linear.1.forward.input.1.pt" in _files(run)

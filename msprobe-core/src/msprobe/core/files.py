@@ -25,9 +25,9 @@ def regular_file(path: str | Path, what: str) -> Path:
     except OSError as exc:
         raise DataFileError(file, f"{what} cannot be read ({exc.strerror})") from None
     if stat.S_ISDIR(mode):
-        raise DataFileError(file, f"is a folder where {what} should be a file")
+        raise DataFileError(file, f"is a folder where a file ({what}) should be")
     if not stat.S_ISREG(mode):
-        raise DataFileError(file, f"is not a regular file (a FIFO, a device...): {what} must be a file")
+        raise DataFileError(file, f"is not a regular file (a FIFO, a device...) where a file ({what}) should be")
     return file
 
 

@@ -51,7 +51,7 @@ def _backend_for(suffix: str) -> Any:
 
 
 def load_tensor(path: str | Path) -> np.ndarray:
-    file = regular_file(path, "the tensor file")
+    file = regular_file(path, "tensor file")
     array = load_npy(file) if file.suffix == ".npy" else np.asanyarray(_backend_for(file.suffix).load_tensor(file))
     if array.dtype.kind not in "biufc":
         raise DataFileError(file, f"holds {array.dtype} values, not numbers")

@@ -14,7 +14,7 @@ from msprobe.core.files import regular_file
 
 def load_npy(path: str | Path) -> np.ndarray:
     """Load without pickle: a dump file must never run code."""
-    regular_file(path, "the tensor file")
+    regular_file(path, "tensor file")
     try:
         with open(path, "rb") as handle:
             if handle.read(6) != b"\x93NUMPY":  # np.load would open an .npz (a zip) lazily, or a pickle

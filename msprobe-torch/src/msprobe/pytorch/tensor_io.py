@@ -50,7 +50,7 @@ def _why_unreadable(exc: Exception) -> str:
 
 
 def load_pt(path: str | Path) -> np.ndarray:
-    regular_file(path, "the tensor file")
+    regular_file(path, "tensor file")
     try:
         with warnings.catch_warnings():  # torch's note on the pickle protocol is no news to the user
             warnings.simplefilter("ignore")

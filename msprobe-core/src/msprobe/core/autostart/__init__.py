@@ -63,17 +63,18 @@ def mark_dumping(environ: Any = os.environ) -> None:
 def place_of_this_program(dump_path: str | os.PathLike[str], program: str, environ: Mapping[str, str] = os.environ):
     """Where this program of the job dumps: ``dump_path``, unless another program of the same job (``bash -c
     "python train.py && python eval.py"``) has dumped there already, whose dump is then kept and this one goes
-    to ``dump_path/{program}.{pid}``. Returns (the folder, words to tell the user, or None)."""
+    to ``dump_path/{program}.{pid}``. Returns (the folder, as the config spells it where it is ``dump_path``;
+    words to tell the user, or None)."""
     root = Path(dump_path)
     try:
         started = float(environ.get(STARTED_VARIABLE, ""))
     except ValueError:
-        return root, None
+        return dump_path, None
     if not root.is_dir():
-        return root, None
+        return dump_path, None
     written = [*root.glob("step*/*/dump.json"), *root.glob("step*/*/.dump.json.journal")]
     if not any(_newer(path, started) for path in written):
-        return root, None
+        return dump_path, None
     place = root / f"{Path(program).stem or 'python'}.{os.getpid()}"
     return place, f"{root} holds the dump of another program of this job; this one dumps into {place}"
 

@@ -12,8 +12,8 @@ from msprobe.core.diagnosis.analysis import (
     PairAnalysis,
     cast_words,
 )
-from msprobe.core.diagnosis.answer import NONE, UNCERTAIN, Diagnosis
-from msprobe.core.diagnosis.calls import Call
+from msprobe.core.diagnosis.answer import DIVERGENCE, NONE, UNCERTAIN, Diagnosis
+from msprobe.core.diagnosis.calls import BACKWARD, Call
 from msprobe.core.diagnosis.explain import (
     answer_at,
     explain,
@@ -27,6 +27,25 @@ from msprobe.core.diagnosis.explain import (
 from msprobe.core.diagnosis.noise import masks_within_noise, noise_floor, noisy
 
 
+def _given_in_the_forward(analysis: PairAnalysis, first: Call) -> Diagnosis | None:
+    """A backward entry that differs first, whose call was already given other weights or inputs in the forward
+    though its outputs rounded the same (a weight one unit in the last place off): the answer is that forward
+    call, where what differs was given, not its backward, where it shows."""
+    if first.kind != "api" or first.direction != BACKWARD or first.phase != BACKWARD:
+        return None
+    forward = analysis.forward_twin(first)
+    if forward is None or analysis.pairing.of(forward) is None:
+        return None
+    difference = analysis.difference(forward)
+    if difference.outputs or not (difference.inputs or difference.params):
+        return None
+    found = explain(analysis, forward)
+    if found.verdict != DIVERGENCE or found.cause not in ("weights", "data", "undumped"):
+        return None
+    found.detail = join(found.detail, f"its outputs round the same; the difference shows first in {first.name}")
+    return found
+
+
 def decide(analysis: PairAnalysis, settled: bool = True) -> Diagnosis:
     """``settled``: every earlier step of the two runs agreed bit for bit (or there was none), so a parameter
     that differs here differs for a reason, not from the rounding of earlier steps."""
@@ -38,7 +57,7 @@ def decide(analysis: PairAnalysis, settled: bool = True) -> Diagnosis:
         return alone
     if first is None:
         return _no_divergence(analysis, compared)
-    found = explain(analysis, first)
+    found = _given_in_the_forward(analysis, first) or explain(analysis, first)
     spelt, where = masks_within_noise(analysis, first)
     if spelt:  # a boolean mask for an additive one, every call given it within the noise: the same mask
         analysis.spell_alike(spelt)

@@ -156,7 +156,7 @@ def read_dump(path: str | Path) -> Dump:
     dump_json = folder / "dump.json" if path.is_dir() else path
     journal = folder / JOURNAL_NAME
     if not dump_json.exists() and journal.exists():
-        header, data, stack, construct = _replay_journal(regular_file(journal, "the journal"))
+        header, data, stack, construct = _replay_journal(regular_file(journal, "journal"))
         logger.warning("%s: dump.json missing; recovered %d entries from an interrupted run", folder, len(data))
         return Dump.from_header(dump_json, header, data, stack=stack, construct=construct, recovered=True)
     raw = _load_json(dump_json, "dump.json")
