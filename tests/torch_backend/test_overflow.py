@@ -86,6 +86,27 @@ def test_modules_at_l0(tmp_path):
     assert set(dump.construct) <= set(dump.data)
 
 
+@pytest.mark.parametrize(("overflow_nums", "folders"), [(1, ["step0", "step1"]), (-1, ["step0", "step1", "step2"])])
+def test_steps_after_the_last_kept_overflow_get_no_folder(tmp_path, overflow_nums, folders):
+    """As the reference leaves it (mindstudio-probe 1.2.2, run by hand on this script): a step without an
+    overflow before the last kept one has its folder with an empty dump.json; none comes after it."""
+    torch.manual_seed(0)
+    model = HalfNet()
+    config = {"task": "overflow_check", "dump_path": str(tmp_path), "level": "L1",
+              "overflow_check": {"overflow_nums": overflow_nums}}  # fmt: skip
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    debugger = PrecisionDebugger(config_path=str(tmp_path / "c.json"), model=model)
+    x = torch.full((4, 4), 2.0, dtype=torch.float16)
+    for scale in (0.001, 300.0, 0.001):  # only step 1 overflows
+        debugger.start()
+        model(x, scale)
+        debugger.stop()
+        debugger.step()
+    assert sorted(path.name for path in tmp_path.glob("step*")) == folders
+    assert read_dump(tmp_path / "step0" / "rank").data == {}
+    assert list(read_dump(tmp_path / "step1" / "rank").data) == ["Torch.matmul.0.forward"]  # counted per step
+
+
 def test_no_overflow_no_entries(tmp_path):
     assert run(tmp_path, scales=(0.001,)).data == {}
 

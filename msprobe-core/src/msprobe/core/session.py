@@ -288,6 +288,8 @@ class BaseDebugger:
             return
         if not (self.step_selected() and self.rank_selected()) or self.config.dump_enable is False:
             return
+        if self._overflows_all_found():  # as the reference: no step folder after the last overflow it keeps
+            return
         if self._hooks is None:
             self._hooks = self._make_hooks()
         try:
@@ -305,6 +307,11 @@ class BaseDebugger:
         self._running = True
         self._dumping_starts += 1
         self._step_open = True
+
+    def _overflows_all_found(self) -> bool:
+        """The overflow check has kept its ``overflow_nums`` overflows: it dumps no more steps."""
+        counter = getattr(getattr(self._hooks, "collector", None), "overflow", None)
+        return bool(getattr(counter, "exhausted", False))
 
     def stop(self) -> None:
         if not self._start_called:
