@@ -185,3 +185,13 @@ def test_device_sign_bits_and_numbers_match_numpy(monkeypatch):
     import hashlib
 
     assert [r.md5 for r in records] == [hashlib.md5(g.numpy().tobytes()).hexdigest() for g in grads]
+
+
+def test_a_second_debuggers_grad_probe_takes_over_from_the_first(tmp_path):
+    """Each probe hooks every optimizer: left on, the first would go on writing steps of the second's training."""
+    train(tmp_path / "first", steps=2)
+    train(tmp_path / "second", steps=3)
+    first = sorted(path.name for path in (tmp_path / "first" / "rank0").glob("grad_summary_*.csv"))
+    second = sorted(path.name for path in (tmp_path / "second" / "rank0").glob("grad_summary_*.csv"))
+    assert first == ["grad_summary_0.csv", "grad_summary_1.csv"]
+    assert second == ["grad_summary_0.csv", "grad_summary_1.csv", "grad_summary_2.csv"]

@@ -100,6 +100,7 @@ class BaseDebugger:
 
     framework: str = ""
     _current: BaseDebugger | None = None
+    _probing: BaseDebugger | None = None  # the debugger whose grad probe is on: one at a time, the latest
 
     def __init__(
         self,
@@ -419,6 +420,13 @@ class BaseDebugger:
         probe = self.make_grad_probe(target)
         if self._hooks is not None:
             self._hooks.remove()
+        earlier = BaseDebugger._probing
+        if earlier is not None and earlier is not self and earlier._hooks is not None:
+            # its hook sits on every optimizer: left on, both would record each step into their own folders
+            logger.warning("msprobe: grad_probe() of a new debugger: the earlier debugger's grad probe is removed")
+            earlier._hooks.remove()
+            earlier._hooks = None
+        BaseDebugger._probing = self
         self._hooks = probe
         probe.install()
 
