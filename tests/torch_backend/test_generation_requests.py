@@ -36,12 +36,16 @@ def write_config(folder: Path, task: str, level: str = "mix", **section) -> str:
     return str(path)
 
 
-def generate(root: Path, prompts: torch.Tensor, task: str = "tensor", level: str = "mix", **section) -> Path:
+def generate(
+    root: Path, prompts: torch.Tensor, task: str = "tensor", level: str = "mix", change=None, **section
+) -> Path:
     from msprobe.pytorch import PrecisionDebugger, dump_generation
 
     root.mkdir()
     debugger = PrecisionDebugger(config_path=write_config(root, task, level, **section))
     model = gpt2()
+    if change is not None:
+        change(model)
     with dump_generation(debugger, model), torch.no_grad():
         model.generate(prompts, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
     return root / "dump"
@@ -65,10 +69,14 @@ def load(step_dir: Path, summary: dict) -> torch.Tensor:
     return torch.load(step_dir / "rank" / "dump_tensor_data" / summary["data_name"], weights_only=True)
 
 
+def prompts_of_the_batch() -> torch.Tensor:
+    return torch.randint(3, 300, (BATCH, PROMPT), generator=torch.Generator().manual_seed(7))
+
+
 @pytest.fixture(scope="module")
 def dumps(tmp_path_factory):
     root = tmp_path_factory.mktemp("requests")
-    prompts = torch.randint(3, 300, (BATCH, PROMPT), generator=torch.Generator().manual_seed(7))
+    prompts = prompts_of_the_batch()
     whole = generate(root / "whole", prompts)
     kept = generate(root / "kept", prompts, request_id=KEPT)
     alone = generate(root / "alone", prompts[KEPT : KEPT + 1])
@@ -121,6 +129,31 @@ def test_the_kept_request_matches_the_same_prompt_generated_alone(dumps):
                     assert ours["Mean"] == pytest.approx(single["Mean"], rel=1e-4, abs=1e-5), (step, name)
                     compared += 1
     assert compared > 100
+
+
+def test_one_request_from_batches_of_other_sizes_compares_step_by_step(dumps, tmp_path):
+    """docs/serving.md: the same request run in a batch of four and alone compares step by step. The batch's
+    sizes are arguments of its calls (a reshape to 4 rows, or to 1), and a matrix product four rows high may
+    round otherwise: neither is a divergence. A weight changed in one run still is, at its layer."""
+    from msprobe.core.diagnosis import diagnose_pair
+
+    _, kept, alone = dumps
+    for k in range(NEW_TOKENS):
+        found = diagnose_pair(kept / f"step{k}" / "rank", alone / f"step{k}" / "rank")
+        assert found.verdict != "divergence", found.line()
+        assert "argument" not in found.line(), found.line()
+
+    def nudge(model: torch.nn.Module) -> None:
+        with torch.no_grad():
+            model.transformer.h[1].mlp.c_fc.weight[0, 0] += 0.5
+
+    changed = generate(tmp_path / "changed", prompts_of_the_batch()[KEPT : KEPT + 1], change=nudge)
+    found = diagnose_pair(changed / "step0" / "rank", kept / "step0" / "rank")
+    assert (found.verdict, found.module) == ("divergence", "transformer.h.1.mlp.c_fc"), found.line()
+    assert json.loads((kept / "step0" / "rank" / "dump.json").read_text())["batch"] == {
+        "requests": BATCH,
+        "tokens": BATCH * PROMPT,
+    }
 
 
 class Engine(torch.nn.Module):

@@ -64,6 +64,11 @@ class TaskSession:
         return self.debugger.tensor_cut
 
     @property
+    def batch(self) -> dict[str, int] | None:
+        """Serving: this forward's request and token counts, where start() was told its requests."""
+        return self.debugger.batch
+
+    @property
     def kv_cache(self) -> KvCacheTensors:
         return self.debugger.kv_cache
 
@@ -131,6 +136,7 @@ class BaseDebugger:
         self._told_grad_probe = False
         self._cut: tuple[DebuggerConfig, TensorCut | None] | None = None
         self._request_absent = False  # the kept request is not in this forward: its step() does not count
+        self.batch: dict[str, int] | None = None  # this forward's requests and tokens, where start() was told
         self.kv_cache = KvCacheTensors()
         self._told_request_ids = False
         type(self)._current = self
@@ -201,6 +207,8 @@ class BaseDebugger:
         """Whether this forward holds the request the config keeps (always, when it keeps no request); where it
         does, the cut learns its rows."""
         cut = self.tensor_cut
+        if request_ids is not None:
+            self.batch = _batch_of(request_ids, scheduled_tokens)
         if cut is None or cut.request_id is None:
             if request_ids is not None or scheduled_tokens is not None:
                 self._note_unused_request_ids()
@@ -531,6 +539,19 @@ class BaseDebugger:
             )
             raise BackendError(f"task '{self.config.task}' is not available for {self.framework}: {reason}")
         return hooks
+
+
+def _batch_of(request_ids: Any, scheduled_tokens: Any) -> dict[str, int] | None:
+    """The forward's request and token counts (one token each where none are given), for the dump's header: a
+    request's rows compare across batches of other sizes, whose sizes its calls take as arguments."""
+    if request_ids is None:
+        return None
+    try:
+        requests = len(request_ids)
+        tokens = requests if scheduled_tokens is None else sum(int(count) for count in scheduled_tokens)
+    except (TypeError, ValueError):
+        return None  # find_request says what is wrong with them
+    return {"requests": requests, "tokens": tokens}
 
 
 def _file_state(path: str | None) -> tuple[int, int] | None:

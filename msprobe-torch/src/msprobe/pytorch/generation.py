@@ -48,6 +48,10 @@ def dump_generation(
             batch.update(_requests_in(args, kwargs, request_ids))
             if per == "request" and depth["open"] and "request_ids" in batch:  # a step spans forwards
                 cut.rows = find_request(cut.request_id, batch["request_ids"], batch["scheduled_tokens"])
+        elif not depth["open"]:  # the dump's header says the batch's sizes all the same (docs/serving.md)
+            shape = getattr(kwargs.get("input_ids", args[0] if args else None), "shape", None)
+            if shape is not None and len(shape) >= 2:
+                debugger.batch = {"requests": int(shape[0]), "tokens": int(shape[0]) * int(shape[1])}
 
     def begin() -> None:
         depth["open"] += 1

@@ -76,6 +76,8 @@ class PairAnalysis:
         # order anywhere, so a call of a kind that agreed elsewhere may still round otherwise
         self.other_layout = False
         self.spelt: set[tuple] = set()  # this run's masks taken as the benchmark's (see masks_spelt_otherwise)
+        # serving: each run's request and token counts, when one request was dumped from batches of other sizes
+        self.batches: tuple[dict[str, Any], dict[str, Any]] | None = None
         self._by_name = {call.name: call for call in ours}
         self._theirs_by_name = {call.name: call for call in theirs}
         self.has_modules = any(call.kind == "module" for call in ours)
@@ -134,7 +136,7 @@ class PairAnalysis:
                     difference.inputs.append(value)
                     measured = error(value, other) if other is not None else None
                     difference.input_error = max(difference.input_error, math.inf if measured is None else measured)
-                elif other is None or not _same_effect(value, other, ours):
+                elif other is None or not (_same_effect(value, other, ours) or self._batch_sized(value, other)):
                     difference.arguments.append((value.path, _shown(value), _shown(other)))
         for path in their_inputs.keys() - {value.path for value in ours.inputs}:
             if not lenient:
@@ -172,6 +174,17 @@ class PairAnalysis:
         if difference.inputs and not difference.outputs and _reordered(ours.inputs, theirs.inputs):
             difference.inputs.clear()  # operands in another order, the same result
         return difference
+
+    def _batch_sized(self, ours: Value, theirs: Value) -> bool:
+        """An integer argument that is each run's own count of requests, or of tokens, in the forward (a reshape
+        to the batch's size): one request dumped from batches of other sizes passes other numbers alike."""
+        if self.batches is None:
+            return False
+        mine, other = _shown(ours), _shown(theirs)
+        if type(mine) is not int or type(other) is not int:
+            return False
+        our_batch, their_batch = self.batches
+        return any(mine == our_batch.get(count) and other == their_batch.get(count) for count in ("requests", "tokens"))
 
     def _spelt_alike(self, ours: Value, theirs: Value) -> bool:
         return bool(self.spelt) and ours.fingerprint() in self.spelt and _boolean_for_additive(ours, theirs)

@@ -104,6 +104,11 @@ def diagnose_dumps(
     ours, theirs = calls_of(npu), calls_of(bench)
     analysis = PairAnalysis(ours, theirs, pair_calls(ours, theirs, translate), ValueComparer(_arrays(npu, bench)))
     analysis.other_layout = other_layout
+    if npu.batch is not None and bench.batch is not None and npu.batch != bench.batch:
+        # one request from batches of other sizes: the batch's sizes are arguments, and a matrix product of
+        # another height may round otherwise, as a run laid out otherwise does
+        analysis.batches = (npu.batch, bench.batch)
+        analysis.other_layout = True
     return decide(analysis, settled), analysis
 
 

@@ -181,6 +181,9 @@ class DumpCollector:
             }
             if self.extra_header is not None:
                 header.update({key: value for key, value in self.extra_header().items() if value is not None})
+            batch = getattr(self.session, "batch", None)
+            if batch is not None:  # serving: one request's rows compare across batches of other sizes
+                header["batch"] = batch
             if self.session.config.dump_path:  # no link planted below dump_path may take the step elsewhere
                 refuse_links_below(Path(self.session.config.dump_path), folder)
             if self.live is not None:  # the bench's step, read before anything of this one is written

@@ -39,6 +39,7 @@ class Dump:
     recovered: bool = False
     arrays: dict[str, Any] = field(default_factory=dict)  # data_name -> tensor held in memory (online pre-check)
     parallel: dict[str, Any] | None = None  # a sharded run's layout (world, rank, data-parallel group)
+    batch: dict[str, Any] | None = None  # serving: the forward's requests and tokens (see docs/serving.md)
 
     @classmethod
     def from_header(cls, path: Path, header: dict[str, Any], data: dict[str, Any], **fields: Any) -> Dump:
@@ -52,6 +53,7 @@ class Dump:
             header.get("dump_data_dir"),
             **fields,
             parallel=header.get("parallel") if isinstance(header.get("parallel"), dict) else None,
+            batch=header.get("batch") if isinstance(header.get("batch"), dict) else None,
         )
 
     @property
