@@ -29,6 +29,9 @@ nox.options.sessions = [
     "scale",
 ]
 nox.options.reuse_existing_virtualenvs = True
+# uv makes each environment in seconds where pip takes a minute per torch install (it links from its cache); nox
+# falls back to virtualenv and pip where uv is not installed
+nox.options.default_venv_backend = "uv|virtualenv"
 # every C extension must build: one that stops compiling fails the tests, rather than leaving its Python twin to
 # pass them (msprobe.core.switches.built_extension)
 os.environ.setdefault("MSPROBE_REQUIRE_EXTENSIONS", "1")
@@ -37,11 +40,40 @@ KEEP_ENVIRONMENTS = bool(os.environ.get("MSPROBE_KEEP_VENVS"))
 
 TORCH = "torch==2.13.0"
 MINDSPORE = "mindspore==2.10.0"
-TEST_DEPS = ["pytest", "hatchling", "hypothesis", "pytest-xdist"]  # hypothesis: the fuzz tests of every parser
+# hypothesis: the fuzz tests of every parser; pip: the tests that install a plugin (uv makes no pip of its own)
+TEST_DEPS = ["pytest", "hatchling", "hypothesis", "pytest-xdist", "pip"]
 IN_PARALLEL = ["-n", "auto"]  # the larger suites over every core (pytest-xdist): each test runs in one worker
 REFERENCE = ["mindstudio-probe==1.2.2", "service_identity"]  # the reference tool, the conformance oracle
 REFERENCE_26 = ["mindstudio-probe==26.2.0", "service_identity"]  # its newest release: we read its dumps, it ours
 CORE = ["-e", "./msprobe-core[plots,tensorboard]", "-e", "./msprobe-cli"]
+
+
+_PIP_TO_UV = {  # pip's configuration that uv reads under other names: where this machine's wheels lie
+    "find-links": "UV_FIND_LINKS",
+    "index-url": "UV_INDEX_URL",
+    "extra-index-url": "UV_EXTRA_INDEX_URL",
+    "constraint": "UV_CONSTRAINT",
+}
+
+
+def _uv_reads_pips_configuration() -> None:
+    """uv ignores pip.conf and PIP_* variables; give it the same indexes, wheel folders and constraints, so a
+    session installs what pip would have installed. Searching every index for the best match is pip's way too."""
+    try:
+        listing = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=60
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        listing = ""
+    for line in listing.splitlines():
+        key, _, value = line.partition("=")
+        name = _PIP_TO_UV.get(key.rpartition(".")[2])
+        if name and name not in os.environ:
+            os.environ[name] = value.strip().strip("'\"")
+    os.environ.setdefault("UV_INDEX_STRATEGY", "unsafe-best-match")
+
+
+_uv_reads_pips_configuration()
 
 
 def session(*args, **kwargs):
@@ -144,7 +176,8 @@ def sanitizers(session: nox.Session) -> None:
     session.install(TORCH)
     session.install(*TEST_DEPS, "setuptools>=77", "wheel")
     flags = {"CFLAGS": SANITIZE, "LDFLAGS": "-fsanitize=address,undefined"}
-    session.install("--no-build-isolation", "--no-cache-dir", *(os.path.join(source, f) for f in folders), env=flags)
+    no_cache = "--no-cache" if session.venv_backend == "uv" else "--no-cache-dir"
+    session.install("--no-build-isolation", no_cache, *(os.path.join(source, f) for f in folders), env=flags)
     session.run(
         "pytest", "-p", "no:cacheprovider", *IN_PARALLEL, *SANITIZED_TESTS, *session.posargs,
         env={"LD_PRELOAD": ":".join(runtimes), "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
@@ -231,6 +264,20 @@ def conformance(session: nox.Session) -> None:
     session.run("pytest", *IN_PARALLEL, "tests/conformance", *session.posargs, env=pythons)
 
 
+def _uv() -> str | None:
+    """uv's program, where nox found it (installed beside nox, or on PATH)."""
+    try:
+        from uv import find_uv_bin
+
+        return find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        return shutil.which("uv")
+
+
+def _session_python(session: nox.Session) -> str:
+    return os.path.join(session.virtualenv.location, "bin", "python")
+
+
 def _reference_env(session: nox.Session, name: str, packages: list[str]) -> str:
     """A virtual environment of its own beside the session's, made once: its Python."""
     folder = os.path.join(os.path.dirname(session.virtualenv.location), name)
@@ -239,8 +286,13 @@ def _reference_env(session: nox.Session, name: str, packages: list[str]) -> str:
     marker = os.path.join(folder, "installed")
     wanted = "\n".join([TORCH, *packages])
     if not os.path.exists(marker) or open(marker).read() != wanted:
-        session.run("python", "-m", "venv", "--clear", folder)
-        pip = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+        uv = _uv()
+        if uv:
+            session.run(uv, "venv", "--quiet", "--clear", "--python", _session_python(session), folder, external=True)
+            pip = [uv, "pip", "install", "--quiet", "--python", python]
+        else:
+            session.run("python", "-m", "venv", "--clear", folder)
+            pip = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
         session.run(*pip, TORCH, external=True)
         session.run(*pip, *packages, "transformers", external=True)
         with open(marker, "w") as handle:

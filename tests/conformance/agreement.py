@@ -137,9 +137,15 @@ def value_differences(ours: Any, theirs: Any, where: str, perturbed: bool = Fals
     return [] if _same_number(ours, theirs) else [f"{where}: {ours!r} != reference {theirs!r}"]
 
 
-def step_differences(ours: dict[str, Any], theirs: dict[str, Any], perturbed: bool = False) -> list[str]:
+def _made_by_the_backward(name: str) -> bool:
+    return name.endswith(".backward") or name.endswith("parameters_grad") or ".backward." in name
+
+
+def step_differences(ours: dict[str, Any], theirs: dict[str, Any], perturbed: bool | str = False) -> list[str]:
     """Every way one step of our dump departs from the reference's, beyond the documented allowances.
-    ``perturbed``: the reference ran with module hooks (L0, mix), see PERTURBED."""
+    ``perturbed``: the reference ran with module hooks (L0, mix), see PERTURBED; ``"from the backward"``: only
+    the entries from the step's first gradient on (the forward before it was computed on the same values, and
+    is held to the plain rounding allowance)."""
     skipped = hook_calls(theirs)
     reference_names = [n for n in theirs["dump"]["data"] if n not in skipped]
     our_names = list(ours["dump"]["data"])
@@ -156,15 +162,17 @@ def step_differences(ours: dict[str, Any], theirs: dict[str, Any], perturbed: bo
         )
         order = "same" if first is None else f"differs from {in_order(reference_names)[first]!r} on"
         problems.append(f"entry names: missing {missing[:10]}, extra {extra[:10]}, order {order}")
+    gradients_begun = perturbed is True
     for name in reference_names:
+        gradients_begun = gradients_begun or bool(perturbed and _made_by_the_backward(name))
         if name not in ours["dump"]["data"]:
             continue
         if name.endswith(".backward") and name.startswith(HANDED_BACK):
             continue
         mine, reference = ours["dump"]["data"][name], theirs["dump"]["data"][name]
-        found = value_differences(mine, reference, name, perturbed)
+        found = value_differences(mine, reference, name, gradients_begun)
         if found and _in_place_module(name, reference):
-            found = value_differences(_without_inputs(mine), _without_inputs(reference), name, perturbed)
+            found = value_differences(_without_inputs(mine), _without_inputs(reference), name, gradients_begun)
         problems += found
     reference_construct = {k: v for k, v in theirs["construct"].items() if k not in skipped}
     for name, parent in ours["construct"].items():

@@ -42,7 +42,9 @@ RUNS = [
 def test_our_dump_agrees_with_the_reference(dumps, model, task, level):
     ours, reference = dumps(model, task, level)
     for step in (0, 1):
-        problems = step_differences(read_step(ours, step), read_step(reference, step), perturbed=level != "L1")
+        # the reference's module hooks move the gradients' last bits (PERTURBED): step 0's forward is exact
+        perturbed = level != "L1" and (step == 1 or "from the backward")
+        problems = step_differences(read_step(ours, step), read_step(reference, step), perturbed=perturbed)
         assert not problems, f"step{step}:\n" + "\n".join(problems[:40])
 
 

@@ -476,12 +476,15 @@ def test_a_progress_bar_counts_both_processes_bytes(varied_pair, tmp_path, monke
 
     class Bar:
         def __init__(self, total, **options):
-            self.total, self.n, self.shown = total, 0, []
+            self.total, self.n, self.shown, self.notes = total, 0, [], []
             bars.append(self)
 
         def update(self, count):
             self.n += count
             self.shown.append(self.n)
+
+        def set_postfix_str(self, text, refresh=True):
+            self.notes.append(text)
 
         def close(self):
             pass
@@ -493,11 +496,13 @@ def test_a_progress_bar_counts_both_processes_bytes(varied_pair, tmp_path, monke
     monkeypatch.setattr(large, "_can_fork", lambda: True)
     npu, bench = varied_pair
     _run(npu, bench, tmp_path / "out", monkeypatch, "always")
-    (bar,) = bars
+    bar, status = bars  # the table's bar, then the status line of the search that follows it
     assert bar.total == npu.stat().st_size + bench.stat().st_size
     assert len(bar.shown) > 20 and bar.shown == sorted(bar.shown)
     # the entries are nearly all of each file; half of them were read by the helper
     assert 0.95 * bar.total < bar.n <= bar.total
+    # the search for a first divergence after the table says what it is doing
+    assert status.total is None and "finding where the runs part ways" in status.notes
 
 
 def test_a_plain_process_uses_the_helper(varied_pair, tmp_path):

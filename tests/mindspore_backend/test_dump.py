@@ -332,7 +332,7 @@ def test_an_error_of_a_call_on_inputs_still_being_computed_reaches_the_caller(tm
     (tmp_path / "c.json").write_text(json.dumps({**config, "statistics": {"data_mode": ["forward"]}}))
     debugger = PrecisionDebugger(config_path=str(tmp_path / "c.json"))
     debugger.start()
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match=r"shape1\[-1\] must be equal to shape2\[-2\], but got 2 and 3"):
         mint.matmul(mint.add(x, 1), mint.add(bad, 1))
     debugger.stop()
     debugger.step()
@@ -347,7 +347,7 @@ def test_an_error_inside_a_cell_reaches_the_caller_at_l0(tmp_path, caplog):
     net = Around(Broken())
     debugger = PrecisionDebugger(task="statistics", level="L0", dump_path=str(tmp_path / "d"), model=net)
     debugger.start()
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match=r"shape1\[-1\] must be equal to shape2\[-2\], but got 2 and 3"):
         net(Tensor(np.ones((2, 2), np.float32)))
     net.head(Tensor(np.ones((1, 2), np.float32)))
     debugger.stop()

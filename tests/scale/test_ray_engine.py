@@ -236,7 +236,8 @@ def test_a_local_cluster_works_with_ray_s_token_on_or_off(tmp_path, auth_mode):
 
 def test_a_cluster_started_for_the_run_refuses_a_stranger(tmp_path):
     """With RAY_AUTH_MODE unset, the cluster msprobe starts asks for a token of its own: another process of
-    this machine, with or without Ray's token in ~/.ray, cannot join it while the run holds it."""
+    this machine, with or without Ray's token in ~/.ray, cannot join it while the run holds it; one given the
+    run's token can."""
     # refused however Ray says it: a ConnectionError, or (with no token on this machine at all) its own
     # authentication error before it connects
     stranger = (
@@ -256,8 +257,9 @@ def test_a_cluster_started_for_the_run_refuses_a_stranger(tmp_path):
         "import ray\n"
         "assert os.environ['RAY_AUTH_MODE'] == 'token'\n"
         "env = {k: v for k, v in os.environ.items() if not k.startswith('RAY_')}\n"
-        "for mode in ('disabled', 'token'):\n"
-        "    env.update(RAY_USAGE_STATS_ENABLED='0', RAY_AUTH_MODE=mode)\n"
+        "holder = dict(env, RAY_AUTH_TOKEN=os.environ['RAY_AUTH_TOKEN'])\n"
+        "for mode, env in (('disabled', env), ('token', env), ('holder', holder)):\n"
+        "    env.update(RAY_USAGE_STATS_ENABLED='0', RAY_AUTH_MODE='disabled' if mode == 'disabled' else 'token')\n"
         "    done = subprocess.run([sys.executable, '-c', sys.argv[1], ray.get_runtime_context().gcs_address],\n"
         "                          env=env, capture_output=True, text=True, timeout=200)\n"
         "    print(mode, done.stdout.strip())\n"
@@ -268,4 +270,5 @@ def test_a_cluster_started_for_the_run_refuses_a_stranger(tmp_path):
     done = subprocess.run([sys.executable, "-c", script, stranger], capture_output=True, text=True, timeout=600,
                           env=env, cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split("\n")[-3:-1] == ["disabled refused", "token refused"], done.stdout
+    # the positive control: a process given the run's token joins, so "refused" is the token's doing
+    assert done.stdout.split("\n")[-4:-1] == ["disabled refused", "token refused", "holder joined"], done.stdout

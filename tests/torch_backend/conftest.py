@@ -1,6 +1,10 @@
 import socket
+import sys
+from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # models, summaries, split_runners: this folder's helpers
 
 
 @pytest.fixture(autouse=True)

@@ -374,3 +374,31 @@ def test_a_spawn_pool_s_workers_write_nothing_into_the_dumping_process_s_step(tm
         "Functional.linear.0.backward",
     ]
     assert "dumped nothing" not in finished.stderr
+
+
+TWO_OPTIMIZERS = """
+import torch
+torch.manual_seed(0)
+first, second = torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)
+one, two = torch.optim.SGD(first.parameters(), lr=0.1), torch.optim.SGD(second.parameters(), lr=0.1)
+for _ in range(2):
+    first(torch.randn(3, 4)).sum().backward()
+    one.step()
+    second(torch.randn(3, 4)).sum().backward()
+    two.step()
+"""
+
+
+def test_a_second_optimizer_is_told_to_end_no_dump_step(tmp_path):
+    """The first optimizer to step ends each dump step (docs/dump_pytorch.md): the second one's update falls
+    in the step after it, and the run says so once."""
+    script = write(tmp_path, "train.py", TWO_OPTIMIZERS)
+    config(tmp_path, level="L1")
+    finished = msprobe_run(tmp_path, sys.executable, str(script))
+    assert finished.returncode == 0, finished.stderr
+    assert finished.stderr.count("steps more than one optimizer") == 1
+    dumps = dumped(tmp_path)
+    # step 0: the first model and its optimizer; step 1: the second's forward, from its module call on
+    assert list(dumps) == ["step0/rank", "step1/rank", "step2/rank"]
+    first_linear = [name for name in dumps["step0/rank"] if name.startswith("Functional.linear.")]
+    assert first_linear == ["Functional.linear.0.forward", "Functional.linear.0.backward"]

@@ -43,7 +43,7 @@ def run_command(ctx: click.Context, config_path: Path, command: tuple[str, ...])
     starters = {backend.import_name: backend.autostart_path for backend in backends if backend.autostart_path}
     if not starters:
         wanted = f"the {config.framework} backend" if config.framework else "a backend that starts by itself"
-        raise BackendError(f"msprobe run needs {wanted}: pip install msprobe-torch")
+        raise BackendError(f"msprobe run needs {wanted}: pip install msprobe-torch (or msprobe-mindspore)")
     environment = job_environment(config_path, starters, os.environ)
     try:
         process = subprocess.Popen(list(command), env=environment)

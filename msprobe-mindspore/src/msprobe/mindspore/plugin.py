@@ -20,6 +20,7 @@ class MindSporeBackend(Backend):
     import_name = "mindspore"
     tensor_suffix = ".npy"
     debugger_path = "msprobe.mindspore.debugger:PrecisionDebugger"
+    autostart_path = "msprobe.mindspore.autostart:begin"
 
     def load_tensor(self, path: str | Path) -> Any:
         return load_npy(path)
