@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from diagnosis_faults import FAULTS, NOT_SEEN, Bfloat16Matmuls, Fault, build, expectation
+from diagnosis_faults import FAULTS, FROZEN_HELD_OUT, NOT_SEEN, Bfloat16Matmuls, Fault, build, expectation
 
 from msprobe.pytorch import PrecisionDebugger, seed_all
 
@@ -97,7 +97,7 @@ def _rank_main(
 ) -> None:
     import torch.distributed as dist
 
-    fault = next((f for f in FAULTS if f.name == name), None)
+    fault = next((f for f in FAULTS + FROZEN_HELD_OUT if f.name == name), None)
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
@@ -284,6 +284,9 @@ def main() -> int:
     parser.add_argument("--regimes", default=",".join(REGIMES))
     parser.add_argument("--only", default="", help="comma-separated fault names (default: all)")
     parser.add_argument("--quick", action="store_true", help="the subset the tests run")
+    parser.add_argument(
+        "--frozen", action="store_true", help="the frozen held-out set instead, which no rule is fitted to"
+    )
     parser.add_argument("--out", type=Path, default=None, help="keep the dumps here (default: a temporary folder)")
     parser.add_argument("-v", "--verbose", action="store_true", help="one line per case")
     parser.add_argument(
@@ -294,7 +297,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     wanted = set(QUICK) if args.quick else set(filter(None, args.only.split(",")))
-    faults = [fault for fault in FAULTS if not wanted or fault.name in wanted]
+    faults = [fault for fault in (FROZEN_HELD_OUT if args.frozen else FAULTS) if not wanted or fault.name in wanted]
     root = args.out or Path(tempfile.mkdtemp(prefix="msprobe_diagnosis_"))
     started = time.perf_counter()
     modes, regimes = args.modes.split(","), args.regimes.split(",")

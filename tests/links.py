@@ -11,7 +11,7 @@ PRECIOUS = "a file the user cares about\n"
 def plant_links(tmp_path: Path, monkeypatch) -> dict:
     """Links planted at the first temporary name each result draws, and at the result's own name, all to
     ``tmp_path/victim.txt``. Returns the results drawn for, each mapped to its planted temporary."""
-    from msprobe.core.dump import writer as writer_module
+    from msprobe.core import files as writer_module
 
     victim = tmp_path / "victim.txt"
     victim.write_text(PRECIOUS)

@@ -124,3 +124,29 @@ def test_no_other_package_s_c_code_names_core_s_private_state():
             if named:
                 found[str(path.relative_to(ROOT))] = named
     assert found == {}
+
+
+def file_safety_through_the_dump_writer(sources: list[tuple[str, ast.Module]]) -> list[str]:
+    """Imports of a file-safety helper (a name msprobe.core.files defines) from the dump writer, which only
+    uses them: a result writer that took them from there would depend on the dump format for its files."""
+    files_tree = dict(sources)["msprobe.core.files"]
+    helpers = {
+        node.name for node in files_tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))
+    } | {target.id for node in files_tree.body if isinstance(node, ast.Assign) for target in node.targets
+         if isinstance(target, ast.Name)}  # fmt: skip
+    found = []
+    for module, tree in sources:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "msprobe.core.dump.writer":
+                found += [f"{module}:{node.lineno}: {alias.name}" for alias in node.names if alias.name in helpers]
+    return found
+
+
+def test_file_safety_comes_from_its_own_module_not_the_dump_writer():
+    sources = _sources()
+    assert file_safety_through_the_dump_writer(sources) == []
+    # the rule sees what it exists to catch
+    planted = ast.parse("from msprobe.core.dump.writer import DumpWriter, make_dir")
+    assert file_safety_through_the_dump_writer([*sources, ("msprobe.core.graph.x", planted)]) == [
+        "msprobe.core.graph.x:1: make_dir"
+    ]

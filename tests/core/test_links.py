@@ -18,10 +18,10 @@ from click.testing import CliRunner
 from links import plant_links, regular_results
 
 from msprobe.cli.main import cli
+from msprobe.core import files as writer_module
 from msprobe.core.compare.large import STREAM_ENV
-from msprobe.core.dump import writer as writer_module
-from msprobe.core.dump.writer import create_private
 from msprobe.core.errors import DataFileError
+from msprobe.core.files import create_private
 from paths import REFERENCE_DUMPS
 
 

@@ -46,7 +46,7 @@ def test_a_symlink_is_not_written_through(tmp_path):
 
 
 def test_a_failed_write_leaves_no_partial_file(tmp_path, monkeypatch):
-    from msprobe.core.dump import writer
+    from msprobe.core import files as writer
 
     def disk_full(fd, views):
         raise OSError(28, "No space left on device")

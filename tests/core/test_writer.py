@@ -221,11 +221,11 @@ def test_a_write_that_fails_leaves_no_temporary_behind(tmp_path, monkeypatch):
 
     import pytest
 
-    from msprobe.core.dump import writer as writer_module
+    from msprobe.core import files as file_module
 
     writer = DumpWriter(tmp_path, {"task": "statistics", "level": "L1", "framework": "pytorch", "dump_data_dir": None})
     writer.add("Torch.add.0.forward", {"output": []})
-    real_writable = writer_module.writable
+    real_writable = file_module.writable
 
     class FullDisk:
         def __init__(self, handle):
@@ -240,7 +240,7 @@ def test_a_write_that_fails_leaves_no_temporary_behind(tmp_path, monkeypatch):
         def write(self, data):
             raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(writer_module, "writable", lambda fd: FullDisk(real_writable(fd)))
+    monkeypatch.setattr(file_module, "writable", lambda fd: FullDisk(real_writable(fd)))
     with pytest.raises(OSError):
         writer.close()
     assert not [path.name for path in tmp_path.iterdir() if path.name.endswith(".tmp")]

@@ -58,7 +58,7 @@ def test_large_data_is_written_whole(tmp_path):
 
 
 def test_a_failed_write_leaves_no_file(tmp_path, monkeypatch):
-    from msprobe.core.dump import writer
+    from msprobe.core import files as writer
 
     calls = []
 
@@ -76,7 +76,7 @@ def test_a_failed_write_leaves_no_file(tmp_path, monkeypatch):
 
 
 def test_partial_writes_are_resumed(tmp_path, monkeypatch):
-    from msprobe.core.dump import writer
+    from msprobe.core import files as writer
 
     monkeypatch.setattr(writer, "_writev", lambda fd, views: os.write(fd, views[0][:7]))  # 7 bytes at a time
     data = np.arange(100, dtype=np.float32)

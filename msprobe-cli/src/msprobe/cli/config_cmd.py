@@ -10,8 +10,8 @@ import click
 from pydantic import BaseModel
 
 from msprobe.core.config import TASKS, DebuggerConfig, load_config
-from msprobe.core.dump.writer import write_new_file
 from msprobe.core.errors import EXIT_BAD_INPUT
+from msprobe.core.files import write_new_file
 
 # Sections worth writing for each task; the others keep their defaults.
 _TASK_SECTIONS = {

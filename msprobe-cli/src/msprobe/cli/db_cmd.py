@@ -64,7 +64,7 @@ def query_command(store: Path, sql: str, output: Path | None) -> None:
     """Run DuckDB SQL over the store: the tables are `stats` (one row per tensor) and `stacks`."""
     import pandas as pd
 
-    from msprobe.core.dump.writer import write_new_file
+    from msprobe.core.files import write_new_file
     from msprobe.core.spreadsheet import write_csv_table
     from msprobe.core.store.query import run_query
 

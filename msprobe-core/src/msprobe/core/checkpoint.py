@@ -29,8 +29,8 @@ import numpy as np
 
 from msprobe.core.compare.mapping import read_flat_mapping, read_layer_mapping
 from msprobe.core.compare.metrics import tensor_metrics
-from msprobe.core.dump.writer import write_new_file
 from msprobe.core.errors import DataFileError
+from msprobe.core.files import write_new_file
 
 logger = logging.getLogger(__name__)
 

@@ -152,7 +152,7 @@ def _pack_bytes(members: dict[str, Any]) -> bytes:
 
 
 def write_pack(members: dict[str, Any], output: str | Path) -> Path:
-    from msprobe.core.dump.writer import write_new_file
+    from msprobe.core.files import write_new_file
 
     output = Path(output)
     if output.suffix != ".zip":
@@ -309,7 +309,7 @@ def compare_packs(bench_path: str | Path, cmp_path: str | Path, output: str | Pa
 def _write_result(result: PackComparison) -> None:
     import pandas as pd
 
-    from msprobe.core.dump.writer import make_dir, write_new_file
+    from msprobe.core.files import make_dir, write_new_file
     from msprobe.core.spreadsheet import safe_cell
 
     make_dir(result.output)

@@ -15,9 +15,8 @@ import numpy as np
 
 from msprobe.core.compare.metrics import tensor_metrics
 from msprobe.core.dump.reader import read_dump
-from msprobe.core.dump.writer import write_new_file
 from msprobe.core.errors import DataFileError, MsprobeError
-from msprobe.core.files import regular_file
+from msprobe.core.files import regular_file, write_new_file
 from msprobe.core.tensor_files import load_npy, save_npy
 
 

@@ -152,7 +152,7 @@ class BaseDebugger:
         """A dump_path that cannot be written is a config error, found before the training starts."""
         if self.config.dump_path is None:
             return
-        from msprobe.core.dump.writer import make_dir
+        from msprobe.core.files import make_dir
 
         try:
             make_dir(Path(self.config.dump_path))

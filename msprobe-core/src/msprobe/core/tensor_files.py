@@ -7,9 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from msprobe.core.dump.writer import write_new_file
 from msprobe.core.errors import DataFileError
-from msprobe.core.files import regular_file
+from msprobe.core.files import regular_file, write_new_file
 
 
 def load_npy(path: str | Path) -> np.ndarray:

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from msprobe.core.dump.writer import make_dir, write_json_atomic
+from msprobe.core.files import make_dir, write_json_atomic
 
 logger = logging.getLogger(__name__)
 

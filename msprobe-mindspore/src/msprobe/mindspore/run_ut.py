@@ -252,7 +252,7 @@ def _torch_input_gradients(
 
 
 def save_error_data(folder: Path, data: dict[str, np.ndarray]) -> None:
-    from msprobe.core.dump.writer import make_dir, new_file
+    from msprobe.core.files import make_dir, new_file
 
     make_dir(folder)
     for file_name, array in data.items():

@@ -154,7 +154,7 @@ def load_script(path: Path) -> tuple[Any, tuple]:
 
 def write_table(check: CompileCheck, folder: Path) -> Path:
     """One row per checked node, as CSV, written whole or not at all."""
-    from msprobe.core.dump.writer import make_dir
+    from msprobe.core.files import make_dir
     from msprobe.core.generation.responses import write_rows
 
     make_dir(folder)

@@ -18,7 +18,7 @@ import torch
 import torch.fx
 
 from msprobe.core.dump.values import ValueEncoder
-from msprobe.core.dump.writer import make_dir, write_new_text
+from msprobe.core.files import make_dir, write_new_text
 from msprobe.pytorch.dump import measuring
 from msprobe.pytorch.dump.tensors import describe_object
 

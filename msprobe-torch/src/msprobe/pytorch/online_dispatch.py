@@ -28,8 +28,8 @@ import yaml
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from msprobe.core import spreadsheet
-from msprobe.core.dump.writer import make_dir, open_new_file
 from msprobe.core.errors import UsageError
+from msprobe.core.files import make_dir, open_new_file
 from msprobe.core.processes import worker_pool
 from msprobe.core.tensor_files import save_npy
 from msprobe.pytorch.tensor_io import map_tensors, tensor_to_numpy, tensors_in

@@ -70,7 +70,7 @@ def compile_check_command(script: Path, backend: str, output: Path, forward_only
     """Which FX node or kernel torch.compile changed: the model's graph run eagerly and compiled, node by node,
     each node (and, for Inductor, each kernel replayed alone; and each gradient of the backward) against its
     float64 replay. Exit status 1 when one departs."""
-    from msprobe.core.dump.writer import make_dir
+    from msprobe.core.files import make_dir
     from msprobe.core.jobs import activity
     from msprobe.pytorch.compile_check import BACKENDS, check_compiled, load_script, write_table
 

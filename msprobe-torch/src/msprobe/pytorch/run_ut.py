@@ -280,7 +280,7 @@ class ApiRunner:
 
 
 def save_error_data(folder: Path, data: dict[str, torch.Tensor]) -> None:
-    from msprobe.core.dump.writer import make_dir, new_file
+    from msprobe.core.files import make_dir, new_file
 
     make_dir(folder)
     for file_name, tensor in data.items():

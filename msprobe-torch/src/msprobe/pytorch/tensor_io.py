@@ -9,9 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from msprobe.core.dump.writer import write_new_file
 from msprobe.core.errors import DataFileError
-from msprobe.core.files import regular_file
+from msprobe.core.files import regular_file, write_new_file
 from msprobe.core.trees import leaves, map_leaves
 
 

@@ -49,8 +49,8 @@ from msprobe.core.compare.tables import (
 from msprobe.core.compare.xlsx import XLSX_ROW_LIMIT, SheetRows
 from msprobe.core.dump import block_reader
 from msprobe.core.dump.reader import Dump, read_stack_file, read_stacks
-from msprobe.core.dump.writer import create_private
 from msprobe.core.errors import MsprobeError
+from msprobe.core.files import create_private
 from msprobe.core.spreadsheet import CsvTableWriter
 
 logger = logging.getLogger(__name__)

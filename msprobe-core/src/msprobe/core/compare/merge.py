@@ -15,8 +15,8 @@ import pandas as pd
 from msprobe.core.compare.mapping import read_yaml
 from msprobe.core.compare.report import timestamp
 from msprobe.core.compare.tables import STATISTICS_COLUMNS, STATISTICS_METRICS, TENSOR_COLUMNS, TENSOR_METRICS
-from msprobe.core.dump.writer import make_dir, new_file
 from msprobe.core.errors import DataFileError
+from msprobe.core.files import make_dir, new_file
 from msprobe.core.jobs import Engine, run_jobs
 from msprobe.core.spreadsheet import safe_table
 

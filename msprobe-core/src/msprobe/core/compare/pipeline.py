@@ -37,7 +37,7 @@ from msprobe.core.compare.tables import (
 )
 from msprobe.core.compare.xlsx import XLSX_ROW_LIMIT, XlsxStream
 from msprobe.core.dump.reader import Dump
-from msprobe.core.dump.writer import create_private, make_dir
+from msprobe.core.files import create_private, make_dir
 from msprobe.core.spreadsheet import CsvTableWriter, table_columns
 
 Pairs = list[tuple[Row | None, Row | None]]

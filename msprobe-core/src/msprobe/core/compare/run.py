@@ -29,9 +29,8 @@ from msprobe.core.diagnosis import DIVERGENCE, NONE, Diagnosis, diagnose_dumps, 
 from msprobe.core.diagnosis.runs import COMPARE_DIAGNOSED_BYTES, step_and_rank_of
 from msprobe.core.dump.layout import dump_folders, is_dump_folder, labels_order, step_and_rank_of_labels
 from msprobe.core.dump.reader import read_dump, read_stack_file
-from msprobe.core.dump.writer import make_dir, write_json_atomic, write_new_text
 from msprobe.core.errors import DataFileError, MsprobeError, UsageError
-from msprobe.core.files import regular_file
+from msprobe.core.files import make_dir, regular_file, write_json_atomic, write_new_text
 from msprobe.core.generation.compare import is_generation_file
 from msprobe.core.jobs import Engine, activity, run_jobs
 from msprobe.core.tensor_files import load_npy

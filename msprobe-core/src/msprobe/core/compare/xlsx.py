@@ -24,8 +24,8 @@ import pandas as pd
 
 from msprobe.core import spreadsheet
 from msprobe.core.compare.zipping import DeflatedPart, ZipWriter, crc32_combine, deflate_bytes
-from msprobe.core.dump.writer import create_private
 from msprobe.core.errors import DataFileError
+from msprobe.core.files import create_private
 from msprobe.core.spreadsheet import TableColumns, table_columns
 
 XLSX_ROW_LIMIT = 1_048_575

@@ -24,8 +24,9 @@ from msprobe.core.dump.numbers import NonFinite
 from msprobe.core.dump.overflow import InputScreen, LaterScreen, OverflowCounter, has_nonfinite
 from msprobe.core.dump.totals import DumpTotals
 from msprobe.core.dump.values import ValueEncoder
-from msprobe.core.dump.writer import JOURNAL_NAME, NO_PARENT, DumpWriter, make_dir, refuse_links_below
+from msprobe.core.dump.writer import JOURNAL_NAME, NO_PARENT, DumpWriter
 from msprobe.core.errors import DataFileError
+from msprobe.core.files import make_dir, refuse_links_below
 from msprobe.core.session import TaskSession
 
 logger = logging.getLogger(__name__)

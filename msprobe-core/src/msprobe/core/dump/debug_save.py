@@ -12,7 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from msprobe.core.dump.values import ValueEncoder
-from msprobe.core.dump.writer import DumpWriter, make_dir
+from msprobe.core.dump.writer import DumpWriter
+from msprobe.core.files import make_dir
 from msprobe.core.session import TaskSession
 
 # register_grad(value, name, callback): arrange for callback(gradient structure) once the gradient exists

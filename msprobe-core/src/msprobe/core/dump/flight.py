@@ -26,7 +26,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from msprobe.core.dump.writer import DumpWriter, make_dir, write_json_atomic
+from msprobe.core.dump.writer import DumpWriter
+from msprobe.core.files import make_dir, write_json_atomic
 
 logger = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from msprobe.core.dump.writer import write_json_atomic
 from msprobe.core.errors import DataFileError
+from msprobe.core.files import write_json_atomic
 
 logger = logging.getLogger(__name__)
 

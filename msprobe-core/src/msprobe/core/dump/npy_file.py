@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from numpy.lib import format as npy_format
 
-from msprobe.core.dump.writer import open_new_file, write_parts
+from msprobe.core.files import open_new_file, write_parts
 
 
 @functools.lru_cache(maxsize=1024)

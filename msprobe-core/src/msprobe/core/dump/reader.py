@@ -213,7 +213,7 @@ def journal_folders(root: Path) -> list[Path]:
 def recover(folder: Path) -> int:
     """Turn a killed step's journal into ordinary dump.json, stack.json and construct.json; returns the number
     of entries. The journal is removed only once the three files are written."""
-    from msprobe.core.dump.writer import write_json_atomic
+    from msprobe.core.files import write_json_atomic
 
     folder = Path(folder)
     dump = read_dump(folder)

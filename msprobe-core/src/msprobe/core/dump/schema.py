@@ -18,7 +18,7 @@ from typing import Any, Union
 from pydantic import BaseModel, ConfigDict, Field, RootModel, TypeAdapter, model_validator
 from typing_extensions import TypeAliasType
 
-from msprobe.core.dump.writer import write_new_file
+from msprobe.core.files import write_new_file
 
 Number = Union[float, int, bool, str, None]  # noqa: UP007 - the schema's own spelling of the alternatives
 

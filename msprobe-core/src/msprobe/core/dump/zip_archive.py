@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from msprobe.core.dump.checksum import crc32
-from msprobe.core.dump.writer import write_parts
+from msprobe.core.files import write_parts
 
 _LOCAL = struct.Struct("<IHHHHHIIIHH")
 _CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")

@@ -13,7 +13,7 @@ import numpy as np
 
 from msprobe.core import spreadsheet
 from msprobe.core.dump import float_stats
-from msprobe.core.dump.writer import make_dir
+from msprobe.core.files import make_dir
 
 logger = logging.getLogger(__name__)
 

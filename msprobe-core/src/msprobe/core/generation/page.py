@@ -81,7 +81,7 @@ h1 { font-size: 20px; } h2 { font-size: 15px; margin: 22px 0 2px; } p.line { mar
 
 def write_token_page(path: Path, answers: Sequence[Any], rows: Sequence[Sequence[Any]], info: str) -> Path:
     """The page beside the CSV: a chart per request (the first ``MAX_CHARTS``), written whole or not at all."""
-    from msprobe.core.dump.writer import write_new_text
+    from msprobe.core.files import write_new_text
 
     by_request: dict[str, list[Sequence[Any]]] = {}
     for row in rows:

@@ -108,7 +108,7 @@ def _number(value: float | None) -> float:
 
 def write_rows(path: Path, columns: list[str], rows: Iterable[Iterable[Any]]) -> Path:
     """A report of the generation checks as CSV, cells made safe, written whole or not at all."""
-    from msprobe.core.dump.writer import new_file
+    from msprobe.core.files import new_file
     from msprobe.core.spreadsheet import SafeWriter
 
     with new_file(path, "w", newline="") as handle:

@@ -17,7 +17,7 @@ import numpy as np
 from msprobe.core import spreadsheet
 from msprobe.core.dump.file_pool import FilePool
 from msprobe.core.dump.npy_file import write_npy
-from msprobe.core.dump.writer import make_dir, open_private
+from msprobe.core.files import make_dir, open_private
 
 logger = logging.getLogger(__name__)
 

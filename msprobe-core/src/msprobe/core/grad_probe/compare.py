@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from msprobe.core import spreadsheet
-from msprobe.core.dump.writer import make_dir, new_file
 from msprobe.core.errors import DataFileError
+from msprobe.core.files import make_dir, new_file
 from msprobe.core.grad_probe.collect import FIRST_STEP_FLOOR, MAX_DROP, SUMMARY_FILE, wait_for_writers
 from msprobe.core.jobs import Engine, run_jobs
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from msprobe.core.diagnosis import Diagnosis
-from msprobe.core.dump.writer import write_new_text
+from msprobe.core.files import write_new_text
 from msprobe.core.graph.compare import BANDS, UNMATCHED_COLOR, GraphComparison, band, colors, is_suspect
 from msprobe.core.graph.divergence import located_nodes
 from msprobe.core.graph.model import Graph

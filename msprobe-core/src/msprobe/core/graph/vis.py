@@ -13,7 +13,7 @@ from typing import Any
 
 from msprobe.core.compare.metrics import NA
 from msprobe.core.compare.rows import Row
-from msprobe.core.dump.writer import write_new_text
+from msprobe.core.files import write_new_text
 from msprobe.core.graph.compare import GraphComparison, colors, format_value
 from msprobe.core.graph.model import Graph, Node
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from msprobe.core import spreadsheet
-from msprobe.core.dump.writer import make_dir, new_file, open_new_file
+from msprobe.core.files import make_dir, new_file, open_new_file
 from msprobe.core.monitor.config import OUTPUT_ENV, RUN_FOLDER_TIME, MonitorConfig
 
 logger = logging.getLogger(__name__)

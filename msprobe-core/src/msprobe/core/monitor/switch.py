@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 
 from msprobe.core.config import read_config_file
-from msprobe.core.dump.writer import write_new_file
 from msprobe.core.errors import MsprobeError
+from msprobe.core.files import write_new_file
 from msprobe.core.monitor.config import MonitorConfig, load_monitor_config
 
 logger = logging.getLogger(__name__)

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from msprobe.core.dump.writer import new_file
 from msprobe.core.errors import DataFileError
+from msprobe.core.files import new_file
 
 MAGIC = b"MSPB"
 VERSION = 1

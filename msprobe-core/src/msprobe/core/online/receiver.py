@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from msprobe.core.dump.reader import Dump
-from msprobe.core.dump.writer import write_json_atomic
 from msprobe.core.errors import UsageError
+from msprobe.core.files import write_json_atomic
 from msprobe.core.online import protocol
 from msprobe.core.online.protocol import is_loopback
 from msprobe.core.precheck.driver import load, select

@@ -22,7 +22,7 @@ import time
 import uuid
 from pathlib import Path
 
-from msprobe.core.dump.writer import write_new_file
+from msprobe.core.files import write_new_file
 from msprobe.core.online import protocol
 
 logger = logging.getLogger(__name__)

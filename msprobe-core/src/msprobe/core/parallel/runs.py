@@ -18,8 +18,8 @@ import numpy as np
 from msprobe.core.diagnosis.answer import DIVERGENCE, Diagnosis
 from msprobe.core.dump.layout import dump_folders, labels_order, step_and_rank_of_labels
 from msprobe.core.dump.reader import Dump, read_dump
-from msprobe.core.dump.writer import make_dir, write_json_atomic
 from msprobe.core.errors import DataFileError
+from msprobe.core.files import make_dir, write_json_atomic
 from msprobe.core.parallel.merge import PHASES, Finding, merge_ranks, values_of
 from msprobe.core.tensor_files import save_npy
 

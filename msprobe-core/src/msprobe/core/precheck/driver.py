@@ -20,7 +20,7 @@ from typing import Any
 
 from msprobe.core import spreadsheet
 from msprobe.core.dump.reader import read_dump
-from msprobe.core.dump.writer import new_file
+from msprobe.core.files import new_file
 from msprobe.core.jobs import Engine, run_jobs
 from msprobe.core.precheck.metrics import DETAIL_COLUMNS, RESULT_COLUMNS, SKIP
 from msprobe.core.precheck.results import ResultFiles

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from msprobe.core import spreadsheet
-from msprobe.core.dump.writer import make_dir, new_file
 from msprobe.core.errors import DataFileError
+from msprobe.core.files import make_dir, new_file
 from msprobe.core.precheck.metrics import DETAIL_COLUMNS, ERROR, NA, PASS, RESULT_COLUMNS, WARNING, overall
 from msprobe.core.precheck.results import api_of_detail
 from msprobe.core.precheck.standards import ABSOLUTE, ALGORITHM_NAMES, BENCHMARK, BINARY, THOUSANDTH, ULP, standard_for

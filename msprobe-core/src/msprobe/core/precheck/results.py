@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from msprobe.core import spreadsheet
-from msprobe.core.dump.writer import make_dir, new_file
 from msprobe.core.errors import DataFileError
+from msprobe.core.files import make_dir, new_file
 from msprobe.core.precheck.metrics import DETAIL_COLUMNS, RESULT_COLUMNS, Detail
 
 RESULT_PREFIX = "accuracy_checking_result_"

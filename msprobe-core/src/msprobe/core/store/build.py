@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from msprobe.core.dump.reader import read_dump
-from msprobe.core.dump.writer import new_file, write_new_text
 from msprobe.core.errors import DataFileError, UsageError
+from msprobe.core.files import new_file, write_new_text
 from msprobe.core.jobs import LOCAL, Engine, run_jobs
 from msprobe.core.monitor.tensorboard import CSV_FILE
 from msprobe.core.store import require

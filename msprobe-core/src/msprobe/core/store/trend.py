@@ -25,8 +25,8 @@ from typing import Any
 
 import pandas as pd
 
-from msprobe.core.dump.writer import write_new_text
 from msprobe.core.errors import UsageError
+from msprobe.core.files import write_new_text
 from msprobe.core.pages import fill, html_text, script_json
 from msprobe.core.store.query import connect
 from msprobe.core.store.rows import STATISTICS

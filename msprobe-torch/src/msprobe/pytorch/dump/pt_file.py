@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from msprobe.core.dump.writer import open_new_file
 from msprobe.core.dump.zip_archive import MAX_ARCHIVE_BYTES, ArchiveTemplate
+from msprobe.core.files import open_new_file
 
 _TEMPLATE_CACHE_SIZE = 4096
 
