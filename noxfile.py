@@ -43,6 +43,9 @@ MINDSPORE = "mindspore==2.10.0"
 # hypothesis: the fuzz tests of every parser; pip: the tests that install a plugin (uv makes no pip of its own)
 TEST_DEPS = ["pytest", "hatchling", "hypothesis", "pytest-xdist", "pip"]
 IN_PARALLEL = ["-n", "auto"]  # the larger suites over every core (pytest-xdist): each test runs in one worker
+# suites whose files share an expensive fixture (a Ray cluster, a fresh environment built by pip): whole files
+# go to one worker each, so no fixture is made twice
+BY_FILE = ["-n", "auto", "--dist", "loadfile"]
 REFERENCE = ["mindstudio-probe==1.2.2", "service_identity"]  # the reference tool, the conformance oracle
 REFERENCE_26 = ["mindstudio-probe==26.2.0", "service_identity"]  # its newest release: we read its dumps, it ours
 CORE = ["-e", "./msprobe-core[plots,tensorboard]", "-e", "./msprobe-cli"]
@@ -219,7 +222,7 @@ def scale(session: nox.Session) -> None:
     session.install(
         *TEST_DEPS, "playwright", "-e", "./msprobe-core[db,ray]", "-e", "./msprobe-cli", "-e", "./msprobe-torch"
     )
-    session.run("pytest", "tests/scale", *session.posargs)
+    session.run("pytest", *BY_FILE, "tests/scale", *session.posargs)
 
 
 @session
@@ -236,7 +239,7 @@ def mindspore(session: nox.Session) -> None:
     session.install("numpy<2", MINDSPORE)
     session.install(*TEST_DEPS, "numpy<2", *CORE, "-e", "./msprobe-mindspore")
     # with it, the .npy writer under the numpy<2 MindSpore needs
-    session.run("pytest", "tests/mindspore_backend", "tests/core/test_npy_file.py", *session.posargs)
+    session.run("pytest", *IN_PARALLEL, "tests/mindspore_backend", "tests/core/test_npy_file.py", *session.posargs)
 
 
 @session
@@ -304,7 +307,7 @@ def _reference_env(session: nox.Session, name: str, packages: list[str]) -> str:
 def packaging(session: nox.Session) -> None:
     """Each distribution installs alone into a fresh virtual environment; so do the plugin tutorial's plugins."""
     session.install(*TEST_DEPS, *CORE)
-    session.run("pytest", "tests/packaging", *session.posargs, env={"MSPROBE_TORCH_REQUIREMENT": TORCH})
+    session.run("pytest", *BY_FILE, "tests/packaging", *session.posargs, env={"MSPROBE_TORCH_REQUIREMENT": TORCH})
 
 
 @session
