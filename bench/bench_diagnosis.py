@@ -258,10 +258,15 @@ def table(scores: list[Score], level: str = "mix") -> tuple[list[str], bool]:
         elif mode == "xor":  # an xor dump holds checksums alone: no distance to weigh rounding by
             continue
         elif level == "L0":
-            met &= _l0_noise_met(group, groups.get(("exact", mode), []))
+            met &= module_hits >= L0_NOISY_FLOOR * len(faults) and _l0_noise_met(group, groups.get(("exact", mode), []))
         else:
             met &= module_hits >= 0.8 * len(faults) and wrong == 0
     return lines, met
+
+
+# at L0 among rounding differences, "uncertain" is an honest answer, but a diagnosis that said it for nearly
+# everything would meet the rest of the target: this many faults must still be named right
+L0_NOISY_FLOOR = 0.7
 
 
 def _l0_noise_met(noisy: list[Score], exact: list[Score]) -> bool:
