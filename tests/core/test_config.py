@@ -107,6 +107,14 @@ BROKEN = {
     "async tensor without list": ({"dump_path": "d", "task": "tensor", "async_dump": True}, "async_dump:"),
     "top level list": ([1, 2], "top level must be an object"),
     "port out of range": ({"dump_path": "d", "tensor": {"port": 70000}}, "tensor.port:"),
+    "declared split by a word": (
+        {"dump_path": "d", "tensor_parallel": {"modules": {"*.fc2": {"weight": "columns"}}}},
+        "tensor_parallel.modules.*.fc2.weight:",
+    ),
+    "declared calls unknown": (
+        {"dump_path": "d", "tensor_parallel": {"modules": {"fc2": {"calls": "sum"}}}},
+        "tensor_parallel.modules.fc2.calls:",
+    ),
 }
 
 

@@ -444,6 +444,38 @@ class GradProbeSection(_Section):
         return bounds
 
 
+class DeclaredModuleLayout(_Section):
+    """How one module's tensors are split over the tensor-parallel ranks, when they are plain tensors."""
+
+    weight: int | None = Field(
+        default=None, description="Dimension along which its parameters of two or more dimensions are split."
+    )
+    bias: int | None = Field(
+        default=None, description="Dimension along which its one-dimensional parameters are split."
+    )
+    output: int | None = Field(
+        default=None, description="Dimension along which the module's own output is split (unset: whole on each rank)."
+    )
+    calls: Literal["partial"] | None = Field(
+        default=None,
+        description="'partial': the outputs of the calls made inside the module are partial sums over the ranks "
+        "(a row-parallel linear's product before its all-reduce).",
+    )
+
+
+class TensorParallelSection(_Section):
+    """A Megatron-style tensor-parallel layout of plain tensors, declared so a compare can merge the ranks as it
+    merges DTensors. Recorded in each rank's dump.json; not in the reference's config."""
+
+    ranks: list[int] = Field(
+        default_factory=list, description="The tensor-parallel group, in shard order; empty: every rank of the run."
+    )
+    modules: dict[str, DeclaredModuleLayout] = Field(
+        default_factory=dict,
+        description="Module path patterns (fnmatch: '*.fc1', 'embed') and how each module's tensors are split.",
+    )
+
+
 class DebuggerConfig(_Section):
     """The whole config file."""
 
@@ -493,6 +525,9 @@ class DebuggerConfig(_Section):
     )
     framework: str | None = Field(
         default=None, description="Backend to use ('pytorch' or 'mindspore'); optional when only one is installed."
+    )
+    tensor_parallel: TensorParallelSection | None = Field(
+        default=None, description="A declared layout of plain-tensor model parallelism (docs/parallel.md)."
     )
     statistics: StatisticsSection = Field(default_factory=StatisticsSection)
     tensor: TensorSection = Field(default_factory=TensorSection)

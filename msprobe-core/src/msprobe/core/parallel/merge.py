@@ -26,6 +26,7 @@ import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -104,6 +105,9 @@ class _Merger:
         self.dp_ranks = sorted(group["ranks"]) if group else []
         self.dp_kind = group.get("kind") if group else None
         self.data_parallel = len(self.dp_ranks) if self.dp_ranks else 1
+        self.declared = _declared_layout(dumps)
+        self._layout_collectives: set[str] = set()  # a declared module's collectives (its all-reduce)
+        self._after_collective: set[str] = set()  # calls a declared module makes after its collective
 
     def module_of(self, name: str) -> str | None:
         """The module an entry is a call of: its own path for a module's entry, else its parent's in
@@ -133,8 +137,12 @@ class _Merger:
         order: dict[str, None] = {}
         for rank in ranks:
             order.update(dict.fromkeys(renamed[rank]))
+        if self.declared is not None:
+            self._read_declared_calls(list(order))
         data = {}
         for name in order:
+            if name in self._layout_collectives:  # the declared layout's own communication: the golden run has none
+                continue
             holders = [rank for rank in ranks if name in renamed[rank]]
             if len(holders) < len(ranks):
                 missing = sorted(set(ranks) - set(holders))
@@ -205,10 +213,15 @@ class _Merger:
     def tensor(self, name: str, path: tuple, pieces: list[dict], ranks: list[int]) -> dict:
         if self.arrays is not None:  # a tensor dump: each piece's tensor is merged beside its summary
             pieces = [dict(piece, **{ARRAY: self.arrays.load(rank, piece)}) for piece, rank in zip(pieces, ranks)]
+        declared = self.declared is not None and not any("shard" in piece for piece in pieces)
+        if declared:
+            pieces = self.declared_shards(name, path, pieces, ranks)
         if any("shard" in piece for piece in pieces):
             if not all("shard" in piece for piece in pieces):
                 raise self._unmergeable(name, path, pieces, ranks, "is a DTensor on some ranks only")
             merged = self.dtensor(name, path, pieces, ranks)
+            if declared:
+                merged["merged"] = merged["merged"].replace("DTensor", "declared tensor_parallel", 1)
         else:
             merged = self.plain_tensor(name, path, pieces, ranks)
             merged["merged"] = merged.get("merged") or "alike on every rank"
@@ -218,6 +231,62 @@ class _Merger:
         if array is not None and self.arrays is not None and file_name:  # under the name each rank gave it
             merged["data_name"] = self.arrays.save(file_name, array)
         return merged
+
+    # -- a declared layout of plain tensors (config.json's tensor_parallel) ------------------------------------
+    def _declared_rule(self, name: str) -> dict | None:
+        assert self.declared is not None
+        module = self.module_of(name)
+        if module is None:
+            return None
+        return next((rule for pattern, rule in self.declared["modules"].items() if fnmatch(module, pattern)), None)
+
+    def _read_declared_calls(self, names: list[str]) -> None:
+        """Within each call of a declared module (its calls share a parent in construct.json), the collectives
+        it makes, and the calls after the first of them: before it a row-parallel layer's values are partial
+        sums, after it (the bias added to the reduced sum) they are whole."""
+        reduced: set[str] = set()  # module calls whose collective has been seen
+        for name in names:
+            if module_path(name) is not None or self._declared_rule(name) is None:
+                continue
+            parent = next((c.get(name) for c in self.constructs if isinstance(c.get(name), str)), None)
+            if name.startswith("Distributed."):
+                self._layout_collectives.add(name)
+                reduced.add(str(parent))
+            elif str(parent) in reduced:
+                self._after_collective.add(name.split(".backward")[0])
+
+    def declared_shards(self, name: str, path: tuple, pieces: list[dict], ranks: list[int]) -> list[dict]:
+        """The pieces annotated as the DTensor shards the declared layout says they are, so they merge as
+        DTensors do; unchanged where no declared module's rule covers them."""
+        assert self.declared is not None
+        group = self.declared["ranks"] or sorted(self.dumps)
+        if sorted(ranks) != sorted(group) or not pieces or not path:
+            return pieces
+        rule = self._declared_rule(name)
+        if rule is None:
+            return pieces
+        if name.split(".backward", maxsplit=1)[0] in self._after_collective:
+            rule = {**rule, "calls": None}
+        placement = _declared_placement(name, path, pieces[0], rule, own=module_path(name) is not None)
+        if placement is None:
+            return pieces
+        shape = list(pieces[0]["shape"])
+        if placement == "P(sum)":
+            global_shape = shape
+        else:
+            if not shape:
+                return pieces
+            dim = int(placement[2:-1]) % len(shape)
+            if any(len(piece["shape"]) != len(shape) for piece in pieces):
+                raise self._unmergeable(name, path, pieces, ranks, "has tensors of different ranks (dimensions)")
+            global_shape = [*shape[:dim], sum(int(piece["shape"][dim]) for piece in pieces), *shape[dim + 1 :]]
+            placement = f"S({dim})"
+        mesh = {"shape": [len(group)], "id": "declared", "dim_names": ["tp"]}
+        return [
+            dict(piece, shard={"placements": [placement], "global_shape": global_shape,
+                               "mesh": {**mesh, "coordinate": [group.index(rank)]}})
+            for piece, rank in zip(pieces, ranks)
+        ]  # fmt: skip
 
     # -- the pieces' tensors, merged as their statistics are ----------------------------------------------
     @staticmethod
@@ -403,6 +472,48 @@ def _tiling_dim(shapes: list[list[int]], expected: list[int] | None) -> int | No
         and all(shape[other] == expected[other] for shape in shapes for other in range(len(expected)) if other != dim)
     ]
     return found[0] if len(found) == 1 else None
+
+
+def _declared_placement(name: str, path: tuple, piece: dict, rule: dict, own: bool) -> str | None:
+    """The placement (``S(d)``, ``P(sum)``) a declared module's rule gives this tensor, or None: its
+    parameters and their gradients by their dimensions, its own output (forward) and the gradient of that
+    output (backward, ``input``), and, with ``calls: partial``, the outputs of the calls made inside it."""
+    if name.endswith("parameters_grad") or piece.get("parameter") or path[0] == "parameters":
+        dim = rule.get("weight") if len(piece.get("shape") or []) >= 2 else rule.get("bias")
+        return None if dim is None else f"S({dim})"
+    if own:
+        backward = ".backward." in name
+        if path[0] == ("input" if backward else "output") and rule.get("output") is not None:
+            return f"S({rule['output']})"
+        return None
+    if path[0] == "output" and ".forward" in name and rule.get("calls") == "partial":
+        return "P(sum)"
+    return None
+
+
+def _declared_layout(dumps: dict[int, Dump]) -> dict[str, Any] | None:
+    """The ``tensor_parallel`` layout the ranks' headers declare (from their config.json), checked: it comes
+    from a file, and a malformed one, or ranks that declare different layouts, is one clear line naming it."""
+    found: tuple[int, dict[str, Any]] | None = None
+    for rank, dump in sorted(dumps.items()):
+        declared = (dump.parallel or {}).get("tensor_parallel")
+        if declared is None:
+            continue
+        where = f"rank {rank}: parallel.tensor_parallel"
+        modules = declared.get("modules") if isinstance(declared, dict) else None
+        group = declared.get("ranks", []) if isinstance(declared, dict) else None
+        if not isinstance(modules, dict) or not isinstance(group, list) or not all(type(r) is int for r in group):
+            raise DataFileError(dump.path, f"{where} is not a layout ('ranks': a list of ranks, 'modules': patterns)")
+        for pattern, rule in modules.items():
+            known = isinstance(rule, dict) and set(rule) <= {"weight", "bias", "output", "calls"}
+            dims_ok = known and all(rule.get(k) is None or type(rule[k]) is int for k in ("weight", "bias", "output"))
+            if not (dims_ok and rule.get("calls") in (None, "partial")):
+                raise DataFileError(dump.path, f"{where}.modules[{pattern!r}] is not a module's layout")
+        layout = {"ranks": list(group), "modules": dict(modules)}
+        if found is not None and found[1] != layout:
+            raise DataFileError(dump.path, f"{where} differs from rank {found[0]}'s: the ranks must declare one layout")
+        found = found or (rank, layout)
+    return None if found is None else found[1]
 
 
 def _is_backward(name: str) -> bool:

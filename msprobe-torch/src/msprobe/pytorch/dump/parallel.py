@@ -161,8 +161,9 @@ def _fsdp_mesh_ranks(model: Any) -> list[int] | None:
     return None
 
 
-def header(model: Any) -> dict[str, Any] | None:
-    """dump.json's ``parallel`` field for this process, or None outside a run of several processes."""
+def header(model: Any, declared: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """dump.json's ``parallel`` field for this process, or None outside a run of several processes; with the
+    config's declared tensor-parallel layout of plain tensors, which the merge reads."""
     found = world()
     if found is None:
         return None
@@ -171,6 +172,8 @@ def header(model: Any) -> dict[str, Any] | None:
     group = data_parallel_group(model)
     if group is not None:
         layout["data_parallel"] = group
+    if declared:
+        layout["tensor_parallel"] = declared
     return layout
 
 

@@ -179,7 +179,9 @@ class TorchDumpRecorder(DumpRecorder):
         self._told_scripted = False
         # a sharded run: the parallel framework's own calls go unrecorded, and dump.json says the layout
         self.framework_calls = parallel.FrameworkCalls()
-        self.collector.extra_header = lambda: {"parallel": parallel.header(self.session.model)}
+        declared = self.session.config.tensor_parallel
+        declared = declared.model_dump(exclude_none=True) if declared is not None else None
+        self.collector.extra_header = lambda: {"parallel": parallel.header(self.session.model, declared)}
         # a DDP model's parameter gradients are read again once its all-reduce is done (see _param_grad_hook)
         self._grads_to_reread: dict[str, ModuleHooks] = {}
         self._reread_grads = False
