@@ -68,6 +68,39 @@ def wait_until(condition, seconds: float = 60.0) -> None:
         time.sleep(0.02)
 
 
+def read_stderr_until(process, text: str, count: int, seconds: float = 60.0) -> str:
+    """What the process has written to stderr once ``text`` appears ``count`` times: the receiver's log is
+    the state waited on. Read from the file descriptor, so no line sits unseen in a Python buffer."""
+    import os
+    import select
+
+    seen = ""
+    deadline = time.monotonic() + seconds
+    while seen.count(text) < count:
+        assert time.monotonic() < deadline, f"{text!r} was written {seen.count(text)} times: {seen[-2000:]}"
+        ready, _, _ = select.select([process.stderr], [], [], 0.1)
+        if ready:
+            chunk = os.read(process.stderr.fileno(), 65536)
+            assert chunk, f"the process ended before writing {text!r} {count} times: {seen[-2000:]}"
+            seen += chunk.decode(errors="replace")
+    return seen
+
+
+def has_accepted(pid: int, port: int, peer_port: int) -> bool:
+    """Whether the process holds its end of the connection from ``peer_port``: the kernel queues a connection
+    before the program accepts it, and gives the socket an inode and a file descriptor only once it does."""
+    from pathlib import Path
+
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            local, remote, inode = fields[1], fields[2], fields[9]
+            if int(local.rsplit(":", 1)[1], 16) == port and int(remote.rsplit(":", 1)[1], 16) == peer_port:
+                inodes.add(f"socket:[{inode}]")
+    return any(str(fd.readlink()) in inodes for fd in Path(f"/proc/{pid}/fd").iterdir())
+
+
 def train_online(tmp_path, port=None, tls_path="", nfs_path=None, steps=1, extra=None):
     section = {"online_run_ut": True, "host": "127.0.0.1", "port": port, "tls_path": tls_path}
     section.update(extra or {})
@@ -232,7 +265,7 @@ def test_garbage_and_oversized_frames_are_refused_and_the_receiver_goes_on(tmp_p
     with socket.create_connection(("127.0.0.1", port)) as raw:  # a well-framed lie
         payload = struct.pack(">I", 5) + b"{oops"
         raw.sendall(protocol.frame(protocol.API, payload))
-    time.sleep(1)
+    logged = read_stderr_until(receiver, "bad frame", 2)  # the garbage is refused before the senders come
     two = [OnlineSender(rank=0, port=port), OnlineSender(rank=0, port=port)]  # two senders at once
     message = protocol.ApiMessage(0, 0, {"Torch.abs.0.forward": {
         "input_args": [{"type": "torch.Tensor", "dtype": "torch.float32", "shape": [2], "data_name": "a.pt"}],
@@ -244,7 +277,7 @@ def test_garbage_and_oversized_frames_are_refused_and_the_receiver_goes_on(tmp_p
     assert receiver.wait(timeout=120) == 0
     summary = json.loads(next((tmp_path / "recv").glob("online_summary_*.json")).read_text())
     assert summary["rejected_frames"] >= 2 and len(summary["senders"]) == 2 and summary["checked"] == 2
-    assert "bad frame" in receiver.stderr.read()
+    assert "bad frame" in logged + receiver.stderr.read()
 
 
 def test_shared_directory_mode(tmp_path, offline):
@@ -293,12 +326,16 @@ def test_sigterm_stops_the_tcp_receiver_within_seconds_with_a_peer_stalled_mid_f
     port = free_port()
     process = start_receiver(tmp_path, "stalled", port=port)
     with socket.create_connection(("127.0.0.1", port)) as peer:
+        # an admitted sender (a HELLO with the token a loopback receiver leaves for its user), then half a frame
+        hello = {"name": "stalled", "token": protocol.read_loopback_token(port)}
+        peer.sendall(protocol.encode_json(protocol.HELLO, hello))
         peer.sendall(protocol.PREFIX.pack(protocol.MAGIC, protocol.VERSION, protocol.API, 1 << 20) + b"half")
-        time.sleep(0.5)  # the receiver reads the half frame, and waits for the rest
+        mine = peer.getsockname()[1]
+        wait_until(lambda: has_accepted(process.pid, port, mine))  # it reads the half frame, and waits for the rest
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)  # a receiver held by the stalled peer would not end: the wait would time out
     summary = json.loads(next((tmp_path / "stalled").glob("online_summary_*.json")).read_text())
-    assert summary["interrupted"] is True
+    assert summary["interrupted"] is True and summary["rejected_frames"] == 0  # stalled, not refused
 
 
 def test_a_receiver_refused_at_start_leaves_no_result_files(tmp_path):
