@@ -150,3 +150,38 @@ def test_file_safety_comes_from_its_own_module_not_the_dump_writer():
     assert file_safety_through_the_dump_writer([*sources, ("msprobe.core.graph.x", planted)]) == [
         "msprobe.core.graph.x:1: make_dir"
     ]
+
+
+GRAMMAR_HOME = "msprobe.core.dump.entry_names"
+
+
+def entry_grammar_outside_its_home(sources: list[tuple[str, ast.Module]]) -> list[str]:
+    """Every string constant outside the grammar's module that spells the direction part of an entry name as a
+    regular expression (``forward|backward``, ``(?:forward``...), or the splitting of a name at its count: a
+    second definition of the grammar."""
+    spelled = ("forward|backward", "backward|forward", "(?:forward", "parameters_grad$")
+    found = []
+    for module, tree in sources:
+        if module == GRAMMAR_HOME:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if any(text in node.value for text in spelled):
+                    found.append(f"{module}:{node.lineno}: {node.value[:60]!r}")
+            is_call = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            if is_call and node.func.attr == "rsplit" and len(node.args) == 2:  # name.rsplit(".", 2): kind, count
+                if all(isinstance(a, ast.Constant) for a in node.args) and [a.value for a in node.args] == [".", 2]:
+                    found.append(f"{module}:{node.lineno}: rsplit('.', 2)")
+    return found
+
+
+def test_the_entry_name_grammar_is_written_once():
+    sources = _sources()
+    assert entry_grammar_outside_its_home(sources) == []
+    planted = ast.parse(
+        'import re\n_API = re.compile(r"^(.+)\\.(\\d+)\\.(forward|backward)$")\nbase = n.rsplit(".", 2)[0]'
+    )
+    assert entry_grammar_outside_its_home([*sources, ("msprobe.core.graph.x", planted)]) == [
+        "msprobe.core.graph.x:2: '^(.+)\\\\.(\\\\d+)\\\\.(forward|backward)$'",
+        "msprobe.core.graph.x:3: rsplit('.', 2)",
+    ]

@@ -10,17 +10,15 @@ formats; a bad file is one error naming it.
 from __future__ import annotations
 
 import importlib.resources
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from msprobe.core.dump.entry_names import parse_item
 from msprobe.core.errors import DataFileError
 from msprobe.core.files import plain_yaml
-
-_ARG = re.compile(r"^(?P<entry>.+?\.(?:forward|backward))\.(?P<side>input|output)\.(?P<index>\d+)(?P<rest>.*)$")
 
 
 def read_yaml(path: str | Path, what: str) -> Any:
@@ -144,9 +142,8 @@ class NameMapper:
         renamed = rule.pt_api + name[len(parts[0]) + len(parts[1]) + 1 :]
         if not rule.args and not rule.outputs:
             return renamed
-        match = _ARG.match(renamed)
-        if match is None:
+        item = parse_item(renamed)
+        if item is None:
             return renamed
-        table = rule.args if match["side"] == "input" else rule.outputs
-        index = table.get(int(match["index"]), int(match["index"]))
-        return f"{match['entry']}.{match['side']}.{index}{match['rest']}"
+        table = rule.args if item.side == "input" else rule.outputs
+        return replace(item, index=table.get(item.index, item.index)).format()

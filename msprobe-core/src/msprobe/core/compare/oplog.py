@@ -26,13 +26,13 @@ from __future__ import annotations
 import bisect
 import difflib
 import itertools
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from msprobe.core.dump.entry_names import parse_entry
+
 OP_LOG_LEVEL = "aten"
-_ENTRY = re.compile(r"^Aten\.(?P<op>.+)\.(?P<index>\d+)\.forward$")
 UNMATCHED = "[unmatched] "
 
 
@@ -66,8 +66,8 @@ def op_calls(data: dict[str, Any]) -> list[OpCall]:
     """The calls of an op log's entries, in the order they ran."""
     calls = []
     for name, entry in data.items():
-        match = _ENTRY.match(name)
-        if match is None or not isinstance(entry, dict):
+        parsed = parse_entry(name)
+        if parsed is None or parsed.prefix != "Aten" or parsed.direction != "forward" or not isinstance(entry, dict):
             continue
         inputs = _tensors([entry.get("input_args"), entry.get("input_kwargs")], [])
         outputs = _tensors(entry.get("output"), [])
@@ -75,7 +75,7 @@ def op_calls(data: dict[str, Any]) -> list[OpCall]:
         calls.append(
             OpCall(
                 name,
-                match["op"],
+                parsed.kind.removeprefix("Aten."),
                 shapes,
                 tuple(_rounded(t.get("norm_hash")) for t in inputs),
                 tuple(_rounded(t.get("norm_hash")) for t in outputs),

@@ -11,7 +11,6 @@ pipeline.py runs these on blocks of pairs and writes the result files.
 from __future__ import annotations
 
 import logging
-import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from msprobe.core.compare.metrics import (
     pair_metrics,
 )
 from msprobe.core.compare.rows import Row, c_builder
+from msprobe.core.dump.entry_names import parse_entry
 from msprobe.core.dump.reader import Dump
 
 logger = logging.getLogger(__name__)
@@ -76,8 +76,6 @@ DATA_NAME_COLUMN = "Data_name"
 
 WARNING_TEXT = "Need double check api accuracy."
 NO_BENCH = "No bench data matched."
-_COUNT = re.compile(r"^(?P<head>(?:[^.]+\.)+?[^.]+)\.(?P<count>\d+)\.(?P<dir>forward|backward)$")
-_MODULE_COUNT = re.compile(r"^(?P<head>Module\..+\.(?:forward|backward))\.(?P<count>\d+)$")
 
 
 @dataclass
@@ -113,11 +111,11 @@ def _keyed(rows: list[Row], fuzzy: bool, translate: Callable[[str], str] | None 
             continue
         key = entry_keys.get(row.entry)
         if key is None:
-            match = _COUNT.match(entry) or _MODULE_COUNT.match(entry)
-            if match is None:
+            parsed = parse_entry(entry)
+            if parsed is None or not parsed.direction:
                 key = entry
             else:
-                base = match["head"] + ("." + match["dir"] if "dir" in match.groupdict() else "")
+                base = parsed.without_count()
                 key = f"{base}#{occurrence[base]}"
                 occurrence[base] += 1
             entry_keys[row.entry] = key

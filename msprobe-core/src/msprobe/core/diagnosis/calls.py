@@ -11,20 +11,15 @@ entries are the backward; forward calls after the step's last backward that run 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from msprobe.core.dump.entry_names import parse_entry
 from msprobe.core.dump.reader import Dump
 
 FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"
 PHASES = (FORWARD, BACKWARD, OPTIMIZER)
 
-_API = re.compile(r"^(?P<kind>.+)\.(?P<count>\d+)\.(?P<direction>forward|backward)$")
-_MODULE = re.compile(
-    r"^(?P<head>Module|Cell)\.(?P<path>.+)\.(?P<cls>[^.]+)\.(?P<direction>forward|backward)\.(?P<count>\d+)$"
-)
-_GRADS = re.compile(r"^(?P<head>Module|Cell)\.(?P<path>.+)\.(?P<cls>[^.]+)\.parameters_grad$")
 _STATS = ("Max", "Min", "Mean", "Norm")
 _SECTIONS = (("input_args", "input"), ("input_kwargs", "input"), ("input", "input"), ("output", "output"))
 
@@ -109,31 +104,28 @@ class Call:
 
 def module_path(entry: str) -> tuple[str, str] | None:
     """``Module.blocks.0.fc.Linear.forward.0`` -> (``blocks.0.fc``, ``Linear``); None for an API entry."""
-    match = _MODULE.match(entry) or _GRADS.match(entry)
-    return (match["path"], match["cls"]) if match else None
+    parsed = parse_entry(entry)
+    return (parsed.path, parsed.cls) if parsed is not None and parsed.is_module else None  # type: ignore[return-value]
 
 
 def key_of(entry: str) -> str:
     """What pairs a call across runs: the API and direction (``Functional.linear.forward``), a module's path and
     direction (``blocks.0.fc.forward``: its class and the framework's prefix left out, so a swapped class or a
     MindSpore cell still pairs), a module's parameter gradients by path."""
-    if entry.endswith(".parameters_grad"):
-        found = module_path(entry)
-        return f"{found[0] if found else entry}.parameters_grad"
-    match = _MODULE.match(entry)
-    if match:
-        return f"{match['path']}.{match['direction']}"
-    match = _API.match(entry)
-    return f"{match['kind']}.{match['direction']}" if match else f"{entry}.forward"
+    parsed = parse_entry(entry)
+    if parsed is None:
+        return f"{entry}.parameters_grad" if entry.endswith(".parameters_grad") else f"{entry}.forward"
+    if parsed.is_module:
+        return f"{parsed.path}.{parsed.direction or 'parameters_grad'}"
+    return f"{parsed.kind}.{parsed.direction}"
 
 
 def api_kind(entry: str) -> str:
     """``Functional.linear.3.forward`` -> ``Functional.linear``; a module entry -> its path."""
-    match = _API.match(entry)
-    if match:
-        return match["kind"]
-    found = module_path(entry)
-    return found[0] if found else entry
+    parsed = parse_entry(entry)
+    if parsed is None:
+        return entry
+    return parsed.path if parsed.is_module else parsed.kind  # type: ignore[return-value]
 
 
 def _float(value: Any) -> float | None:
@@ -307,8 +299,8 @@ def _set_phases(calls: list[Call]) -> None:
 def _within_a_backward(call: Call) -> bool:
     """A call the backward made inside a module's backward (a custom autograd function's backward, a hook):
     construct.json gives it that module's backward entry as its parent."""
-    found = _MODULE.match(call.parent) if call.parent else None
-    return found is not None and found["direction"] == BACKWARD
+    found = parse_entry(call.parent) if call.parent else None
+    return found is not None and found.is_module and found.direction == BACKWARD
 
 
 def _loose(call: Call) -> bool:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from msprobe.core.dump.backward_names import BackwardNumbering
+from msprobe.core.dump.entry_names import kind_of
 from msprobe.core.dump.filters import DataModeFilter, NameFilter, ScopeFilter
 from msprobe.core.dump.numbers import NonFinite
 from msprobe.core.dump.overflow import InputScreen, LaterScreen, OverflowCounter, has_nonfinite
@@ -582,7 +583,7 @@ class DumpCollector:
         """
         if self.session.config.strict or isinstance(exc, self.device_errors):
             raise exc
-        base = name.rsplit(".", 2)[0] if name.count(".") >= 3 else name
+        base = kind_of(name)
         if base not in self._failed_names:
             self._failed_names.add(base)
             logger.warning("msprobe: dumping %s failed and is skipped (%s: %s)", name, type(exc).__name__, exc)

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from msprobe.core.dump.entry_names import parse_entry
 from msprobe.core.errors import DataFileError
 from msprobe.core.files import write_json_atomic
 
@@ -34,8 +34,6 @@ logger = logging.getLogger(__name__)
 
 REPORT_NAME = "diff_report.json"
 ENTRY_SECTIONS = ("input_args", "input_kwargs", "input", "output", "parameters")
-_COUNT = re.compile(r"^(?P<api>.+)\.\d+\.(?P<direction>forward|backward)$")
-_MODULE_COUNT = re.compile(r"^(?P<api>.+)\.(?P<direction>forward|backward)\.\d+$")
 _MOST_LISTED = 1000  # names listed per category in the report
 
 
@@ -84,8 +82,8 @@ def _shapes(found: list[Any]) -> list[Any]:
 
 def _kind(name: str) -> str:
     """The API and direction of an entry name, without its count: the fuzzy pairing's key."""
-    match = _COUNT.match(name) or _MODULE_COUNT.match(name)
-    return f"{match['api']}.{match['direction']}" if match else name
+    parsed = parse_entry(name)
+    return parsed.without_count() if parsed is not None and parsed.direction else name
 
 
 class LiveDiff:

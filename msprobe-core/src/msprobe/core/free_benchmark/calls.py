@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from msprobe.core.dump.entry_names import kind_of
 from msprobe.core.errors import UsageError
 from msprobe.core.free_benchmark.judge import FreeBenchmarkJudge, dtype_key
 
@@ -234,7 +235,7 @@ class FreeBenchmarkCalls:
         """Once per API; the call's own result stands (with ``strict``, ``exc`` is raised instead)."""
         if self.session.config.strict:
             raise exc
-        base = name.rsplit(".", 2)[0]
+        base = kind_of(name)
         if base not in self._warned:
             self._warned.add(base)
             logger.warning("msprobe free benchmark: %s: %s; it is skipped", name, reason)

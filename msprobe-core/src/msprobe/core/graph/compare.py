@@ -19,7 +19,6 @@ when every value is identical and 0 otherwise.
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,9 +37,8 @@ from msprobe.core.compare.tables import (
     statistics_table,
     tensor_table,
 )
+from msprobe.core.dump.entry_names import parse_entry
 from msprobe.core.graph.model import API, API_GROUP, Graph, Node
-
-_CALL_COUNT = re.compile(r"\.\d+\.(forward|backward)$")
 
 # The reference's colour bands per mode: (colour, [low, high], legend text).
 _STATISTICS_TEXT = (
@@ -117,18 +115,14 @@ def _compatible(npu: Node, bench: Node) -> bool:
 
 
 def _fuzzy_key(node_id: str) -> str:
-    return _CALL_COUNT.sub(r".\1", node_id)
-
-
-_MODULE_ID = re.compile(r"^(?P<head>(?:Module|Cell)\..+)\.(?P<cls>[^.]+)\.(?P<dir>forward|backward)\.(?P<n>\d+)$")
+    parsed = parse_entry(node_id)  # an API call's count left out; a module's kept
+    return parsed.without_count() if parsed is not None and not parsed.is_module else node_id
 
 
 def without_class(node_id: str) -> str:
     """``Module.fc.Linear.forward.0`` -> ``Module.fc.forward.0``: across frameworks the classes differ."""
-    match = _MODULE_ID.match(node_id)
-    if match is None:
-        return node_id
-    return f"{match['head']}.{match['dir']}.{match['n']}"
+    parsed = parse_entry(node_id)
+    return parsed.without_class() if parsed is not None and parsed.direction else node_id
 
 
 def match_graphs(

@@ -32,10 +32,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from msprobe.core.dump.entry_names import module_path
 from msprobe.core.dump.reader import Dump
 from msprobe.core.errors import DataFileError
 from msprobe.core.parallel import stats
-from msprobe.core.parallel.names import canonical, module_path
+from msprobe.core.parallel.names import canonical
 from msprobe.core.parallel.stats import ARRAY
 
 # the global run's value (a tensor summary, a number...) at (entry name, path of the value in the entry), or None
@@ -253,7 +254,7 @@ class _Merger:
                 self._layout_collectives.add(name)
                 reduced.add(str(parent))
             elif str(parent) in reduced:
-                self._after_collective.add(name.split(".backward")[0])
+                self._after_collective.add(name)
 
     def declared_shards(self, name: str, path: tuple, pieces: list[dict], ranks: list[int]) -> list[dict]:
         """The pieces annotated as the DTensor shards the declared layout says they are, so they merge as
@@ -265,7 +266,7 @@ class _Merger:
         rule = self._declared_rule(name)
         if rule is None:
             return pieces
-        if name.split(".backward", maxsplit=1)[0] in self._after_collective:
+        if name in self._after_collective:  # a forward call; only forward outputs are partial sums
             rule = {**rule, "calls": None}
         placement = _declared_placement(name, path, pieces[0], rule, own=module_path(name) is not None)
         if placement is None:

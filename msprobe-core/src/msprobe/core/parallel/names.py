@@ -7,30 +7,19 @@ gives each sharded module a class of its own, ``FSDP`` and the class's name (``F
 
 from __future__ import annotations
 
-import re
-
-# Module.{path}.{Class}.{forward|backward}.{n}, and Module.{path}.{Class}.parameters_grad
-_MODULE = re.compile(
-    r"^(?P<prefix>Module|Cell)\.(?P<path>.+)\.(?P<cls>[^.]+)\.(?P<rest>(?:forward|backward)\.\d+|parameters_grad)$"
-)
+from msprobe.core.dump.entry_names import PARAMETERS_GRAD, module_entry, parse_entry
 
 
 def canonical(name: str, ddp: bool) -> str | None:
     """The name the one-process run gives this entry; None for the model itself under DDP (no entry there)."""
-    match = _MODULE.match(name)
-    if match is None:
+    parsed = parse_entry(name)
+    if parsed is None or not parsed.is_module:
         return name
-    path, cls = match["path"], match["cls"]
+    path, cls = parsed.path or "", parsed.cls or ""
     if ddp:
         if path == "module":
             return None
         path = path.removeprefix("module.")
     if cls.startswith("FSDP") and len(cls) > 4:
         cls = cls[4:]
-    return f"{match['prefix']}.{path}.{cls}.{match['rest']}"
-
-
-def module_path(name: str) -> str | None:
-    """``Module.blocks.0.attn.Attention.forward.0`` -> ``blocks.0.attn``; None for an API's entry."""
-    match = _MODULE.match(name)
-    return match["path"] if match is not None else None
+    return module_entry(parsed.prefix, path, cls, parsed.direction or PARAMETERS_GRAD, parsed.count)

@@ -24,6 +24,7 @@ import pandas as pd
 
 from msprobe.core.compare.rows import dump_rows
 from msprobe.core.diagnosis import call_order
+from msprobe.core.dump.entry_names import direction, module_path
 from msprobe.core.dump.reader import Dump
 from msprobe.core.errors import DataFileError
 from msprobe.core.monitor.tensorboard import read_csv_file
@@ -46,31 +47,6 @@ COLUMNS = (
     "stack_id",
 )
 STATISTICS = ("max", "min", "mean", "norm")
-_MODULE_PREFIXES = ("Module", "Cell")
-_DIRECTIONS = ("forward", "backward")
-
-
-def module_path(entry: str) -> str | None:
-    """``Module.layers.0.Block.forward.0`` -> ``layers.0``; None for an entry that is not a module's."""
-    parts = entry.split(".")
-    if parts[0] not in _MODULE_PREFIXES or len(parts) < 4:
-        return None
-    if parts[-1] == "parameters_grad":  # Module.conv.Conv2d.parameters_grad
-        return ".".join(parts[1:-2])
-    for position in range(len(parts) - 1, 0, -1):
-        if parts[position] in _DIRECTIONS:
-            return ".".join(parts[1 : position - 1])  # drop the class before forward/backward
-    return None
-
-
-def direction(entry: str) -> str:
-    if entry.endswith(".parameters_grad"):
-        return "backward"
-    parts = entry.split(".")
-    for part in reversed(parts):
-        if part in _DIRECTIONS:
-            return part
-    return ""
 
 
 def _float(value: Any) -> float | None:
