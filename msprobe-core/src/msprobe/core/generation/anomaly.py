@@ -27,10 +27,11 @@ controls.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 KINDS = ("nan", "repetition", "entropy_collapse", "garbled")
 
@@ -66,47 +67,47 @@ def response_anomalies(
     thresholds: Thresholds = Thresholds(),
 ) -> list[Finding]:
     """Every finding in one response, in token order. ``logprobs[i]`` is the log-probability of ``tokens[i]``
-    when it was chosen; ``entropies[i]``, when given, the entropy (nats) of that step's distribution."""
+    when it was chosen; ``entropies[i]``, when given, the entropy (nats) of that step's distribution. Worked in
+    numpy arrays of a byte or eight per token, so a response of millions of tokens costs a few times its
+    values' size, not a Python object per token and flag."""
     if len(tokens) != len(logprobs) or (entropies is not None and len(entropies) != len(tokens)):
         raise ValueError("tokens, logprobs and entropies must have one value per token")
+    token_array = np.asarray(tokens, dtype=np.int64)
+    logprob_array = np.asarray(logprobs, dtype=np.float64)
+    entropy_array = None if entropies is None else np.asarray(entropies, dtype=np.float64)
     found = [
-        *_nonfinite(logprobs, entropies),
-        *_repetitions(list(tokens), thresholds),
-        *_collapse(logprobs, entropies, thresholds),
-        *_garbled(logprobs, thresholds),
+        *_nonfinite(logprob_array, entropy_array),
+        *_repetitions(token_array, thresholds),
+        *_collapse(logprob_array, entropy_array, thresholds),
+        *_garbled(logprob_array, thresholds),
     ]
     return sorted(found, key=lambda finding: (finding.start, KINDS.index(finding.kind)))
 
 
-def _spans(flags: Sequence[bool]) -> list[tuple[int, int]]:
+def _spans(flags: np.ndarray) -> list[tuple[int, int]]:
     """The runs of True, as (start, end)."""
-    spans, start = [], None
-    for index, flag in enumerate(flags):
-        if flag and start is None:
-            start = index
-        elif not flag and start is not None:
-            spans.append((start, index))
-            start = None
-    if start is not None:
-        spans.append((start, len(flags)))
-    return spans
+    edges = np.diff(np.concatenate(([False], flags, [False])).astype(np.int8))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    return [(int(start), int(end)) for start, end in zip(starts, ends)]
 
 
-def _nonfinite(logprobs: Sequence[float], entropies: Sequence[float] | None) -> list[Finding]:
-    flags = [
-        not math.isfinite(value) or (entropies is not None and not math.isfinite(entropies[index]))
-        for index, value in enumerate(logprobs)
-    ]
+def _nonfinite(logprobs: np.ndarray, entropies: np.ndarray | None) -> list[Finding]:
+    flags = ~np.isfinite(logprobs)
+    if entropies is not None:
+        flags |= ~np.isfinite(entropies)
     return [Finding("nan", start, end, f"{end - start} token(s) chosen from a distribution that is not finite")
             for start, end in _spans(flags)]  # fmt: skip
 
 
-def _repetitions(tokens: list[int], thresholds: Thresholds) -> list[Finding]:
+def _repetitions(tokens: np.ndarray, thresholds: Thresholds) -> list[Finding]:
     """Back-to-back repeats of a period p: tokens[i] == tokens[i - p] over a stretch; the shortest period that
     explains a stretch is named, and overlapping stretches are merged."""
     found: list[tuple[int, int, int]] = []  # start, end, period
+    flags = np.zeros(len(tokens), dtype=bool)
     for period in range(1, thresholds.max_period + 1):
-        flags = [index >= period and tokens[index] == tokens[index - period] for index in range(len(tokens))]
+        flags[:] = False
+        if period < len(tokens):
+            np.equal(tokens[period:], tokens[:-period], out=flags[period:])
         for start, end in _spans(flags):
             span_start = start - period  # the first copy of the repeated run
             repeats = (end - span_start) / period
@@ -126,18 +127,19 @@ def _repetitions(tokens: list[int], thresholds: Thresholds) -> list[Finding]:
     ]
 
 
-def _collapse(logprobs: Sequence[float], entropies: Sequence[float] | None, thresholds: Thresholds) -> list[Finding]:
-    values = list(entropies) if entropies is not None else [-value for value in logprobs]
-    finite = [value for value in values if math.isfinite(value)]
+def _collapse(logprobs: np.ndarray, entropies: np.ndarray | None, thresholds: Thresholds) -> list[Finding]:
+    values = entropies if entropies is not None else -logprobs
+    finite_flags = np.isfinite(values)
+    finite = values[finite_flags]
     if len(finite) < thresholds.collapse_window * 2:
         return []  # too short to know what is typical for it
     # an entropy's typical value is its median; a surprise's mean is what estimates the entropy (most chosen
-    # tokens are likely ones, so its median sits far below)
-    typical = statistics.median(finite) if entropies is not None else statistics.fmean(finite)
+    # tokens are likely ones, so its median sits far below); the mean summed exactly, as statistics.fmean does
+    typical = float(np.median(finite)) if entropies is not None else math.fsum(finite) / len(finite)
     if typical < thresholds.least_typical_entropy:
         return []
     floor = thresholds.collapse_ratio * typical
-    flags = [math.isfinite(value) and value < floor for value in values]
+    flags = finite_flags & (values < floor)
     what = "entropy" if entropies is not None else "surprise"
     return [
         Finding("entropy_collapse", start, end, f"{what} under {floor:.3g} nats for {end - start} tokens "
@@ -147,37 +149,35 @@ def _collapse(logprobs: Sequence[float], entropies: Sequence[float] | None, thre
     ]  # fmt: skip
 
 
-def _garbled(logprobs: Sequence[float], thresholds: Thresholds) -> list[Finding]:
+def _garbled(logprobs: np.ndarray, thresholds: Thresholds) -> list[Finding]:
     rare = math.log(thresholds.rare_probability)
-    unlikely = [math.isfinite(value) and value < rare for value in logprobs]
+    unlikely = np.isfinite(logprobs) & (logprobs < rare)
     window, count = thresholds.burst_window, thresholds.burst_count
-    flags = [False] * len(logprobs)
-    running = sum(unlikely[:window])
-    for start in range(0, max(len(logprobs) - window + 1, 0)):
-        if start:
-            running += unlikely[start + window - 1] - unlikely[start - 1]
-        if running >= count:
-            for index in range(start, start + window):
-                flags[index] = flags[index] or unlikely[index]
+    size = len(logprobs)
+    # the windows of ``window`` tokens holding at least ``count`` unlikely ones, and the tokens they cover
+    running = np.concatenate(([0], np.cumsum(unlikely, dtype=np.int64)))
+    starts = np.flatnonzero(running[window:] - running[: max(size - window + 1, 0)] >= count)
+    cover = np.zeros(size + 1, dtype=np.int64)
+    np.add.at(cover, starts, 1)
+    np.add.at(cover, starts + window, -1)
+    flags = unlikely & (np.cumsum(cover[:size]) > 0)
     found = []
     for start, end in _spans(_bridged(flags, window)):
-        rare_tokens = sum(unlikely[start:end])
+        rare_tokens = int(unlikely[start:end].sum())
         found.append(Finding("garbled", start, end, f"{rare_tokens} of {end - start} tokens chosen with "
                              f"probability under {thresholds.rare_probability:g}"))  # fmt: skip
     return found
 
 
-def _bridged(flags: list[bool], gap: int) -> list[bool]:
+def _bridged(flags: np.ndarray, gap: int) -> np.ndarray:
     """Flags with the gaps shorter than ``gap`` between two flagged tokens filled, so one burst is one span."""
-    bridged = list(flags)
-    last = None
-    for index, flag in enumerate(flags):
-        if flag:
-            if last is not None and 1 < index - last < gap:
-                for between in range(last + 1, index):
-                    bridged[between] = True
-            last = index
-    return bridged
+    flagged = np.flatnonzero(flags)
+    lefts, rights = flagged[:-1], flagged[1:]
+    short = (rights - lefts > 1) & (rights - lefts < gap)
+    filled = np.zeros(len(flags) + 1, dtype=np.int64)
+    np.add.at(filled, lefts[short] + 1, 1)
+    np.add.at(filled, rights[short], -1)
+    return flags | (np.cumsum(filled[: len(flags)]) > 0)
 
 
 def write_report(findings: list[tuple[str, Finding]], path: Path) -> Path:

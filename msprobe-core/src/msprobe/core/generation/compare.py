@@ -168,9 +168,10 @@ def consistency(train: Sequence[Response], infer: Sequence[Response], tolerance:
         other = by_name.get(response.pairing_key)
         if other is None:
             continue
-        if other.tokens != response.tokens:
-            position = next((i for i, (a, b) in enumerate(zip(response.tokens, other.tokens)) if a != b),
-                            min(len(response.tokens), len(other.tokens)))  # fmt: skip
+        position = next((i for i, (a, b) in enumerate(zip(response.tokens, other.tokens)) if a != b), None)
+        if position is None and len(response.tokens) != len(other.tokens):
+            position = min(len(response.tokens), len(other.tokens))
+        if position is not None:
             raise UsageError(f"request {response.name}: the tokens differ at token {position}; the consistency "
                              "check scores the same tokens on both sides")  # fmt: skip
         for trained, inferred in zip(response.logprobs, other.logprobs):

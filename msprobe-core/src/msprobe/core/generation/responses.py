@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+import re
+from array import array
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,9 +17,9 @@ MOST_BYTES = 1 << 30  # a responses file larger than this is refused rather than
 @dataclass(frozen=True)
 class Response:
     name: str
-    tokens: list[int]
-    logprobs: list[float]
-    entropies: list[float] | None = None
+    tokens: Sequence[int]  # as read from a file: compact arrays (8 bytes a value), not a Python object each
+    logprobs: Sequence[float]
+    entropies: Sequence[float] | None = None
     top_logprobs: list[dict[int, float]] | None = None  # each position's candidates: token -> log-probability
     key: tuple = ()  # what pairs it with the other side's response: the id with its JSON type (1 is not "1")
 
@@ -40,12 +42,9 @@ def read_responses(path: Path) -> list[Response]:
     # probability, 0, is)
     Number = StrictFloat | StrictInt
 
-    class Record(BaseModel):
+    class Record(BaseModel):  # the per-token columns are read by _column, into arrays
         model_config = ConfigDict(extra="ignore")
         id: StrictStr | StrictInt | None = None
-        tokens: list[StrictInt]
-        logprobs: list[Number | None]
-        entropies: list[Number | None] | None = None
         top_logprobs: list[dict[int, Number] | list[tuple[StrictInt, Number]]] | None = None
 
     if not path.is_file():
@@ -65,8 +64,14 @@ def read_responses(path: Path) -> list[Response]:
             lone = lone_surrogate_message(raw)
             if lone is not None:  # a name holding half a UTF-16 pair cannot be printed, nor written as UTF-8
                 raise DataFileError(path, f"line {number}: {lone}")
+            del raw  # the text alone while it is parsed: a line may be hundreds of megabytes
             try:
-                record = Record.model_validate(json.loads(line))
+                fields = _parse_line(line, path, number)
+                del line
+                tokens = _column(path, number, "tokens", fields.pop("tokens", None), integers=True)
+                logprobs = _column(path, number, "logprobs", fields.pop("logprobs", None), integers=False)
+                entropies = _column(path, number, "entropies", fields.pop("entropies", None), integers=False)
+                record = Record.model_validate(fields)
             except json.JSONDecodeError as exc:
                 raise DataFileError(path, f"line {number} is not JSON ({exc.msg})") from None
             except RecursionError:
@@ -77,20 +82,21 @@ def read_responses(path: Path) -> list[Response]:
             except ValueError as exc:  # an integer of thousands of digits, which Python refuses to convert
                 words = "holds an integer too long to read" if "digits" in str(exc) else str(exc)
                 raise DataFileError(path, f"line {number}: {words}") from None
-            for field_name in ("logprobs", "entropies", "top_logprobs"):
-                values = getattr(record, field_name)
-                if values is not None and len(values) != len(record.tokens):
+            for field_name, values in (
+                ("logprobs", logprobs),
+                ("entropies", entropies),
+                ("top_logprobs", record.top_logprobs),
+            ):
+                if values is not None and len(values) != len(tokens):
                     raise DataFileError(path, f"line {number}: field {field_name!r} has {len(values)} values for "
-                                              f"{len(record.tokens)} tokens")  # fmt: skip
-            entropies = None if record.entropies is None else [_number(value) for value in record.entropies]
+                                              f"{len(tokens)} tokens")  # fmt: skip
             tops = None if record.top_logprobs is None else [dict(top) for top in record.top_logprobs]
             name = shown(str(record.id)) if record.id is not None else f"line {number}"
             key = (type(record.id).__name__, record.id) if record.id is not None else ("line", number)
             if key in seen:  # which of the two would be compared would depend on their order
                 raise DataFileError(path, f"line {number}: id {record.id!r} is line {seen[key]}'s id too")
             seen[key] = number
-            logprobs = [_number(value) for value in record.logprobs]
-            responses.append(Response(name, record.tokens, logprobs, entropies, tops, key))
+            responses.append(Response(name, tokens, logprobs, entropies, tops, key))
     return responses
 
 
@@ -102,8 +108,122 @@ def shown(text: str) -> str:
     return "".join(character if character.isprintable() else repr(character)[1:-1] for character in text)
 
 
-def _number(value: float | None) -> float:
-    return math.nan if value is None else float(value)
+COLUMNS = {"tokens": "q", "logprobs": "d", "entropies": "d"}
+_DECODER = json.JSONDecoder()
+_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _parse_line(line: str, path: Path, number: int) -> dict[str, Any]:
+    """One line's object, as json.loads gives it, except that a per-token column made only of numbers and
+    nulls comes back as an array (8 bytes a value) read one value at a time: json.loads would hold a Python
+    object and a pointer, some 32 bytes, for each. Anything else in a column (a string, a nested list) is
+    returned as JSON has it, for _column to refuse by name."""
+    from msprobe.core.errors import DataFileError
+
+    scan, end = _DECODER.scan_once, len(line)
+
+    def space(index: int) -> int:
+        return _SPACE.match(line, index).end()  # type: ignore[union-attr]
+
+    def expect(index: int, character: str, what: str) -> int:
+        index = space(index)
+        if index >= end or line[index] != character:
+            raise json.JSONDecodeError(f"Expecting {what}", line, index)
+        return index + 1
+
+    def value(index: int) -> tuple[Any, int]:
+        try:
+            return scan(line, index)
+        except StopIteration as stop:
+            raise json.JSONDecodeError("Expecting value", line, stop.value) from None
+
+    index = space(0)
+    if index >= end or line[index] != "{":
+        _, index = value(index)
+        if space(index) != end:
+            raise json.JSONDecodeError("Extra data", line, space(index))
+        raise DataFileError(path, f"line {number} is not a JSON object")
+    fields: dict[str, Any] = {}
+    index = space(index + 1)
+    if index < end and line[index] == "}":
+        index += 1
+    else:
+        while True:
+            index = expect(index, '"', "property name enclosed in double quotes")
+            key, index = json.decoder.scanstring(line, index)
+            index = space(expect(index, ":", "':' delimiter"))
+            if key in COLUMNS and index < end and line[index] == "[":
+                fields[key], index = _numbers(line, index, COLUMNS[key], value, space)
+            else:
+                fields[key], index = value(index)
+            index = space(index)
+            if index < end and line[index] == ",":
+                index += 1
+                continue
+            index = expect(index, "}", "',' delimiter")
+            break
+    if space(index) != end:
+        raise json.JSONDecodeError("Extra data", line, space(index))
+    return fields
+
+
+def _numbers(line: str, index: int, code: str, value: Any, space: Any) -> tuple[Any, int]:
+    """A JSON list at ``index``, as an array of ``code`` when it holds only numbers (and nulls, as NaN, in a
+    float column), else as the list json reads (read again from its start: that is the error path)."""
+    start, column = index, array(code)
+    index = space(index + 1)
+    if index < len(line) and line[index] == "]":
+        return column, index + 1
+    while True:
+        item, index = value(index)
+        if type(item) is int or (code == "d" and (type(item) is float or item is None)):
+            try:
+                column.append(math.nan if item is None else item)
+            except OverflowError:
+                return value(start)
+        else:
+            return value(start)  # not a column of numbers: kept as JSON has it, for _column to refuse by name
+        index = space(index)
+        if index < len(line) and line[index] == ",":
+            index = space(index + 1)
+            continue
+        if index < len(line) and line[index] == "]":
+            return column, index + 1
+        raise json.JSONDecodeError("Expecting ',' delimiter", line, index)
+
+
+def _column(path: Path, number: int, field_name: str, values: Any, integers: bool) -> array | None:
+    """One per-token field of a line as a compact array, checked strictly: a token ``12.0``, ``"12"`` or
+    ``true`` is not a token a model gave, nor a log-probability ``"-0.5"`` (an integer one, 0, is; null is NaN).
+    Only ``entropies`` may be left out."""
+    from msprobe.core.errors import DataFileError
+
+    where = f"line {number}: {field_name}"
+    if values is None:
+        if field_name == "entropies":
+            return None
+        raise DataFileError(path, f"{where}: field required")
+    if isinstance(values, array):
+        return values
+    if not isinstance(values, list):
+        raise DataFileError(path, f"{where}: must be a list")
+    if integers:
+        bad = next((index for index, value in enumerate(values) if type(value) is not int), None)
+        kind = "an integer"
+    else:
+        bad = next((index for index, value in enumerate(values) if type(value) not in _NUMBERS), None)
+        kind = "a number or null"
+    if bad is not None:
+        raise DataFileError(path, f"{where}.{bad}: must be {kind}, not {type(values[bad]).__name__}")
+    column = array("q" if integers else "d")
+    try:
+        column.extend(values if integers else (math.nan if value is None else value for value in values))
+    except OverflowError:
+        raise DataFileError(path, f"{where}: holds a number out of range") from None
+    return column
+
+
+_NUMBERS = (float, int, type(None))  # bool is not among them: type(True) is bool
 
 
 def write_rows(path: Path, columns: list[str], rows: Iterable[Iterable[Any]]) -> Path:
