@@ -744,3 +744,25 @@ def test_request_id_keeps_one_requests_rows_of_a_flat_batch(tmp_path):
         assert entry["shape"] == list(expected.shape)
         assert entry["Max"] == pytest.approx(float(expected.max()), rel=1e-6)
         assert entry["Mean"] == pytest.approx(float(expected.astype(np.float64).mean()), rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    "fields, field",
+    [
+        ({"statistics": {"summary_mode": "xor"}}, "statistics.summary_mode: 'xor' is not written by the mindspore"),
+        ({"task": "tensor", "tensor": {"summary_mode": "md5", "bench_path": "."}}, "tensor.bench_path:"),
+    ],
+)
+def test_what_only_pytorch_writes_is_refused_when_the_debugger_is_made(tmp_path, fields, field):
+    """Before any training: the debugger refuses it as it is made, and config validate says it first."""
+    from click.testing import CliRunner
+
+    from msprobe.cli.main import cli
+    from msprobe.core.errors import ConfigError
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"task": "statistics", "dump_path": str(tmp_path / "dump"), **fields}))
+    with pytest.raises(ConfigError, match=f"config.json: {field}"):
+        PrecisionDebugger(config_path=str(config))
+    result = CliRunner().invoke(cli, ["config", "validate", str(config)])
+    assert result.exit_code == 2 and field in result.output, result.output

@@ -144,7 +144,7 @@ def validate_command(files: tuple[Path, ...]) -> None:
             failures += 1
             click.echo(f"invalid: {exc}", err=True)
             continue
-        problem = _unavailable_perturbation(config) or _dump_path_problem(config)
+        problem = _unavailable_perturbation(config) or _beyond_the_backends(config) or _dump_path_problem(config)
         if problem:
             failures += 1
             click.echo(f"invalid: {file}: {problem}", err=True)
@@ -159,6 +159,18 @@ def _dump_path_problem(config: DebuggerConfig) -> str | None:
 
     problem = dump_path_problem(config.dump_path)
     return f"dump_path: {problem}" if problem else None
+
+
+def _beyond_the_backends(config: DebuggerConfig) -> str | None:
+    """What no installed backend the config may run on can do (xor on MindSpore alone): the debugger refuses it
+    when made, so validate says it first. With no backend installed there is nothing to check against."""
+    from msprobe.core.plugins import get_registry
+
+    backends = [
+        b for b in get_registry().backends().values() if config.framework is None or b.matches(config.framework)
+    ]
+    problems = [backend.config_problem(config) for backend in backends]
+    return problems[0] if backends and all(problems) else None
 
 
 def _unavailable_perturbation(config: DebuggerConfig) -> str | None:

@@ -39,6 +39,21 @@ class Backend:
     tensor_suffix: str = ""  # suffix of tensor files in dump_tensor_data
     debugger_path: str = ""  # "module:attribute" of the framework's PrecisionDebugger
     autostart_path: str = ""  # "module:function" that ``msprobe run`` calls with the config once the framework imports
+    # the summary modes its dump writes and whether it runs the live md5 diff (tensor.bench_path): a config
+    # asking for more is refused when it is checked, before any training starts
+    summary_modes: tuple[str, ...] = ("statistics", "md5", "xor")
+    live_diff: bool = True
+
+    def config_problem(self, config: Any) -> str | None:
+        """What in a valid config this backend cannot do, as 'field: why'; None when it can do all of it."""
+        if config.summary_mode not in self.summary_modes:
+            own = config.task == "tensor" and config.tensor.summary_mode
+            field = "tensor.summary_mode" if own else "statistics.summary_mode"
+            written = ", ".join(self.summary_modes)
+            return f"{field}: '{config.summary_mode}' is not written by the {self.name} backend (it writes {written})"
+        if config.live_diff and not self.live_diff:
+            return f"tensor.bench_path: the live md5 diff is not run by the {self.name} backend"
+        return None
 
     # -- availability -------------------------------------------------------
     def is_available(self) -> bool:

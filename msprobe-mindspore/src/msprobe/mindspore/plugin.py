@@ -21,6 +21,8 @@ class MindSporeBackend(Backend):
     tensor_suffix = ".npy"
     debugger_path = "msprobe.mindspore.debugger:PrecisionDebugger"
     autostart_path = "msprobe.mindspore.autostart:begin"
+    summary_modes = ("statistics", "md5")  # xor and the live diff are PyTorch-only, as in mindstudio-probe 26.x
+    live_diff = False
 
     def load_tensor(self, path: str | Path) -> Any:
         return load_npy(path)
