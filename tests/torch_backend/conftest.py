@@ -1,4 +1,3 @@
-import socket
 import sys
 from pathlib import Path
 
@@ -21,6 +20,6 @@ def _real_dropout():
 def free_port() -> str:
     """A TCP port no one listens on now, for a torchrun rendezvous: tests run in parallel workers, so a fixed
     port could be taken by another test's run."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return str(probe.getsockname()[1])
+    from ports import unused_port
+
+    return str(unused_port())

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import socket
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 from click.testing import CliRunner
+from ports import unused_port
 
 from msprobe.cli.main import cli
 
@@ -94,18 +94,12 @@ def _rank(rank: int, world: int, root: str, port: int, declared: bool, reduce: b
         dist.destroy_process_group()
 
 
-def _port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("megatron")
     _train(0, 1, str(root / "golden"), declared=False)
     for name, declared, reduce in (("declared", True, True), ("undeclared", False, True), ("unreduced", True, False)):
-        mp.spawn(_rank, (2, str(root / name), _port(), declared, reduce), nprocs=2, join=True)
+        mp.spawn(_rank, (2, str(root / name), unused_port(), declared, reduce), nprocs=2, join=True)
     return root
 
 

@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from ports import unused_port
 
 from models import train_mixed_net
 from msprobe.cli.main import cli
@@ -21,9 +22,7 @@ from msprobe.pytorch import PrecisionDebugger
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return unused_port()
 
 
 def start_receiver(tmp_path, name, port=None, tls_path="", nfs_path=None, extra=None):

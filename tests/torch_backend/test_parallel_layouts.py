@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import socket
 import sys
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from paths import REPO_ROOT
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 import bench_layouts as bench
 from layout_faults import CASES, MLP, batch, lay_out, loss_of, share_of
+from ports import unused_port
 
 from msprobe.cli.main import cli
 
@@ -36,12 +36,6 @@ QUICK = [
     "mlp.ddp.desync", "mlp.tp.desync", "mlp.ddp.allreduce_missing", "mlp.ddp.averaged_twice",
     "mlp.fsdp2.reduce_bf16", "mlp.ddp.data", "mlp.tp.partial", "mlp.tp_sp.desync", "lm_dropout.tp.dropout_seed",
 ]  # fmt: skip
-
-
-def _port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +128,7 @@ def test_merged_statistics_are_numpy_s_of_the_global_tensor_gathered_by_hand(tmp
     from msprobe.core.dump.reader import read_dump
     from msprobe.core.parallel.merge import merge_ranks
 
-    mp.spawn(_gathered, (2, layout, str(tmp_path), _port()), nprocs=2, join=True)
+    mp.spawn(_gathered, (2, layout, str(tmp_path), unused_port()), nprocs=2, join=True)
     dumps = {rank: read_dump(tmp_path / layout / "step0" / f"rank{rank}") for rank in (0, 1)}
     assert dumps[0].parallel["world_size"] == 2
     merged = merge_ranks(dumps).dump  # no other run to guide it: the layout the dumps record decides
