@@ -74,6 +74,9 @@ def _uv_reads_pips_configuration() -> None:
         if name and name not in os.environ:
             os.environ[name] = value.strip().strip("'\"")
     os.environ.setdefault("UV_INDEX_STRATEGY", "unsafe-best-match")
+    # pip compiles every module to bytecode as it installs; uv does not, and where PYTHONDONTWRITEBYTECODE is set
+    # no .pyc is ever written, so each process a test starts compiled torch anew (import torch: 5 s, not 2)
+    os.environ.setdefault("UV_COMPILE_BYTECODE", "1")
 
 
 _uv_reads_pips_configuration()
