@@ -120,7 +120,7 @@ class BaseDebugger:
         self._overrides = {"task": task, "dump_path": dump_path, "level": level, "step": step, "strict": strict}
         self.config = load_config_once(config_path, **self._overrides)  # the front door's, where it made us
         self.config_path = config_path
-        self._refuse_what_the_backend_cannot_do()
+        self._refuse_what_the_backend_cannot_do(self.config)
         self._config_seen = _file_state(config_path) if self.config.dump_enable is not None else None
         self._make_dump_path()
         self.model = self._checked_model(model) if model is not None else None
@@ -144,13 +144,14 @@ class BaseDebugger:
         show_in_training()
         atexit.register(_finish_at_exit, weakref.ref(self))
 
-    def _refuse_what_the_backend_cannot_do(self) -> None:
+    def _refuse_what_the_backend_cannot_do(self, config: DebuggerConfig) -> None:
         """A valid config may ask for what this framework's backend does not write (26.x's xor on MindSpore):
-        refused here, when the debugger is made, not when start() builds the hooks mid-training."""
+        refused when the debugger is made, and in an edited config read again, not when start() builds the
+        hooks mid-training."""
         from msprobe.core.plugins import get_registry
 
         backend = get_registry().backends().get(self.framework)
-        problem = backend.config_problem(self.config) if backend is not None else None
+        problem = backend.config_problem(config) if backend is not None else None
         if problem is not None:
             raise ConfigError(problem, path=self.config_path)
 
@@ -256,6 +257,7 @@ class BaseDebugger:
         self._config_seen = seen
         try:
             config = load_config(self.config_path, **self._overrides)
+            self._refuse_what_the_backend_cannot_do(config)
         except ConfigError as exc:
             logger.warning("msprobe: the edited config is not used, the last good one stays: %s", exc)
             return

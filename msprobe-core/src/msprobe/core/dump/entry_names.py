@@ -14,6 +14,7 @@ more indices: ``Functional.linear.0.forward.input.1``.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -74,8 +75,10 @@ class EntryName:
         return f"{self.kind}.{self.count}.{self.direction}"
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def parse_entry(name: str) -> EntryName | None:
-    """The parts of an entry name; None for a name of no known form."""
+    """The parts of an entry name; None for a name of no known form. Cached: a compare, a graph and a diagnosis
+    each ask about the same names many times, and the answer is immutable."""
     found = _MODULE.match(name)
     if found is not None:
         kind = f"{found['prefix']}.{found['path']}.{found['cls']}"

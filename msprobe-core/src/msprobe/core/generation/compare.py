@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from msprobe.core.generation.page import write_token_page
 from msprobe.core.generation.responses import Response, read_responses, write_rows
 
@@ -168,10 +170,11 @@ def consistency(train: Sequence[Response], infer: Sequence[Response], tolerance:
         other = by_name.get(response.pairing_key)
         if other is None:
             continue
-        position = next((i for i, (a, b) in enumerate(zip(response.tokens, other.tokens)) if a != b), None)
-        if position is None and len(response.tokens) != len(other.tokens):
-            position = min(len(response.tokens), len(other.tokens))
-        if position is not None:
+        ours, theirs = np.asarray(response.tokens, dtype=np.int64), np.asarray(other.tokens, dtype=np.int64)
+        shared = min(len(ours), len(theirs))
+        differing = np.flatnonzero(ours[:shared] != theirs[:shared])
+        if len(differing) or len(ours) != len(theirs):
+            position = int(differing[0]) if len(differing) else shared
             raise UsageError(f"request {response.name}: the tokens differ at token {position}; the consistency "
                              "check scores the same tokens on both sides")  # fmt: skip
         for trained, inferred in zip(response.logprobs, other.logprobs):

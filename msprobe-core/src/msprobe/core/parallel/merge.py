@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from msprobe.core.dump.entry_names import module_path
+from msprobe.core.dump.entry_names import direction, module_path
 from msprobe.core.dump.reader import Dump
 from msprobe.core.errors import DataFileError
 from msprobe.core.parallel import stats
@@ -109,6 +109,7 @@ class _Merger:
         self.declared = _declared_layout(dumps)
         self._layout_collectives: set[str] = set()  # a declared module's collectives (its all-reduce)
         self._after_collective: set[str] = set()  # calls a declared module makes after its collective
+        self._rules: dict[str, dict | None] = {}  # module path -> its declared rule (the first pattern it matches)
 
     def module_of(self, name: str) -> str | None:
         """The module an entry is a call of: its own path for a module's entry, else its parent's in
@@ -220,9 +221,7 @@ class _Merger:
         if any("shard" in piece for piece in pieces):
             if not all("shard" in piece for piece in pieces):
                 raise self._unmergeable(name, path, pieces, ranks, "is a DTensor on some ranks only")
-            merged = self.dtensor(name, path, pieces, ranks)
-            if declared:
-                merged["merged"] = merged["merged"].replace("DTensor", "declared tensor_parallel", 1)
+            merged = self.dtensor(name, path, pieces, ranks, "declared tensor_parallel" if declared else "DTensor")
         else:
             merged = self.plain_tensor(name, path, pieces, ranks)
             merged["merged"] = merged.get("merged") or "alike on every rank"
@@ -239,7 +238,10 @@ class _Merger:
         module = self.module_of(name)
         if module is None:
             return None
-        return next((rule for pattern, rule in self.declared["modules"].items() if fnmatch(module, pattern)), None)
+        if module not in self._rules:
+            patterns = self.declared["modules"].items()
+            self._rules[module] = next((rule for pattern, rule in patterns if fnmatch(module, pattern)), None)
+        return self._rules[module]
 
     def _read_declared_calls(self, names: list[str]) -> None:
         """Within each call of a declared module (its calls share a parent in construct.json), the collectives
@@ -324,13 +326,13 @@ class _Merger:
         return merged
 
     # -- DTensors -------------------------------------------------------------------------------------
-    def dtensor(self, name: str, path: tuple, pieces: list[dict], ranks: list[int]) -> dict:
+    def dtensor(self, name: str, path: tuple, pieces: list[dict], ranks: list[int], kind: str = "DTensor") -> dict:
         meshes = {piece["shard"].get("mesh", {}).get("id") for piece in pieces}
         if len(meshes) > 1:  # the same DTensor on several meshes: one per group of ranks, merged apart
             groups: dict[Any, list[int]] = {}
             for index, piece in enumerate(pieces):
                 groups.setdefault(piece["shard"]["mesh"].get("id"), []).append(index)
-            merged = [self.dtensor(name, path, [pieces[i] for i in group], [ranks[i] for i in group])
+            merged = [self.dtensor(name, path, [pieces[i] for i in group], [ranks[i] for i in group], kind)
                       for group in groups.values()]  # fmt: skip
             return self.plain_tensor(name, path, merged, [ranks[group[0]] for group in groups.values()])
         first = pieces[0]["shard"]
@@ -363,7 +365,7 @@ class _Merger:
                 f"{name} {_where(path)}: shards of shape {[p['shape'] for p in pieces]} do not tile the global "
                 f"shape {global_shape} (placements {first['placements']}, mesh {mesh_shape}); rank {ranks[0]}",
             )
-        merged["merged"] = f"DTensor {','.join(first['placements'])} over ranks {_span(ranks)}"
+        merged["merged"] = f"{kind} {','.join(first['placements'])} over ranks {_span(ranks)}"
         return merged
 
     def _combine(self, name: str, path: tuple, group: list[dict], ranks: list[int], placement: tuple) -> dict:
@@ -482,12 +484,12 @@ def _declared_placement(name: str, path: tuple, piece: dict, rule: dict, own: bo
     if name.endswith("parameters_grad") or piece.get("parameter") or path[0] == "parameters":
         dim = rule.get("weight") if len(piece.get("shape") or []) >= 2 else rule.get("bias")
         return None if dim is None else f"S({dim})"
+    forward = direction(name) == "forward"
     if own:
-        backward = ".backward." in name
-        if path[0] == ("input" if backward else "output") and rule.get("output") is not None:
+        if path[0] == ("output" if forward else "input") and rule.get("output") is not None:
             return f"S({rule['output']})"
         return None
-    if path[0] == "output" and ".forward" in name and rule.get("calls") == "partial":
+    if path[0] == "output" and forward and rule.get("calls") == "partial":
         return "P(sum)"
     return None
 
@@ -495,22 +497,25 @@ def _declared_placement(name: str, path: tuple, piece: dict, rule: dict, own: bo
 def _declared_layout(dumps: dict[int, Dump]) -> dict[str, Any] | None:
     """The ``tensor_parallel`` layout the ranks' headers declare (from their config.json), checked: it comes
     from a file, and a malformed one, or ranks that declare different layouts, is one clear line naming it."""
+    from pydantic import ValidationError
+
+    from msprobe.core.config import TensorParallelSection
+
     found: tuple[int, dict[str, Any]] | None = None
     for rank, dump in sorted(dumps.items()):
         declared = (dump.parallel or {}).get("tensor_parallel")
         if declared is None:
             continue
         where = f"rank {rank}: parallel.tensor_parallel"
-        modules = declared.get("modules") if isinstance(declared, dict) else None
-        group = declared.get("ranks", []) if isinstance(declared, dict) else None
-        if not isinstance(modules, dict) or not isinstance(group, list) or not all(type(r) is int for r in group):
-            raise DataFileError(dump.path, f"{where} is not a layout ('ranks': a list of ranks, 'modules': patterns)")
-        for pattern, rule in modules.items():
-            known = isinstance(rule, dict) and set(rule) <= {"weight", "bias", "output", "calls"}
-            dims_ok = known and all(rule.get(k) is None or type(rule[k]) is int for k in ("weight", "bias", "output"))
-            if not (dims_ok and rule.get("calls") in (None, "partial")):
-                raise DataFileError(dump.path, f"{where}.modules[{pattern!r}] is not a module's layout")
-        layout = {"ranks": list(group), "modules": dict(modules)}
+        try:  # the config's own rules, since the header is the config's section as the run wrote it
+            layout = TensorParallelSection.model_validate(declared).model_dump(exclude_none=True)
+        except ValidationError as exc:
+            loc = exc.errors()[0].get("loc", ())
+            if len(loc) >= 2 and loc[0] == "modules":
+                raise DataFileError(dump.path, f"{where}.modules[{loc[1]!r}] is not a module's layout") from None
+            raise DataFileError(
+                dump.path, f"{where} is not a layout ('ranks': a list of ranks, 'modules': patterns)"
+            ) from None
         if found is not None and found[1] != layout:
             raise DataFileError(dump.path, f"{where} differs from rank {found[0]}'s: the ranks must declare one layout")
         found = found or (rank, layout)

@@ -33,7 +33,6 @@ from msprobe.core.api_patch import ApiPatcher, resolve_attribute
 from msprobe.core.dump.collector import dump_task
 from msprobe.core.dump.recorder import DumpRecorder, ModuleHooks, WriteRule, each_model, in_place_by_name, module_label
 from msprobe.core.dump.values import ValueEncoder
-from msprobe.core.errors import UsageError
 from msprobe.core.session import TaskSession
 from msprobe.mindspore.dump.tensors import TensorSummarizer, describe_object
 
@@ -295,8 +294,6 @@ class MindSporeDumpRecorder(DumpRecorder):
 
     def __init__(self, session: TaskSession):
         config = session.config
-        if config.summary_mode == "xor" or config.live_diff:
-            raise UsageError("summary_mode 'xor' and tensor.bench_path are PyTorch-only, as in mindstudio-probe 26.x")
         # lazy reads, except for ``strict``, which raises the tool's errors from the call that met them, and for
         # the flight recorder, which looks at each call's values as it is recorded
         lazy = not config.strict and config.task != "flight_recorder"
