@@ -110,3 +110,16 @@ def test_fuzzed_pt_files_give_only_our_error(tmp_path):
             pass
 
     check()
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (2, 3)])
+def test_an_array_saved_as_a_tensor_keeps_its_shape(tmp_path, shape):
+    """Merged tensors (ranks of a sharded run) are numpy arrays written as .pt: a 0-d loss stays 0-d."""
+    import numpy as np
+
+    from msprobe.pytorch.tensor_io import save_pt
+
+    array = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    save_pt(array, tmp_path / "t.pt")
+    loaded = torch.load(tmp_path / "t.pt")
+    assert tuple(loaded.shape) == shape and loaded.numpy().tolist() == array.tolist()

@@ -64,7 +64,8 @@ def load_pt(path: str | Path) -> np.ndarray:
 
 
 def save_pt(array: Any, path: str | Path) -> None:
-    tensor = array if isinstance(array, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(array))
+    # np.asarray keeps a 0-d array 0-d, where np.ascontiguousarray makes it 1-d (a scalar loss saved as [1])
+    tensor = array if isinstance(array, torch.Tensor) else torch.from_numpy(np.asarray(array, order="C"))
     write_new_file(Path(path), lambda handle: torch.save(tensor.detach().cpu().clone(), handle))
 
 

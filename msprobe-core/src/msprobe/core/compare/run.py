@@ -421,7 +421,7 @@ def compare_distributed(
 
     Runs of other layouts (8 ranks against 1, FSDP2 against DDP) are compared as the global runs they
     compute: each step's ranks are merged first (see msprobe.core.parallel.runs)."""
-    from msprobe.core.parallel.runs import first_answer, name_the_ranks, prepare
+    from msprobe.core.parallel.runs import first_answer, name_the_ranks, name_the_stage, prepare
 
     prepared = prepare(Path(npu_dump_dir), Path(bench_dump_dir), Path(output_path))
     if prepared.merged:
@@ -444,6 +444,7 @@ def compare_distributed(
         step = f"step{summary.step}" if summary.step is not None else ""
         before = answer.as_dict()
         answer = name_the_ranks(answer, prepared.npu / step / "rank", prepared.bench / step / "rank")
+        answer = name_the_stage(answer, prepared.stage_of.get(summary.step, {}))
         if answer is not summary.diagnosis or answer.as_dict() != before:
             summary.diagnosis = answer
             _rewrite_advisor(summary, answer)

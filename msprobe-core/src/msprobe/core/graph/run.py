@@ -158,9 +158,11 @@ def compare_one(
         diagnosis = diagnose_dumps(npu.dump, bench.dump, translate, other_layout=layout is not None)[0]
         diagnosis.step, diagnosis.rank = step_and_rank_of(npu_folder)
         if layout is not None:
-            from msprobe.core.parallel.runs import first_answer, name_the_ranks
+            from msprobe.core.parallel.runs import first_answer, name_the_ranks, name_the_stage
 
-            diagnosis = name_the_ranks(first_answer(diagnosis, *layout), npu_folder, bench_folder)
+            findings, places, ranks, stage_of = layout
+            diagnosis = name_the_ranks(first_answer(diagnosis, findings, places, ranks), npu_folder, bench_folder)
+            diagnosis = name_the_stage(diagnosis, stage_of)
     note("writing the page")
     page = write_compare_page(output / f"{stem}.html", npu, bench, comparison, title, overflow_check, diagnosis)
     suspect = sum(1 for node in npu.nodes.values() if is_suspect(comparison.mode, node.data.get("precision_index")))
@@ -229,7 +231,10 @@ def run_graph(
         step = step_and_rank_of(folder)[0]
         layout = None
         if prepared.merged:
-            layout = (prepared.findings.get(step, []), prepared.places.get(step, {}), prepared.ranks)
+            layout = (
+                prepared.findings.get(step, []), prepared.places.get(step, {}), prepared.ranks,
+                prepared.stage_of.get(step, {}),
+            )  # fmt: skip
         jobs.append((
             folder, bench[labels], output, labels, stamp, fuzzy_match, layer_mapping, overflow_check,
             complete_stack, layout,

@@ -37,6 +37,7 @@ from msprobe.core.dump.reader import Dump
 from msprobe.core.errors import DataFileError
 from msprobe.core.parallel import stats
 from msprobe.core.parallel.names import canonical
+from msprobe.core.parallel.stages import merge_stages, pipeline_stages
 from msprobe.core.parallel.stats import ARRAY
 
 # the global run's value (a tensor summary, a number...) at (entry name, path of the value in the entry), or None
@@ -84,6 +85,7 @@ class MergedStep:
     ranks: list[int]
     findings: list[Finding] = field(default_factory=list)
     data_parallel: int = 1
+    stage_of: dict[str, int] = field(default_factory=dict)  # pipeline stages: the rank each entry comes from
 
 
 def is_tensor(value: Any) -> bool:
@@ -590,6 +592,10 @@ def merge_ranks(
                 f"holds {len(dumps)} of the run's {size} ranks (missing: {_span(missing)}): nothing is merged "
                 "from a partial set of ranks",
             )
+    stages = pipeline_stages(dumps)
+    if stages is not None:
+        merged, stage_of = merge_stages(dumps, stages, arrays)
+        return MergedStep(merged, sorted(dumps), stage_of=stage_of)
     return _Merger(dumps, expected, arrays).merge()
 
 

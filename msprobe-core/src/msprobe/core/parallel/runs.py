@@ -35,6 +35,7 @@ class Prepared:
     merged: bool = False
     findings: dict[int | None, list[Finding]] = field(default_factory=dict)  # by step
     places: dict[int | None, dict[str, int]] = field(default_factory=dict)  # by step: entry -> place in the merge
+    stage_of: dict[int | None, dict[str, int]] = field(default_factory=dict)  # by step: pipeline entry -> rank
     ranks: int = 0  # the sharded run's ranks
     words: str = ""
 
@@ -137,6 +138,7 @@ def _merged_side(ranks: dict[str, Path], folder: Path, guide: Any, step: str | N
         number = step_and_rank_of_labels((step,))[0] if step else None
         prepared.findings[number] = result.findings
         prepared.places[number] = {name: index for index, name in enumerate(result.dump.data)}
+        prepared.stage_of[number] = result.stage_of
         prepared.ranks = len(ranks)
     return result.dump
 
@@ -213,6 +215,15 @@ class _TensorFolder:
         make_dir(self.folder)
         self.write(array, self.folder / name)
         return name
+
+
+def name_the_stage(diagnosis: Diagnosis, stage_of: dict[str, int]) -> Diagnosis:
+    """In a pipeline, the rank whose stage made the call where the runs part ways: that call ran there alone."""
+    rank = stage_of.get(diagnosis.api or "")
+    if diagnosis.verdict != DIVERGENCE or rank is None or diagnosis.cause == "ranks":
+        return diagnosis
+    diagnosis.rank, diagnosis.ranks, diagnosis.alone = rank, [rank], True
+    return diagnosis
 
 
 # a rank's piece of a value this far (relative, root mean square) from the global run's slice is another value

@@ -1,0 +1,199 @@
+"""Pipeline stages merged into the one global run: a model split over two processes (gloo), each running its
+own layers and handing activations forward and gradients back, against the same model in one process.
+
+Expected values: numpy's statistics of the tensors each stage computed (saved by the test itself), the
+one-process run, and, for the faults, where the test put them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from click.testing import CliRunner
+from ports import unused_port
+from torch import nn
+
+from msprobe.cli.main import cli
+
+WIDTH, LAYERS, BATCH = 16, 4, 8
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(WIDTH, WIDTH)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + F.gelu(self.fc(x))
+
+
+class Net(nn.Module):
+    """Four residual blocks and a classifier; as stage ``stage`` of ``stages`` it keeps its share of the blocks
+    under their global names (the head on the last stage), as pipeline frameworks split a model."""
+
+    def __init__(self, stage: int | None = None, stages: int = 1):
+        super().__init__()
+        torch.manual_seed(0)
+        self.layers = nn.ModuleDict({str(index): Block() for index in range(LAYERS)})
+        self.head: nn.Module | None = nn.Linear(WIDTH, 4)
+        if stage is not None:
+            per = LAYERS // stages
+            for index in range(LAYERS):
+                if not stage * per <= index < (stage + 1) * per:
+                    del self.layers[str(index)]
+            if stage != stages - 1:
+                self.head = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers.values():
+            x = layer(x)
+        return self.head(x) if self.head is not None else x
+
+
+def _batch() -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(1)
+    return torch.randn(BATCH, WIDTH, generator=generator), torch.randint(0, 4, (BATCH,), generator=generator)
+
+
+def _debugger(root: str, rank: int, model: nn.Module, task: str):
+    from msprobe.pytorch import PrecisionDebugger
+
+    path = Path(root).with_name(f"{Path(root).name}.{rank}.json")
+    path.write_text(json.dumps({"task": task, "level": "mix", "dump_path": root}))
+    return PrecisionDebugger(config_path=str(path), model=model)
+
+
+def _golden(root: str, task: str) -> None:
+    model = Net()
+    inputs, targets = _batch()
+    debugger = _debugger(root, 0, model, task)
+    debugger.start()
+    F.cross_entropy(model(inputs), targets).backward()
+    debugger.stop()
+    debugger.step()
+
+
+def _corrupted(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor as a faulty transfer delivers it: changed outside torch, so no call of it is recorded."""
+    return torch.from_numpy(tensor.numpy() * np.float32(1.01))
+
+
+def _stage(rank: int, world: int, root: str, port: int, task: str, fault: str | None) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        model = Net(rank, world)
+        if fault == "weight" and rank == 1:
+            with torch.no_grad():
+                model.layers["2"].fc.weight.mul_(1.01)
+        first = next(iter(model.layers.values())).fc  # the stage's first linear: its output is checked by hand
+        outputs: list[torch.Tensor] = []
+        first.register_forward_hook(lambda module, args, out: outputs.append(out))
+        inputs, targets = _batch()
+        debugger = _debugger(root, rank, model, task)
+        debugger.start()
+        if rank == 0:
+            hidden = model(inputs)
+            sent = hidden.detach()
+            if fault == "scaled":  # a call of the user's own code on the hand-off
+                sent = sent * 1.01
+            dist.send(_corrupted(sent) if fault == "activation" else sent, 1)
+            gradient = torch.empty_like(hidden)
+            dist.recv(gradient, 1)
+            hidden.backward(gradient)
+        else:
+            hidden = torch.empty(BATCH, WIDTH)
+            dist.recv(hidden, 0)
+            hidden.requires_grad_()
+            F.cross_entropy(model(hidden), targets).backward()
+            dist.send(_corrupted(hidden.grad) if fault == "gradient" else hidden.grad, 0)
+        debugger.stop()
+        debugger.step()
+        np.save(f"{root}.{rank}.first.npy", outputs[0].detach().numpy())  # saved once the dump is over
+    finally:
+        dist.destroy_process_group()
+
+
+RUNS = {"control": ("statistics", None), "tensors": ("tensor", None), "weight": ("statistics", "weight"),
+        "activation": ("statistics", "activation"), "gradient": ("statistics", "gradient"),
+        "scaled": ("statistics", "scaled")}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("pipeline")
+    for task in ("statistics", "tensor"):
+        _golden(str(root / f"golden_{task}"), task)
+    for name, (task, fault) in RUNS.items():
+        mp.spawn(_stage, (2, str(root / name), unused_port(), task, fault), nprocs=2, join=True)
+    return root
+
+
+def _compare(runs: Path, run: str, tmp_path: Path):
+    golden = runs / f"golden_{RUNS[run][0]}"
+    spec = tmp_path / "compare.json"
+    spec.write_text(json.dumps({"npu_path": str(runs / run), "bench_path": str(golden)}))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["compare", "-i", str(spec), "-o", str(out), "--first-divergence"])
+    answer = json.loads(next(out.glob("first_divergence_*.json")).read_text()) if out.is_dir() else None
+    return result, answer, out
+
+
+def _merged(out: Path) -> dict:
+    return json.loads((out / "merged_npu" / "step0" / "rank" / "dump.json").read_text())
+
+
+def test_the_stages_merge_into_the_one_process_run(runs, tmp_path):
+    result, answer, out = _compare(runs, "control", tmp_path)
+    assert result.exit_code == 0, result.output
+    [line] = [line for line in result.output.splitlines() if line.startswith("step 0: ")]
+    assert line.startswith("step 0: PASS") and " 0 unmatched" in line, line
+    merged = _merged(out)
+    stages = merged["parallel"]["pipeline_stages"]
+    assert stages == {"0": ["layers.0", "layers.0.fc", "layers.1", "layers.1.fc"],
+                      "1": ["head", "layers.2", "layers.2.fc", "layers.3", "layers.3.fc"]}  # fmt: skip
+    # stage 1's first linear is the global run's third: counted on from stage 0's two
+    for rank, entry in ((0, "Functional.linear.0.forward"), (1, "Functional.linear.2.forward")):
+        output = merged["data"][entry]["output"][0]
+        expected = np.load(runs / f"control.{rank}.first.npy").astype(np.float64)
+        assert output["Max"] == pytest.approx(expected.max(), rel=1e-6)
+        assert output["Min"] == pytest.approx(expected.min(), rel=1e-6)
+        assert output["Mean"] == pytest.approx(expected.mean(), rel=1e-5)
+    # the hand-offs between the stages are the layout's own: not calls of the global run
+    assert not [name for name in merged["data"] if name.startswith("Distributed.")]
+    order = list(merged["data"])  # the backward runs the stages last to first
+    assert order.index("Functional.linear.2.backward") < order.index("Functional.linear.1.backward")
+    assert answer["verdict"] != "divergence"
+
+
+def test_a_tensor_dump_of_stages_merges_its_files(runs, tmp_path):
+    result, _, out = _compare(runs, "tensors", tmp_path)
+    assert result.exit_code == 0, result.output
+    merged = _merged(out)
+    leaf = merged["data"]["Functional.linear.2.forward"]["output"][0]
+    assert leaf["data_name"].startswith("Functional.linear.2.forward")
+    saved = out / "merged_npu" / "step0" / "rank" / "dump_tensor_data" / leaf["data_name"]
+    array = torch.load(saved) if saved.suffix == ".pt" else np.load(saved)
+    np.testing.assert_array_equal(np.asarray(array), np.load(runs / "tensors.1.first.npy"))
+
+
+@pytest.mark.parametrize(
+    ("run", "rank", "module", "api", "phase"),
+    [("weight", 1, "layers.2.fc", "Functional.linear.2.forward", "forward"),  # a stage's own weight
+     ("activation", 1, "layers.2.fc", "Functional.linear.2.forward", "forward"),  # the activation handed on
+     ("gradient", 0, "layers.1", "Tensor.__add__.1.backward", "backward"),  # the gradient handed back
+     ("scaled", 0, None, "Tensor.__mul__.0.forward", "forward")],  # a call the global run does not make
+)  # fmt: skip
+def test_a_fault_in_one_stage_is_named_with_its_rank(runs, tmp_path, run, rank, module, api, phase):
+    result, answer, _ = _compare(runs, run, tmp_path)
+    assert result.exit_code == 1, result.output
+    assert answer["verdict"] == "divergence", answer
+    assert (answer["rank"], answer["module"], answer["api"], answer["phase"]) == (rank, module, api, phase), answer
+    assert f"rank {rank} alone" in result.output
