@@ -1,12 +1,15 @@
 """The conformance session's shared pieces: both tools' dumps of a zoo model, made once per run.
 
 The session runs over every core (pytest-xdist); a dump two workers need is made by the first to ask, while the
-other waits on its lock.
+other waits on its lock. Each worker forks its dumps from one driver per tool (zygote.py), which imported torch
+and transformers once.
 """
 
 import contextlib
 import fcntl
+import json
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -18,6 +21,55 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # zoo and agreement, also read by dump_zoo.py
 
 DRIVER = Path(__file__).resolve().parent / "dump_zoo.py"
+ZYGOTE = Path(__file__).resolve().parent / "zygote.py"
+DUMP_TIMEOUT = 600  # seconds one dump may take
+
+
+class Zygote:
+    """One tool's dump driver, its imports made once (zygote.py): each dump is a child forked from it."""
+
+    def __init__(self, python: str):
+        self.process = subprocess.Popen(
+            [python, str(ZYGOTE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+        )
+
+    def start(self, arguments: list[str], log: Path) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps({"args": arguments, "log": str(log)}) + "\n")
+        self.process.stdin.flush()
+
+    def wait(self) -> int:
+        """The exit code of the dump started last."""
+        assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], DUMP_TIMEOUT)
+        line = self.process.stdout.readline() if ready else ""
+        if not line:
+            self.process.kill()
+            raise AssertionError(f"the dump driver ended or took over {DUMP_TIMEOUT} s (exit {self.process.poll()})")
+        return int(json.loads(line)["code"])
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+@pytest.fixture(scope="session")
+def zygotes() -> Iterator[dict[str, Zygote]]:
+    """This worker's dump drivers, one per Python, started on first use."""
+    started: dict[str, Zygote] = {}
+
+    class Drivers(dict):
+        def __missing__(self, python: str) -> Zygote:
+            started[python] = self[python] = Zygote(python)
+            return started[python]
+
+    yield Drivers()
+    for zygote in started.values():
+        zygote.close()
 
 
 def environment_python(variable: str) -> str:
@@ -57,7 +109,7 @@ def _made_once(folder: Path) -> Iterator[bool]:
 
 
 @pytest.fixture(scope="session")
-def dumps(tmp_path_factory):
+def dumps(tmp_path_factory, zygotes):
     """Both tools' dump roots for a (model, task, level), each run once for all workers, the two side by side."""
     shared = _shared_root(tmp_path_factory) / "dumps"
 
@@ -66,14 +118,11 @@ def dumps(tmp_path_factory):
         folder = shared / "-".join(part.strip("-") for part in key)
         with _made_once(folder) as to_make:
             if to_make:
-                runs = {}
-                for tool, python in (("reference", reference_python()), ("ours", sys.executable)):
-                    log = (folder / f"{tool}.log").open("w")
-                    command = [python, str(DRIVER), model, task, level, str(folder / tool), *extra]
-                    runs[tool] = (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log)
-                for tool, (process, log) in runs.items():
-                    code = process.wait(timeout=600)
-                    log.close()
+                tools = {"reference": zygotes[reference_python()], "ours": zygotes[sys.executable]}
+                for tool, driver in tools.items():  # the two side by side
+                    driver.start([model, task, level, str(folder / tool), *extra], folder / f"{tool}.log")
+                for tool, driver in tools.items():
+                    code = driver.wait()
                     assert code == 0, f"{tool} failed on {key}:\n{(folder / f'{tool}.log').read_text()[-3000:]}"
         return folder / "ours" / "dump", folder / "reference" / "dump"
 
@@ -81,7 +130,7 @@ def dumps(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def untouched(tmp_path_factory):
+def untouched(tmp_path_factory, zygotes):
     """A zoo model's run with no tool at all (dump_zoo.py's ``untouched``): its losses and its linear layers'
     output CRCs, per step."""
     shared = _shared_root(tmp_path_factory) / "untouched"
@@ -90,9 +139,9 @@ def untouched(tmp_path_factory):
         folder = shared / model
         with _made_once(folder) as to_make:
             if to_make:
-                command = [sys.executable, str(DRIVER), model, "untouched", "L1", str(folder)]
-                done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-                assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+                driver = zygotes[sys.executable]
+                driver.start([model, "untouched", "L1", str(folder)], folder / "run.log")
+                assert driver.wait() == 0, (folder / "run.log").read_text()[-3000:]
         return folder
 
     return run
