@@ -56,7 +56,7 @@ from in_turn import (
 )
 from workload import make_workload, synchronize
 
-from msprobe.core.dump.live_diff import value_summaries
+from msprobe.core.recording.live_diff import value_summaries
 from msprobe.pytorch import PrecisionDebugger
 
 FLOOR = {"task": "floor"}  # not a task: the step with each dumped tensor read once (see the module's docstring)

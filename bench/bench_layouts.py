@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from layout_faults import CASES, MODELS, Case, Run, batch, lay_out, loss_of, share_of
+from layout_faults import CASES, MODELS, Case, Run, batch, lay_out, loss_of, share_of, stage_forward
 
 from msprobe.core.compare.run import compare_distributed
 
@@ -52,6 +52,40 @@ def _train(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor, 
     loss.backward()
     for hook in run.after_backward if run is not None else ():
         hook(model)
+    optimizer.step()
+    debugger.stop()
+    debugger.step()
+
+
+def _train_stage(model: torch.nn.Module, run: Run, config: Path) -> None:
+    """One step of two pipeline stages: the first stage's output is sent to the second (its shape first), which
+    computes the loss; the gradient of that output is sent back for the first stage's backward."""
+    import numpy as np
+    import torch.distributed as dist
+
+    from msprobe.pytorch import PrecisionDebugger
+
+    def corrupted(tensor: torch.Tensor, what: str) -> torch.Tensor:  # changed outside torch: no call recorded
+        return torch.from_numpy(tensor.numpy() * np.float32(1.01)) if run.corrupt == what else tensor
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    debugger = PrecisionDebugger(config_path=str(config), model=model)
+    debugger.start()
+    if run.rank == 0:
+        hidden = stage_forward(model, run.inputs, 0)
+        dist.send(torch.tensor(hidden.shape), 1)
+        dist.send(corrupted(hidden.detach(), "activation"), 1)
+        gradient = torch.empty_like(hidden)
+        dist.recv(gradient, 1)
+        hidden.backward(gradient)
+    else:
+        shape = torch.zeros(3, dtype=torch.int64)
+        dist.recv(shape, 0)
+        hidden = torch.empty(*shape.tolist())
+        dist.recv(hidden, 0)
+        hidden.requires_grad_()
+        loss_of(stage_forward(model, hidden, 1), run.targets).backward()
+        dist.send(corrupted(hidden.grad, "gradient"), 0)
     optimizer.step()
     debugger.stop()
     debugger.step()
@@ -106,6 +140,9 @@ def _one_case(case: Case, mode: str, rank: int, root: Path) -> None:
     torch.manual_seed(1)
     for hook in run.after_seed:
         hook()
+    if case.layout == "pp":
+        _train_stage(laid_out, run, config)
+        return
     _train(laid_out, run.inputs, run.targets, config, run)
 
 

@@ -2,9 +2,10 @@
 one process, on the same seed and global batch.
 
 Three models (an MLP, a transformer LM, a mixture of experts), each trained for one step in one process (the
-golden run) and over two processes in four layouts: ``tp`` (DTensor tensor parallelism), ``tp_sp`` (tensor
-parallelism with sequence parallelism on the norms), ``fsdp2`` (``fully_shard``) and ``ddp``. The two data
-parallel layouts give each rank its share of the global batch along dimension 0.
+golden run) and over two processes in five layouts: ``tp`` (DTensor tensor parallelism), ``tp_sp`` (tensor
+parallelism with sequence parallelism on the norms), ``fsdp2`` (``fully_shard``), ``ddp``, and ``pp`` (two
+pipeline stages, each running its share of the model and handing activations on and gradients back). The two
+data parallel layouts give each rank its share of the global batch along dimension 0.
 
 A fault changes one thing in the sharded run only. ``Expect`` says where it is, written from the change itself:
 the module whose code, state or gradient it touches, the API its first changed call has, and the ranks it sits
@@ -23,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 BATCH, SEQUENCE = 8, 8
-LAYOUTS = ("tp", "tp_sp", "fsdp2", "ddp")
+LAYOUTS = ("tp", "tp_sp", "fsdp2", "ddp", "pp")
 
 
 # -- models -------------------------------------------------------------------------------------------------
@@ -209,6 +210,23 @@ def tp_plan(model: nn.Module, sequence_parallel: bool) -> dict[str, Any]:
     return plan
 
 
+# -- pipeline stages: each model's forward cut in two, the first stage's output handed to the second --------
+
+
+def stage_forward(model: nn.Module, x: torch.Tensor, stage: int) -> torch.Tensor:
+    """Stage 0 or 1 of ``model``'s forward: every module keeps its global name, and each stage calls its own."""
+    if isinstance(model, MLP):
+        return model.act(model.fc1(model.norm(x))) if stage == 0 else model.head(model.fc2(x))
+    if isinstance(model, LM):
+        if stage == 0:
+            x = model.embed(x) + model.position(torch.arange(x.shape[1]))
+            return model.blocks[0](x)
+        return model.head(model.ln_f(model.blocks[1](x)))
+    if isinstance(model, MoE):
+        return model.moe(model.norm(x)) if stage == 0 else model.head(x)
+    raise ValueError(f"no stages for {type(model).__name__}")
+
+
 def lay_out(
     model: nn.Module,
     layout: str,
@@ -233,6 +251,8 @@ def lay_out(
         for module in _shardable(model):
             fully_shard(module, mesh=mesh, **(options or {}))
         return fully_shard(model, mesh=mesh, **(options or {}))
+    if layout == "pp":  # each rank keeps the whole model and calls its stage's modules (stage_forward)
+        return model
     if layout == "ddp":
         options = before(model) if before is not None else {}
         # experts a rank routes no token to have no gradient there
@@ -294,6 +314,7 @@ class Run:
     after_layout: list[Callable[[nn.Module], None]] = field(default_factory=list)
     after_backward: list[Callable[[nn.Module], None]] = field(default_factory=list)
     after_seed: list[Callable[[], Any]] = field(default_factory=list)  # after the run's seed, before its step
+    corrupt: str | None = None  # pipeline stages: "activation" or "gradient", changed on its way between stages
 
 
 @dataclass(frozen=True)
@@ -368,13 +389,17 @@ def reduced_in_bfloat16(run: Run) -> None:
     run.layout_options = lambda model: {"mp_policy": MixedPrecisionPolicy(reduce_dtype=torch.bfloat16)}
 
 
-def data_changed(rank: int = 1) -> Callable[[Run], None]:
+def data_changed(rank: int = 1, shared: bool = False) -> Callable[[Run], None]:
     """One rank is given another rank's share of the batch (a sampler that shards the data wrongly): its rows
-    are not the golden run's rows for it."""
+    are not the golden run's rows for it. ``shared``: a layout whose ranks all take the whole batch (pipeline
+    stages): the rank's batch has its halves swapped."""
 
     def apply(run: Run) -> None:
         if run.rank == rank:
             full_inputs, full_targets = batch(run.model_name)
+            if shared:
+                run.inputs = torch.cat(list(reversed(full_inputs.chunk(run.world))))
+                return
             run.inputs = full_inputs.chunk(run.world)[(rank + 1) % run.world]
             run.targets = full_targets.chunk(run.world)[(rank + 1) % run.world]
 
@@ -403,6 +428,16 @@ def dropout_seed(rank: int = 1) -> Callable[[Run], None]:
     def apply(run: Run) -> None:
         if run.rank == rank:
             run.after_layout.append(lambda model: run.after_seed.append(lambda: torch.manual_seed(99)))
+
+    return apply
+
+
+def transfer_corrupted(what: str) -> Callable[[Run], None]:
+    """Pipeline stages: the activation handed to the second stage, or the gradient handed back to the first,
+    changed on its way (outside torch, as a faulty link would: no call of it is recorded)."""
+
+    def apply(run: Run) -> None:
+        run.corrupt = what
 
     return apply
 
@@ -447,6 +482,36 @@ FAULTS = [
     _case("moe", "tp", "partial", partial_not_reduced("moe.experts.0.fc2"), Expect("moe.experts.0.fc2", None)),
     # a wrong dropout seed on one rank
     _case("lm_dropout", "tp", "dropout_seed", dropout_seed(), Expect("blocks.0.drop", "Functional.dropout", (1,))),
+]
+
+
+# pipeline stages: each stage's first call, and the call the backward of the first stage starts at
+STAGE1_FIRST = {"mlp": ("fc2", "Functional.linear"), "lm": ("blocks.1.ln1", "Functional.layer_norm"),
+                "moe": ("head", "Functional.linear")}  # fmt: skip
+STAGE0_LAST = {
+    "mlp": ("act", "Functional.gelu"),
+    "lm": ("blocks.0", "Tensor.__add__"),
+    "moe": ("moe", "Tensor.__add__"),
+}
+STAGE0_WEIGHT = {"mlp": ("fc1", "Functional.linear"), "lm": ("blocks.0.attn.q", "Functional.linear"),
+                 "moe": ("moe.router", "Functional.linear")}  # fmt: skip
+STAGE1_WEIGHT = {"mlp": ("fc2", "Functional.linear"), "lm": ("blocks.1.mlp.fc1", "Functional.linear"),
+                 "moe": ("head", "Functional.linear")}  # fmt: skip
+FAULTS += [
+    case
+    for model in ("mlp", "lm", "moe")
+    for case in (
+        # a stage's own weight, on the rank that holds it
+        _case(model, "pp", "weight0", desynced(STAGE0_WEIGHT[model][0], rank=0), Expect(*STAGE0_WEIGHT[model], (0,))),
+        _case(model, "pp", "weight1", desynced(STAGE1_WEIGHT[model][0], rank=1), Expect(*STAGE1_WEIGHT[model], (1,))),
+        # the first stage given another batch
+        _case(
+            model, "pp", "data", data_changed(rank=0, shared=True), Expect(FIRST_MODULE[model], FIRST_API[model], (0,))
+        ),
+        # the hand-offs between the stages
+        _case(model, "pp", "activation", transfer_corrupted("activation"), Expect(*STAGE1_FIRST[model], (1,))),
+        _case(model, "pp", "gradient", transfer_corrupted("gradient"), Expect(*STAGE0_LAST[model], (0,))),
+    )
 ]
 
 

@@ -26,26 +26,26 @@ DUMP_TIMEOUT = 600  # seconds one dump may take
 
 
 class Zygote:
-    """One tool's dump driver, its imports made once (zygote.py): each dump is a child forked from it."""
+    """One tool's runs, its imports made once (zygote.py): each dump or command is a child forked from it."""
 
-    def __init__(self, python: str):
+    def __init__(self, python: str, kind: str):
         self.process = subprocess.Popen(
-            [python, str(ZYGOTE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+            [python, str(ZYGOTE), kind], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
         )
 
-    def start(self, arguments: list[str], log: Path) -> None:
+    def start(self, arguments: list[str], log: Path, env: dict[str, str] | None = None) -> None:
         assert self.process.stdin is not None
-        self.process.stdin.write(json.dumps({"args": arguments, "log": str(log)}) + "\n")
+        self.process.stdin.write(json.dumps({"args": arguments, "log": str(log), "env": env or {}}) + "\n")
         self.process.stdin.flush()
 
     def wait(self) -> int:
-        """The exit code of the dump started last."""
+        """The exit code of the run started last."""
         assert self.process.stdout is not None
         ready, _, _ = select.select([self.process.stdout], [], [], DUMP_TIMEOUT)
         line = self.process.stdout.readline() if ready else ""
         if not line:
             self.process.kill()
-            raise AssertionError(f"the dump driver ended or took over {DUMP_TIMEOUT} s (exit {self.process.poll()})")
+            raise AssertionError(f"the zygote ended or a run took over {DUMP_TIMEOUT} s (exit {self.process.poll()})")
         return int(json.loads(line)["code"])
 
     def close(self) -> None:
@@ -57,19 +57,36 @@ class Zygote:
             self.process.kill()
 
 
-@pytest.fixture(scope="session")
-def zygotes() -> Iterator[dict[str, Zygote]]:
-    """This worker's dump drivers, one per Python, started on first use."""
-    started: dict[str, Zygote] = {}
+_ZYGOTES: dict[tuple[str, str], Zygote] = {}  # this worker's, by (Python, kind): started on first use
 
-    class Drivers(dict):
-        def __missing__(self, python: str) -> Zygote:
-            started[python] = self[python] = Zygote(python)
-            return started[python]
 
-    yield Drivers()
-    for zygote in started.values():
-        zygote.close()
+def zygote(python: str, kind: str) -> Zygote:
+    if (python, kind) not in _ZYGOTES:
+        _ZYGOTES[python, kind] = Zygote(python, kind)
+    return _ZYGOTES[python, kind]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _zygotes_end_with_the_session() -> Iterator[None]:
+    yield
+    for started in _ZYGOTES.values():
+        started.close()
+    _ZYGOTES.clear()
+
+
+def run_msprobe(
+    python: str, arguments: list[str], log: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """``msprobe ARGUMENTS`` of the environment of ``python``, forked from that tool's command zygote: what
+    running the command gives (exit code, stdout, stderr), without starting the interpreter each time."""
+    driver = zygote(python, "cli")
+    driver.start(arguments, log, env)
+    code = driver.wait()
+    errors = Path(f"{log}.err")
+    return subprocess.CompletedProcess(
+        ["msprobe", *arguments], code, log.read_text(errors="replace"),
+        errors.read_text(errors="replace") if errors.exists() else "",
+    )  # fmt: skip
 
 
 def environment_python(variable: str) -> str:
@@ -109,7 +126,7 @@ def _made_once(folder: Path) -> Iterator[bool]:
 
 
 @pytest.fixture(scope="session")
-def dumps(tmp_path_factory, zygotes):
+def dumps(tmp_path_factory):
     """Both tools' dump roots for a (model, task, level), each run once for all workers, the two side by side."""
     shared = _shared_root(tmp_path_factory) / "dumps"
 
@@ -118,7 +135,7 @@ def dumps(tmp_path_factory, zygotes):
         folder = shared / "-".join(part.strip("-") for part in key)
         with _made_once(folder) as to_make:
             if to_make:
-                tools = {"reference": zygotes[reference_python()], "ours": zygotes[sys.executable]}
+                tools = {"reference": zygote(reference_python(), "dump"), "ours": zygote(sys.executable, "dump")}
                 for tool, driver in tools.items():  # the two side by side
                     driver.start([model, task, level, str(folder / tool), *extra], folder / f"{tool}.log")
                 for tool, driver in tools.items():
@@ -130,7 +147,7 @@ def dumps(tmp_path_factory, zygotes):
 
 
 @pytest.fixture(scope="session")
-def untouched(tmp_path_factory, zygotes):
+def untouched(tmp_path_factory):
     """A zoo model's run with no tool at all (dump_zoo.py's ``untouched``): its losses and its linear layers'
     output CRCs, per step."""
     shared = _shared_root(tmp_path_factory) / "untouched"
@@ -139,7 +156,7 @@ def untouched(tmp_path_factory, zygotes):
         folder = shared / model
         with _made_once(folder) as to_make:
             if to_make:
-                driver = zygotes[sys.executable]
+                driver = zygote(sys.executable, "dump")
                 driver.start([model, "untouched", "L1", str(folder)], folder / "run.log")
                 assert driver.wait() == 0, (folder / "run.log").read_text()[-3000:]
         return folder

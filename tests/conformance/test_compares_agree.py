@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from agreement import HANDED_BACK
-from conftest import reference_python
+from conftest import reference_python, run_msprobe
 
 PAIRS = [
     ("attention", "statistics", "L1"),
@@ -50,7 +48,7 @@ def _step(root: Path, step: int) -> Path:
 
 
 def _run_compare(
-    msprobe: list[str],
+    python: str,
     npu: Path,
     bench: Path,
     out: Path,
@@ -58,18 +56,19 @@ def _run_compare(
     env: dict[str, str] | None = None,
     flags: tuple[str, ...] = (),
 ) -> pd.DataFrame:
-    """``stack``: compare.json names the stack.json (the column then comes with ``-s`` alone); without it,
-    both tools add the column because a stack.json lies beside the NPU dump."""
+    """``msprobe compare`` of the tool of ``python``'s environment, as a user runs it. ``stack``: compare.json
+    names the stack.json (the column then comes with ``-s`` alone); without it, both tools add the column
+    because a stack.json lies beside the NPU dump."""
     out.mkdir(parents=True)
     config = out / "compare.json"
     spec = {"npu_path": str(npu), "bench_path": str(bench)}
     if stack:
         spec["stack_path"] = str(npu.with_name("stack.json"))
     config.write_text(json.dumps(spec))
-    command = [*msprobe, "-f", "pytorch", "compare", "-i", str(config), "-o", str(out), *flags]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})})
+    arguments = ["-f", "pytorch", "compare", "-i", str(config), "-o", str(out), *flags]
+    run = run_msprobe(python, arguments, out.parent / f"{out.name}.log", env)
     results = sorted(out.glob("compare_result_*.xlsx"))
-    assert results, f"{command[0]} wrote no table (exit {run.returncode}):\n{run.stdout[-2000:]}{run.stderr[-2000:]}"
+    assert results, f"{python} wrote no table (exit {run.returncode}):\n{run.stdout[-2000:]}{run.stderr[-2000:]}"
     return pd.read_excel(results[0], dtype=object, keep_default_na=False)
 
 
@@ -113,14 +112,14 @@ def test_our_compare_table_is_the_references(dumps, tmp_path, model, task, level
         "ours": (_step(ours_root, 0), _step(ours_root, 1)),
         "ours-vs-reference": (_step(ours_root, 0), _step(reference_root, 1)),
     }[side]
-    reference_cli = [str(Path(reference_python()).with_name("msprobe"))]
-    theirs = _run_compare(reference_cli, npu, bench, tmp_path / "reference")
-    ours = _run_compare([str(Path(sys.executable).with_name("msprobe"))], npu, bench, tmp_path / "ours")
+    theirs = _run_compare(reference_python(), npu, bench, tmp_path / "reference")
+    ours = _run_compare(sys.executable, npu, bench, tmp_path / "ours")
     # the streamed compare (docs/compare.md#large-dumps) writes the same table; checked where each tool wrote
     # one side, so that both tools' files go through the streaming reader
     if task != "tensor" and side == "ours-vs-reference":
-        streamed = _run_compare([str(Path(sys.executable).with_name("msprobe"))], npu, bench, tmp_path / "streamed",
-                                env={"MSPROBE_COMPARE_STREAM": "always"})  # fmt: skip
+        streamed = _run_compare(
+            sys.executable, npu, bench, tmp_path / "streamed", env={"MSPROBE_COMPARE_STREAM": "always"}
+        )
         pd.testing.assert_frame_equal(streamed, ours)
     assert list(ours.columns) == list(theirs.columns)
     assert len(ours) >= len(theirs) > 0
@@ -156,10 +155,8 @@ def test_the_stack_column_is_the_references(dumps, tmp_path, stack, flags, side)
     ours_root, reference_root = dumps("cnn", "statistics", "mix")
     root = reference_root if side == "reference" else ours_root
     npu, bench = _step(root, 0), _step(root, 1)
-    reference_cli = [str(Path(reference_python()).with_name("msprobe"))]
-    theirs = _run_compare(reference_cli, npu, bench, tmp_path / "reference", stack=stack, flags=flags)
-    ours = _run_compare([str(Path(sys.executable).with_name("msprobe"))], npu, bench, tmp_path / "ours",
-                        stack=stack, flags=flags)  # fmt: skip
+    theirs = _run_compare(reference_python(), npu, bench, tmp_path / "reference", stack=stack, flags=flags)
+    ours = _run_compare(sys.executable, npu, bench, tmp_path / "ours", stack=stack, flags=flags)
     assert "NPU_Stack_Info" in theirs.columns
     assert (theirs["NPU_Stack_Info"].str.startswith("['File ")).sum() > 5
     problems = _table_problems(ours, theirs)
@@ -175,9 +172,8 @@ def test_tensor_dumps_with_keyword_tensors_match_across_tools(dumps, tmp_path, d
     npu, bench = _step(first, 0), _step(second, 1)
     keywords = [name for name in json.loads(npu.read_text())["data"] if name.startswith("Functional.conv1d.")]
     assert keywords, "the model no longer calls F.conv1d"
-    reference_cli = [str(Path(reference_python()).with_name("msprobe"))]
-    for label, cli in (("reference", reference_cli), ("ours", [str(Path(sys.executable).with_name("msprobe"))])):
-        table = _run_compare(cli, npu, bench, tmp_path / label)
+    for label, python in (("reference", reference_python()), ("ours", sys.executable)):
+        table = _run_compare(python, npu, bench, tmp_path / label)
         unmatched = table[(table["NPU Name"] != "N/A") & (table["Bench Name"] == "N/A")]
         assert unmatched.empty, f"{label}: {unmatched['NPU Name'].tolist()[:10]}"
         assert table["NPU Name"].str.contains(r"^Functional\.conv1d\.\d+\.forward\.kwargs\.weight$").any(), label

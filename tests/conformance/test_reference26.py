@@ -60,8 +60,8 @@ def test_we_read_26_dumps_with_its_rows_and_the_1_2_2_verdicts(dump26, tmp_path)
     theirs26 = _compare26(dump26 / "step0", dump26 / "step1", tmp_path / "theirs26")
     ours = _our_compare(dump26 / "step0", dump26 / "step1", tmp_path / "ours")
     assert list(ours["NPU Name"]) == list(theirs26["NPU Name"])
-    reference_cli = [str(Path(reference_python()).with_name("msprobe"))]
-    theirs = _run_compare(reference_cli, step0 / "dump.json", step1 / "dump.json", tmp_path / "theirs122", stack=False)
+    theirs = _run_compare(reference_python(), step0 / "dump.json", step1 / "dump.json", tmp_path / "theirs122",
+                          stack=False)  # fmt: skip
     theirs = theirs.drop(columns=["NPU_Stack_Info"], errors="ignore")  # 1.2.2 adds it when given no stack.json
     assert list(ours.columns) == list(theirs.columns) and len(ours) == len(theirs)
     problems = [

@@ -185,3 +185,81 @@ def test_the_entry_name_grammar_is_written_once():
         "msprobe.core.graph.x:2: '^(.+)\\\\.(\\\\d+)\\\\.(forward|backward)$'",
         "msprobe.core.graph.x:3: rsplit('.', 2)",
     ]
+
+
+CORE = ROOT / "msprobe-core" / "src" / "msprobe" / "core"
+
+
+def folder_imports(sources: list[tuple[str, ast.Module]]) -> dict[str, set[str]]:
+    """Which of msprobe-core's folders (sub-packages) each folder imports from, at any depth of its code."""
+    folders = {path.name for path in CORE.iterdir() if (path / "__init__.py").is_file()}
+
+    def folder_of(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[2] if len(parts) > 2 and parts[:2] == ["msprobe", "core"] and parts[2] in folders else None
+
+    edges: dict[str, set[str]] = {folder: set() for folder in folders}
+    for module, tree in sources:
+        source = folder_of(module)
+        if source is None:
+            continue
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            for name in names:
+                target = folder_of(name)
+                if target is not None and target != source:
+                    edges[source].add(target)
+    return edges
+
+
+def folder_cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of folders that import each other, directly or round a loop (Tarjan's strongly connected
+    components of two or more folders)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(edges.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def test_msprobe_core_s_folders_import_each_other_in_one_direction():
+    """The layers stay layers: the dump format below the diagnosis, the diagnosis below compare, the recording
+    runtime above both. A folder that imports one that imports it back (round any loop) fails here."""
+    assert folder_cycles(folder_imports(_sources())) == []
+
+
+def test_the_cycle_check_sees_a_loop():
+    assert folder_cycles({"dump": {"diagnosis"}, "diagnosis": {"compare"}, "compare": {"dump"}}) == [
+        ["compare", "diagnosis", "dump"]
+    ]
+    assert folder_cycles({"dump": set(), "diagnosis": {"dump"}, "compare": {"diagnosis", "dump"}}) == []
+    loop = [("msprobe.core.dump.flight", ast.parse("from msprobe.core.diagnosis import first_nonfinite")),
+            ("msprobe.core.diagnosis.calls", ast.parse("from msprobe.core.dump.reader import Dump"))]  # fmt: skip
+    assert ["diagnosis", "dump"] in folder_cycles(folder_imports(loop))

@@ -150,6 +150,7 @@ def _same_result(memory, streamed):
     assert other_advice == advice
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stack_mode", [False, True])
 def test_streamed_files_are_the_in_memory_ones_on_varied_dumps(varied_pair, tmp_path, monkeypatch, stack_mode):
     npu, bench = varied_pair
@@ -202,6 +203,7 @@ def test_a_helper_process_takes_the_later_half(varied_pair, tmp_path, monkeypatc
     assert left == ["advisor", "compare_result"]
 
 
+@pytest.mark.slow
 def test_a_helper_process_writes_its_share_of_the_xlsx_too(varied_pair, tmp_path, monkeypatch):
     """Its sheet rows, numbered from 1, go after this process's renumbered: the file equals the in-memory one."""
     import openpyxl

@@ -107,7 +107,7 @@ def test_extra_info_false_writes_dump_json_alone(tmp_path):
 
 
 def test_proc_folder_is_an_option():
-    from msprobe.core.session import TaskSession
+    from msprobe.core.recording.session import TaskSession
 
     class Debugger:
         framework = "pytorch"

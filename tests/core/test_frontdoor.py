@@ -5,7 +5,7 @@ from msprobe.core.backend import Backend
 from msprobe.core.errors import BackendError, UsageError
 from msprobe.core.hookspecs import hookimpl
 from msprobe.core.plugins import PluginRegistry
-from msprobe.core.session import BaseDebugger
+from msprobe.core.recording.session import BaseDebugger
 
 
 class AlphaModel:

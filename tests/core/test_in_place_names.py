@@ -3,7 +3,7 @@ backend may leave out its backward entry)."""
 
 import pytest
 
-from msprobe.core.dump.recorder import in_place_by_name
+from msprobe.core.recording.recorder import in_place_by_name
 
 WRITES = ["Tensor.add_", "Torch.relu_", "Tensor.__iadd__", "Tensor.__imatmul__", "Tensor.__itruediv__",
           "Tensor.__ior__", "Tensor.__setitem__", "Functional.dropout_"]  # fmt: skip

@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 import torch
 
-from msprobe.core.dump.live_diff import value_summaries
 from msprobe.core.dump.numbers import json_number
 from msprobe.core.dump.reader import read_dump
+from msprobe.core.recording.live_diff import value_summaries
 from msprobe.pytorch.dump import device_batch, measuring, tensors
 from msprobe.pytorch.dump.device_batch import DeviceBatch
 from msprobe.pytorch.dump.measuring import extremes_except_inf_nan

@@ -274,7 +274,7 @@ def test_a_full_disk_loses_the_steps_it_must_and_still_writes_the_report(tmp_pat
     the report lists it under steps_lost."""
     import errno
 
-    from msprobe.core.dump import flight
+    from msprobe.core.recording import flight
 
     real = flight.BufferedWriter.go_live
 

@@ -264,7 +264,10 @@ def on_term(signum, frame):
 signal.signal(signal.SIGTERM, on_term)
 (out.parent / "ready").write_text("ready")
 try:
-    time.sleep(60)
+    # short sleeps: a signal that lands between "ready" and the start of one long sleep would only be seen
+    # when that sleep ends (the handler runs at the next bytecode, after the system call)
+    for _ in range(600):
+        time.sleep(0.1)
 except KeyboardInterrupt:
     time.sleep(1.0)  # a cleanup that takes its time: msprobe run must not cut it short
     out.write_text("interrupted, cleaned up")

@@ -85,40 +85,47 @@ def _corrupted(tensor: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(tensor.numpy() * np.float32(1.01))
 
 
-def _stage(rank: int, world: int, root: str, port: int, task: str, fault: str | None) -> None:
+def _stages(rank: int, world: int, root: str, port: int) -> None:
+    """Every run of RUNS, one after another, in one process group (starting one costs seconds)."""
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
-        model = Net(rank, world)
-        if fault == "weight" and rank == 1:
-            with torch.no_grad():
-                model.layers["2"].fc.weight.mul_(1.01)
-        first = next(iter(model.layers.values())).fc  # the stage's first linear: its output is checked by hand
-        outputs: list[torch.Tensor] = []
-        first.register_forward_hook(lambda module, args, out: outputs.append(out))
-        inputs, targets = _batch()
-        debugger = _debugger(root, rank, model, task)
-        debugger.start()
-        if rank == 0:
-            hidden = model(inputs)
-            sent = hidden.detach()
-            if fault == "scaled":  # a call of the user's own code on the hand-off
-                sent = sent * 1.01
-            dist.send(_corrupted(sent) if fault == "activation" else sent, 1)
-            gradient = torch.empty_like(hidden)
-            dist.recv(gradient, 1)
-            hidden.backward(gradient)
-        else:
-            hidden = torch.empty(BATCH, WIDTH)
-            dist.recv(hidden, 0)
-            hidden.requires_grad_()
-            F.cross_entropy(model(hidden), targets).backward()
-            dist.send(_corrupted(hidden.grad) if fault == "gradient" else hidden.grad, 0)
-        debugger.stop()
-        debugger.step()
-        np.save(f"{root}.{rank}.first.npy", outputs[0].detach().numpy())  # saved once the dump is over
+        for name, (task, fault) in RUNS.items():
+            _stage(rank, world, str(Path(root) / name), task, fault)
+            dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+def _stage(rank: int, world: int, root: str, task: str, fault: str | None) -> None:
+    model = Net(rank, world)
+    if fault == "weight" and rank == 1:
+        with torch.no_grad():
+            model.layers["2"].fc.weight.mul_(1.01)
+    first = next(iter(model.layers.values())).fc  # the stage's first linear: its output is checked by hand
+    outputs: list[torch.Tensor] = []
+    first.register_forward_hook(lambda module, args, out: outputs.append(out))
+    inputs, targets = _batch()
+    debugger = _debugger(root, rank, model, task)
+    debugger.start()
+    if rank == 0:
+        hidden = model(inputs)
+        sent = hidden.detach()
+        if fault == "scaled":  # a call of the user's own code on the hand-off
+            sent = sent * 1.01
+        dist.send(_corrupted(sent) if fault == "activation" else sent, 1)
+        gradient = torch.empty_like(hidden)
+        dist.recv(gradient, 1)
+        hidden.backward(gradient)
+    else:
+        hidden = torch.empty(BATCH, WIDTH)
+        dist.recv(hidden, 0)
+        hidden.requires_grad_()
+        F.cross_entropy(model(hidden), targets).backward()
+        dist.send(_corrupted(hidden.grad) if fault == "gradient" else hidden.grad, 0)
+    debugger.stop()
+    debugger.step()
+    np.save(f"{root}.{rank}.first.npy", outputs[0].detach().numpy())  # saved once the dump is over
 
 
 RUNS = {"control": ("statistics", None), "tensors": ("tensor", None), "weight": ("statistics", "weight"),
@@ -131,8 +138,7 @@ def runs(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("pipeline")
     for task in ("statistics", "tensor"):
         _golden(str(root / f"golden_{task}"), task)
-    for name, (task, fault) in RUNS.items():
-        mp.spawn(_stage, (2, str(root / name), unused_port(), task, fault), nprocs=2, join=True)
+    mp.spawn(_stages, (2, str(root), unused_port()), nprocs=2, join=True)
     return root
 
 

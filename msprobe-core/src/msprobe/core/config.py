@@ -32,8 +32,8 @@ from pydantic import (
     model_validator,
 )
 
-from msprobe.core.dump.filters import REGEX_PREFIX
 from msprobe.core.errors import ConfigError
+from msprobe.core.recording.filters import REGEX_PREFIX
 from msprobe.core.tasks import BUILTIN_TASKS
 
 logger = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ it never stops the other plugins.
 
 The core owns the lifecycle of a run (config, step and rank selection,
 start/stop/step, writing files). Task hooks receive a
-:class:`~msprobe.core.session.TaskSession` and return an object with
+:class:`~msprobe.core.recording.session.TaskSession` and return an object with
 ``install()`` and ``remove()``: that object owns only what needs the
 framework, such as patching APIs and registering module hooks.
 """
@@ -33,7 +33,7 @@ import pluggy
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from msprobe.core.backend import Backend, CompareMetric, Perturbation, Task, TaskHooks
-    from msprobe.core.session import TaskSession
+    from msprobe.core.recording.session import TaskSession
 
 PROJECT_NAME = "msprobe"
 ENTRY_POINT_GROUP = "msprobe.plugins"

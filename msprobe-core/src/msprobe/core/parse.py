@@ -15,9 +15,9 @@ import numpy as np
 
 from msprobe.core.compare.metrics import tensor_metrics
 from msprobe.core.dump.reader import read_dump
-from msprobe.core.errors import DataFileError, MsprobeError
+from msprobe.core.errors import DataFileError
 from msprobe.core.files import regular_file, write_new_file
-from msprobe.core.tensor_files import load_npy, save_npy
+from msprobe.core.tensor_files import backend_for, load_npy, save_npy
 
 
 def msaccucmp_path() -> Path | None:
@@ -40,18 +40,9 @@ def acl_refusal() -> str:
     )
 
 
-def _backend_for(suffix: str) -> Any:
-    from msprobe.core.plugins import get_registry
-
-    for backend in get_registry().backends().values():
-        if backend.tensor_suffix == suffix:
-            return backend
-    raise MsprobeError(f"no installed backend reads '{suffix}' files (for .pt: pip install msprobe-torch)")
-
-
 def load_tensor(path: str | Path) -> np.ndarray:
     file = regular_file(path, "tensor file")
-    array = load_npy(file) if file.suffix == ".npy" else np.asanyarray(_backend_for(file.suffix).load_tensor(file))
+    array = load_npy(file) if file.suffix == ".npy" else np.asanyarray(backend_for(file.suffix).load_tensor(file))
     if array.dtype.kind not in "biufc":
         raise DataFileError(file, f"holds {array.dtype} values, not numbers")
     return array
@@ -62,7 +53,7 @@ def save_tensor(array: np.ndarray, path: str | Path) -> None:
     if file.suffix == ".npy":
         save_npy(array, file)
     else:
-        _backend_for(file.suffix).save_tensor(array, file)
+        backend_for(file.suffix).save_tensor(array, file)
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from msprobe.core.session import BaseDebugger
+from msprobe.core.recording.session import BaseDebugger
 
 
 def distributed_rank() -> int | None:
@@ -56,8 +56,8 @@ class PrecisionDebugger(BaseDebugger):
 
     def _make_saver(self) -> Any:
         import mindspore as ms
-        from msprobe.core.dump.debug_save import DebugSaver
         from msprobe.core.dump.values import ValueEncoder
+        from msprobe.core.recording.debug_save import DebugSaver
         from msprobe.mindspore.dump.tensors import TensorSummarizer, describe_object
 
         summarizer = TensorSummarizer(self.config.task, self.config.summary_mode)

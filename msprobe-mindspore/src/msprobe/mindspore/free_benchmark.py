@@ -18,7 +18,7 @@ import mindspore as ms
 from msprobe.core.api_patch import ApiPatcher
 from msprobe.core.backend import Perturbation
 from msprobe.core.free_benchmark import FreeBenchmarkCalls, chosen_perturbation
-from msprobe.core.session import TaskSession
+from msprobe.core.recording.session import TaskSession
 from msprobe.mindspore.dump.recorder import api_targets
 from msprobe.mindspore.dump.tensors import to_numpy
 

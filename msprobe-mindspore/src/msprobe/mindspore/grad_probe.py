@@ -11,7 +11,7 @@ from typing import Any
 
 from msprobe.core.api_patch import unrecorded
 from msprobe.core.grad_probe import GradProbeHooks, GradSummaryWriter, measure_array
-from msprobe.core.session import TaskSession
+from msprobe.core.recording.session import TaskSession
 from msprobe.mindspore.dump.tensors import to_numpy
 
 logger = logging.getLogger(__name__)
@@ -42,9 +42,8 @@ class GradProbe(GradProbeHooks):
     def _on_optimizer_step(self, _cell: Any, args: tuple) -> None:
         step = self.step
         self.step += 1
-        config = self.session.config
         rank = self.session.rank or 0
-        if (config.step and step not in config.step) or (config.rank and rank not in config.rank) or not args:
+        if not self.session.selects(step, rank) or not args:
             return
         try:
             with unrecorded():  # a dump running beside the probe does not record its reads (astype of bfloat16)

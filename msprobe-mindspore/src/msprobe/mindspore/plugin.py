@@ -87,7 +87,7 @@ def msprobe_free_benchmark_hooks(session: Any) -> Any:
 @hookimpl
 def msprobe_cli_commands() -> list[Any]:
     """run_ut and multi_run_ut: `msprobe -f mindspore run_ut ...`."""
-    from msprobe.core.precheck.run_ut_cli import run_ut_commands
+    from msprobe.core.run_ut_cli import run_ut_commands
 
     return run_ut_commands(
         "msprobe.mindspore.run_ut:ApiRunner", "msprobe.mindspore.run_ut:save_error_data", lambda device: ["cpu"]

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from msprobe.core.session import BaseDebugger
+from msprobe.core.recording.session import BaseDebugger
 
 
 def distributed_rank() -> int | None:
@@ -35,8 +35,8 @@ class PrecisionDebugger(BaseDebugger):
         return GradProbe(self.session, model)
 
     def _make_saver(self) -> Any:
-        from msprobe.core.dump.debug_save import DebugSaver
         from msprobe.core.dump.values import ValueEncoder
+        from msprobe.core.recording.debug_save import DebugSaver
         from msprobe.pytorch.dump.tensors import TensorSummarizer, describe_object
 
         summarizer = TensorSummarizer(self.config.task, self.config.summary_mode)

@@ -19,7 +19,7 @@ import torch
 
 from msprobe.core.backend import Perturbation
 from msprobe.core.free_benchmark import FreeBenchmarkCalls, chosen_perturbation
-from msprobe.core.session import TaskSession
+from msprobe.core.recording.session import TaskSession
 from msprobe.core.trees import map_leaves
 from msprobe.pytorch import func_transforms
 from msprobe.pytorch.api_patch import ApiPatcher

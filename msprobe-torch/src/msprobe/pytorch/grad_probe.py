@@ -20,7 +20,7 @@ import torch
 
 from msprobe.core.api_patch import unrecorded
 from msprobe.core.grad_probe import GradProbeHooks, GradRecord, GradSummaryWriter
-from msprobe.core.session import TaskSession
+from msprobe.core.recording.session import TaskSession
 from msprobe.pytorch.dump.device_batch import FORCE_DEVICE_PATH
 from msprobe.pytorch.dump.measuring import kernel_stats
 from msprobe.pytorch.dump.pt_file import host_bytes
@@ -176,9 +176,8 @@ class GradProbe(GradProbeHooks):
     def _on_optimizer_step(self, optimizer: Any, args: tuple, kwargs: dict) -> None:
         step = self.step
         self.step += 1
-        config = self.session.config
         rank = self.session.rank or 0
-        if (config.step and step not in config.step) or (config.rank and rank not in config.rank):
+        if not self.session.selects(step, rank):
             return
         try:
             readers: dict[torch.device, _DeviceReads] = {}  # one per device: its gradients read back together

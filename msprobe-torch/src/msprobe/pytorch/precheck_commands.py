@@ -92,7 +92,7 @@ def compile_check_command(script: Path, backend: str, output: Path, forward_only
 
 
 def commands() -> list[click.Command]:
-    from msprobe.core.precheck.run_ut_cli import run_ut_commands
+    from msprobe.core.run_ut_cli import run_ut_commands
 
     return [
         *run_ut_commands(RUNNER, SAVER, lambda device: _devices(device, 1)),

@@ -33,7 +33,7 @@ from msprobe.core.errors import DataFileError, MsprobeError, UsageError
 from msprobe.core.files import make_dir, regular_file, write_json_atomic, write_new_text
 from msprobe.core.generation.compare import is_generation_file
 from msprobe.core.jobs import Engine, activity, run_jobs
-from msprobe.core.tensor_files import load_npy
+from msprobe.core.tensor_files import tensor_readers
 
 logger = logging.getLogger(__name__)
 
@@ -163,20 +163,6 @@ def read_compare_json(path: str | Path, model: type[BaseModel] = CompareInput) -
         return model.model_validate(raw)
     except ValidationError as exc:
         raise config_error_from_validation(exc, file) from None
-
-
-def tensor_readers() -> dict[str, Any]:
-    """Tensor file readers by suffix; a backend's framework is imported only when its first file is read."""
-    readers: dict[str, Any] = {".npy": load_npy}
-    try:
-        from msprobe.core.plugins import get_registry
-
-        for backend in get_registry().backends().values():
-            if backend.tensor_suffix and backend.tensor_suffix not in readers:
-                readers[backend.tensor_suffix] = backend.load_tensor
-    except Exception as exc:  # compare without plugins still works for statistics and .npy
-        logger.debug("no tensor readers from plugins: %s", exc)
-    return readers
 
 
 def registered_metrics() -> tuple:

@@ -49,7 +49,7 @@ def _arrays(npu: Dump, bench: Dump) -> Callable[[str, Value], np.ndarray | None]
     """Saved tensors, read with the installed backends' readers, when both dumps are tensor dumps."""
     if npu.task != "tensor" or bench.task != "tensor":
         return None
-    from msprobe.core.compare.run import tensor_readers
+    from msprobe.core.tensor_files import tensor_readers
 
     readers = tensor_readers()
     dumps = {"npu": npu, "bench": bench}

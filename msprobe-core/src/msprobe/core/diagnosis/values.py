@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from msprobe.core.diagnosis.calls import Value
+from msprobe.core.distance import statistics_distance
 
 ArrayLoader = Callable[[str, Value], "np.ndarray | None"]  # (side, value) -> the saved tensor, or None
 
@@ -189,20 +190,4 @@ def _array_error(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def _statistics_error(ours: Value, theirs: Value) -> float:
-    count = theirs.size or 1
-    norm = theirs.stats[3]
-    rms = abs(norm) / math.sqrt(count) if norm is not None and math.isfinite(norm) else 0.0
-    errors = []
-    for a, b in zip(ours.stats, theirs.stats):
-        if a is None or b is None:
-            continue
-        if not (math.isfinite(a) and math.isfinite(b)):
-            if not _same_number(a, b):
-                return math.inf
-            continue
-        scale = max(abs(b), rms)
-        if scale > 0:
-            errors.append(abs(a - b) / scale)
-        elif a != b:
-            return math.inf
-    return max(errors, default=0.0)
+    return statistics_distance(ours.stats, theirs.stats, theirs.size or 1) or 0.0

@@ -37,6 +37,7 @@ from msprobe.core.compare.tables import (
     statistics_table,
     tensor_table,
 )
+from msprobe.core.distance import statistics_distance
 from msprobe.core.dump.entry_names import parse_entry
 from msprobe.core.graph.model import API, API_GROUP, Graph, Node
 
@@ -317,28 +318,9 @@ def _float(value: str | None) -> float | None:
 
 
 def _scaled_error(row: Row, bench: Row) -> float | None:
-    """Largest relative error of the four statistics, each measured against at least the tensor's RMS.
-
-    The reference divides by the statistic itself, so any output whose mean
-    is near zero (every LayerNorm output) scores 1 for noise in the last
-    digits; here a statistic smaller than the bench tensor's RMS
-    (norm / sqrt(elements)) is measured against the RMS instead.
-    """
-    count = math.prod(bench.shape) if bench.shape else 1
-    norm = bench.stats[3]
-    rms = abs(float(norm)) / math.sqrt(count) if isinstance(norm, (int, float)) and count else 0.0
-    errors = []
-    for ours, theirs in zip(row.stats, bench.stats):
-        if not isinstance(ours, (int, float)) or not isinstance(theirs, (int, float)):
-            continue
-        if not (math.isfinite(ours) and math.isfinite(theirs)):
-            continue
-        scale = max(abs(float(theirs)), rms if math.isfinite(rms) else 0.0)
-        if scale > 0:
-            errors.append(abs(float(ours) - float(theirs)) / scale)
-        elif ours != theirs:
-            errors.append(1.0)
-    return max(errors) if errors else None
+    """Largest relative error of the four statistics (msprobe.core.distance: each against at least the bench
+    tensor's root mean square, so a mean near zero does not read noise as a large error)."""
+    return statistics_distance(row.stats, bench.stats, math.prod(bench.shape) if bench.shape else 1)
 
 
 def node_index(

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from msprobe.core.compare.mapping import NameMapper, read_layer_mapping
 from msprobe.core.compare.report import timestamp
-from msprobe.core.compare.run import check_tensor_readers, read_compare_json, tensor_readers
+from msprobe.core.compare.run import check_tensor_readers, read_compare_json
 from msprobe.core.compare.tables import tensor_loader
 from msprobe.core.diagnosis import diagnose_dumps, diagnosis_fits
 from msprobe.core.diagnosis.runs import step_and_rank_of
@@ -31,6 +31,7 @@ from msprobe.core.graph.model import Graph, build_graph
 from msprobe.core.graph.overflow import mark_overflow
 from msprobe.core.graph.vis import build_vis, compare_vis, write_vis
 from msprobe.core.jobs import Engine, note, run_jobs
+from msprobe.core.tensor_files import tensor_readers
 
 logger = logging.getLogger(__name__)
 

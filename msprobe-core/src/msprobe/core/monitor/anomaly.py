@@ -10,6 +10,13 @@ from msprobe.core.monitor.config import Alert
 logger = logging.getLogger(__name__)
 
 
+def turbulent(value: float, mean: float, count: int, threshold: float) -> bool:
+    """AnomalyTurbulence's test, the one rule of a value out of its series (the monitor's and the flight
+    recorder's loss trigger): more than ``threshold`` (relative) away from the running mean of the ``count``
+    values before it. A first value, or a mean of zero, has nothing to be measured against."""
+    return count > 0 and mean != 0 and abs(value - mean) > threshold * abs(mean)
+
+
 class AnomalyDetector:
     """AnomalyTurbulence: a value more than ``threshold`` (relative) away from its running mean; inf/nan always."""
 
@@ -27,7 +34,7 @@ class AnomalyDetector:
         reason = None
         if count and self.thresholds and op not in ("nans", "zeros"):
             threshold = min(self.thresholds)
-            if abs(value - mean) > threshold * abs(mean) and abs(mean) > 0:
+            if turbulent(value, mean, count, threshold):
                 reason = f"{op} {value:.6g} is more than {threshold} away from its mean {mean:.6g}"
         self.history[key] = ((mean * count + value) / (count + 1), count + 1)
         return reason

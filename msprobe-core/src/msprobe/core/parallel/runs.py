@@ -21,7 +21,7 @@ from msprobe.core.dump.reader import Dump, read_dump
 from msprobe.core.errors import DataFileError
 from msprobe.core.files import make_dir, write_json_atomic
 from msprobe.core.parallel.merge import PHASES, Finding, merge_ranks, values_of
-from msprobe.core.tensor_files import save_npy
+from msprobe.core.tensor_files import save_npy, tensor_readers
 
 logger = logging.getLogger(__name__)
 
@@ -189,8 +189,6 @@ class _TensorFolder:
     ``.npy`` beside the merged dump.json."""
 
     def __init__(self, dumps: dict[int, Dump], folder: Path):
-        from msprobe.core.compare.run import tensor_readers
-
         self.readers = tensor_readers()
         self.dumps = dumps
         self.folder = folder / "dump_tensor_data"
@@ -242,8 +240,6 @@ def name_the_ranks(diagnosis: Diagnosis, npu_folder: Path, bench_folder: Path) -
     ours, theirs = npu.data.get(diagnosis.api), bench.data.get(diagnosis.api)
     if npu.task != "tensor" or not isinstance(ours, dict) or not isinstance(theirs, dict):
         return diagnosis
-    from msprobe.core.compare.run import tensor_readers
-
     readers = tensor_readers()
 
     def array(dump: Dump, leaf: dict) -> np.ndarray | None:

@@ -4,7 +4,8 @@ run's calls of those modules, numbered on from the stages before it.
 A run is taken for a pipeline when no rank declares another layout (data or tensor parallelism) and each rank
 holds modules that no other rank holds, the modules held by every rank (a wrapper) aside. The stages are the
 ranks in their order, the first holding the model's first modules. A stage's calls keep their order; the
-forward runs the stages first to last and the backward last to first, as in the global run. An API's count
+forward runs the stages first to last, the backward last to first, and then the optimizer each stage's own
+parameters, as in the global run. An API's count
 (``Functional.linear.3``) goes on from the calls of that API in the stages before; a module's name stays as it
 is. The point-to-point calls that hand activations and gradients between stages are the layout's own
 communication, which the global run does not make, and are left out.
@@ -110,15 +111,20 @@ def merge_stages(
     ranks = sorted(dumps)
     forward: list[tuple[int, str]] = []
     backward: list[tuple[int, str]] = []
+    optimizer: list[tuple[int, str]] = []  # each stage's optimizer updates its own parameters, after the backward
     for rank in ranks:
+        construct = dumps[rank].construct or {}
         for name in renames[rank]:
             parsed = parse_entry(name)
-            (backward if parsed is not None and parsed.phase == BACKWARD else forward).append((rank, name))
+            if construct.get(name) == "optimizer":
+                optimizer.append((rank, name))
+            else:
+                (backward if parsed is not None and parsed.phase == BACKWARD else forward).append((rank, name))
     # the backward runs the stages last to first
     backward.sort(key=lambda item: -ranks.index(item[0]))
     data: dict[str, Any] = {}
     holders: dict[str, int] = {}
-    for rank, name in [*forward, *backward]:
+    for rank, name in [*forward, *backward, *optimizer]:
         new = renames[rank][name]
         if new in data:  # a module on every stage (a wrapper): the first stage's entry stands for it
             continue

@@ -30,10 +30,17 @@ import mindspore as ms
 from mindspore import ops
 from mindspore.ops import Primitive
 from msprobe.core.api_patch import ApiPatcher, resolve_attribute
-from msprobe.core.dump.collector import dump_task
-from msprobe.core.dump.recorder import DumpRecorder, ModuleHooks, WriteRule, each_model, in_place_by_name, module_label
 from msprobe.core.dump.values import ValueEncoder
-from msprobe.core.session import TaskSession
+from msprobe.core.recording.collector import dump_task
+from msprobe.core.recording.recorder import (
+    DumpRecorder,
+    ModuleHooks,
+    WriteRule,
+    each_model,
+    in_place_by_name,
+    module_label,
+)
+from msprobe.core.recording.session import TaskSession
 from msprobe.mindspore.dump.tensors import TensorSummarizer, describe_object
 
 NAMESPACES = {

@@ -33,11 +33,11 @@ import mindspore as ms
 from mindspore import mint, ops
 from msprobe.core.dump import float_stats
 from msprobe.core.dump.checksum import crc32_hex as checksum_hex
-from msprobe.core.dump.cuts import KvCacheTensors, TensorCut
 from msprobe.core.dump.file_pool import FilePool
 from msprobe.core.dump.npy_file import write_npy
 from msprobe.core.dump.numbers import float32_mean, json_number, no_statistics
 from msprobe.core.dump.overflow import is_nonfinite
+from msprobe.core.recording.cuts import KvCacheTensors, TensorCut
 
 _FLOATING = (ms.float16, ms.float32, ms.float64, ms.bfloat16)
 

@@ -21,11 +21,18 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from msprobe.core.api_patch import ApiPatcher as CoreApiPatcher
-from msprobe.core.dump.collector import dump_task
 from msprobe.core.dump.overflow import InputScreen
-from msprobe.core.dump.recorder import DumpRecorder, ModuleHooks, WriteRule, each_model, in_place_by_name, module_label
 from msprobe.core.dump.values import ValueEncoder
-from msprobe.core.session import TaskSession
+from msprobe.core.recording.collector import dump_task
+from msprobe.core.recording.recorder import (
+    DumpRecorder,
+    ModuleHooks,
+    WriteRule,
+    each_model,
+    in_place_by_name,
+    module_label,
+)
+from msprobe.core.recording.session import TaskSession
 from msprobe.pytorch.api_patch import ApiPatcher, api_targets, unlisted_in_place_targets
 from msprobe.pytorch.compiled import EagerWhileOn, compile_escape, untraced
 from msprobe.pytorch.dump import grad_taps, parallel

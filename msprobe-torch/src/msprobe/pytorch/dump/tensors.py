@@ -24,11 +24,11 @@ from typing import Any
 import torch
 
 from msprobe.core.dump import float_stats
-from msprobe.core.dump.cuts import KvCacheTensors, TensorCut
 from msprobe.core.dump.file_pool import FilePool
 from msprobe.core.dump.numbers import json_number, no_statistics
 from msprobe.core.dump.overflow import is_nonfinite
 from msprobe.core.dump.writer import RawJSON
+from msprobe.core.recording.cuts import KvCacheTensors, TensorCut
 from msprobe.pytorch.dump import device_batch, lane, measuring, parallel, unusual
 from msprobe.pytorch.dump.pt_file import PtWriter
 
@@ -364,7 +364,7 @@ class TensorSummarizer:
         return self.batch.measure_stats(tensor)
 
     def _kept_part(self, tensor: torch.Tensor) -> torch.Tensor:
-        """The request's rows and the slice (see msprobe.core.dump.cuts); a view, so nothing is copied."""
+        """The request's rows and the slice (see msprobe.core.recording.cuts); a view, so nothing is copied."""
         if tensor.layout != torch.strided or tensor.is_nested:
             return tensor
         index = self.cut.index(tensor.shape, isinstance(tensor, torch.nn.Parameter))

@@ -14,7 +14,7 @@ from typing import Any
 from msprobe.core.dump.values import ValueEncoder
 from msprobe.core.dump.writer import DumpWriter
 from msprobe.core.files import make_dir
-from msprobe.core.session import TaskSession
+from msprobe.core.recording.session import TaskSession
 
 # register_grad(value, name, callback): arrange for callback(gradient structure) once the gradient exists
 GradRegistrar = Callable[[Any, Callable[[Any], None]], bool]

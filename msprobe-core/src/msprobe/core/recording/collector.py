@@ -20,15 +20,15 @@ from typing import Any
 
 from msprobe.core.dump.backward_names import BackwardNumbering
 from msprobe.core.dump.entry_names import kind_of
-from msprobe.core.dump.filters import DataModeFilter, NameFilter, ScopeFilter
 from msprobe.core.dump.numbers import NonFinite
 from msprobe.core.dump.overflow import InputScreen, LaterScreen, OverflowCounter, has_nonfinite
-from msprobe.core.dump.totals import DumpTotals
 from msprobe.core.dump.values import ValueEncoder
 from msprobe.core.dump.writer import JOURNAL_NAME, NO_PARENT, DumpWriter
 from msprobe.core.errors import DataFileError
 from msprobe.core.files import make_dir, refuse_links_below
-from msprobe.core.session import TaskSession
+from msprobe.core.recording.filters import DataModeFilter, NameFilter, ScopeFilter
+from msprobe.core.recording.session import TaskSession
+from msprobe.core.recording.totals import DumpTotals
 
 logger = logging.getLogger(__name__)
 
@@ -145,14 +145,14 @@ class DumpCollector:
         )
         self.live: Any = None  # the live md5 diff against bench_path (task tensor)
         if config.live_diff:
-            from msprobe.core.dump.live_diff import LiveDiff
+            from msprobe.core.recording.live_diff import LiveDiff
 
             self.live = LiveDiff(session)
             if saving_files is not None:
                 saving_files(False)  # tensor files only for the calls that differ
         self.flight: Any = None  # the NaN flight recorder's window and triggers (task flight_recorder)
         if config.task == "flight_recorder":
-            from msprobe.core.dump.flight import FlightRecorder
+            from msprobe.core.recording.flight import FlightRecorder
 
             self.flight = FlightRecorder(session)
             self.writer_factory = self.flight.writer

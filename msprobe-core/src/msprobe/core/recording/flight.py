@@ -28,6 +28,7 @@ from typing import Any
 
 from msprobe.core.dump.writer import DumpWriter
 from msprobe.core.files import make_dir, write_json_atomic
+from msprobe.core.monitor.anomaly import turbulent
 
 logger = logging.getLogger(__name__)
 
@@ -66,10 +67,10 @@ class BufferedWriter(DumpWriter):
 
 
 class LossRule:
-    """The training-state monitor's AnomalyTurbulence on the loss: a value more than ``threshold`` (relative)
-    away from the running mean, or not finite. A spike is kept out of the mean, so the steps after it are
-    measured against the losses before it, not flagged in turn. Consecutive anomalous losses are one event:
-    only the first of them is reported, until a normal loss comes again."""
+    """The training-state monitor's AnomalyTurbulence (``turbulent``) on the loss, or a loss not finite. Two
+    choices of a trigger, where the monitor reports every value: a spike is kept out of the mean, so the steps
+    after it are measured against the losses before it, not flagged in turn; and consecutive anomalous losses
+    are one event, only the first of them reported until a normal loss comes again."""
 
     def __init__(self, threshold: float):
         self.threshold = threshold
@@ -90,7 +91,7 @@ class LossRule:
     def _anomaly(self, value: float) -> str | None:
         if not math.isfinite(value):
             return f"loss is {value}"
-        if self.count and self.mean and abs(value - self.mean) > self.threshold * abs(self.mean):
+        if turbulent(value, self.mean, self.count, self.threshold):
             return f"loss {value:.6g} is more than {self.threshold} away from its mean {self.mean:.6g}"
         return None
 

@@ -19,9 +19,9 @@ from typing import Any
 
 from msprobe.core.autostart import DUMPING_VARIABLE
 from msprobe.core.config import DebuggerConfig, load_config, load_config_once
-from msprobe.core.dump.cuts import KvCacheTensors, TensorCut, find_request, tensor_cut
 from msprobe.core.errors import BackendError, ConfigError, DataFileError, MsprobeError, UsageError
 from msprobe.core.messages import show_in_training
+from msprobe.core.recording.cuts import KvCacheTensors, TensorCut, find_request, tensor_cut
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +57,10 @@ class TaskSession:
     @property
     def rank(self) -> int | None:
         return self.debugger.current_rank()
+
+    def selects(self, step: int | None = None, rank: int | None = None) -> bool:
+        """Whether config.json's ``step`` and ``rank`` take this step and rank (default: the run's own)."""
+        return self.debugger.selects(step, rank)
 
     @property
     def tensor_cut(self) -> TensorCut | None:
@@ -202,12 +206,18 @@ class BaseDebugger:
         return model
 
     # -- selection --------------------------------------------------------------------
-    def step_selected(self) -> bool:
-        return not self.config.step or self.current_step in self.config.step
+    # the one rule of selection: the dump asks with the session's own step and rank, the grad probes with the
+    # optimizer steps they count
+    def step_selected(self, step: int | None = None) -> bool:
+        """Whether config.json's ``step`` list takes ``step`` (default: the session's own); empty takes all."""
+        return not self.config.step or (self.current_step if step is None else step) in self.config.step
 
-    def rank_selected(self) -> bool:
-        rank = self.current_rank()
-        return not self.config.rank or (rank or 0) in self.config.rank
+    def rank_selected(self, rank: int | None = None) -> bool:
+        """Whether config.json's ``rank`` list takes ``rank`` (default: this process's); empty takes all."""
+        return not self.config.rank or ((self.current_rank() or 0) if rank is None else rank) in self.config.rank
+
+    def selects(self, step: int | None = None, rank: int | None = None) -> bool:
+        return self.step_selected(step) and self.rank_selected(rank)
 
     @property
     def tensor_cut(self) -> TensorCut | None:

@@ -2,7 +2,7 @@
 
 A recorder is the TaskHooks of the dump tasks: it patches a framework's APIs
 (L1), hooks its modules or cells (L0), or both (mix), and hands what it sees
-to the :class:`~msprobe.core.dump.collector.DumpCollector`. What a call goes
+to the :class:`~msprobe.core.recording.collector.DumpCollector`. What a call goes
 through is the same on every framework and lives here: its name and number,
 the per-call guard (a failure of the tool is reported once per API and the
 user's call still runs exactly as without the tool), the module stack that
@@ -22,13 +22,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from msprobe.core.api_patch import ApiPatcher
-from msprobe.core.dump.collector import DumpCollector
 from msprobe.core.dump.stack import stack_capture
 from msprobe.core.dump.summarizer import TensorSummarizer
-from msprobe.core.dump.totals import DumpTotals
 from msprobe.core.dump.waiting import MARK, PLACEHOLDERS
 from msprobe.core.dump.writer import NO_PARENT
-from msprobe.core.session import TaskSession
+from msprobe.core.recording.collector import DumpCollector
+from msprobe.core.recording.session import TaskSession
+from msprobe.core.recording.totals import DumpTotals
 
 ENTRY_LEVELS = ("L0", "L1", "mix")  # the levels whose entries come from the recorder's hooks
 
