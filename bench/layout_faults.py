@@ -146,9 +146,9 @@ def _lm(dropout: float = 0.0) -> Callable[[], nn.Module]:
 MODELS: dict[str, Callable[[], nn.Module]] = {"mlp": MLP, "lm": _lm(), "lm_dropout": _lm(0.1), "moe": MoE}
 
 
-def batch(model_name: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """The global batch and its targets, the same in every run."""
-    generator = torch.Generator().manual_seed(7)
+def batch(model_name: str, seed: int = 7) -> tuple[torch.Tensor, torch.Tensor]:
+    """The global batch and its targets, the same in every run (another ``seed``: another batch)."""
+    generator = torch.Generator().manual_seed(seed)
     if model_name.startswith("lm"):
         tokens = torch.randint(0, LM.vocab, (BATCH, SEQUENCE + 1), generator=generator)
         return tokens[:, :-1], tokens[:, 1:]
@@ -392,13 +392,14 @@ def reduced_in_bfloat16(run: Run) -> None:
 def data_changed(rank: int = 1, shared: bool = False) -> Callable[[Run], None]:
     """One rank is given another rank's share of the batch (a sampler that shards the data wrongly): its rows
     are not the golden run's rows for it. ``shared``: a layout whose ranks all take the whole batch (pipeline
-    stages): the rank's batch has its halves swapped."""
+    stages): the rank is given another batch (its rows reordered alone would keep every statistic)."""
 
     def apply(run: Run) -> None:
         if run.rank == rank:
             full_inputs, full_targets = batch(run.model_name)
             if shared:
-                run.inputs = torch.cat(list(reversed(full_inputs.chunk(run.world))))
+                other = batch(run.model_name, seed=8)[0]
+                run.inputs = other
                 return
             run.inputs = full_inputs.chunk(run.world)[(rank + 1) % run.world]
             run.targets = full_targets.chunk(run.world)[(rank + 1) % run.world]

@@ -75,6 +75,9 @@ class PairAnalysis:
         # the two runs were laid out otherwise (another tensor-parallel degree...): a sum may be taken in another
         # order anywhere, so a call of a kind that agreed elsewhere may still round otherwise
         self.other_layout = False
+        # runs of other layouts whose forward calls compute as one process does (pipeline stages): a forward
+        # difference with no call given bit-identical inputs to make it is no rounding
+        self.exact_forward = False
         self.spelt: set[tuple] = set()  # this run's masks taken as the benchmark's (see masks_spelt_otherwise)
         # serving: each run's request and token counts, when one request was dumped from batches of other sizes
         self.batches: tuple[dict[str, Any], dict[str, Any]] | None = None

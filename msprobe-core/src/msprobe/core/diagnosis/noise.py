@@ -62,6 +62,8 @@ def noise_floor(analysis: PairAnalysis) -> float:
         every.append(error)
         if not difference.inputs and not difference.params:
             fresh.append(error)
+    if not fresh and analysis.exact_forward:  # no forward call rounds otherwise: there is no noise to measure
+        return 0.0
     chosen = sorted(fresh) or sorted(every)[: max(1, len(every) // 4)]
     return chosen[len(chosen) // 2] if chosen else 0.0
 

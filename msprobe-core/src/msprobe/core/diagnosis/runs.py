@@ -92,8 +92,9 @@ def diagnosis_fits(*paths: Path, limit: int | None = None) -> tuple[bool, str]:
     )
 
 
-def _same_arithmetic(dump: Dump) -> bool:
-    """A run of one process, or pipeline stages merged into one: the sums of a single process."""
+def _same_forward(dump: Dump) -> bool:
+    """A run of one process, or pipeline stages merged into one: its forward computes as one process does (the
+    backward may not: a stage's input is a leaf there, and its gradient adds up in another order)."""
     merged = (dump.parallel or {}).get("merged_ranks")
     return not merged or bool((dump.parallel or {}).get("pipeline_stages"))
 
@@ -109,8 +110,8 @@ def diagnose_dumps(
         return found, PairAnalysis.identical(npu)
     ours, theirs = calls_of(npu), calls_of(bench)
     analysis = PairAnalysis(ours, theirs, pair_calls(ours, theirs, translate), ValueComparer(_arrays(npu, bench)))
-    # pipeline stages run the global run's arithmetic as it is, only on several ranks: no sum in another order
-    analysis.other_layout = other_layout and not (_same_arithmetic(npu) and _same_arithmetic(bench))
+    analysis.other_layout = other_layout
+    analysis.exact_forward = other_layout and _same_forward(npu) and _same_forward(bench)
     if npu.batch is not None and bench.batch is not None and npu.batch != bench.batch:
         # one request from batches of other sizes: the batch's sizes are arguments, and a matrix product of
         # another height may round otherwise, as a run laid out otherwise does
