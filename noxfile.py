@@ -251,9 +251,10 @@ def scale(session: nox.Session) -> None:
     run_ut) on a cluster of two nodes started on this machine."""
     _ensure_chromium(session)
     session.install(TORCH)  # run_ut split over the cluster
-    session.install(
-        *TEST_DEPS, "playwright", "-e", "./msprobe-core[db,ray]", "-e", "./msprobe-cli", "-e", "./msprobe-torch"
-    )
+    session.install(  # huggingface: the diagnosis benchmark's models that db trend's rule is checked on
+        *TEST_DEPS, "playwright", "-e", "./msprobe-core[db,ray]", "-e", "./msprobe-cli",
+        "-e", "./msprobe-torch[huggingface]",
+    )  # fmt: skip
     session.run("pytest", *BY_FILE, "tests/scale", *session.posargs)
 
 

@@ -305,8 +305,15 @@ def test_signals_reach_the_job_and_it_ends_in_its_own_time(tmp_path, how):
     env = {key: value for key, value in os.environ.items() if key != "MSPROBE_DISABLE_PLUGINS"}
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     command = [str(BIN / "msprobe"), "run", "-c", str(tmp_path / "config.json"), "--", sys.executable, str(script)]
-    process = subprocess.Popen([*command, str(tmp_path / "out")], cwd=tmp_path, env=env, start_new_session=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    # Ctrl-C as a terminal delivers it: a test run started in the background (a shell's `&`) ignores SIGINT,
+    # and an ignored SIGINT is inherited by every process it starts, the job's Python then installing no handler;
+    # a handler of this process's own is not inherited, so msprobe run starts with SIGINT's default
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = subprocess.Popen([*command, str(tmp_path / "out")], cwd=tmp_path, env=env, start_new_session=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    finally:
+        signal.signal(signal.SIGINT, previous)
     deadline = time.monotonic() + 60
     while not (tmp_path / "ready").exists():  # the job is running, its handler in place
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()
