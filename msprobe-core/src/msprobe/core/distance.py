@@ -18,7 +18,10 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _same(a: float, b: float) -> bool:
+def same_number(a: float | None, b: float | None) -> bool:
+    """Equal as recorded statistics are: nan equals nan, and an absent value only another absent one."""
+    if a is None or b is None:
+        return a is None and b is None
     return a == b or (math.isnan(a) and math.isnan(b))
 
 
@@ -32,7 +35,7 @@ def statistics_distance(ours: Sequence[Any], theirs: Sequence[Any], count: int) 
         if a is None or b is None:
             continue
         if not (math.isfinite(a) and math.isfinite(b)):
-            errors.append(0.0 if _same(a, b) else math.inf)
+            errors.append(0.0 if same_number(a, b) else math.inf)
             continue
         scale = max(abs(b), rms)
         if scale > 0:

@@ -17,15 +17,9 @@ from typing import Any
 import numpy as np
 
 from msprobe.core.diagnosis.calls import Value
-from msprobe.core.distance import statistics_distance
+from msprobe.core.distance import same_number, statistics_distance
 
 ArrayLoader = Callable[[str, Value], "np.ndarray | None"]  # (side, value) -> the saved tensor, or None
-
-
-def _same_number(a: float | None, b: float | None) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
-    return a == b or (math.isnan(a) and math.isnan(b))
 
 
 # Max and Min are the same number however they are found; a mean and a norm are sums, whose last bits depend on
@@ -52,10 +46,10 @@ def _same_statistics(ours: Value, theirs: Value) -> bool:
         close = (
             mean is None or bench_mean is None or abs(mean - bench_mean) <= REDUCTION_BITS * max(abs(bench_mean), rms)
         )
-        return _same_number(high, bench_high) and _same_number(low, bench_low) and close
-    if not (_same_number(high, bench_high) and _same_number(low, bench_low)):
+        return same_number(high, bench_high) and same_number(low, bench_low) and close
+    if not (same_number(high, bench_high) and same_number(low, bench_low)):
         return False
-    if _same_number(mean, bench_mean) and _same_number(norm, bench_norm):
+    if same_number(mean, bench_mean) and same_number(norm, bench_norm):
         return True
     if None in (mean, norm, bench_mean, bench_norm) or not all(
         map(math.isfinite, (mean, norm, bench_mean, bench_norm))
@@ -143,7 +137,7 @@ class ValueComparer:
             if ours.checksum != theirs.checksum:
                 return False
             if ours.stats is not None and theirs.stats is not None:
-                return all(_same_number(a, b) for a, b in zip(ours.stats, theirs.stats))
+                return all(same_number(a, b) for a, b in zip(ours.stats, theirs.stats))
             return True
         return self.same(ours, theirs)
 
