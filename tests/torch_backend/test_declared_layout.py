@@ -19,34 +19,13 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 from click.testing import CliRunner
+from megatron_layers import ColumnLinear, RowLinear
 from ports import unused_port
 
 from msprobe.cli.main import cli
 
 HIDDEN, WIDTH = 16, 8
 LAYOUT = {"modules": {"fc1": {"weight": 0, "bias": 0, "output": -1}, "fc2": {"weight": 1, "calls": "partial"}}}
-
-
-class ColumnLinear(torch.nn.Module):
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor):
-        super().__init__()
-        self.weight, self.bias = torch.nn.Parameter(weight), torch.nn.Parameter(bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
-
-
-class RowLinear(torch.nn.Module):
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, reduce: bool):
-        super().__init__()
-        self.weight, self.bias, self.reduce = torch.nn.Parameter(weight), torch.nn.Parameter(bias), reduce
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = F.linear(x, self.weight)
-        if self.reduce:  # the partial sums of the ranks' columns, added up (its backward: the identity)
-            with torch.no_grad():
-                dist.all_reduce(y)
-        return y + self.bias
 
 
 class MegatronMLP(torch.nn.Module):
@@ -56,7 +35,7 @@ class MegatronMLP(torch.nn.Module):
         w1, b1, w2, b2 = torch.randn(HIDDEN, WIDTH), torch.randn(HIDDEN), torch.randn(WIDTH, HIDDEN), torch.randn(WIDTH)
         mine = slice(rank * HIDDEN // world, (rank + 1) * HIDDEN // world)
         self.fc1 = ColumnLinear(w1[mine].clone(), b1[mine].clone())
-        self.fc2 = RowLinear(w2[:, mine].clone(), b2.clone(), reduce=world > 1 and reduce)
+        self.fc2 = RowLinear(w2[:, mine].clone(), b2.clone(), world if reduce else 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(F.gelu(self.fc1(x)))

@@ -456,10 +456,11 @@ class DeclaredModuleLayout(_Section):
     output: int | None = Field(
         default=None, description="Dimension along which the module's own output is split (unset: whole on each rank)."
     )
-    calls: Literal["partial"] | None = Field(
+    calls: Literal["partial", "own"] | None = Field(
         default=None,
         description="'partial': the outputs of the calls made inside the module are partial sums over the ranks "
-        "(a row-parallel linear's product before its all-reduce).",
+        "(a row-parallel linear's product before its all-reduce); 'own': they are the layout's own work (a "
+        "vocab-parallel embedding's masking), left out of both runs, and the module is compared at its boundary.",
     )
 
 

@@ -37,6 +37,7 @@ from msprobe.core.dump.reader import Dump
 from msprobe.core.errors import DataFileError
 from msprobe.core.parallel import stats
 from msprobe.core.parallel.names import canonical
+from msprobe.core.parallel.own_calls import own_patterns, without_own_calls
 from msprobe.core.parallel.stages import merge_stages, pipeline_stages
 from msprobe.core.parallel.stats import ARRAY
 
@@ -575,12 +576,18 @@ def _renamed_construct(construct: dict[str, Any], ddp: bool) -> dict[str, Any]:
 
 
 def merge_ranks(
-    dumps: dict[int, Dump], expected: ExpectedShape | None = None, arrays: TensorFiles | None = None
+    dumps: dict[int, Dump],
+    expected: ExpectedShape | None = None,
+    arrays: TensorFiles | None = None,
+    own: list[str] | None = None,
 ) -> MergedStep:
     """The ranks of one step (``{rank: dump}``, every rank of the run) merged into the global run; in a tensor
-    dump, with ``arrays``, their tensors too."""
+    dump, with ``arrays``, their tensors too. The calls made inside the modules ``own`` names (and those a
+    rank's declared layout says are its own) are left out, as the other run's are."""
     if not dumps:
         raise DataFileError(Path("."), "no rank to merge")
+    patterns = [*(own or []), *own_patterns(dump.parallel for dump in dumps.values())]
+    dumps = {rank: without_own_calls(dump, patterns) for rank, dump in dumps.items()}
     world = {dump.parallel.get("world_size") for dump in dumps.values() if dump.parallel}
     if len(world) == 1:
         size = world.pop()

@@ -21,6 +21,7 @@ from msprobe.core.dump.reader import Dump, read_dump
 from msprobe.core.errors import DataFileError
 from msprobe.core.files import make_dir, write_json_atomic
 from msprobe.core.parallel.merge import PHASES, Finding, merge_ranks, values_of
+from msprobe.core.parallel.own_calls import own_patterns, without_own_calls
 from msprobe.core.tensor_files import save_npy, tensor_readers
 
 logger = logging.getLogger(__name__)
@@ -87,6 +88,10 @@ def prepare(npu_root: Path, bench_root: Path, output_dir: Path) -> Prepared:
     steps = sorted(set(npu) & set(bench), key=lambda step: labels_order((step,)) if step else ())
     prepared = Prepared(output_dir / "merged_npu", output_dir / "merged_bench", merged=True)
     counts = []
+    # the modules a declared layout compares at their boundary: their calls are left out of both runs
+    own = own_patterns(
+        _header(next(iter(ranks.values()))) for side in (npu, bench) for ranks in side.values() if len(ranks) > 1
+    )
     for step in steps:
         # the side that merges alone first (one process, or data parallel: its layout says where each piece
         # goes), then the other, guided by its global run's shapes
@@ -95,7 +100,7 @@ def prepare(npu_root: Path, bench_root: Path, output_dir: Path) -> Prepared:
         guide = None
         for ranks, root in sides:
             folder = root / step / "rank" if step else root / "rank"
-            merged = _merged_side(ranks, folder, guide, step, prepared if root is prepared.npu else None)
+            merged = _merged_side(ranks, folder, guide, step, prepared if root is prepared.npu else None, own)
             _write(merged, folder)
             guide = values_of(merged)
         counts.append((len(npu[step]), len(bench[step])))
@@ -112,7 +117,9 @@ def _data_parallel(ranks: dict[str, Path]) -> bool:
     return bool(layout and layout.get("data_parallel"))
 
 
-def _merged_side(ranks: dict[str, Path], folder: Path, guide: Any, step: str | None, prepared: Prepared | None) -> Dump:
+def _merged_side(
+    ranks: dict[str, Path], folder: Path, guide: Any, step: str | None, prepared: Prepared | None, own: list[str]
+) -> Dump:
     """One side of one step as a dump of one process: its ranks merged, or its one rank as it is (its tensor
     files read where they are)."""
     if len(ranks) == 1:
@@ -127,13 +134,13 @@ def _merged_side(ranks: dict[str, Path], folder: Path, guide: Any, step: str | N
             )
         tensors = dump.tensor_dir()
         dump.dump_data_dir = str(tensors.resolve()) if tensors is not None else None
-        return dump
+        return without_own_calls(dump, own)
     numbered = {}
     for label, rank_folder in ranks.items():
         number = step_and_rank_of_labels((label,))[1]
         numbered[number if number is not None else 0] = read_dump(rank_folder)
     files = _TensorFolder(numbered, folder) if any(dump.task == "tensor" for dump in numbered.values()) else None
-    result = merge_ranks(numbered, guide, files)
+    result = merge_ranks(numbered, guide, files, own)
     if prepared is not None:  # the run under investigation: what its ranks disagree on is part of the answer
         number = step_and_rank_of_labels((step,))[0] if step else None
         prepared.findings[number] = result.findings
