@@ -2,7 +2,7 @@ from importlib import metadata
 
 import pytest
 
-from msprobe.core import hookspecs
+from msprobe.core import hookspecs, plugins
 from msprobe.core.backend import Backend, CompareMetric
 from msprobe.core.errors import BackendError
 from msprobe.core.hookspecs import hookimpl
@@ -38,7 +38,13 @@ class RaisingPlugin:
 
 
 def fake_entry_points(monkeypatch, *pairs):
-    points = [metadata.EntryPoint(name, value, hookspecs.ENTRY_POINT_GROUP) for name, value in pairs]
+    """The installed entry points replaced by ``pairs``, msprobe's own packages' kept (the CLI's commands)."""
+    own = [
+        point
+        for point in metadata.entry_points(group=hookspecs.ENTRY_POINT_GROUP)
+        if point.dist is not None and point.dist.name in plugins.OWN_DISTRIBUTIONS
+    ]
+    points = [*own, *(metadata.EntryPoint(name, value, hookspecs.ENTRY_POINT_GROUP) for name, value in pairs)]
 
     def entry_points(group=None, **_kw):
         return points if group == hookspecs.ENTRY_POINT_GROUP else []
@@ -413,7 +419,21 @@ def test_built_in_features_are_plugins_listed_as_built_in():
         "run_ut",
         "grad_probe",
     ]  # fmt: skip
-    assert "compare" in infos["builtin-commands"].commands
+
+
+def test_the_cli_declares_its_commands_through_its_entry_point_as_a_built_in():
+    """The core names no module of the CLI: msprobe-cli's entry point brings its commands, built-in."""
+    assert not any(module.startswith("msprobe.cli") for _, module in plugins.DEFAULT_PLUGINS)
+    for load_entry_points in (True, False):  # without third parties' entry points, msprobe's own still load
+        infos = {info.name: info for info in PluginRegistry(load_entry_points=load_entry_points).plugin_infos()}
+        commands = infos["builtin-commands"]
+        assert commands.builtin and commands.distribution == "msprobe-cli" and "compare" in commands.commands
+
+
+def test_the_cli_commands_cannot_be_switched_off(monkeypatch):
+    monkeypatch.setenv("MSPROBE_DISABLE_PLUGINS", "builtin-commands")
+    infos = {info.name: info for info in PluginRegistry().plugin_infos()}
+    assert not infos["builtin-commands"].disabled and "compare" in infos["builtin-commands"].commands
 
 
 def test_verbose_logs_discovery(monkeypatch):

@@ -9,7 +9,8 @@ decorated with :data:`hookimpl`. It is found through the entry-point group
 
 Built-in features are plugins of exactly this kind: the PyTorch and
 MindSpore backends, the core's compare metrics (``builtin-metrics``), its
-task names (``builtin-tasks``) and the CLI's commands (``builtin-commands``).
+task names (``builtin-tasks``) and the CLI's commands (``builtin-commands``,
+declared through msprobe-cli's own entry point).
 Every hook is optional. Hooks are called through pluggy: the newest plugin
 first, ``tryfirst``/``trylast`` and ``wrapper=True`` as pluggy documents.
 Hooks that return lists are called on every plugin and the answers are

@@ -1,7 +1,8 @@
 """Plugin discovery and fault-tolerant hook calls.
 
 Plugins come from the core's default plugins (:data:`DEFAULT_PLUGINS`) plus
-the entry-point group ``msprobe.plugins``. Hooks are called through pluggy,
+the entry-point group ``msprobe.plugins``, where msprobe-cli declares its own
+commands (built-in, as :data:`OWN_DISTRIBUTIONS` says). Hooks are called through pluggy,
 so ``tryfirst``, ``trylast``, ``wrapper=True`` and *first result* behave as
 pluggy documents. Each implementation runs inside a guard: a plugin that
 raises, or returns the wrong kind of result, is recorded by name and skipped,
@@ -37,13 +38,14 @@ trace_logger = logging.getLogger("msprobe.plugins.trace")
 DISABLE_ENV = "MSPROBE_DISABLE_PLUGINS"
 TRACE_ENV = "MSPROBE_TRACE_PLUGINS"
 
-# The built-in plugins, registered before any entry point, as pytest's default_plugins: (name, module).
-# A module of a package that is not installed (msprobe-cli) is skipped.
+# The core's built-in plugins, registered before any entry point, as pytest's default_plugins: (name, module).
 DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     ("builtin-tasks", "msprobe.core.tasks"),
     ("builtin-metrics", "msprobe.core.compare.builtin_metrics"),
-    ("builtin-commands", "msprobe.cli.builtin_commands"),
 )
+# msprobe's own packages above the core, whose entry points are built-in plugins too: msprobe-cli declares its
+# commands (``builtin-commands``) as any plugin does, and the core need not know its modules
+OWN_DISTRIBUTIONS = frozenset({"msprobe-cli"})
 
 
 @dataclass
@@ -115,15 +117,15 @@ class PluginRegistry:
             module = _import_optional(module_name)
             if module is not None:
                 self._register(name, module, builtin=True)
-        if load_entry_points:
-            self._load_entry_points()
+        # msprobe's own packages' entry points always: they are built-in, as the core's default plugins are
+        self._load_entry_points(own_only=not load_entry_points)
         for name, plugin in extra_plugins:
             self._register(name, plugin)
         self._report_unknown_hooks()
         self._collect_backends()
 
     # -- discovery ----------------------------------------------------------------
-    def _load_entry_points(self) -> None:
+    def _load_entry_points(self, own_only: bool = False) -> None:
         for entry_point in metadata.entry_points(group=hookspecs.ENTRY_POINT_GROUP):
             dist = getattr(entry_point, "dist", None)
             info = PluginInfo(
@@ -133,8 +135,11 @@ class PluginRegistry:
             )
             if info.name in self.infos:
                 continue  # the same distribution seen twice on sys.path
+            info.builtin = _normalised(info.distribution) in OWN_DISTRIBUTIONS
+            if own_only and not info.builtin:
+                continue
             self.infos[info.name] = info
-            if info.name.lower() in self._disabled:
+            if info.name.lower() in self._disabled and not info.builtin:
                 info.disabled = True
                 logger.debug("plugin %r (%s) is disabled by %s", info.name, entry_point.value, DISABLE_ENV)
                 continue
@@ -144,7 +149,7 @@ class PluginRegistry:
                 info.errors.append(f"import: {exc.__class__.__name__}: {exc}")
                 logger.warning("plugin %r failed to load and is skipped: %s", info.name, exc)
                 continue
-            self._register(info.name, plugin, info=info)
+            self._register(info.name, plugin, builtin=info.builtin, info=info)
 
     def register(self, plugin: Any, name: str) -> None:
         """Add a plugin at run time (tests, a notebook), guarded like a discovered one."""
@@ -480,6 +485,11 @@ class PluginRegistry:
 def _note(names: list[str], name: str) -> None:
     if name not in names:
         names.append(name)
+
+
+def _normalised(distribution: str) -> str:
+    """A distribution's name as packaging compares them (``msprobe_cli`` is ``msprobe-cli``)."""
+    return distribution.lower().replace("_", "-").replace(".", "-")
 
 
 def _import_optional(module_name: str) -> Any:
