@@ -91,10 +91,71 @@ def _stages(rank: int, world: int, root: str, port: int) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         for name, (task, fault) in RUNS.items():
-            _stage(rank, world, str(Path(root) / name), task, fault)
+            if name.startswith("microbatches"):
+                _stage_microbatches(rank, str(Path(root) / name), task, fault)
+            else:
+                _stage(rank, world, str(Path(root) / name), task, fault)
             dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+MICROBATCHES = 2
+
+
+def _microbatches() -> list[tuple[torch.Tensor, torch.Tensor]]:
+    inputs, targets = _batch()
+    return list(zip(inputs.chunk(MICROBATCHES), targets.chunk(MICROBATCHES)))
+
+
+def _golden_accumulated(root: str, task: str) -> None:
+    """The one-process run of the pipeline's microbatches: each microbatch's forward and backward in turn, the
+    gradients accumulated, as a pipeline framework runs a model on one stage."""
+    model = Net()
+    microbatches = _microbatches()
+    debugger = _debugger(root, 0, model, task)
+    debugger.start()
+    for inputs, targets in microbatches:
+        (F.cross_entropy(model(inputs), targets) / MICROBATCHES).backward()
+    debugger.stop()
+    debugger.step()
+
+
+def _stage_microbatches(rank: int, root: str, task: str, fault: str | None) -> None:
+    """Two stages, two microbatches, one forward then one backward (1F1B): stage 0 runs both forwards before
+    the first backward comes back, stage 1 each microbatch's forward and backward in turn. ``fault``:
+    ``activation``: the second microbatch's activation arrives changed."""
+    model = Net(rank, 2)
+    first = next(iter(model.layers.values())).fc
+    outputs: list[torch.Tensor] = []
+    first.register_forward_hook(lambda module, args, out: outputs.append(out))
+    microbatches = _microbatches()
+    debugger = _debugger(root, rank, model, task)
+    debugger.start()
+    sends = []
+    if rank == 0:
+        hidden = []
+        for index, (inputs, _) in enumerate(microbatches):
+            hidden.append(model(inputs))
+            sent = hidden[-1].detach()
+            sends.append(dist.isend(_corrupted(sent) if fault == "activation" and index == 1 else sent, 1))
+        for handed in hidden:
+            gradient = torch.empty_like(handed)
+            dist.recv(gradient, 1)
+            handed.backward(gradient)
+    else:
+        for _, targets in microbatches:
+            handed = torch.empty(BATCH // MICROBATCHES, WIDTH)
+            dist.recv(handed, 0)
+            handed.requires_grad_()
+            (F.cross_entropy(model(handed), targets) / MICROBATCHES).backward()
+            sends.append(dist.isend(handed.grad, 0))
+    for request in sends:
+        request.wait()
+    debugger.stop()
+    debugger.step()
+    for index, output in enumerate(outputs):
+        np.save(f"{root}.{rank}.first{index}.npy", output.detach().numpy())
 
 
 def _stage(rank: int, world: int, root: str, task: str, fault: str | None) -> None:
@@ -130,7 +191,8 @@ def _stage(rank: int, world: int, root: str, task: str, fault: str | None) -> No
 
 RUNS = {"control": ("statistics", None), "tensors": ("tensor", None), "weight": ("statistics", "weight"),
         "activation": ("statistics", "activation"), "gradient": ("statistics", "gradient"),
-        "scaled": ("statistics", "scaled")}  # fmt: skip
+        "scaled": ("statistics", "scaled"), "microbatches": ("statistics", None),
+        "microbatches_activation": ("statistics", "activation")}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -138,12 +200,13 @@ def runs(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("pipeline")
     for task in ("statistics", "tensor"):
         _golden(str(root / f"golden_{task}"), task)
+    _golden_accumulated(str(root / "golden_microbatches"), "statistics")
     mp.spawn(_stages, (2, str(root), unused_port()), nprocs=2, join=True)
     return root
 
 
 def _compare(runs: Path, run: str, tmp_path: Path):
-    golden = runs / f"golden_{RUNS[run][0]}"
+    golden = runs / ("golden_microbatches" if run.startswith("microbatches") else f"golden_{RUNS[run][0]}")
     spec = tmp_path / "compare.json"
     spec.write_text(json.dumps({"npu_path": str(runs / run), "bench_path": str(golden)}))
     out = tmp_path / "out"
@@ -203,3 +266,29 @@ def test_a_fault_in_one_stage_is_named_with_its_rank(runs, tmp_path, run, rank, 
     assert answer["verdict"] == "divergence", answer
     assert (answer["rank"], answer["module"], answer["api"], answer["phase"]) == (rank, module, api, phase), answer
     assert f"rank {rank} alone" in result.output
+
+
+def test_microbatches_merge_in_the_order_the_one_process_run_makes_them(runs, tmp_path):
+    result, answer, out = _compare(runs, "microbatches", tmp_path)
+    assert result.exit_code == 0, result.output
+    [line] = [line for line in result.output.splitlines() if line.startswith("step 0: ")]
+    assert line.startswith("step 0: PASS") and " 0 unmatched" in line, line
+    data = _merged(out)["data"]
+    # five linears a microbatch (two on stage 0, three on stage 1): each stage's first linear, microbatch by
+    # microbatch, is the global run's 0th, 2nd, 5th and 7th
+    for rank, index, entry in ((0, 0, 0), (1, 0, 2), (0, 1, 5), (1, 1, 7)):
+        output = data[f"Functional.linear.{entry}.forward"]["output"][0]
+        expected = np.load(runs / f"microbatches.{rank}.first{index}.npy").astype(np.float64)
+        assert output["Max"] == pytest.approx(expected.max(), rel=1e-6), (rank, index)
+        assert output["Mean"] == pytest.approx(expected.mean(), rel=1e-5, abs=1e-7), (rank, index)
+    order = list(data)  # the first microbatch's backward before the second's forward, as in the global run
+    assert order.index("Functional.linear.4.backward") < order.index("Functional.linear.0.backward")
+    assert order.index("Functional.linear.0.backward") < order.index("Functional.linear.5.forward")
+    assert answer["verdict"] != "divergence"
+
+
+def test_a_fault_in_one_microbatch_is_named_at_its_call(runs, tmp_path):
+    result, answer, _ = _compare(runs, "microbatches_activation", tmp_path)
+    assert result.exit_code == 1, result.output
+    found = (answer["rank"], answer["module"], answer["api"], answer["phase"])
+    assert found == (1, "layers.2.fc", "Functional.linear.7.forward", "forward"), answer

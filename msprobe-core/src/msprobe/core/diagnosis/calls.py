@@ -2,8 +2,8 @@
 
 dump.json lists entries in the order they were first written, which is when a call ended; a module's entry
 comes after the calls it made. A ``parameters_grad`` entry is listed beside its module's forward entry although
-its gradients arrive in the backward, so it is moved to where they arrive: just after the module's backward
-entry, or, with none, after the backward's last call. The phase follows the reference's layout: backward
+its gradients arrive in the backward, so it is moved to where they are whole: just after the module's last
+backward entry, or, with none, after the backward's last call. The phase follows the reference's layout: backward
 entries are the backward; forward calls after the step's last backward that run outside every module (parent
 ``optimizer`` in construct.json, or none) are the optimizer's; the rest is the forward.
 """
@@ -345,10 +345,15 @@ def _place_gradients(calls: list[Call], grads: list[Call]) -> list[Call]:
     for grad in grads:
         grad.phase = BACKWARD
         by_module.setdefault(grad.module or "", []).append(grad)
+    # after the module's last backward: a module called several times in a step (microbatches accumulating,
+    # a layer used twice) has its gradients whole only then
+    last = {
+        call.module: index for index, call in enumerate(calls) if call.kind == "module" and call.direction == BACKWARD
+    }
     placed: list[Call] = []
-    for call in calls:
+    for index, call in enumerate(calls):
         placed.append(call)
-        if call.kind == "module" and call.direction == BACKWARD and call.module in by_module:
+        if call.kind == "module" and call.module in by_module and last.get(call.module) == index:
             placed.extend(by_module.pop(call.module))
     rest = [grad for group in by_module.values() for grad in group]
     if rest:

@@ -3,15 +3,15 @@ run's calls of those modules, numbered on from the stages before it.
 
 A run is taken for a pipeline when no rank declares another layout (data or tensor parallelism) and each rank
 holds modules that no other rank holds, the modules held by every rank (a wrapper) aside. The stages are the
-ranks in their order, the first holding the model's first modules. A stage's calls keep their order; the
-forward runs the stages first to last, the backward last to first, and then the optimizer each stage's own
-parameters, as in the global run. An API's count
-(``Functional.linear.3``) goes on from the calls of that API in the stages before; a module's name stays as it
-is. The point-to-point calls that hand activations and gradients between stages are the layout's own
-communication, which the global run does not make, and are left out.
+ranks in their order, the first holding the model's first modules. A step of several microbatches is merged
+microbatch by microbatch, as a run of one process accumulating the same microbatches makes its calls: the
+forward runs the stages first to last, the backward last to first, and after the last microbatch the optimizer
+updates each stage's own parameters. An API's count (``Functional.linear.3``) goes on from the calls of that
+API in the microbatches and the stages before; a module's name stays as it is. The point-to-point calls that
+hand activations and gradients between stages are the layout's own communication, which the global run does
+not make, and are left out.
 
-Limits: one microbatch per step (a schedule of several runs each stage's modules once per microbatch), and a
-pipeline that is not also data or tensor parallel.
+Limits: a pipeline that is not also data or tensor parallel, and a golden run of the same microbatches.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from msprobe.core.dump.entry_names import BACKWARD, parse_entry
 from msprobe.core.dump.reader import Dump
+from msprobe.core.errors import DataFileError
 
 if TYPE_CHECKING:
     from msprobe.core.parallel.merge import TensorFiles
@@ -68,26 +69,97 @@ def _is_point_to_point(name: str) -> bool:
     return parsed is not None and parsed.prefix == "Distributed" and parsed.kind.split(".", 1)[1] in POINT_TO_POINT
 
 
-def _renames(dumps: dict[int, Dump]) -> dict[int, dict[str, str]]:
-    """Each stage's entry names as the global run gives them: an API's count goes on from the stages before."""
-    before: dict[str, int] = {}  # API kind -> its forward calls in the stages so far
-    renames: dict[int, dict[str, str]] = {}
-    for rank, dump in sorted(dumps.items()):
-        here: dict[str, int] = {}
-        names: dict[str, str] = {}
+def _microbatches(rank: int, dump: Dump, own: list[str]) -> tuple[int, dict[str, int], dict[str, int]]:
+    """How many microbatches the stage ran, and each entry's microbatch. A stage's own module called least
+    often is called once per microbatch; each microbatch makes the same calls, so an API's ``k``-th call of
+    ``n`` over ``m`` microbatches is the microbatch ``k // (n / m)``'s. A module's parameter gradients, which
+    the microbatches accumulate, go with the last; another entry without a count goes with the entry before
+    it. Also each API's and module's calls (the highest count
+    and one)."""
+    totals: dict[str, int] = {}
+    modules: dict[str, str] = {}  # kind -> its module's path
+    for name in dump.data:
+        parsed = parse_entry(name)
+        if parsed is None or parsed.count is None or _is_point_to_point(name):
+            continue
+        totals[parsed.kind] = max(totals.get(parsed.kind, 0), parsed.count + 1)
+        if parsed.is_module:
+            modules[parsed.kind] = parsed.path or ""
+    owned = [totals[kind] for kind, path in modules.items() if path in own]
+    count = min(owned) if owned else 1
+    for kind, total in totals.items():
+        if total % count:
+            raise DataFileError(
+                dump.path,
+                f"pipeline stage on rank {rank}: {total} calls of {kind} do not split over its {count} microbatches "
+                "(each microbatch must make the same calls)",
+            )
+    microbatch: dict[str, int] = {}
+    current = 0
+    for name in dump.data:
+        parsed = parse_entry(name)
+        if parsed is not None and parsed.is_parameters_grad:
+            microbatch[name] = count - 1  # the gradient the microbatches accumulate: whole after the last
+            continue
+        if parsed is not None and parsed.count is not None and parsed.kind in totals:
+            current = parsed.count // (totals[parsed.kind] // count)
+        microbatch[name] = current
+    return count, microbatch, totals
+
+
+def _global_order(
+    dumps: dict[int, Dump], stages: dict[int, list[str]]
+) -> tuple[list[tuple[int, str]], dict[tuple[int, str], str]]:
+    """Each stage's entries in the global run's order, and the names the global run gives them.
+
+    The order: microbatch by microbatch, the forward of every stage first to last, then its backward last to
+    first; each stage's optimizer after all of them. The names: an API's count goes on from the calls of that
+    API in the microbatches before and, within a microbatch, in the stages before (a backward keeps its
+    forward's count); a module's name stays as it is (its count is its microbatch)."""
+    ranks = sorted(dumps)
+    forward: dict[tuple[int, int], list[str]] = {}
+    backward: dict[tuple[int, int], list[str]] = {}
+    optimizer: list[tuple[int, str]] = []  # each stage's optimizer updates its own parameters, after the backward
+    counts: dict[int, int] = {}
+    totals: dict[int, dict[str, int]] = {}
+    for rank in ranks:
+        dump = dumps[rank]
+        counts[rank], microbatch, totals[rank] = _microbatches(rank, dump, stages.get(rank, []))
+        construct = dump.construct or {}
         for name in dump.data:
             if _is_point_to_point(name):
                 continue
             parsed = parse_entry(name)
-            if parsed is None or parsed.is_module or parsed.count is None:
-                names[name] = name
+            if construct.get(name) == "optimizer":
+                optimizer.append((rank, name))
                 continue
-            names[name] = replace(parsed, count=parsed.count + before.get(parsed.kind, 0)).format()
-            here[parsed.kind] = max(here.get(parsed.kind, 0), parsed.count + 1)
-        for kind, count in here.items():
-            before[kind] = before.get(kind, 0) + count
-        renames[rank] = names
-    return renames
+            side = backward if parsed is not None and parsed.phase == BACKWARD else forward
+            side.setdefault((microbatch[name], rank), []).append(name)
+    if len(set(counts.values())) > 1:
+        said = ", ".join(f"rank {rank}: {count}" for rank, count in counts.items())
+        raise DataFileError(dumps[ranks[0]].path.parent, f"pipeline stages ran other numbers of microbatches ({said})")
+    microbatches = next(iter(counts.values()), 1)
+    order: list[tuple[int, str]] = []
+    for index in range(microbatches):
+        for rank in ranks:
+            order += [(rank, name) for name in forward.get((index, rank), [])]
+        for rank in reversed(ranks):
+            order += [(rank, name) for name in backward.get((index, rank), [])]
+    order += optimizer
+    # an API's calls per microbatch on each stage, and on the stages before it
+    per = {rank: {kind: total // microbatches for kind, total in totals[rank].items()} for rank in ranks}
+    renames: dict[tuple[int, str], str] = {}
+    for rank, name in order:
+        parsed = parse_entry(name)
+        if parsed is None or parsed.is_module or parsed.count is None:
+            renames[(rank, name)] = name
+            continue
+        kind, size = parsed.kind, per[rank][parsed.kind]
+        within = sum(per[other].get(kind, 0) for other in ranks)
+        before = sum(per[other].get(kind, 0) for other in ranks if other < rank)
+        index, offset = divmod(parsed.count, size)
+        renames[(rank, name)] = replace(parsed, count=index * within + before + offset).format()
+    return order, renames
 
 
 def _tensor_leaves(value: Any) -> Iterator[dict]:
@@ -107,25 +179,12 @@ def merge_stages(
 ) -> tuple[Dump, dict[str, int]]:
     """The stages' dumps as the one global run's (entries renamed and in the global run's order, their tensor
     files, in a tensor dump, written under the new names), and the rank each merged entry comes from."""
-    renames = _renames(dumps)
+    order, renames = _global_order(dumps, stages)
     ranks = sorted(dumps)
-    forward: list[tuple[int, str]] = []
-    backward: list[tuple[int, str]] = []
-    optimizer: list[tuple[int, str]] = []  # each stage's optimizer updates its own parameters, after the backward
-    for rank in ranks:
-        construct = dumps[rank].construct or {}
-        for name in renames[rank]:
-            parsed = parse_entry(name)
-            if construct.get(name) == "optimizer":
-                optimizer.append((rank, name))
-            else:
-                (backward if parsed is not None and parsed.phase == BACKWARD else forward).append((rank, name))
-    # the backward runs the stages last to first
-    backward.sort(key=lambda item: -ranks.index(item[0]))
     data: dict[str, Any] = {}
     holders: dict[str, int] = {}
-    for rank, name in [*forward, *backward, *optimizer]:
-        new = renames[rank][name]
+    for rank, name in order:
+        new = renames[(rank, name)]
         if new in data:  # a module on every stage (a wrapper): the first stage's entry stands for it
             continue
         entry = dumps[rank].data[name]
@@ -136,13 +195,13 @@ def merge_stages(
     construct: dict[str, Any] = {}
     stack: dict[str, Any] = {}
     for rank in ranks:
-        names = renames[rank]
         for name, parent in (dumps[rank].construct or {}).items():
-            if name in names:
-                construct.setdefault(names[name], names.get(parent, parent) if isinstance(parent, str) else parent)
+            if (rank, name) in renames:
+                renamed = renames.get((rank, parent), parent) if isinstance(parent, str) else parent
+                construct.setdefault(renames[(rank, name)], renamed)
         for name, frames in (dumps[rank].stack or {}).items():
-            if name in names:
-                stack.setdefault(names[name], frames)
+            if (rank, name) in renames:
+                stack.setdefault(renames[(rank, name)], frames)
     first = dumps[ranks[0]]
     parallel = {
         "merged_ranks": ranks,
