@@ -17,7 +17,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 from click.testing import CliRunner
-from ports import unused_port
+from ports import gloo_group, unused_port
 from torch import nn
 
 from msprobe.cli.main import cli
@@ -87,17 +87,13 @@ def _corrupted(tensor: torch.Tensor) -> torch.Tensor:
 
 def _stages(rank: int, world: int, root: str, port: int) -> None:
     """Every run of RUNS, one after another, in one process group (starting one costs seconds)."""
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    try:
+    with gloo_group(rank, world, port):
         for name, (task, fault) in RUNS.items():
             if name.startswith("microbatches"):
                 _stage_microbatches(rank, str(Path(root) / name), task, fault)
             else:
                 _stage(rank, world, str(Path(root) / name), task, fault)
             dist.barrier()
-    finally:
-        dist.destroy_process_group()
 
 
 MICROBATCHES = 2
@@ -205,8 +201,10 @@ def runs(tmp_path_factory) -> Path:
     return root
 
 
-def _compare(runs: Path, run: str, tmp_path: Path):
-    golden = runs / ("golden_microbatches" if run.startswith("microbatches") else f"golden_{RUNS[run][0]}")
+def _compare(runs: Path, run: str, tmp_path: Path, golden_name: str | None = None):
+    if golden_name is None:
+        golden_name = "golden_microbatches" if run.startswith("microbatches") else f"golden_{RUNS[run][0]}"
+    golden = runs / golden_name
     spec = tmp_path / "compare.json"
     spec.write_text(json.dumps({"npu_path": str(runs / run), "bench_path": str(golden)}))
     out = tmp_path / "out"
@@ -292,3 +290,71 @@ def test_a_fault_in_one_microbatch_is_named_at_its_call(runs, tmp_path):
     assert result.exit_code == 1, result.output
     found = (answer["rank"], answer["module"], answer["api"], answer["phase"])
     assert found == (1, "layers.2.fc", "Functional.linear.7.forward", "forward"), answer
+
+
+# -- a pipeline of two stages, each data parallel over two ranks (four processes) -----------------------------
+# ranks 0 and 1 run stage 0 (one data-parallel group), 2 and 3 stage 1; rank r hands its activation to r + 2
+
+
+def _replica_stage(rank: int, root: str, groups: list, fault: str | None) -> None:
+    stage, replica = divmod(rank, 2)
+    model = Net(stage, 2)
+    wrapped = nn.parallel.DistributedDataParallel(model, process_group=groups[stage])
+    if fault == "desync" and rank == 3:  # one replica's copy of a stage-1 weight out of step (after DDP's broadcast)
+        with torch.no_grad():
+            model.layers["2"].fc.weight.mul_(1.01)
+    inputs, targets = (part.chunk(2)[replica] for part in _batch())
+    debugger = _debugger(root, rank, wrapped, "statistics")
+    debugger.start()
+    if stage == 0:
+        hidden = wrapped(inputs)
+        dist.send(hidden.detach(), rank + 2)
+        gradient = torch.empty_like(hidden)
+        dist.recv(gradient, rank + 2)
+        hidden.backward(gradient)
+    else:
+        handed = torch.empty(BATCH // 2, WIDTH)
+        dist.recv(handed, rank - 2)
+        handed.requires_grad_()
+        F.cross_entropy(wrapped(handed), targets).backward()
+        dist.send(handed.grad, rank - 2)
+    debugger.stop()
+    debugger.step()
+
+
+def _replicas(rank: int, world: int, root: str, port: int) -> None:
+    with gloo_group(rank, world, port):
+        groups = [dist.new_group([0, 1]), dist.new_group([2, 3])]
+        for name, fault in (("replicas", None), ("replicas_desync", "desync")):
+            _replica_stage(rank, str(Path(root) / name), groups, fault)
+            dist.barrier()
+
+
+@pytest.fixture(scope="module")
+def replica_runs(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("pipeline_dp")
+    _golden(str(root / "golden"), "statistics")
+    mp.spawn(_replicas, (4, str(root), unused_port()), nprocs=4, join=True)
+    return root
+
+
+def test_data_parallel_stages_merge_into_the_one_process_run(replica_runs, tmp_path):
+    result, answer, out = _compare(replica_runs, "replicas", tmp_path, "golden")
+    assert result.exit_code == 0, result.output
+    [line] = [line for line in result.output.splitlines() if line.startswith("step 0: ")]
+    assert line.startswith("step 0: PASS") and " 0 unmatched" in line, line
+    merged = _merged(out)
+    assert merged["parallel"]["pipeline_replicas"] == [[0, 2], [1, 3]]
+    golden = json.loads((replica_runs / "golden" / "step0" / "rank" / "dump.json").read_text())["data"]
+    assert sorted(merged["data"]) == sorted(golden)
+    # the global batch: each replica's four rows side by side, as the golden run's eight
+    assert merged["data"]["Functional.linear.2.forward"]["output"][0]["shape"] == [BATCH, WIDTH]
+    assert answer["verdict"] != "divergence"
+
+
+def test_a_replica_out_of_step_is_named_with_the_rank_of_its_stage(replica_runs, tmp_path):
+    result, answer, _ = _compare(replica_runs, "replicas_desync", tmp_path, "golden")
+    assert result.exit_code == 1, result.output
+    assert answer["verdict"] == "divergence" and answer["module"] == "layers.2.fc", answer
+    assert answer["ranks"] == [3] and answer["cause"] == "ranks", answer
+    assert "where rank 2's is" in answer["answer"], answer  # the other replica's copy, on the rank that holds it

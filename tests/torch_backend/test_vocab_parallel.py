@@ -20,7 +20,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 from click.testing import CliRunner
 from megatron_layers import ColumnLinear, RowLinear, VocabParallelEmbedding
-from ports import unused_port
+from ports import gloo_group, unused_port
 
 from msprobe.cli.main import cli
 
@@ -91,14 +91,10 @@ SHARDED = [
 
 
 def _rank(rank: int, world: int, root: Path, port: int) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-    try:
+    with gloo_group(rank, world, port):
         for name, fault, task in SHARDED:
             _train(rank, world, root, name, fault, task)
             dist.barrier()
-    finally:
-        dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")

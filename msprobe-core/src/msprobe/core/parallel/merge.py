@@ -38,7 +38,7 @@ from msprobe.core.errors import DataFileError
 from msprobe.core.parallel import stats
 from msprobe.core.parallel.names import canonical
 from msprobe.core.parallel.own_calls import own_patterns, without_own_calls
-from msprobe.core.parallel.stages import merge_stages, pipeline_stages
+from msprobe.core.parallel.stages import merge_stages, pipeline_replicas, pipeline_stages
 from msprobe.core.parallel.stats import ARRAY
 
 # the global run's value (a tensor summary, a number...) at (entry name, path of the value in the entry), or None
@@ -603,7 +603,47 @@ def merge_ranks(
     if stages is not None:
         merged, stage_of = merge_stages(dumps, stages, arrays)
         return MergedStep(merged, sorted(dumps), stage_of=stage_of)
+    replicas = pipeline_replicas(dumps)
+    if replicas is not None:
+        return _merge_replicas(replicas, expected, arrays)
     return _Merger(dumps, expected, arrays).merge()
+
+
+def _merge_replicas(
+    replicas: list[dict[int, Dump]], expected: ExpectedShape | None, arrays: TensorFiles | None
+) -> MergedStep:
+    """A pipeline whose stages are data parallel: each replica's stages merged into a run of the whole model,
+    then the replicas merged as data parallelism defines it. What the replicas disagree on is named with the
+    rank of the stage that holds it."""
+    first = next(iter(replicas[0].values()))
+    if arrays is not None:
+        raise DataFileError(
+            first.folder.parent,
+            "pipeline stages that are also data parallel merge from their statistics: compare a statistics dump",
+        )
+    kind = (first.parallel or {}).get("data_parallel", {}).get("kind")
+    wholes: dict[int, Dump] = {}
+    holders: list[dict[str, int]] = []
+    for index, replica in enumerate(replicas):
+        stages = pipeline_stages(replica, replicas=True)
+        assert stages is not None  # pipeline_replicas checked it
+        whole, held = merge_stages(replica, stages)
+        whole.parallel = {"world_size": len(replicas), "rank": index,
+                          "data_parallel": {"ranks": list(range(len(replicas))), "kind": kind}}  # fmt: skip
+        wholes[index] = whole
+        holders.append({canonical(name, kind == "ddp") or name: rank for name, rank in held.items()})
+    step = _Merger(wholes, expected).merge()
+    for finding in step.findings:  # replica d's value is held by the rank of the stage that made the entry
+
+        def rank_of(index: int, entry: str = finding.entry) -> int:
+            return holders[index].get(entry, index) if 0 <= index < len(holders) else index
+
+        finding.ranks = [rank_of(index) for index in finding.ranks]
+        finding.words = re.sub(r"\brank (\d+)", lambda match: f"rank {rank_of(int(match[1]))}", finding.words)
+    step.ranks = sorted(rank for replica in replicas for rank in replica)
+    step.dump.parallel = {**(step.dump.parallel or {}), "merged_ranks": step.ranks, "world_size": len(step.ranks),
+                          "pipeline_replicas": [sorted(replica) for replica in replicas]}  # fmt: skip
+    return step
 
 
 def values_of(dump: Dump) -> ExpectedShape:

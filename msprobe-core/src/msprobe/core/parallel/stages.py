@@ -11,7 +11,10 @@ API in the microbatches and the stages before; a module's name stays as it is. T
 hand activations and gradients between stages are the layout's own communication, which the global run does
 not make, and are left out.
 
-Limits: a pipeline that is not also data or tensor parallel, and a golden run of the same microbatches.
+A pipeline whose stages are data parallel is taken as one pipeline per replica (``pipeline_replicas``), which
+the data-parallel merge then joins.
+
+Limits: a pipeline that is not also tensor parallel, and a golden run of the same microbatches.
 """
 
 from __future__ import annotations
@@ -43,13 +46,14 @@ def _modules(dump: Dump) -> set[str]:
     return paths
 
 
-def pipeline_stages(dumps: dict[int, Dump]) -> dict[int, list[str]] | None:
-    """Each rank's own modules, in rank order, when the ranks are pipeline stages; else None."""
+def pipeline_stages(dumps: dict[int, Dump], replicas: bool = False) -> dict[int, list[str]] | None:
+    """Each rank's own modules, in rank order, when the ranks are pipeline stages; else None. ``replicas``:
+    the ranks are one replica of a pipeline whose stages are data parallel (they record that parallelism)."""
     if len(dumps) < 2:
         return None
     for dump in dumps.values():
         layout = dump.parallel or {}
-        if layout.get("data_parallel") or layout.get("tensor_parallel"):
+        if (layout.get("data_parallel") and not replicas) or layout.get("tensor_parallel"):
             return None
     held = {rank: _modules(dump) for rank, dump in sorted(dumps.items())}
     shared = set.intersection(*held.values())
@@ -62,6 +66,30 @@ def pipeline_stages(dumps: dict[int, Dump]) -> dict[int, list[str]] | None:
             return None
         seen |= paths
     return {rank: sorted(paths) for rank, paths in own.items()}
+
+
+def pipeline_replicas(dumps: dict[int, Dump]) -> list[dict[int, Dump]] | None:
+    """A pipeline whose stages are data parallel, as one pipeline per replica: the data-parallel groups are
+    the stages (each holding its own modules), and replica ``d`` is every group's ``d``-th rank. None for any
+    other layout."""
+    groups: set[tuple[int, ...]] = set()
+    for rank, dump in dumps.items():
+        layout = dump.parallel or {}
+        group = layout.get("data_parallel")
+        ranks = group.get("ranks") if isinstance(group, dict) else None
+        if layout.get("tensor_parallel") or not isinstance(ranks, list) or rank not in ranks:
+            return None
+        groups.add(tuple(sorted(ranks)))
+    ordered = sorted(groups)
+    sizes = {len(group) for group in ordered}
+    members = [rank for group in ordered for rank in group]
+    if len(ordered) < 2 or len(sizes) != 1 or sorted(members) != sorted(dumps) or len(set(members)) != len(members):
+        return None
+    replicas = [{group[index]: dumps[group[index]] for group in ordered} for index in range(sizes.pop())]
+    stages = [pipeline_stages(replica, replicas=True) for replica in replicas]
+    if any(found is None or list(found.values()) != list(stages[0].values()) for found in stages):
+        return None
+    return replicas
 
 
 def _is_point_to_point(name: str) -> bool:
