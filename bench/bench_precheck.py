@@ -26,7 +26,7 @@ from workload import make_workload
 
 from msprobe.core.precheck.driver import run_ut
 from msprobe.pytorch import PrecisionDebugger
-from msprobe.pytorch.online_dispatch import PtdbgDispatch
+from msprobe.pytorch.precheck.online_dispatch import PtdbgDispatch
 
 
 def copies(dump_json: Path, count: int) -> Path:
@@ -64,8 +64,8 @@ def main() -> None:
         for processes in (1, 2, 1, 2):  # interleaved: a drift in the machine's speed hits both
             start = time.perf_counter()
             summary = run_ut(dump_json=dump, output_dir=args.out / f"ut-{label}-{processes}-{start}",
-                             runner_path="msprobe.pytorch.run_ut:ApiRunner",
-                             save_error_path="msprobe.pytorch.run_ut:save_error_data", devices=["cpu"],
+                             runner_path="msprobe.pytorch.precheck.run_ut:ApiRunner",
+                             save_error_path="msprobe.pytorch.precheck.run_ut:save_error_data", devices=["cpu"],
                              processes=processes)  # fmt: skip
             seconds = time.perf_counter() - start
             command = "run_ut" if processes == 1 else "multi_run_ut -n 2"

@@ -136,7 +136,7 @@ def model_and_inputs(name: str, device: str = "cpu") -> tuple[torch.nn.Module, t
 
 def live(model: torch.nn.Module, inputs: tuple, backend: str, decompositions: dict) -> bool:
     """Whether the fault moves the model's compiled output (else no check could name it)."""
-    from msprobe.pytorch.compile_check import compiled_output
+    from msprobe.pytorch.compile.check import compiled_output
 
     clean = compiled_output(model, inputs, backend)
     faulty = compiled_output(model, inputs, backend, decompositions)
@@ -145,7 +145,7 @@ def live(model: torch.nn.Module, inputs: tuple, backend: str, decompositions: di
 
 def compiled_gradients(model: torch.nn.Module, inputs: tuple, backend: str, decompositions: dict | None) -> list:
     """The gradients of the parameters and floating inputs, the model compiled (a fixed cotangent on its output)."""
-    from msprobe.pytorch.compile_check import capture, compiler_for
+    from msprobe.pytorch.compile.check import capture, compiler_for
 
     graph_module, example_inputs = capture(model, inputs)
     leaves = [v.detach().clone().requires_grad_(v.requires_grad) if torch.is_tensor(v) else v for v in example_inputs]
@@ -201,7 +201,7 @@ def _faulty_kernels(check, fault: str) -> set[str]:
 
 def score(models: list[str], backends: list[str], backward: bool = True, device: str = "cpu") -> Score:
     """Every live fault of every model and backend, and each model compiled clean (the negative control)."""
-    from msprobe.pytorch.compile_check import check_compiled
+    from msprobe.pytorch.compile.check import check_compiled
 
     result = Score()
     for name in models:
@@ -239,7 +239,7 @@ def score(models: list[str], backends: list[str], backward: bool = True, device:
 
 def _score_backward(result: Score, name: str, model, inputs: tuple, backend: str) -> None:
     """Each live backward fault must be named at the last node of its op: the backward meets it first."""
-    from msprobe.pytorch.compile_check import check_compiled
+    from msprobe.pytorch.compile.check import check_compiled
 
     for fault, (decompositions, ops) in BACKWARD_FAULTS.items():
         if not live_backward(model, inputs, backend, decompositions):

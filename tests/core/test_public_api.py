@@ -63,6 +63,6 @@ def test_both_backends_publish_the_reference_s_compare_functions():
 
 
 def test_the_check_reads_imports_and_calls():
-    text = "from msprobe.pytorch.op_log import OpLog\nx = msprobe.pytorch.compile_check.check_compiled(m)"
+    text = "from msprobe.pytorch.op_log import OpLog\nx = msprobe.pytorch.compile.check.check_compiled(m)"
     assert [plain for _, _, _, plain in _IMPORT.findall(text)] == ["OpLog"]
     assert [name for _, _, name in _CALL.findall(text)] == ["check_compiled"]

@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from msprobe.pytorch.run_ut import ApiRunner
+from msprobe.pytorch.precheck.run_ut import ApiRunner
 
 MARKS = "MSPROBE_TEST_MARKS"  # folder for the marks
 PARENT = "MSPROBE_TEST_PARENT"  # the pid of the process that called run_ut

@@ -20,7 +20,7 @@ sys.path.insert(0, str(REPO_ROOT / "bench"))
 import compile_faults
 
 from msprobe.cli.main import cli
-from msprobe.pytorch.compile_check import check_compiled
+from msprobe.pytorch.compile.check import check_compiled
 
 
 @pytest.mark.parametrize(
@@ -148,7 +148,7 @@ def test_the_report_holds_both_runs_as_dumps_their_compare_table_and_the_page_wi
 
 
 def test_kernels_are_read_from_inductors_provenance_record_in_call_order():
-    from msprobe.pytorch.compile_kernels import kernels_of
+    from msprobe.pytorch.compile.kernels import kernels_of
 
     def f(x):
         a = x.sin()

@@ -5,7 +5,7 @@ import json
 import torch
 import transformers  # the [huggingface] extra, which the torch session installs
 
-from msprobe.pytorch.huggingface import DumpCallback
+from msprobe.pytorch.integrations.huggingface import DumpCallback
 
 
 def test_a_trainer_run_is_dumped_step_by_step(tmp_path):

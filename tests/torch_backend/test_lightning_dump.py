@@ -5,7 +5,7 @@ import json
 import lightning  # the [lightning] extra, which the torch session installs
 import torch
 
-from msprobe.pytorch.lightning import DumpCallback
+from msprobe.pytorch.integrations.lightning import DumpCallback
 
 
 class Regression(lightning.LightningModule):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from msprobe.core.errors import UsageError
-from msprobe.pytorch.online_dispatch import PtdbgDispatch, judge
+from msprobe.pytorch.precheck.online_dispatch import PtdbgDispatch, judge
 
 
 def rows(folder):
@@ -72,7 +72,7 @@ def test_worker_processes_give_the_same_rows(tmp_path):
 WRONG_KERNEL = textwrap.dedent(
     """
     import sys, torch
-    from msprobe.pytorch.online_dispatch import PtdbgDispatch
+    from msprobe.pytorch.precheck.online_dispatch import PtdbgDispatch
     library = torch.library.Library("aten", "IMPL")
     def gelu(x, approximate="none"):  # a registered wrong kernel: shifted by 2, except in float64
         exact = x * 0.5 * (1.0 + torch.erf(x / 2 ** 0.5))

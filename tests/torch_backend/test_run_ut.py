@@ -151,7 +151,7 @@ def test_multi_run_ut_merges_into_the_same_files(dumps, tmp_path):
 KILLER = textwrap.dedent(
     """
     import os, signal, sys
-    import msprobe.pytorch.run_ut as run_ut
+    import msprobe.pytorch.precheck.run_ut as run_ut
     original = run_ut.ApiRunner.run
     calls = {"n": 0}
     def run(self, name):
@@ -304,7 +304,7 @@ def _split_run(dumps, tmp_path, monkeypatch, runner: str, processes: int, die_at
     monkeypatch.setenv("MSPROBE_TEST_PARENT", str(os.getpid()))
     monkeypatch.setenv("MSPROBE_TEST_DIE_AT", die_at)
     summary = drive(dump_json=dumps["statistics"], output_dir=tmp_path / runner, runner_path=f"split_runners:{runner}",
-                    save_error_path="msprobe.pytorch.run_ut:save_error_data", devices=["cpu"],
+                    save_error_path="msprobe.pytorch.precheck.run_ut:save_error_data", devices=["cpu"],
                     processes=processes)  # fmt: skip
     by_process = {}
     for mark in marks.iterdir():

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from msprobe.core.dump.reader import Dump
-from msprobe.pytorch.run_ut import ApiRunner
+from msprobe.pytorch.precheck.run_ut import ApiRunner
 
 mpmath.mp.dps = 50
 M = mpmath.mpf

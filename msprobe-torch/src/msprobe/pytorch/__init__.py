@@ -2,7 +2,7 @@
 
 Names resolve lazily: plugin discovery imports ``msprobe.pytorch.plugin``
 and must not import torch (nor transformers or lightning, which only their
-callbacks need). The deeper paths (``msprobe.pytorch.huggingface.DumpCallback``
+callbacks need). The deeper paths (``msprobe.pytorch.integrations.huggingface.DumpCallback``
 and the like) keep working.
 """
 
@@ -17,12 +17,12 @@ _EXPORTS = {
     "compare": "msprobe.core.compare.run",  # mindstudio-probe's Python compare functions
     "compare_distributed": "msprobe.core.compare.run",
     "OpLog": "msprobe.pytorch.op_log",
-    "PtdbgDispatch": "msprobe.pytorch.online_dispatch",
-    "check_compiled": "msprobe.pytorch.compile_check",
+    "PtdbgDispatch": "msprobe.pytorch.precheck.online_dispatch",
+    "check_compiled": "msprobe.pytorch.compile.check",
     "MonitorCallback": "msprobe.pytorch.monitor.huggingface",
     "csv2tensorboard_by_step": "msprobe.pytorch.monitor.csv2tb",
-    "HuggingFaceDumpCallback": ("msprobe.pytorch.huggingface", "DumpCallback"),
-    "LightningDumpCallback": ("msprobe.pytorch.lightning", "DumpCallback"),
+    "HuggingFaceDumpCallback": ("msprobe.pytorch.integrations.huggingface", "DumpCallback"),
+    "LightningDumpCallback": ("msprobe.pytorch.integrations.lightning", "DumpCallback"),
 }
 __all__ = [
     "HuggingFaceDumpCallback",

@@ -80,7 +80,7 @@ def msprobe_dump_hooks(session: Any) -> Any:
 @hookimpl
 def msprobe_cli_commands() -> list[Any]:
     """run_ut, multi_run_ut, run_overflow_check: `msprobe -f pytorch run_ut ...`."""
-    from msprobe.pytorch.precheck_commands import commands
+    from msprobe.pytorch.precheck.commands import commands
 
     return commands()
 

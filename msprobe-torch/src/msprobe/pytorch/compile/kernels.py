@@ -25,7 +25,7 @@ from unittest import mock
 import torch
 import torch.fx
 
-from msprobe.pytorch.compile_replay import relative, replay64
+from msprobe.pytorch.compile.replay import relative, replay64
 
 logger = logging.getLogger(__name__)
 

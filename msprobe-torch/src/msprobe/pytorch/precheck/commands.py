@@ -8,8 +8,8 @@ import click
 
 from msprobe.core.errors import MsprobeError
 
-RUNNER = "msprobe.pytorch.run_ut:ApiRunner"
-SAVER = "msprobe.pytorch.run_ut:save_error_data"
+RUNNER = "msprobe.pytorch.precheck.run_ut:ApiRunner"
+SAVER = "msprobe.pytorch.precheck.run_ut:save_error_data"
 
 
 def _devices(device: str | None, count: int) -> list[str]:
@@ -41,7 +41,7 @@ def _devices(device: str | None, count: int) -> list[str]:
 def run_overflow_check_command(api_info: Path, jit_compile: bool, device: str | None) -> None:
     """Re-run overflowing APIs on the CPU: a normal overflow overflows there too."""
     from msprobe.core.dump.reader import read_dump
-    from msprobe.pytorch.overflow_rerun import rerun_overflows
+    from msprobe.pytorch.precheck.overflow_rerun import rerun_overflows
 
     verdicts = rerun_overflows(read_dump(api_info))
     if not verdicts:
@@ -72,7 +72,7 @@ def compile_check_command(script: Path, backend: str, output: Path, forward_only
     float64 replay. Exit status 1 when one departs."""
     from msprobe.core.files import make_dir
     from msprobe.core.jobs import activity
-    from msprobe.pytorch.compile_check import BACKENDS, check_compiled, load_script, write_table
+    from msprobe.pytorch.compile.check import BACKENDS, check_compiled, load_script, write_table
 
     make_dir(output)  # a link given for the folder is refused before anything is written
     with activity("compile_check", f"loading {script}"):

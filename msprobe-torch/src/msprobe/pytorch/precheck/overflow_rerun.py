@@ -12,7 +12,7 @@ import torch
 
 from msprobe.core.dump.overflow import has_nonfinite
 from msprobe.core.dump.reader import Dump
-from msprobe.pytorch.run_ut import InputBuilder, Unsupported, prepare_inputs, resolve
+from msprobe.pytorch.precheck.run_ut import InputBuilder, Unsupported, prepare_inputs, resolve
 from msprobe.pytorch.tensor_io import tensors_in
 
 

@@ -21,7 +21,7 @@ import torch
 import torch.fx
 
 from msprobe.core.diagnosis.replay import ReplayedValue
-from msprobe.pytorch.compile_replay import module_of, op_name, relative, upcast
+from msprobe.pytorch.compile.replay import module_of, op_name, relative, upcast
 
 logger = logging.getLogger(__name__)
 
