@@ -32,6 +32,7 @@ from pydantic import (
     model_validator,
 )
 
+from msprobe.core.dump.summarizer import SummaryPlan, summary_plan
 from msprobe.core.errors import ConfigError
 from msprobe.core.recording.filters import REGEX_PREFIX
 from msprobe.core.tasks import BUILTIN_TASKS
@@ -650,6 +651,11 @@ class DebuggerConfig(_Section):
         own = getattr(self.section, "summary_mode", None) if self.task == "tensor" else None
         mode = own or self.statistics.summary_mode
         return mode if isinstance(mode, str) else "statistics"
+
+    @property
+    def summary_plan(self) -> SummaryPlan:
+        """What each tensor summary holds (statistics, which checksum, files): the one decision both backends read."""
+        return summary_plan(self.task, self.summary_mode)
 
     @property
     def live_diff(self) -> bool:

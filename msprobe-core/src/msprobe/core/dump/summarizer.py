@@ -9,8 +9,38 @@ on which device, in which batch) stays behind these members.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
+
+# the tasks whose summaries carry statistics (unless an xor checksum stands in for them)
+STATISTICS_TASKS = ("statistics", "tensor", "overflow_check")
+
+
+@dataclass(frozen=True)
+class SummaryPlan:
+    """What every tensor summary of a run holds, decided once from its task and ``summary_mode``; both
+    backends' summarizers read it instead of deciding again.
+
+    ``checksum`` is written in the ``md5`` field, the name mindstudio-probe gives it: ``"crc32"`` for
+    ``summary_mode: md5`` (a CRC-32, as the reference computes), ``"xor"`` for 26.x's XOR of 64-bit words,
+    which stands in for the statistics."""
+
+    statistics: bool  # Max, Min, Mean, Norm
+    checksum: Literal["crc32", "xor"] | None
+    files: bool  # each tensor's values written to a file (task tensor)
+
+    @property
+    def caches(self) -> bool:
+        """Whether anything is measured that a tensor seen before, unchanged, could reuse."""
+        return self.statistics or self.checksum is not None
+
+
+def summary_plan(task: str, summary_mode: str) -> SummaryPlan:
+    """The plan of a run of ``task`` with ``summary_mode`` (as config.json's sections resolve it)."""
+    xor = summary_mode == "xor"
+    checksum: Literal["crc32", "xor"] | None = "xor" if xor else "crc32" if summary_mode == "md5" else None
+    return SummaryPlan(statistics=task in STATISTICS_TASKS and not xor, checksum=checksum, files=task == "tensor")
 
 
 @runtime_checkable

@@ -37,6 +37,7 @@ from msprobe.core.dump.file_pool import FilePool
 from msprobe.core.dump.npy_file import write_npy
 from msprobe.core.dump.numbers import float32_mean, json_number, no_statistics
 from msprobe.core.dump.overflow import is_nonfinite
+from msprobe.core.dump.summarizer import summary_plan
 from msprobe.core.recording.cuts import KvCacheTensors, TensorCut
 
 _FLOATING = (ms.float16, ms.float32, ms.float64, ms.bfloat16)
@@ -229,11 +230,12 @@ class TensorSummarizer:
         self.task = task
         self.cut = cut  # request_id and slice: the part of each tensor the entry describes
         self.kv_cache = kv_cache  # task tensor: KV cache tensors are summarised, not saved
-        self.with_stats = task in ("statistics", "tensor", "overflow_check")
-        self.with_crc = summary_mode == "md5"
-        self.save_files = task == "tensor"
+        self.plan = summary_plan(task, summary_mode)  # no xor: the backend refuses it at validation
+        self.with_stats = self.plan.statistics
+        self.with_crc = self.plan.checksum == "crc32"
+        self.save_files = self.plan.files
         self.tensor_dir: Path | None = None
-        self.caches = caches and (self.with_stats or self.with_crc)
+        self.caches = caches and self.plan.caches
         self._cache: dict[tuple[int, str], tuple[Any, Any]] = {}  # (id, kind) -> (weak reference, value)
         self.lazy = lazy and task in ("statistics", "tensor", "overflow_check") and _on_host()
         self.lazy_values = self.lazy and task in ("statistics", "tensor")  # the overflow check defers whole records

@@ -142,7 +142,7 @@ def eligible(recorder: TorchDumpRecorder) -> bool:
         and not collector.deferred
         and recorder.sender is None
         and not config.live_diff  # each call's checksums are compared with the bench's in Python
-        and config.summary_mode != "xor"  # the lane writes statistics, not xor checksums
+        and config.summary_plan.checksum != "xor"  # the lane writes statistics, not xor checksums
         # device statistics wait in a batch, and the entries holding them in the writer (see waiting_json); the
         # overflow check and the flight recorder decide on values, which must be there when the call ends
         and (recorder.summarizer.batch is None or (collector.overflow is None and collector.flight is None))

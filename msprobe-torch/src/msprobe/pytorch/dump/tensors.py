@@ -27,6 +27,7 @@ from msprobe.core.dump import float_stats
 from msprobe.core.dump.file_pool import FilePool
 from msprobe.core.dump.numbers import json_number, no_statistics
 from msprobe.core.dump.overflow import is_nonfinite
+from msprobe.core.dump.summarizer import summary_plan
 from msprobe.core.dump.writer import RawJSON
 from msprobe.core.recording.cuts import KvCacheTensors, TensorCut
 from msprobe.pytorch.dump import device_batch, lane, measuring, parallel, unusual
@@ -154,16 +155,17 @@ class TensorSummarizer:
         self._pool: FilePool | None = None  # async mode's file threads
         self._closed = False
         self._files = PtWriter()
-        self.with_xor = summary_mode == "xor"  # 26.x: an XOR checksum as md5, and no statistics
-        self.with_stats = task in ("statistics", "tensor", "overflow_check") and not self.with_xor
-        self.with_crc = summary_mode == "md5"
-        self.save_files = task == "tensor"
+        self.plan = summary_plan(task, summary_mode)
+        self.with_xor = self.plan.checksum == "xor"  # 26.x: an XOR checksum as md5, and no statistics
+        self.with_stats = self.plan.statistics
+        self.with_crc = self.plan.checksum == "crc32"
+        self.save_files = self.plan.files
         self.online: dict[str, Any] | None = None  # data_name -> array, when streaming to a receiver
         self.tensor_dir: Path | None = None
         # (id, kind) -> (weak reference, version, data address, storage address, write count when measured, value)
         self._cache: dict[tuple[int, str], tuple[Any, int, int, int, int, Any]] = {}
         self.write_log = WriteLog()
-        self.caches = self.with_stats or self.with_crc or self.with_xor
+        self.caches = self.plan.caches
         # a run of several processes: float64 sums beside the statistics, and parameters marked, so that its
         # ranks merge into one global run (see msprobe.pytorch.dump.parallel)
         self.shard_sums = parallel.world() is not None and self.with_stats
