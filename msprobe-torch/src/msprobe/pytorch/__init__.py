@@ -19,6 +19,7 @@ _EXPORTS = {
     "OpLog": "msprobe.pytorch.op_log",
     "PtdbgDispatch": "msprobe.pytorch.precheck.online_dispatch",
     "check_compiled": "msprobe.pytorch.compile.check",
+    "replay_module": "msprobe.pytorch.replay",
     "MonitorCallback": "msprobe.pytorch.monitor.huggingface",
     "csv2tensorboard_by_step": "msprobe.pytorch.monitor.csv2tb",
     "HuggingFaceDumpCallback": ("msprobe.pytorch.integrations.huggingface", "DumpCallback"),
@@ -37,6 +38,7 @@ __all__ = [
     "compare_distributed",
     "csv2tensorboard_by_step",
     "dump_generation",
+    "replay_module",
     "seed_all",
     "teacher_forced_logprobs",
 ]

@@ -1,7 +1,9 @@
-"""The PyTorch backend's commands: run_ut, multi_run_ut, run_overflow_check (reference spelling), compile_check."""
+"""The PyTorch backend's commands: run_ut, multi_run_ut, run_overflow_check (reference spelling), compile_check,
+replay."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -50,14 +52,17 @@ def run_overflow_check_command(api_info: Path, jit_compile: bool, device: str | 
         click.echo(f"The {name} overflow is {verdict}.")
 
 
+def _script_option(help_text: str) -> Callable[[Callable], Callable]:
+    """The user's script, which defines model_and_inputs() (compile_check and replay take the same)."""
+    return click.option(
+        "-s", "--script", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path), help=help_text
+    )
+
+
 @click.command("compile_check")
-@click.option(
-    "-s",
-    "--script",
-    required=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="A Python file defining model_and_inputs(), which returns (model, inputs): the model and a tuple of its "
-    "example inputs.",
+@_script_option(
+    "A Python file defining model_and_inputs(), which returns (model, inputs): the model and a tuple of its "
+    "example inputs."
 )
 @click.option("-b", "--backend", type=click.Choice(["inductor", "aot_eager", "all"]), default="all", show_default=True)
 @click.option("-o", "--output", "output", required=True, type=click.Path(file_okay=False, path_type=Path))
@@ -91,6 +96,31 @@ def compile_check_command(script: Path, backend: str, output: Path, forward_only
         raise SystemExit(1)
 
 
+@click.command("replay")
+@_script_option(
+    "A Python file defining model_and_inputs(), as compile_check takes: the model as this run built it "
+    "(its inputs are not used)."
+)
+@click.option("-m", "--module", "module", required=True, help="The module's path in the model, as in construct.json.")
+@click.option("--npu_path", required=True, type=click.Path(path_type=Path), help="This run's step and rank folder "
+              "of a tensor dump (step0/rank).")  # fmt: skip
+@click.option("--bench_path", required=True, type=click.Path(path_type=Path), help="The golden run's step and rank "
+              "folder of a tensor dump.")  # fmt: skip
+@click.option("--call", default=0, show_default=True, type=click.IntRange(min=0), help="Which call of the module.")
+def replay_command(script: Path, module: str, npu_path: Path, bench_path: Path, call: int) -> None:
+    """Why a module's output differs, confirmed: the module run again here with this run's and the golden
+    run's inputs and weights. Exit status 0 when the outputs agree, 1 when they differ."""
+    from msprobe.core.replay import NONE
+    from msprobe.pytorch.compile.check import load_script
+    from msprobe.pytorch.replay import replay_module
+
+    model, _ = load_script(script)
+    report = replay_module(model, module, npu_path, bench_path, call)
+    click.echo(report.table())
+    if report.cause != NONE:
+        raise SystemExit(1)
+
+
 def commands() -> list[click.Command]:
     from msprobe.core.run_ut_cli import run_ut_commands
 
@@ -98,4 +128,5 @@ def commands() -> list[click.Command]:
         *run_ut_commands(RUNNER, SAVER, lambda device: _devices(device, 1)),
         run_overflow_check_command,
         compile_check_command,
+        replay_command,
     ]
