@@ -50,3 +50,31 @@ def test_the_distance_is_the_norm_of_the_difference_over_the_golden_norm():
     assert relative_error([np.zeros(2)], [np.zeros(3)]) == math.inf
     assert relative_error([np.array([np.nan, 1.0])], [np.array([0.0, 1.0])]) == math.inf
     assert relative_error([np.array([np.inf, 1.0])], [np.array([np.inf, 1.0])]) == 0.0
+
+
+def _report(cause: str):
+    from msprobe.core.replay import ReplayReport
+
+    return ReplayReport("fc", "Module.fc.Linear.forward.0", 0.05, 0.0, cause=cause, words="because")
+
+
+@pytest.mark.parametrize(
+    ("diagnosed", "replayed", "said"),
+    [("weights", "weights", "confirms it"), ("argument", "computation", "confirms it"),
+     ("data", "inputs", "confirms it"), ("weights", "computation", "disagrees: it finds the computation"),
+     ("backward", "none", "does not test the cause 'backward'"), ("weights", "unconfirmed", ": unconfirmed: ")],
+)  # fmt: skip
+def test_the_replay_line_says_whether_it_confirms_the_diagnosis(diagnosed, replayed, said):
+    from msprobe.core.replay import confirmation
+
+    assert said in confirmation(diagnosed, _report(replayed))
+
+
+def test_the_module_call_is_the_one_that_made_the_answers_call():
+    from msprobe.core.replay import module_call
+
+    construct = {"Functional.linear.3.forward": "Module.fc.Linear.forward.2", "Module.fc.Linear.forward.2": None,
+                 "Functional.relu.0.forward": "Module.act.ReLU.forward.0"}  # fmt: skip
+    assert module_call(construct, "fc", "Functional.linear.3.forward") == 2
+    assert module_call(construct, "fc", "Module.fc.Linear.forward.1") == 1
+    assert module_call(construct, "fc", "Functional.relu.0.forward") == 0  # not a call of it: the first

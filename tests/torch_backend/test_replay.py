@@ -148,3 +148,28 @@ def test_a_dump_without_a_tensor_file_says_which(runs, tmp_path):
     (copy / "dump_tensor_data" / "Module.block.Block.forward.0.input.0.pt").unlink()
     with pytest.raises(ReplayError, match=r"Module\.block\.Block\.forward\.0\.input\.0\.pt is not in the dump"):
         replay_module(models["weights"], "block", copy, _folder(root, "golden"))
+
+
+def test_the_compare_replays_the_module_it_names_and_says_it_confirms_the_answer(runs, tmp_path):
+    root, _ = runs
+    script = root / "script_for_compare.py"
+    script.write_text(SCRIPT.format(tests=str(Path(__file__).parent), fault="weights"))
+    spec = tmp_path / "compare.json"
+    spec.write_text(json.dumps({"npu_path": str(root / "weights"), "bench_path": str(root / "golden")}))
+    arguments = ["compare", "-i", str(spec), "-o", str(tmp_path / "out"), "--first-divergence", "--replay", str(script)]
+    result = CliRunner().invoke(cli, arguments)
+    assert result.exit_code == 1, result.output
+    answer = next(line for line in result.output.splitlines() if line.startswith("the runs part ways"))
+    assert "the weights of block.fc1 differ" in answer, answer
+    line = next(line for line in result.output.splitlines() if line.startswith("replay of "))
+    assert line.startswith("replay of Module.block.fc1.Linear.forward.0 confirms it: "), line
+
+
+def test_replay_without_first_divergence_is_a_usage_error(runs, tmp_path):
+    root, _ = runs
+    spec = tmp_path / "compare.json"
+    spec.write_text(json.dumps({"npu_path": str(root / "weights"), "bench_path": str(root / "golden")}))
+    script = root / "script_weights.py"
+    script.write_text(SCRIPT.format(tests=str(Path(__file__).parent), fault="weights"))
+    result = CliRunner().invoke(cli, ["compare", "-i", str(spec), "-o", str(tmp_path / "out"), "--replay", str(script)])
+    assert result.exit_code == 2 and "give --first-divergence too" in result.output, result.output

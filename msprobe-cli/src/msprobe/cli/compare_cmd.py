@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -78,6 +79,14 @@ from msprobe.cli.options import (
     default=None,
     help="Comparing responses: log-probabilities further apart than this many nats differ (default 0.001).",
 )
+@click.option(
+    "--replay",
+    "replay_script",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="With --first-divergence, on two tensor dumps of one step and rank: replay the module where the runs part "
+    "ways, with the model this script's model_and_inputs() builds, and say whether that confirms the answer.",
+)
 @engine_options
 def compare_command(
     input_path: Path,
@@ -92,6 +101,7 @@ def compare_command(
     first_divergence: bool,
     consistent_check: bool,
     logprob_tolerance: float | None,
+    replay_script: Path | None,
     engine: str,
     ray_address: str | None,
 ) -> None:
@@ -107,6 +117,10 @@ def compare_command(
         "layer_mapping": layer_mapping,
         "cross_framework": api_mapping is not None or cell_mapping is not None,  # -am/-cm alone: built-in tables
     }
+    if replay_script is not None and not first_divergence:
+        from msprobe.core.errors import UsageError
+
+        raise UsageError("--replay: replays the module --first-divergence names; give --first-divergence too")
     # --first-divergence asks for the diagnosis: it then reads as much as the answer it writes, and the verdict
     # and exit code rest on that one answer
     summaries = run_compare_json(
@@ -132,12 +146,46 @@ def compare_command(
         click.echo(f"{_over_all(summaries)}: {answer.line()}" if several else answer.line())
         if first_divergence:
             files.append(str(write_first_divergence(answer, output_path)))
+        if replay_script is not None:
+            click.echo(_replayed(answer, summaries, input_path, replay_script))
     click.echo(f"results: {', '.join(files)}")
     if several:
         click.echo(overall_line(summaries))
     code = max((s.exit_code for s in summaries), default=2)  # NO DATA (2) outranks SUSPICIOUS (1)
     if code:
         raise SystemExit(code)
+
+
+def _replayed(answer: Any, summaries: list, input_path: Path, script: Path) -> str:
+    """The line ``--replay`` adds: the module where the runs part ways, run again with each run's values."""
+    from msprobe.core.compare.run import read_compare_json
+    from msprobe.core.diagnosis import DIVERGENCE
+    from msprobe.core.dump.layout import dump_folders
+    from msprobe.core.dump.reader import read_dump
+    from msprobe.core.plugins import get_registry
+    from msprobe.core.replay import confirmation, module_call
+
+    if answer.verdict != DIVERGENCE or not answer.module:
+        return "replay: nothing to replay (the runs do not part ways inside a module)"
+    if len(summaries) != 1 or summaries[0].compared is not None:
+        return (
+            "replay: give compare.json one step and rank of each run (a merged or multi-rank compare is not replayed)"
+        )
+    spec = read_compare_json(input_path)
+    folders = []
+    for field, path in (("npu_path", spec.npu_path), ("bench_path", spec.bench_path)):
+        found = list(dump_folders(Path(path).parent if Path(path).is_file() else Path(path), field).values())
+        if len(found) != 1:
+            return f"replay: {field} holds {len(found)} step and rank folders; give it one"
+        folders.append(found[0])
+    call = module_call(read_dump(folders[0]).construct or {}, answer.module, answer.api)
+    report = get_registry().call_first(
+        "msprobe_replay", script=str(script), module=answer.module, call=call, npu_path=str(folders[0]),
+        bench_path=str(folders[1]),
+    )  # fmt: skip
+    if report is None:
+        return "replay: no installed backend replays these dumps"
+    return confirmation(answer.cause, report)
 
 
 def _over_all(summaries: list) -> str:

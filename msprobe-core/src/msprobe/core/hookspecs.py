@@ -149,6 +149,16 @@ def msprobe_task_hooks(session: TaskSession) -> TaskHooks | None:
     """
 
 
+@hookspec(firstresult=True)
+def msprobe_replay(script: str, module: str, call: int, npu_path: str, bench_path: str) -> Any:
+    """Replay a module call of two tensor dumps in this process: ``msprobe compare --replay``.
+
+    ``script`` defines ``model_and_inputs()`` (the model as the run built it); ``module`` is the module's path,
+    ``call`` which of its calls; ``npu_path`` and ``bench_path`` are step and rank folders. Return a
+    :class:`~msprobe.core.replay.ReplayReport`, or ``None`` when the dumps are not of your framework.
+    """
+
+
 # The hooks that return a task's TaskHooks; each is *first result*.
 TASK_HOOK_NAMES = (
     "msprobe_dump_hooks",

@@ -141,3 +141,37 @@ def decide(
 
 def _error(value: float) -> str:
     return "identical" if value == 0.0 else "inf" if math.isinf(value) else f"{value:.2e} (relative)"
+
+
+# the diagnosis's cause (msprobe.core.diagnosis.answer.CAUSES) -> the replay cause that confirms it
+CONFIRMS = {"weights": WEIGHTS, "computation": COMPUTATION, "argument": COMPUTATION, "data": INPUTS, "undumped": INPUTS}
+
+
+def confirmation(diagnosis_cause: str | None, report: ReplayReport) -> str:
+    """What the replay says of the diagnosis's answer, in one line."""
+    head = f"replay of {report.entry}"
+    if report.cause == UNCONFIRMED:
+        return f"{head}: unconfirmed: {report.words}"
+    expected = CONFIRMS.get(diagnosis_cause or "")
+    if expected is None:
+        return f"{head}: {report.cause}: {report.words} (a forward replay does not test the cause '{diagnosis_cause}')"
+    if report.cause == expected:
+        return f"{head} confirms it: {report.words}"
+    return f"{head} disagrees: it finds the {report.cause}: {report.words}"
+
+
+def module_call(construct: dict, module: str, entry: str | None) -> int:
+    """Which call of ``module`` made ``entry`` (the call where the runs part ways): the count of the module's
+    forward entry construct.json gives as its parent; 0 when none says."""
+    from msprobe.core.dump.entry_names import FORWARD, parse_entry
+
+    own = parse_entry(entry) if entry else None
+    if own is not None and own.is_module and own.path == module and own.count is not None:
+        return own.count
+    parent = construct.get(entry) if entry else None
+    while isinstance(parent, str):
+        parsed = parse_entry(parent)
+        if parsed is not None and parsed.is_module and parsed.path == module and parsed.direction == FORWARD:
+            return parsed.count or 0
+        parent = construct.get(parent)
+    return 0

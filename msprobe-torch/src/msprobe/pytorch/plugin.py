@@ -107,3 +107,20 @@ def msprobe_free_benchmark_hooks(session: Any) -> Any:
 def msprobe_overflow_check_hooks(session: Any) -> Any:
     """The dump's hooks; the core's collector keeps only the calls that overflow."""
     return msprobe_dump_hooks(session)
+
+
+@hookimpl
+def msprobe_replay(script: str, module: str, call: int, npu_path: str, bench_path: str) -> Any:
+    from msprobe.core.dump.reader import read_dump
+
+    try:
+        framework = read_dump(Path(npu_path)).framework
+    except Exception:  # not a dump this backend reads: another may, or the caller says none could
+        return None
+    if framework not in ("pytorch", "torch", "pt"):
+        return None
+    from msprobe.pytorch.compile.check import load_script
+    from msprobe.pytorch.replay import replay_module
+
+    model, _ = load_script(Path(script))
+    return replay_module(model, module, npu_path, bench_path, call)
