@@ -77,7 +77,11 @@ def test_two_environments_differ_in_a_package_a_hyperparameter_and_a_variable(tm
     assert verdicts == {"env": "error", "pip": "warning", "dataset": "skipped", "weights": "skipped",
                         "hyperparameters": "error", "random": "skipped"}  # fmt: skip
     differing = {item.item: [row["key"] for row in item.rows if row["verdict"] != "pass"] for item in result.items}
-    assert differing["pip"] == ["fakepkg"] and differing["hyperparameters"] == ["micro-batch-size"]
+    # the two fake sites differ in fakepkg alone; the environment both also list may change between the two
+    # collections (a test beside this one installs the example plugin), which is not the fake sites' doing
+    faked = {"fakepkg", "deepspeed"}
+    assert [key for key in differing["pip"] if key in faked] == ["fakepkg"]
+    assert differing["hyperparameters"] == ["micro-batch-size"]
     assert differing["env"] == ["HCCL_DETERMINISTIC"]
     assert not result.passed and result.summary_line().startswith("config_check: env differs first at HCCL_")
     summary = pd.read_excel(tmp_path / "result" / "result.xlsx", sheet_name="summary")

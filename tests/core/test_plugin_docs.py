@@ -37,11 +37,12 @@ def test_the_reference_page_lists_every_field(kind):
 
 
 def _built_in_names() -> set[str]:
-    """The core's default plugins and the entry points msprobe-cli's pyproject.toml declares."""
-    import tomllib
+    """The core's default plugins and the entry points installed msprobe-cli declares (built from its
+    pyproject.toml)."""
+    from importlib import metadata
 
-    project = tomllib.loads((DOCS.parent / "msprobe-cli" / "pyproject.toml").read_text())["project"]
-    return {name for name, _ in DEFAULT_PLUGINS} | set(project["entry-points"]["msprobe.plugins"])
+    declared = metadata.distribution("msprobe-cli").entry_points
+    return {name for name, _ in DEFAULT_PLUGINS} | {p.name for p in declared if p.group == "msprobe.plugins"}
 
 
 def test_the_reference_page_names_every_built_in_plugin():
