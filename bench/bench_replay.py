@@ -47,8 +47,8 @@ CLASS_OF_KIND = {
     **{kind: COMPUTATION for kind in ("argument", "code", "operator", "precision", "scale", "mask", "module",
                                       "swapped_op")},
 }  # fmt: skip
-QUICK = ("gpt.ln_f_bias", "gpt.gelu_tanh", "cnn.data", "cnn.conv1_padding", "llama.lr", "attention.fc_bfloat16",
-         "gpt.control_same_backward")  # fmt: skip
+# two architectures: a weight, an argument, a padding that changes the output's shape, data, and a control
+QUICK = ("gpt.ln_f_bias", "gpt.gelu_tanh", "cnn.data", "cnn.conv1_padding", "gpt.control_same_backward")
 TARGET = 0.95
 
 
