@@ -1,4 +1,5 @@
-"""Walking nested call arguments (lists, tuples, dicts) for whatever the framework calls a leaf."""
+"""Walking nested call arguments (lists, tuples, dicts) for whatever the framework calls a leaf, and dump.json
+values for their tensor summaries."""
 
 from __future__ import annotations
 
@@ -23,3 +24,8 @@ def leaves(value: Any, is_leaf: Callable[[Any], bool]) -> list[Any]:
     found: list[Any] = []
     map_leaves(value, is_leaf, found.append)
     return found
+
+
+def is_tensor_summary(value: Any) -> bool:
+    """A tensor's summary in a dump.json entry (its ``shape`` and ``dtype``, with statistics or a file)."""
+    return isinstance(value, dict) and "shape" in value and "dtype" in value and isinstance(value["shape"], list)

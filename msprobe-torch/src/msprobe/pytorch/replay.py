@@ -23,6 +23,7 @@ from msprobe.core.dump.reader import Dump, read_dump
 from msprobe.core.errors import MsprobeError
 from msprobe.core.precheck.rebuild import decode
 from msprobe.core.replay import ReplayReport, Trial, decide, relative_error
+from msprobe.core.trees import is_tensor_summary, leaves
 from msprobe.pytorch.tensor_io import tensors_in
 
 THIS, GOLDEN = "this run's", "the golden run's"
@@ -132,20 +133,8 @@ def _inputs(dump: Dump, entry: str) -> tuple[Any, Any]:
 
 
 def _outputs(dump: Dump, entry: str) -> list[np.ndarray]:
-    content = dump.data[entry]
-    found: list[np.ndarray] = []
-
-    def walk(value: Any) -> None:
-        if isinstance(value, dict) and "shape" in value and "dtype" in value:
-            found.append(_tensor(dump, value).detach().to(torch.float64).numpy())
-        elif isinstance(value, dict):
-            for item in value.values():
-                walk(item)
-        elif isinstance(value, list):
-            for item in value:
-                walk(item)
-
-    walk(content.get("output"))
+    summaries = leaves(dump.data[entry].get("output"), is_tensor_summary)
+    found = [_tensor(dump, summary).detach().to(torch.float64).numpy() for summary in summaries]
     if not found:
         raise ReplayError(f"{dump.folder}: {entry} has no tensor output to compare")
     return found
@@ -193,7 +182,7 @@ def _tensor_inputs(content: dict) -> list[tuple[tuple, dict]]:
     found: list[tuple[tuple, dict]] = []
 
     def walk(value: Any, path: tuple) -> None:
-        if isinstance(value, dict) and "shape" in value and "dtype" in value:
+        if is_tensor_summary(value):
             found.append((path, value))
         elif isinstance(value, dict):
             for key, item in value.items():

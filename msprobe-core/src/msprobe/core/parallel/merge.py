@@ -40,6 +40,7 @@ from msprobe.core.parallel.names import canonical
 from msprobe.core.parallel.own_calls import own_patterns, without_own_calls
 from msprobe.core.parallel.stages import merge_stages, pipeline_replicas, pipeline_stages
 from msprobe.core.parallel.stats import ARRAY
+from msprobe.core.trees import is_tensor_summary
 
 # the global run's value (a tensor summary, a number...) at (entry name, path of the value in the entry), or None
 ExpectedShape = Callable[[str, tuple], Any]
@@ -89,8 +90,7 @@ class MergedStep:
     stage_of: dict[str, int] = field(default_factory=dict)  # pipeline stages: the rank each entry comes from
 
 
-def is_tensor(value: Any) -> bool:
-    return isinstance(value, dict) and "shape" in value and "dtype" in value and isinstance(value["shape"], list)
+is_tensor = is_tensor_summary
 
 
 def _where(path: tuple) -> str:

@@ -88,10 +88,10 @@ def prepare(npu_root: Path, bench_root: Path, output_dir: Path) -> Prepared:
     steps = sorted(set(npu) & set(bench), key=lambda step: labels_order((step,)) if step else ())
     prepared = Prepared(output_dir / "merged_npu", output_dir / "merged_bench", merged=True)
     counts = []
-    # the modules a declared layout compares at their boundary: their calls are left out of both runs
-    own = own_patterns(
-        _header(next(iter(ranks.values()))) for side in (npu, bench) for ranks in side.values() if len(ranks) > 1
-    )
+    # the modules a declared layout compares at their boundary: their calls are left out of both runs (the
+    # layout is the run's config, the same at every step: one header per side says it)
+    sharded = [next((ranks for ranks in side.values() if len(ranks) > 1), None) for side in (npu, bench)]
+    own = own_patterns(_header(next(iter(ranks.values()))) for ranks in sharded if ranks is not None)
     for step in steps:
         # the side that merges alone first (one process, or data parallel: its layout says where each piece
         # goes), then the other, guided by its global run's shapes

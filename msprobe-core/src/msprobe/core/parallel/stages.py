@@ -20,13 +20,13 @@ Limits: a pipeline that is not also tensor parallel, and a golden run of the sam
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from msprobe.core.dump.entry_names import BACKWARD, parse_entry
 from msprobe.core.dump.reader import Dump
 from msprobe.core.errors import DataFileError
+from msprobe.core.trees import is_tensor_summary, leaves
 
 if TYPE_CHECKING:
     from msprobe.core.parallel.merge import TensorFiles
@@ -190,18 +190,6 @@ def _global_order(
     return order, renames
 
 
-def _tensor_leaves(value: Any) -> Iterator[dict]:
-    if isinstance(value, dict):
-        if "shape" in value and "dtype" in value:
-            yield value
-            return
-        for item in value.values():
-            yield from _tensor_leaves(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _tensor_leaves(item)
-
-
 def merge_stages(
     dumps: dict[int, Dump], stages: dict[int, list[str]], arrays: TensorFiles | None = None
 ) -> tuple[Dump, dict[str, int]]:
@@ -246,7 +234,7 @@ def merge_stages(
 def _with_tensor_files(entry: Any, rank: int, old: str, new: str, arrays: TensorFiles) -> Any:
     """A copy of ``entry`` whose tensor files are the stage's, written again under the renamed entry's name."""
     entry = copy.deepcopy(entry)
-    for leaf in _tensor_leaves(entry):
+    for leaf in leaves(entry, is_tensor_summary):
         file_name = leaf.get("data_name")
         if not isinstance(file_name, str):
             continue
