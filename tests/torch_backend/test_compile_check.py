@@ -25,7 +25,9 @@ from msprobe.pytorch.compile.check import check_compiled
 
 @pytest.mark.parametrize(
     ("models", "backends", "backward"),
-    [(["block"], ["aot_eager"], True), (["bert"], ["aot_eager"], False), (["block"], ["inductor"], True)],
+    # the backward faults under aot_eager alone: inductor compiles the same joint graph's backward, and its own
+    # part (kernels, their fusions) is checked on the forward, where its compile takes a third of the time
+    [(["block"], ["aot_eager"], True), (["bert"], ["aot_eager"], False), (["block"], ["inductor"], False)],
 )
 def test_injected_compiler_faults_are_named_at_their_node_and_kernel_and_clean_runs_are_not(models, backends, backward):
     result = compile_faults.score(models, backends, backward)
