@@ -26,7 +26,18 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from layout_faults import CASES, MODELS, Case, Run, batch, lay_out, loss_of, share_of, stage_forward
+from layout_faults import (
+    CASES,
+    MEGATRON_LAYOUT,
+    MODELS,
+    Case,
+    Run,
+    batch,
+    lay_out,
+    loss_of,
+    share_of,
+    stage_forward,
+)
 
 from msprobe.core.compare.run import compare_distributed
 
@@ -131,12 +142,15 @@ def _one_case(case: Case, mode: str, rank: int, root: Path) -> None:
     run = Run(model, case.model, rank, WORLD, inputs, targets)
     if case.fault is not None:
         case.fault(run)
-    laid_out = lay_out(run.model, case.layout, WORLD, run.layout_options, run.plan_changes)
+    laid_out = lay_out(run.model, case.layout, WORLD, run.layout_options, run.plan_changes, run.shard_fault)
     for hook in run.after_layout:
         hook(laid_out)
     config = folder.parent / f"{folder.name}.{rank}.json"
     config.parent.mkdir(parents=True, exist_ok=True)
-    config.write_text(json.dumps(_config(mode, folder)))
+    settings = _config(mode, folder)
+    if case.layout == "megatron":  # plain tensors: the layout is declared
+        settings["tensor_parallel"] = MEGATRON_LAYOUT
+    config.write_text(json.dumps(settings))
     torch.manual_seed(1)
     for hook in run.after_seed:
         hook()

@@ -5,7 +5,9 @@ Three models (an MLP, a transformer LM, a mixture of experts), each trained for 
 golden run) and over two processes in five layouts: ``tp`` (DTensor tensor parallelism), ``tp_sp`` (tensor
 parallelism with sequence parallelism on the norms), ``fsdp2`` (``fully_shard``), ``ddp``, and ``pp`` (two
 pipeline stages, each running its share of the model and handing activations on and gradients back). The two
-data parallel layouts give each rank its share of the global batch along dimension 0.
+data parallel layouts give each rank its share of the global batch along dimension 0. A fourth model, written
+as Megatron writes tensor parallelism in plain tensors (a vocab-parallel embedding, a column- and a row-parallel
+linear), runs in the ``megatron`` layout, merged by the layout its config.json declares (``MEGATRON_LAYOUT``).
 
 A fault changes one thing in the sharded run only. ``Expect`` says where it is, written from the change itself:
 the module whose code, state or gradient it touches, the API its first changed call has, and the ranks it sits
@@ -21,6 +23,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from megatron_layers import ColumnLinear, RowLinear, VocabParallelEmbedding
 from torch import nn
 
 BATCH, SEQUENCE = 8, 8
@@ -139,17 +142,70 @@ class MoE(nn.Module):
         return self.head(self.moe(self.norm(x)))
 
 
+class MegatronLM(nn.Module):
+    """A vocab-parallel embedding, a column-parallel linear into a row-parallel one, and a classifier every rank
+    holds whole. Built whole (the golden run's model); ``megatron_shard`` gives one rank's."""
+
+    vocab, heads = 64, 4
+
+    def __init__(self, width: int = 16, hidden: int = 64):
+        super().__init__()
+        self.embed = VocabParallelEmbedding(torch.randn(self.vocab, width), 0, 1)
+        self.fc1 = ColumnLinear(torch.randn(hidden, width) / math.sqrt(width), torch.randn(hidden) / 10)
+        self.fc2 = RowLinear(torch.randn(width, hidden) / math.sqrt(hidden), torch.randn(width) / 10, 1)
+        self.head = nn.Linear(width, self.vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.fc2(F.gelu(self.fc1(self.embed(tokens)))))
+
+
+# what the megatron layout declares in config.json: the embedding's rows and fc1's are split over the ranks
+# (the embedding's masking has no counterpart in one process: its calls are its own), fc2's columns, its
+# output a partial sum all-reduced within it
+MEGATRON_LAYOUT = {
+    "modules": {
+        "embed": {"weight": 0, "calls": "own"},
+        "fc1": {"weight": 0, "bias": 0, "output": -1},
+        "fc2": {"weight": 1, "calls": "partial"},
+    }
+}
+
+
+def megatron_shard(model: MegatronLM, rank: int, world: int, fault: str | None = None) -> MegatronLM:
+    """``model``'s layers replaced by this rank's shards of them. ``fault``: ``unmasked`` or ``range`` (the
+    embedding's, see VocabParallelEmbedding), ``wrong_dim`` (fc1 cut along each head's units instead of by
+    heads: the same shapes, other rows), ``unreduced`` (fc2's partial sums never all-reduced)."""
+    hidden = model.fc1.weight.shape[0]
+    mine = slice(rank * hidden // world, (rank + 1) * hidden // world)
+    w1, b1 = model.fc1.weight.detach(), model.fc1.bias.detach()
+    if fault == "wrong_dim":
+        per_head = hidden // model.heads
+        part = slice(rank * per_head // world, (rank + 1) * per_head // world)
+        w1_mine = w1.view(model.heads, per_head, -1)[:, part].reshape(-1, w1.shape[1])
+        b1_mine = b1.view(model.heads, per_head)[:, part].reshape(-1)
+    else:
+        w1_mine, b1_mine = w1[mine], b1[mine]
+    embedding_fault = fault if fault in ("unmasked", "range") else None
+    model.embed = VocabParallelEmbedding(model.embed.weight.detach(), rank, world, embedding_fault)
+    model.fc1 = ColumnLinear(w1_mine.clone(), b1_mine.clone(), world)
+    w2, b2 = model.fc2.weight.detach(), model.fc2.bias.detach()
+    model.fc2 = RowLinear(w2[:, mine].clone(), b2.clone(), world, reduce=fault != "unreduced")
+    return model
+
+
 def _lm(dropout: float = 0.0) -> Callable[[], nn.Module]:
     return lambda: LM(dropout=dropout)
 
 
-MODELS: dict[str, Callable[[], nn.Module]] = {"mlp": MLP, "lm": _lm(), "lm_dropout": _lm(0.1), "moe": MoE}
+MODELS: dict[str, Callable[[], nn.Module]] = {
+    "mlp": MLP, "lm": _lm(), "lm_dropout": _lm(0.1), "moe": MoE, "mlm": MegatronLM,
+}  # fmt: skip
 
 
 def batch(model_name: str, seed: int = 7) -> tuple[torch.Tensor, torch.Tensor]:
     """The global batch and its targets, the same in every run (another ``seed``: another batch)."""
     generator = torch.Generator().manual_seed(seed)
-    if model_name.startswith("lm"):
+    if model_name.startswith("lm") or model_name == "mlm":
         tokens = torch.randint(0, LM.vocab, (BATCH, SEQUENCE + 1), generator=generator)
         return tokens[:, :-1], tokens[:, 1:]
     inputs = torch.randn(BATCH, SEQUENCE, 16, generator=generator)
@@ -233,10 +289,15 @@ def lay_out(
     world: int,
     before: Callable[[nn.Module], Any] | None = None,
     plan_changes: dict[str, Any] | None = None,
+    shard_fault: str | None = None,
 ) -> nn.Module:
     """``model`` in ``layout`` over ``world`` processes (torch.distributed is up)."""
+    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
+    if layout == "megatron":
+        assert isinstance(model, MegatronLM)
+        return megatron_shard(model, dist.get_rank(), world, shard_fault)
     mesh = init_device_mesh("cpu", (world,))
     if layout in ("tp", "tp_sp"):
         from torch.distributed.tensor.parallel import parallelize_module
@@ -315,6 +376,7 @@ class Run:
     after_backward: list[Callable[[nn.Module], None]] = field(default_factory=list)
     after_seed: list[Callable[[], Any]] = field(default_factory=list)  # after the run's seed, before its step
     corrupt: str | None = None  # pipeline stages: "activation" or "gradient", changed on its way between stages
+    shard_fault: str | None = None  # the megatron layout: how its shards are cut wrongly (megatron_shard)
 
 
 @dataclass(frozen=True)
@@ -443,6 +505,15 @@ def transfer_corrupted(what: str) -> Callable[[Run], None]:
     return apply
 
 
+def cut_wrongly(how: str) -> Callable[[Run], None]:
+    """The megatron layout's shards cut or wired wrongly (megatron_shard's ``fault``)."""
+
+    def apply(run: Run) -> None:
+        run.shard_fault = how
+
+    return apply
+
+
 def _case(model: str, layout: str, kind: str, fault: Callable[[Run], None], expect: Expect) -> Case:
     return Case(f"{model}.{layout}.{kind}", model, layout, fault, expect)
 
@@ -516,6 +587,22 @@ FAULTS += [
 ]
 
 
+# Megatron-style tensor parallelism of plain tensors, merged by its declared layout
+FAULTS += [
+    # tokens outside a rank's rows of the vocabulary: their lookups left unmasked, or the first row taken for one
+    # outside (the embedding's own calls are left out of both runs: the answer is the module's output)
+    _case("mlm", "megatron", "vocab_unmasked", cut_wrongly("unmasked"), Expect("embed", None)),
+    _case("mlm", "megatron", "vocab_range", cut_wrongly("range"), Expect("embed", None)),
+    # fc1's weight cut along another dimension: the same shapes, other rows
+    _case("mlm", "megatron", "wrong_dim", cut_wrongly("wrong_dim"), Expect("fc1", "Functional.linear")),
+    # fc2's partial sums handed on without their all-reduce
+    _case("mlm", "megatron", "partial", cut_wrongly("unreduced"), Expect("fc2", None)),
+    # fc2's bias (whole on every rank) out of step on one rank
+    _case("mlm", "megatron", "desync", desynced("fc2", "bias"), Expect("fc2", "Tensor.__add__", (1,))),
+    _case("mlm", "megatron", "desync_head", desynced("head"), Expect("head", "Functional.linear", (1,))),
+]
+
+
 CONTROLS = [Case(f"{model}.{layout}.control", model, layout) for model in ("mlp", "lm", "moe") for layout in LAYOUTS]
-CONTROLS.append(Case("lm_dropout.tp.control", "lm_dropout", "tp"))
+CONTROLS += [Case("lm_dropout.tp.control", "lm_dropout", "tp"), Case("mlm.megatron.control", "mlm", "megatron")]
 CASES: list[Case] = [*CONTROLS, *FAULTS]

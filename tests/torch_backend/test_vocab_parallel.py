@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,8 +20,12 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn.functional as F
 from click.testing import CliRunner
-from megatron_layers import ColumnLinear, RowLinear, VocabParallelEmbedding
 from ports import gloo_group, unused_port
+
+from paths import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "bench"))
+from megatron_layers import ColumnLinear, RowLinear, VocabParallelEmbedding
 
 from msprobe.cli.main import cli
 

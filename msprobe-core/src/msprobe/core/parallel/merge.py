@@ -397,7 +397,9 @@ class _Merger:
     def plain_tensor(self, name: str, path: tuple, pieces: list[dict], ranks: list[int]) -> dict:
         if len(pieces) == 1:
             return dict(pieces[0])
-        if any(piece.get("parameter") for piece in pieces) or name.endswith("parameters_grad"):
+        if (any(piece.get("parameter") for piece in pieces) or name.endswith("parameters_grad")) and not (
+            self._shards_of_the_global(name, path, pieces)
+        ):
             if not stats.same(pieces):
                 what = "a parameter" if any(p.get("parameter") for p in pieces) else "a parameter's gradient"
                 kept = self._odd_ones(name, path, pieces, ranks, f"{what} (which every rank must share)")
@@ -434,6 +436,16 @@ class _Merger:
             return kept | {"merged": "the ranks differ: a piece alike the global run's, else rank 0's"}
         merged["merged"] = how
         return merged
+
+    def _shards_of_the_global(self, name: str, path: tuple, pieces: list[dict]) -> bool:
+        """Whether the ranks' pieces of a parameter tile the global run's (a plain-tensor model-parallel weight
+        the optimizer is handed: its shards, as the layout declares them), rather than each being it whole."""
+        if self.data_parallel > 1 or self.expected is None:
+            return False
+        expected = self.expected(name, path)
+        shape = expected.get("shape") if isinstance(expected, dict) else None
+        shapes = [list(piece.get("shape") or []) for piece in pieces]
+        return shape is not None and _tiling_dim(shapes, shape) is not None
 
     def _odd_ones(self, name: str, path: tuple, pieces: list[dict], ranks: list[int], what: str) -> dict:
         """Report the ranks whose piece of a value they must share differs, and return a good piece.

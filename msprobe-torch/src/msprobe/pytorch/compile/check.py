@@ -119,6 +119,11 @@ class CompileCheck:
 
 def load_script(path: Path) -> tuple[Any, tuple]:
     """``model_and_inputs()`` of the user's script: the model and a tuple of its example inputs."""
+    return model_and_inputs(load_script_module(path), path)
+
+
+def load_script_module(path: Path) -> Any:
+    """The user's script, run as a module (for what else it defines beside ``model_and_inputs()``)."""
     import importlib.util
 
     from msprobe.core.errors import UsageError
@@ -137,6 +142,13 @@ def load_script(path: Path) -> tuple[Any, tuple]:
         raise UsageError(f"{path}: the script called sys.exit({exc.code!r}) while it was loaded") from None
     except Exception as exc:  # the script's own error, said as such: not msprobe's
         raise UsageError(f"{path}: the script raised {type(exc).__name__}: {exc}") from None
+    return module
+
+
+def model_and_inputs(module: Any, path: Path) -> tuple[Any, tuple]:
+    """What the loaded script's ``model_and_inputs()`` returns: the model and a tuple of its example inputs."""
+    from msprobe.core.errors import UsageError
+
     make = getattr(module, "model_and_inputs", None)
     if not callable(make):
         raise UsageError(f"{path}: defines no model_and_inputs() returning (model, inputs)")

@@ -1,5 +1,5 @@
 """The PyTorch backend's commands: run_ut, multi_run_ut, run_overflow_check (reference spelling), compile_check,
-replay."""
+replay, precision_bisect."""
 
 from __future__ import annotations
 
@@ -121,6 +121,72 @@ def replay_command(script: Path, module: str, npu_path: Path, bench_path: Path, 
         raise SystemExit(1)
 
 
+@click.command("precision_bisect")
+@_script_option(
+    "A Python file defining model_and_inputs(), as compile_check takes: the float32 model and its inputs; and "
+    "optionally loss(output), the scalar a step differentiates (default: the mean square of the output)."
+)
+@click.option("--dtype", type=click.Choice(["bf16", "fp16"]), default="bf16", show_default=True)
+@click.option("--mode", type=click.Choice(["cast", "autocast"]), default="cast", show_default=True,
+              help="cast: the model cast to the dtype (each module's inputs to its own); autocast: the step under "
+              "torch.autocast.")  # fmt: skip
+@click.option("--tolerance", type=float, default=None,
+              help="How far the loss and each gradient may be from the float32 twin's (relative; default 0.05 for "
+              "bf16, 0.01 for fp16).")  # fmt: skip
+@click.option("-m", "--module", "modules", multiple=True, help="A candidate module's path (repeat it); default: "
+              "every leaf module.")  # fmt: skip
+@click.option("--no-ranking", is_flag=True, help="Skip the sensitivity table (one run per candidate).")
+@click.option("-o", "--output", "output", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="A folder for precision_bisect.json: every run, the table and the answer.")  # fmt: skip
+def precision_bisect_command(
+    script: Path, dtype: str, mode: str, tolerance: float | None, modules: tuple[str, ...], no_ranking: bool,
+    output: Path | None,
+) -> None:  # fmt: skip
+    """Which modules a bf16 or fp16 step needs in float32: the smallest set whose upcast brings the loss and
+    gradients back within a tolerance of the float32 twin's, by group testing, and each module's error alone in
+    low precision. Exit status 0 when nothing is needed, 1 when the step is beyond the tolerance."""
+    import json
+
+    from tqdm import tqdm
+
+    from msprobe.core.bisect import NOTHING_NEEDED
+    from msprobe.core.files import make_dir, write_new_file
+    from msprobe.pytorch.bisect import bisect_precision, runs_to_expect
+    from msprobe.pytorch.compile.check import load_script_module, model_and_inputs
+
+    if output is not None:
+        make_dir(output)  # a link given for the folder is refused before anything runs
+    loaded = load_script_module(script)
+    model, inputs = model_and_inputs(loaded, script)
+    loss = getattr(loaded, "loss", None)
+    if loss is not None and not callable(loss):
+        raise MsprobeError(f"{script}: loss is defined but is not a function of the model's output")
+    bar = tqdm(total=runs_to_expect(model, modules, not no_ranking), unit="run", desc="precision_bisect",
+               disable=None, leave=False)  # fmt: skip
+
+    def progress(doing: str) -> None:
+        if bar.n >= bar.total:
+            bar.total = bar.n + 1
+        bar.set_postfix_str(doing, refresh=False)
+        bar.update(1)
+
+    try:
+        result = bisect_precision(
+            model, inputs, loss, dtype=dtype, mode=mode, tolerance=tolerance, modules=modules or None,
+            rank=not no_ranking, progress=progress,
+        )  # fmt: skip
+    finally:
+        bar.close()
+    click.echo(result.table())
+    if output is not None:
+        path = output / "precision_bisect.json"
+        text = json.dumps(result.to_json(), indent=2).encode()
+        write_new_file(path, lambda handle: handle.write(text))
+        click.echo(f"written: {path}")
+    if result.outcome != NOTHING_NEEDED:
+        raise SystemExit(1)
+
+
 def commands() -> list[click.Command]:
     from msprobe.core.run_ut_cli import run_ut_commands
 
@@ -129,4 +195,5 @@ def commands() -> list[click.Command]:
         run_overflow_check_command,
         compile_check_command,
         replay_command,
+        precision_bisect_command,
     ]

@@ -1,6 +1,7 @@
-"""Megatron-style tensor-parallel layers of plain tensors, written as Megatron writes them, for the tests of
-declared layouts: each rank holds rows of a column-parallel weight, columns of a row-parallel one, and rows of
-a vocab-parallel embedding; the partial sums are all-reduced (their backward: the identity)."""
+"""Megatron-style tensor-parallel layers of plain tensors, written as Megatron writes them, for the layout
+benchmark's declared layout and the tests of declared layouts: each rank holds rows of a column-parallel weight,
+columns of a row-parallel one, and rows of a vocab-parallel embedding; the partial sums are all-reduced (their
+backward: the identity)."""
 
 from __future__ import annotations
 
@@ -46,12 +47,16 @@ class ColumnLinear(torch.nn.Module):
 
 
 class RowLinear(torch.nn.Module):
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, world: int):
+    """``reduce=False``: a fault, each rank's partial sum handed on without the all-reduce."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, world: int, reduce: bool = True):
         super().__init__()
         self.weight, self.bias, self.world = torch.nn.Parameter(weight), torch.nn.Parameter(bias), world
+        self.reduce = reduce
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return all_reduced(F.linear(x, self.weight), self.world) + self.bias
+        partial = F.linear(x, self.weight)
+        return (all_reduced(partial, self.world) if self.reduce else partial) + self.bias
 
 
 class VocabParallelEmbedding(torch.nn.Module):
