@@ -11,18 +11,21 @@ import pytest
 from tables import check_rank_gradients
 
 WORKER = Path(__file__).with_name("monitor_ranks_worker.py")
-
-
 _PORT_TAKEN = "Failed to create the TCP server"  # what MindSpore's scheduler says when its port is in use
 
 
 def test_unreduced_is_the_local_gradient_and_reduced_the_mean(tmp_path):
     (tmp_path / "m.json").write_text(json.dumps({"wg_distribution": True, "ops": ["norm"]}))
-    for _attempt in range(3):  # a port found free can be taken before the scheduler binds it: then another
+    # a port found free can be taken before the scheduler binds it, and MindSpore's own runtime (its scheduler's
+    # heartbeats) may give up on a loaded machine: then another try; a Python error in any role is not retried
+    for _attempt in range(3):
         processes, outputs = _run_ranks(tmp_path)
-        if not (processes[0].returncode != 0 and _PORT_TAKEN in outputs[0]):
+        codes = [p.returncode for p in processes]
+        if all(code == 0 for code in codes) or any("Traceback" in output for output in outputs):
             break
-    assert all(p.returncode == 0 for p in processes), "\n".join(outputs)
+    roles = ("scheduler", "worker 0", "worker 1")
+    said = "\n".join(f"--- {role}, exit {code}:\n{output}" for role, code, output in zip(roles, codes, outputs))
+    assert all(code == 0 for code in codes), said
     check_rank_gradients(tmp_path, "weight")
     for rank in (0, 1):  # the dump knows its rank too
         assert (tmp_path / "dump" / "step0" / f"rank{rank}" / "dump.json").exists()
