@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from transient_faults import CASES, FAULT_STEP, Case, FlipOnce, batches, model_and_optimizer, step_function
+from transient_faults import CASES, FAULT_STEP, HELD_OUT, Case, FlipOnce, batches, model_and_optimizer, step_function
 
 from msprobe.core.rerun import Verdict
 from msprobe.pytorch.rerun import StepGuard
@@ -61,8 +61,10 @@ def right(case: Case, verdicts: list[Verdict]) -> bool:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", action="append", help="only these cases (by name)")
+    parser.add_argument("--held-out", action="store_true", help="the held-out cases instead, never fitted to")
     arguments = parser.parse_args()
-    cases = [case for case in CASES if not arguments.case or case.name in arguments.case]
+    pool = HELD_OUT if arguments.held_out else CASES
+    cases = [case for case in pool if not arguments.case or case.name in arguments.case]
     started = time.perf_counter()
     faults = controls = faults_right = controls_right = 0
     for case in cases:
