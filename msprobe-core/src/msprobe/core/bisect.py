@@ -125,7 +125,7 @@ def bisect(
 
     ``rank``: also measure each candidate alone in low precision (one run each), for the sensitivity table."""
     runs: list[Measured] = []
-    cache: dict[frozenset[str], float] = {}
+    cache: dict[frozenset[str], Measured] = {}
     order = {name: index for index, name in enumerate(candidates)}
 
     def measure(upcast: set[str] | Sequence[str], why: str) -> Measured:
@@ -133,9 +133,10 @@ def bisect(
         if key not in cache:
             if progress is not None:
                 progress(why)
-            cache[key] = float(error(tuple(sorted(key, key=order.__getitem__))))
-            runs.append(Measured(tuple(sorted(key, key=order.__getitem__)), cache[key]))
-        return Measured(tuple(sorted(key, key=order.__getitem__)), cache[key])
+            modules = tuple(sorted(key, key=order.__getitem__))
+            cache[key] = Measured(modules, float(error(modules)))
+            runs.append(cache[key])
+        return cache[key]
 
     def passes(upcast: set[str] | Sequence[str], why: str) -> bool:
         return measure(upcast, why).within(tolerance)
@@ -144,7 +145,7 @@ def bisect(
     everything = measure(candidates, "every candidate in float32")
     result = Bisection(NOTHING_NEEDED, tolerance, dtype, [], baseline.error, everything.error, baseline.error)
     if baseline.within(tolerance):
-        pass
+        pass  # nothing needed: the outcome as made above
     elif not everything.within(tolerance):
         result.outcome, result.final = NOT_ENOUGH, everything.error
     else:

@@ -44,7 +44,7 @@ def _checksum(tensor: torch.Tensor) -> tuple[int, bool]:
     if data.dtype == torch.bool:
         data = data.to(torch.uint8)
     integers = data.view(_BITS[data.element_size()]) if data.is_floating_point() else data
-    return int(integers.to(torch.int64).sum()), nonfinite
+    return int(integers.sum(dtype=torch.int64)), nonfinite  # accumulated in int64, with no widened copy
 
 
 class _Recorder(TorchDispatchMode):
