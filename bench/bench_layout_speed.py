@@ -7,7 +7,8 @@
    most 1.5x the rank-by-rank one.
 2. **The DTensor dump.** The LM, 512 wide, trains in one process with plain tensors, and over 2 processes in
    tensor parallelism (DTensor); each run's step is timed undumped and dumped (statistics, level mix), with the
-   median of several steps. The dumped step over the undumped one is the dump's ratio. Target: the DTensor
+   median of several steps, each in fresh processes. The dumped step over the undumped one is the dump's ratio;
+   the two runs take turns for three rounds, and each run's median round is printed. Target: the DTensor
    run's ratio within 0.1 of the plain run's.
 
 Ratios are measured in one run of this script, on one machine; the plain figures are printed beside them.
@@ -30,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from layout_faults import LM, MODELS, batch, lay_out, loss_of, share_of
 
 RANKS = 8
-STEPS = 15  # timed steps (after one warm-up) for the dump's ratio: two processes on two cores are noisy
+STEPS = 15  # timed steps (after one warm-up) for the dump's ratio, in each of ROUNDS rounds
+ROUNDS = 3  # the plain and the DTensor runs take turns: this machine's speed drifts over a minute
 WIDTH = 512  # the dump's ratio is timed on a wider LM, whose step is not all per-call overhead
 
 
@@ -137,20 +139,34 @@ def _tp_rank(rank: int, world: int, root: str, port: int) -> None:
         dist.destroy_process_group()
 
 
-def dtensor_ratio(root: Path) -> tuple[tuple[float, float], tuple[float, float]]:
-    import torch.multiprocessing as mp
-
+def _plain_process(_index: int, root: str) -> None:
+    """The plain run's two timings, in a fresh process as each tensor-parallel rank is: a process that has made a
+    debugger before keeps its API wrappers, which would slow the undumped step and flatter the ratio."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
     model = LM(width=WIDTH, heads=8)
     inputs, targets = batch("lm")
-    plain = (
-        _timed_steps(model, inputs, targets, None, ""),
-        _timed_steps(model, inputs, targets, root / "single", "s.json"),
-    )
-    mp.spawn(_tp_rank, (2, str(root), _port()), nprocs=2, join=True)
-    tp = tuple(json.loads((root / "tp_times.json").read_text()))
-    return plain, tp
+    plain = _timed_steps(model, inputs, targets, None, "")
+    dumped = _timed_steps(model, inputs, targets, Path(root) / "single", "s.json")
+    (Path(root) / "plain_times.json").write_text(json.dumps([plain, dumped]))
+
+
+def dtensor_ratio(root: Path) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(undumped, dumped) step times of the plain and of the DTensor run: the round whose ratio is the median of
+    the rounds, for each."""
+    import torch.multiprocessing as mp
+
+    plain_rounds, tp_rounds = [], []
+    for _ in range(ROUNDS):
+        mp.spawn(_plain_process, (str(root),), nprocs=1, join=True)
+        mp.spawn(_tp_rank, (2, str(root), _port()), nprocs=2, join=True)
+        plain_rounds.append(tuple(json.loads((root / "plain_times.json").read_text())))
+        tp_rounds.append(tuple(json.loads((root / "tp_times.json").read_text())))
+
+    def median_round(rounds: list[tuple[float, float]]) -> tuple[float, float]:
+        return sorted(rounds, key=lambda times: times[1] / times[0])[len(rounds) // 2]
+
+    return median_round(plain_rounds), median_round(tp_rounds)
 
 
 def main() -> int:

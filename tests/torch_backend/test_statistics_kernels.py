@@ -9,7 +9,8 @@ import torch
 from summaries import summary_of
 
 from msprobe.core.dump import float_stats
-from msprobe.pytorch.dump import measuring
+from msprobe.core.dump.writer import RawJSON
+from msprobe.pytorch.dump import measuring, parallel
 from msprobe.pytorch.dump.tensors import TensorSummarizer
 
 KEYS = ("Max", "Min", "Mean", "Norm")
@@ -169,3 +170,61 @@ def test_the_short_path_leaves_every_other_task_to_the_general_one():
     assert TensorSummarizer("tensor", "statistics").quick_texts is None
     assert TensorSummarizer("overflow_check", "statistics").quick_texts is None
     assert TensorSummarizer("statistics", "statistics", deferred=True).quick_texts is None
+
+
+@pytest.mark.parametrize("summary_mode", ["statistics", "md5"])
+@pytest.mark.parametrize("case", [*_cases(), "-0.0, 0-d", "float64 squares beyond range"])
+def test_in_a_run_of_several_processes_the_short_path_writes_the_general_path_s_sums(monkeypatch, case, summary_mode):
+    """A run of several processes adds the float64 sums that merge its ranks: the C path writes them as the general
+    path does, and they are the sums of the values in float64 (math.fsum: exact, then rounded once)."""
+    tensor = {
+        **_cases(),
+        "-0.0, 0-d": torch.tensor(-0.0),
+        "float64 squares beyond range": torch.tensor([1e200, -3.0], dtype=torch.float64),
+    }[case]
+    monkeypatch.setattr(parallel, "world", lambda: (0, 2))
+    quick = TensorSummarizer("statistics", summary_mode)
+    assert quick.shard_sums and quick.quick_texts is not None
+    general = TensorSummarizer("statistics", summary_mode)
+    general.quick_texts = None
+    expected = json.dumps(summary_of(general, tensor))
+    assert json.dumps(summary_of(quick, tensor)) == expected
+    assert json.dumps(summary_of(quick, tensor)) == expected  # from the cache
+    found = json.loads(expected)
+    if tensor.is_floating_point() and "Max" in found and tensor.numel():
+        values = tensor.detach().double().reshape(-1).tolist()
+        if all(math.isfinite(value) for value in values):
+            assert found["Sum"] == pytest.approx(math.fsum(values), rel=1e-12, abs=1e-300)
+            assert found["SumSq"] == pytest.approx(math.fsum(v * v for v in values), rel=1e-12)
+            assert list(found).index("Sum") == list(found).index("requires_grad") + 1
+        assert found.get("parameter", False) is isinstance(tensor, torch.nn.Parameter)
+
+
+@pytest.mark.parametrize("summary_mode", ["statistics", "md5"])
+def test_a_dtensor_s_summary_from_the_short_path_is_the_general_path_s(monkeypatch, tmp_path, summary_mode):
+    """A DTensor's entry is its shard's cached text with the DTensor's own keys spliced in: requires_grad, the
+    parameter mark and where the shard sits, as the general path writes them (a one-process mesh stands in for a
+    run of several, whose sums it then writes)."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor, init_device_mesh
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("tp",))
+        torch.manual_seed(0)
+        weight = torch.nn.Parameter(distribute_tensor(torch.randn(8, 4), mesh, [Shard(0)]))
+        activation = distribute_tensor(torch.randn(3, 5), mesh, [Replicate()])
+        monkeypatch.setattr(parallel, "world", lambda: (0, 2))
+        quick = TensorSummarizer("statistics", summary_mode)
+        general = TensorSummarizer("statistics", summary_mode)
+        general.quick_texts = None
+        for tensor in (weight, activation, weight.detach()):
+            found = quick(tensor, "x")
+            assert isinstance(found, RawJSON)  # the short path took it
+            expected = general(tensor, "x")
+            assert json.loads(found.text) == expected
+            assert expected["requires_grad"] is tensor.requires_grad
+            assert expected.get("parameter", False) is isinstance(tensor, torch.nn.Parameter)
+            assert expected["shard"]["global_shape"] == list(tensor.shape)
+    finally:
+        dist.destroy_process_group()

@@ -185,30 +185,50 @@ static void f64_generic(const double *x, Py_ssize_t n, Sums *out) {
 typedef void (*F32Kernel)(const float *, Py_ssize_t, Sums *);
 static F32Kernel f32_kernel = f32_generic;
 
-/* Max, Min, Mean, Norm into out; 0 when an element is inf or nan (or a float32 norm is beyond float32's
- * range), 1 otherwise.  Needs the interpreter lock, which it lets go while reading a long tensor. */
-static int compute_stats(const void *data, Py_ssize_t n, char kind, double out[4]) {
-    Sums sums;
+/* One pass over the data: extremes, and the sum and sum of squares in double.  Needs the interpreter lock, which
+ * it lets go while reading a long tensor. */
+static void sums_of(const void *data, Py_ssize_t n, char kind, Sums *sums) {
     int unlocked = n >= UNLOCKED_FROM;
     PyThreadState *state = unlocked ? PyEval_SaveThread() : NULL;
     if (kind == 'f')
-        f32_kernel((const float *)data, n, &sums);
+        f32_kernel((const float *)data, n, sums);
     else
-        f64_generic((const double *)data, n, &sums);
+        f64_generic((const double *)data, n, sums);
     if (unlocked) PyEval_RestoreThread(state);
+}
+
+/* Max, Min, Mean, Norm of the pass into out; 0 when an element is inf or nan (or a float32 norm is beyond
+ * float32's range), 1 otherwise. */
+static int stats_from(const Sums *sums, Py_ssize_t n, char kind, double out[4]) {
     /* a finite sum of squares proves every element finite: float32 squares cannot overflow a double */
-    if (!isfinite(sums.squares) || !isfinite(sums.sum)) return 0;
-    double mean = sums.sum / (double)n, norm = sqrt(sums.squares);
+    if (!isfinite(sums->squares) || !isfinite(sums->sum)) return 0;
+    double mean = sums->sum / (double)n, norm = sqrt(sums->squares);
     if (kind == 'f') {
         mean = (double)(float)mean;
         norm = (double)(float)norm;
         if (isinf(norm)) return 0; /* finite values, but a norm beyond float32's range */
     }
-    out[0] = sums.max;
-    out[1] = sums.min;
+    out[0] = sums->max;
+    out[1] = sums->min;
     out[2] = mean;
     out[3] = norm;
     return 1;
+}
+
+static int compute_stats(const void *data, Py_ssize_t n, char kind, double out[4]) {
+    Sums sums;
+    sums_of(data, n, kind, &sums);
+    return stats_from(&sums, n, kind, out);
+}
+
+/* compute_stats, and in out[4] and out[5] the sum and the sum of squares as float_sums_at gives them (the sums
+ * that merge a sharded tensor's statistics), from the same pass. */
+static int compute_stats_sums(const void *data, Py_ssize_t n, char kind, double out[6]) {
+    Sums sums;
+    sums_of(data, n, kind, &sums);
+    out[4] = sums.sum;
+    out[5] = sums.squares;
+    return stats_from(&sums, n, kind, out);
 }
 
 /* Max, Min, Mean, Norm as Python floats, or None when an element is inf or nan. */
@@ -262,13 +282,7 @@ static PyObject *float_sums_at(PyObject *self, PyObject *const *args, Py_ssize_t
     char kind;
     if (address_arguments("float_sums_at", args, nargs, &address, &n, &kind) < 0) return NULL;
     Sums sums;
-    int unlocked = n >= UNLOCKED_FROM;
-    PyThreadState *state = unlocked ? PyEval_SaveThread() : NULL;
-    if (kind == 'f')
-        f32_kernel((const float *)address, n, &sums);
-    else
-        f64_generic((const double *)address, n, &sums);
-    if (unlocked) PyEval_RestoreThread(state);
+    sums_of(address, n, kind, &sums);
     return Py_BuildValue("(dd)", sums.sum, sums.squares);
 }
 
@@ -619,9 +633,11 @@ typedef struct {
     /* version 2: 1 when an element is inf or nan, 0 when none is, -1 for a kind it does not know ('f', 'd', 'e'
      * float16, 'b' bfloat16); needs the interpreter lock, which it lets go while reading a long tensor */
     int (*any_nonfinite)(const void *data, Py_ssize_t n, char kind);
+    /* version 3: float_stats, with the sum and the sum of squares in double in out[4] and out[5] */
+    int (*float_stats_sums)(const void *data, Py_ssize_t n, char kind, double out[6]);
 } KernelsAPI;
 
-static const KernelsAPI C_API = {2, compute_stats, scan_nonfinite};
+static const KernelsAPI C_API = {3, compute_stats, scan_nonfinite, compute_stats_sums};
 
 PyMODINIT_FUNC PyInit__kernels(void) {
 #ifdef HAVE_AVX2_KERNEL

@@ -41,11 +41,13 @@
 #include <stdio.h>
 #include <string.h>
 
-/* msprobe-core's kernel table (see _kernels.c there): the statistics from version 1, the screen from 2 */
+/* msprobe-core's kernel table (see _kernels.c there): the statistics from version 1, the screen from 2, the
+ * statistics with the sums that merge shards from 3 */
 typedef struct {
     int version;
     int (*float_stats)(const void *data, Py_ssize_t n, char kind, double out[4]);
     int (*any_nonfinite)(const void *data, Py_ssize_t n, char kind);
+    int (*float_stats_sums)(const void *data, Py_ssize_t n, char kind, double out[6]);
 } KernelsAPI;
 
 /* msprobe-core's DumpWriter.add_journaled in C (see _journal.c there), version 1: 1 when the entry is stored and
@@ -61,7 +63,8 @@ typedef struct {
 static PyObject *one; /* the int 1 */
 static PyObject *s_version, *s_data_ptr, *s_dtype, *s_shape, *s_requires_grad, *s_is_cpu, *s_is_neg,
     *s_is_contiguous, *s_stride, *s_untyped_storage, *s_busy, *s_count, *s_written_at, *s_out, *s_inplace, *s_writer,
-    *s_open_step, *s_add_journaled, *s_add_waiting, *s_limit, *s_grad_fn, *s_register_hook, *s_acquire, *s_release;
+    *s_open_step, *s_add_journaled, *s_add_waiting, *s_limit, *s_grad_fn, *s_register_hook, *s_acquire, *s_release,
+    *s_local_tensor;
 
 /* What configure() gave: torch's own descriptors of the tensor attributes read per call (each read then skips
  * the lookup by name, which costs a dict lookup per class in the MRO and one in the tensor's __dict__), and
@@ -156,6 +159,7 @@ PyMODINIT_FUNC PyInit__lane(void) {
     INTERN(s_add_waiting, "add_waiting")
     INTERN(s_limit, "limit")
     INTERN(s_grad_fn, "grad_fn")
+    INTERN(s_local_tensor, "_local_tensor")
     INTERN(s_register_hook, "register_hook")
 #undef INTERN
     if ((one = PyLong_FromLong(1)) == NULL) return NULL;

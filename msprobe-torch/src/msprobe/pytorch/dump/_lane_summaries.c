@@ -49,6 +49,7 @@ typedef struct {
     PyObject *float32, *float64;
     const KernelsAPI *kernels;
     PyObject *checksum; /* checksum(tensor) -> its CRC-32 as 8 hex digits (summary_mode md5), or None */
+    int sums; /* a run of several processes: the float64 sums that merge shards, and parameters marked */
     /* device tensors (see summary_into): measure(tensor) -> its statistics waiting in the batch, or None for a
      * tensor the general way summarizes; rest(stats, requires_grad) -> the summary's text from its statistics
      * on (a token until the batch is read back).  Both None: plain CPU float tensors, measured at once. */
@@ -56,24 +57,30 @@ typedef struct {
 } Summaries;
 
 static int summaries_init(Summaries *self, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"log",      "tensor_type", "parameter_type", "float32", "float64",
-                            "kernels",  "checksum",    "measure",        "rest",    NULL};
+    static char *names[] = {"log",      "tensor_type", "parameter_type", "float32", "float64", "kernels",
+                            "checksum", "measure",     "rest",           "sums",    NULL};
     PyObject *log, *tensor_type, *parameter_type, *float32, *float64, *capsule, *checksum = Py_None,
                                                                                   *measure = Py_None, *rest = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O!OOO|$OOO", names, &log, &PyType_Type, &tensor_type,
+    int sums = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O!OOO|$OOOp", names, &log, &PyType_Type, &tensor_type,
                                      &PyType_Type, &parameter_type, &float32, &float64, &capsule, &checksum, &measure,
-                                     &rest))
+                                     &rest, &sums))
         return -1;
     if ((measure == Py_None) != (rest == Py_None)) {
         PyErr_SetString(PyExc_TypeError, "measure and rest come together");
         return -1;
     }
+    if (sums && measure != Py_None) {
+        PyErr_SetString(PyExc_TypeError, "the sums are measured at once, not in a device batch");
+        return -1;
+    }
     const KernelsAPI *kernels = PyCapsule_GetPointer(capsule, "msprobe.core.dump._kernels._C_API");
     if (kernels == NULL) return -1;
-    if (kernels->version < 1) {
+    if (kernels->version < (sums ? 3 : 1)) {
         PyErr_SetString(PyExc_RuntimeError, "msprobe-core's kernels are older than msprobe-torch expects");
         return -1;
     }
+    self->sums = sums;
     PyObject *entries = PyDict_New();
     if (entries == NULL) return -1;
     Py_XSETREF(self->entries, entries);
@@ -235,22 +242,31 @@ static int plain_memory(PyObject *tensor, PyObject **shape, Py_ssize_t *count, u
     return unsigned_of(METHOD(tensor, data_ptr), data) < 0 ? -1 : 1;
 }
 
-/* What follows requires_grad's value: '}', or with summary_mode md5 ',"md5":"xxxxxxxx"}' (the checksum's answer,
- * which must be 8 hex digits).  New bytes, or NULL with an error set. */
-static PyObject *summary_suffix(Summaries *self, PyObject *tensor) {
-    if (self->checksum == Py_None) return PyBytes_FromString("}");
-    PyObject *digits = PyObject_CallOneArg(self->checksum, tensor);
-    if (digits == NULL) return NULL;
-    Py_ssize_t length;
-    const char *text = PyUnicode_Check(digits) ? PyUnicode_AsUTF8AndSize(digits, &length) : NULL;
-    PyObject *suffix = NULL;
-    if (text != NULL && length == 8 && strspn(text, "0123456789abcdef") == 8) {
-        suffix = PyBytes_FromFormat(",\"md5\":\"%s\"}", text);
-    } else if (!PyErr_Occurred()) {
-        PyErr_SetString(PyExc_ValueError, "the checksum must be 8 lowercase hex digits");
+/* What follows requires_grad's value, in the general way's order: with ``sums`` (two doubles, or NULL)
+ * ',"Sum":s,"SumSq":q', and ',"parameter":true' for a parameter; with summary_mode md5 ',"md5":"xxxxxxxx"' (the
+ * checksum's answer, which must be 8 hex digits); then the brace.  New bytes, or NULL with an error set. */
+static PyObject *summary_suffix(Summaries *self, PyObject *tensor, const double *sums) {
+    Text suffix;
+    text_init(&suffix);
+    static const char *const labels[2] = {",\"Sum\":", ",\"SumSq\":"};
+    int failed = sums != NULL && (text_doubles(&suffix, sums, 2, labels) < 0 ||
+                                  (Py_TYPE(tensor) == self->parameter_type && TEXT_ADD(&suffix, ",\"parameter\":true") < 0));
+    PyObject *digits = NULL;
+    if (!failed && self->checksum != Py_None) {
+        digits = PyObject_CallOneArg(self->checksum, tensor);
+        Py_ssize_t length;
+        const char *text = digits != NULL && PyUnicode_Check(digits) ? PyUnicode_AsUTF8AndSize(digits, &length) : NULL;
+        if (text != NULL && length == 8 && strspn(text, "0123456789abcdef") == 8) {
+            failed = TEXT_ADD(&suffix, ",\"md5\":\"") < 0 || text_add(&suffix, text, 8) < 0 || TEXT_ADD(&suffix, "\"") < 0;
+        } else {
+            failed = 1;
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "the checksum must be 8 lowercase hex digits");
+        }
     }
-    Py_DECREF(digits);
-    return suffix;
+    Py_XDECREF(digits);
+    PyObject *bytes = failed || TEXT_ADD(&suffix, "}") < 0 ? NULL : PyBytes_FromStringAndSize(suffix.data, suffix.len);
+    text_free(&suffix);
+    return bytes;
 }
 
 /* The cached parts of ``tensor``'s summary where they still hold: 1 with ``*prefix`` and ``*rest`` set (new
@@ -359,12 +375,14 @@ static int measured_now(Summaries *self, PyObject *tensor, PyObject *key, long l
     if (status <= 0) goto done;
     status = 0;
     if (count == 0) goto done; /* an empty tensor has no statistics: the general way says so */
-    double stats[4];
+    double stats[6]; /* Max, Min, Mean, Norm; with self->sums the sum and the sum of squares */
+    const void *values = (const void *)(uintptr_t)data;
     if (PyTuple_GET_SIZE(shape) == 0) { /* a 0-d tensor (an optimizer's step count): its value, four times */
-        double value = kind == 'f' ? (double)*(const float *)(uintptr_t)data : *(const double *)(uintptr_t)data;
-        if (!isfinite(value)) goto done;
+        double value = kind == 'f' ? (double)*(const float *)values : *(const double *)values;
+        if (!isfinite(value) || (self->sums && !self->kernels->float_stats_sums(values, 1, kind, stats))) goto done;
         stats[0] = stats[1] = stats[2] = stats[3] = value;
-    } else if (!self->kernels->float_stats((const void *)(uintptr_t)data, count, kind, stats))
+    } else if (!(self->sums ? self->kernels->float_stats_sums(values, count, kind, stats)
+                            : self->kernels->float_stats(values, count, kind, stats)))
         goto done; /* an inf or nan: the general way adds the *_except_inf_nan pair */
     status = -1;
     PyObject *name = PyUnicode_FromString(kind == 'f' ? "torch.float32" : "torch.float64");
@@ -378,7 +396,7 @@ static int measured_now(Summaries *self, PyObject *tensor, PyObject *key, long l
                  text_doubles(&summary, stats, 4, labels) < 0 || TEXT_ADD(&summary, ",\"requires_grad\":") < 0;
     if (!failed) *prefix = PyBytes_FromStringAndSize(summary.data, summary.len);
     text_free(&summary);
-    if (*prefix != NULL && (*suffix = summary_suffix(self, tensor)) != NULL &&
+    if (*prefix != NULL && (*suffix = summary_suffix(self, tensor, self->sums ? stats + 4 : NULL)) != NULL &&
         remember(self, key, tensor, version, data, dtype, shape, *prefix, *suffix, NULL) == 0)
         status = 1;
 done:

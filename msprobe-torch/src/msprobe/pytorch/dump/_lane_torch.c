@@ -37,7 +37,18 @@ static int note_write(PyObject *log, PyObject *tensor) {
     if (address == NULL) {
         if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
         PyErr_Clear();
-        return 0;
+        /* a DTensor has no storage: written in place, it writes its shard, whose own version counter does not
+         * move, so the write is known by the shard's memory (as _storage_address in tensors.py) */
+        PyObject *local = PyObject_GetAttr(tensor, s_local_tensor);
+        if (local != NULL) {
+            address = storage_address(local);
+            Py_DECREF(local);
+        }
+        if (address == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+            PyErr_Clear();
+            return 0;
+        }
     }
     PyObject *count = PyObject_GetAttr(log, s_count), *written_at = PyObject_GetAttr(log, s_written_at);
     PyObject *next = count != NULL ? PyNumber_Add(count, one) : NULL;

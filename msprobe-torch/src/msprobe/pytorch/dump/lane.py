@@ -102,14 +102,16 @@ if _lane is not None:
     _lane.configure(_descriptors(), orjson.dumps)  # orjson writes floats as the Python path does, and fast
 
 
-def summaries(log: Any, checksum: Callable[[torch.Tensor], str] | None = None) -> Any:
+def summaries(log: Any, checksum: Callable[[torch.Tensor], str] | None = None, sums: bool = False) -> Any:
     """The C cache of the usual tensors' summaries as JSON text (see ``_lane.c``), or None where it cannot run.
-    ``checksum(tensor)``: summary_mode md5's CRC-32, cached with the statistics."""
+    ``checksum(tensor)``: summary_mode md5's CRC-32, cached with the statistics. ``sums``: a run of several
+    processes, whose summaries carry the float64 sums that merge its ranks (see parallel.float64_sums)."""
     if not (AVAILABLE and float_stats.AVAILABLE):
         return None
     return _lane.Summaries(
-        log, torch.Tensor, torch.nn.Parameter, torch.float32, torch.float64, float_stats.c_api(), checksum=checksum
-    )
+        log, torch.Tensor, torch.nn.Parameter, torch.float32, torch.float64, float_stats.c_api(),
+        checksum=checksum, sums=sums,
+    )  # fmt: skip
 
 
 def waiting_summaries(
@@ -147,7 +149,6 @@ def eligible(recorder: TorchDumpRecorder) -> bool:
         # overflow check and the flight recorder decide on values, which must be there when the call ends
         and (recorder.summarizer.batch is None or (collector.overflow is None and collector.flight is None))
         and recorder.summarizer.cut is None  # request_id and slice: the part is taken in Python
-        and not recorder.summarizer.shard_sums  # a run of several processes: the sums that merge its ranks
         and not collector.names.active
         and not config.scope
         and modes.forward

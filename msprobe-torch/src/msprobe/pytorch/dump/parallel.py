@@ -14,6 +14,7 @@ Nothing here imports torch.distributed: it is read from ``sys.modules`` once the
 
 from __future__ import annotations
 
+import json
 import sys
 import zlib
 from collections.abc import Iterator
@@ -53,12 +54,13 @@ def mesh_id(ranks: list[int]) -> str:
     return f"{min(ranks)}-{len(ranks)}-{digest:08x}"
 
 
-_SHARDS: dict[tuple, tuple[Any, dict[str, Any]]] = {}  # (mesh id, placements, shape) -> (mesh, record)
+# (mesh id, placements, shape) -> (mesh, record, the record as compact JSON text)
+_SHARDS: dict[tuple, tuple[Any, dict[str, Any], str]] = {}
 
 
-def shard_of(tensor: Any) -> tuple[torch.Tensor, dict[str, Any]]:
-    """A DTensor's local tensor, and the record of where it sits in the global tensor (made once for each mesh,
-    placements and shape: reading a mesh's ranks and a shard's offset costs more than the dump's statistics)."""
+def _shard_found(tensor: Any) -> tuple[Any, dict[str, Any], str]:
+    """The cached record of where a DTensor's shard sits (made once for each mesh, placements and shape: reading
+    a mesh's ranks and a shard's offset costs more than the dump's statistics)."""
     spec = tensor._spec
     mesh = spec.mesh
     placements = tuple(spec.placements)
@@ -67,9 +69,20 @@ def shard_of(tensor: Any) -> tuple[torch.Tensor, dict[str, Any]]:
     if found is None or found[0] is not mesh:
         if len(_SHARDS) > 4096:
             _SHARDS.clear()
-        found = _SHARDS[key] = (mesh, _shard_record(tensor, mesh, placements))
-    record = found[1]
+        record = _shard_record(tensor, mesh, placements)
+        found = _SHARDS[key] = (mesh, record, json.dumps(record, separators=(",", ":")))
+    return found
+
+
+def shard_of(tensor: Any) -> tuple[torch.Tensor, dict[str, Any]]:
+    """A DTensor's local tensor, and the record of where it sits in the global tensor (a copy: the caller's)."""
+    record = _shard_found(tensor)[1]
     return tensor._local_tensor, {**record, "mesh": dict(record["mesh"])}
+
+
+def shard_text(tensor: Any) -> str:
+    """The record of where a DTensor's shard sits, as JSON text (shared: the per-call path splices it in)."""
+    return _shard_found(tensor)[2]
 
 
 def _shard_record(tensor: Any, mesh: Any, placements: tuple) -> dict[str, Any]:

@@ -173,10 +173,11 @@ class TensorSummarizer:
         # the bulk of a dump; everything else, and any doubt, goes the general way below, which writes the same
         # md5 too, its CRC-32 cached with the statistics; not for the live diff, which reads each call's values
         quick = task == "statistics" and not self.with_xor and not deferred and not (self.with_crc and live_diff)
-        quick = quick and not self.shard_sums
         checksum = measuring.crc32_hex if self.with_crc else None
         self.quick_texts = (
-            lane.summaries(self.write_log, checksum) if quick and not device_batch.FORCE_DEVICE_PATH else None
+            lane.summaries(self.write_log, checksum, self.shard_sums)
+            if quick and not device_batch.FORCE_DEVICE_PATH
+            else None
         )
         # device tensors' statistics, read back in batches (not with async_dump, which reads at step end)
         batched = (self.with_stats or self.with_xor) and not deferred
@@ -346,9 +347,14 @@ class TensorSummarizer:
 
     def _shard_summary(self, tensor: torch.Tensor, data_stem: str) -> Any:
         """A DTensor: its local shard's entry (statistics, checksum, file), and where the shard sits."""
+        if self.quick_texts is not None and self.online is None and not self.save_files and self.cut is None:
+            local = tensor._local_tensor
+            text = self.quick_texts.text(local)
+            if text is not None:  # the usual shard: its cached text, with the DTensor's own keys spliced in
+                return RawJSON(self._shard_text(tensor, local, text))
         local, shard = parallel.shard_of(tensor)
         summary = self(local, data_stem)
-        if isinstance(summary, RawJSON):  # not expected (the quick path is off in a run of several processes)
+        if isinstance(summary, RawJSON):  # the local shard's text, measured in C: its keys are added to below
             summary = json.loads(summary.text)
         if not isinstance(summary, dict):
             return summary
@@ -357,6 +363,16 @@ class TensorSummarizer:
             summary["parameter"] = True
         summary["shard"] = shard
         return summary
+
+    def _shard_text(self, tensor: torch.Tensor, local: torch.Tensor, text: str) -> str:
+        """The local shard's summary text (which ends with its brace) as ``_shard_summary`` writes the DTensor's:
+        the DTensor's requires_grad, its parameter mark, and where the shard sits, in that order."""
+        wanted = tensor.requires_grad
+        if wanted != local.requires_grad:
+            text = text.replace(f'"requires_grad":{str(not wanted).lower()}', f'"requires_grad":{str(wanted).lower()}')
+        marked = self.shard_sums and isinstance(tensor, torch.nn.Parameter) and type(local) is not torch.nn.Parameter
+        parameter = ',"parameter":true' if marked else ""
+        return f'{text[:-1]}{parameter},"shard":{parallel.shard_text(tensor)}}}'
 
     def _measure_waiting(self, tensor: torch.Tensor) -> device_batch.BatchedStats | None:
         """A plain device tensor's statistics into the batch, for the per-call path in C (which caches them);
