@@ -111,6 +111,8 @@ BROKEN = {
         {"dump_path": "d", "tensor_parallel": {"modules": {"*.fc2": {"weight": "columns"}}}},
         "tensor_parallel.modules.*.fc2.weight:",
     ),
+    "rerun threshold not positive": ({"dump_path": "d", "rerun": {"loss_threshold": 0}}, "rerun.loss_threshold:"),
+    "rerun switch a word": ({"dump_path": "d", "rerun": {"enabled": "sometimes"}}, "rerun.enabled:"),
     "declared calls unknown": (
         {"dump_path": "d", "tensor_parallel": {"modules": {"fc2": {"calls": "sum"}}}},
         "tensor_parallel.modules.fc2.calls:",

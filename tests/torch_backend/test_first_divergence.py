@@ -177,3 +177,40 @@ def test_a_backward_change_in_a_modules_own_code_is_placed_in_that_module(tmp_pa
     found = diagnose_pair(dump(tmp_path / "debug", 1.5), golden)
     assert (found.verdict, found.phase, found.module) == ("divergence", "backward", "blocks.1.ffn")
     assert found.api.startswith("Tensor.__mul__.")
+
+
+class _HandedOn(nn.Module):
+    """A stem, then the activation handed on outside torch (as a pipeline stage receives it: no dumped call makes
+    it), scaled by ``factor`` on the way, then blocks that each begin with a norm."""
+
+    def __init__(self, factor: float):
+        super().__init__()
+        self.stem, self.blocks, self.factor = nn.Linear(8, 8), nn.ModuleList(Block() for _ in range(2)), factor
+
+    def forward(self, x):
+        received = torch.from_numpy(self.stem(x).detach().numpy() * self.factor).requires_grad_()
+        for block in self.blocks:
+            received = block(received)
+        return received
+
+
+@pytest.mark.parametrize("factor", [1.01, 0.9])
+def test_an_input_a_norm_scales_away_is_named_where_it_is_given(tmp_path, factor):
+    """A uniformly scaled activation reaches a layer norm, whose output rounds nearly the same (the norm divides
+    the scale away), while the residual carries it on: the difference is the input's, 1% or more, far beyond
+    rounding, and is named at the call it is given to, not weighed as rounding noise."""
+
+    def dump(folder, scale):
+        torch.manual_seed(0)
+        model = _HandedOn(scale)
+        debugger = PrecisionDebugger(task="statistics", level="mix", dump_path=str(folder), model=model)
+        debugger.start()
+        model(torch.randn(4, 8, generator=torch.Generator().manual_seed(1))).square().mean().backward()
+        debugger.stop()
+        debugger.step()
+        return folder / "step0" / "rank"
+
+    found = diagnose_pair(dump(tmp_path / "debug", factor), dump(tmp_path / "golden", 1.0))
+    assert (found.verdict, found.phase, found.module) == ("divergence", "forward", "blocks.0.ln"), found.line()
+    assert found.api == "Functional.layer_norm.0.forward" and found.cause == "undumped", found.line()
+    assert diagnose_pair(dump(tmp_path / "again", 1.0), dump(tmp_path / "golden2", 1.0)).verdict == "none"

@@ -26,22 +26,25 @@ WIDTH, LAYERS, BATCH = 16, 4, 8
 
 
 class Block(nn.Module):
-    def __init__(self):
+    """A residual block; ``normed``: its branch begins with a layer norm, as a transformer's does."""
+
+    def __init__(self, normed: bool = False):
         super().__init__()
+        self.ln = nn.LayerNorm(WIDTH) if normed else None
         self.fc = nn.Linear(WIDTH, WIDTH)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + F.gelu(self.fc(x))
+        return x + F.gelu(self.fc(self.ln(x) if self.ln is not None else x))
 
 
 class Net(nn.Module):
     """Four residual blocks and a classifier; as stage ``stage`` of ``stages`` it keeps its share of the blocks
     under their global names (the head on the last stage), as pipeline frameworks split a model."""
 
-    def __init__(self, stage: int | None = None, stages: int = 1):
+    def __init__(self, stage: int | None = None, stages: int = 1, normed: bool = False):
         super().__init__()
         torch.manual_seed(0)
-        self.layers = nn.ModuleDict({str(index): Block() for index in range(LAYERS)})
+        self.layers = nn.ModuleDict({str(index): Block(normed) for index in range(LAYERS)})
         self.head: nn.Module | None = nn.Linear(WIDTH, 4)
         if stage is not None:
             per = LAYERS // stages
@@ -70,8 +73,8 @@ def _debugger(root: str, rank: int, model: nn.Module, task: str):
     return PrecisionDebugger(config_path=str(path), model=model)
 
 
-def _golden(root: str, task: str) -> None:
-    model = Net()
+def _golden(root: str, task: str, normed: bool = False) -> None:
+    model = Net(normed=normed)
     inputs, targets = _batch()
     debugger = _debugger(root, 0, model, task)
     debugger.start()
@@ -92,7 +95,7 @@ def _stages(rank: int, world: int, root: str, port: int) -> None:
             if name.startswith("microbatches"):
                 _stage_microbatches(rank, str(Path(root) / name), task, fault)
             else:
-                _stage(rank, world, str(Path(root) / name), task, fault)
+                _stage(rank, world, str(Path(root) / name), task, fault, normed=name.startswith("normed"))
             dist.barrier()
 
 
@@ -154,8 +157,8 @@ def _stage_microbatches(rank: int, root: str, task: str, fault: str | None) -> N
         np.save(f"{root}.{rank}.first{index}.npy", output.detach().numpy())
 
 
-def _stage(rank: int, world: int, root: str, task: str, fault: str | None) -> None:
-    model = Net(rank, world)
+def _stage(rank: int, world: int, root: str, task: str, fault: str | None, normed: bool = False) -> None:
+    model = Net(rank, world, normed)
     if fault == "weight" and rank == 1:
         with torch.no_grad():
             model.layers["2"].fc.weight.mul_(1.01)
@@ -188,7 +191,9 @@ def _stage(rank: int, world: int, root: str, task: str, fault: str | None) -> No
 RUNS = {"control": ("statistics", None), "tensors": ("tensor", None), "weight": ("statistics", "weight"),
         "activation": ("statistics", "activation"), "gradient": ("statistics", "gradient"),
         "scaled": ("statistics", "scaled"), "microbatches": ("statistics", None),
-        "microbatches_activation": ("statistics", "activation")}  # fmt: skip
+        "microbatches_activation": ("statistics", "activation"),
+        # blocks that begin with a layer norm, which divides the activation's change of scale away
+        "normed_control": ("statistics", None), "normed_activation": ("statistics", "activation")}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -197,6 +202,7 @@ def runs(tmp_path_factory) -> Path:
     for task in ("statistics", "tensor"):
         _golden(str(root / f"golden_{task}"), task)
     _golden_accumulated(str(root / "golden_microbatches"), "statistics")
+    _golden(str(root / "golden_normed"), "statistics", normed=True)
     mp.spawn(_stages, (2, str(root), unused_port()), nprocs=2, join=True)
     return root
 
@@ -204,6 +210,7 @@ def runs(tmp_path_factory) -> Path:
 def _compare(runs: Path, run: str, tmp_path: Path, golden_name: str | None = None):
     if golden_name is None:
         golden_name = "golden_microbatches" if run.startswith("microbatches") else f"golden_{RUNS[run][0]}"
+        golden_name = "golden_normed" if run.startswith("normed") else golden_name
     golden = runs / golden_name
     spec = tmp_path / "compare.json"
     spec.write_text(json.dumps({"npu_path": str(runs / run), "bench_path": str(golden)}))
@@ -264,6 +271,20 @@ def test_a_fault_in_one_stage_is_named_with_its_rank(runs, tmp_path, run, rank, 
     assert answer["verdict"] == "divergence", answer
     assert (answer["rank"], answer["module"], answer["api"], answer["phase"]) == (rank, module, api, phase), answer
     assert f"rank {rank} alone" in result.output
+
+
+def test_an_activation_a_norm_scales_back_is_named_where_the_stage_receives_it(runs, tmp_path):
+    """The activation handed to stage 1 arrives 1% larger; stage 1 begins with a layer norm, whose output rounds
+    nearly the same, while the residual carries the change on. The difference is the input's, far beyond the
+    rounding of sums taken in another order, and is named at the call given it, on the rank that received it."""
+    (tmp_path / "control").mkdir()
+    (tmp_path / "fault").mkdir()
+    result, answer, _ = _compare(runs, "normed_control", tmp_path / "control")
+    assert result.exit_code == 0 and answer["verdict"] != "divergence", result.output
+    result, answer, _ = _compare(runs, "normed_activation", tmp_path / "fault")
+    assert result.exit_code == 1, result.output
+    found = (answer["rank"], answer["module"], answer["api"], answer["phase"])
+    assert found == (1, "layers.2.ln", "Functional.layer_norm.2.forward", "forward"), answer
 
 
 def test_microbatches_merge_in_the_order_the_one_process_run_makes_them(runs, tmp_path):

@@ -33,6 +33,18 @@ logger = logging.getLogger(__name__)
 # CPython 3.13 gives a class at most 1,000 versions in its attribute cache; every install() and remove() on a
 # class (torch.Tensor, each dumped step) spends one, and past them the class is looked up without the cache for the
 # rest of the process. Said once, before that, with what avoids it.
+# code objects whose frames run the user's own call (a patched API's wrapper, a recorder's run): an operator
+# whose innermost frame outside the framework is one of these is the user's, where one issued from any other
+# frame of msprobe is the tool's own work (a step guard's record leaves those out: msprobe.pytorch.rerun)
+CALL_SITES: set[types.CodeType] = set()
+
+
+def call_site(function: Callable) -> Callable:
+    """Marks ``function`` as one that runs the user's own call (see ``CALL_SITES``)."""
+    CALL_SITES.add(function.__code__)
+    return function
+
+
 CLASS_VERSIONS_LIMITED = sys.version_info >= (3, 13)
 CLASS_INSTALLS_BEFORE_WARNING = 400
 _WARNED_OF_CLASS_VERSIONS = False
@@ -287,4 +299,5 @@ class ApiPatcher:
                 return handler(original, key, args, kwargs)
 
         wrapper.__msprobe_original__ = original
+        CALL_SITES.add(wrapper.__code__)
         return wrapper

@@ -426,6 +426,22 @@ class FlightRecorderSection(_ScopedSection):
         return triggers
 
 
+class RerunSection(_Section):
+    """StepGuard's switch (docs/rerun.md): read where the guard is given the debugger."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Save each step's starting state and run a step again when it is flagged; false: the guard "
+        "only runs the step under the debugger, and keeps nothing.",
+    )
+    loss_threshold: float | None = Field(
+        default=1.0,
+        gt=0,
+        description="A step whose loss or gradients' norm is more than this (relative) from its running mean is "
+        "run again; null: only an inf or nan is.",
+    )
+
+
 class GradProbeSection(_Section):
     grad_level: Literal["L0", "L1", "L2"] = Field(
         default="L1", description="L0: stats+MD5; L1: stats+direction; L2: plus distribution."
@@ -538,6 +554,9 @@ class DebuggerConfig(_Section):
     free_benchmark: FreeBenchmarkSection = Field(default_factory=FreeBenchmarkSection)
     grad_probe: GradProbeSection = Field(default_factory=GradProbeSection)
     flight_recorder: FlightRecorderSection = Field(default_factory=FlightRecorderSection)
+    rerun: RerunSection = Field(
+        default_factory=RerunSection, description="StepGuard's switch: re-run a flagged step (not in the reference's)."
+    )
 
     plugin_sections: dict[str, Any] = Field(
         default_factory=dict, exclude=True, description="Sections of plugin tasks, validated by their models."

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import logging
 import random
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,7 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from msprobe.core.api_patch import CALL_SITES
 from msprobe.core.rerun import Call, LossRule, Verdict, judge
 
 logger = logging.getLogger(__name__)
@@ -47,17 +49,35 @@ def _checksum(tensor: torch.Tensor) -> tuple[int, bool]:
     return int(integers.sum(dtype=torch.int64)), nonfinite  # accumulated in int64, with no widened copy
 
 
-class _Recorder(TorchDispatchMode):
-    """Each operator call's name, module, checksum and non-finite flag."""
+def _made_by_the_tool() -> bool:
+    """Whether the operator being dispatched was issued by msprobe's own work (a dump's statistics, its hooks'
+    detaching), not by the user's step: its innermost frame outside torch (and this module) is one of msprobe's
+    that does not run the user's call (api_patch.CALL_SITES)."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module == "torch" or module.startswith("torch.") or module == __name__:
+            frame = frame.f_back
+            continue
+        return module.startswith("msprobe.") and frame.f_code not in CALL_SITES
+    return False
 
-    def __init__(self, stack: list[str]):
+
+class _Recorder(TorchDispatchMode):
+    """Each operator call's name, module, checksum and non-finite flag. ``beside_a_dump``: a debugger records the
+    same execution, and the operators of its own work are left out (the re-run goes undumped)."""
+
+    def __init__(self, stack: list[str], beside_a_dump: bool = False):
         super().__init__()
         self.stack = stack
+        self.beside_a_dump = beside_a_dump
         self.calls: list[Call] = []
         self.seen: dict[str, int] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        if self.beside_a_dump and _made_by_the_tool():
+            return out
         name = str(func)
         checksum, nonfinite = 0, False
         # an empty tensor's memory is whatever was there: not a result, and other in each execution
@@ -69,6 +89,16 @@ class _Recorder(TorchDispatchMode):
         self.calls.append(Call(len(self.calls), name, module, checksum, nonfinite, self.seen.get(name, 0)))
         self.seen[name] = self.seen.get(name, 0) + 1
         return out
+
+
+def _loss_value(loss: Any) -> float:
+    """The step's loss as a float: a tensor of one value, or a number."""
+    if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+        return float(loss.detach())
+    if isinstance(loss, (int, float)) and not isinstance(loss, bool):
+        return float(loss)
+    shown = f"a tensor of shape {list(loss.shape)}" if isinstance(loss, torch.Tensor) else type(loss).__name__
+    raise TypeError(f"msprobe StepGuard: the step function must return its loss (one value), not {shown}")
 
 
 def _clone(value: Any) -> Any:
@@ -86,30 +116,68 @@ class StepGuard:
     again from its saved start, and its verdict (transient or persistent) is logged and kept in ``verdicts``.
 
     ``step(batch)`` must run one whole step (zero the gradients, forward, backward, optimizer step) and return
-    the loss. After a re-run, training goes on from the second execution."""
+    the loss. After a re-run, training goes on from the second execution.
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None, rule: LossRule | None = None):
-        self.model, self.optimizer = model, optimizer
-        self.rule = rule or LossRule()
+    ``debugger``: a PrecisionDebugger that dumps each step's first execution (the guard starts it, stops it and
+    ends its step with the loss). What its task flags in the step (the overflow check's overflows, the flight
+    recorder's triggers) also sends the step to be run again, undumped; and its config's ``rerun`` section is
+    the switch: ``enabled`` false keeps nothing and runs no step twice, ``loss_threshold`` sets the rule."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer | None = None,
+        rule: LossRule | None = None,
+        debugger: Any = None,
+    ):
+        self.model, self.optimizer, self.debugger = model, optimizer, debugger
+        switch = debugger.config.rerun if debugger is not None else None
+        self.enabled = switch is None or switch.enabled
+        self.rule = rule or (LossRule(threshold=switch.loss_threshold) if switch is not None else LossRule())
         self.verdicts: list[Verdict] = []
         self.step_number = 0
         self.paths = {id(module): name for name, module in model.named_modules()}
 
     def run(self, step: Callable[[Any], torch.Tensor], batch: Any) -> torch.Tensor:
+        if not self.enabled:
+            loss = self._dumped(step, batch)
+            self.step_number += 1
+            return loss
         saved = self._save(batch)
-        first, loss = self._recorded(step, batch)
-        reason = self.rule.fires(float(loss.detach()), self._gradient_norm())
+        flagged_before = len(self.debugger.alarms()) if self.debugger is not None else 0
+        first, loss = self._recorded(step, batch, dumped=self.debugger is not None)
+        value = _loss_value(loss)
+        if self.debugger is not None:
+            self.debugger.step(loss=value)
+        reason = self.rule.fires(value, self._gradient_norm())
+        if reason is None and self.debugger is not None:
+            flagged = list(dict.fromkeys(self.debugger.alarms()[flagged_before:]))
+            reason = "; ".join(flagged) if flagged else None
         if reason is not None:
             self._restore(saved)
             second, again = self._recorded(step, _clone(saved["batch"]))
-            verdict = judge(self.step_number, reason, first, second, float(loss.detach()), float(again.detach()))
+            verdict = judge(self.step_number, reason, first, second, value, _loss_value(again))
             self.verdicts.append(verdict)
             logger.warning("msprobe: %s", verdict.line())
             loss = again
         self.step_number += 1
         return loss
 
-    def _recorded(self, step: Callable[[Any], torch.Tensor], batch: Any) -> tuple[list[Call], torch.Tensor]:
+    def _dumped(self, step: Callable[[Any], torch.Tensor], batch: Any) -> torch.Tensor:
+        """The step under the debugger alone (the switch is off): nothing saved, nothing recorded."""
+        if self.debugger is None:
+            return step(batch)
+        self.debugger.start()
+        try:
+            loss = step(batch)
+        finally:
+            self.debugger.stop()
+        self.debugger.step(loss=_loss_value(loss))
+        return loss
+
+    def _recorded(
+        self, step: Callable[[Any], torch.Tensor], batch: Any, dumped: bool = False
+    ) -> tuple[list[Call], torch.Tensor]:
         stack: list[str] = []
         paths = self.paths
 
@@ -124,11 +192,15 @@ class StepGuard:
             torch.nn.modules.module.register_module_forward_pre_hook(enter),
             torch.nn.modules.module.register_module_forward_hook(leave),
         ]
-        recorder = _Recorder(stack)
+        recorder = _Recorder(stack, beside_a_dump=dumped)
+        if dumped:
+            self.debugger.start()
         try:
             with recorder:
                 loss = step(batch)
         finally:
+            if dumped:
+                self.debugger.stop()
             for handle in handles:
                 handle.remove()
         return recorder.calls, loss

@@ -12,6 +12,7 @@ difference born in the backward is the backward's, one after it the optimizer's.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from msprobe.core.diagnosis.analysis import Difference, PairAnalysis, cast_words, returns_other_dtype
@@ -47,6 +48,10 @@ def explain(analysis: PairAnalysis, call: Call, amplified: bool = False) -> Diag
     found = _amplifying(analysis, call, difference) if amplified else _because(analysis, call, difference)
     found.nonfinite = makes_nonfinite(call)
     found.error = param_error(analysis, call) if found.cause == "weights" else difference.output_error
+    if found.cause in ("data", "undumped") and math.isfinite(difference.input_error):
+        # inputs that differ as given: the difference is theirs, however little of it the call hands on (a
+        # norm scales a whole activation's change away)
+        found.error = max(found.error or 0.0, difference.input_error)
     return found
 
 

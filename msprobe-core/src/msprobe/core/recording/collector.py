@@ -170,6 +170,16 @@ class DumpCollector:
         # the overflow check's calls whose tensors' sums are still on the device, in the order they ran
         self._screens_waiting: list[_ScreenedCall] = []
 
+    def alarms(self) -> list[str]:
+        """What this run's task has flagged so far, one phrase each: the overflow check's overflows kept, the
+        flight recorder's triggers. A step guard compares them before and after a step (see StepGuard)."""
+        found = []
+        if self.overflow is not None:
+            found += ["the overflow check kept a call with an inf or nan"] * self.overflow.count
+        if self.flight is not None:
+            found += [f"the flight recorder's {record['trigger']} trigger fired" for record in self.flight.triggered]
+        return found
+
     # -- step folders ------------------------------------------------------------
     def open_step(self) -> DumpWriter:
         if self.writer is None:

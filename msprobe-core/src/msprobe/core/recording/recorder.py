@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from msprobe.core.api_patch import ApiPatcher
+from msprobe.core.api_patch import ApiPatcher, call_site
 from msprobe.core.dump.stack import stack_capture
 from msprobe.core.dump.summarizer import TensorSummarizer
 from msprobe.core.dump.waiting import MARK, PLACEHOLDERS
@@ -330,6 +330,7 @@ class DumpRecorder:
     def before_write(self, key: str, args: tuple, kwargs: dict) -> None:
         """A call is about to write its inputs: what was measured of them is no longer true afterwards."""
 
+    @call_site
     def run(self, original: Callable, args: tuple, kwargs: dict, call: Any, writes: bool) -> Any:
         """The user's call itself."""
         return original(*args, **kwargs)

@@ -384,6 +384,13 @@ class BaseDebugger:
             return
         logger.info(totals.first_step_line(self.current_step, self.current_rank(), seconds, self._plain_step_seconds))
 
+    def alarms(self) -> list[str]:
+        """What the task has flagged so far in this run (see Collector.alarms); none for a task that flags
+        nothing."""
+        collector = getattr(self._hooks, "collector", None)
+        alarms = getattr(collector, "alarms", None)
+        return alarms() if callable(alarms) else []
+
     def flush(self) -> None:
         """Flight recorder: write the steps in its window now (other tasks: nothing to do)."""
         self._call_hooks("flush")

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from msprobe.core.api_patch import ApiPatcher, unrecorded
+from msprobe.core.api_patch import ApiPatcher, call_site, unrecorded
 from msprobe.core.dump import float_stats
 from msprobe.pytorch.dump import measuring
 
@@ -224,6 +224,7 @@ def _framework_targets() -> Iterator[tuple[Any, str, str]]:
                 yield owner, attribute, f"{owner_name}.{attribute}"
 
 
+@call_site
 def _unrecorded_call(original: Any, key: str, args: tuple, kwargs: dict) -> Any:
     with unrecorded():
         return original(*args, **kwargs)
