@@ -65,7 +65,9 @@ def noise_floor(analysis: PairAnalysis) -> float:
     if not fresh and analysis.exact_forward:  # no forward call rounds otherwise: there is no noise to measure
         return 0.0
     chosen = sorted(fresh) or sorted(every)[: max(1, len(every) // 4)]
-    if not chosen:
+    if not chosen or (analysis.other_layout and len(fresh) == 1):
+        # runs of other layouts: one call alone computing otherwise from the same inputs is the suspect, and
+        # no other call's rounding is there to measure it by
         return 0.0
     # runs of other layouts round alike everywhere (sums in another order): of few fresh differences, the
     # lower middle one, so one call computing otherwise cannot set the floor it is judged by
@@ -264,6 +266,11 @@ def _evidence(
             skipped = skipped_module(analysis, call)
             if skipped is not None:
                 return skipped
+        if call.phase == BACKWARD and analysis.other_layout and not analysis.producers("ours", value, call.order):
+            # a gradient made by no dumped backward, beyond the noise of sums in another order: handed back
+            # from another stage (or by a hook no dump records) as it differs
+            words = f"{inputs_words([value])}, which no dumped call made"
+            return answer_at(call, "gradient", words, _module_of(analysis, call))
     if call.kind == "grads":
         return gradient_made_by_extra(analysis, call)
     return None
