@@ -10,10 +10,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 
-def all_reduced(y: torch.Tensor, world: int) -> torch.Tensor:
+def all_reduced(y: torch.Tensor, world: int, group: object = None) -> torch.Tensor:
+    """``group``: the tensor-parallel ranks' process group (None: every rank of the run)."""
     if world > 1:
         with torch.no_grad():
-            dist.all_reduce(y)
+            dist.all_reduce(y, group=group)
     return y
 
 
@@ -22,41 +23,43 @@ class _CopyToRanks(torch.autograd.Function):
     makes from its own columns only, added up over the ranks."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+    def forward(ctx, x: torch.Tensor, group: object = None) -> torch.Tensor:
+        ctx.group = group
         return x
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         grad = grad.clone()
-        dist.all_reduce(grad)
-        return grad
+        dist.all_reduce(grad, group=ctx.group)
+        return grad, None
 
 
 class ColumnLinear(torch.nn.Module):
     """``world`` above 1 adds up the input's gradient over the ranks (an input that needs none may leave it
     out: its gradient is never used)."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, world: int = 1):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, world: int = 1, group: object = None):
         super().__init__()
         self.weight, self.bias, self.world = torch.nn.Parameter(weight), torch.nn.Parameter(bias), world
+        self.group = group
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.world > 1 and x.requires_grad:
-            x = _CopyToRanks.apply(x)
+            x = _CopyToRanks.apply(x, self.group)
         return F.linear(x, self.weight, self.bias)
 
 
 class RowLinear(torch.nn.Module):
     """``reduce=False``: a fault, each rank's partial sum handed on without the all-reduce."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, world: int, reduce: bool = True):
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor, world: int, reduce: bool = True, group: object = None):
         super().__init__()
         self.weight, self.bias, self.world = torch.nn.Parameter(weight), torch.nn.Parameter(bias), world
-        self.reduce = reduce
+        self.reduce, self.group = reduce, group
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         partial = F.linear(x, self.weight)
-        return (all_reduced(partial, self.world) if self.reduce else partial) + self.bias
+        return (all_reduced(partial, self.world, self.group) if self.reduce else partial) + self.bias
 
 
 class VocabParallelEmbedding(torch.nn.Module):

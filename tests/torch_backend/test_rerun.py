@@ -103,20 +103,12 @@ def _guarded_steps(tmp_path, task: str, rerun: dict, marked_step: int | None = 2
 
     from msprobe.pytorch import PrecisionDebugger
 
-    torch.manual_seed(0)
-    model = _Clamped()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    model, optimizer = _clamped_model_and_optimizer()
+    step = _clamped_step(model, optimizer)
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"task": task, "level": "L1", "dump_path": str(tmp_path / "dump"), "rerun": rerun}))
     debugger = PrecisionDebugger(config_path=str(config), model=model)
     guard = StepGuard(model, optimizer, debugger=debugger)
-
-    def step(x: torch.Tensor) -> torch.Tensor:
-        optimizer.zero_grad()
-        loss = model(x).square().mean()
-        loss.backward()
-        optimizer.step()
-        return loss
 
     for index in range(4):
         x = torch.full((8, 4), 0.1)
@@ -149,6 +141,17 @@ def _clamped_model_and_optimizer():
     return model, torch.optim.SGD(model.parameters(), lr=0.01)
 
 
+def _clamped_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer):
+    def step(x: torch.Tensor) -> torch.Tensor:
+        optimizer.zero_grad()
+        loss = model(x).square().mean()
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return step
+
+
 def test_a_bit_flipped_once_beside_a_dump_is_transient_at_its_call(tmp_path):
     """The flip makes one output of the linear huge, the exponential's inf follows and the overflow check keeps
     it; run again, the step gives other results from that call on: transient, at the linear's addmm. The dump's
@@ -175,14 +178,7 @@ def test_the_rule_without_the_debugger_does_not_fire_on_the_clamped_inf(tmp_path
 
     model, optimizer = _clamped_model_and_optimizer()
     guard = StepGuard(model, optimizer, rule=LossRule(threshold=None))
-
-    def step(x: torch.Tensor) -> torch.Tensor:
-        optimizer.zero_grad()
-        loss = model(x).square().mean()
-        loss.backward()
-        optimizer.step()
-        return loss
-
+    step = _clamped_step(model, optimizer)
     for index in range(4):
         x = torch.full((8, 4), 0.1)
         if index == 2:

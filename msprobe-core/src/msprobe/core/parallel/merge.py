@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any, Protocol
@@ -38,7 +38,7 @@ from msprobe.core.errors import DataFileError
 from msprobe.core.parallel import stats
 from msprobe.core.parallel.names import canonical
 from msprobe.core.parallel.own_calls import own_patterns, without_own_calls
-from msprobe.core.parallel.stages import merge_stages, pipeline_replicas, pipeline_stages
+from msprobe.core.parallel.stages import merge_stages, pipeline_replicas, pipeline_stages, tensor_parallel_groups
 from msprobe.core.parallel.stats import ARRAY
 from msprobe.core.trees import is_tensor_summary
 
@@ -87,7 +87,8 @@ class MergedStep:
     ranks: list[int]
     findings: list[Finding] = field(default_factory=list)
     data_parallel: int = 1
-    stage_of: dict[str, int] = field(default_factory=dict)  # pipeline stages: the rank each entry comes from
+    # pipeline stages: the rank each entry comes from (the ranks, where each stage is tensor parallel)
+    stage_of: dict[str, int | list[int]] = field(default_factory=dict)
 
 
 is_tensor = is_tensor_summary
@@ -273,7 +274,10 @@ class _Merger:
             return pieces
         if name in self._after_collective:  # a forward call; only forward outputs are partial sums
             rule = {**rule, "calls": None}
-        placement = _declared_placement(name, path, pieces[0], rule, own=module_path(name) is not None)
+        own = module_path(name) is not None
+        placement = _declared_placement(name, path, pieces[0], rule, own=own)
+        if placement is None and not own and self._input_gradient(name, path, pieces[0], rule):
+            placement = "P(sum)"
         if placement is None:
             return pieces
         shape = list(pieces[0]["shape"])
@@ -293,6 +297,15 @@ class _Merger:
                                "mesh": {**mesh, "coordinate": [group.index(rank)]}})
             for piece, rank in zip(pieces, ranks)
         ]  # fmt: skip
+
+    def _input_gradient(self, name: str, path: tuple, piece: dict, rule: dict) -> bool:
+        """In a module whose output is split (column-parallel), a backward call's gradient of a value of the
+        golden run's own shape: the gradient of the module's input, which each rank makes from its own columns
+        (a partial sum, all-reduced after it by the layout's collective)."""
+        if rule.get("output") is None or direction(name) != "backward" or path[0] != "output":
+            return False
+        golden = self.expected(name, path) if self.expected is not None else None
+        return is_tensor(golden) and list(golden["shape"]) == list(piece.get("shape") or [])
 
     # -- the pieces' tensors, merged as their statistics are ----------------------------------------------
     @staticmethod
@@ -611,6 +624,9 @@ def merge_ranks(
                 f"holds {len(dumps)} of the run's {size} ranks (missing: {_span(missing)}): nothing is merged "
                 "from a partial set of ranks",
             )
+    groups = tensor_parallel_groups(dumps)
+    if groups is not None:
+        return _merge_tensor_parallel_stages(groups, expected, arrays)
     stages = pipeline_stages(dumps)
     if stages is not None:
         merged, stage_of = merge_stages(dumps, stages, arrays)
@@ -619,6 +635,61 @@ def merge_ranks(
     if replicas is not None:
         return _merge_replicas(replicas, expected, arrays)
     return _Merger(dumps, expected, arrays).merge()
+
+
+def _held_by_stages(findings: list[Finding], holders: list[dict[str, int]]) -> None:
+    """Findings of a merge of whole pipelines (one per replica or tensor-parallel index ``i``) told in the
+    ranks that hold the entries: ``holders[i]`` maps each merged entry to the rank of the stage that made it."""
+    for finding in findings:
+
+        def rank_of(index: int, entry: str = finding.entry) -> int:
+            return holders[index].get(entry, index) if 0 <= index < len(holders) else index
+
+        finding.ranks = [rank_of(index) for index in finding.ranks]
+        finding.words = re.sub(r"\brank (\d+)", lambda match: f"rank {rank_of(int(match[1]))}", finding.words)
+
+
+def _merge_tensor_parallel_stages(
+    groups: list[dict[int, Dump]], expected: ExpectedShape | None, arrays: TensorFiles | None
+) -> MergedStep:
+    """Pipeline stages that are each tensor parallel: the stages of each tensor-parallel index (every group's
+    ``t``-th rank) merged into a run of the whole model, then those runs merged by the declared layout, with
+    the golden run's shapes to guide them. An entry is named with its stage's ranks; what the tensor-parallel
+    ranks disagree on, with the rank of the stage that holds it."""
+    first = next(iter(groups[0].values()))
+    if arrays is not None:
+        raise DataFileError(
+            first.folder.parent,
+            "pipeline stages that are also tensor parallel merge from their statistics: compare a statistics dump",
+        )
+    orders = [list(next(iter(group.values())).parallel["tensor_parallel"]["ranks"]) for group in groups]
+    declared = dict(next(iter(groups[0].values())).parallel["tensor_parallel"])
+    size = len(orders[0])
+    wholes: dict[int, Dump] = {}
+    holders: list[dict[str, int]] = []
+    for index in range(size):
+        line = {order[index]: replace(group[order[index]], parallel={"world_size": len(groups), "rank": stage})
+                for stage, (group, order) in enumerate(zip(groups, orders))}  # fmt: skip
+        stages = pipeline_stages(line)
+        if stages is None:
+            raise DataFileError(
+                first.folder.parent,
+                f"the tensor-parallel groups {', '.join(str(order) for order in orders)} are not pipeline stages "
+                "(each must hold modules no other group holds): nothing is merged",
+            )
+        whole, held = merge_stages(line, stages)
+        whole.parallel = {"world_size": size, "rank": index,
+                          "tensor_parallel": {**declared, "ranks": list(range(size))}}  # fmt: skip
+        wholes[index] = whole
+        holders.append(held)
+    step = _Merger(wholes, expected).merge()
+    _held_by_stages(step.findings, holders)  # index t's value is held by the rank of the stage that made it
+    group_of = {rank: sorted(order) for order in orders for rank in order}
+    step.stage_of = {name: group_of[rank] for name, rank in holders[0].items() if rank in group_of}
+    step.ranks = sorted(group_of)
+    step.dump.parallel = {**(step.dump.parallel or {}), "merged_ranks": step.ranks, "world_size": len(step.ranks),
+                          "pipeline_tensor_parallel": [sorted(order) for order in orders]}  # fmt: skip
+    return step
 
 
 def _merge_replicas(
@@ -645,13 +716,7 @@ def _merge_replicas(
         wholes[index] = whole
         holders.append({canonical(name, kind == "ddp") or name: rank for name, rank in held.items()})
     step = _Merger(wholes, expected).merge()
-    for finding in step.findings:  # replica d's value is held by the rank of the stage that made the entry
-
-        def rank_of(index: int, entry: str = finding.entry) -> int:
-            return holders[index].get(entry, index) if 0 <= index < len(holders) else index
-
-        finding.ranks = [rank_of(index) for index in finding.ranks]
-        finding.words = re.sub(r"\brank (\d+)", lambda match: f"rank {rank_of(int(match[1]))}", finding.words)
+    _held_by_stages(step.findings, holders)  # replica d's value is held by the rank of the stage that made it
     step.ranks = sorted(rank for replica in replicas for rank in replica)
     step.dump.parallel = {**(step.dump.parallel or {}), "merged_ranks": step.ranks, "world_size": len(step.ranks),
                           "pipeline_replicas": [sorted(replica) for replica in replicas]}  # fmt: skip

@@ -36,7 +36,7 @@ class Prepared:
     merged: bool = False
     findings: dict[int | None, list[Finding]] = field(default_factory=dict)  # by step
     places: dict[int | None, dict[str, int]] = field(default_factory=dict)  # by step: entry -> place in the merge
-    stage_of: dict[int | None, dict[str, int]] = field(default_factory=dict)  # by step: pipeline entry -> rank
+    stage_of: dict[int | None, dict[str, int | list[int]]] = field(default_factory=dict)  # by step: entry -> rank(s)
     ranks: int = 0  # the sharded run's ranks
     words: str = ""
 
@@ -222,12 +222,14 @@ class _TensorFolder:
         return name
 
 
-def name_the_stage(diagnosis: Diagnosis, stage_of: dict[str, int]) -> Diagnosis:
-    """In a pipeline, the rank whose stage made the call where the runs part ways: that call ran there alone."""
-    rank = stage_of.get(diagnosis.api or "")
-    if diagnosis.verdict != DIVERGENCE or rank is None or diagnosis.cause == "ranks":
+def name_the_stage(diagnosis: Diagnosis, stage_of: dict[str, int | list[int]]) -> Diagnosis:
+    """In a pipeline, the rank whose stage made the call where the runs part ways: that call ran there alone
+    (or the ranks of its stage, where each stage is tensor parallel)."""
+    held = stage_of.get(diagnosis.api or "")
+    if diagnosis.verdict != DIVERGENCE or held is None or diagnosis.cause == "ranks":
         return diagnosis
-    diagnosis.rank, diagnosis.ranks, diagnosis.alone = rank, [rank], True
+    ranks = held if isinstance(held, list) else [held]
+    diagnosis.rank, diagnosis.ranks, diagnosis.alone = ranks[0], list(ranks), len(ranks) == 1
     return diagnosis
 
 

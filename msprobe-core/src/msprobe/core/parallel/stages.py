@@ -12,9 +12,11 @@ hand activations and gradients between stages are the layout's own communication
 not make, and are left out.
 
 A pipeline whose stages are data parallel is taken as one pipeline per replica (``pipeline_replicas``), which
-the data-parallel merge then joins.
+the data-parallel merge then joins. A pipeline whose stages are tensor parallel (a declared layout of plain
+tensors, as Megatron's) is taken the other way round: each stage's tensor-parallel group merges first into
+the stage, and the stages then merge as here (``tensor_parallel_groups``).
 
-Limits: a pipeline that is not also tensor parallel, and a golden run of the same microbatches.
+Limits: a golden run of the same microbatches; a pipeline whose stages are both data and tensor parallel.
 """
 
 from __future__ import annotations
@@ -90,6 +92,27 @@ def pipeline_replicas(dumps: dict[int, Dump]) -> list[dict[int, Dump]] | None:
     if any(found is None or list(found.values()) != list(stages[0].values()) for found in stages):
         return None
     return replicas
+
+
+def tensor_parallel_groups(dumps: dict[int, Dump]) -> list[dict[int, Dump]] | None:
+    """A pipeline whose stages are tensor parallel (Megatron's PP with TP), as its tensor-parallel groups in
+    stage order: every rank declares the group it is in (config.json's ``tensor_parallel.ranks``), and the
+    groups are several, of one size, and hold every rank once. None for any other layout."""
+    groups: set[tuple[int, ...]] = set()
+    for rank, dump in dumps.items():
+        layout = dump.parallel or {}
+        declared = layout.get("tensor_parallel")
+        ranks = declared.get("ranks") if isinstance(declared, dict) else None
+        if layout.get("data_parallel") or not isinstance(ranks, list) or rank not in ranks:
+            return None
+        groups.add(tuple(ranks))
+    ordered = sorted(groups, key=min)
+    members = [rank for group in ordered for rank in group]
+    if len(ordered) < 2 or len({len(group) for group in ordered}) != 1 or sorted(members) != sorted(dumps):
+        return None
+    if len(set(members)) != len(members):
+        return None
+    return [{rank: dumps[rank] for rank in group} for group in ordered]
 
 
 def _is_point_to_point(name: str) -> bool:
