@@ -39,10 +39,14 @@ QUICK = [
 ]  # fmt: skip
 
 
+# run with the quick subset (one process group for all), scored by their own tests
+ALSO_RUN = ["mlm.megatron.wrong_dim"]
+
+
 @pytest.fixture(scope="module")
 def quick_runs(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("layouts")
-    bench.run_cases([BY_NAME[name] for name in QUICK], list(bench.MODES), root)
+    bench.run_cases([BY_NAME[name] for name in (*QUICK, *ALSO_RUN)], list(bench.MODES), root)
     return root
 
 
@@ -221,12 +225,10 @@ def test_one_rank_of_a_run_of_two_is_refused_not_compared_as_the_run(quick_runs,
     assert "holds 1 of the run's 2 ranks (rank0): nothing is merged from a partial set of ranks" in result.output
 
 
-def test_in_statistics_a_wrong_cut_is_named_at_the_product_it_first_moves(tmp_path):
+def test_in_statistics_a_wrong_cut_is_named_at_the_product_it_first_moves(quick_runs):
     """fc1's shard cut along each head's units: rows of the same weight in another order, the same statistics.
     The first call whose statistics move is fc2's row-parallel product, the one call computing otherwise from
     the same inputs: it cannot be its own measure of the layouts' rounding, or the answer drifts to a later
     gradient. (Tensor mode names fc1's weight: the bench's expectation, which statistics cannot meet.)"""
-    case = BY_NAME["mlm.megatron.wrong_dim"]
-    bench.run_cases([case], ["statistics"], tmp_path)
-    found = bench.score(case, "statistics", tmp_path)
+    found = bench.score(BY_NAME["mlm.megatron.wrong_dim"], "statistics", quick_runs)
     assert (found.module, found.api) == ("fc2", "Functional.linear.1.forward"), found.line
