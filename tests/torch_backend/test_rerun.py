@@ -193,3 +193,21 @@ def test_a_step_that_returns_no_loss_is_one_clear_error(returned):
     guard = StepGuard(model, optimizer)
     with pytest.raises(TypeError, match="the step function must return its loss"):
         guard.run(lambda batch: returned, torch.zeros(2, 4))
+
+
+def test_another_msprobe_tool_hooked_into_the_step_is_left_out_of_both_records(tmp_path):
+    """A grad probe of another debugger measures every optimizer step (a global optimizer hook). Its arithmetic
+    is msprobe's, not the step's: left out of both executions alike, the persistent fault stays persistent."""
+    from msprobe.pytorch import PrecisionDebugger
+
+    other = torch.nn.Linear(4, 1)
+    probe = PrecisionDebugger(task="grad_probe", dump_path=str(tmp_path / "probe"))
+    probe.grad_probe(other)
+    (tmp_path / "guarded").mkdir()
+    try:
+        guard = _guarded_steps(tmp_path / "guarded", "overflow_check", {"loss_threshold": None})
+    finally:
+        probe.finish()
+    [verdict] = guard.verdicts
+    assert (verdict.step, verdict.kind) == (2, "persistent"), verdict.line()
+    assert verdict.call is not None and verdict.call.name == "aten.exp.default", verdict.line()

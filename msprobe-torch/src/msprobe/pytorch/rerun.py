@@ -64,19 +64,19 @@ def _made_by_the_tool() -> bool:
 
 
 class _Recorder(TorchDispatchMode):
-    """Each operator call's name, module, checksum and non-finite flag. ``beside_a_dump``: a debugger records the
-    same execution, and the operators of its own work are left out (the re-run goes undumped)."""
+    """Each operator call of the user's step: its name, module, checksum and non-finite flag. The operators of
+    msprobe's own work are left out of every execution alike: a dump recording the first execution and not the
+    re-run, or any other tool of msprobe's hooked into the training (a grad probe's optimizer hook)."""
 
-    def __init__(self, stack: list[str], beside_a_dump: bool = False):
+    def __init__(self, stack: list[str]):
         super().__init__()
         self.stack = stack
-        self.beside_a_dump = beside_a_dump
         self.calls: list[Call] = []
         self.seen: dict[str, int] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if self.beside_a_dump and _made_by_the_tool():
+        if _made_by_the_tool():
             return out
         name = str(func)
         checksum, nonfinite = 0, False
@@ -192,7 +192,7 @@ class StepGuard:
             torch.nn.modules.module.register_module_forward_pre_hook(enter),
             torch.nn.modules.module.register_module_forward_hook(leave),
         ]
-        recorder = _Recorder(stack, beside_a_dump=dumped)
+        recorder = _Recorder(stack)
         if dumped:
             self.debugger.start()
         try:
