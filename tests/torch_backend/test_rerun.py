@@ -201,6 +201,7 @@ def test_another_msprobe_tool_hooked_into_the_step_is_left_out_of_both_records(t
     from msprobe.pytorch import PrecisionDebugger
 
     other = torch.nn.Linear(4, 1)
+    other(torch.ones(2, 4)).sum().backward()  # gradients the probe measures at every optimizer's step
     probe = PrecisionDebugger(task="grad_probe", dump_path=str(tmp_path / "probe"))
     probe.grad_probe(other)
     (tmp_path / "guarded").mkdir()

@@ -49,17 +49,26 @@ def _checksum(tensor: torch.Tensor) -> tuple[int, bool]:
     return int(integers.sum(dtype=torch.int64)), nonfinite  # accumulated in int64, with no widened copy
 
 
+# msprobe's modules that run a patched API for its caller: between a call site and the API's caller
+_DISPATCH = frozenset({"msprobe.core.api_patch", "msprobe.core.recording.recorder", "msprobe.pytorch.dump.recorder"})
+
+
 def _made_by_the_tool() -> bool:
     """Whether the operator being dispatched was issued by msprobe's own work (a dump's statistics, its hooks'
-    detaching), not by the user's step: its innermost frame outside torch (and this module) is one of msprobe's
-    that does not run the user's call (api_patch.CALL_SITES)."""
+    detaching, a grad probe's arithmetic), not by the user's step: its innermost frame outside torch (and this
+    module) is one of msprobe's. A frame that runs a patched API's call (api_patch.CALL_SITES) hands the
+    question to whoever called the API: the user's code, or msprobe's own (a tool's arithmetic through a
+    wrapper another debugger left installed)."""
     frame = sys._getframe(2)
+    through_a_call = False
     while frame is not None:
         module = frame.f_globals.get("__name__", "")
-        if module == "torch" or module.startswith("torch.") or module == __name__:
+        skipped = module == "torch" or module.startswith("torch.") or module == __name__
+        if skipped or frame.f_code in CALL_SITES or (through_a_call and module in _DISPATCH):
+            through_a_call = through_a_call or frame.f_code in CALL_SITES
             frame = frame.f_back
             continue
-        return module.startswith("msprobe.") and frame.f_code not in CALL_SITES
+        return module.startswith("msprobe.")
     return False
 
 
