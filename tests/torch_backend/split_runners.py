@@ -40,10 +40,11 @@ class SlowParentRunner(ApiRunner):
 
 
 class DyingHelperRunner(SlowParentRunner):
-    """A helper dies, without a word, when it reaches the API named in MSPROBE_TEST_DIE_AT."""
+    """A helper dies, without a word, when it reaches the API named in MSPROBE_TEST_DIE_AT (``*``: the first
+    API it runs, which it always gets: the parent waits for a helper's first mark before it runs any)."""
 
     def run(self, name):
-        if name == os.environ[DIE_AT] and str(os.getpid()) != os.environ[PARENT]:
+        if os.environ[DIE_AT] in (name, "*") and str(os.getpid()) != os.environ[PARENT]:
             _mark(f"died-at-{name}")  # the parent, waiting for a helper's first mark, goes on
             os._exit(3)
         return super().run(name)
