@@ -10,11 +10,12 @@ it) and whether they hold inf or nan, through a torch dispatch mode; a few small
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import random
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -176,13 +177,21 @@ class StepGuard:
         """The step under the debugger alone (the switch is off): nothing saved, nothing recorded."""
         if self.debugger is None:
             return step(batch)
-        self.debugger.start()
-        try:
+        with self._dumping(True):
             loss = step(batch)
-        finally:
-            self.debugger.stop()
         self.debugger.step(loss=_loss_value(loss))
         return loss
+
+    @contextlib.contextmanager
+    def _dumping(self, on: bool) -> Iterator[None]:
+        """The debugger started for the block, and stopped however it ends (``on`` false: nothing)."""
+        if on:
+            self.debugger.start()
+        try:
+            yield
+        finally:
+            if on:
+                self.debugger.stop()
 
     def _recorded(
         self, step: Callable[[Any], torch.Tensor], batch: Any, dumped: bool = False
@@ -202,14 +211,10 @@ class StepGuard:
             torch.nn.modules.module.register_module_forward_hook(leave),
         ]
         recorder = _Recorder(stack)
-        if dumped:
-            self.debugger.start()
         try:
-            with recorder:
+            with self._dumping(dumped), recorder:
                 loss = step(batch)
         finally:
-            if dumped:
-                self.debugger.stop()
             for handle in handles:
                 handle.remove()
         return recorder.calls, loss
