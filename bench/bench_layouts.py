@@ -1,4 +1,4 @@
-"""Compare across parallel layouts, scored on injected faults: ``python bench/bench_layouts.py [--quick]``.
+"""Compare across parallel layouts, scored on injected faults: ``python bench/bench_layouts.py [--held-out]``.
 
 Each model of layout_faults.py trains one step in one process (the golden run), and each case trains it over two
 processes (gloo, CPU) in a layout, with a fault or none. Every case is dumped at level mix in statistics mode
@@ -11,6 +11,7 @@ merged into the global run). Scored:
   on every rank).
 
 Targets: controls 100%; faults module and rank right on at least 90%, API right on at least 80%.
+``--held-out`` scores the cases no rule was fitted to (layout_faults.HELD_OUT) instead.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from layout_faults import (
     CASES,
+    HELD_OUT,
     MEGATRON_LAYOUT,
     MODELS,
     Case,
@@ -122,7 +124,7 @@ def _sharded(rank: int, names: list[str], modes: list[str], root: str, port: int
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
     try:
-        by_name = {case.name: case for case in CASES}
+        by_name = {case.name: case for case in [*CASES, *HELD_OUT]}
         for name in names:
             for mode in modes:
                 if rank == 0:
@@ -258,10 +260,12 @@ def main() -> int:
     parser.add_argument("--mode", choices=MODES, action="append", help="statistics or tensor (default: both)")
     parser.add_argument("--case", action="append", help="only these cases (by name)")
     parser.add_argument("--root", type=Path, default=None, help="where the runs go (default: a temporary folder)")
+    parser.add_argument("--held-out", action="store_true", help="the held-out cases instead, never fitted to")
     arguments = parser.parse_args()
     import tempfile
 
-    cases = [case for case in CASES if not arguments.case or case.name in arguments.case]
+    pool = HELD_OUT if arguments.held_out else CASES
+    cases = [case for case in pool if not arguments.case or case.name in arguments.case]
     modes = arguments.mode or list(MODES)
     root = arguments.root or Path(tempfile.mkdtemp(prefix="msprobe-layouts-"))
     started = time.perf_counter()

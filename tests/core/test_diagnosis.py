@@ -438,6 +438,18 @@ def test_a_rank_diverging_alone_is_named_as_such(tmp_path):
     assert "rank 0 follows through Distributed.all_reduce" in found.detail and "rank 1 alone" in found.line()
 
 
+def test_ranks_that_each_part_ways_are_all_named_in_the_line(tmp_path):
+    """Both ranks hold another weight (no collective carries it from one to the other): the one-line answer
+    names the ranks its JSON lists, not the first of them alone."""
+    for run in ("ours", "theirs"):
+        for rank in (0, 1):
+            data = chain(w=tensor(0.7), h=tensor(9.0), g=tensor(9.5), y=tensor(9.9)) if run == "ours" else chain()
+            write(tmp_path / run / "step0" / f"rank{rank}", data)
+    found = diagnose_runs(tmp_path / "ours", tmp_path / "theirs")
+    assert (found.ranks, found.alone, found.cause) == ([0, 1], False, "weights")
+    assert "(step 0, ranks 0, 1, forward" in found.line() and "rank 0," not in found.line()
+
+
 def level_l1_step(g: float = 2.5, w2: float = 0.2, hook: bool = False) -> dict:
     """A level L1 step (no modules): linear, an operator no dump records (g needs a gradient, and no dumped
     call made it), linear; their backward; a gradient hook's multiply when ``hook``; the optimizer's calls on

@@ -195,6 +195,7 @@ def test_a_stage_s_own_weight_is_named_with_the_ranks_of_its_stage(runs, tmp_pat
     assert result.exit_code == 1, result.output
     found = (answer["module"], answer["api"], answer["phase"], answer["ranks"])
     assert found == ("blocks.1.fc1", "Functional.linear.2.forward", "forward", [2, 3]), answer
+    assert "(step 0, ranks 2, 3, forward, module blocks.1.fc1)" in result.output  # the line says what the JSON does
 
 
 def test_a_replica_out_of_step_inside_a_stage_is_named_with_its_rank(runs, tmp_path):

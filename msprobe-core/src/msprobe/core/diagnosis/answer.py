@@ -41,12 +41,16 @@ class Diagnosis:
     compared: int = 0  # calls paired between the runs
     ranks: list[int] = field(default_factory=list)  # at that step, every rank that diverges
     alone: bool = False  # one rank of several diverges
+    followers: list[int] = field(default_factory=list)  # ranks of ``ranks`` that part ways only through a collective
 
     def where(self) -> str:
         parts = []
         if self.step is not None:
             parts.append(f"step {self.step}")
-        if self.rank is not None:
+        leaders = [rank for rank in self.ranks if rank not in self.followers]
+        if len(leaders) > 1:  # several ranks part ways each by itself: the line names them all
+            parts.append("ranks " + ", ".join(map(str, leaders)))
+        elif self.rank is not None:
             parts.append(f"rank {self.rank}" + (" alone" if self.alone else ""))
         if self.phase:
             parts.append(self.phase)

@@ -248,6 +248,7 @@ def _name_ranks(found: Diagnosis, others: list[Diagnosis], ranks: int) -> None:
         return
     followers = [d for d in others if d.api and d.api.startswith("Distributed.")]
     found.alone = len(followers) == len(others)
+    found.followers = [d.rank for d in followers if d.rank is not None]
     if followers:
         names = ", ".join(str(d.rank) for d in followers)
         collectives = "/".join(sorted({d.api.split(".")[1] for d in followers if d.api}))
