@@ -183,7 +183,7 @@ SANITIZED_TESTS = [  # every test that drives msprobe-core's C extensions, the f
     "tests/core/test_spreadsheet.py", "tests/core/test_api_patch.py", "tests/core/test_xlsx.py",
     "tests/core/test_journal_c.py",
     # msprobe-torch's per-call path in C, its fuzz target among them
-    "tests/torch_backend/test_lane.py", "tests/torch_backend/test_lane_fuzz.py",
+    "tests/torch_backend/test_fast_path.py", "tests/torch_backend/test_fast_path_fuzz.py",
     "tests/torch_backend/test_statistics_kernels.py",
 ]  # fmt: skip
 

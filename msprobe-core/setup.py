@@ -2,7 +2,7 @@
 
 The kernels (one-pass tensor statistics, see src/msprobe/core/dump/_kernels.c),
 the attribute swapping of src/msprobe/core/_attributes.c, the dump.json
-scanner (dump/_jsonscan.c), the CSV text maker (_csvtext.c), the compare
+scanner (dump/_jsonscan.c), the CSV and xlsx cell text maker (_celltext.c), the compare
 row builder (compare/_tablerows.c), the call-stack walker (dump/_frames.c) and the
 journal write (dump/_journal.c)
 are optional:
@@ -31,8 +31,8 @@ ATTRIBUTES = Extension("msprobe.core._attributes", ["src/msprobe/core/_attribute
 # where the entries of a large dump.json end, so that compare can read it a block of entries at a time
 JSONSCAN = Extension("msprobe.core.dump._jsonscan", ["src/msprobe/core/dump/_jsonscan.c"], optional=True)
 
-# the text of a large CSV table (compare results), without a Python object per cell
-CSVTEXT = Extension("msprobe.core._csvtext", ["src/msprobe/core/_csvtext.c"], optional=True)
+# the cell text of a large CSV table or xlsx sheet (compare results), without a Python object per cell
+CELLTEXT = Extension("msprobe.core._celltext", ["src/msprobe/core/_celltext.c"], optional=True)
 
 # the compare table's rows of the common dump.json entry (tensor summaries only), without Python code per row
 TABLEROWS = Extension("msprobe.core.compare._tablerows", ["src/msprobe/core/compare/_tablerows.c"], optional=True)
@@ -43,4 +43,4 @@ JOURNAL = Extension("msprobe.core.dump._journal", ["src/msprobe/core/dump/_journ
 # the call stack of each recorded call (stack.json), walked without Python code per call; Python 3.11 and later
 FRAMES = Extension("msprobe.core.dump._frames", ["src/msprobe/core/dump/_frames.c"], optional=True)
 
-setup(version=VERSION, ext_modules=[KERNELS, ATTRIBUTES, JSONSCAN, CSVTEXT, TABLEROWS, FRAMES, JOURNAL])
+setup(version=VERSION, ext_modules=[KERNELS, ATTRIBUTES, JSONSCAN, CELLTEXT, TABLEROWS, FRAMES, JOURNAL])

@@ -12,13 +12,13 @@ PACKAGES = [ROOT / name / "src" for name in ("msprobe-core", "msprobe-torch", "m
 # each C extension and the one module that imports it (and may read its members)
 WRAPPERS = {
     "msprobe.core._attributes": "msprobe.core.api_patch",
-    "msprobe.core._csvtext": "msprobe.core.spreadsheet",
+    "msprobe.core._celltext": "msprobe.core.spreadsheet",
     "msprobe.core.dump._kernels": "msprobe.core.dump.float_stats",
     "msprobe.core.dump._jsonscan": "msprobe.core.dump.block_reader",
     "msprobe.core.dump._frames": "msprobe.core.dump.stack",
     "msprobe.core.dump._journal": "msprobe.core.dump.writer",
     "msprobe.core.compare._tablerows": "msprobe.core.compare.rows",
-    "msprobe.pytorch.dump._lane": "msprobe.pytorch.dump.lane",
+    "msprobe.pytorch.dump._fast_path": "msprobe.pytorch.dump.fast_path",
 }
 
 
@@ -71,7 +71,7 @@ def test_the_check_sees_each_kind_of_crossing():
     cases = {
         "from msprobe.core.compare.mapping import _read": 1,
         "from msprobe.core.compare import _tablerows": 1,
-        "from msprobe.core._csvtext import lines": 1,
+        "from msprobe.core._celltext import lines": 1,
         "import msprobe.core.dump._kernels": 1,
         "from msprobe.pytorch.debugger import PrecisionDebugger\nPrecisionDebugger._current": 1,
         "from msprobe.core.compare import rows\nrows.c_rows": 0,

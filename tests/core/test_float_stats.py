@@ -206,3 +206,16 @@ def test_sums_pass_an_inf_or_nan_on_as_they_add_up():
     values[1] = np.nan
     total, squares = float_stats.sums_at(values.ctypes.data, 3, "f")
     assert math.isnan(total) and math.isnan(squares)
+
+
+@pytest.mark.parametrize("name", ["MSPROBE_NO_FAST_PATH", "MSPROBE_NO_LANE"])
+def test_the_fast_path_switch_answers_to_its_former_name_too(monkeypatch, name):
+    from msprobe.core.switches import switched_off
+
+    monkeypatch.delenv("MSPROBE_NO_FAST_PATH", raising=False)
+    monkeypatch.delenv("MSPROBE_NO_LANE", raising=False)
+    assert not switched_off("MSPROBE_NO_FAST_PATH")
+    monkeypatch.setenv(name, "1")
+    assert switched_off("MSPROBE_NO_FAST_PATH")
+    monkeypatch.setenv(name, "0")
+    assert not switched_off("MSPROBE_NO_FAST_PATH")

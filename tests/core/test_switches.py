@@ -45,7 +45,7 @@ def test_a_stale_build_is_not_used_and_named_once(caplog, monkeypatch):
     ("extension", "wrapper", "attribute"),
     [
         ("msprobe.core._attributes", "msprobe.core.api_patch", "_attributes"),
-        ("msprobe.core._csvtext", "msprobe.core.spreadsheet", "c_text"),
+        ("msprobe.core._celltext", "msprobe.core.spreadsheet", "c_text"),
         ("msprobe.core.dump._kernels", "msprobe.core.dump.float_stats", "_kernels"),
         ("msprobe.core.dump._jsonscan", "msprobe.core.dump.block_reader", "_jsonscan"),
         ("msprobe.core.dump._frames", "msprobe.core.dump.stack", "_frames"),

@@ -5,8 +5,8 @@ import json
 import math
 
 from msprobe.core.dump.numbers import json_number
+from msprobe.core.dump.pending_values import PLACEHOLDERS, TOKEN, Placeholders, WaitingText
 from msprobe.core.dump.reader import read_dump
-from msprobe.core.dump.waiting import PLACEHOLDERS, TOKEN, Placeholders, WaitingText
 from msprobe.core.dump.writer import JOURNAL_NAME, DumpWriter, encode_json
 
 

@@ -720,8 +720,8 @@ def test_operators_that_only_look_in_place_keep_their_backward(tmp_path):
 
 
 def test_request_id_keeps_one_requests_rows_of_a_flat_batch(tmp_path):
-    """The serving cut of msprobe.core.recording.cuts, applied by the MindSpore summarizer: request "c" of a forward of
-    three, on the flat token dimension (3 + 2 + 4 tokens) and on the per-request dimension."""
+    """The serving cut of msprobe.core.recording.tensor_cuts, applied by the MindSpore summarizer: request "c" of
+    a forward of three, on the flat token dimension (3 + 2 + 4 tokens) and on the per-request dimension."""
     config = {"task": "statistics", "level": "L1", "dump_path": str(tmp_path / "dump"),
               "statistics": {"request_id": "c", "slice": [{}, {"end": 2}]}}  # fmt: skip
     (tmp_path / "config.json").write_text(json.dumps(config))

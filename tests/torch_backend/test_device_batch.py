@@ -509,10 +509,10 @@ def test_the_overflow_checks_reads_on_a_device_wait_for_the_batch(tmp_path):
 
 
 def test_the_c_path_writes_a_device_tensors_summary_with_a_token_filled_at_read_back(monkeypatch):
-    """The per-call path's summary of a device tensor (lane.waiting_summaries): written before the read-back
+    """The per-call path's summary of a device tensor (fast_path.waiting_summaries): written before the read-back
     with one token for the statistics, cached while the tensor is unchanged (measured once), measured again
     after an in-place write; filled in, it is the summary the Python recorder writes, key for key."""
-    from msprobe.core.dump.waiting import PLACEHOLDERS, TOKEN, WaitingText
+    from msprobe.core.dump.pending_values import PLACEHOLDERS, TOKEN, WaitingText
     from msprobe.core.dump.writer import _final_text, encode_json
 
     monkeypatch.setattr(device_batch, "FORCE_DEVICE_PATH", True)

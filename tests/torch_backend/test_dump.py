@@ -289,11 +289,11 @@ def test_training_is_bit_identical_with_and_without_the_tool(tmp_path):
 
 def _measure_with(monkeypatch, measure):
     """Every tensor's statistics taken by ``measure``: the usual entries' path in C is turned off too
-    (test_lane.py injects failures into that one)."""
-    from msprobe.pytorch.dump import lane, measuring
+    (test_fast_path.py injects failures into that one)."""
+    from msprobe.pytorch.dump import fast_path, measuring
 
     monkeypatch.setattr(measuring, "measure", measure)
-    monkeypatch.setattr(lane, "AVAILABLE", False)
+    monkeypatch.setattr(fast_path, "AVAILABLE", False)
 
 
 def test_an_exception_inside_the_tool_is_logged_once_and_training_goes_on(tmp_path, monkeypatch, caplog):
@@ -1135,12 +1135,12 @@ def test_the_overflow_check_inside_vmap_names_the_api_that_overflowed(tmp_path, 
     assert output["shape"] == [2, 1] and output["Max"] == math.inf
 
 
-@pytest.mark.parametrize("with_lane", [True, False], ids=["C-path", "Python-path"])
-def test_calls_that_write_in_place_or_hand_their_input_back_get_a_backward_entry(tmp_path, monkeypatch, with_lane):
+@pytest.mark.parametrize("with_fast_path", [True, False], ids=["C-path", "Python-path"])
+def test_calls_that_write_in_place_or_hand_their_input_back_get_a_backward_entry(tmp_path, monkeypatch, with_fast_path):
     """relu_ replaces its input's autograd node, dropout with p=0 returns its input: both have a backward."""
-    from msprobe.pytorch.dump import lane
+    from msprobe.pytorch.dump import fast_path
 
-    monkeypatch.setattr(lane, "AVAILABLE", with_lane and lane.AVAILABLE)
+    monkeypatch.setattr(fast_path, "AVAILABLE", with_fast_path and fast_path.AVAILABLE)
     weight = torch.tensor([1.0, 1.0], requires_grad=True)
     debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path))
     debugger.start()
@@ -1267,13 +1267,13 @@ def test_our_dump_files_fit_the_published_models(tmp_path, task, level, extra):
     ConstructFile.model_validate(json.loads((folder / "construct.json").read_text()))
 
 
-@pytest.mark.parametrize("with_lane", [True, False])
-def test_keyword_tensors_files_are_named_kwargs_as_the_references(tmp_path, monkeypatch, with_lane):
+@pytest.mark.parametrize("with_fast_path", [True, False])
+def test_keyword_tensors_files_are_named_kwargs_as_the_references(tmp_path, monkeypatch, with_fast_path):
     """mindstudio-probe 1.2.2 writes ``F.linear(x, weight=w)``'s weight to Functional.linear.0.forward.kwargs.weight
     (seen in its tensor dumps); its tensor-mode compare names the row after the file, so the name must match."""
-    from msprobe.pytorch.dump import lane
+    from msprobe.pytorch.dump import fast_path
 
-    monkeypatch.setattr(lane, "AVAILABLE", with_lane and lane.AVAILABLE)
+    monkeypatch.setattr(fast_path, "AVAILABLE", with_fast_path and fast_path.AVAILABLE)
     x, w = torch.randn(2, 4), torch.randn(3, 4)
     debugger = PrecisionDebugger(task="tensor", level="L1", dump_path=str(tmp_path / "d"))
     debugger.start()
@@ -1287,13 +1287,13 @@ def test_keyword_tensors_files_are_named_kwargs_as_the_references(tmp_path, monk
     torch.testing.assert_close(torch.load(dump.tensor_dir() / "Functional.linear.0.forward.kwargs.weight.pt"), w)
 
 
-@pytest.mark.parametrize("with_lane", [True, False])
-def test_zero_dimensional_tensors_are_written_as_the_reference_writes_them(tmp_path, monkeypatch, with_lane):
+@pytest.mark.parametrize("with_fast_path", [True, False])
+def test_zero_dimensional_tensors_are_written_as_the_reference_writes_them(tmp_path, monkeypatch, with_fast_path):
     """mindstudio-probe 1.2.2's own dump of these calls: a 0-d tensor's value is all four statistics, an int for
     an integer tensor; inf or nan also gets the ``*_except_inf_nan`` pair, the value itself."""
-    from msprobe.pytorch.dump import lane
+    from msprobe.pytorch.dump import fast_path
 
-    monkeypatch.setattr(lane, "AVAILABLE", with_lane and lane.AVAILABLE)
+    monkeypatch.setattr(fast_path, "AVAILABLE", with_fast_path and fast_path.AVAILABLE)
     debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path / "d"))
     debugger.start()
     torch.tensor(float("inf")) * 1

@@ -60,7 +60,7 @@ def test_the_journal_of_a_killed_run_is_the_same_with_and_without_the_c_path(tmp
     journals = []
     for switch in ("0", "1"):
         dump_path = tmp_path / f"dump{switch}"
-        env = {**os.environ, "MSPROBE_NO_LANE": switch}
+        env = {**os.environ, "MSPROBE_NO_FAST_PATH": switch}
         result = subprocess.run([sys.executable, str(script), str(dump_path)], capture_output=True, env=env)
         assert result.returncode == -signal.SIGKILL
         (journal,) = [path for path in (dump_path / "step0" / "rank").iterdir() if path.name != "construct.json"]

@@ -199,19 +199,19 @@ def _debugger_of(tmp_path, level):
 
 @pytest.mark.parametrize("level", ["L1", "mix"])
 def test_the_per_call_path_in_c_records_the_window_and_hands_over_the_first_nan(tmp_path, monkeypatch, level):
-    from msprobe.pytorch.dump import lane
+    from msprobe.pytorch.dump import fast_path
 
-    if not lane.AVAILABLE:
+    if not fast_path.AVAILABLE:
         pytest.fail("msprobe-torch's C extension is not built: pip install needs a C compiler")
     found = {}
     for path, available in (("c", True), ("python", False)):
-        monkeypatch.setattr(lane, "AVAILABLE", available)
+        monkeypatch.setattr(fast_path, "AVAILABLE", available)
         folder = tmp_path / path
         folder.mkdir()
         debugger, model = _debugger_of(folder, level)
         for step in range(9):
             debugger.start()
-            assert (debugger._hooks.lane is not None) == available
+            assert (debugger._hooks.fast_path is not None) == available
             model(torch.randn(2, 4), torch.tensor(0.0 if step == 7 else 1.0 / (step + 1))).backward()
             debugger.stop()
             debugger.step()

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from msprobe.pytorch import PrecisionDebugger
-from msprobe.pytorch.dump import lane
+from msprobe.pytorch.dump import fast_path
 
 
 def _model() -> torch.nn.Module:
@@ -58,10 +58,10 @@ def _fused(param: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
     return torch.zeros_like(grad)  # the dummy .grad Megatron hands autograd
 
 
-@pytest.mark.parametrize("with_lane", [True, False], ids=["C", "Python"])
+@pytest.mark.parametrize("with_fast_path", [True, False], ids=["C", "Python"])
 @pytest.mark.parametrize("fused", [False, True], ids=["ddp", "fused"])
-def test_every_parameter_gradient_is_written_once_moved_to_main_grad(tmp_path, monkeypatch, fused, with_lane):
-    monkeypatch.setattr(lane, "AVAILABLE", with_lane)
+def test_every_parameter_gradient_is_written_once_moved_to_main_grad(tmp_path, monkeypatch, fused, with_fast_path):
+    monkeypatch.setattr(fast_path, "AVAILABLE", with_fast_path)
     model = _model()
     x = torch.randn(3, 4)
     expected = _reference_grads(model, x)

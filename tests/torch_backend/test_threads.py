@@ -34,12 +34,16 @@ debugger.step()
 """
 
 
-@pytest.mark.parametrize("path", ["C lane", "Python", "device batches"])
+@pytest.mark.parametrize("path", ["C fast path", "Python", "device batches"])
 def test_two_threads_recording_at_once_lose_double_and_reorder_nothing(tmp_path, path):
     calls = 600
     env = dict(os.environ)
     env.update(
-        {"C lane": {}, "Python": {"MSPROBE_NO_LANE": "1"}, "device batches": {"MSPROBE_FORCE_DEVICE_PATH": "1"}}[path]
+        {
+            "C fast path": {},
+            "Python": {"MSPROBE_NO_FAST_PATH": "1"},
+            "device batches": {"MSPROBE_FORCE_DEVICE_PATH": "1"},
+        }[path]
     )
     done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path), str(calls)], capture_output=True, text=True,
                           timeout=300, env=env)  # fmt: skip

@@ -5,9 +5,9 @@ door; the backends keep the reference's own import paths
 (``msprobe.pytorch``, ``msprobe.mindspore``).
 """
 
+from msprobe.core.backend_router import PrecisionDebugger, seed_all, select_backend
 from msprobe.core.config import DebuggerConfig, load_config
 from msprobe.core.errors import ConfigError, MsprobeError
-from msprobe.core.frontdoor import PrecisionDebugger, seed_all, select_backend
 from msprobe.core.version import __version__
 
 __all__ = [

@@ -25,10 +25,10 @@ from msprobe.core.floattext import float_texts, packed_float_texts
 from msprobe.core.switches import built_extension
 
 try:
-    from msprobe.core import _csvtext as c_text
+    from msprobe.core import _celltext as c_text
 except ImportError:  # built without a C compiler: the same text, made in Python
     c_text = None
-c_text = built_extension(c_text, 1, "msprobe.core._csvtext")
+c_text = built_extension(c_text, 1, "msprobe.core._celltext")
 # c_text: the C text maker of the CSV and the xlsx rows, or None; the one switch (tests set it to None)
 
 _TRIGGERS = ("=", "+", "-", "@", "\t", "\r")

@@ -1,7 +1,7 @@
 """Environment switches that turn one of msprobe's C accelerators off, to compare or to rule one out.
 
 ``MSPROBE_NO_KERNELS`` (the one-pass statistics), ``MSPROBE_NO_C_JOURNAL`` (the
-C journal write) and ``MSPROBE_NO_LANE`` (the PyTorch dump's per-call path);
+C journal write) and ``MSPROBE_NO_FAST_PATH`` (the PyTorch dump's per-call path);
 see docs/installation.md. And one that turns
 a path on where it would not run: ``MSPROBE_FORCE_DEVICE_PATH`` (CPU tensors
 measured the way device tensors are, so CI exercises that path).
@@ -18,9 +18,15 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 
+# a switch's former name, still honoured: scripts and job files that set it keep working
+FORMER_NAMES = {"MSPROBE_NO_FAST_PATH": "MSPROBE_NO_LANE"}
+
+
 def switched_off(variable: str) -> bool:
-    """Whether ``variable`` is set to anything but nothing or ``0`` (``MSPROBE_NO_KERNELS=1``, say)."""
-    return os.environ.get(variable, "").strip() not in ("", "0")
+    """Whether ``variable`` (or its former name) is set to anything but nothing or ``0``
+    (``MSPROBE_NO_KERNELS=1``, say)."""
+    names = (variable, FORMER_NAMES[variable]) if variable in FORMER_NAMES else (variable,)
+    return any(os.environ.get(name, "").strip() not in ("", "0") for name in names)
 
 
 def switched_on(variable: str) -> bool:

@@ -24,7 +24,7 @@ from msprobe.core.trees import map_leaves
 from msprobe.pytorch import func_transforms
 from msprobe.pytorch.api_patch import ApiPatcher
 from msprobe.pytorch.compiled import EagerWhileOn
-from msprobe.pytorch.dump.unusual import nested_values, padded_shape
+from msprobe.pytorch.dump.special_tensors import nested_values, padded_shape
 
 logger = logging.getLogger(__name__)
 

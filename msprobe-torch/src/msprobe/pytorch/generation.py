@@ -21,7 +21,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from msprobe.core.recording.cuts import find_request
+from msprobe.core.recording.tensor_cuts import find_request
 
 logger = logging.getLogger(__name__)
 

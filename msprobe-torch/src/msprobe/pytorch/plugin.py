@@ -50,15 +50,15 @@ class TorchBackend(Backend):
         seed_all(seed=seed, mode=mode, rm_dropout=rm_dropout)
 
     def describe(self) -> str:
-        return f"{super().describe()}; per-call path: {_lane_state()}"
+        return f"{super().describe()}; per-call path: {_fast_path_state()}"
 
 
-def _lane_state() -> str:
-    """Whether the dump's per-call path in C (dump/_lane.c) was built, told without importing torch."""
-    if switched_off("MSPROBE_NO_LANE"):
-        return "Python (MSPROBE_NO_LANE is set)"
+def _fast_path_state() -> str:
+    """Whether the dump's per-call path in C (dump/_fast_path.c) was built, told without importing torch."""
+    if switched_off("MSPROBE_NO_FAST_PATH"):
+        return "Python (MSPROBE_NO_FAST_PATH is set)"
     folder = Path(__file__).parent / "dump"
-    if any((folder / f"_lane{suffix}").is_file() for suffix in importlib.machinery.EXTENSION_SUFFIXES):
+    if any((folder / f"_fast_path{suffix}").is_file() for suffix in importlib.machinery.EXTENSION_SUFFIXES):
         return "C"
     return "Python (msprobe-torch was built without a C compiler)"
 

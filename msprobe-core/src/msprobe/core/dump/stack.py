@@ -39,7 +39,7 @@ try:  # the walk in C; a Python before 3.11 or an install without a C compiler w
     from msprobe.core.dump import _frames
 except ImportError:
     _frames = None
-if switched_off("MSPROBE_NO_LANE"):  # the per-call work in C is off as a whole
+if switched_off("MSPROBE_NO_FAST_PATH"):  # the per-call work in C is off as a whole
     _frames = None
 _frames = built_extension(_frames, 1, "msprobe.core.dump._frames", python=(3, 11))
 

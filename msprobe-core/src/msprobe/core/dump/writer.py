@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from msprobe.core.dump.numbers import NonFinite
-from msprobe.core.dump.waiting import WaitingText
+from msprobe.core.dump.pending_values import WaitingText
 from msprobe.core.errors import DataFileError
 from msprobe.core.files import make_dir, open_descriptor, open_new_file, write_new_file
 from msprobe.core.switches import built_extension, switched_off
@@ -423,7 +423,8 @@ class DumpWriter:
         self, name: str, name_text: str, text: str, stack_text: str | None, parent_text: str | None
     ) -> None:
         """``add_journaled`` for an entry whose text holds tokens for values still on a device (see
-        msprobe.core.dump.waiting): its stack and parent are journaled now, its data once the values have come."""
+        msprobe.core.dump.pending_values): its stack and parent are journaled now, its data once the values
+        have come."""
         self.add_journaled(name, name_text, None, stack_text, parent_text)
         self.data[name] = WaitingText(text)
         self._unsettled.append(name)

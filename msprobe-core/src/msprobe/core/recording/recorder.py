@@ -22,9 +22,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from msprobe.core.api_patch import ApiPatcher, call_site
+from msprobe.core.dump.pending_values import MARK, PLACEHOLDERS
 from msprobe.core.dump.stack import stack_capture
 from msprobe.core.dump.summarizer import TensorSummarizer
-from msprobe.core.dump.waiting import MARK, PLACEHOLDERS
 from msprobe.core.dump.writer import NO_PARENT
 from msprobe.core.recording.collector import DumpCollector
 from msprobe.core.recording.session import TaskSession

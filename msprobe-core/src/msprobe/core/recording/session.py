@@ -21,7 +21,7 @@ from msprobe.core.autostart import DUMPING_VARIABLE
 from msprobe.core.config import DebuggerConfig, load_config, load_config_once
 from msprobe.core.errors import BackendError, ConfigError, DataFileError, MsprobeError, UsageError
 from msprobe.core.messages import show_in_training
-from msprobe.core.recording.cuts import KvCacheTensors, TensorCut, find_request, tensor_cut
+from msprobe.core.recording.tensor_cuts import KvCacheTensors, TensorCut, find_request, tensor_cut
 
 logger = logging.getLogger(__name__)
 

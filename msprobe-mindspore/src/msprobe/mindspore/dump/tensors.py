@@ -38,7 +38,7 @@ from msprobe.core.dump.npy_file import write_npy
 from msprobe.core.dump.numbers import float32_mean, json_number, no_statistics
 from msprobe.core.dump.overflow import is_nonfinite
 from msprobe.core.dump.summarizer import summary_plan
-from msprobe.core.recording.cuts import KvCacheTensors, TensorCut
+from msprobe.core.recording.tensor_cuts import KvCacheTensors, TensorCut
 
 _FLOATING = (ms.float16, ms.float32, ms.float64, ms.bfloat16)
 

@@ -19,7 +19,7 @@ import torch
 
 from msprobe.core.dump.checksum import crc32_hex as checksum_hex
 from msprobe.core.dump.numbers import json_number
-from msprobe.core.dump.waiting import PLACEHOLDERS
+from msprobe.core.dump.pending_values import PLACEHOLDERS
 from msprobe.core.dump.writer import RawJSON, encode_json, for_orjson
 from msprobe.core.switches import number, switched_on
 from msprobe.pytorch import func_transforms
@@ -459,7 +459,7 @@ SCREENED_BY_SUM = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
 class StatsAndFlag:
-    """The token's value in a waiting summary written whole (lane.waiting_summaries): the four
+    """The token's value in a waiting summary written whole (fast_path.waiting_summaries): the four
     statistics, ``requires_grad``, and the extremes, in the order of the summary's keys."""
 
     __slots__ = ("flag", "stats")
@@ -476,7 +476,7 @@ class StatsAndFlag:
 
 
 def summary_rest(stats: BatchedStats, requires_grad: bool) -> str:
-    """A waiting summary's text from its statistics to its end (see lane.waiting_summaries): a token for them
+    """A waiting summary's text from its statistics to its end (see fast_path.waiting_summaries): a token for them
     until the batch is read back, their text after."""
     values = StatsAndFlag(stats, requires_grad)
     return (PLACEHOLDERS.token(values) if stats.values is None else values.json_text()) + "}"
@@ -539,7 +539,7 @@ def _waiting_summaries(value: Any, depth: int = 0, undo: bool = False) -> None:
 
 def _tokens_for_waiting(made: list[str]) -> Callable[[Any], Any]:
     """orjson's ``default`` for an entry written before its batch is read: a value still on the device becomes
-    a token (msprobe.core.dump.waiting), listed in ``made``; anything else as the writer encodes it."""
+    a token (msprobe.core.dump.pending_values), listed in ``made``; anything else as the writer encodes it."""
 
     def token(value: Any) -> str:
         made.append(PLACEHOLDERS.token(value))

@@ -37,7 +37,7 @@ from msprobe.pytorch.api_patch import ApiPatcher, api_targets, unlisted_in_place
 from msprobe.pytorch.compiled import EagerWhileOn, compile_escape, untraced
 from msprobe.pytorch.dump import grad_taps, parallel
 from msprobe.pytorch.dump.call_record import CallRecord
-from msprobe.pytorch.dump.lane import make_lane
+from msprobe.pytorch.dump.fast_path import make_fast_path
 from msprobe.pytorch.dump.risk import api_selection
 from msprobe.pytorch.dump.tensors import TensorSummarizer, describe_object
 from msprobe.pytorch.modules import hookable_modules, warn_unhooked
@@ -174,14 +174,18 @@ class TorchDumpRecorder(DumpRecorder):
         )
         self._optimizer_frame: Any = None  # mix: the running optimizer.step()'s frame, while its node is open
         # calls that need no backward record take the per-call path in C, where this run's entries allow it
-        self.lane = make_lane(self, WRITES_IN_PLACE.by_name, _overwritten, _graph_task_id)
-        if self.lane is not None:
-            self.patcher.handler = self.lane  # before the first install, which builds the wrappers around it
-        # the lane also writes module, backward and parameter-gradient entries, except for the overflow check
-        self.lane_entries = self.lane if self.lane is not None and self.collector.overflow is None else None
-        # the overflow check's API backward: the lane screens the leaving gradients, and only inf or nan reaches
+        self.fast_path = make_fast_path(self, WRITES_IN_PLACE.by_name, _overwritten, _graph_task_id)
+        if self.fast_path is not None:
+            self.patcher.handler = self.fast_path  # before the first install, which builds the wrappers around it
+        # the fast path also writes module, backward and parameter-gradient entries, except for the overflow check
+        self.fast_path_entries = (
+            self.fast_path if self.fast_path is not None and self.collector.overflow is None else None
+        )
+        # the overflow check's API backward: the fast path screens the leaving gradients, and only inf or nan reaches
         # the recorder's hook (the collector would find nothing to write in the others)
-        self.backward_screen = self.lane.screen_first if self.lane is not None and self.lane_entries is None else None
+        self.backward_screen = (
+            self.fast_path.screen_first if self.fast_path is not None and self.fast_path_entries is None else None
+        )
         self.eager = EagerWhileOn([self.patcher, self.write_watch])
         self._told_scripted = False
         # a sharded run: the parallel framework's own calls go unrecorded, and dump.json says the layout
@@ -351,21 +355,21 @@ class TorchDumpRecorder(DumpRecorder):
         output: Any,
         nodes_before: tuple | None = None,
     ) -> None:
-        """The lane wrote a call's forward entry: its backward entry comes, as the recorder's own, from the
+        """The fast path wrote a call's forward entry: its backward entry comes, as the recorder's own, from the
         autograd node that made the output (see ``CallRecord.watch_node``). ``nodes_before``: the inputs'
         nodes as they were before an in-place call replaced them (None: the call did not write in place)."""
-        record = self._lane_record(name, backward_name, parent)
+        record = self._fast_path_record(name, backward_name, parent)
         record.grad_inputs = grad_inputs
         record.nodes_before = nodes_before
         record.watch_node(output)
 
     def late_backward_hook(self, name: str, backward_name: str, parent: Any) -> Callable:
-        """The overflow check's node hook for a call whose leaving gradients the lane found inf or nan in (its
+        """The overflow check's node hook for a call whose leaving gradients the fast path found inf or nan in (its
         ScreenFirst hook, registered in C, makes the record only then): as ``watch_backward``'s record would."""
-        return self._lane_record(name, backward_name, parent)._node_hook
+        return self._fast_path_record(name, backward_name, parent)._node_hook
 
-    def _lane_record(self, name: str, backward_name: str, parent: Any) -> CallRecord:
-        """The backward record of a call the lane wrote (or screened): its entry is kept, by this recorder."""
+    def _fast_path_record(self, name: str, backward_name: str, parent: Any) -> CallRecord:
+        """The backward record of a call the fast path wrote (or screened): its entry is kept, by this recorder."""
         record = CallRecord(name, backward_name, (), {}, parent)
         record.keep_backward = True
         record.recorder = self
@@ -374,9 +378,9 @@ class TorchDumpRecorder(DumpRecorder):
     def forward_overflowed(
         self, name: str, screened: bool | None, output: Any, args: tuple, kwargs: dict, parent: Any
     ) -> None:
-        """The lane met inf or nan in a call's output: the collector decides whether it overflowed and writes it.
+        """The fast path met inf or nan in a call's output: the collector decides whether it overflowed and writes it.
 
-        ``screened``: what the lane found in the inputs of an in-place call before it ran (None: not screened).
+        ``screened``: what the fast path found in the inputs of an in-place call before it ran (None: not screened).
         """
         inputs = InputScreen(screened) if screened is not None else None
         self.collector.forward(name, inputs, output, raw_inputs=(args, kwargs), stack=self.stack, parent=parent)
@@ -406,8 +410,10 @@ class TorchDumpRecorder(DumpRecorder):
         if module:
             record.enclosing = enclosing
         if keep_forward:
-            if module and self.lane_entries is not None:  # a module's entry is written by the lane (module_entry)
-                record.inputs = self.lane_entries.inputs_text(name, args, kwargs)
+            if (
+                module and self.fast_path_entries is not None
+            ):  # a module's entry is written by the fast path (module_entry)
+                record.inputs = self.fast_path_entries.inputs_text(name, args, kwargs)
             else:
                 record.inputs = collector.encode_inputs(name, args, kwargs, eager=in_place)
         if keep_backward:
@@ -457,8 +463,8 @@ class TorchDumpRecorder(DumpRecorder):
                 parent = numbering.innermost()
             parent = self.construct_parent(parent)
             outputs = [record.output_grads.get(i) for i in range(record.output_count)]
-            if self.lane_entries is not None and not self._flight_looks_at(grads_in):  # the same entry, in C
-                self.lane_entries.backward_entry(record.backward_name, outputs, list(grads_in), parent)
+            if self.fast_path_entries is not None and not self._flight_looks_at(grads_in):  # the same entry, in C
+                self.fast_path_entries.backward_entry(record.backward_name, outputs, list(grads_in), parent)
             else:
                 collector.backward(record.backward_name, outputs, list(grads_in), parent)
         except Exception as exc:
@@ -524,8 +530,8 @@ class TorchDumpRecorder(DumpRecorder):
     def close_module_call(self, call: CallRecord, hooks: ModuleHooks, args: tuple, kwargs: dict, output: Any) -> Any:
         params = hooks.params
         replaced = None  # the output to hand on instead of the module's, when its outputs were tapped
-        if call.keep_forward and self.lane_entries is not None and not self._flight_looks_at(output):  # in C
-            self.lane_entries.module_entry(
+        if call.keep_forward and self.fast_path_entries is not None and not self._flight_looks_at(output):  # in C
+            self.fast_path_entries.module_entry(
                 call.name, call.inputs, output, params, self.stack(), call.parent, _recomputing()
             )
         elif call.keep_forward:
@@ -578,8 +584,8 @@ class TorchDumpRecorder(DumpRecorder):
                             grad = _gradient_of(p) if p.grad is not None else seen.get(key)
                             if grad is not None:
                                 grads[key] = grad
-                        if self.lane_entries is not None:  # the same entry, encoded in C
-                            self.lane_entries.grads_entry(grads_name, grads)
+                        if self.fast_path_entries is not None:  # the same entry, encoded in C
+                            self.fast_path_entries.grads_entry(grads_name, grads)
                         else:
                             self.collector.parameters_grad(grads_name, grads)
                         if self._reread_grads:

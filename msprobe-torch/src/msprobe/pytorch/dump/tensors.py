@@ -29,8 +29,8 @@ from msprobe.core.dump.numbers import json_number, no_statistics
 from msprobe.core.dump.overflow import is_nonfinite
 from msprobe.core.dump.summarizer import summary_plan
 from msprobe.core.dump.writer import RawJSON
-from msprobe.core.recording.cuts import KvCacheTensors, TensorCut
-from msprobe.pytorch.dump import device_batch, lane, measuring, parallel, unusual
+from msprobe.core.recording.tensor_cuts import KvCacheTensors, TensorCut
+from msprobe.pytorch.dump import device_batch, fast_path, measuring, parallel, special_tensors
 from msprobe.pytorch.dump.pt_file import PtWriter
 
 logger = logging.getLogger(__name__)
@@ -109,8 +109,8 @@ class WriteLog:
     """Which memory the dump saw written, and when: a value cached before a write to its memory is stale.
 
     ``count`` grows with every write seen; ``written_at`` maps a storage's
-    address to the count at its last write. The C lane reads and updates
-    both fields directly (``_lane.c``), so their names are its interface.
+    address to the count at its last write. The C fast path reads and updates
+    both fields directly (``_fast_path.c``), so their names are its interface.
     """
 
     __slots__ = ("count", "written_at")
@@ -169,13 +169,13 @@ class TensorSummarizer:
         # a run of several processes: float64 sums beside the statistics, and parameters marked, so that its
         # ranks merge into one global run (see msprobe.pytorch.dump.parallel)
         self.shard_sums = parallel.world() is not None and self.with_stats
-        # the usual entry, statistics of a plain CPU float tensor, measured and cached as JSON text in C (_lane.c):
+        # the usual entry, statistics of a plain CPU float tensor, measured and cached as JSON text in C (_fast_path.c):
         # the bulk of a dump; everything else, and any doubt, goes the general way below, which writes the same
         # md5 too, its CRC-32 cached with the statistics; not for the live diff, which reads each call's values
         quick = task == "statistics" and not self.with_xor and not deferred and not (self.with_crc and live_diff)
         checksum = measuring.crc32_hex if self.with_crc else None
         self.quick_texts = (
-            lane.summaries(self.write_log, checksum, self.shard_sums)
+            fast_path.summaries(self.write_log, checksum, self.shard_sums)
             if quick and not device_batch.FORCE_DEVICE_PATH
             else None
         )
@@ -186,12 +186,12 @@ class TensorSummarizer:
         waits = self.batch is not None and task == "overflow_check"
         self.nonfinite_later = self._nonfinite_later if waits else None
         # the per-call path in C writes a device tensor's statistics summary with a token for the values still in
-        # the batch, its text cached in C as the quick texts are (see lane.waiting_summaries); md5, files and
+        # the batch, its text cached in C as the quick texts are (see fast_path.waiting_summaries); md5, files and
         # cuts take the general way
         plain = task == "statistics" and not (self.with_crc or self.with_xor or live_diff or self.shard_sums)
         plain = plain and cut is None
         self.waiting_texts = (
-            lane.waiting_summaries(self.write_log, self._measure_waiting, device_batch.summary_rest)
+            fast_path.waiting_summaries(self.write_log, self._measure_waiting, device_batch.summary_rest)
             if self.batch is not None and plain
             else None
         )
@@ -239,7 +239,7 @@ class TensorSummarizer:
             pool.close()
 
     def statistics(self, tensor: torch.Tensor) -> dict[str, Any]:
-        return unusual.by_kind(tensor, self._statistics, unusual.unusual_statistics)
+        return special_tensors.by_kind(tensor, self._statistics, special_tensors.unusual_statistics)
 
     def _statistics(self, tensor: torch.Tensor) -> dict[str, Any]:
         if self.task == "overflow_check" and not self.save_files:
@@ -288,7 +288,7 @@ class TensorSummarizer:
         return value
 
     def _unchanged(self, tensor: torch.Tensor, version: int, cached: tuple) -> bool:
-        """The cache's rule (see the module's docstring; _lane.c keeps the same for the quick texts) for an entry
+        """The cache's rule (see the module's docstring; _fast_path.c keeps the same for the quick texts) for an entry
         that begins (weak reference, version, data address, storage address, write count when measured): the
         same object, version and memory, and no write the dump saw to that memory since."""
         return (
@@ -343,7 +343,7 @@ class TensorSummarizer:
             text = self.quick_texts.text(tensor)
             if text is not None:
                 return RawJSON(text)
-        return unusual.by_kind(tensor, self._summary, self._unusual, data_stem)
+        return special_tensors.by_kind(tensor, self._summary, self._unusual, data_stem)
 
     def _shard_summary(self, tensor: torch.Tensor, data_stem: str) -> Any:
         """A DTensor: its local shard's entry (statistics, checksum, file), and where the shard sits."""
@@ -382,7 +382,7 @@ class TensorSummarizer:
         return self.batch.measure_stats(tensor)
 
     def _kept_part(self, tensor: torch.Tensor) -> torch.Tensor:
-        """The request's rows and the slice (see msprobe.core.recording.cuts); a view, so nothing is copied."""
+        """The request's rows and the slice (see msprobe.core.recording.tensor_cuts); a view, so nothing is copied."""
         if tensor.layout != torch.strided or tensor.is_nested:
             return tensor
         index = self.cut.index(tensor.shape, isinstance(tensor, torch.nn.Parameter))
@@ -460,17 +460,17 @@ class TensorSummarizer:
         if data.is_nested:  # padded only for a file or a receiver
             padded = self.online is not None or self.save_files
             stored = torch.nested.to_padded_tensor(data, 0.0) if padded else data
-            shape, crc_source = unusual.padded_shape(data), unusual.nested_values(data)
+            shape, crc_source = special_tensors.padded_shape(data), special_tensors.nested_values(data)
         else:
             stored, shape, crc_source = data, data.shape, data.int_repr() if data.is_quantized else None
         summary: dict[str, Any] = {"type": "torch.Tensor", "dtype": str(tensor.dtype), "shape": list(shape)}
         if self.with_stats:
-            summary.update(unusual.unusual_statistics(data))
+            summary.update(special_tensors.unusual_statistics(data))
         summary["requires_grad"] = tensor.requires_grad
         _except_keys_last(summary)
         if self.with_crc and self.with_stats:
             summary["md5"] = (
-                measuring.crc32_hex(crc_source) if crc_source is not None else unusual.sparse_crc32_hex(data)
+                measuring.crc32_hex(crc_source) if crc_source is not None else special_tensors.sparse_crc32_hex(data)
             )
         elif self.with_xor:
             summary["md5"] = measuring.xor_checksum_hex(crc_source if crc_source is not None else stored.to_dense())

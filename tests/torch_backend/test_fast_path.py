@@ -1,7 +1,7 @@
-"""The per-call path in C (msprobe/pytorch/dump/_lane.c) writes exactly what the Python recorder writes.
+"""The per-call path in C (msprobe/pytorch/dump/_fast_path.c) writes exactly what the Python recorder writes.
 
-Each test runs the same thing twice, with the lane and without it
-(``lane.AVAILABLE`` off), and compares the files value for value.
+Each test runs the same thing twice, with the fast path and without it
+(``fast_path.AVAILABLE`` off), and compares the files value for value.
 """
 
 from __future__ import annotations
@@ -17,19 +17,19 @@ import torch
 import torch.nn.functional as F
 
 from models import MixedNet, train_beside_a_failing_tool, train_mixed_net
-from msprobe.core.dump.waiting import PLACEHOLDERS
+from msprobe.core.dump.pending_values import PLACEHOLDERS
 from msprobe.core.dump.writer import DumpWriter
 from msprobe.pytorch import PrecisionDebugger
-from msprobe.pytorch.dump import device_batch, lane
+from msprobe.pytorch.dump import device_batch, fast_path
 
 
-def test_the_lane_is_built():
+def test_the_fast_path_is_built():
     """pip compiled it with msprobe-torch (a missing compiler would leave every call to Python)."""
-    assert lane.AVAILABLE
+    assert fast_path.AVAILABLE
 
 
 class LaneCount:
-    """How many entries the Python path wrote: DumpWriter.add_encoded is its only way to the writer (the lane's
+    """How many entries the Python path wrote: DumpWriter.add_encoded is its only way to the writer (the fast path's
     entries go in from C)."""
 
     def __init__(self, monkeypatch):
@@ -86,8 +86,8 @@ def _config_args(folder: Path, config: dict) -> dict:
     return {"config_path": str(folder / "config.json")}
 
 
-def _dump_mixed_net(folder: Path, config: dict, monkeypatch, with_lane: bool) -> tuple[dict, LaneCount, list]:
-    monkeypatch.setattr(lane, "AVAILABLE", with_lane)
+def _dump_mixed_net(folder: Path, config: dict, monkeypatch, with_fast_path: bool) -> tuple[dict, LaneCount, list]:
+    monkeypatch.setattr(fast_path, "AVAILABLE", with_fast_path)
     count = LaneCount(monkeypatch)
     arguments = _config_args(folder, config)
     _, losses = train_mixed_net(lambda model: PrecisionDebugger(**arguments, model=model))
@@ -96,14 +96,14 @@ def _dump_mixed_net(folder: Path, config: dict, monkeypatch, with_lane: bool) ->
 
 
 @pytest.mark.parametrize("label", list(CONFIGS))
-def test_the_lane_writes_what_the_python_recorder_writes(tmp_path, monkeypatch, label):
+def test_the_fast_path_writes_what_the_python_recorder_writes(tmp_path, monkeypatch, label):
     # both from one line: the stacks in stack.json end at this test's call
     runs = [_dump_mixed_net(tmp_path / str(on), CONFIGS[label], monkeypatch, on) for on in (True, False)]
     (fast, fast_count, fast_losses), (slow, slow_count, slow_losses) = runs
     assert_same_dump(fast, slow)
     assert all(torch.equal(a, b) for a, b in zip(fast_losses, slow_losses))
     data = fast["step0/rank/dump.json"]["data"]
-    assert fast_count.python_entries == 0 and slow_count.python_entries > 0  # every entry took the lane, or none
+    assert fast_count.python_entries == 0 and slow_count.python_entries > 0  # every entry took the fast path, or none
     if CONFIGS[label]["level"] == "L0":
         assert all(name.startswith("Module.") for name in data) and "Module.fc.Linear.parameters_grad" in data
     else:  # the optimizer's in-place updates among them: AdamW's eight per parameter, 12 parameters
@@ -119,14 +119,14 @@ def test_the_lane_writes_what_the_python_recorder_writes(tmp_path, monkeypatch, 
         {"async_dump": True},
     ],
 )
-def test_runs_the_lane_cannot_write_exactly_go_the_python_way(tmp_path, config):
+def test_runs_the_fast_path_cannot_write_exactly_go_the_python_way(tmp_path, config):
     (tmp_path / "c.json").write_text(
         json.dumps({"task": "statistics", "level": "L1", "dump_path": str(tmp_path / "d"), **config})
     )
     debugger = PrecisionDebugger(config_path=str(tmp_path / "c.json"), model=torch.nn.Linear(2, 2))
     debugger.start()
     try:
-        assert debugger._hooks.lane is None
+        assert debugger._hooks.fast_path is None
     finally:
         debugger.stop()
 
@@ -187,15 +187,15 @@ def _values() -> tuple[tuple, dict]:
     return args, kwargs
 
 
-def record_call(folder: Path, with_lane: bool, args: tuple, kwargs: dict, output) -> dict:
-    """One call of the recorder's API handler, under no_grad, through the lane or the Python recorder; the
+def record_call(folder: Path, with_fast_path: bool, args: tuple, kwargs: dict, output) -> dict:
+    """One call of the recorder's API handler, under no_grad, through the fast path or the Python recorder; the
     call must get its very arguments and return its own result. Returns the call's entry."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(lane, "AVAILABLE", with_lane)
+        patch.setattr(fast_path, "AVAILABLE", with_fast_path)
         debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(folder))
         debugger.start()
         recorder = debugger._hooks
-        assert (recorder.lane is not None) == with_lane
+        assert (recorder.fast_path is not None) == with_fast_path
         seen = []
 
         def original(*call_args, **call_kwargs):
@@ -212,9 +212,9 @@ def record_call(folder: Path, with_lane: bool, args: tuple, kwargs: dict, output
     return json.loads((folder / "step0" / "rank" / "dump.json").read_text())["data"]["Torch.fake.0.forward"]
 
 
-def _record(tmp_path: Path, with_lane: bool, output) -> dict:
+def _record(tmp_path: Path, with_fast_path: bool, output) -> dict:
     """Every kind of value in and out."""
-    return record_call(tmp_path, with_lane, *_values(), output)
+    return record_call(tmp_path, with_fast_path, *_values(), output)
 
 
 @pytest.mark.parametrize(
@@ -231,15 +231,15 @@ def _record(tmp_path: Path, with_lane: bool, output) -> dict:
     ids=["tensor", "tuple", "list", "return_types", "Size", "None", "str"],
 )
 def test_every_kind_of_value_is_encoded_as_the_python_recorder_encodes_it(tmp_path, monkeypatch, output):
-    by_lane, by_python = [_record(tmp_path / str(on), on, output) for on in (True, False)]
-    assert list(by_lane) == ["input_args", "input_kwargs", "is_recompute", "output"]
-    assert by_lane == by_python
-    assert by_lane["input_args"][24]["value"] == _values()[0][24]  # the text came through whole
-    assert by_lane["input_args"][19] == {"type": "int", "value": -(2**70)}
+    by_fast_path, by_python = [_record(tmp_path / str(on), on, output) for on in (True, False)]
+    assert list(by_fast_path) == ["input_args", "input_kwargs", "is_recompute", "output"]
+    assert by_fast_path == by_python
+    assert by_fast_path["input_args"][24]["value"] == _values()[0][24]  # the text came through whole
+    assert by_fast_path["input_args"][19] == {"type": "int", "value": -(2**70)}
 
 
 def test_a_call_needing_a_backward_record_gets_it_from_the_recorder_s_node_hook(tmp_path, monkeypatch):
-    """The lane writes the forward entry; the backward entry comes from the hook on the output's autograd node."""
+    """The fast path writes the forward entry; the backward entry comes from the hook on the output's autograd node."""
     debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path))
     count = LaneCount(monkeypatch)
     weight = torch.ones(3, requires_grad=True)
@@ -252,7 +252,7 @@ def test_a_call_needing_a_backward_record_gets_it_from_the_recorder_s_node_hook(
     finally:
         debugger.stop()
     debugger.step()
-    assert count.python_entries == 0  # every entry from the lane, forward and backward
+    assert count.python_entries == 0  # every entry from the fast path, forward and backward
     data = json.loads((tmp_path / "step0" / "rank" / "dump.json").read_text())["data"]
     assert list(data) == [
         "Tensor.__mul__.0.forward",
@@ -268,8 +268,8 @@ def test_a_call_needing_a_backward_record_gets_it_from_the_recorder_s_node_hook(
     assert data["Tensor.mul_.0.forward"]["output"][0]["Max"] == 0.5
 
 
-def test_the_statistics_cache_sees_the_lane_s_writes(tmp_path):
-    """An in-place call through the lane makes every cached summary of that memory stale, under any alias."""
+def test_the_statistics_cache_sees_the_fast_path_s_writes(tmp_path):
+    """An in-place call through the fast path makes every cached summary of that memory stale, under any alias."""
     debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path))
     base = torch.arange(8, dtype=torch.float32)
     alias = base.view(2, 4)
@@ -278,7 +278,7 @@ def test_the_statistics_cache_sees_the_lane_s_writes(tmp_path):
         torch.abs(alias)  # alias measured and cached
         base.view(8)[:2].zero_()  # through a fresh alias the cache never saw; zero_ is only watched
         torch.abs(alias)
-        base.mul_(2)  # recorded by the lane: alias is stale too
+        base.mul_(2)  # recorded by the fast path: alias is stale too
         torch.abs(alias)
     debugger.stop()
     debugger.step()
@@ -287,7 +287,7 @@ def test_the_statistics_cache_sees_the_lane_s_writes(tmp_path):
     assert seen == [3.5, 3.375, 6.75]
 
 
-def test_a_failure_inside_the_lane_is_logged_once_and_training_goes_on(tmp_path, monkeypatch, caplog):
+def test_a_failure_inside_the_fast_path_is_logged_once_and_training_goes_on(tmp_path, monkeypatch, caplog):
     """Making the backward records of Functional.linear fails: their backward entries are lost, reported once per
     API; their forward entries, every other entry and the training are as without the failure."""
     from msprobe.pytorch.dump.recorder import TorchDumpRecorder
@@ -309,7 +309,7 @@ def test_a_failure_inside_the_lane_is_logged_once_and_training_goes_on(tmp_path,
 
 
 def _fail_to_encode_dtypes(monkeypatch) -> None:
-    """The Python encoder, which the lane asks for a torch.dtype, fails on one."""
+    """The Python encoder, which the fast path asks for a torch.dtype, fails on one."""
     from msprobe.core.dump.values import ValueEncoder
 
     original = ValueEncoder.encode
@@ -327,7 +327,7 @@ def test_a_value_that_fails_to_encode_costs_its_entry_not_the_call(tmp_path, mon
     debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path))
     debugger.start()
     try:
-        assert debugger._hooks.lane is not None
+        assert debugger._hooks.fast_path is not None
         with torch.no_grad():
             wide = torch.full((2,), 1.0, dtype=torch.float64)  # the dtype goes the general way, which fails
             torch.ones(2).add_(1)
@@ -340,7 +340,7 @@ def test_a_value_that_fails_to_encode_costs_its_entry_not_the_call(tmp_path, mon
     assert "Tensor.add_.0.forward" in data and not any(name.startswith("Torch.full.") for name in data)
 
 
-def test_strict_raises_from_the_lane(tmp_path, monkeypatch):
+def test_strict_raises_from_the_fast_path(tmp_path, monkeypatch):
     from msprobe.core.dump.values import ValueEncoder
 
     def failing(self, value, suffix):
@@ -350,7 +350,7 @@ def test_strict_raises_from_the_lane(tmp_path, monkeypatch):
     debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path), strict=True)
     debugger.start()
     try:
-        assert debugger._hooks.lane is not None
+        assert debugger._hooks.fast_path is not None
         with torch.no_grad(), pytest.raises(ValueError, match="simulated failure"):
             torch.full((2,), 1.0, dtype=torch.float64)  # the dtype goes the general way, which fails
     finally:
@@ -373,12 +373,12 @@ def test_an_exception_of_the_call_itself_reaches_the_caller_unchanged(tmp_path):
     assert list(data) == ["Tensor.add_.1.forward"]  # the call that raised has no entry, but counts
 
 
-def _overflowing_steps(folder: Path, level: str, monkeypatch, with_lane: bool) -> tuple[dict, int]:
+def _overflowing_steps(folder: Path, level: str, monkeypatch, with_fast_path: bool) -> tuple[dict, int]:
     """Overflows of every kind the overflow check meets: forward and backward, in place, transposed, in float16,
     bfloat16 and float32; and calls whose inputs already hold inf, which are not overflows."""
     from msprobe.pytorch.dump.recorder import TorchDumpRecorder
 
-    monkeypatch.setattr(lane, "AVAILABLE", with_lane)
+    monkeypatch.setattr(fast_path, "AVAILABLE", with_fast_path)
     python_calls = []  # counted by a profile hook: a wrapper would be a frame in the stacks compared
     handler = TorchDumpRecorder.call_api.__code__
     sys.setprofile(lambda frame, event, arg: event == "call" and frame.f_code is handler and python_calls.append(1))
@@ -409,10 +409,10 @@ def _overflowing_steps(folder: Path, level: str, monkeypatch, with_lane: bool) -
 
 
 @pytest.mark.parametrize("level", ["L1", "mix"])
-def test_the_overflow_check_through_the_lane_keeps_what_the_python_way_keeps(tmp_path, monkeypatch, level):
+def test_the_overflow_check_through_the_fast_path_keeps_what_the_python_way_keeps(tmp_path, monkeypatch, level):
     runs = [_overflowing_steps(tmp_path / str(on), level, monkeypatch, on) for on in (True, False)]
     (fast, fast_python_calls), (slow, slow_python_calls) = runs
-    assert fast_python_calls == 0 and slow_python_calls > 0  # with the lane, no call took the Python handler
+    assert fast_python_calls == 0 and slow_python_calls > 0  # with the fast path, no call took the Python handler
     assert_same_dump(fast, slow)
     data = fast["step1/rank/dump.json"]["data"]
     kept = {"Torch.matmul.0.forward", "Tensor.sum.0.forward", "Tensor.mul_.0.forward", "Torch.exp.0.forward"}
@@ -420,11 +420,11 @@ def test_the_overflow_check_through_the_lane_keeps_what_the_python_way_keeps(tmp
     assert any(path.endswith(".pt") for path in fast)  # with the overflowing calls' tensors
 
 
-def _journal_mid_step(folder: Path, monkeypatch, with_lane: bool):
+def _journal_mid_step(folder: Path, monkeypatch, with_fast_path: bool):
     """The step's journal, replayed as a reader does after a crash, before the step's files are written."""
     from msprobe.core.dump.reader import read_dump as read_step
 
-    monkeypatch.setattr(lane, "AVAILABLE", with_lane)
+    monkeypatch.setattr(fast_path, "AVAILABLE", with_fast_path)
     torch.manual_seed(0)
     model = torch.nn.Linear(6, 3)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
@@ -443,15 +443,15 @@ def _journal_mid_step(folder: Path, monkeypatch, with_lane: bool):
 
 
 def test_the_journal_holds_what_the_python_way_journals(tmp_path, monkeypatch):
-    """A process killed mid-step leaves the journal: the lane's entries are in it as the Python path's are."""
+    """A process killed mid-step leaves the journal: the fast path's entries are in it as the Python path's are."""
     fast, slow = [_journal_mid_step(tmp_path / str(on), monkeypatch, on) for on in (True, False)]
     assert list(fast.data) == list(slow.data) and len(fast.data) > 20
     assert fast.data == slow.data and fast.stack == slow.stack and fast.construct == slow.construct
 
 
 @pytest.mark.parametrize("label", ["statistics L1", "statistics mix"])
-def test_the_lane_journals_through_core_s_c_write_and_without_it_the_same(tmp_path, monkeypatch, label):
-    """The lane hands each entry to msprobe-core's C add_journaled; the writer's Python add_journaled sees only
+def test_the_fast_path_journals_through_core_s_c_write_and_without_it_the_same(tmp_path, monkeypatch, label):
+    """The fast path hands each entry to msprobe-core's C add_journaled; the writer's Python add_journaled sees only
     what that leaves (the step's first entry, which opens the journal). Without the capsule, every entry goes to
     the Python, and the files are the same."""
     calls = []
@@ -465,7 +465,7 @@ def test_the_lane_journals_through_core_s_c_write_and_without_it_the_same(tmp_pa
     for with_c in (True, False):
         monkeypatch.setattr(DumpWriter, "add_journaled", counted)
         if not with_c:
-            monkeypatch.setattr(lane, "journal_c_api", lambda: None)
+            monkeypatch.setattr(fast_path, "journal_c_api", lambda: None)
         calls.clear()
         runs.append((_dump_mixed_net(tmp_path / str(with_c), CONFIGS[label], monkeypatch, True)[0], len(calls)))
     (fast, python_calls_with_c), (slow, python_calls_without) = runs
@@ -477,7 +477,7 @@ def test_the_lane_journals_through_core_s_c_write_and_without_it_the_same(tmp_pa
 
 
 def test_a_journal_that_fails_mid_step_is_reported_once_and_the_step_files_are_whole(tmp_path, monkeypatch, caplog):
-    """A full disk: the journal cannot grow; the lane's entries still reach dump.json, and training goes on.
+    """A full disk: the journal cannot grow; the fast path's entries still reach dump.json, and training goes on.
 
     A mapped journal writes into blocks reserved beforehand, so a full disk shows when it grows: here it starts
     with 2 KB, a few entries' worth, and every reservation beyond that fails.
@@ -517,12 +517,12 @@ def test_a_journal_that_fails_mid_step_is_reported_once_and_the_step_files_are_w
     assert data["Tensor.mul_.29.forward"]["output"][0]["Max"] == 0.5**30
 
 
-def test_every_attribute_the_lane_reads_exists_on_the_recorder_s_objects(tmp_path):
-    """_lane.INTERFACE names the recorder state the C code reads by name; a rename on the Python side must show
+def test_every_attribute_the_fast_path_reads_exists_on_the_recorder_s_objects(tmp_path):
+    """_fast_path.INTERFACE names the recorder state the C code reads by name; a rename on the Python side must show
     here (an overflow check, so that the overflow tracker is among the owners)."""
-    from msprobe.pytorch.dump import _lane
+    from msprobe.pytorch.dump import _fast_path
 
-    assert _lane.INTERFACE_VERSION == lane.INTERFACE_VERSION
+    assert _fast_path.INTERFACE_VERSION == fast_path.INTERFACE_VERSION
     config = {"task": "overflow_check", "dump_path": str(tmp_path), "level": "L1"}
     debugger = PrecisionDebugger(**config)
     debugger.start()
@@ -537,16 +537,16 @@ def test_every_attribute_the_lane_reads_exists_on_the_recorder_s_objects(tmp_pat
         "writer": collector.open_step(),
     }
     assert all(owner is not None for owner in owners.values())
-    assert lane.interface_problems(owners) == []
+    assert fast_path.interface_problems(owners) == []
     debugger.stop()
     debugger.step()
 
 
-def test_a_renamed_attribute_turns_the_lane_off_with_one_message(tmp_path, monkeypatch, caplog):
-    from msprobe.pytorch.dump import _lane
+def test_a_renamed_attribute_turns_the_fast_path_off_with_one_message(tmp_path, monkeypatch, caplog):
+    from msprobe.pytorch.dump import _fast_path
 
-    monkeypatch.setattr(_lane, "INTERFACE", {**_lane.INTERFACE, "collector": ("writer", "renamed_meanwhile")})
-    monkeypatch.setattr(lane, "_told_interface", False)
+    monkeypatch.setattr(_fast_path, "INTERFACE", {**_fast_path.INTERFACE, "collector": ("writer", "renamed_meanwhile")})
+    monkeypatch.setattr(fast_path, "_told_interface", False)
     count = LaneCount(monkeypatch)
     with caplog.at_level(logging.WARNING):
         train_mixed_net(lambda model: PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path)))
@@ -566,7 +566,7 @@ def test_md5_checksums_come_with_the_cached_statistics_and_are_the_bytes_crc32(t
                                                  "statistics": {"summary_mode": "md5"}}))  # fmt: skip
     debugger = PrecisionDebugger(config_path=str(tmp_path / "c.json"), model=model)
     debugger.start()
-    assert debugger._hooks.lane is not None and debugger._hooks.summarizer.quick_texts is not None
+    assert debugger._hooks.fast_path is not None and debugger._hooks.summarizer.quick_texts is not None
     model(x).sum().backward()
     debugger.stop()
     debugger.step()
@@ -578,12 +578,12 @@ def test_md5_checksums_come_with_the_cached_statistics_and_are_the_bytes_crc32(t
     assert list(entry["input_args"][0])[-2:] == ["requires_grad", "md5"]  # the reference's key order
 
 
-@pytest.mark.parametrize("with_lane", [True, False])
-def test_the_overflow_check_hands_only_nonfinite_gradients_to_python(tmp_path, monkeypatch, with_lane):
-    """The lane screens the gradients leaving each call's node in C; the recorder's hook sees only inf or nan."""
+@pytest.mark.parametrize("with_fast_path", [True, False])
+def test_the_overflow_check_hands_only_nonfinite_gradients_to_python(tmp_path, monkeypatch, with_fast_path):
+    """The fast path screens the gradients leaving each call's node in C; the recorder's hook sees only inf or nan."""
     from msprobe.pytorch.dump import call_record
 
-    monkeypatch.setattr(lane, "AVAILABLE", with_lane)
+    monkeypatch.setattr(fast_path, "AVAILABLE", with_fast_path)
     record_type = call_record.CallRecord
     seen = []
     original_hook = record_type._node_hook
@@ -605,14 +605,14 @@ def test_the_overflow_check_hands_only_nonfinite_gradients_to_python(tmp_path, m
     debugger.step()
     data = read_dump(tmp_path / "run" / "dump")["step0/rank/dump.json"]["data"]
     assert set(data) == {"Torch.sqrt.0.backward"}
-    if with_lane:
+    if with_fast_path:
         assert seen == ["Torch.sqrt.0.backward"]
     else:
         assert len(seen) > 3 and "Torch.sqrt.0.backward" in seen  # every call's node, finite or not
 
 
-def _handed_back_overflow(folder: Path, monkeypatch, with_lane: bool) -> dict:
-    monkeypatch.setattr(lane, "AVAILABLE", with_lane)
+def _handed_back_overflow(folder: Path, monkeypatch, with_fast_path: bool) -> dict:
+    monkeypatch.setattr(fast_path, "AVAILABLE", with_fast_path)
     config = {"task": "overflow_check", "level": "L1", "overflow_check": {"overflow_nums": -1}}
     debugger = PrecisionDebugger(**_config_args(folder, config))
     debugger.start()
@@ -674,19 +674,19 @@ def _dump_bytes(root: Path) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("limit", [3, 256])
 @pytest.mark.parametrize("label", ["statistics L1", "statistics mix", "md5 L1", "tensor L1"])
-def test_device_statistics_through_the_lane_are_the_python_ways_byte_for_byte(tmp_path, monkeypatch, label, limit):
-    """With the device path forced (CPU tensors measured and read back as on a GPU), the lane writes each entry
+def test_device_statistics_through_the_fast_path_are_the_python_ways_byte_for_byte(tmp_path, monkeypatch, label, limit):
+    """With the device path forced (CPU tensors measured and read back as on a GPU), the fast path writes each entry
     at once with tokens for the values still in the batch; filled in at read-back, the files are the Python
     way's byte for byte, including the inf/nan extremes, with the batch read back mid-call (limit 3) or not."""
     monkeypatch.setattr(device_batch, "FORCE_DEVICE_PATH", True)
     whole = device_batch.DeviceBatch
     monkeypatch.setattr(device_batch, "DeviceBatch", lambda: whole(limit))
     dumps, losses = [], []
-    for with_lane in (True, False):
-        folder = tmp_path / str(with_lane)
+    for with_fast_path in (True, False):
+        folder = tmp_path / str(with_fast_path)
         arguments = _config_args(folder, CONFIGS[label])
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(lane, "AVAILABLE", with_lane)
+            patch.setattr(fast_path, "AVAILABLE", with_fast_path)
             count = LaneCount(patch)
             made = []
 
@@ -695,8 +695,8 @@ def test_device_statistics_through_the_lane_are_the_python_ways_byte_for_byte(tm
                 return made[0]
 
             losses.append(_train_with_an_inf(make))
-            assert (made[0]._hooks.lane is not None) == with_lane
-            assert (count.python_entries == 0) == with_lane
+            assert (made[0]._hooks.fast_path is not None) == with_fast_path
+            assert (count.python_entries == 0) == with_fast_path
         dumps.append(_dump_bytes(folder / "dump"))
     assert dumps[0].keys() == dumps[1].keys()
     for name in dumps[0]:
@@ -716,7 +716,7 @@ def test_on_the_device_path_an_entry_given_up_lets_go_of_its_tokens(tmp_path, mo
     debugger = PrecisionDebugger(task="statistics", level="L1", dump_path=str(tmp_path))
     debugger.start()
     try:
-        assert debugger._hooks.lane is not None and debugger._hooks.summarizer.batch is not None
+        assert debugger._hooks.fast_path is not None and debugger._hooks.summarizer.batch is not None
         with torch.no_grad():
             base = torch.ones(3)
             torch.sum(base, dtype=torch.float64)  # the input's summary gets a token; the dtype keyword then fails
@@ -761,15 +761,15 @@ def test_a_value_orjson_refuses_beside_an_inf_tensor_keeps_its_extremes(monkeypa
 
 def test_an_inf_tensor_after_a_value_orjson_refuses_keeps_its_extremes(tmp_path, monkeypatch):
     """The integer first: the standard encoder meets the tensor's summary before anything read its batch, and
-    a read-back in the middle of a dict adds keys the encoder has passed. Through the lane and through the
+    a read-back in the middle of a dict adds keys the encoder has passed. Through the fast path and through the
     Python recorder, the entry is the same."""
     monkeypatch.setattr(device_batch, "FORCE_DEVICE_PATH", True)
     args = ({"": [-(2**63) - 1, torch.tensor([math.inf])]},)
-    by_lane = record_call(tmp_path / "lane", True, args, {}, None)
+    by_fast_path = record_call(tmp_path / "fast_path", True, args, {}, None)
     by_python = record_call(tmp_path / "python", False, args, {}, None)
-    found = by_lane["input_args"][0][""][1]
+    found = by_fast_path["input_args"][0][""][1]
     assert (found["Max_except_inf_nan"], found["Min_except_inf_nan"]) == (math.inf, math.inf)
-    assert json.dumps(by_lane) == json.dumps(by_python)
+    assert json.dumps(by_fast_path) == json.dumps(by_python)
     assert len(PLACEHOLDERS) == 0
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from msprobe.core import frontdoor
+from msprobe.core import backend_router
 from msprobe.core.backend import Backend
 from msprobe.core.errors import BackendError, UsageError
 from msprobe.core.hookspecs import hookimpl
@@ -67,45 +67,45 @@ def registry(*backends):
 
 
 def test_single_installed_backend_is_chosen():
-    assert frontdoor.select_backend(registry(AlphaBackend())).name == "alpha"
+    assert backend_router.select_backend(registry(AlphaBackend())).name == "alpha"
 
 
 def test_unavailable_backends_do_not_count_as_the_single_one():
-    assert frontdoor.select_backend(registry(AlphaBackend(), BrokenBackend())).name == "alpha"
+    assert backend_router.select_backend(registry(AlphaBackend(), BrokenBackend())).name == "alpha"
     with pytest.raises(BackendError, match="no installed backend can run.*no_such_framework_module is not installed"):
-        frontdoor.select_backend(registry(BrokenBackend()))
+        backend_router.select_backend(registry(BrokenBackend()))
 
 
 def test_config_framework_wins_and_aliases_work():
     both = registry(AlphaBackend(), BetaBackend())
-    assert frontdoor.select_backend(both, framework="b").name == "beta"
+    assert backend_router.select_backend(both, framework="b").name == "beta"
 
 
 def test_model_picks_its_backend():
     both = registry(AlphaBackend(), BetaBackend())
-    assert frontdoor.select_backend(both, model=BetaModel()).name == "beta"
+    assert backend_router.select_backend(both, model=BetaModel()).name == "beta"
     with pytest.raises(BackendError, match="no installed backend owns a model of type str"):
-        frontdoor.select_backend(both, model="not a model")
+        backend_router.select_backend(both, model="not a model")
 
 
 def test_ambiguity_and_absence_are_clear_errors():
     with pytest.raises(BackendError, match="several backends are installed \\(alpha, beta\\)"):
-        frontdoor.select_backend(registry(AlphaBackend(), BetaBackend()))
+        backend_router.select_backend(registry(AlphaBackend(), BetaBackend()))
     with pytest.raises(BackendError, match="no backend is installed: pip install msprobe-torch"):
-        frontdoor.select_backend(registry())
+        backend_router.select_backend(registry())
     with pytest.raises(BackendError, match="pip install msprobe-torch"):
-        frontdoor.select_backend(registry(AlphaBackend()), framework="pytorch")
+        backend_router.select_backend(registry(AlphaBackend()), framework="pytorch")
     with pytest.raises(BackendError, match="'gamma' is installed but cannot run"):
-        frontdoor.select_backend(registry(BrokenBackend()), framework="gamma")
+        backend_router.select_backend(registry(BrokenBackend()), framework="gamma")
 
 
 def test_precision_debugger_routes_and_forwards(monkeypatch, tmp_path):
     reg = registry(AlphaBackend(), BetaBackend())
-    monkeypatch.setattr(frontdoor, "get_registry", lambda: reg)
+    monkeypatch.setattr(backend_router, "get_registry", lambda: reg)
     config = tmp_path / "c.json"
     config.write_text(f'{{"dump_path": "{tmp_path}", "framework": "alpha", "level": "L0"}}')
     model = AlphaModel()
-    debugger = frontdoor.PrecisionDebugger(config_path=str(config), model=model)
+    debugger = backend_router.PrecisionDebugger(config_path=str(config), model=model)
     assert debugger.framework == "alpha"
     assert isinstance(debugger.debugger, RecordingDebugger)
     assert debugger.debugger.model is model and debugger.config.level == "L0"
@@ -185,14 +185,14 @@ def test_level_l2_is_refused_with_a_reason(tmp_path):
 def test_the_front_door_takes_what_the_framework_debuggers_take():
     import inspect
 
-    door = inspect.signature(frontdoor.PrecisionDebugger.__init__).parameters
+    door = inspect.signature(backend_router.PrecisionDebugger.__init__).parameters
     base = inspect.signature(BaseDebugger.__init__).parameters
     assert [name for name in door if name != "framework"] == list(base)
     for name, parameter in base.items():
         assert door[name].default == parameter.default, name
     methods = ("start", "stop", "step", "save", "finish", "flush", "forward_backward_dump_end", "grad_probe", "monitor")
     for method in methods:
-        ours = inspect.signature(getattr(frontdoor.PrecisionDebugger, method)).parameters
+        ours = inspect.signature(getattr(backend_router.PrecisionDebugger, method)).parameters
         theirs = inspect.signature(getattr(BaseDebugger.__dict__[method], "function", BaseDebugger.__dict__[method]))
         theirs = theirs.parameters
         assert list(ours) == list(theirs), method
@@ -204,13 +204,13 @@ def test_the_config_file_is_read_and_checked_once(monkeypatch, tmp_path):
     from msprobe.core import config as config_module
 
     reg = registry(AlphaBackend(), BetaBackend())
-    monkeypatch.setattr(frontdoor, "get_registry", lambda: reg)
+    monkeypatch.setattr(backend_router, "get_registry", lambda: reg)
     reads = []
     real_read = config_module.read_config_file
     monkeypatch.setattr(config_module, "read_config_file", lambda path: reads.append(path) or real_read(path))
     config = tmp_path / "c.json"
     config.write_text(f'{{"dump_path": "{tmp_path}", "framework": "alpha", "level": "L0"}}')
-    debugger = frontdoor.PrecisionDebugger(config_path=str(config), model=AlphaModel(), step=[0, 2])
+    debugger = backend_router.PrecisionDebugger(config_path=str(config), model=AlphaModel(), step=[0, 2])
     assert reads == [str(config)]
     assert debugger.debugger.config.step == [0, 2] and debugger.debugger.config.level == "L0"
     RecordingDebugger(config_path=str(config), model=AlphaModel())
@@ -219,10 +219,10 @@ def test_the_config_file_is_read_and_checked_once(monkeypatch, tmp_path):
 
 def test_strict_and_the_steps_loss_reach_the_framework_debugger(monkeypatch, tmp_path):
     reg = registry(AlphaBackend(), BetaBackend())
-    monkeypatch.setattr(frontdoor, "get_registry", lambda: reg)
+    monkeypatch.setattr(backend_router, "get_registry", lambda: reg)
     seen = []
     monkeypatch.setattr(RecordingDebugger, "_call_hooks", lambda self, method, *args: seen.append((method, args)))
-    debugger = frontdoor.PrecisionDebugger(dump_path=str(tmp_path), framework="alpha", strict=True, level="L1")
+    debugger = backend_router.PrecisionDebugger(dump_path=str(tmp_path), framework="alpha", strict=True, level="L1")
     assert debugger.debugger.config.strict is True and RecordingDebugger.created[-1]["strict"] is True
     debugger.step(loss=2.5)
     assert ("observe_loss", (2.5,)) in seen and debugger.debugger.current_step == 1
@@ -230,8 +230,8 @@ def test_strict_and_the_steps_loss_reach_the_framework_debugger(monkeypatch, tmp
 
 def test_task_run_ut_in_a_training_job_says_what_runs_it(monkeypatch, tmp_path):
     reg = registry(AlphaBackend(), BetaBackend())
-    monkeypatch.setattr(frontdoor, "get_registry", lambda: reg)
+    monkeypatch.setattr(backend_router, "get_registry", lambda: reg)
     monkeypatch.setattr("msprobe.core.plugins.get_registry", lambda: reg)
-    debugger = frontdoor.PrecisionDebugger(dump_path=str(tmp_path), framework="alpha", task="run_ut", level="L1")
+    debugger = backend_router.PrecisionDebugger(dump_path=str(tmp_path), framework="alpha", task="run_ut", level="L1")
     with pytest.raises(UsageError, match=r"task 'run_ut' is not run by start\(\) and stop\(\): .*msprobe run_ut"):
         debugger.start()

@@ -1,5 +1,5 @@
-/* Part of _lane.c, which includes it: the call itself: the API wrappers'
- * handler, its backward screen and the Lane type.
+/* Part of _fast_path.c, which includes it: the call itself: the API wrappers'
+ * handler, its backward screen and the FastPath type.
  * (One translation unit: the per-call helpers stay static and inline across the parts.) */
 
 /* The overflow check's hook on a call's autograd node: the gradients leaving it are screened here, and only
@@ -9,41 +9,41 @@
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
-    Lane *lane;
+    FastPath *path;
     PyObject *hook;      /* hook(grad_inputs, grad_outputs), the recorder's; NULL until late_args make it */
-    PyObject *late_args; /* (name, backward_name, parent) for the lane's late_backward, or NULL */
+    PyObject *late_args; /* (name, backward_name, parent) for the fast path's late_backward, or NULL */
 } ScreenFirst;
 
 static PyObject *screen_first_vectorcall(ScreenFirst *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames) {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    Lane *lane = self->lane;
+    FastPath *path = self->path;
     if (nargs != 2 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames))) {
         PyErr_SetString(PyExc_TypeError, "an autograd node hook takes (grad_inputs, grad_outputs)");
         return NULL;
     }
-    PyObject *busy = PyObject_GetAttr(lane->state, s_busy);
-    int found = busy != NULL && set_busy(lane, Py_True) == 0 ? any_nonfinite(lane, argv[0], 0) : -1;
-    if (busy != NULL && set_busy(lane, busy) < 0) found = -1;
+    PyObject *busy = PyObject_GetAttr(path->state, s_busy);
+    int found = busy != NULL && set_busy(path, Py_True) == 0 ? any_nonfinite(path, argv[0], 0) : -1;
+    if (busy != NULL && set_busy(path, busy) < 0) found = -1;
     Py_XDECREF(busy);
     if (found == 0) Py_RETURN_NONE;
     if (found < 0) { /* whatever it was, the recorder's hook meets it too and reports it */
         if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL;
         PyErr_Clear();
     }
-    if (self->hook == NULL && (self->hook = PyObject_Call(lane->late_backward, self->late_args, NULL)) == NULL)
+    if (self->hook == NULL && (self->hook = PyObject_Call(path->late_backward, self->late_args, NULL)) == NULL)
         return NULL;
     return PyObject_Vectorcall(self->hook, argv, nargsf, NULL);
 }
 
 static int screen_first_traverse(ScreenFirst *self, visitproc visit, void *arg) {
-    Py_VISIT(self->lane);
+    Py_VISIT(self->path);
     Py_VISIT(self->hook);
     Py_VISIT(self->late_args);
     return 0;
 }
 
 static int screen_first_clear(ScreenFirst *self) {
-    Py_CLEAR(self->lane);
+    Py_CLEAR(self->path);
     Py_CLEAR(self->hook);
     Py_CLEAR(self->late_args);
     return 0;
@@ -56,7 +56,7 @@ static void screen_first_dealloc(ScreenFirst *self) {
 }
 
 static PyTypeObject ScreenFirstType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprobe.pytorch.dump._lane.ScreenFirst",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprobe.pytorch.dump._fast_path.ScreenFirst",
     .tp_basicsize = sizeof(ScreenFirst),
     .tp_dealloc = (destructor)screen_first_dealloc,
     .tp_vectorcall_offset = offsetof(ScreenFirst, vectorcall),
@@ -67,11 +67,11 @@ static PyTypeObject ScreenFirstType = {
     .tp_doc = "An autograd node hook that calls the recorder's only for gradients holding inf or nan.",
 };
 
-static PyObject *screen_first_new(Lane *lane, PyObject *hook, PyObject *late_args) {
+static PyObject *screen_first_new(FastPath *path, PyObject *hook, PyObject *late_args) {
     ScreenFirst *made = PyObject_GC_New(ScreenFirst, &ScreenFirstType);
     if (made == NULL) return NULL;
     made->vectorcall = (vectorcallfunc)screen_first_vectorcall;
-    made->lane = (Lane *)Py_NewRef(lane);
+    made->path = (FastPath *)Py_NewRef(path);
     made->hook = Py_XNewRef(hook);
     made->late_args = Py_XNewRef(late_args);
     PyObject_GC_Track(made);
@@ -81,7 +81,7 @@ static PyObject *screen_first_new(Lane *lane, PyObject *hook, PyObject *late_arg
 /* The node that made one of the call's output tensors in this call, as grad_taps.output_node finds it: a new
  * reference, or NULL with *handed_back set when that node belonged to an input before (the call handed an input
  * back), or NULL with neither (no output has a node) or with an error set. */
-static PyObject *output_node(Lane *self, PyObject *output, PyObject *before, int *handed_back) {
+static PyObject *output_node(FastPath *self, PyObject *output, PyObject *before, int *handed_back) {
     *handed_back = 0;
     PyObject *single[1] = {output}, **items = single;
     Py_ssize_t count = 1;
@@ -108,7 +108,7 @@ static PyObject *output_node(Lane *self, PyObject *output, PyObject *before, int
 /* The overflow check's watch on a call's backward, in C: the node that made its output gets a ScreenFirst whose
  * recorder hook is made only if the leaving gradients hold inf or nan.  An output handed back as it came in goes
  * to the recorder's watch.  A new reference (None) or NULL. */
-static PyObject *screen_backward(Lane *self, PyObject *key, long long index, PyObject *name, PyObject *grad_inputs,
+static PyObject *screen_backward(FastPath *self, PyObject *key, long long index, PyObject *name, PyObject *grad_inputs,
                                  PyObject *output, PyObject *nodes_before) {
     PyObject *before = nodes_before != NULL ? Py_NewRef(nodes_before) : PyObject_CallOneArg(self->nodes_of, grad_inputs);
     if (before == NULL) return NULL;
@@ -144,7 +144,7 @@ static PyObject *screen_backward(Lane *self, PyObject *key, long long index, PyO
  * without the tool lock, taken again after when the entry is kept.  A failure to note costs the entry (*keep 0),
  * not the call.  Returns the output, or NULL for the call's own error or an error of ours that is no Exception
  * (report_failure's -1); *held says whether the lock is held. */
-static PyObject *run_original(Lane *self, PyObject *original, PyObject *key, PyObject *args, PyObject *kwargs,
+static PyObject *run_original(FastPath *self, PyObject *original, PyObject *key, PyObject *args, PyObject *kwargs,
                               PyObject *name, PyObject *grad_inputs, int in_place, int *keep, int *held,
                               PyObject **nodes_before) {
     if (in_place > 0 && self->log != Py_None && note_overwritten(self, key, args, kwargs) < 0) {
@@ -172,7 +172,7 @@ static PyObject *run_original(Lane *self, PyObject *original, PyObject *key, PyO
 
 /* The overflow check's call: inputs screened before an in-place call (which changes them), outputs after; a call
  * whose outputs hold inf or nan is the recorder's to decide on and write.  No entry otherwise. */
-static PyObject *lane_screen_call(Lane *self, PyObject *original, PyObject *key, PyObject *args, PyObject *kwargs,
+static PyObject *fast_path_screen_call(FastPath *self, PyObject *original, PyObject *key, PyObject *args, PyObject *kwargs,
                                   PyObject *grad_inputs) {
     PyObject *name = NULL, *output = NULL, *nodes_before = NULL;
     if (set_busy(self, Py_True) < 0) return NULL;
@@ -242,9 +242,9 @@ static int shows_nonfinite(const char *text, Py_ssize_t len) {
     return 0;
 }
 
-/* handoff(name, entry_text, args, kwargs, stack, parent): 1 when it wrote the entry, 0 when the lane writes it,
+/* handoff(name, entry_text, args, kwargs, stack, parent): 1 when it wrote the entry, 0 when the fast path writes it,
  * -1 on an error (set). */
-static int hand_off(Lane *self, PyObject *name, Text *entry, PyObject *args, PyObject *kwargs, PyObject *stack,
+static int hand_off(FastPath *self, PyObject *name, Text *entry, PyObject *args, PyObject *kwargs, PyObject *stack,
                     PyObject *parent) {
     PyObject *text = PyUnicode_DecodeUTF8(entry->data, entry->len, NULL);
     if (text == NULL) return -1;
@@ -257,7 +257,7 @@ static int hand_off(Lane *self, PyObject *name, Text *entry, PyObject *args, PyO
     return handed;
 }
 
-static PyObject *lane_record_call(Lane *self, PyObject *original, PyObject *key, PyObject *args, PyObject *kwargs,
+static PyObject *fast_path_record_call(FastPath *self, PyObject *original, PyObject *key, PyObject *args, PyObject *kwargs,
                                   PyObject *grad_inputs) {
     PyObject *name = NULL, *output = NULL, *nodes_before = NULL;
     Text entry;
@@ -314,15 +314,15 @@ leave:
     return output;
 }
 
-static PyObject *lane_vectorcall(Lane *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames) {
+static PyObject *fast_path_vectorcall(FastPath *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames) {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (nargs != 4 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) || !PyTuple_Check(argv[2]) ||
         !PyDict_Check(argv[3]) || !PyUnicode_Check(argv[1])) {
-        PyErr_SetString(PyExc_TypeError, "lane(original, key, args: tuple, kwargs: dict)");
+        PyErr_SetString(PyExc_TypeError, "fast_path(original, key, args: tuple, kwargs: dict)");
         return NULL;
     }
     PyObject *grad_inputs;
-    int takes = lane_takes(self, argv[2], argv[3], &grad_inputs);
+    int takes = fast_path_takes(self, argv[2], argv[3], &grad_inputs);
     if (takes < 0) {
         if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL;
         PyErr_Clear(); /* whatever it was, the recorder's own path meets it and reports it */
@@ -330,8 +330,8 @@ static PyObject *lane_vectorcall(Lane *self, PyObject *const *argv, size_t nargs
     }
     if (!takes) return PyObject_Vectorcall(self->slow, argv, 4, NULL);
     PyObject *output = self->overflow != Py_None
-                           ? lane_screen_call(self, argv[0], argv[1], argv[2], argv[3], grad_inputs)
-                           : lane_record_call(self, argv[0], argv[1], argv[2], argv[3], grad_inputs);
+                           ? fast_path_screen_call(self, argv[0], argv[1], argv[2], argv[3], grad_inputs)
+                           : fast_path_record_call(self, argv[0], argv[1], argv[2], argv[3], grad_inputs);
     Py_XDECREF(grad_inputs);
     return output;
 }
@@ -339,7 +339,7 @@ static PyObject *lane_vectorcall(Lane *self, PyObject *const *argv, size_t nargs
 /* backward_entry(name, arriving, leaving, parent): a backward entry as DumpCollector.backward writes it, for a
  * record the recorder's hooks completed: the gradients arriving at the outputs ("input") and those leaving
  * towards the inputs ("output"), lists. */
-static PyObject *lane_backward_entry(Lane *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *fast_path_backward_entry(FastPath *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4 || !PyUnicode_Check(args[0]) || !PyList_Check(args[1]) || !PyList_Check(args[2])) {
         PyErr_SetString(PyExc_TypeError, "backward_entry(name: str, arriving: list, leaving: list, parent)");
         return NULL;
@@ -368,7 +368,7 @@ static PyObject *lane_backward_entry(Lane *self, PyObject *const *args, Py_ssize
 
 /* inputs_text(name, args, kwargs) -> '"input_args":[...],"input_kwargs":{...}': a module's inputs as they are
  * when its forward starts (its forward may change them), for module_entry. */
-static PyObject *lane_inputs_text(Lane *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *fast_path_inputs_text(FastPath *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3 || !PyUnicode_Check(args[0]) || !PyTuple_Check(args[1]) || !PyDict_Check(args[2])) {
         PyErr_SetString(PyExc_TypeError, "inputs_text(name: str, args: tuple, kwargs: dict)");
         return NULL;
@@ -387,7 +387,7 @@ static PyObject *lane_inputs_text(Lane *self, PyObject *const *args, Py_ssize_t 
 
 /* module_entry(name, inputs_text, output, parameters, stack, parent, recompute): a module's forward entry as
  * DumpCollector.forward writes it: inputs, output, parameters (a dict), is_recompute, in that order. */
-static PyObject *lane_module_entry(Lane *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *fast_path_module_entry(FastPath *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 7 || !PyUnicode_Check(args[0]) || !PyUnicode_Check(args[1]) || !PyDict_Check(args[3])) {
         PyErr_SetString(PyExc_TypeError,
                         "module_entry(name, inputs_text: str, output, parameters: dict, stack, parent, recompute)");
@@ -425,7 +425,7 @@ static PyObject *lane_module_entry(Lane *self, PyObject *const *args, Py_ssize_t
 }
 
 /* grads_entry(name, grads): a module's parameters_grad entry as DumpCollector.parameters_grad writes it. */
-static PyObject *lane_grads_entry(Lane *self, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *fast_path_grads_entry(FastPath *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2 || !PyUnicode_Check(args[0]) || !PyDict_Check(args[1])) {
         PyErr_SetString(PyExc_TypeError, "grads_entry(name: str, grads: dict)");
         return NULL;
@@ -458,39 +458,39 @@ static PyObject *lane_grads_entry(Lane *self, PyObject *const *args, Py_ssize_t 
 }
 
 /* screen_first(hook): the overflow check's node hook around the recorder's (see ScreenFirst). */
-static PyObject *lane_screen_first(Lane *self, PyObject *hook) {
+static PyObject *fast_path_screen_first(FastPath *self, PyObject *hook) {
     if (self->overflow == Py_None) {
-        PyErr_SetString(PyExc_ValueError, "screen_first serves the overflow check's lane only");
+        PyErr_SetString(PyExc_ValueError, "screen_first serves the overflow check's fast path only");
         return NULL;
     }
     return screen_first_new(self, hook, NULL);
 }
 
-static PyMethodDef lane_methods[] = {
-    {"backward_entry", (PyCFunction)(void (*)(void))lane_backward_entry, METH_FASTCALL,
+static PyMethodDef fast_path_methods[] = {
+    {"backward_entry", (PyCFunction)(void (*)(void))fast_path_backward_entry, METH_FASTCALL,
      "backward_entry(name, arriving, leaving, parent): write a call's backward entry."},
-    {"inputs_text", (PyCFunction)(void (*)(void))lane_inputs_text, METH_FASTCALL,
+    {"inputs_text", (PyCFunction)(void (*)(void))fast_path_inputs_text, METH_FASTCALL,
      "inputs_text(name, args, kwargs): a module's inputs as the JSON its entry starts with."},
-    {"module_entry", (PyCFunction)(void (*)(void))lane_module_entry, METH_FASTCALL,
+    {"module_entry", (PyCFunction)(void (*)(void))fast_path_module_entry, METH_FASTCALL,
      "module_entry(name, inputs_text, output, parameters, stack, parent, recompute): write a module's forward entry."},
-    {"grads_entry", (PyCFunction)(void (*)(void))lane_grads_entry, METH_FASTCALL,
+    {"grads_entry", (PyCFunction)(void (*)(void))fast_path_grads_entry, METH_FASTCALL,
      "grads_entry(name, grads): write a module's parameters_grad entry."},
-    {"screen_first", (PyCFunction)lane_screen_first, METH_O,
+    {"screen_first", (PyCFunction)fast_path_screen_first, METH_O,
      "screen_first(hook): an autograd node hook that calls hook only for gradients holding inf or nan."},
     {NULL, NULL, 0, NULL},
 };
 
-static PyTypeObject LaneType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprobe.pytorch.dump._lane.Lane",
-    .tp_basicsize = sizeof(Lane),
-    .tp_dealloc = (destructor)lane_dealloc,
-    .tp_vectorcall_offset = offsetof(Lane, vectorcall),
+static PyTypeObject FastPathType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprobe.pytorch.dump._fast_path.FastPath",
+    .tp_basicsize = sizeof(FastPath),
+    .tp_dealloc = (destructor)fast_path_dealloc,
+    .tp_vectorcall_offset = offsetof(FastPath, vectorcall),
     .tp_call = PyVectorcall_Call,
-    .tp_traverse = (traverseproc)lane_traverse,
-    .tp_clear = (inquiry)lane_clear_refs,
+    .tp_traverse = (traverseproc)fast_path_traverse,
+    .tp_clear = (inquiry)fast_path_clear_refs,
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "The API wrappers' handler (see the module's comment).",
-    .tp_init = (initproc)lane_init,
-    .tp_methods = lane_methods,
+    .tp_init = (initproc)fast_path_init,
+    .tp_methods = fast_path_methods,
     .tp_new = PyType_GenericNew,
 };

@@ -9,7 +9,7 @@ import pytest
 
 from msprobe.core.config import validate_config_dict
 from msprobe.core.errors import ConfigError, UsageError
-from msprobe.core.recording.cuts import KvCacheTensors, TensorCut, find_request, reaches_kv_cache, tensor_cut
+from msprobe.core.recording.tensor_cuts import KvCacheTensors, TensorCut, find_request, reaches_kv_cache, tensor_cut
 
 
 def test_rows_of_a_flat_token_dimension_and_of_one_row_per_request():

@@ -1,4 +1,4 @@
-/* Part of _lane.c, which includes it: Cached and Summaries, the statistics
+/* Part of _fast_path.c, which includes it: Cached and Summaries, the statistics
  * of plain CPU float tensors kept as JSON text while they hold.
  * (One translation unit: the per-call helpers stay static and inline across the parts.) */
 
@@ -31,7 +31,7 @@ static void cached_dealloc(Cached *self) {
 }
 
 static PyTypeObject CachedType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprobe.pytorch.dump._lane.Cached",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprobe.pytorch.dump._fast_path.Cached",
     .tp_basicsize = sizeof(Cached),
     .tp_dealloc = (destructor)cached_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -495,7 +495,7 @@ static PyMethodDef summaries_methods[] = {
 };
 
 static PyTypeObject SummariesType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprobe.pytorch.dump._lane.Summaries",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "msprobe.pytorch.dump._fast_path.Summaries",
     .tp_basicsize = sizeof(Summaries),
     .tp_dealloc = (destructor)summaries_dealloc,
     .tp_traverse = (traverseproc)summaries_traverse,

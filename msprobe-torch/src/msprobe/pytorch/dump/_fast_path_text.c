@@ -1,4 +1,4 @@
-/* Part of _lane.c, which includes it: A growing UTF-8 buffer for an entry's text, and the JSON it writes.
+/* Part of _fast_path.c, which includes it: A growing UTF-8 buffer for an entry's text, and the JSON it writes.
  * (One translation unit: the per-call helpers stay static and inline across the parts.) */
 
 /* ------------------------------------------------------------------------------------------------------------ */

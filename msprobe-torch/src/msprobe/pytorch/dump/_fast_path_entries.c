@@ -1,8 +1,8 @@
-/* Part of _lane.c, which includes it: The Lane type's state, and how one call's entry is encoded and written.
+/* Part of _fast_path.c, which includes it: The FastPath type's state, and how one call's entry is encoded and written.
  * (One translation unit: the per-call helpers stay static and inline across the parts.) */
 
 /* ------------------------------------------------------------------------------------------------------------ */
-/* Lane                                                                                                         */
+/* FastPath                                                                                                         */
 
 typedef struct {
     PyObject_HEAD
@@ -47,19 +47,19 @@ typedef struct {
      * threads recording at once (backward hooks on a device's threads) keep its state whole; or None */
     PyObject *lock;
     /* device tensors' summaries, their statistics waiting in the batch (a token in the text until it is read back,
-     * see msprobe.core.dump.waiting): a Summaries made with measure and rest; NULL: none */
+     * see msprobe.core.dump.pending_values): a Summaries made with measure and rest; NULL: none */
     Summaries *waiting;
     PyObject *drop; /* drop(text): forget the values of the tokens in an entry that was not recorded; or None */
-} Lane;
+} FastPath;
 
 #define LANE_OBJECTS(X)                                                                                            \
     X(log) X(slow) X(state) X(counts) X(in_place_keys) X(classify) X(grad_enabled) X(graph_task_id) X(module_stack) \
         X(no_parent) X(stack) X(collector) X(encode_value) X(encode_outputs) X(overwritten) X(report) X(watch)     \
             X(overflow) X(overflowed) X(nonfinite) X(screen_kinds) X(nodes_of) X(handoff) X(late_backward) X(lock) X(drop)
 
-static PyObject *lane_vectorcall(Lane *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames);
+static PyObject *fast_path_vectorcall(FastPath *self, PyObject *const *argv, size_t nargsf, PyObject *kwnames);
 
-static int lane_init(Lane *self, PyObject *args, PyObject *kwargs) {
+static int fast_path_init(FastPath *self, PyObject *args, PyObject *kwargs) {
     static char *names[] = {"summaries", "with_values", "log", "tensor_type", "slow", "state", "counts", "classify",
                             "grad_enabled", "graph_task_id", "module_stack", "no_parent", "stack", "collector",
                             "encode_value", "encode_outputs", "overwritten", "report", "watch", "backward",
@@ -109,7 +109,7 @@ static int lane_init(Lane *self, PyObject *args, PyObject *kwargs) {
         PyErr_SetString(PyExc_TypeError, "module_stack must be a list or None");
         return -1;
     }
-    self->vectorcall = (vectorcallfunc)lane_vectorcall;
+    self->vectorcall = (vectorcallfunc)fast_path_vectorcall;
     self->with_values = with_values;
     self->backward = backward;
     Py_XSETREF(self->summaries, summaries == Py_None ? NULL : (Summaries *)Py_NewRef(summaries));
@@ -147,7 +147,7 @@ static int lane_init(Lane *self, PyObject *args, PyObject *kwargs) {
     return 0;
 }
 
-static int lane_traverse(Lane *self, visitproc visit, void *arg) {
+static int fast_path_traverse(FastPath *self, visitproc visit, void *arg) {
 #define VISIT(field) Py_VISIT(self->field);
     LANE_OBJECTS(VISIT)
 #undef VISIT
@@ -156,7 +156,7 @@ static int lane_traverse(Lane *self, visitproc visit, void *arg) {
     return 0;
 }
 
-static int lane_clear_refs(Lane *self) {
+static int fast_path_clear_refs(FastPath *self) {
 #define CLEAR(field) Py_CLEAR(self->field);
     LANE_OBJECTS(CLEAR)
 #undef CLEAR
@@ -167,15 +167,15 @@ static int lane_clear_refs(Lane *self) {
     return 0;
 }
 
-static void lane_dealloc(Lane *self) {
+static void fast_path_dealloc(FastPath *self) {
     PyObject_GC_UnTrack(self);
-    lane_clear_refs(self);
+    fast_path_clear_refs(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 /* An entry that will not be recorded (a value failed to encode, the writer refused it): the values its tokens
  * stand for are let go of, so that nothing waits for them.  Keeps any error that is set. */
-static void forget_tokens(Lane *self, Text *entry) {
+static void forget_tokens(FastPath *self, Text *entry) {
     if (self->drop == Py_None || memchr(entry->data, '\x01', (size_t)entry->len) == NULL) return;
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback);
@@ -204,7 +204,7 @@ static PyObject *suffix_of(Where *where, PyObject *leaf) {
 }
 
 /* The general way for one value: the Python encoder's text. */
-static int encode_generally(Lane *self, Text *out, PyObject *value, Where *where, PyObject *leaf) {
+static int encode_generally(FastPath *self, Text *out, PyObject *value, Where *where, PyObject *leaf) {
     PyObject *suffix = suffix_of(where, leaf);
     if (suffix == NULL) return -1;
     PyObject *text = PyObject_CallFunctionObjArgs(self->encode_value, value, suffix, NULL);
@@ -216,9 +216,9 @@ static int encode_generally(Lane *self, Text *out, PyObject *value, Where *where
     return status;
 }
 
-static int encode_value(Lane *self, Text *out, PyObject *value, Where *where, PyObject *leaf);
+static int encode_value(FastPath *self, Text *out, PyObject *value, Where *where, PyObject *leaf);
 
-static int encode_items(Lane *self, Text *out, PyObject *sequence, Where *where) {
+static int encode_items(FastPath *self, Text *out, PyObject *sequence, Where *where) {
     Py_ssize_t n = PySequence_Fast_GET_SIZE(sequence);
     PyObject **items = PySequence_Fast_ITEMS(sequence);
     if (TEXT_ADD(out, "[") < 0) return -1;
@@ -233,7 +233,7 @@ static int encode_items(Lane *self, Text *out, PyObject *sequence, Where *where)
 }
 
 /* As ValueEncoder.encode (msprobe/core/dump/values.py) for the usual values; anything else the general way. */
-static int encode_value(Lane *self, Text *out, PyObject *value, Where *where, PyObject *leaf) {
+static int encode_value(FastPath *self, Text *out, PyObject *value, Where *where, PyObject *leaf) {
     if (PyObject_TypeCheck(value, self->tensor_type)) {
         if (self->summaries != NULL) {
             int done = summary_into(self->summaries, value, out);
@@ -282,7 +282,7 @@ static int encode_value(Lane *self, Text *out, PyObject *value, Where *where, Py
 }
 
 /* As ValueEncoder.encode_outputs: always a list. */
-static int encode_outputs(Lane *self, Text *out, PyObject *output, PyObject *name) {
+static int encode_outputs(FastPath *self, Text *out, PyObject *output, PyObject *name) {
     Where where = {name, "output", NULL};
     int status;
     if (PyList_CheckExact(output) || PyTuple_CheckExact(output)) {
@@ -306,7 +306,7 @@ static int encode_outputs(Lane *self, Text *out, PyObject *output, PyObject *nam
 }
 
 /* Keyword tensors' files are "{name}.kwargs.{key}", as the reference names them. */
-static int encode_inputs(Lane *self, Text *out, PyObject *args, PyObject *kwargs, PyObject *name) {
+static int encode_inputs(FastPath *self, Text *out, PyObject *args, PyObject *kwargs, PyObject *name) {
     Where where = {name, "input", NULL}, keywords = {name, "kwargs", NULL};
     int status = TEXT_ADD(out, "{\"input_args\":") < 0 || encode_items(self, out, args, &where) < 0 ||
                          TEXT_ADD(out, ",\"input_kwargs\":{") < 0
@@ -323,7 +323,7 @@ static int encode_inputs(Lane *self, Text *out, PyObject *args, PyObject *kwargs
 
 /* The tensors needing a gradient among the values, each once, in grad_taps.tensors_requiring_grad's order:
  * ``found`` maps id(tensor) to the tensor. */
-static int collect_grad_inputs(Lane *self, PyObject *value, PyObject *found, int depth) {
+static int collect_grad_inputs(FastPath *self, PyObject *value, PyObject *found, int depth) {
     if (PyObject_TypeCheck(value, self->tensor_type)) {
         PyObject *flag = ATTRIBUTE(value, requires_grad);
         if (flag == NULL) return -1;
@@ -354,7 +354,7 @@ static int collect_grad_inputs(Lane *self, PyObject *value, PyObject *found, int
 }
 
 /* Whether the call writes in place: by its name (asked once per key), or out= / inplace=True. */
-static int writes_in_place(Lane *self, PyObject *key, PyObject *kwargs) {
+static int writes_in_place(FastPath *self, PyObject *key, PyObject *kwargs) {
     if (PyDict_GET_SIZE(kwargs)) {
         if (PyDict_GetItemWithError(kwargs, s_out) != NULL) return 1;
         if (PyErr_Occurred()) return -1;
@@ -372,7 +372,7 @@ static int writes_in_place(Lane *self, PyObject *key, PyObject *kwargs) {
     return in_place;
 }
 
-static int note_writes_in(Lane *self, PyObject *value) {
+static int note_writes_in(FastPath *self, PyObject *value) {
     if (PyObject_TypeCheck(value, self->tensor_type)) return note_write(self->log, value);
     if (PyList_Check(value) || PyTuple_Check(value)) { /* one level, as grad_taps.output_tensors */
         Py_ssize_t n = PySequence_Fast_GET_SIZE(value);
@@ -385,7 +385,7 @@ static int note_writes_in(Lane *self, PyObject *value) {
 
 /* As the recorder's _overwritten: out=, else the first argument; collectives and torch's private
  * multi-tensor functions (any of their tensors) are asked of the recorder. */
-static int note_overwritten(Lane *self, PyObject *key, PyObject *args, PyObject *kwargs) {
+static int note_overwritten(FastPath *self, PyObject *key, PyObject *args, PyObject *kwargs) {
     Py_ssize_t n;
     const char *text = PyUnicode_AsUTF8AndSize(key, &n);
     if (text == NULL) return -1;
@@ -402,11 +402,11 @@ static int note_overwritten(Lane *self, PyObject *key, PyObject *args, PyObject 
     return PyTuple_GET_SIZE(args) ? note_writes_in(self, PyTuple_GET_ITEM(args, 0)) : 0;
 }
 
-static int set_busy(Lane *self, PyObject *busy) { return PyObject_SetAttr(self->state, s_busy, busy); }
+static int set_busy(FastPath *self, PyObject *busy) { return PyObject_SetAttr(self->state, s_busy, busy); }
 
 /* A failure of the tool's own work: reported (logged once per API); -1 when the report raises (strict, or a
  * device error, which belongs to the training) or the error is no Exception (KeyboardInterrupt). */
-static int report_failure(Lane *self, PyObject *name) {
+static int report_failure(FastPath *self, PyObject *name) {
     if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback);
@@ -421,10 +421,10 @@ static int report_failure(Lane *self, PyObject *name) {
     return 0;
 }
 
-/* 1 when the lane takes the call, 0 when the Python recorder must (backward is running: it tells a
+/* 1 when the fast path takes the call, 0 when the Python recorder must (backward is running: it tells a
  * recomputation apart).  ``grad_inputs`` is set to the list of inputs needing a gradient when the call gets a
  * backward record, else to NULL. */
-static int lane_takes(Lane *self, PyObject *args, PyObject *kwargs, PyObject **grad_inputs) {
+static int fast_path_takes(FastPath *self, PyObject *args, PyObject *kwargs, PyObject **grad_inputs) {
     *grad_inputs = NULL;
     PyObject *task = PyObject_CallNoArgs(self->graph_task_id);
     if (task == NULL) return -1;
@@ -452,7 +452,7 @@ static int lane_takes(Lane *self, PyObject *args, PyObject *kwargs, PyObject **g
 
 /* The entry, with its stack (or NULL) and parent (the no_parent marker at L1: no construct.json record), into the
  * step's files through DumpWriter.add_journaled; the step's folder is made with its first entry.  -1 on error. */
-static int record_entry(Lane *self, PyObject *name, Text *entry, PyObject *stack, PyObject *parent) {
+static int record_entry(FastPath *self, PyObject *name, Text *entry, PyObject *stack, PyObject *parent) {
     PyObject *writer = PyObject_GetAttr(self->collector, s_writer);
     if (writer == Py_None) {
         Py_DECREF(writer);
@@ -476,7 +476,7 @@ static int record_entry(Lane *self, PyObject *name, Text *entry, PyObject *stack
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "an entry's name or parent cannot be written as JSON");
     } else if ((text = text_str(entry)) != NULL) {
         PyObject *stack_text = stack != NULL ? stack : Py_None;
-        /* a token (msprobe.core.dump.waiting) stands for a value still on a device: the entry waits for it */
+        /* a token (msprobe.core.dump.pending_values) stands for a value still on a device: the entry waits for it */
         int waits = self->drop != Py_None && memchr(entry->data, '\x01', (size_t)entry->len) != NULL;
         int done = self->journal == NULL || waits
                        ? 0
@@ -500,7 +500,7 @@ static int record_entry(Lane *self, PyObject *name, Text *entry, PyObject *stack
 
 /* 1 when a plain CPU float tensor holds an inf or nan, 0 when not (or when it is empty), 2 for a tensor to hand to
  * the summarizer's screen (any other); -1 on error.  As TensorSummarizer.nonfinite's first, quick way. */
-static int screen_tensor(Lane *self, PyObject *tensor) {
+static int screen_tensor(FastPath *self, PyObject *tensor) {
     PyTypeObject *type = Py_TYPE(tensor);
     if (type != self->tensor_type && type != self->parameter_type) return 2; /* subclasses keep values elsewhere */
     PyObject *dtype = ATTRIBUTE(tensor, dtype);
@@ -529,7 +529,7 @@ leave:
 }
 
 /* As ValueEncoder.any_nonfinite: any tensor (or float) in the value holding inf or nan; -1 on error. */
-static int any_nonfinite(Lane *self, PyObject *value, int depth) {
+static int any_nonfinite(FastPath *self, PyObject *value, int depth) {
     if (PyObject_TypeCheck(value, self->tensor_type)) {
         int found = screen_tensor(self, value);
         if (found != 2) return found;
@@ -562,7 +562,7 @@ static int any_nonfinite(Lane *self, PyObject *value, int depth) {
 }
 
 /* The call's number this step, counted, and its entry's name "{key}.{index}.forward" (a new reference). */
-static PyObject *count_call(Lane *self, PyObject *key, long long *index) {
+static PyObject *count_call(FastPath *self, PyObject *key, long long *index) {
     PyObject *done = PyDict_GetItemWithError(self->counts, key);
     *index = done != NULL ? PyLong_AsLongLong(done) : 0;
     PyObject *next = PyErr_Occurred() ? NULL : PyLong_FromLongLong(*index + 1);
@@ -573,7 +573,7 @@ static PyObject *count_call(Lane *self, PyObject *key, long long *index) {
 
 /* The entry's parent in construct.json (borrowed): at mix the innermost open module or optimizer step (None at the
  * top), at L1 the no_parent marker (no record). */
-static PyObject *parent_of(Lane *self) {
+static PyObject *parent_of(FastPath *self) {
     if (self->module_stack == Py_None) return self->no_parent;
     Py_ssize_t open = PyList_GET_SIZE(self->module_stack);
     return open ? PyList_GET_ITEM(self->module_stack, open - 1) : Py_None;
@@ -581,7 +581,7 @@ static PyObject *parent_of(Lane *self) {
 
 /* The call's backward record, by the recorder (watch): the node that made the output is hooked.  Returns the
  * callback's result (a new reference) or NULL. */
-static PyObject *watch_backward(Lane *self, PyObject *key, long long index, PyObject *name, PyObject *grad_inputs,
+static PyObject *watch_backward(FastPath *self, PyObject *key, long long index, PyObject *name, PyObject *grad_inputs,
                                 PyObject *output, PyObject *nodes_before) {
     PyObject *backward_name = PyUnicode_FromFormat("%U.%lld.backward", key, index);
     if (backward_name == NULL) return NULL;
@@ -594,7 +594,7 @@ static PyObject *watch_backward(Lane *self, PyObject *key, long long index, PyOb
 
 /* The recorder's lock around the tool's own work on a call. Waiting in acquire lets go of the GIL, so a thread
  * that waits does not stop the one that holds it. -1 on an error (set). */
-static int tool_lock(Lane *self) {
+static int tool_lock(FastPath *self) {
     if (self->lock == Py_None) return 0;
     PyObject *got = PyObject_CallMethodNoArgs(self->lock, s_acquire);
     if (got == NULL) return -1;
@@ -603,7 +603,7 @@ static int tool_lock(Lane *self) {
 }
 
 /* Lets the lock go, keeping whatever error is set. */
-static void tool_unlock(Lane *self) {
+static void tool_unlock(FastPath *self) {
     if (self->lock == Py_None) return;
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback);
@@ -616,7 +616,7 @@ static void tool_unlock(Lane *self) {
 }
 
 /* The end of every recorded call: not busy any more; the call's own error, if it raised, is what the caller sees. */
-static PyObject *leave_call(Lane *self, PyObject *output) {
+static PyObject *leave_call(FastPath *self, PyObject *output) {
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback);
     if (set_busy(self, Py_False) < 0) PyErr_Clear();

@@ -1,7 +1,7 @@
-"""The per-call path in C (``_lane.c``): when it is used, and what it is connected to.
+"""The per-call path in C (``_fast_path.c``): when it is used, and what it is connected to.
 
 The bookkeeping of each recorded API call costs more in Python than many
-calls themselves; the C lane builds the same entry for a fraction of it. It covers the dumps whose
+calls themselves; the C fast path builds the same entry for a fraction of it. It covers the dumps whose
 entries it can build exactly as the recorder does: levels L0, L1 and mix, tasks
 statistics, tensor, structure, overflow_check and flight_recorder, with no
 ``list``, ``scope`` or filter of the forward side in ``data_mode``, no async
@@ -21,7 +21,7 @@ to the recorder whole.
 With device statistics read back in batches (``device_batch``; CUDA, NPU,
 or ``MSPROBE_FORCE_DEVICE_PATH=1``) an entry is written while its tensors'
 statistics are still on the device: each such value is a token in its
-text (msprobe.core.dump.waiting) and the entry waits in the writer
+text (msprobe.core.dump.pending_values) and the entry waits in the writer
 (``DumpWriter.add_waiting``) until the batch is read back. A plain
 tensor's statistics summary is written here (``waiting_summaries``: its
 text cached as the quick texts are, one token for the statistics); other
@@ -30,7 +30,7 @@ overflow check and the flight recorder decide on values as a call ends, so
 with a device batch they stay on the Python path.
 
 The extension is optional: without a C compiler at install time (or with
-``MSPROBE_NO_LANE=1``) every call goes the Python way.
+``MSPROBE_NO_FAST_PATH=1``) every call goes the Python way.
 """
 
 from __future__ import annotations
@@ -44,33 +44,33 @@ import orjson
 import torch
 
 from msprobe.core.dump import float_stats
-from msprobe.core.dump.waiting import PLACEHOLDERS
+from msprobe.core.dump.pending_values import PLACEHOLDERS
 from msprobe.core.dump.writer import NO_PARENT, encode_json, journal_c_api
 from msprobe.core.switches import built_extension, switched_off
 from msprobe.pytorch.dump import device_batch, grad_taps
 
 try:
-    from msprobe.pytorch.dump import _lane
+    from msprobe.pytorch.dump import _fast_path
 except ImportError:  # built without a C compiler
-    _lane = None
+    _fast_path = None
 
 logger = logging.getLogger(__name__)
 
-# The _lane.c this module is written for: it reads and writes the recorder's state by attribute name
-# (_lane.INTERFACE lists them by owner), so both sides change together and bump this number.
+# The _fast_path.c this module is written for: it reads and writes the recorder's state by attribute name
+# (_fast_path.INTERFACE lists them by owner), so both sides change together and bump this number.
 INTERFACE_VERSION = 5
 
-if switched_off("MSPROBE_NO_LANE"):
-    _lane = None
+if switched_off("MSPROBE_NO_FAST_PATH"):
+    _fast_path = None
 else:
-    _lane = built_extension(_lane, INTERFACE_VERSION, "msprobe.pytorch.dump._lane")
+    _fast_path = built_extension(_fast_path, INTERFACE_VERSION, "msprobe.pytorch.dump._fast_path")
 
 if TYPE_CHECKING:
     from msprobe.pytorch.dump.recorder import TorchDumpRecorder
 
-AVAILABLE = _lane is not None  # tests turn it off to compare the two ways
+AVAILABLE = _fast_path is not None  # tests turn it off to compare the two ways
 
-# the tensor attributes the lane reads per call; it reads them through torch's own descriptors
+# the tensor attributes the fast path reads per call; it reads them through torch's own descriptors
 _READ_PER_CALL = (
     "_version",
     "dtype",
@@ -98,17 +98,17 @@ def _descriptors() -> dict[str, Any]:
     return found
 
 
-if _lane is not None:
-    _lane.configure(_descriptors(), orjson.dumps)  # orjson writes floats as the Python path does, and fast
+if _fast_path is not None:
+    _fast_path.configure(_descriptors(), orjson.dumps)  # orjson writes floats as the Python path does, and fast
 
 
 def summaries(log: Any, checksum: Callable[[torch.Tensor], str] | None = None, sums: bool = False) -> Any:
-    """The C cache of the usual tensors' summaries as JSON text (see ``_lane.c``), or None where it cannot run.
+    """The C cache of the usual tensors' summaries as JSON text (see ``_fast_path.c``), or None where it cannot run.
     ``checksum(tensor)``: summary_mode md5's CRC-32, cached with the statistics. ``sums``: a run of several
     processes, whose summaries carry the float64 sums that merge its ranks (see parallel.float64_sums)."""
     if not (AVAILABLE and float_stats.AVAILABLE):
         return None
-    return _lane.Summaries(
+    return _fast_path.Summaries(
         log, torch.Tensor, torch.nn.Parameter, torch.float32, torch.float64, float_stats.c_api(),
         checksum=checksum, sums=sums,
     )  # fmt: skip
@@ -124,14 +124,14 @@ def waiting_summaries(
     way) on a miss, ``rest(stats, requires_grad)`` for the text from the statistics on. None where it cannot run."""
     if not (AVAILABLE and float_stats.AVAILABLE):
         return None
-    return _lane.Summaries(
+    return _fast_path.Summaries(
         log, torch.Tensor, torch.nn.Parameter, torch.float32, torch.float64, float_stats.c_api(),
         measure=measure, rest=rest,
     )  # fmt: skip
 
 
 def eligible(recorder: TorchDumpRecorder) -> bool:
-    """Whether every entry the lane would write is the one the recorder writes for this run."""
+    """Whether every entry the fast path would write is the one the recorder writes for this run."""
     config = recorder.session.config
     collector = recorder.collector
     modes = collector.modes
@@ -144,7 +144,7 @@ def eligible(recorder: TorchDumpRecorder) -> bool:
         and not collector.deferred
         and recorder.sender is None
         and not config.live_diff  # each call's checksums are compared with the bench's in Python
-        and config.summary_plan.checksum != "xor"  # the lane writes statistics, not xor checksums
+        and config.summary_plan.checksum != "xor"  # the fast path writes statistics, not xor checksums
         # device statistics wait in a batch, and the entries holding them in the writer (see waiting_json); the
         # overflow check and the flight recorder decide on values, which must be there when the call ends
         and (recorder.summarizer.batch is None or (collector.overflow is None and collector.flight is None))
@@ -158,9 +158,9 @@ def eligible(recorder: TorchDumpRecorder) -> bool:
 
 
 def interface_problems(owners: dict[str, Any]) -> list[str]:
-    """The attributes ``_lane.INTERFACE`` reads that ``owners`` (by the interface's owner names) lack."""
+    """The attributes ``_fast_path.INTERFACE`` reads that ``owners`` (by the interface's owner names) lack."""
     problems = []
-    for owner, names in _lane.INTERFACE.items():
+    for owner, names in _fast_path.INTERFACE.items():
         target = owners.get(owner)
         if target is not None:
             problems += [f"{owner} ({type(target).__name__}).{name}" for name in names if not hasattr(target, name)]
@@ -170,14 +170,14 @@ def interface_problems(owners: dict[str, Any]) -> list[str]:
 _told_interface = False
 
 
-def make_lane(
+def make_fast_path(
     recorder: TorchDumpRecorder,
     classify: Callable[[str], bool],
     overwritten: Callable[[str, tuple, dict], list],
     graph_task_id: Callable[[], int],
 ) -> Any:
     """The C handler for ``recorder``'s API wrappers, falling back to its Python handler where it must; None when
-    the lane cannot write this run's entries."""
+    the fast path cannot write this run's entries."""
     if not eligible(recorder):
         return None
     summarizer, collector = recorder.summarizer, recorder.collector
@@ -209,7 +209,7 @@ def make_lane(
             "screen_kinds": SCREEN_KINDS,
             "kernels": float_stats.c_api(),
         }
-    return _lane.Lane(
+    return _fast_path.FastPath(
         summaries=summarizer.quick_texts,
         with_values=recorder.session.config.task != "structure",
         log=summarizer.write_log if summarizer.caches else None,

@@ -1,4 +1,4 @@
-/* Part of _lane.c, which includes it: Small helpers around torch's Python API.
+/* Part of _fast_path.c, which includes it: Small helpers around torch's Python API.
  * (One translation unit: the per-call helpers stay static and inline across the parts.) */
 
 /* ------------------------------------------------------------------------------------------------------------ */

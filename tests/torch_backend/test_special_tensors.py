@@ -72,9 +72,9 @@ def test_a_sparse_embedding_gradient_is_dumped(tmp_path, task):
 @pytest.mark.parametrize("layout", ["coo", "uncoalesced", "hybrid", "csr", "bsr", "empty"])
 def test_the_crc_of_a_sparse_tensor_is_that_of_its_dense_form_taken_in_pieces(layout, monkeypatch):
     """The dense form is built a block of rows at a time (here a few rows, so the pieces meet in every test)."""
-    from msprobe.pytorch.dump import unusual
+    from msprobe.pytorch.dump import special_tensors
 
-    monkeypatch.setattr(unusual, "DENSE_PIECE_BYTES", 3 * 8 * 4)  # three rows of eight float32 per piece
+    monkeypatch.setattr(special_tensors, "DENSE_PIECE_BYTES", 3 * 8 * 4)  # three rows of eight float32 per piece
     torch.manual_seed(0)
     dense = torch.randn(10, 8)
     dense[dense.abs() < 0.8] = 0.0
@@ -95,7 +95,7 @@ def test_the_crc_of_a_sparse_tensor_is_that_of_its_dense_form_taken_in_pieces(la
         raise AssertionError("the whole dense form was built")
 
     monkeypatch.setattr(torch.Tensor, "to_dense", whole)
-    assert unusual.sparse_crc32_hex(sparse) == expected
+    assert special_tensors.sparse_crc32_hex(sparse) == expected
     assert summary_of(TensorSummarizer("statistics", "md5"), sparse)["md5"] == expected
 
 

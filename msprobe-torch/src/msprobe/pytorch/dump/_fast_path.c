@@ -1,7 +1,7 @@
 /* The PyTorch dump's per-call path in C.
  *
  * Every recorded API call takes this path where the run's entries allow it
- * (see lane.py): in Python the bookkeeping of each call cost several times
+ * (see fast_path.py): in Python the bookkeeping of each call cost several times
  * an optimizer update's own work; here the same entry is built for a
  * fraction of that.  The Python recorder stays the definition: this
  * file handles the usual values (plain CPU float32 and float64 tensors with
@@ -18,7 +18,7 @@
  *               entry's JSON text while the tensor is unchanged (the rule of
  *               msprobe/pytorch/dump/tensors.py: same object, version and
  *               memory, no write the dump saw since, same dtype and shape).
- *   Lane      - the handler the API wrappers call: handler(original, key,
+ *   FastPath      - the handler the API wrappers call: handler(original, key,
  *               args, kwargs), as the Python recorder's _call_api.
  *
  * With device statistics waiting in a batch (device_batch.py), a tensor's summary text holds a token
@@ -30,7 +30,7 @@
  * files through msprobe-core's C add_journaled (msprobe.core.dump._journal's
  * capsule): this file reads none of core's private state.
  *
- * The file is split along its sections into the _lane_*.c parts it includes
+ * The file is split along its sections into the _fast_path_*.c parts it includes
  * below (text buffer, torch helpers, summaries, entries, the call), compiled
  * as one extension.
  */
@@ -58,7 +58,7 @@ typedef struct {
                          PyObject *parent_text);
 } JournalAPI;
 
-#define LANE_INTERFACE_VERSION 5 /* see INTERFACE in PyInit__lane */
+#define FAST_PATH_INTERFACE_VERSION 5 /* see INTERFACE in PyInit__fast_path */
 
 static PyObject *one; /* the int 1 */
 static PyObject *s_version, *s_data_ptr, *s_dtype, *s_shape, *s_requires_grad, *s_is_cpu, *s_is_neg,
@@ -88,11 +88,11 @@ static PyObject *tensor_method(PyObject *descriptor, PyObject *name, PyObject *t
 #define METHOD(tensor, field) tensor_method(d_##field, s_##field, (tensor))
 
 /* The parts, in order: each uses what the ones before it define. */
-#include "_lane_text.c"
-#include "_lane_torch.c"
-#include "_lane_summaries.c"
-#include "_lane_entries.c"
-#include "_lane_call.c"
+#include "_fast_path_text.c"
+#include "_fast_path_torch.c"
+#include "_fast_path_summaries.c"
+#include "_fast_path_entries.c"
+#include "_fast_path_call.c"
 
 /* configure(descriptors: dict, dumps): see d_version above; a name missing from descriptors is read by name. */
 static PyObject *configure(PyObject *self, PyObject *args) {
@@ -129,11 +129,11 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_lane",
-                                    "The PyTorch dump's per-call path in C (see msprobe/pytorch/dump/lane.py).", -1,
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fast_path",
+                                    "The PyTorch dump's per-call path in C (see msprobe/pytorch/dump/fast_path.py).", -1,
                                     module_methods};
 
-PyMODINIT_FUNC PyInit__lane(void) {
+PyMODINIT_FUNC PyInit__fast_path(void) {
 #define INTERN(variable, text) \
     if ((variable = PyUnicode_InternFromString(text)) == NULL) return NULL;
     INTERN(s_version, "_version")
@@ -163,20 +163,20 @@ PyMODINIT_FUNC PyInit__lane(void) {
     INTERN(s_register_hook, "register_hook")
 #undef INTERN
     if ((one = PyLong_FromLong(1)) == NULL) return NULL;
-    if (PyType_Ready(&CachedType) < 0 || PyType_Ready(&SummariesType) < 0 || PyType_Ready(&LaneType) < 0 ||
+    if (PyType_Ready(&CachedType) < 0 || PyType_Ready(&SummariesType) < 0 || PyType_Ready(&FastPathType) < 0 ||
         PyType_Ready(&ScreenFirstType) < 0)
         return NULL;
     PyObject *created = PyModule_Create(&module);
     if (created == NULL) return NULL;
-    /* The recorder's state this file reads and writes by attribute name, by owner: lane.py checks the objects
-     * against it before the lane is used, so a rename on the Python side turns the lane off with a message
+    /* The recorder's state this file reads and writes by attribute name, by owner: fast_path.py checks the objects
+     * against it before the fast path is used, so a rename on the Python side turns the fast path off with a message
      * instead of changing what it does.  Bump INTERFACE_VERSION with any change here. */
     PyObject *interface = Py_BuildValue("{s:(s),s:(ss),s:(ss),s:(ss),s:(ss)}", "state", "busy", "log", "count",
                                         "written_at", "overflow", "count", "limit", "collector", "writer",
                                         "open_step", "writer", "add_journaled", "add_waiting");
     if (interface == NULL || PyModule_AddObjectRef(created, "Summaries", (PyObject *)&SummariesType) < 0 ||
-        PyModule_AddObjectRef(created, "Lane", (PyObject *)&LaneType) < 0 ||
-        PyModule_AddIntConstant(created, "INTERFACE_VERSION", LANE_INTERFACE_VERSION) < 0 ||
+        PyModule_AddObjectRef(created, "FastPath", (PyObject *)&FastPathType) < 0 ||
+        PyModule_AddIntConstant(created, "INTERFACE_VERSION", FAST_PATH_INTERFACE_VERSION) < 0 ||
         PyModule_AddObjectRef(created, "INTERFACE", interface) < 0) {
         Py_XDECREF(interface);
         Py_DECREF(created);

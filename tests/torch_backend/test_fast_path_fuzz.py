@@ -1,8 +1,8 @@
-"""The per-call path in C (``_lane.c``) at its entry point, with argument structures hypothesis makes up.
+"""The per-call path in C (``_fast_path.c``) at its entry point, with argument structures hypothesis makes up.
 
-Each example is one call of the recorder's API handler, once through the lane and once through the Python
+Each example is one call of the recorder's API handler, once through the fast path and once through the Python
 recorder: the two entries must be equal, and the call must get its own arguments back and return its own
-result. Run with the torch tests, and in the `sanitizers` nox session with the lane built under
+result. Run with the torch tests, and in the `sanitizers` nox session with the fast path built under
 AddressSanitizer and UndefinedBehaviorSanitizer, where any read or write out of bounds ends the run.
 """
 
@@ -14,12 +14,12 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_lane import record_call
+from test_fast_path import record_call
 
-from msprobe.core.dump.waiting import PLACEHOLDERS
-from msprobe.pytorch.dump import device_batch, lane
+from msprobe.core.dump.pending_values import PLACEHOLDERS
+from msprobe.pytorch.dump import device_batch, fast_path
 
-pytestmark = pytest.mark.skipif(not lane.AVAILABLE, reason="built without a C compiler")
+pytestmark = pytest.mark.skipif(not fast_path.AVAILABLE, reason="built without a C compiler")
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int8, torch.bool]
@@ -62,24 +62,24 @@ keywords = st.dictionaries(st.text(min_size=1, max_size=8).filter(lambda k: k no
 
 @FUZZ
 @given(args=st.lists(values, max_size=4).map(tuple), kwargs=keywords, output=values)
-def test_the_lane_encodes_any_arguments_as_the_python_recorder(tmp_path_factory, args, kwargs, output):
-    folder = tmp_path_factory.mktemp("lane")
-    by_lane = record_call(folder / "lane", True, args, kwargs, output)
+def test_the_fast_path_encodes_any_arguments_as_the_python_recorder(tmp_path_factory, args, kwargs, output):
+    folder = tmp_path_factory.mktemp("fast_path")
+    by_fast_path = record_call(folder / "fast_path", True, args, kwargs, output)
     by_python = record_call(folder / "python", False, args, kwargs, output)
-    assert json.dumps(by_lane) == json.dumps(by_python)  # as text: a NaN equals itself there
+    assert json.dumps(by_fast_path) == json.dumps(by_python)  # as text: a NaN equals itself there
 
 
 @FUZZ
 @given(args=st.lists(values, max_size=4).map(tuple), kwargs=keywords, output=values)
-def test_on_the_device_path_the_lane_encodes_any_arguments_as_the_python_recorder(
+def test_on_the_device_path_the_fast_path_encodes_any_arguments_as_the_python_recorder(
     tmp_path_factory, args, kwargs, output
 ):
-    """The same with device statistics in batches (forced on the CPU): the lane writes each tensor's summary
+    """The same with device statistics in batches (forced on the CPU): the fast path writes each tensor's summary
     with a token for its statistics, filled in at the step's read-back."""
-    folder = tmp_path_factory.mktemp("lane_device")
+    folder = tmp_path_factory.mktemp("fast_path_device")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(device_batch, "FORCE_DEVICE_PATH", True)
-        by_lane = record_call(folder / "lane", True, args, kwargs, output)
+        by_fast_path = record_call(folder / "fast_path", True, args, kwargs, output)
         by_python = record_call(folder / "python", False, args, kwargs, output)
-    assert json.dumps(by_lane) == json.dumps(by_python)
+    assert json.dumps(by_fast_path) == json.dumps(by_python)
     assert len(PLACEHOLDERS) == 0  # every token filled in

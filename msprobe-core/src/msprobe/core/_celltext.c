@@ -559,7 +559,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_csvtext", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_celltext", NULL, -1, methods};
 
 /* The module with INTERFACE_VERSION set: its Python wrapper checks it, so a build left from an older checkout
  * is not used with newer Python (the wrapper's Python twin runs instead). */
@@ -569,4 +569,4 @@ static PyObject *with_interface(PyObject *created) {
     return created;
 }
 
-PyMODINIT_FUNC PyInit__csvtext(void) { return with_interface(PyModule_Create(&module)); }
+PyMODINIT_FUNC PyInit__celltext(void) { return with_interface(PyModule_Create(&module)); }
