@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import shutil
 import tempfile
 import time
@@ -104,6 +105,7 @@ def main() -> None:
     parser.add_argument("--modules", type=int, default=5)
     parser.add_argument("--apis", type=int, default=100)
     parser.add_argument("--chromium", default=shutil.which("chromium") or "/usr/bin/chromium")
+    parser.add_argument("--no-browser", action="store_true", help="the compare alone, not the page's timings")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -111,13 +113,18 @@ def main() -> None:
         write_dump(root / "bench", args.layers, args.modules, args.apis, drift_layer=None)
         spec = root / "compare.json"
         spec.write_text(json.dumps({"npu_path": str(root / "npu"), "bench_path": str(root / "bench")}))
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
         start = time.perf_counter()
         [summary] = run_graph(spec, root / "out")
         build_seconds = time.perf_counter() - start
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
         page_file = summary.files[1]
         print(f"nodes: {nodes} (+ API groups), compared in {build_seconds:.2f} s; {summary.line()}")
         page_mb = page_file.stat().st_size / 1e6
         print(f"page: {page_mb:.1f} MB, .vis: {summary.files[0].stat().st_size / 1e6:.1f} MB")
+        print(f"peak resident memory: {peak} MiB ({before} MiB before the compare, the dumps' writing included)")
+        if args.no_browser:
+            return
         timings = time_page(args.chromium, page_file, args.layers + 2)
     for label, seconds in timings.items():
         print(f"{label:>20}: {seconds * 1000:8.0f} ms")

@@ -378,3 +378,28 @@ def test_the_graph_is_never_written_through_a_symlinked_output_folder(tmp_path):
     result = CliRunner().invoke(cli, ["graph", "-i", str(spec), "-o", str(tmp_path / "out")])
     assert result.exit_code != 0 and "symbolic link" in result.output and "Traceback" not in result.output
     assert not list(elsewhere.iterdir())
+
+
+def test_the_vis_written_node_by_node_is_json_dumps_of_the_whole(tmp_path, monkeypatch):
+    """The .vis is encoded a node at a time (in pieces smaller than a node here, so every join is crossed);
+    its bytes are those of json.dumps over the same content built whole, non-ASCII names and inf included."""
+    from msprobe.core.graph import vis
+
+    bench = copy_dump(STEP0, tmp_path / "bench")
+    npu = copy_dump(STEP0, tmp_path / "npu")
+    edit_dump(npu, lambda data: data["Functional.relu.0.forward"]["output"][0].update(Max=math.inf))
+    npu_graph, bench_graph = build_graph(read_dump(npu)), build_graph(read_dump(bench))
+    npu_graph[npu_graph.root].stack_info.append("File \"模型.py\", line 3")
+    comparison = compare_graphs(npu_graph, bench_graph)
+    content = vis.compare_vis(npu_graph, bench_graph, comparison, False)
+
+    def whole(value):
+        if isinstance(value, vis.NodeFields):
+            return dict(value.items())
+        return {key: whole(item) for key, item in value.items()} if isinstance(value, dict) else value
+
+    expected = json.dumps(whole(content), ensure_ascii=False, default=vis._default).encode("utf-8")
+    monkeypatch.setattr(vis, "_PIECE", 100)
+    written = vis.write_vis(tmp_path / "c.vis", content).read_bytes()
+    assert written == expected
+    assert "模型" in written.decode("utf-8") and len(json.loads(written)["NPU"]["node"]) == len(npu_graph.nodes)
