@@ -389,7 +389,7 @@ def test_the_vis_written_node_by_node_is_json_dumps_of_the_whole(tmp_path, monke
     npu = copy_dump(STEP0, tmp_path / "npu")
     edit_dump(npu, lambda data: data["Functional.relu.0.forward"]["output"][0].update(Max=math.inf))
     npu_graph, bench_graph = build_graph(read_dump(npu)), build_graph(read_dump(bench))
-    npu_graph[npu_graph.root].stack_info.append("File \"模型.py\", line 3")
+    npu_graph[npu_graph.root].stack_info.append('File "模型.py", line 3')
     comparison = compare_graphs(npu_graph, bench_graph)
     content = vis.compare_vis(npu_graph, bench_graph, comparison, False)
 
