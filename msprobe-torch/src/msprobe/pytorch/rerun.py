@@ -177,21 +177,19 @@ class StepGuard:
         """The step under the debugger alone (the switch is off): nothing saved, nothing recorded."""
         if self.debugger is None:
             return step(batch)
-        with self._dumping(True):
+        with self._dumping():
             loss = step(batch)
         self.debugger.step(loss=_loss_value(loss))
         return loss
 
     @contextlib.contextmanager
-    def _dumping(self, on: bool) -> Iterator[None]:
-        """The debugger started for the block, and stopped however it ends (``on`` false: nothing)."""
-        if on:
-            self.debugger.start()
+    def _dumping(self) -> Iterator[None]:
+        """The debugger started for the block, and stopped however it ends."""
+        self.debugger.start()
         try:
             yield
         finally:
-            if on:
-                self.debugger.stop()
+            self.debugger.stop()
 
     def _recorded(
         self, step: Callable[[Any], torch.Tensor], batch: Any, dumped: bool = False
@@ -212,7 +210,7 @@ class StepGuard:
         ]
         recorder = _Recorder(stack)
         try:
-            with self._dumping(dumped), recorder:
+            with self._dumping() if dumped else contextlib.nullcontext(), recorder:
                 loss = step(batch)
         finally:
             for handle in handles:

@@ -106,12 +106,7 @@ def summaries(log: Any, checksum: Callable[[torch.Tensor], str] | None = None, s
     """The C cache of the usual tensors' summaries as JSON text (see ``_fast_path.c``), or None where it cannot run.
     ``checksum(tensor)``: summary_mode md5's CRC-32, cached with the statistics. ``sums``: a run of several
     processes, whose summaries carry the float64 sums that merge its ranks (see parallel.float64_sums)."""
-    if not (AVAILABLE and float_stats.AVAILABLE):
-        return None
-    return _fast_path.Summaries(
-        log, torch.Tensor, torch.nn.Parameter, torch.float32, torch.float64, float_stats.c_api(),
-        checksum=checksum, sums=sums,
-    )  # fmt: skip
+    return _summaries(log, checksum=checksum, sums=sums)
 
 
 def waiting_summaries(
@@ -122,12 +117,16 @@ def waiting_summaries(
     """The C cache of device tensors' summaries whose statistics wait in the batch: the text up to the statistics
     cached as the quick texts are, ``measure(tensor)`` (its statistics into the batch, or None for the general
     way) on a miss, ``rest(stats, requires_grad)`` for the text from the statistics on. None where it cannot run."""
+    return _summaries(log, measure=measure, rest=rest)
+
+
+def _summaries(log: Any, **options: Any) -> Any:
+    """A C Summaries cache over the write ``log``, or None where the fast path or the C kernels are missing."""
     if not (AVAILABLE and float_stats.AVAILABLE):
         return None
     return _fast_path.Summaries(
-        log, torch.Tensor, torch.nn.Parameter, torch.float32, torch.float64, float_stats.c_api(),
-        measure=measure, rest=rest,
-    )  # fmt: skip
+        log, torch.Tensor, torch.nn.Parameter, torch.float32, torch.float64, float_stats.c_api(), **options
+    )
 
 
 def eligible(recorder: TorchDumpRecorder) -> bool:

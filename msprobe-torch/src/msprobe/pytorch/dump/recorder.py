@@ -410,9 +410,8 @@ class TorchDumpRecorder(DumpRecorder):
         if module:
             record.enclosing = enclosing
         if keep_forward:
-            if (
-                module and self.fast_path_entries is not None
-            ):  # a module's entry is written by the fast path (module_entry)
+            # a module's entry is written by the fast path (module_entry), its inputs' text kept until then
+            if module and self.fast_path_entries is not None:
                 record.inputs = self.fast_path_entries.inputs_text(name, args, kwargs)
             else:
                 record.inputs = collector.encode_inputs(name, args, kwargs, eager=in_place)
