@@ -1,4 +1,4 @@
-"""FSDP2 (``fully_shard``) training under every task and summary mode, on two CPU ranks over gloo.
+"""FSDP2 (``fully_shard``) and DDP training under every task and summary mode, on two CPU ranks over gloo.
 
 The tool must never break the user's training: FSDP2 frees each gathered parameter after use by resizing its
 storage to nothing, which fails if anything the dump did marked that storage as fixed in size (numpy does, for
@@ -32,19 +32,21 @@ CONFIGS = {  # name -> config fields besides dump_path
 }
 
 
-def _model() -> torch.nn.Module:
+def _model(layout: str) -> torch.nn.Module:
     from torch.distributed.fsdp import fully_shard
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 8))
+    if layout == "ddp":
+        return torch.nn.parallel.DistributedDataParallel(model)
     for layer in (model[0], model[2]):
         fully_shard(layer)
     fully_shard(model)
     return model
 
 
-def _train(rank: int, debugger=None) -> tuple[list[float], list[torch.Tensor]]:
-    model = _model()
+def _train(rank: int, debugger=None, layout: str = "fsdp2") -> tuple[list[float], list[torch.Tensor]]:
+    model = _model(layout)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     probing = debugger is not None and debugger.config.task == "grad_probe"
     if probing:
@@ -62,21 +64,21 @@ def _train(rank: int, debugger=None) -> tuple[list[float], list[torch.Tensor]]:
         if debugger is not None and not probing:
             debugger.stop()
             debugger.step()
-    weights = [p.to_local().detach().clone() for p in model.parameters()]
+    weights = [(p.to_local() if hasattr(p, "to_local") else p).detach().clone() for p in model.parameters()]
     return losses, weights
 
 
-def _each_rank(rank: int, folder: str) -> None:
+def _each_rank(rank: int, folder: str, layout: str = "fsdp2") -> None:
     from msprobe.pytorch import PrecisionDebugger
 
     dist.init_process_group("gloo", init_method=f"file://{folder}/rendezvous", rank=rank, world_size=2)
-    plain_losses, plain_weights = _train(rank)
+    plain_losses, plain_weights = _train(rank, layout=layout)
     outcome = {}
     for name, fields in CONFIGS.items():
         config = Path(folder) / f"{name}.{rank}.json"
         config.write_text(json.dumps({**fields, "dump_path": f"{folder}/{name}"}))
         try:
-            losses, weights = _train(rank, PrecisionDebugger(config_path=str(config)))
+            losses, weights = _train(rank, PrecisionDebugger(config_path=str(config)), layout)
             same = losses == plain_losses and all(torch.equal(a, b) for a, b in zip(weights, plain_weights))
             outcome[name] = "trained alike" if same else f"trained otherwise: {losses} vs {plain_losses}"
         except Exception as exc:  # reported by the test, with the configuration's name
@@ -88,6 +90,19 @@ def _each_rank(rank: int, folder: str) -> None:
 
 def test_fsdp2_trains_alike_under_every_task_and_summary_mode(tmp_path):
     mp.spawn(_each_rank, args=(str(tmp_path),), nprocs=2, join=True)
+    _assert_trained_alike_and_dumped(tmp_path)
+    assert list((tmp_path / "tensor" / "step1" / "rank0" / "dump_tensor_data").glob("*.pt"))
+    grad_files = list((tmp_path / "grad_probe").rglob("grad_summary_*.csv"))
+    assert len(grad_files) >= 2
+
+
+def test_ddp_trains_alike_under_every_task_and_summary_mode(tmp_path):
+    """The same configurations on a DDP model, whose gradients are all-reduced in buckets the hooks read."""
+    mp.spawn(_each_rank, args=(str(tmp_path), "ddp"), nprocs=2, join=True)
+    _assert_trained_alike_and_dumped(tmp_path)
+
+
+def _assert_trained_alike_and_dumped(tmp_path: Path) -> None:
     for rank in (0, 1):
         outcome = json.loads((tmp_path / f"outcome{rank}.json").read_text())
         assert outcome == dict.fromkeys(CONFIGS, "trained alike"), outcome
@@ -96,9 +111,6 @@ def test_fsdp2_trains_alike_under_every_task_and_summary_mode(tmp_path):
         data = json.loads((tmp_path / name / "step0" / "rank1" / "dump.json").read_text())["data"]
         checksums = [value["md5"] for entry in data.values() for value in _tensors(entry)]
         assert checksums and all(len(c) == digits and int(c, 16) >= 0 for c in checksums), name
-    assert list((tmp_path / "tensor" / "step1" / "rank0" / "dump_tensor_data").glob("*.pt"))
-    grad_files = list((tmp_path / "grad_probe").rglob("grad_summary_*.csv"))
-    assert len(grad_files) >= 2
 
 
 def _tensors(value):
