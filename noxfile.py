@@ -33,8 +33,9 @@ KEEP_ENVIRONMENTS = bool(os.environ.get("MSPROBE_KEEP_VENVS"))
 
 TORCH = "torch==2.13.0"
 MINDSPORE = "mindspore==2.10.0"
-# hypothesis: the fuzz tests of every parser; pip: the tests that install a plugin (uv makes no pip of its own)
-TEST_DEPS = ["pytest", "hatchling", "hypothesis", "pytest-xdist", "pip"]
+# hypothesis: the fuzz tests of every parser; pip: the tests that install a plugin (uv makes no pip of its own);
+# python-calamine: reads the xlsx tables eight times as fast as openpyxl
+TEST_DEPS = ["pytest", "hatchling", "hypothesis", "pytest-xdist", "pip", "python-calamine"]
 IN_PARALLEL = ["-n", "auto"]  # the larger suites over every core (pytest-xdist): each test runs in one worker
 # suites whose files share an expensive fixture (a Ray cluster, a fresh environment built by pip): whole files
 # go to one worker each, so no fixture is made twice
@@ -67,9 +68,11 @@ def _uv_reads_pips_configuration() -> None:
         if name and name not in os.environ:
             os.environ[name] = value.strip().strip("'\"")
     os.environ.setdefault("UV_INDEX_STRATEGY", "unsafe-best-match")
-    # pip compiles every module to bytecode as it installs; uv does not, and where PYTHONDONTWRITEBYTECODE is set
-    # no .pyc is ever written, so each process a test starts compiled torch anew (import torch: 5 s, not 2)
-    os.environ.setdefault("UV_COMPILE_BYTECODE", "1")
+    # uv compiles no bytecode as it installs, and where PYTHONDONTWRITEBYTECODE is set no .pyc is ever written, so
+    # each process a test starts compiled torch anew (import torch: 5 s, not 2). Python writes the .pyc of what is
+    # imported, once: compiling all of torch and transformers at install (UV_COMPILE_BYTECODE) cost 50 s of CPU
+    # per environment, and a run makes nine
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 _uv_reads_pips_configuration()

@@ -5,12 +5,12 @@ import sys
 import click
 import pytest
 from click.testing import CliRunner
+from repo_paths import REFERENCE_DUMPS, TEST_DATA
 
 from msprobe.cli.main import cli
 from msprobe.core.config import TASKS, load_config
 from msprobe.core.hookspecs import hookimpl
 from msprobe.core.plugins import PluginRegistry
-from paths import REFERENCE_DUMPS, TEST_DATA
 
 
 def run(*args, **kwargs):
@@ -201,8 +201,9 @@ def test_an_internal_error_exits_3(tmp_path, monkeypatch, capsys):
 def test_a_full_disk_is_one_line_naming_the_file_and_leaves_no_result(tmp_path, monkeypatch, way):
     import errno
 
+    from repo_paths import REFERENCE_DUMPS
+
     from msprobe.core.compare import pipeline
-    from paths import REFERENCE_DUMPS
 
     dump = REFERENCE_DUMPS / "pytorch" / "statistics_L1" / "step0" / "rank" / "dump.json"
     real = pipeline.os.fdopen
@@ -239,7 +240,7 @@ def test_a_reader_that_closes_the_pipe_early_gets_no_error_message(tmp_path):
     import subprocess
     import sys
 
-    from paths import REFERENCE_DUMPS
+    from repo_paths import REFERENCE_DUMPS
 
     folder = REFERENCE_DUMPS / "pytorch" / "statistics_L1" / "step0"
     spec = tmp_path / "compare.json"
@@ -259,7 +260,7 @@ def test_a_file_size_limit_is_said_with_the_file_s_name(tmp_path):
     import subprocess
     import sys
 
-    from paths import REFERENCE_DUMPS
+    from repo_paths import REFERENCE_DUMPS
 
     dump = REFERENCE_DUMPS / "pytorch" / "statistics_L1" / "step0" / "rank" / "dump.json"
     spec = tmp_path / "compare.json"

@@ -8,8 +8,7 @@ import sys
 
 import numpy as np
 import pytest
-
-from paths import REPO_ROOT
+from repo_paths import REPO_ROOT
 
 PLUGIN_DIR = REPO_ROOT / "examples" / "msprobe-example-plugin"
 

@@ -6,9 +6,8 @@ import subprocess
 import sys
 
 import pytest
+from repo_paths import REFERENCE_DUMPS
 from terminal import on_a_terminal
-
-from paths import REFERENCE_DUMPS
 
 STATS_L1 = REFERENCE_DUMPS / "pytorch" / "statistics_L1"
 

@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # zoo and agreement, also read by dump_zoo.py
@@ -87,6 +88,12 @@ def run_msprobe(
         ["msprobe", *arguments], code, log.read_text(errors="replace"),
         errors.read_text(errors="replace") if errors.exists() else "",
     )  # fmt: skip
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    """A compare table's cells as written, none taken for a missing value. calamine reads the same cells as
+    openpyxl, eight times as fast: the session reads about a hundred tables of up to 50,000 cells."""
+    return pd.read_excel(path, dtype=object, keep_default_na=False, engine="calamine")
 
 
 def environment_python(variable: str) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import reference_python
+from conftest import read_table, reference_python
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import bench_layouts as bench
@@ -40,7 +40,7 @@ def _reference_table(npu: Path, golden: Path, out: Path) -> pd.DataFrame:
     run = subprocess.run([*command, "-o", str(out)], capture_output=True, text=True, timeout=600)
     tables = sorted(out.glob("compare_result_*.xlsx"))
     assert run.returncode == 0 and tables, f"exit {run.returncode}:\n{run.stdout[-2000:]}{run.stderr[-2000:]}"
-    return pd.read_excel(tables[0], dtype=object, keep_default_na=False)
+    return read_table(tables[0])
 
 
 @pytest.mark.parametrize("mode", bench.MODES)

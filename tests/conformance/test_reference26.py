@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import DRIVER, environment_python, reference_python
+from conftest import DRIVER, environment_python, read_table, reference_python
 from test_compares_agree import _run_compare, _same_cell
 
 
@@ -36,7 +36,7 @@ def _compare26(npu_step: Path, bench_step: Path, out: Path) -> pd.DataFrame:
     run = subprocess.run(command, capture_output=True, text=True, timeout=600)
     files = sorted(out.glob("compare_result_*.xlsx"))
     assert files, f"26.2.0 compare wrote no table (exit {run.returncode}):\n{run.stdout[-2000:]}{run.stderr[-2000:]}"
-    return pd.read_excel(files[0], dtype=object, keep_default_na=False)
+    return read_table(files[0])
 
 
 def _our_compare(npu_step: Path, bench_step: Path, out: Path) -> pd.DataFrame:
@@ -48,7 +48,7 @@ def _our_compare(npu_step: Path, bench_step: Path, out: Path) -> pd.DataFrame:
     )  # fmt: skip
     files = sorted(out.glob("compare_result*.xlsx"))
     assert files, f"our compare wrote no table (exit {run.returncode}):\n{run.stdout[-2000:]}{run.stderr[-2000:]}"
-    return pd.read_excel(files[0], dtype=object, keep_default_na=False)
+    return read_table(files[0])
 
 
 def test_we_read_26_dumps_with_its_rows_and_the_1_2_2_verdicts(dump26, tmp_path):

@@ -7,9 +7,9 @@ import sys
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from repo_paths import REFERENCE_DUMPS
 
 from msprobe.cli.main import cli
-from paths import REFERENCE_DUMPS
 
 DUMP = REFERENCE_DUMPS / "pytorch" / "statistics_L1" / "step0" / "rank" / "dump.json"
 

@@ -6,6 +6,7 @@ import shutil
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from repo_paths import REFERENCE_DUMPS
 
 from msprobe.cli.main import cli
 from msprobe.core.compare.pipeline import compare_dumps
@@ -13,7 +14,6 @@ from msprobe.core.compare.run import compare, compare_distributed, run_compare_j
 from msprobe.core.compare.tables import STATISTICS_COLUMNS
 from msprobe.core.dump.reader import read_dump
 from msprobe.core.errors import DataFileError
-from paths import REFERENCE_DUMPS
 
 STATS_L1 = REFERENCE_DUMPS / "pytorch" / "statistics_L1"
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from repo_paths import REFERENCE_DUMPS
 
 from msprobe.cli.main import cli
-from paths import REFERENCE_DUMPS
 
 STATS_L1 = REFERENCE_DUMPS / "pytorch" / "statistics_L1"
 

@@ -6,12 +6,12 @@ import shutil
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from repo_paths import REFERENCE_DUMPS
 
 from msprobe.cli.main import cli
 from msprobe.core.compare.mapping import NameMapper, default_api_mapping
 from msprobe.core.compare.run import compare, compare_distributed
 from msprobe.core.errors import DataFileError
-from paths import REFERENCE_DUMPS
 
 
 def tensor(value, shape=(2, 3)):

@@ -1,10 +1,10 @@
 import json
 
 import pytest
+from repo_paths import TEST_DATA
 
 from msprobe.core.config import DebuggerConfig, load_config, parse_id_list
 from msprobe.core.errors import ConfigError
-from paths import TEST_DATA
 
 REFERENCE_CONFIGS = sorted((TEST_DATA / "reference_configs").glob("*.json"))
 

@@ -4,9 +4,9 @@ import json
 
 import pytest
 from pydantic import ValidationError
+from repo_paths import REFERENCE_DUMPS, REPO_ROOT
 
 from msprobe.core.dump.schema import ConstructFile, DumpFile, StackFile, json_schemas
-from paths import REFERENCE_DUMPS, REPO_ROOT
 
 FOLDERS = sorted(path.parent for path in REFERENCE_DUMPS.rglob("dump.json"))
 

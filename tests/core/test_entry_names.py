@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from repo_paths import REFERENCE_DUMPS
 
 from msprobe.core.dump.entry_names import kind_of, module_path, parse_entry, parse_item
-from paths import REFERENCE_DUMPS
 
 
 def _reference_names() -> list[str]:

@@ -3,7 +3,7 @@ to only while its faults stay as they were first written down. A change here mus
 
 import hashlib
 
-from paths import REPO_ROOT
+from repo_paths import REPO_ROOT
 
 FROZEN_TEXT_SHA256 = "6ce61f91b3405b0909bcb482555501f0ed77153cd3fc84bf72eaf4881ad32296"
 

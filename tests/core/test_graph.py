@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
+from repo_paths import REFERENCE_DUMPS, REFERENCE_GRAPHS
 
 from msprobe.cli.main import cli
 from msprobe.core.dump.reader import read_dump
@@ -16,7 +17,6 @@ from msprobe.core.graph.compare import compare_graphs
 from msprobe.core.graph.model import build_graph
 from msprobe.core.graph.overflow import overflow_level
 from msprobe.core.graph.run import run_graph
-from paths import REFERENCE_DUMPS, REFERENCE_GRAPHS
 
 MIX = REFERENCE_DUMPS / "pytorch" / "statistics_mix"
 STEP0, STEP1 = MIX / "step0" / "rank", MIX / "step1" / "rank"

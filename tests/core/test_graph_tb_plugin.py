@@ -15,9 +15,9 @@ import time
 import urllib.request
 
 import pytest
+from repo_paths import REFERENCE_DUMPS, REFERENCE_GRAPHS
 
 from msprobe.core.graph.run import run_graph
-from paths import REFERENCE_DUMPS, REFERENCE_GRAPHS
 
 MIX = REFERENCE_DUMPS / "pytorch" / "statistics_mix"
 

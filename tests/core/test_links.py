@@ -16,13 +16,13 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 from links import plant_links, regular_results
+from repo_paths import REFERENCE_DUMPS
 
 from msprobe.cli.main import cli
 from msprobe.core import files as writer_module
 from msprobe.core.compare.large import STREAM_ENV
 from msprobe.core.errors import DataFileError
 from msprobe.core.files import create_private
-from paths import REFERENCE_DUMPS
 
 
 def _spec(tmp_path, kind, file_name="dump.json"):

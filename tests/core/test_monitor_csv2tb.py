@@ -2,7 +2,7 @@
 
 import pytest
 from click.testing import CliRunner
-from tables import tensorboard_scalars
+from result_tables import tensorboard_scalars
 
 from msprobe.cli.main import cli
 from msprobe.core.errors import DataFileError, UsageError

@@ -3,11 +3,11 @@
 import re
 
 import pytest
+from repo_paths import REPO_ROOT
 
 from msprobe.core import hookspecs
 from msprobe.core.backend import CompareMetric, Perturbation, Task
 from msprobe.core.plugins import DEFAULT_PLUGINS
-from paths import REPO_ROOT
 
 DOCS = REPO_ROOT / "docs"
 MARKED_BLOCK = re.compile(r"<!-- file: (?P<path>\S+) -->\n```\w*\n(?P<body>.*?)```", re.S)

@@ -62,7 +62,7 @@ def test_every_hookspec_has_a_docstring():
 def test_the_plugins_page_documents_every_hook_and_only_those():
     import re
 
-    from paths import REPO_ROOT
+    from repo_paths import REPO_ROOT
 
     page = (REPO_ROOT / "docs" / "plugins.md").read_text()
     specs = {name for name in dir(hookspecs) if name.startswith("msprobe_") and callable(getattr(hookspecs, name))}
@@ -625,7 +625,7 @@ def test_the_wrapper_example_of_the_plugins_page_does_what_it_says(monkeypatch):
     import re
     import textwrap
 
-    from paths import REPO_ROOT
+    from repo_paths import REPO_ROOT
 
     page = (REPO_ROOT / "docs" / "plugins.md").read_text()
     [snippet] = re.findall(r"```python\n( *@hookimpl\(wrapper=True\)\n.*?) *```", page, flags=re.S)

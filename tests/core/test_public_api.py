@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import re
 
-from paths import REPO_ROOT
+from repo_paths import REPO_ROOT
 
 PACKAGES = {
     "pytorch": REPO_ROOT / "msprobe-torch" / "src" / "msprobe" / "pytorch" / "__init__.py",

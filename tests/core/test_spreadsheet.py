@@ -7,10 +7,10 @@ import json
 import openpyxl
 import pandas as pd
 from click.testing import CliRunner
+from repo_paths import REFERENCE_DUMPS
 
 from msprobe.cli.main import cli
 from msprobe.core import spreadsheet
-from paths import REFERENCE_DUMPS
 
 HOSTILE = ['=HYPERLINK("http://x","y")', "=cmd|' /C calc'!A0", "+1+1", "@SUM(A1)", "-2+3", "\tx", "\rx"]
 

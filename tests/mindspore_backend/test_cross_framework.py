@@ -10,11 +10,11 @@ import mindspore as ms
 import numpy as np
 import pytest
 from mindspore import Tensor, mint, nn
+from repo_paths import TEST_DATA
 
 from msprobe.core.compare.run import compare
 from msprobe.core.graph.run import run_graph
 from msprobe.mindspore import PrecisionDebugger
-from paths import TEST_DATA
 
 DATA = TEST_DATA / "cross_framework"
 ms.set_context(mode=ms.PYNATIVE_MODE)

@@ -7,7 +7,7 @@ import mindspore as ms
 import numpy as np
 import pytest
 from mindspore import Tensor, nn
-from tables import csv_rows, tensorboard_scalars
+from result_tables import csv_rows, tensorboard_scalars
 
 from msprobe.mindspore import TrainerMon
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tables import check_rank_gradients
+from result_tables import check_rank_gradients
 
 WORKER = Path(__file__).with_name("monitor_ranks_worker.py")
 _PORT_TAKEN = "Failed to create the TCP server"  # what MindSpore's scheduler says when its port is in use

@@ -6,8 +6,7 @@ import sys
 import venv
 
 import pytest
-
-from paths import REPO_ROOT
+from repo_paths import REPO_ROOT
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,7 @@ import subprocess
 import venv
 
 import pytest
-
-from paths import REPO_ROOT
+from repo_paths import REPO_ROOT
 
 TUTORIAL = REPO_ROOT / "examples" / "plugin-tutorial"
 TORCH = os.environ.get("MSPROBE_TORCH_REQUIREMENT", "torch==2.13.0")  # the CPU wheel; nox passes its pin

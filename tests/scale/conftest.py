@@ -2,7 +2,7 @@
 
 import sys
 
-from paths import REPO_ROOT
+from repo_paths import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 sys.path.insert(0, str(REPO_ROOT / "tests" / "scale"))  # ray_jobs, which the cluster's workers import too

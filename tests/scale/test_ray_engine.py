@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from repo_paths import REPO_ROOT
 
 from msprobe.core.compare.run import compare_distributed
 from msprobe.core.jobs import Engine, run_jobs
 from msprobe.core.store.build import build_store
 from msprobe.core.store.query import run_query
-from paths import REPO_ROOT
 from ray_cluster import two_nodes
 from synthetic_ranks import write_run
 

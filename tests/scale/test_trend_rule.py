@@ -7,13 +7,13 @@ from __future__ import annotations
 import sys
 
 import pytest
+from repo_paths import REPO_ROOT
 
 from msprobe.core.diagnosis import first_nonfinite
 from msprobe.core.dump.layout import dump_folders
 from msprobe.core.dump.reader import read_dump
 from msprobe.core.store.build import build_store
 from msprobe.core.store.trend import write_trend
-from paths import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 import bench_diagnosis as bench

@@ -10,8 +10,7 @@ import sys
 import pytest
 import torch
 from click.testing import CliRunner
-
-from paths import REPO_ROOT
+from repo_paths import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 import bench_bisect

@@ -6,6 +6,7 @@ import numpy as np
 import openpyxl
 import pytest
 import torch
+from repo_paths import REFERENCE_DUMPS
 
 from models import train_fixture_net, train_mixed_net
 from msprobe.core.compare.metrics import tensor_metrics
@@ -15,7 +16,6 @@ from msprobe.core.compare.tables import TENSOR_COLUMNS, tensor_loader
 from msprobe.core.dump.reader import read_dump
 from msprobe.pytorch import PrecisionDebugger
 from msprobe.pytorch.tensor_io import load_pt
-from paths import REFERENCE_DUMPS
 
 FIXTURES = REFERENCE_DUMPS / "pytorch"
 

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 pytest.importorskip("transformers")
 
-from paths import REPO_ROOT
+from repo_paths import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 import compile_faults

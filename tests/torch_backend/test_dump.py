@@ -8,11 +8,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 from dump_values import leaves
+from repo_paths import REFERENCE_DUMPS
 
 from models import train_beside_a_failing_tool, train_fixture_net, train_mixed_net
 from msprobe.core.dump.reader import read_dump
 from msprobe.pytorch import PrecisionDebugger
-from paths import REFERENCE_DUMPS
 
 FIXTURES = REFERENCE_DUMPS / "pytorch"
 

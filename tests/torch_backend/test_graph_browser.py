@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from repo_paths import REPO_ROOT
 from torch import nn
 
 from browser import launch, open_page
@@ -21,7 +22,6 @@ from msprobe.core.dump.reader import read_dump
 from msprobe.core.graph.model import API, build_graph
 from msprobe.core.graph.run import run_graph
 from msprobe.pytorch import PrecisionDebugger, seed_all
-from paths import REPO_ROOT
 
 ARTIFACTS = Path(os.environ.get("MSPROBE_TEST_ARTIFACTS", REPO_ROOT / "test-artifacts"))
 INJECTED_MODULE = "Module.blocks.1.ffn.up.Linear.forward.0"

@@ -5,7 +5,7 @@ import time
 
 import pytest
 import torch
-from tables import csv_rows, tensorboard_scalars
+from result_tables import csv_rows, tensorboard_scalars
 
 from msprobe.core.errors import ConfigError
 from msprobe.pytorch import TrainerMon

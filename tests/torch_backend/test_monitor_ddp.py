@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from tables import check_rank_gradients, csv_rows
+from result_tables import check_rank_gradients, csv_rows
 
 
 def join_group(rank: int, folder: str) -> None:

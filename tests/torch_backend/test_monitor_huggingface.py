@@ -7,7 +7,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")  # installed by the torch nox session
 
-from tables import csv_rows  # noqa: E402
+from result_tables import csv_rows  # noqa: E402
 
 from msprobe.pytorch.monitor import MonitorCallback  # noqa: E402
 

@@ -20,8 +20,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from click.testing import CliRunner
-
-from paths import REPO_ROOT
+from repo_paths import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 import bench_layouts as bench

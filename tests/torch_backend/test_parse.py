@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from repo_paths import REFERENCE_DUMPS
 
 from msprobe.cli.main import cli
-from paths import REFERENCE_DUMPS
 
 RANK = REFERENCE_DUMPS / "pytorch" / "tensor_L1" / "step0" / "rank"
 RELU_OUT = RANK / "dump_tensor_data" / "Functional.relu.0.forward.output.0.pt"

@@ -21,9 +21,8 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 from click.testing import CliRunner
 from ports import gloo_group, unused_port
+from repo_paths import REPO_ROOT
 from torch import nn
-
-from paths import REPO_ROOT
 
 sys.path.insert(0, str(REPO_ROOT / "bench"))
 from megatron_layers import ColumnLinear, RowLinear

@@ -6,10 +6,10 @@ import json
 
 import pytest
 import torch
+from repo_paths import REPO_ROOT
 
 from msprobe.core.plugins import get_registry
 from msprobe.pytorch import PrecisionDebugger
-from paths import REPO_ROOT
 
 
 @pytest.fixture

@@ -13,11 +13,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 from click.testing import CliRunner
+from repo_paths import REFERENCE_DUMPS
 
 from models import train_mixed_net
 from msprobe.cli.main import cli
 from msprobe.pytorch import PrecisionDebugger
-from paths import REFERENCE_DUMPS
 
 
 @pytest.fixture(scope="module")
@@ -274,7 +274,7 @@ def test_a_data_name_outside_the_dump_is_never_read(tmp_path):
     """The API is skipped with a message naming the file name; /etc/passwd is not opened as a tensor."""
     import shutil
 
-    from paths import REFERENCE_DUMPS
+    from repo_paths import REFERENCE_DUMPS
 
     shutil.copytree(REFERENCE_DUMPS / "pytorch" / "tensor_L1" / "step0" / "rank", tmp_path / "dump")
     path = tmp_path / "dump" / "dump.json"

@@ -4,7 +4,7 @@ import re
 import subprocess
 import sys
 
-from paths import REPO_ROOT
+from repo_paths import REPO_ROOT
 
 DOC = REPO_ROOT / "docs" / "tutorial.md"
 SCRIPT = REPO_ROOT / "examples" / "tutorial" / "first_compare.py"
