@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -95,6 +96,7 @@ def _gathered(rank: int, world: int, layout: str, root: str, port: int) -> None:
         inner = laid_out.module if layout == "ddp" else laid_out
         seen = {}
         inner.fc1.register_forward_hook(lambda module, args, output: seen.update(output=output.detach().clone()))
+        inner.fc2.register_forward_hook(lambda module, args, output: seen.update(fc2=output))
         config = Path(root) / f"{layout}.{rank}.json"
         config.write_text(json.dumps({"task": "statistics", "level": "mix", "dump_path": f"{root}/{layout}"}))
         debugger = PrecisionDebugger(config_path=str(config), model=laid_out)
@@ -109,6 +111,9 @@ def _gathered(rank: int, world: int, layout: str, root: str, port: int) -> None:
         output = torch.cat(pieces, dim=-1 if layout == "tp" else 0)
         if rank == 0:
             np.save(f"{root}/{layout}.fc1_output.npy", output.numpy())
+            fc2 = seen["fc2"]  # tensor parallelism's all-reduced output: torch's asynchronous collective result
+            np.save(f"{root}/{layout}.fc2_output.npy", (fc2.wait() if hasattr(fc2, "wait") else fc2).detach().numpy())
+            Path(f"{root}/{layout}.fc2_type").write_text(f"{type(fc2).__name__} {fc2.requires_grad}")
             np.save(f"{root}/{layout}.fc1_weight_grad.npy", grad.numpy())
     finally:
         dist.destroy_process_group()
@@ -135,6 +140,20 @@ def test_merged_statistics_are_numpy_s_of_the_global_tensor_gathered_by_hand(tmp
     mp.spawn(_gathered, (2, layout, str(tmp_path), unused_port()), nprocs=2, join=True)
     dumps = {rank: read_dump(tmp_path / layout / "step0" / f"rank{rank}") for rank in (0, 1)}
     assert dumps[0].parallel["world_size"] == 2
+    # every rank's weights say they are parameters (a replica the ranks must agree on), its outputs do not
+    [entry] = [value for name, value in dumps[0].data.items() if re.search(r"\.fc1\.\w*Linear\.forward\.0$", name)]
+    assert entry["parameters"]["weight"].get("parameter") is True and "parameter" not in entry["output"][0]
+    assert ("shard" in entry["parameters"]["weight"]) is (layout in ("tp", "fsdp2"))
+    # rank 0's own fc2 output, an asynchronous collective's result under tensor parallelism: its values, and
+    # the requires_grad of the tensor the model returned
+    kind, wanted = (tmp_path / f"{layout}.fc2_type").read_text().split()
+    assert (kind == "AsyncCollectiveTensor") is (layout == "tp")
+    [fc2] = [value for name, value in dumps[0].data.items() if re.search(r"\.fc2\.\w*Linear\.forward\.0$", name)]
+    values = np.load(tmp_path / f"{layout}.fc2_output.npy")
+    output = fc2["output"][0]
+    assert output["Max"] == float(values.max()) and output["Min"] == float(values.min())
+    assert math.isclose(output["Sum"], float(values.astype(np.float64).sum()), rel_tol=1e-9, abs_tol=1e-9)
+    assert output["requires_grad"] is (wanted == "True") and list(output["shape"]) == list(values.shape)
     merged = merge_ranks(dumps).dump  # no other run to guide it: the layout the dumps record decides
     output = merged.data["Module.fc1.Linear.forward.0"]["output"][0]
     grad = merged.data["Module.fc1.Linear.parameters_grad"]["weight"][0]

@@ -90,21 +90,26 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_quiet_after_fork)
 
 
-@contextlib.contextmanager
-def unrecorded() -> Iterator[None]:
+class unrecorded:  # lower case: used as a function, ``with unrecorded():``
     """The framework calls made inside are the tool's own: no dump running beside them records them.
 
     For tools that run beside a dump rather than inside it (the grad probe
     measuring gradients while another debugger dumps): their arithmetic
-    would otherwise show up among the training's entries.
+    would otherwise show up among the training's entries. A class rather
+    than a generator: a tensor-parallel step enters it for each of the
+    framework's own calls, and a generator's context costs several times
+    as much.
     """
-    states = [(state, state.busy) for state in list(_STATES)]
-    for state, _ in states:
-        state.busy = True
-    try:
-        yield
-    finally:
-        for state, busy in states:
+
+    __slots__ = ("_states",)
+
+    def __enter__(self) -> None:
+        self._states = [(state, state.busy) for state in list(_STATES)]
+        for state, _ in self._states:
+            state.busy = True
+
+    def __exit__(self, *_exception: object) -> None:
+        for state, busy in self._states:
             state.busy = busy
 
 

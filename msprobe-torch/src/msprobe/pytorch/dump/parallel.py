@@ -107,6 +107,17 @@ def _shard_record(tensor: Any, mesh: Any, placements: tuple) -> dict[str, Any]:
     }
 
 
+def waited_collective(tensor: Any) -> torch.Tensor | None:
+    """The plain tensor that an asynchronous collective's result (torch's ``AsyncCollectiveTensor``: tensor
+    parallelism's all-reduced output) holds, waited for as any operation on it would; None for any other."""
+    module = sys.modules.get("torch.distributed._functional_collectives")
+    kind = getattr(module, "AsyncCollectiveTensor", None) if module is not None else None
+    if kind is None or type(tensor) is not kind:
+        return None
+    waited = tensor.trigger_wait()
+    return waited if type(waited) is torch.Tensor else None
+
+
 def plain(tensor: torch.Tensor) -> torch.Tensor:
     """A tensor a file can hold and ``torch.load(weights_only=True)`` read back: the result of an asynchronous
     collective (torch's ``AsyncCollectiveTensor``, which tensor parallelism's all-reduce returns) waited for and

@@ -133,6 +133,14 @@ class WriteLog:
         self.written_at.clear()
 
 
+def _own_requires_grad(text: str, wanted: bool, held: bool) -> str:
+    """A cached summary text of the tensor held inside a wrapper (a DTensor's shard, a collective's result),
+    saying the wrapper's requires_grad."""
+    if wanted == held:
+        return text
+    return text.replace(f'"requires_grad":{str(held).lower()}', f'"requires_grad":{str(wanted).lower()}')
+
+
 class TensorSummarizer:
     """Summarizes tensors for one run; caches statistics of unchanged tensors within a step. Keeps
     msprobe.core.dump.summarizer's contract."""
@@ -169,6 +177,7 @@ class TensorSummarizer:
         # a run of several processes: float64 sums beside the statistics, and parameters marked, so that its
         # ranks merge into one global run (see msprobe.pytorch.dump.parallel)
         self.shard_sums = parallel.world() is not None and self.with_stats
+        self._shard_texts: dict[tuple, str] = {}  # a DTensor's text by its parts (_shard_text)
         # the usual entry, statistics of a plain CPU float tensor, measured and cached as JSON text in C (_fast_path.c):
         # the bulk of a dump; everything else, and any doubt, goes the general way below, which writes the same
         # md5 too, its CRC-32 cached with the statistics; not for the live diff, which reads each call's values
@@ -333,8 +342,13 @@ class TensorSummarizer:
 
     def __call__(self, tensor: torch.Tensor, data_stem: str) -> Any:
         """The tensor's entry in dump.json: a dict, or for the usual tensors its JSON text (``RawJSON``)."""
-        if type(tensor) is not torch.Tensor and parallel.is_dtensor(tensor):
-            return self._shard_summary(tensor, data_stem)
+        if type(tensor) is not torch.Tensor:
+            if parallel.is_dtensor(tensor):
+                return self._shard_summary(tensor, data_stem)
+            if self._quick and self.cut is None:
+                text = self._collective_text(tensor)
+                if text is not None:
+                    return RawJSON(text)
         if self.save_files:
             self._saving_this = self.kv_cache is None or not self.kv_cache.holds(tensor, data_stem)
         if self.cut is not None:
@@ -345,9 +359,16 @@ class TensorSummarizer:
                 return RawJSON(text)
         return special_tensors.by_kind(tensor, self._summary, self._unusual, data_stem)
 
+    def _collective_text(self, tensor: torch.Tensor) -> str | None:
+        """An asynchronous collective's result: the cached text of the plain tensor it holds, with its own
+        requires_grad (the tensor inside takes no part in autograd); None for any other tensor subclass."""
+        local = parallel.waited_collective(tensor)
+        text = None if local is None else self.quick_texts.text(local)
+        return None if text is None else _own_requires_grad(text, tensor.requires_grad, local.requires_grad)
+
     def _shard_summary(self, tensor: torch.Tensor, data_stem: str) -> Any:
         """A DTensor: its local shard's entry (statistics, checksum, file), and where the shard sits."""
-        if self.quick_texts is not None and self.online is None and not self.save_files and self.cut is None:
+        if self._quick and self.cut is None:
             local = tensor._local_tensor
             text = self.quick_texts.text(local)
             if text is not None:  # the usual shard: its cached text, with the DTensor's own keys spliced in
@@ -366,13 +387,28 @@ class TensorSummarizer:
 
     def _shard_text(self, tensor: torch.Tensor, local: torch.Tensor, text: str) -> str:
         """The local shard's summary text (which ends with its brace) as ``_shard_summary`` writes the DTensor's:
-        the DTensor's requires_grad, its parameter mark, and where the shard sits, in that order."""
+        the DTensor's requires_grad, its parameter mark, and where the shard sits, in that order. Kept by its
+        parts: a tensor-parallel step passes the same unchanged weights' shards to every call."""
         wanted = tensor.requires_grad
-        if wanted != local.requires_grad:
-            text = text.replace(f'"requires_grad":{str(not wanted).lower()}', f'"requires_grad":{str(wanted).lower()}')
-        marked = self.shard_sums and isinstance(tensor, torch.nn.Parameter) and type(local) is not torch.nn.Parameter
-        parameter = ',"parameter":true' if marked else ""
-        return f'{text[:-1]}{parameter},"shard":{parallel.shard_text(tensor)}}}'
+        # a DTensor parameter is a DTensor marked _is_param (nn.Parameter's own isinstance test, without its
+        # metaclass's Python call)
+        marked = self.shard_sums and getattr(tensor, "_is_param", False) and type(local) is not torch.nn.Parameter
+        where = parallel.shard_text(tensor)
+        key = (text, where, wanted != local.requires_grad, marked)
+        found = self._shard_texts.get(key)
+        if found is None:
+            text = _own_requires_grad(text, wanted, local.requires_grad)
+            parameter = ',"parameter":true' if marked else ""
+            found = f'{text[:-1]}{parameter},"shard":{where}}}'
+            if len(self._shard_texts) > 4096:  # the texts of tensors long gone
+                self._shard_texts.clear()
+            self._shard_texts[key] = found
+        return found
+
+    @property
+    def _quick(self) -> bool:
+        """Whether a tensor's entry may be the per-call path's cached text (statistics alone, nothing saved)."""
+        return self.quick_texts is not None and self.online is None and not self.save_files
 
     def _measure_waiting(self, tensor: torch.Tensor) -> device_batch.BatchedStats | None:
         """A plain device tensor's statistics into the batch, for the per-call path in C (which caches them);
