@@ -353,7 +353,7 @@ class TensorSummarizer:
             self._saving_this = self.kv_cache is None or not self.kv_cache.holds(tensor, data_stem)
         if self.cut is not None:
             tensor = self._kept_part(tensor)
-        if self.quick_texts is not None and self.online is None and not self.save_files:
+        if self._quick:
             text = self.quick_texts.text(tensor)
             if text is not None:
                 return RawJSON(text)
